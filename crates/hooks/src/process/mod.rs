@@ -1,0 +1,129 @@
+//! Running one hook process: its own process group, concurrent bounded
+//! capture of stdout/stderr, a timeout and a cancellation token.
+//!
+//! Invariant: when [`execute`] returns, no process of the hook's group is
+//! left running — after a timeout or cancellation (SIGTERM, then SIGKILL
+//! after [`KILL_GRACE`]) and also after a normal exit, because background
+//! children that still hold the output pipes would otherwise keep the run
+//! open forever. Hooks therefore cannot leave daemons behind.
+
+mod capture;
+mod group;
+
+pub use group::KILL_GRACE;
+#[cfg(test)]
+pub(crate) use group::alive as group_alive;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::unistd::Pid;
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+use capture::{Stream, TailBuffer, drain, lock};
+
+/// After the process exits, how long its pipes may take to reach EOF.
+/// Only exceeded when a descendant escaped the group (`setsid`) and kept
+/// the pipe open; then the capture is cut short instead of hanging.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What to run.
+pub(crate) struct Invocation<'a> {
+    pub hook: &'a str,
+    pub program: &'a Path,
+    pub args: &'a [&'a str],
+    pub cwd: &'a Path,
+    pub env: Vec<(OsString, OsString)>,
+    pub timeout: Duration,
+    pub cancel: &'a CancellationToken,
+    /// Bytes kept of stdout and of stderr, each.
+    pub stream_limit: usize,
+    /// Bytes kept of both streams interleaved.
+    pub combined_limit: usize,
+}
+
+/// How the process ended.
+#[derive(Debug)]
+pub(crate) enum Ending {
+    Exited(ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+/// The end and the captured output of a run.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub ending: Ending,
+    pub stdout: String,
+    pub stdout_truncated: bool,
+    pub stderr: String,
+    pub combined: String,
+}
+
+/// Runs the invocation to its end. Errors only if the process cannot start.
+pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
+    let mut command = Command::new(inv.program);
+    command
+        .args(inv.args)
+        .current_dir(inv.cwd)
+        .envs(inv.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // Safety net if this future is dropped mid-run: at least the leader dies.
+        .kill_on_drop(true);
+    let mut child = command.spawn()?;
+    // `process_group(0)` makes the child's pid its group id.
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+
+    let own_out = Arc::new(Mutex::new(TailBuffer::new(inv.stream_limit)));
+    let own_err = Arc::new(Mutex::new(TailBuffer::new(inv.stream_limit)));
+    let combined = Arc::new(Mutex::new(TailBuffer::new(inv.combined_limit)));
+    let mut readers = Vec::with_capacity(2);
+    if let Some(out) = child.stdout.take() {
+        readers.push(tokio::spawn(drain(out, Stream::Stdout, inv.hook.to_owned(), own_out.clone(), combined.clone())));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.push(tokio::spawn(drain(err, Stream::Stderr, inv.hook.to_owned(), own_err.clone(), combined.clone())));
+    }
+
+    let ending = tokio::select! {
+        status = child.wait() => Ending::Exited(status?),
+        () = tokio::time::sleep(inv.timeout) => Ending::TimedOut,
+        () = inv.cancel.cancelled() => Ending::Cancelled,
+    };
+    if let Some(pgid) = pgid {
+        let leftovers = matches!(ending, Ending::Exited(_)) && group::alive(pgid);
+        if leftovers {
+            tracing::debug!(hook.name = %inv.hook, "hook exited leaving background processes; terminating them");
+        }
+        if leftovers || !matches!(ending, Ending::Exited(_)) {
+            group::terminate(pgid, &mut child, inv.hook).await;
+        }
+    }
+    finish_readers(readers, inv.hook).await;
+
+    let (stdout, stdout_truncated) = {
+        let out = lock(&own_out);
+        (out.to_text(), out.truncated())
+    };
+    let stderr = lock(&own_err).to_text();
+    let combined = lock(&combined).to_text();
+    Ok(Finished { ending, stdout, stdout_truncated, stderr, combined })
+}
+
+async fn finish_readers(readers: Vec<tokio::task::JoinHandle<()>>, hook: &str) {
+    let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    for reader in readers {
+        let abort = reader.abort_handle();
+        if tokio::time::timeout_at(deadline, reader).await.is_err() {
+            tracing::warn!(hook.name = %hook, "hook output pipe still open after exit (escaped process?); output cut short");
+            abort.abort();
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Running a hook once: temp files in, process, parsed outputs back.
+//!
+//! Failure rule: outputs are read only after exit code 0. A hook that
+//! fails, times out or is cancelled yields an error and its outputs
+//! (values patch, object operations, metrics) are discarded — including
+//! `ignoreHookError` status patches. One simple rule keeps a half-done
+//! hook from leaving half-applied state; the task is retried anyway.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::hook::{Hook, HookKind};
+use crate::outputs::{MetricOperation, ObjectOperation, parse_metrics, parse_object_operations, parse_values_patch};
+use crate::process::{self, Ending, Invocation};
+
+/// Bytes of interleaved stdout/stderr kept for [`RunOutput::output`] and errors.
+pub const OUTPUT_TAIL_LIMIT: usize = 64 * 1024;
+/// Largest output file read back; a bigger one is a [`RunError::BadOutput`].
+const MAX_OUTPUT_FILE: u64 = 64 * 1024 * 1024;
+/// Lines of the output tail shown in an error message (the full tail stays in the field).
+const ERROR_TAIL_LINES: usize = 20;
+
+/// Environment variables of the hook contract.
+pub mod env {
+    pub const BINDING_CONTEXT_PATH: &str = "BINDING_CONTEXT_PATH";
+    pub const VALUES_PATH: &str = "VALUES_PATH";
+    pub const CONFIG_VALUES_PATH: &str = "CONFIG_VALUES_PATH";
+    pub const VALUES_JSON_PATCH_PATH: &str = "VALUES_JSON_PATCH_PATH";
+    pub const CONFIG_VALUES_JSON_PATCH_PATH: &str = "CONFIG_VALUES_JSON_PATCH_PATH";
+    pub const KUBERNETES_PATCH_PATH: &str = "KUBERNETES_PATCH_PATH";
+    pub const METRICS_PATH: &str = "METRICS_PATH";
+}
+
+/// One run of one hook.
+#[derive(Debug, Clone)]
+pub struct RunRequest<'a> {
+    pub hook: &'a Hook,
+    /// The JSON array written to `BINDING_CONTEXT_PATH`.
+    pub binding_context: Value,
+    /// Written to `VALUES_PATH`.
+    pub values: Value,
+    /// Written to `CONFIG_VALUES_PATH` (the settings).
+    pub config_values: Value,
+    /// Extra variables (identity, `TRACEPARENT`, …). They are added to the
+    /// inherited environment; they cannot override the contract's file paths.
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub cancel: CancellationToken,
+    /// Parent of the per-run temp directory; `None` = `std::env::temp_dir()`.
+    pub tmp_dir: Option<PathBuf>,
+}
+
+/// What a successful run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutput {
+    /// From `VALUES_JSON_PATCH_PATH`; empty when the hook wrote none.
+    pub values_patch: json_patch::Patch,
+    /// From `CONFIG_VALUES_JSON_PATCH_PATH` (addon-operator's persisted
+    /// config). Deckhouse packages ignore it; returned for callers that do not.
+    pub config_values_patch: json_patch::Patch,
+    /// From `KUBERNETES_PATCH_PATH`, in file order.
+    pub kubernetes_operations: Vec<ObjectOperation>,
+    /// From `METRICS_PATH`, in file order.
+    pub metrics: Vec<MetricOperation>,
+    /// The last [`OUTPUT_TAIL_LIMIT`] bytes of stdout and stderr interleaved.
+    pub output: String,
+}
+
+/// Why a run did not produce a [`RunOutput`]. Every variant names the hook.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("hook {hook}: preparing temporary files: {source}")]
+    Prepare { hook: String, source: std::io::Error },
+    #[error("hook {hook}: cannot start {}: {source}", path.display())]
+    Spawn { hook: String, path: PathBuf, source: std::io::Error },
+    /// Non-zero exit; `code` is 128 + signal number when killed by a signal.
+    #[error("hook {hook} failed with exit code {code}{}", display_tail(output_tail))]
+    Exit { hook: String, code: i32, output_tail: String },
+    /// Killed after running longer than the request's timeout.
+    #[error("hook {hook} timed out after {after:?}{}", display_tail(output_tail))]
+    Timeout { hook: String, after: Duration, output_tail: String },
+    #[error("hook {hook} was cancelled")]
+    Cancelled { hook: String },
+    /// The hook exited 0 but an output file is malformed.
+    #[error("hook {hook} wrote an invalid {file}: {reason}")]
+    BadOutput { hook: String, file: &'static str, reason: String },
+}
+
+/// Runs the hook and returns its parsed outputs. See the module docs for
+/// the failure rule and [`crate::process`] for process-group handling.
+#[tracing::instrument(skip_all, fields(hook.name = %req.hook.name))]
+pub async fn run(req: RunRequest<'_>) -> Result<RunOutput, RunError> {
+    let hook = &req.hook.name;
+    let prepare = |source| RunError::Prepare { hook: hook.clone(), source };
+    let files = RunFiles::create(req.tmp_dir.as_deref(), &req).await.map_err(prepare)?;
+
+    let mut env: Vec<(OsString, OsString)> = req.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    env.extend(files.env());
+    let args = hook_args(req.hook.kind);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cwd = req.hook.path.parent().unwrap_or(Path::new("/"));
+    let finished = process::execute(Invocation {
+        hook,
+        program: &req.hook.path,
+        args: &args,
+        cwd,
+        env,
+        timeout: req.timeout,
+        cancel: &req.cancel,
+        stream_limit: OUTPUT_TAIL_LIMIT,
+        combined_limit: OUTPUT_TAIL_LIMIT,
+    })
+    .await
+    .map_err(|source| RunError::Spawn { hook: hook.clone(), path: req.hook.path.clone(), source })?;
+
+    let output_tail = finished.combined;
+    match finished.ending {
+        Ending::Exited(status) if status.success() => {}
+        Ending::Exited(status) => return Err(RunError::Exit { hook: hook.clone(), code: exit_code(status), output_tail }),
+        Ending::TimedOut => return Err(RunError::Timeout { hook: hook.clone(), after: req.timeout, output_tail }),
+        Ending::Cancelled => return Err(RunError::Cancelled { hook: hook.clone() }),
+    }
+    let output = files.read_outputs(hook, output_tail).await;
+    files.remove(hook);
+    output
+}
+
+/// Arguments that select what the executable runs.
+pub(crate) fn hook_args(kind: HookKind) -> Vec<String> {
+    match kind {
+        HookKind::Shell => vec![],
+        HookKind::Batch { index } => vec!["hook".into(), "run".into(), index.to_string()],
+        HookKind::BatchReadiness => vec!["hook".into(), "ready".into()],
+    }
+}
+
+/// The exit code, or 128 + signal like a shell reports it.
+pub(crate) fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
+}
+
+fn display_tail(tail: &str) -> String {
+    let lines: Vec<&str> = tail.trim_end().lines().collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let start = lines.len().saturating_sub(ERROR_TAIL_LINES);
+    format!("; output tail:\n{}", lines[start..].join("\n"))
+}
+
+/// The per-run temp directory and the contract's files inside it. The
+/// directory has a unique name, so concurrent runs never share files; it is
+/// removed when this value is dropped, whatever the outcome.
+struct RunFiles {
+    dir: tempfile::TempDir,
+}
+
+const FILES: [(&str, &str); 7] = [
+    (env::BINDING_CONTEXT_PATH, "binding-context.json"),
+    (env::VALUES_PATH, "values.json"),
+    (env::CONFIG_VALUES_PATH, "config-values.json"),
+    (env::VALUES_JSON_PATCH_PATH, "values-patch.json"),
+    (env::CONFIG_VALUES_JSON_PATCH_PATH, "config-values-patch.json"),
+    (env::KUBERNETES_PATCH_PATH, "kubernetes-patch"),
+    (env::METRICS_PATH, "metrics.json"),
+];
+
+impl RunFiles {
+    async fn create(parent: Option<&Path>, req: &RunRequest<'_>) -> std::io::Result<Self> {
+        let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        let dir = tempfile::Builder::new().prefix("berth-hook-").tempdir_in(parent)?;
+        let files = Self { dir };
+        let inputs = [
+            (env::BINDING_CONTEXT_PATH, &req.binding_context),
+            (env::VALUES_PATH, &req.values),
+            (env::CONFIG_VALUES_PATH, &req.config_values),
+        ];
+        for (var, value) in inputs {
+            tokio::fs::write(files.path(var), serde_json::to_vec(value)?).await?;
+        }
+        // Outputs exist (empty) before the run: hooks append with `>>` and
+        // some check `-f` first.
+        for (var, _) in &FILES[3..] {
+            tokio::fs::write(files.path(var), b"").await?;
+        }
+        Ok(files)
+    }
+
+    fn path(&self, var: &str) -> PathBuf {
+        let name = FILES.iter().find(|(v, _)| *v == var).map_or(var, |(_, name)| name);
+        self.dir.path().join(name)
+    }
+
+    fn env(&self) -> impl Iterator<Item = (OsString, OsString)> + '_ {
+        FILES.iter().map(|(var, _)| (OsString::from(var), self.path(var).into_os_string()))
+    }
+
+    async fn read_outputs(&self, hook: &str, output: String) -> Result<RunOutput, RunError> {
+        let bad = |file: &'static str| move |reason: String| RunError::BadOutput { hook: hook.to_owned(), file, reason };
+        let values_patch = self.read(env::VALUES_JSON_PATCH_PATH).await.and_then(|t| parse_values_patch(&t));
+        let config_values_patch = self.read(env::CONFIG_VALUES_JSON_PATCH_PATH).await.and_then(|t| parse_values_patch(&t));
+        let kubernetes_operations = self.read(env::KUBERNETES_PATCH_PATH).await.and_then(|t| parse_object_operations(&t));
+        let metrics = self.read(env::METRICS_PATH).await.and_then(|t| parse_metrics(&t));
+        Ok(RunOutput {
+            values_patch: values_patch.map_err(bad(env::VALUES_JSON_PATCH_PATH))?,
+            config_values_patch: config_values_patch.map_err(bad(env::CONFIG_VALUES_JSON_PATCH_PATH))?,
+            kubernetes_operations: kubernetes_operations.map_err(bad(env::KUBERNETES_PATCH_PATH))?,
+            metrics: metrics.map_err(bad(env::METRICS_PATH))?,
+            output,
+        })
+    }
+
+    /// Reads an output file; a missing file (the hook deleted it) reads as empty.
+    async fn read(&self, var: &str) -> Result<String, String> {
+        let path = self.path(var);
+        match tokio::fs::metadata(&path).await {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+            Err(e) => return Err(format!("cannot stat: {e}")),
+            Ok(meta) if meta.len() > MAX_OUTPUT_FILE => {
+                return Err(format!("{} bytes exceeds the {MAX_OUTPUT_FILE} byte limit", meta.len()));
+            }
+            Ok(_) => {}
+        }
+        let bytes = tokio::fs::read(&path).await.map_err(|e| format!("cannot read: {e}"))?;
+        String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
+    }
+
+    fn remove(self, hook: &str) {
+        if let Err(error) = self.dir.close() {
+            tracing::warn!(hook.name = %hook, %error, "removing hook temp files failed");
+        }
+    }
+}

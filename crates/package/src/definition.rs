@@ -1,0 +1,185 @@
+//! `package.yaml`: what a package is (its type, name, version) and what it needs.
+//!
+//! The document is read into a `serde_json::Value` first and the fields are pulled out by hand,
+//! so every error can name the exact field (`requirements.modules.mandatory[0].name`) instead of
+//! the generic messages an untagged serde enum would produce. Unknown fields (`apiVersion`,
+//! `stage`, `disable`, …) are accepted so Deckhouse packages load unchanged.
+
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::constraint::parse_version;
+use crate::requirements::Requirements;
+
+/// `Application`: multi-instance, user-installed. `Module`: a platform module with a `weight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PackageType {
+    Application,
+    Module,
+}
+
+impl fmt::Display for PackageType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PackageType::Application => "Application",
+            PackageType::Module => "Module",
+        })
+    }
+}
+
+/// The parsed `package.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Definition {
+    pub package_type: PackageType,
+    pub name: String,
+    pub version: semver::Version,
+    /// `description`, or `descriptions.en` as Deckhouse writes it.
+    pub description: Option<String>,
+    /// Scheduling order for modules (lower first); the scheduler treats `None` as 999.
+    pub weight: Option<i64>,
+    pub requirements: Requirements,
+}
+
+/// A field of `package.yaml` that is missing or wrong; the loader adds the file path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("field `{field}`: {message}")]
+pub struct DefinitionError {
+    pub field: String,
+    pub message: String,
+}
+
+impl DefinitionError {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+/// Longest package name accepted: names become parts of Kubernetes object and release names.
+pub const MAX_NAME_LEN: usize = 63;
+
+/// Package names are DNS labels (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters), because
+/// they end up in release names, queue names and directory names.
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    let bytes = name.as_bytes();
+    let valid_chars = bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !valid_chars || name.starts_with('-') || name.ends_with('-') {
+        return Err(format!(
+            "{name:?} is not a valid package name (lowercase letters, digits and '-', at most {MAX_NAME_LEN} characters, no leading or trailing '-')"
+        ));
+    }
+    Ok(())
+}
+
+impl Definition {
+    /// Builds a definition from the parsed YAML document of `package.yaml`.
+    pub fn from_document(doc: &Value) -> Result<Self, DefinitionError> {
+        let map = doc.as_object().ok_or_else(|| DefinitionError::new("(root)", "package.yaml must be a mapping"))?;
+        let package_type = match map.get("type") {
+            // Deckhouse's module loader accepts an empty type; keep that for compatibility.
+            None | Some(Value::Null) => PackageType::Module,
+            Some(Value::String(t)) if t.is_empty() => PackageType::Module,
+            Some(Value::String(t)) if t == "Application" => PackageType::Application,
+            Some(Value::String(t)) if t == "Module" => PackageType::Module,
+            Some(other) => {
+                return Err(DefinitionError::new("type", format!("unknown package type {other}; expected Application or Module")));
+            }
+        };
+        let name = required_string(map.get("name"), "name")?;
+        check_name(&name).map_err(|msg| DefinitionError::new("name", msg))?;
+        let version_text = required_string(map.get("version"), "version")?;
+        let version = parse_version(&version_text)
+            .map_err(|e| DefinitionError::new("version", format!("{version_text:?} is not a semantic version: {e}")))?;
+        let weight = match map.get("weight") {
+            None | Some(Value::Null) => None,
+            Some(w) => Some(w.as_i64().ok_or_else(|| DefinitionError::new("weight", format!("must be an integer, got {w}")))?),
+        };
+        let requirements = match map.get("requirements") {
+            None | Some(Value::Null) => Requirements::default(),
+            Some(req) => Requirements::parse(req)?,
+        };
+        Ok(Definition { package_type, name, version, description: description(map), weight, requirements })
+    }
+
+    /// The key Deckhouse uses for a package's own values section: `my-app` → `myApp`.
+    pub fn values_key(&self) -> String {
+        camel_case(&self.name)
+    }
+}
+
+fn required_string(value: Option<&Value>, field: &str) -> Result<String, DefinitionError> {
+    match value {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+        // YAML reads `version: 1.0` as a number; say so instead of "missing".
+        Some(Value::Number(n)) => Err(DefinitionError::new(field, format!("must be a string (quote it: \"{n}\")"))),
+        Some(other) if !other.is_null() && !other.is_string() => Err(DefinitionError::new(field, format!("must be a string, got {other}"))),
+        _ => Err(DefinitionError::new(field, "is required")),
+    }
+}
+
+fn description(map: &serde_json::Map<String, Value>) -> Option<String> {
+    map.get("description")
+        .and_then(Value::as_str)
+        .or_else(|| map.get("descriptions").and_then(|d| d.get("en")).and_then(Value::as_str))
+        .map(str::to_owned)
+}
+
+pub(crate) fn camel_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper_next = false;
+    for c in name.chars() {
+        if c == '-' || c == '_' {
+            upper_next = !out.is_empty();
+        } else if upper_next {
+            out.extend(c.to_uppercase());
+            upper_next = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_a_module_definition() {
+        let def = Definition::from_document(&json!({
+            "apiVersion": "v1", "type": "Module", "name": "cert-manager", "version": "v1.2.3",
+            "weight": 30, "descriptions": {"en": "certs", "ru": "…"},
+            "requirements": {"kubernetes": ">=1.28"}
+        }))
+        .expect("parses");
+        assert_eq!(def.package_type, PackageType::Module);
+        assert_eq!(def.version, semver::Version::new(1, 2, 3));
+        assert_eq!(def.weight, Some(30));
+        assert_eq!(def.description.as_deref(), Some("certs"));
+        assert_eq!(def.values_key(), "certManager");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (json!({"type": "Thing", "name": "a", "version": "1.0.0"}), "type"),
+            (json!({"type": "Application", "version": "1.0.0"}), "name"),
+            (json!({"type": "Application", "name": "Bad_Name", "version": "1.0.0"}), "name"),
+            (json!({"type": "Application", "name": "a", "version": "one"}), "version"),
+            (json!({"type": "Application", "name": "a", "version": 1.5}), "version"),
+            (json!({"type": "Module", "name": "a", "version": "1.0.0", "weight": "high"}), "weight"),
+        ];
+        for (doc, field) in cases {
+            let err = Definition::from_document(&doc).expect_err(field);
+            assert_eq!(err.field, field, "{err}");
+        }
+    }
+
+    #[test]
+    fn camel_case_matches_deckhouse() {
+        assert_eq!(camel_case("my-app"), "myApp");
+        assert_eq!(camel_case("a-b-c"), "aBC");
+        assert_eq!(camel_case("plain"), "plain");
+    }
+}

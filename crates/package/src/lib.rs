@@ -1,0 +1,34 @@
+//! berth-package: what a package is and where it comes from.
+//!
+//! - [`load`] reads a package directory (package format v1, compatible with Deckhouse packages)
+//!   into a [`Package`]: its [`Definition`], static values, settings and values [`Schema`]s.
+//! - [`Schema`] compiles the OpenAPI v3 subset packages use, applies `default`s and validates,
+//!   reporting [`ValidationError`]s with paths like `.ingress.host` or `.items[2]`.
+//! - [`validate_settings`] and [`compute_values`] implement the settings check and the values
+//!   layering (static values → settings defaults → settings → values defaults → hook patches).
+//! - [`LocalRepository`] publishes package versions into a local directory, checked and atomic.
+//!
+//! The crate knows neither gRPC nor Kubernetes; services call it and map its errors.
+
+mod chart;
+mod constraint;
+mod definition;
+mod load;
+mod repo;
+mod requirements;
+mod schema;
+mod settings;
+mod values;
+
+pub use chart::{MAX_CHART_BYTES, MAX_CHART_FILES};
+pub use constraint::{ConstraintError, VersionConstraint, parse_version};
+pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
+pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
+pub use repo::{
+    DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, RepoError,
+    digest_tree,
+};
+pub use requirements::{Dependency, DependencyGroup, Requirements};
+pub use schema::{Schema, SchemaError, ValidationError};
+pub use settings::{MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, validate_settings};
+pub use values::{ValuesError, compute_values, deep_merge};

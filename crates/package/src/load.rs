@@ -1,0 +1,173 @@
+//! Reading a package directory into a [`Package`].
+//!
+//! Every error names the file it came from. Metadata files are read with a size bound so a
+//! hostile package cannot make the loader allocate without limit.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::definition::{Definition, DefinitionError};
+use crate::schema::{Schema, SchemaError};
+
+/// Largest `package.yaml`, `values.yaml` or schema file read by the loader.
+pub const MAX_METADATA_BYTES: u64 = 4 * 1024 * 1024;
+
+pub(crate) const DEFINITION_FILE: &str = "package.yaml";
+const STATIC_VALUES_FILE: &str = "values.yaml";
+const SETTINGS_SCHEMA_FILES: [&str; 2] = ["openapi/settings.yaml", "openapi/config-values.yaml"];
+const VALUES_SCHEMA_FILE: &str = "openapi/values.yaml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{}: not a package directory", path.display())]
+    NotADirectory { path: PathBuf },
+    #[error("{}: file is missing (every package needs package.yaml)", path.display())]
+    MissingDefinition { path: PathBuf },
+    #[error("{}: cannot read: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{}: file is larger than the limit of {limit} bytes", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("{}: invalid YAML: {message}", path.display())]
+    Yaml { path: PathBuf, message: String },
+    #[error("{}: {source}", path.display())]
+    Definition { path: PathBuf, source: DefinitionError },
+    #[error("{}: static values must be a mapping, got {found}", path.display())]
+    StaticValues { path: PathBuf, found: String },
+    #[error("{}: {source}", path.display())]
+    Schema { path: PathBuf, source: SchemaError },
+    #[error("{}: chart files exceed the limit of {limit}", root.display())]
+    ChartTooLarge { root: PathBuf, limit: String },
+    #[error("{}: points outside the package", path.display())]
+    LinkEscapes { path: PathBuf },
+}
+
+/// A loaded package version.
+#[derive(Debug, Clone)]
+pub struct Package {
+    pub root: PathBuf,
+    pub definition: Definition,
+    /// Static values; always an object.
+    pub static_values: Value,
+    pub settings_schema: Option<Schema>,
+    /// The values schema, with the settings schema's properties merged in (see [`load`]).
+    pub values_schema: Option<Schema>,
+    /// `Some` when `hooks/` exists.
+    pub hooks_dir: Option<PathBuf>,
+    /// Whether the package has a Helm chart (`Chart.yaml` or `templates/`).
+    pub is_helm: bool,
+}
+
+/// Loads the package in `root`.
+///
+/// The settings schema is `openapi/settings.yaml`, else `openapi/config-values.yaml`. Because
+/// values are flat (settings sit at the root of the values), the settings schema's `properties`
+/// are merged into the values schema's `properties` when the values schema declares `properties`
+/// (values-schema entries win), as Deckhouse's `x-extend` does; otherwise a closed values schema
+/// would reject every setting.
+pub fn load(root: &Path) -> Result<Package, LoadError> {
+    if !root.is_dir() {
+        return Err(LoadError::NotADirectory { path: root.to_owned() });
+    }
+    let definition_path = root.join(DEFINITION_FILE);
+    let definition_doc = read_yaml(&definition_path)?
+        .ok_or_else(|| LoadError::MissingDefinition { path: definition_path.clone() })?;
+    let definition = Definition::from_document(&definition_doc)
+        .map_err(|source| LoadError::Definition { path: definition_path, source })?;
+    let static_values = static_values(root, &definition)?;
+
+    let settings_doc = SETTINGS_SCHEMA_FILES
+        .iter()
+        .map(|name| root.join(name))
+        .find(|path| path.is_file())
+        .map(|path| read_yaml(&path).map(|doc| (path, doc.unwrap_or(Value::Null))))
+        .transpose()?;
+    let settings_schema = settings_doc.as_ref().map(|(path, doc)| compile(path, doc)).transpose()?;
+
+    let values_path = root.join(VALUES_SCHEMA_FILE);
+    let values_schema = match read_yaml(&values_path)? {
+        None => None,
+        Some(mut doc) => {
+            if let Some((_, settings)) = &settings_doc {
+                extend_with_settings(&mut doc, settings);
+            }
+            Some(compile(&values_path, &doc)?)
+        }
+    };
+
+    let hooks = root.join("hooks");
+    Ok(Package {
+        root: root.to_owned(),
+        static_values,
+        settings_schema,
+        values_schema,
+        hooks_dir: hooks.is_dir().then_some(hooks),
+        is_helm: root.join("Chart.yaml").is_file() || root.join("templates").is_dir(),
+        definition,
+    })
+}
+
+fn static_values(root: &Path, definition: &Definition) -> Result<Value, LoadError> {
+    let path = root.join(STATIC_VALUES_FILE);
+    let mut values = match read_yaml(&path)? {
+        None | Some(Value::Null) => return Ok(Value::Object(Map::new())),
+        Some(Value::Object(map)) => map,
+        Some(other) => return Err(LoadError::StaticValues { path, found: other.to_string() }),
+    };
+    // Deckhouse modules keep their values under the camelCase package name; use only that part.
+    match values.remove(&definition.values_key()) {
+        Some(Value::Object(section)) => Ok(Value::Object(section)),
+        Some(Value::Null) => Ok(Value::Object(Map::new())),
+        Some(other) => {
+            values.insert(definition.values_key(), other);
+            Ok(Value::Object(values))
+        }
+        None => Ok(Value::Object(values)),
+    }
+}
+
+fn compile(path: &Path, doc: &Value) -> Result<Schema, LoadError> {
+    Schema::from_openapi(doc).map_err(|source| LoadError::Schema { path: path.to_owned(), source })
+}
+
+fn extend_with_settings(values: &mut Value, settings: &Value) {
+    let (Some(Value::Object(own)), Some(Value::Object(inherited))) =
+        (values.get_mut("properties"), settings.get("properties"))
+    else {
+        return;
+    };
+    for (name, schema) in inherited {
+        own.entry(name.clone()).or_insert_with(|| schema.clone());
+    }
+}
+
+/// Reads and parses a YAML file; `Ok(None)` when it does not exist, `Value::Null` when empty.
+pub(crate) fn read_yaml(path: &Path) -> Result<Option<Value>, LoadError> {
+    let Some(bytes) = read_bounded(path, MAX_METADATA_BYTES)? else { return Ok(None) };
+    let text = String::from_utf8(bytes)
+        .map_err(|e| LoadError::Yaml { path: path.to_owned(), message: format!("not UTF-8: {e}") })?;
+    if text.trim().is_empty() {
+        return Ok(Some(Value::Null));
+    }
+    serde_saphyr::from_str::<Value>(&text)
+        .map(Some)
+        .map_err(|e| LoadError::Yaml { path: path.to_owned(), message: e.to_string() })
+}
+
+fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, LoadError> {
+    let file = match fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(LoadError::Read { path: path.to_owned(), source }),
+    };
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    if bytes.len() as u64 > limit {
+        return Err(LoadError::TooLarge { path: path.to_owned(), limit });
+    }
+    Ok(Some(bytes))
+}

@@ -1,0 +1,64 @@
+//! W3C trace context (`traceparent`) across process boundaries.
+//!
+//! gRPC calls carry it in metadata (the client interceptor below injects it, the server's
+//! `trace_fn` extracts it); queued tasks store it as a string so the worker's span joins the
+//! trace of the request that caused the task.
+
+use std::collections::HashMap;
+
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// Tonic interceptor that writes the current span's trace context into the request metadata.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceContext;
+
+impl tonic::service::Interceptor for TraceContext {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let mut carrier = HashMap::new();
+        TraceContextPropagator::new()
+            .inject_context(&tracing::Span::current().context(), &mut carrier);
+        for (key, value) in carrier {
+            if let (Ok(key), Ok(value)) = (
+                tonic::metadata::MetadataKey::from_bytes(key.as_bytes()),
+                value.parse(),
+            ) {
+                req.metadata_mut().insert(key, value);
+            }
+        }
+        Ok(req)
+    }
+}
+
+/// The current span's `traceparent`, or an empty string when there is no active trace.
+pub fn current_traceparent() -> String {
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&tracing::Span::current().context(), &mut carrier);
+    carrier.remove("traceparent").unwrap_or_default()
+}
+
+/// Makes `span` a child of the remote context in `traceparent` (no-op when it is empty or
+/// malformed) and returns it.
+pub fn with_traceparent(span: tracing::Span, traceparent: &str) -> tracing::Span {
+    if !traceparent.is_empty() {
+        let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+        let cx = TraceContextPropagator::new().extract(&carrier);
+        // A span that is disabled by the filter cannot take a parent; that is fine.
+        let _ = span.set_parent(cx);
+    }
+    span
+}
+
+/// Extracts the trace context from HTTP headers (server side).
+pub(crate) fn span_for_request(req: &http::Request<()>) -> tracing::Span {
+    let carrier: HashMap<String, String> = req
+        .headers()
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let cx = TraceContextPropagator::new().extract(&carrier);
+    let span = tracing::info_span!("grpc.request", rpc.path = %req.uri().path());
+    let _ = span.set_parent(cx);
+    span
+}

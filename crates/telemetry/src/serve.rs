@@ -1,0 +1,74 @@
+//! Common gRPC server scaffolding: every berth service serves the standard health service and
+//! server reflection next to its own API, extracts trace context from incoming calls, and stops
+//! gracefully when its shutdown token fires.
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+/// A tonic server builder with trace-context extraction installed.
+pub type GrpcServer = tonic::transport::Server;
+
+/// A server builder whose request spans continue the caller's trace.
+pub fn grpc_server() -> GrpcServer {
+    tonic::transport::Server::builder().trace_fn(crate::context::span_for_request)
+}
+
+/// Adds health (reporting SERVING for `services`) and reflection (over `descriptor_set`) to
+/// `router` and serves it on `listener` until `shutdown` fires.
+pub async fn serve_router(
+    router: tonic::transport::server::Router,
+    listener: TcpListener,
+    descriptor_set: &'static [u8],
+    services: &[&str],
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    for service in services {
+        reporter
+            .set_service_status(*service, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(descriptor_set)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("berth's own descriptor set is valid");
+    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    tracing::debug!(?addr, "serving gRPC");
+    router
+        .add_service(health)
+        .add_service(reflection)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .await
+}
+
+/// Cancels `shutdown` on SIGTERM or ctrl-c, so every process stops gracefully the same way.
+pub async fn shutdown_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                let _ = ctrl_c.await;
+                shutdown.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+            _ = shutdown.cancelled() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    shutdown.cancel();
+}

@@ -1,0 +1,29 @@
+//! Generates the gRPC code from `proto/**/*.proto` with protox, a pure-Rust protobuf compiler, so a
+//! fresh machine needs no `protoc`. The same descriptor set is embedded for server reflection.
+
+use std::path::PathBuf;
+
+use prost::Message;
+
+const PROTOS: &[&str] = &[
+    "berth/v1/packages.proto",
+    "berth/lifecycle/v1/lifecycle.proto",
+    "berth/queue/v1/queue.proto",
+    "berth/hookevent/v1/hookevent.proto",
+    "berth/release/v1/release.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={}", root.join(proto).display());
+    }
+    let fds = protox::compile(PROTOS, [&root])?;
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("berth_descriptor.bin"), fds.encode_to_vec())?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

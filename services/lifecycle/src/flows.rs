@@ -1,0 +1,77 @@
+//! Task flows: which queued tasks each state change implies (DESIGN.md section 4). Each returned
+//! value is an outbox body the relay delivers to the broker in order.
+
+use berth_proto::tasks::TaskKind;
+use serde_json::{Value, json};
+
+use crate::store::PackageRow;
+
+/// Drop the package's queued tasks older than `generation` and cancel its running ones.
+pub fn supersede(key: &str, generation: i64) -> Value {
+    json!({"op": "supersede", "package": key, "generation": generation})
+}
+
+/// One task on the package's main queue.
+pub fn task(key: &str, generation: i64, kind: TaskKind, payload: Value) -> Value {
+    json!({
+        "op": "enqueue",
+        "task": {
+            "id": uuid::Uuid::new_v4().to_string(),
+            "queue": key,
+            "package": key,
+            "generation": generation,
+            "kind": kind.as_str(),
+            "payload_json": payload.to_string(),
+            "traceparent": berth_telemetry::current_traceparent(),
+        }
+    })
+}
+
+fn tasks(key: &str, generation: i64, kinds: &[TaskKind]) -> Vec<Value> {
+    std::iter::once(supersede(key, generation))
+        .chain(kinds.iter().map(|k| task(key, generation, *k, json!({}))))
+        .collect()
+}
+
+/// The tasks of an Update, given the previous state (None for a new package).
+///
+/// - new package: Download → Load → ApplySettings → Startup → Run;
+/// - version, package or repository change, or a package still being removed: Disable (the
+///   release is kept, so workloads keep running) → the same chain;
+/// - settings change only: ApplySettings → Run.
+///
+/// Returns the tasks and whether the package starts over (its phase goes back to Pending).
+pub fn update(previous: Option<&PackageRow>, key: &str, generation: i64, new: &NewSpec<'_>) -> (bool, Vec<Value>) {
+    use TaskKind::*;
+    match previous {
+        None => (true, tasks(key, generation, &[Download, Load, ApplySettings, Startup, Run])),
+        Some(prev)
+            if prev.removing
+                || prev.version != new.version
+                || prev.package != new.package
+                || prev.repository != new.repository
+                // Never loaded (e.g. the first Download failed): start over.
+                || prev.settings_schema.is_none() =>
+        {
+            (true, tasks(key, generation, &[Disable, Download, Load, ApplySettings, Startup, Run]))
+        }
+        Some(_) => (false, tasks(key, generation, &[ApplySettings, Run])),
+    }
+}
+
+/// What an Update asks for, as far as planning cares.
+pub struct NewSpec<'a> {
+    pub repository: &'a str,
+    pub package: &'a str,
+    pub version: &'a str,
+}
+
+/// The tasks of a Remove: Disable → Uninstall → Cleanup.
+pub fn remove(key: &str, generation: i64) -> Vec<Value> {
+    tasks(key, generation, &[TaskKind::Disable, TaskKind::Uninstall, TaskKind::Cleanup])
+}
+
+/// A Run after a hook outside a Run changed the values.
+pub fn rerun(key: &str, generation: i64) -> Vec<Value> {
+    vec![task(key, generation, TaskKind::Run, json!({"reason": "values changed by a hook"}))]
+}

@@ -1,0 +1,67 @@
+//! The lifecycle service: the single source of truth of package state. It accepts Updates and
+//! Removes, turns each into a new generation plus the tasks that converge it (written to an outbox
+//! in the same transaction and relayed to the queue broker), folds worker reports into the state,
+//! and answers Get/List/Watch/Dump/ValidateSettings.
+
+mod convert;
+mod dump;
+mod flows;
+mod model;
+mod relay;
+mod report;
+mod service;
+mod store;
+
+use std::sync::Arc;
+
+use berth_proto::lifecycle::lifecycle_server::LifecycleServer;
+use berth_proto::queue::broker_client::BrokerClient;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use service::LifecycleService;
+pub use store::{Store, StoreError};
+
+/// Everything the lifecycle service needs, parsed and validated before any port is bound.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `sqlite://PATH` (created when missing) or `sqlite::memory:`.
+    pub database_url: String,
+    /// The queue broker, e.g. `http://127.0.0.1:7071`.
+    pub broker_endpoint: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("broker endpoint {endpoint}: {source}")]
+    Broker { endpoint: String, source: tonic::transport::Error },
+    #[error("serving gRPC: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Runs the service on `listener` until `shutdown` fires.
+pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> Result<(), Error> {
+    let store = Store::open(&config.database_url).await?;
+    let channel = berth_telemetry::connect_lazy(&config.broker_endpoint).map_err(|source| Error::Broker {
+        endpoint: config.broker_endpoint.clone(),
+        source,
+    })?;
+    let broker = BrokerClient::new(channel);
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let relay = tokio::spawn(relay::run(store.clone(), broker.clone(), wake.clone(), shutdown.clone()));
+    let service = LifecycleService::new(store, broker, wake);
+    let router = berth_telemetry::grpc_server().add_service(LifecycleServer::new(service));
+    let served = berth_telemetry::serve_router(
+        router,
+        listener,
+        berth_proto::FILE_DESCRIPTOR_SET,
+        &["berth.lifecycle.v1.Lifecycle"],
+        shutdown.clone(),
+    )
+    .await;
+    shutdown.cancel();
+    let _ = relay.await;
+    Ok(served?)
+}

@@ -1,0 +1,36 @@
+//! `berth-lifecycle`: the lifecycle service as its own process.
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(name = "berth-lifecycle", about = "berth lifecycle service: package state, generations, task flows")]
+struct Args {
+    /// Address to serve gRPC on.
+    #[arg(long, env = "BERTH_LIFECYCLE_LISTEN", default_value = "127.0.0.1:7072")]
+    listen: std::net::SocketAddr,
+    /// `sqlite://PATH` of the lifecycle database.
+    #[arg(long, env = "BERTH_LIFECYCLE_DATABASE", default_value = "sqlite://.berth/lifecycle.db")]
+    database: String,
+    /// The queue broker's gRPC endpoint.
+    #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
+    broker: String,
+    #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: berth_telemetry::LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _telemetry = berth_telemetry::init("berth-lifecycle", args.log_format);
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    println!("listening on {}", listener.local_addr()?);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    berth_lifecycle::run(
+        berth_lifecycle::Config { database_url: args.database, broker_endpoint: args.broker },
+        listener,
+        shutdown,
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! The lifecycle domain: package identity, phases and conditions. Knows neither tonic nor SQL.
+
+use serde::{Deserialize, Serialize};
+
+/// The system namespace modules run in.
+pub const SYSTEM_NAMESPACE: &str = "berth-system";
+
+/// Apps are namespaced and many-instanced; modules are cluster-level singletons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    App,
+    Module,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::App => "App",
+            Kind::Module => "Module",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "App" => Some(Kind::App),
+            "Module" => Some(Kind::Module),
+            _ => None,
+        }
+    }
+}
+
+/// The identity of a package instance. Its key is `<namespace>.<name>` for apps and `<name>` for
+/// modules; the key names the package's queues and its Helm release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackageId {
+    pub kind: Kind,
+    pub name: String,
+    pub namespace: String,
+}
+
+impl PackageId {
+    /// Validates a requested identity. Names follow Kubernetes DNS-1123 label rules because they
+    /// become release, queue and object names.
+    pub fn new(kind: Kind, name: &str, namespace: &str) -> Result<PackageId, String> {
+        check_label("name", name)?;
+        let namespace = match kind {
+            Kind::Module => SYSTEM_NAMESPACE.to_owned(),
+            Kind::App if namespace.is_empty() => "default".to_owned(),
+            Kind::App => {
+                check_label("namespace", namespace)?;
+                namespace.to_owned()
+            }
+        };
+        Ok(PackageId { kind, name: name.to_owned(), namespace })
+    }
+
+    pub fn key(&self) -> String {
+        match self.kind {
+            Kind::App => format!("{}.{}", self.namespace, self.name),
+            Kind::Module => self.name.clone(),
+        }
+    }
+}
+
+/// Checks a DNS-1123 label: 1–63 lowercase alphanumerics or '-', starting and ending alphanumeric.
+pub fn check_label(field: &str, value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field} {value:?} must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+        ))
+    }
+}
+
+/// Where a package is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Downloading,
+    Loaded,
+    Running,
+    Removing,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Downloading => "Downloading",
+            Phase::Loaded => "Loaded",
+            Phase::Running => "Running",
+            Phase::Removing => "Removing",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Phase> {
+        [Phase::Pending, Phase::Downloading, Phase::Loaded, Phase::Running, Phase::Removing]
+            .into_iter()
+            .find(|p| p.as_str() == s)
+    }
+}
+
+/// A Kubernetes-style condition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub observed_generation: i64,
+    /// RFC 3339.
+    pub last_transition_time: String,
+}
+
+/// Sets `update` in `conditions`, keeping the transition time when the status did not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &str,
+) {
+    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if existing.status != status {
+            existing.last_transition_time = now.to_owned();
+        }
+        existing.status = status.to_owned();
+        existing.reason = reason.to_owned();
+        existing.message = message.to_owned();
+        existing.observed_generation = generation;
+    } else {
+        conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            observed_generation: generation,
+            last_transition_time: now.to_owned(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_kind() {
+        let app = PackageId::new(Kind::App, "hello", "").unwrap();
+        assert_eq!(app.key(), "default.hello");
+        let module = PackageId::new(Kind::Module, "hello", "ignored").unwrap();
+        assert_eq!(module.key(), "hello");
+        assert_eq!(module.namespace, SYSTEM_NAMESPACE);
+    }
+
+    #[test]
+    fn bad_names_are_named_in_the_error() {
+        let err = PackageId::new(Kind::App, "Hello_World", "").unwrap_err();
+        assert!(err.contains("name \"Hello_World\""), "{err}");
+        assert!(PackageId::new(Kind::App, "ok", "-bad").unwrap_err().contains("namespace"));
+    }
+
+    #[test]
+    fn condition_transition_time_changes_only_with_status() {
+        let mut c = vec![];
+        set_condition(&mut c, "Ready", "False", "A", "", 1, "t1");
+        set_condition(&mut c, "Ready", "False", "B", "", 2, "t2");
+        assert_eq!(c[0].last_transition_time, "t1");
+        assert_eq!(c[0].reason, "B");
+        set_condition(&mut c, "Ready", "True", "C", "", 2, "t3");
+        assert_eq!(c[0].last_transition_time, "t3");
+    }
+}

@@ -1,0 +1,317 @@
+//! The gRPC adapter of the lifecycle service: parses requests into domain values at the edge and
+//! calls the store and flows.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use berth_proto::json;
+use berth_proto::lifecycle::lifecycle_server::Lifecycle;
+use berth_proto::lifecycle::{GetSpecRequest, ReportRequest, ReportResponse, Spec};
+use berth_proto::queue::broker_client::BrokerClient;
+use berth_proto::v1;
+use futures::Stream;
+use serde_json::Value;
+use tokio::sync::{Notify, broadcast};
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::dump::{self, QueueDoc};
+use crate::flows::{self, NewSpec};
+use crate::model::Phase;
+use crate::report;
+use crate::store::{DesiredSpec, Store, StoreError};
+
+/// Largest accepted settings document, serialised.
+const MAX_SETTINGS_BYTES: usize = 1 << 20;
+/// Status-change notifications buffered for Watch streams; a slow watcher that falls further
+/// behind is resynchronised from the store instead of holding memory.
+const WATCH_CHANNEL: usize = 256;
+
+#[derive(Clone)]
+pub struct LifecycleService {
+    store: Store,
+    broker: BrokerClient<berth_telemetry::Channel>,
+    outbox_wake: Arc<Notify>,
+    changes: broadcast::Sender<String>,
+}
+
+impl LifecycleService {
+    pub fn new(
+        store: Store,
+        broker: BrokerClient<berth_telemetry::Channel>,
+        outbox_wake: Arc<Notify>,
+    ) -> Self {
+        let (changes, _) = broadcast::channel(WATCH_CHANNEL);
+        LifecycleService { store, broker, outbox_wake, changes }
+    }
+
+    fn changed(&self, key: &str) {
+        // No receivers is fine: nobody is watching.
+        let _ = self.changes.send(key.to_owned());
+    }
+
+    async fn load(&self, r: Option<&v1::PackageRef>) -> Result<crate::store::PackageRow, Status> {
+        let id = convert::package_id(r)?;
+        let key = id.key();
+        self.store
+            .get(&key)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| Status::not_found(format!("package {key} not found")))
+    }
+}
+
+fn internal(e: StoreError) -> Status {
+    tracing::error!(error = %e, "lifecycle store failed");
+    Status::internal(e.to_string())
+}
+
+fn settings_of(s: Option<&prost_types::Struct>) -> Result<Value, Status> {
+    let settings = json::from_opt_struct(s);
+    if settings.to_string().len() > MAX_SETTINGS_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "settings: larger than the {MAX_SETTINGS_BYTES}-byte limit"
+        )));
+    }
+    Ok(settings)
+}
+
+/// Validates settings against a loaded schema. `Ok(false)` when there is no loaded schema to check
+/// against yet.
+fn check_settings(schema: Option<&Option<Value>>, settings: &Value) -> Result<bool, Status> {
+    let Some(schema) = schema else { return Ok(false) };
+    let compiled = match schema {
+        Some(doc) => Some(
+            berth_package::Schema::from_openapi(doc)
+                .map_err(|e| Status::internal(format!("stored settings schema: {e}")))?,
+        ),
+        None => None,
+    };
+    berth_package::validate_settings(compiled.as_ref(), settings)
+        .map(|_| true)
+        .map_err(|errors| {
+            let text: Vec<String> = errors
+                .iter()
+                .map(|e| format!("settings{}: {}", e.path, e.message))
+                .collect();
+            Status::invalid_argument(text.join("; "))
+        })
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Package, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Lifecycle for LifecycleService {
+    #[tracing::instrument(skip_all, fields(package.key))]
+    async fn update(&self, req: Request<v1::UpdateRequest>) -> Result<Response<v1::UpdateResponse>, Status> {
+        let req = req.into_inner();
+        let id = convert::package_id(req.r#ref.as_ref())?;
+        tracing::Span::current().record("package.key", id.key());
+        if req.repository.is_empty() {
+            return Err(Status::invalid_argument("repository: required (a directory holding <package>/<version>/)"));
+        }
+        if req.version.is_empty() {
+            return Err(Status::invalid_argument("version: required"));
+        }
+        let package = if req.package.is_empty() { id.name.clone() } else { req.package.clone() };
+        crate::model::check_label("package", &package).map_err(Status::invalid_argument)?;
+        let settings = settings_of(req.settings.as_ref())?;
+        // Settings of a loaded package are checked now, so bad input changes nothing. A new
+        // version may bring a new schema: then they are checked when it loads.
+        if let Some(existing) = self.store.get(&id.key()).await.map_err(internal)? {
+            if existing.version == req.version && existing.package == package && !existing.removing {
+                check_settings(existing.settings_schema.as_ref(), &settings)?;
+            }
+        }
+        let spec = DesiredSpec {
+            id,
+            repository: req.repository.clone(),
+            package: package.clone(),
+            version: req.version.clone(),
+            settings,
+        };
+        let new = NewSpec { repository: &req.repository, package: &package, version: &req.version };
+        let outcome = self
+            .store
+            .update(spec, |previous, key, generation| {
+                let (restart, tasks) = flows::update(previous, key, generation, &new);
+                let phase = match previous {
+                    Some(p) if !restart => p.phase,
+                    _ => Phase::Pending,
+                };
+                (phase, tasks)
+            })
+            .await
+            .map_err(internal)?;
+        self.outbox_wake.notify_one();
+        self.changed(&outcome.key);
+        tracing::info!(package.key = %outcome.key, generation = outcome.generation, "update accepted");
+        Ok(Response::new(v1::UpdateResponse { key: outcome.key, generation: outcome.generation }))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key))]
+    async fn remove(&self, req: Request<v1::RemoveRequest>) -> Result<Response<v1::RemoveResponse>, Status> {
+        let id = convert::package_id(req.get_ref().r#ref.as_ref())?;
+        let key = id.key();
+        tracing::Span::current().record("package.key", &key);
+        let generation = self.store.remove(&key, |_, g| flows::remove(&key, g)).await.map_err(internal)?;
+        self.outbox_wake.notify_one();
+        self.changed(&key);
+        Ok(Response::new(v1::RemoveResponse {
+            found: generation.is_some(),
+            generation: generation.unwrap_or_default(),
+            key,
+        }))
+    }
+
+    async fn dump(&self, _: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
+        let rows = self.store.list().await.map_err(internal)?;
+        let queues = match self.broker.clone().dump(berth_proto::queue::DumpRequest {}).await {
+            Ok(r) => r
+                .into_inner()
+                .queues
+                .into_iter()
+                .map(|q| QueueDoc {
+                    name: q.name,
+                    length: q.length,
+                    head: if q.head_kind.is_empty() { String::new() } else { format!("{} {}", q.head_kind, q.head_id) },
+                    head_attempts: q.head_attempts,
+                    head_last_error: q.head_last_error,
+                    lease_holder: q.lease_holder,
+                })
+                .collect(),
+            Err(status) => {
+                tracing::warn!(error = %status.message(), "queue broker unavailable for Dump");
+                vec![]
+            }
+        };
+        let yaml = dump::render(&rows, &queues).map_err(Status::internal)?;
+        Ok(Response::new(v1::DumpResponse { yaml }))
+    }
+
+    async fn validate_settings(
+        &self,
+        req: Request<v1::ValidateSettingsRequest>,
+    ) -> Result<Response<v1::ValidateSettingsResponse>, Status> {
+        let req = req.into_inner();
+        let id = convert::package_id(req.r#ref.as_ref())?;
+        let settings = settings_of(req.settings.as_ref())?;
+        let row = self.store.get(&id.key()).await.map_err(internal)?;
+        let checked = match &row {
+            Some(row) => check_settings(row.settings_schema.as_ref(), &settings)?,
+            None => false,
+        };
+        Ok(Response::new(v1::ValidateSettingsResponse { valid: true, deferred: !checked }))
+    }
+
+    async fn get(&self, req: Request<v1::GetRequest>) -> Result<Response<v1::Package>, Status> {
+        let row = self.load(req.get_ref().r#ref.as_ref()).await?;
+        Ok(Response::new(convert::package(&row)))
+    }
+
+    async fn list(&self, _: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
+        let rows = self.store.list().await.map_err(internal)?;
+        Ok(Response::new(v1::ListResponse { packages: rows.iter().map(convert::package).collect() }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let filter = match req.get_ref().r#ref.as_ref() {
+            Some(r) if !r.name.is_empty() => Some(convert::package_id(Some(r))?.key()),
+            _ => None,
+        };
+        let mut changes = self.changes.subscribe();
+        let store = self.store.clone();
+        let stream = async_stream(move |tx| async move {
+            let initial = match &filter {
+                Some(key) => store.get(key).await.ok().flatten().into_iter().collect(),
+                None => store.list().await.unwrap_or_default(),
+            };
+            for row in initial {
+                if tx.send(Ok(convert::package(&row))).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let keys: Vec<String> = match changes.recv().await {
+                    Ok(key) => vec![key],
+                    // Fell behind: resend everything in scope.
+                    Err(broadcast::error::RecvError::Lagged(_)) => match &filter {
+                        Some(k) => vec![k.clone()],
+                        None => store.list().await.unwrap_or_default().into_iter().map(|r| r.key).collect(),
+                    },
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                for key in keys {
+                    if filter.as_ref().is_some_and(|f| f != &key) {
+                        continue;
+                    }
+                    let item = match store.get(&key).await {
+                        Ok(Some(row)) => Ok(convert::package(&row)),
+                        Ok(None) => Err(Status::not_found(format!("package {key} not found"))),
+                        Err(e) => Err(Status::internal(e.to_string())),
+                    };
+                    let gone = item.is_err();
+                    if tx.send(item).await.is_err() || (gone && filter.is_some()) {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(stream))
+    }
+
+    async fn get_spec(&self, req: Request<GetSpecRequest>) -> Result<Response<Spec>, Status> {
+        let key = &req.get_ref().key;
+        let row = self
+            .store
+            .get(key)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| Status::not_found(format!("package {key} not found")))?;
+        Ok(Response::new(Spec {
+            key: row.key.clone(),
+            r#ref: Some(convert::package_ref(&row.id)),
+            repository: row.repository.clone(),
+            package: row.package.clone(),
+            version: row.version.clone(),
+            generation: row.generation,
+            settings: Some(json::to_struct(&row.settings)),
+            values_patch_json: Value::Array(row.values_patch.clone()).to_string(),
+            present: !row.removing,
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().key, generation = req.get_ref().generation))]
+    async fn report(&self, req: Request<ReportRequest>) -> Result<Response<ReportResponse>, Status> {
+        let req = req.into_inner();
+        let accepted = if req.removed {
+            self.store.delete_if(&req.key, req.generation).await.map_err(internal)?
+        } else {
+            let change = report::Change::parse(&req).map_err(Status::invalid_argument)?;
+            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            self.store
+                .modify(&req.key, req.generation, |row| change.apply(row, &now))
+                .await
+                .map_err(internal)?
+        };
+        if accepted {
+            self.outbox_wake.notify_one();
+            self.changed(&req.key);
+        }
+        Ok(Response::new(ReportResponse { accepted }))
+    }
+}
+
+/// A bounded channel turned into a stream, fed by `producer`.
+fn async_stream<F, Fut>(producer: F) -> WatchStream
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<v1::Package, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    // Watch items waiting for a slow client; the producer waits when it is full.
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(producer(tx));
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}

@@ -1,0 +1,338 @@
+//! Package state in SQL. Every write that implies broker work (supersede, enqueue) writes the
+//! matching outbox rows in the same transaction, so state and queued work never disagree.
+
+use std::str::FromStr;
+
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+use crate::model::{Condition, Kind, PackageId, Phase};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("opening the lifecycle database {url}: {source}")]
+    Open { url: String, source: sqlx::Error },
+    #[error("migrating the lifecycle database: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("lifecycle database: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("corrupt {column} of package {key}: {reason}")]
+    Corrupt { key: String, column: &'static str, reason: String },
+}
+
+/// One package as stored.
+#[derive(Clone, Debug)]
+pub struct PackageRow {
+    pub id: PackageId,
+    pub key: String,
+    pub repository: String,
+    pub package: String,
+    pub version: String,
+    pub generation: i64,
+    pub observed_generation: i64,
+    pub settings: Value,
+    pub phase: Phase,
+    pub conditions: Vec<Condition>,
+    pub values: Value,
+    pub values_patch: Vec<Value>,
+    /// `None` until loaded; `Some(None)` when loaded without a settings schema.
+    pub settings_schema: Option<Option<Value>>,
+    pub schema_version: Option<String>,
+    pub hooks: Vec<HookState>,
+    pub last_error: String,
+    pub removing: bool,
+}
+
+/// A hook as Dump shows it.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct HookState {
+    pub name: String,
+    pub bindings: Vec<String>,
+    #[serde(default)]
+    pub runs: i64,
+    #[serde(default)]
+    pub last_run: Option<String>,
+    #[serde(default)]
+    pub last_error: String,
+}
+
+/// The desired spec an Update asks for.
+pub struct DesiredSpec {
+    pub id: PackageId,
+    pub repository: String,
+    pub package: String,
+    pub version: String,
+    pub settings: Value,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+/// What an Update did, so the caller can plan the tasks.
+pub struct UpdateOutcome {
+    pub key: String,
+    pub generation: i64,
+    /// None for a new package; otherwise the previous row.
+    pub previous: Option<PackageRow>,
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the database at `url` (`sqlite://PATH` or
+    /// `sqlite::memory:`).
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|source| StoreError::Open { url: url.to_owned(), source })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(std::time::Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            // SQLite serialises writers anyway; a few connections let reads overlap.
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(|source| StoreError::Open { url: url.to_owned(), source })?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Store { pool })
+    }
+
+    /// Records a new desired spec under a new generation, with the outbox rows produced by `plan`
+    /// from the previous state, in one transaction.
+    pub async fn update(
+        &self,
+        spec: DesiredSpec,
+        plan: impl FnOnce(Option<&PackageRow>, &str, i64) -> (Phase, Vec<Value>),
+    ) -> Result<UpdateOutcome, StoreError> {
+        let key = spec.id.key();
+        let mut tx = self.pool.begin().await?;
+        let previous = fetch(&mut *tx, &key).await?;
+        let generation = next_generation(&mut tx, &key).await?;
+        let (phase, outbox) = plan(previous.as_ref(), &key, generation);
+        let settings = spec.settings.to_string();
+        sqlx::query(
+            "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (key) DO UPDATE SET repository = excluded.repository, package = excluded.package,
+               version = excluded.version, generation = excluded.generation, settings = excluded.settings,
+               phase = excluded.phase, removing = 0, last_error = ''",
+        )
+        .bind(&key)
+        .bind(spec.id.kind.as_str())
+        .bind(&spec.id.name)
+        .bind(&spec.id.namespace)
+        .bind(&spec.repository)
+        .bind(&spec.package)
+        .bind(&spec.version)
+        .bind(generation)
+        .bind(&settings)
+        .bind(phase.as_str())
+        .execute(&mut *tx)
+        .await?;
+        insert_outbox(&mut tx, &outbox).await?;
+        tx.commit().await?;
+        Ok(UpdateOutcome { key, generation, previous })
+    }
+
+    /// Marks a package as being removed under a new generation, with its outbox rows. `None` when
+    /// there is no such package.
+    pub async fn remove(
+        &self,
+        key: &str,
+        plan: impl FnOnce(&PackageRow, i64) -> Vec<Value>,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let Some(row) = fetch(&mut *tx, key).await? else {
+            return Ok(None);
+        };
+        let generation = next_generation(&mut tx, key).await?;
+        let outbox = plan(&row, generation);
+        sqlx::query("UPDATE packages SET generation = ?, phase = ?, removing = 1, last_error = '' WHERE key = ?")
+            .bind(generation)
+            .bind(Phase::Removing.as_str())
+            .bind(key)
+            .execute(&mut *tx)
+            .await?;
+        insert_outbox(&mut tx, &outbox).await?;
+        tx.commit().await?;
+        Ok(Some(generation))
+    }
+
+    pub async fn get(&self, key: &str) -> Result<Option<PackageRow>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        fetch(&mut *conn, key).await
+    }
+
+    pub async fn list(&self) -> Result<Vec<PackageRow>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM packages ORDER BY key").fetch_all(&self.pool).await?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// Applies `change` to the stored row if its generation is still `generation`, writing the
+    /// outbox rows it returns in the same transaction. Returns false when the row is gone or
+    /// newer (a stale report).
+    pub async fn modify(
+        &self,
+        key: &str,
+        generation: i64,
+        change: impl FnOnce(&mut PackageRow) -> Vec<Value>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let Some(mut row) = fetch(&mut *tx, key).await? else {
+            return Ok(false);
+        };
+        if row.generation != generation {
+            return Ok(false);
+        }
+        let outbox = change(&mut row);
+        let schema = row
+            .settings_schema
+            .as_ref()
+            .map(|s| s.as_ref().map(Value::to_string).unwrap_or_else(|| "null".to_owned()));
+        sqlx::query(
+            "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
+               settings_schema = ?, schema_version = ?, hooks = ?, last_error = ? WHERE key = ?",
+        )
+        .bind(row.phase.as_str())
+        .bind(row.observed_generation)
+        .bind(serde_json::to_string(&row.conditions).unwrap_or_default())
+        .bind(row.values.to_string())
+        .bind(Value::Array(row.values_patch.clone()).to_string())
+        .bind(schema)
+        .bind(&row.schema_version)
+        .bind(serde_json::to_string(&row.hooks).unwrap_or_default())
+        .bind(&row.last_error)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+        insert_outbox(&mut tx, &outbox).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
+    /// overtook).
+    pub async fn delete_if(&self, key: &str, generation: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM packages WHERE key = ? AND generation = ? AND removing = 1")
+            .bind(key)
+            .bind(generation)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The oldest undelivered outbox rows.
+    pub async fn outbox_batch(&self, limit: i64) -> Result<Vec<(i64, Value)>, StoreError> {
+        let rows = sqlx::query("SELECT id, body FROM outbox ORDER BY id LIMIT ?")
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let body: String = r.get("body");
+                (r.get("id"), serde_json::from_str(&body).unwrap_or(Value::Null))
+            })
+            .collect())
+    }
+
+    pub async fn outbox_delete(&self, up_to: i64) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM outbox WHERE id <= ?").bind(up_to).execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+async fn next_generation(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    key: &str,
+) -> Result<i64, StoreError> {
+    let row = sqlx::query(
+        "INSERT INTO generations (key, generation) VALUES (?, 1)
+         ON CONFLICT (key) DO UPDATE SET generation = generations.generation + 1
+         RETURNING generation",
+    )
+    .bind(key)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(row.get("generation"))
+}
+
+async fn insert_outbox(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    bodies: &[Value],
+) -> Result<(), StoreError> {
+    for body in bodies {
+        sqlx::query("INSERT INTO outbox (body) VALUES (?)")
+            .bind(body.to_string())
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn fetch<'c, E>(executor: E, key: &str) -> Result<Option<PackageRow>, StoreError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    let row = sqlx::query("SELECT * FROM packages WHERE key = ?")
+        .bind(key)
+        .fetch_optional(executor)
+        .await?;
+    row.as_ref().map(decode).transpose()
+}
+
+fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
+    let key: String = r.get("key");
+    let json = |column: &'static str| -> Result<Value, StoreError> {
+        let text: String = r.get(column);
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+            key: key.clone(),
+            column,
+            reason: e.to_string(),
+        })
+    };
+    let corrupt = |column: &'static str, reason: String| StoreError::Corrupt {
+        key: key.clone(),
+        column,
+        reason,
+    };
+    let kind: String = r.get("kind");
+    let phase: String = r.get("phase");
+    let schema: Option<String> = r.get("settings_schema");
+    let settings_schema = match schema {
+        None => None,
+        Some(text) => {
+            let v: Value = serde_json::from_str(&text).map_err(|e| corrupt("settings_schema", e.to_string()))?;
+            Some(if v.is_null() { None } else { Some(v) })
+        }
+    };
+    let values_patch = match json("values_patch")? {
+        Value::Array(ops) => ops,
+        _ => return Err(corrupt("values_patch", "not an array".into())),
+    };
+    Ok(PackageRow {
+        id: PackageId {
+            kind: Kind::parse(&kind).ok_or_else(|| corrupt("kind", kind.clone()))?,
+            name: r.get("name"),
+            namespace: r.get("namespace"),
+        },
+        repository: r.get("repository"),
+        package: r.get("package"),
+        version: r.get("version"),
+        generation: r.get("generation"),
+        observed_generation: r.get("observed_generation"),
+        settings: json("settings")?,
+        phase: Phase::parse(&phase).ok_or_else(|| corrupt("phase", phase.clone()))?,
+        conditions: serde_json::from_value(json("conditions")?)
+            .map_err(|e| corrupt("conditions", e.to_string()))?,
+        values: json("values_json")?,
+        values_patch,
+        settings_schema,
+        schema_version: r.get("schema_version"),
+        hooks: serde_json::from_value(json("hooks")?).map_err(|e| corrupt("hooks", e.to_string()))?,
+        last_error: r.get("last_error"),
+        removing: r.get::<i64, _>("removing") != 0,
+        key,
+    })
+}

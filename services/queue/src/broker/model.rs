@@ -1,0 +1,96 @@
+//! Domain values of the broker, free of gRPC and SQL types.
+
+/// A task accepted by Enqueue, already validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    pub id: String,
+    pub queue: String,
+    pub package: String,
+    pub generation: i64,
+    pub kind: String,
+    pub payload_json: String,
+    pub traceparent: String,
+    pub allow_failure: bool,
+}
+
+/// A task as handed to a worker by Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasedTask {
+    pub task: NewTask,
+    /// Failures so far (a lost lease does not count).
+    pub attempts: i64,
+    pub last_error: String,
+    /// Fencing token of this lease; Complete, Fail and Heartbeat must present it.
+    pub fence: i64,
+}
+
+/// The result of one Lease attempt.
+#[derive(Debug, Default)]
+pub struct LeaseBatch {
+    pub tasks: Vec<LeasedTask>,
+    /// When nothing was ready: the earliest time (ms since the epoch) at which a queue head may
+    /// become ready without any new call (a retry delay ends or a lease expires).
+    pub next_due_ms: Option<i64>,
+}
+
+/// What Fail did with the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// The task stays at the head of its queue and becomes ready after this many milliseconds.
+    RetryIn(i64),
+    /// The task was removed (allowFailure, a permanent error, or it had been cancelled).
+    Dropped,
+}
+
+/// One queue as Dump shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSummary {
+    pub name: String,
+    pub length: i64,
+    pub head_kind: String,
+    pub head_id: String,
+    pub head_attempts: i64,
+    pub head_last_error: String,
+    /// Empty when the head is not leased (or its lease expired).
+    pub lease_holder: String,
+}
+
+/// Why a task left the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// Failed and dropped: allowFailure or a permanent error.
+    Dropped,
+    /// Removed by Supersede before it ran.
+    Superseded,
+    /// Was running when superseded; removed once its holder reported or its lease expired.
+    Cancelled,
+    /// Merged into an earlier HookRun by compaction.
+    Compacted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Dropped => "dropped",
+            Outcome::Superseded => "superseded",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Compacted => "compacted",
+        }
+    }
+}
+
+/// One finished task from the bounded history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub id: String,
+    pub queue: String,
+    pub package: String,
+    pub kind: String,
+    /// [`Outcome::as_str`].
+    pub outcome: String,
+    pub attempts: i64,
+    pub error: String,
+    pub finished_at_ms: i64,
+}

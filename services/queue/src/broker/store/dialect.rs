@@ -1,0 +1,95 @@
+//! Everything that differs between the SQLite and PostgreSQL back ends, in one place.
+//!
+//! The queries themselves are shared: both engines accept `$n` placeholders, `RETURNING`,
+//! `ON CONFLICT DO NOTHING` and partial indexes, and the schema uses only 64-bit integers and
+//! text. What differs is how a writing transaction starts, how rows are locked, the pool size
+//! and the DDL of the migrations.
+
+use sqlx::migrate::Migrator;
+
+use super::StoreError;
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The SQL engine behind a [`super::Store`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    /// Picks the engine from a database URL's scheme.
+    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        match scheme {
+            "sqlite" => Ok(Dialect::Sqlite),
+            "postgres" | "postgresql" => Ok(Dialect::Postgres),
+            _ => Err(StoreError::UnsupportedUrl { scheme: scheme.to_owned() }),
+        }
+    }
+
+    pub fn migrator(self) -> &'static Migrator {
+        match self {
+            Dialect::Sqlite => &SQLITE_MIGRATIONS,
+            Dialect::Postgres => &POSTGRES_MIGRATIONS,
+        }
+    }
+
+    /// How a transaction that will write starts.
+    ///
+    /// SQLite: `BEGIN IMMEDIATE` takes the write lock up front. A plain (deferred) `BEGIN` that
+    /// reads first and writes later can fail with `SQLITE_BUSY` at the upgrade without waiting.
+    /// PostgreSQL: row locks (`FOR UPDATE`) do the job inside a normal transaction.
+    pub fn begin_write(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN",
+        }
+    }
+
+    /// Pool size. SQLite admits one writer at a time and nearly every broker call writes, so
+    /// one connection avoids busy-wait retries (and an in-memory database must stay on a single
+    /// connection to be one database). PostgreSQL serves many brokers and connections.
+    pub fn max_connections(self) -> u32 {
+        match self {
+            Dialect::Sqlite => 1,
+            Dialect::Postgres => 8,
+        }
+    }
+
+    /// Statements run once on each new connection.
+    pub fn connection_setup(self) -> &'static [&'static str] {
+        match self {
+            // WAL lets Dump read while a lease writes; the busy timeout covers other processes
+            // (a second broker or an operator's sqlite3 shell) holding the lock briefly.
+            // synchronous=NORMAL in WAL mode survives any process crash; only an OS crash or
+            // power loss can drop the last commits.
+            Dialect::Sqlite => &["PRAGMA journal_mode = WAL", "PRAGMA busy_timeout = 5000", "PRAGMA synchronous = NORMAL"],
+            Dialect::Postgres => &[],
+        }
+    }
+
+    /// Picks the statement for this engine: `sqlite` has no row locks, `postgres` adds
+    /// `FOR UPDATE [SKIP LOCKED]` so concurrent brokers never hand out the same row.
+    pub fn pick(self, sqlite: &'static str, postgres: &'static str) -> &'static str {
+        match self {
+            Dialect::Sqlite => sqlite,
+            Dialect::Postgres => postgres,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheme_selects_the_engine() {
+        assert_eq!(Dialect::from_url("sqlite::memory:").ok(), Some(Dialect::Sqlite));
+        assert_eq!(Dialect::from_url("sqlite:///tmp/q.db?mode=rwc").ok(), Some(Dialect::Sqlite));
+        assert_eq!(Dialect::from_url("postgres://u@h/db").ok(), Some(Dialect::Postgres));
+        assert!(matches!(Dialect::from_url("mysql://x"), Err(StoreError::UnsupportedUrl { .. })));
+    }
+}

@@ -1,0 +1,84 @@
+//! The bounded `task_history` table: what finished, how, and with which error.
+
+use sqlx::{AnyConnection, Row};
+
+use super::{HISTORY_LIMIT, Store, StoreError, query_failed};
+use crate::broker::model::{HistoryEntry, Outcome};
+
+/// One row to record; `error` is the last error (empty when none).
+pub(crate) struct Finished<'a> {
+    pub id: &'a str,
+    pub queue: &'a str,
+    pub package: &'a str,
+    pub kind: &'a str,
+    pub outcome: Outcome,
+    pub attempts: i64,
+    pub error: &'a str,
+}
+
+pub(crate) async fn record(conn: &mut AnyConnection, row: Finished<'_>, now_ms: i64) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(row.id)
+    .bind(row.queue)
+    .bind(row.package)
+    .bind(row.kind)
+    .bind(row.outcome.as_str())
+    .bind(row.attempts)
+    .bind(row.error)
+    .bind(now_ms)
+    .execute(&mut *conn)
+    .await
+    .map_err(query_failed("record history"))?;
+    Ok(())
+}
+
+/// Drops the oldest rows beyond [`HISTORY_LIMIT`]. Cheap: `seq` is the primary key.
+pub(crate) async fn trim(conn: &mut AnyConnection) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM task_history WHERE seq <= (SELECT MAX(seq) FROM task_history) - $1")
+        .bind(HISTORY_LIMIT)
+        .execute(&mut *conn)
+        .await
+        .map_err(query_failed("trim history"))?;
+    Ok(())
+}
+
+pub(crate) async fn contains(conn: &mut AnyConnection, id: &str) -> Result<bool, StoreError> {
+    let row = sqlx::query("SELECT 1 FROM task_history WHERE id = $1 LIMIT 1")
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(query_failed("look up history"))?;
+    Ok(row.is_some())
+}
+
+impl Store {
+    /// The most recent finished tasks, newest first.
+    pub async fn history(&self, limit: i64) -> Result<Vec<HistoryEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, queue, package, kind, outcome, attempts, error, finished_at \
+             FROM task_history ORDER BY seq DESC LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .map_err(query_failed("read history"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(HistoryEntry {
+                    id: row.try_get("id")?,
+                    queue: row.try_get("queue")?,
+                    package: row.try_get("package")?,
+                    kind: row.try_get("kind")?,
+                    outcome: row.try_get("outcome")?,
+                    attempts: row.try_get("attempts")?,
+                    error: row.try_get("error")?,
+                    finished_at_ms: row.try_get("finished_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(query_failed("decode history"))
+    }
+}

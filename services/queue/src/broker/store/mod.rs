@@ -1,0 +1,107 @@
+//! Durable task storage over sqlx, one code path for SQLite and PostgreSQL.
+//!
+//! Every operation is one transaction, so a crash leaves either all or none of its changes.
+//! Times are milliseconds since the Unix epoch, passed in by the caller so the rules here do
+//! not read a clock.
+
+mod dialect;
+mod history;
+mod inspect;
+mod lease;
+mod rows;
+mod settle;
+mod write;
+
+use std::time::Duration;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{AnyPool, Executor};
+
+pub use dialect::Dialect;
+
+/// Upper bound on the finished tasks kept in `task_history`; it is also the window in which a
+/// re-sent Enqueue of an already finished task id is recognised and ignored.
+pub const HISTORY_LIMIT: i64 = 10_000;
+
+/// How long opening the database may take before we give up (covers a PostgreSQL server that
+/// does not answer).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("unsupported database URL scheme {scheme:?}: expected sqlite: or postgres:")]
+    UnsupportedUrl { scheme: String },
+    #[error("cannot open the queue database ({dialect:?})")]
+    Connect {
+        dialect: Dialect,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("cannot migrate the queue database schema")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    #[error("queue database operation {op} failed")]
+    Query {
+        op: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The caller's lease is gone: another worker holds the task now, it finished, or it was
+    /// never leased with this fence.
+    #[error("task {task_id:?}: no lease with fence {fence} (stale, expired and re-leased, or already settled)")]
+    StaleLease { task_id: String, fence: i64 },
+}
+
+/// Attaches the failed operation's name to a sqlx error.
+pub(crate) fn query_failed(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::Query { op, source }
+}
+
+/// The queue database.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    dialect: Dialect,
+}
+
+impl Store {
+    /// Opens (creating when the URL allows it) and migrates the database at `database_url`:
+    /// `sqlite://PATH?mode=rwc`, `sqlite::memory:` or `postgres://…`.
+    pub async fn open(database_url: &str) -> Result<Store, StoreError> {
+        let dialect = Dialect::from_url(database_url)?;
+        install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(dialect.max_connections())
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    for statement in dialect.connection_setup() {
+                        conn.execute(*statement).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(database_url)
+            .await
+            .map_err(|source| StoreError::Connect { dialect, source })?;
+        dialect.migrator().run(&pool).await.map_err(StoreError::Migrate)?;
+        Ok(Store { pool, dialect })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Starts a transaction that will write (see [`Dialect::begin_write`]).
+    async fn begin(&self, op: &'static str) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        self.pool.begin_with(self.dialect.begin_write()).await.map_err(query_failed(op))
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,35 @@
+//! Decoding of `tasks` rows. Every integer column is 64-bit and no column is NULL (see the
+//! migrations), so the same decoding works on SQLite and PostgreSQL rows.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::broker::model::{LeasedTask, NewTask};
+
+/// The columns [`leased_task`] reads, in a form to paste into a SELECT or RETURNING list.
+macro_rules! task_columns {
+    () => {
+        "seq, id, queue, package, generation, kind, payload, traceparent, allow_failure, attempts, last_error, fence"
+    };
+}
+pub(crate) use task_columns;
+
+pub(crate) fn leased_task(row: &AnyRow) -> Result<(i64, LeasedTask), sqlx::Error> {
+    let task = NewTask {
+        id: row.try_get("id")?,
+        queue: row.try_get("queue")?,
+        package: row.try_get("package")?,
+        generation: row.try_get("generation")?,
+        kind: row.try_get("kind")?,
+        payload_json: row.try_get("payload")?,
+        traceparent: row.try_get("traceparent")?,
+        allow_failure: row.try_get::<i64, _>("allow_failure")? != 0,
+    };
+    let leased = LeasedTask {
+        task,
+        attempts: row.try_get("attempts")?,
+        last_error: row.try_get("last_error")?,
+        fence: row.try_get("fence")?,
+    };
+    Ok((row.try_get("seq")?, leased))
+}

@@ -1,0 +1,126 @@
+//! A chart as a tree of files: `Chart.yaml`, `values.yaml`, `templates/`, `crds/`, other files
+//! (for `.Files`), and subcharts unpacked under `charts/<name>/`.
+
+use super::RenderError;
+use super::funcs::encoding::parse_yaml;
+use std::collections::BTreeMap;
+
+/// One loaded chart (or subchart).
+#[derive(Debug, Clone)]
+pub struct Chart {
+    /// `Chart.yaml` as JSON.
+    pub metadata: serde_json::Value,
+    /// The chart's own `values.yaml`.
+    pub values: serde_json::Value,
+    /// Templates, keyed by path relative to this chart (`templates/x.yaml`).
+    pub templates: BTreeMap<String, String>,
+    /// `crds/` files, applied before anything else and never templated.
+    pub crds: BTreeMap<String, String>,
+    /// Files visible through `.Files` (everything but templates, charts and the two YAMLs).
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// Subcharts by directory name.
+    pub subcharts: BTreeMap<String, Chart>,
+}
+
+impl Chart {
+    /// The chart's `name` from `Chart.yaml`.
+    pub fn name(&self) -> &str {
+        self.metadata.get("name").and_then(|v| v.as_str()).unwrap_or_default()
+    }
+
+    /// A `Chart.yaml` string field, empty when absent.
+    pub fn meta_str(&self, key: &str) -> &str {
+        self.metadata.get(key).and_then(|v| v.as_str()).unwrap_or_default()
+    }
+
+    /// Builds a chart from `(path, bytes)` pairs relative to the chart root. A single leading
+    /// directory (as in `helm package` archives: `hello/Chart.yaml`) is stripped.
+    pub fn load(files: &[(String, Vec<u8>)]) -> Result<Chart, RenderError> {
+        let files: Vec<(String, &[u8])> =
+            files.iter().map(|(p, b)| (normalize(p), b.as_slice())).collect();
+        let has_root_chart = files.iter().any(|(p, _)| p == "Chart.yaml");
+        let prefix = if has_root_chart {
+            String::new()
+        } else {
+            files
+                .iter()
+                .find_map(|(p, _)| p.strip_suffix("/Chart.yaml").filter(|d| !d.contains('/')))
+                .map(|d| format!("{d}/"))
+                .ok_or_else(|| RenderError::Chart("no Chart.yaml at the chart root".into()))?
+        };
+        let rooted: Vec<(String, &[u8])> = files
+            .into_iter()
+            .filter_map(|(p, b)| p.strip_prefix(prefix.as_str()).map(|p| (p.to_string(), b)))
+            .collect();
+        Self::from_rooted(&rooted, "")
+    }
+
+    fn from_rooted(files: &[(String, &[u8])], at: &str) -> Result<Chart, RenderError> {
+        let mut chart = Chart {
+            metadata: serde_json::Value::Null,
+            values: serde_json::Value::Object(Default::default()),
+            templates: BTreeMap::new(),
+            crds: BTreeMap::new(),
+            files: BTreeMap::new(),
+            subcharts: BTreeMap::new(),
+        };
+        let mut sub_files: BTreeMap<String, Vec<(String, &[u8])>> = BTreeMap::new();
+        for (path, bytes) in files {
+            let text = || {
+                String::from_utf8(bytes.to_vec()).map_err(|_| {
+                    RenderError::Chart(format!("{at}{path} is not valid UTF-8"))
+                })
+            };
+            if let Some(rest) = path.strip_prefix("charts/") {
+                if let Some((name, inner)) = rest.split_once('/') {
+                    sub_files.entry(name.to_string()).or_default().push((inner.to_string(), bytes));
+                }
+                // Packed subcharts (`charts/x.tgz`) are not unpacked here.
+                continue;
+            }
+            match path.as_str() {
+                "Chart.yaml" => {
+                    chart.metadata = parse_yaml(&text()?)
+                        .map_err(|e| RenderError::Chart(format!("{at}Chart.yaml: {e}")))?;
+                }
+                "values.yaml" => {
+                    chart.values = match parse_yaml(&text()?)
+                        .map_err(|e| RenderError::Chart(format!("{at}values.yaml: {e}")))?
+                    {
+                        serde_json::Value::Null => serde_json::Value::Object(Default::default()),
+                        v @ serde_json::Value::Object(_) => v,
+                        _ => {
+                            return Err(RenderError::Chart(format!(
+                                "{at}values.yaml: top level must be a map"
+                            )));
+                        }
+                    };
+                }
+                p if p.starts_with("templates/") => {
+                    chart.templates.insert(path.clone(), text()?);
+                }
+                p if p.starts_with("crds/") => {
+                    chart.crds.insert(path.clone(), text()?);
+                }
+                _ => {
+                    chart.files.insert(path.clone(), bytes.to_vec());
+                }
+            }
+        }
+        if !chart.metadata.is_object() || chart.name().is_empty() {
+            return Err(RenderError::Chart(format!("{at}Chart.yaml is missing or has no name")));
+        }
+        for (dir, files) in sub_files {
+            if !files.iter().any(|(p, _)| p == "Chart.yaml") {
+                continue;
+            }
+            let sub = Self::from_rooted(&files, &format!("{at}charts/{dir}/"))?;
+            chart.subcharts.insert(dir, sub);
+        }
+        Ok(chart)
+    }
+}
+
+fn normalize(p: &str) -> String {
+    p.trim_start_matches("./").trim_start_matches('/').to_string()
+}

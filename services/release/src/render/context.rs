@@ -1,0 +1,145 @@
+//! The data a template sees: `.Values`, `.Release`, `.Chart`, `.Capabilities`, `.Template`,
+//! `.Files`, shaped the way Helm's Go structs appear to templates.
+
+use super::chart::Chart;
+use super::value::{from_json, map_value};
+use crate::ReleaseInfo;
+use gotmpl::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What the cluster offers, for `.Capabilities`.
+#[derive(Debug, Clone)]
+pub struct Capabilities {
+    /// e.g. `v1.37.0`.
+    pub kube_version: String,
+    /// `group/version` and `group/version/Kind` strings.
+    pub api_versions: Vec<String>,
+}
+
+impl Default for Capabilities {
+    /// What `helm template` assumes without a cluster: a recent Kubernetes and its built-in
+    /// API group versions.
+    fn default() -> Self {
+        let gvs = [
+            "v1",
+            "admissionregistration.k8s.io/v1",
+            "apiextensions.k8s.io/v1",
+            "apiregistration.k8s.io/v1",
+            "apps/v1",
+            "authentication.k8s.io/v1",
+            "authorization.k8s.io/v1",
+            "autoscaling/v1",
+            "autoscaling/v2",
+            "batch/v1",
+            "certificates.k8s.io/v1",
+            "coordination.k8s.io/v1",
+            "discovery.k8s.io/v1",
+            "events.k8s.io/v1",
+            "flowcontrol.apiserver.k8s.io/v1",
+            "networking.k8s.io/v1",
+            "node.k8s.io/v1",
+            "policy/v1",
+            "rbac.authorization.k8s.io/v1",
+            "scheduling.k8s.io/v1",
+            "storage.k8s.io/v1",
+        ];
+        Capabilities {
+            kube_version: "v1.37.0".into(),
+            api_versions: gvs.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+fn entries<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    map_value(pairs.into_iter().map(|(k, v)| (Arc::<str>::from(k), v)).collect())
+}
+
+fn s(v: &str) -> Value {
+    Value::String(v.into())
+}
+
+pub fn release(r: &ReleaseInfo) -> Value {
+    entries([
+        ("Name", s(&r.name)),
+        ("Namespace", s(&r.namespace)),
+        ("Revision", Value::Int(i64::from(r.revision))),
+        ("IsInstall", Value::Bool(r.is_install)),
+        ("IsUpgrade", Value::Bool(r.is_upgrade)),
+        ("Service", s("Helm")),
+    ])
+}
+
+/// `Chart.yaml` with Go field names (`appVersion` → `AppVersion`, `apiVersion` → `APIVersion`);
+/// absent string fields read as "" like Go's zero values.
+pub fn chart(c: &Chart) -> Value {
+    let mut m: BTreeMap<Arc<str>, Value> = ["Name", "Version", "AppVersion", "APIVersion", "Description", "Type", "KubeVersion", "Home", "Icon"]
+        .iter()
+        .map(|k| (Arc::<str>::from(*k), s("")))
+        .collect();
+    if let Some(obj) = c.metadata.as_object() {
+        for (k, v) in obj {
+            let go_name = match k.as_str() {
+                "apiVersion" => "APIVersion".to_string(),
+                other => {
+                    let mut cs = other.chars();
+                    cs.next().map(|f| f.to_uppercase().chain(cs).collect()).unwrap_or_default()
+                }
+            };
+            m.insert(go_name.into(), from_json(v));
+        }
+    }
+    map_value(m)
+}
+
+pub fn capabilities(caps: &Capabilities) -> Value {
+    let v = caps.kube_version.trim_start_matches('v');
+    let mut parts = v.split(['.', '-', '+']);
+    let major = parts.next().unwrap_or("1");
+    let minor = parts.next().unwrap_or("0");
+    let kube = entries([
+        ("Version", s(&caps.kube_version)),
+        ("GitVersion", s(&caps.kube_version)),
+        ("Major", s(major)),
+        ("Minor", s(minor)),
+    ]);
+    entries([
+        ("KubeVersion", kube),
+        ("APIVersions", Value::List(caps.api_versions.iter().map(|v| s(v)).collect())),
+        ("HelmVersion", entries([("Version", s("v3.16.0"))])),
+    ])
+}
+
+/// `.Files`: path → content, for the hidden `__files*` functions (see `render::methods`).
+pub fn files(c: &Chart) -> Value {
+    map_value(
+        c.files
+            .iter()
+            .map(|(p, b)| (Arc::<str>::from(p.as_str()), s(&String::from_utf8_lossy(b))))
+            .collect(),
+    )
+}
+
+/// The full data for one template file.
+pub struct TemplateData<'a> {
+    pub values: Value,
+    pub release: &'a Value,
+    pub capabilities: &'a Value,
+    pub chart: Value,
+    pub files: Value,
+    pub template_name: &'a str,
+    pub base_path: &'a str,
+}
+
+impl TemplateData<'_> {
+    pub fn build(self) -> Value {
+        entries([
+            ("Values", self.values),
+            ("Release", self.release.clone()),
+            ("Chart", self.chart),
+            ("Capabilities", self.capabilities.clone()),
+            ("Files", self.files),
+            ("Template", entries([("Name", s(self.template_name)), ("BasePath", s(self.base_path))])),
+        ])
+    }
+}

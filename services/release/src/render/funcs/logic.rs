@@ -1,0 +1,200 @@
+//! Defaults, conditionals, failures, type conversion, arithmetic and regular expressions.
+
+use super::args::{arg, exact, fail, str_arg, string};
+use crate::render::value::{is_empty, strval, to_f64, to_i64};
+use gotmpl::{FuncMap, Result, TemplateError, Value};
+use std::sync::Arc;
+
+pub fn register(fm: &mut FuncMap) {
+    let funcs: &[(&str, fn(&[Value]) -> Result<Value>)] = &[
+        ("default", default),
+        ("empty", |a| Ok(Value::Bool(a.first().is_none_or(is_empty)))),
+        ("coalesce", |a| Ok(a.iter().find(|v| !is_empty(v)).cloned().unwrap_or(Value::Nil))),
+        ("ternary", ternary),
+        ("fail", |a| Err(TemplateError::Exec(str_arg("fail", a, 0)?))),
+        ("required", required),
+        ("int", |a| Ok(Value::Int(to_i64(arg("int", a, 0)?)))),
+        ("int64", |a| Ok(Value::Int(to_i64(arg("int64", a, 0)?)))),
+        ("atoi", |a| Ok(Value::Int(str_arg("atoi", a, 0)?.trim().parse().unwrap_or(0)))),
+        ("float64", |a| Ok(Value::Float(to_f64(arg("float64", a, 0)?)))),
+        ("toStrings", to_strings),
+        ("add", |a| Ok(Value::Int(a.iter().map(to_i64).fold(0i64, i64::wrapping_add)))),
+        ("add1", |a| Ok(Value::Int(to_i64(arg("add1", a, 0)?).wrapping_add(1)))),
+        ("sub", |a| int2("sub", a, |x, y| Some(x.wrapping_sub(y)))),
+        ("mul", |a| Ok(Value::Int(a.iter().map(to_i64).fold(1i64, i64::wrapping_mul)))),
+        ("div", |a| int2("div", a, i64::checked_div)),
+        ("mod", |a| int2("mod", a, i64::checked_rem)),
+        ("max", |a| Ok(Value::Int(a.iter().map(to_i64).max().unwrap_or(0)))),
+        ("min", |a| Ok(Value::Int(a.iter().map(to_i64).min().unwrap_or(0)))),
+        ("kindOf", |a| Ok(string(kind_of(arg("kindOf", a, 0)?)))),
+        ("kindIs", |a| {
+            exact("kindIs", a, 2)?;
+            Ok(Value::Bool(str_arg("kindIs", a, 0)? == kind_of(&a[1])))
+        }),
+        ("typeOf", |a| Ok(string(type_of(arg("typeOf", a, 0)?)))),
+        ("typeIs", |a| {
+            exact("typeIs", a, 2)?;
+            Ok(Value::Bool(str_arg("typeIs", a, 0)? == type_of(&a[1])))
+        }),
+        ("deepEqual", |a| {
+            exact("deepEqual", a, 2)?;
+            Ok(Value::Bool(a[0] == a[1]))
+        }),
+        ("regexMatch", regex_match),
+        ("regexFind", regex_find),
+        ("regexFindAll", regex_find_all),
+        ("regexReplaceAll", |a| regex_replace("regexReplaceAll", a, true)),
+        ("regexReplaceAllLiteral", |a| regex_replace("regexReplaceAllLiteral", a, false)),
+        ("regexSplit", regex_split),
+    ];
+    for (name, f) in funcs {
+        fm.insert((*name).to_string(), Arc::new(*f));
+    }
+}
+
+/// `default d v`: `v` unless it is empty (missing, nil, false, 0, "", empty list/map).
+fn default(args: &[Value]) -> Result<Value> {
+    let d = arg("default", args, 0)?;
+    match args.get(1) {
+        Some(v) if !is_empty(v) => Ok(v.clone()),
+        _ => Ok(d.clone()),
+    }
+}
+
+fn ternary(args: &[Value]) -> Result<Value> {
+    exact("ternary", args, 3)?;
+    Ok(if args[2].is_truthy() { args[0].clone() } else { args[1].clone() })
+}
+
+/// Helm's `required msg v`: fails with `msg` when `v` is nil or the empty string.
+fn required(args: &[Value]) -> Result<Value> {
+    exact("required", args, 2)?;
+    let msg = strval(&args[0]);
+    match &args[1] {
+        Value::Nil => Err(TemplateError::Exec(msg)),
+        Value::String(s) if s.is_empty() => Err(TemplateError::Exec(msg)),
+        v => Ok(v.clone()),
+    }
+}
+
+fn to_strings(args: &[Value]) -> Result<Value> {
+    exact("toStrings", args, 1)?;
+    let items: Vec<Value> = match &args[0] {
+        Value::List(items) => items.iter().map(|v| string(strval(v))).collect(),
+        Value::Nil => Vec::new(),
+        other => vec![string(strval(other))],
+    };
+    Ok(Value::List(items.into()))
+}
+
+fn int2(name: &str, args: &[Value], f: fn(i64, i64) -> Option<i64>) -> Result<Value> {
+    exact(name, args, 2)?;
+    f(to_i64(&args[0]), to_i64(&args[1]))
+        .map(Value::Int)
+        .ok_or_else(|| fail(name, "integer divide by zero"))
+}
+
+/// Go's reflect kind names, as Sprig's `kindOf` reports them for values decoded from YAML.
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Nil => "invalid",
+        Value::Bool(_) => "bool",
+        Value::Int(_) => "int64",
+        Value::Uint(_) => "uint64",
+        Value::Float(_) => "float64",
+        Value::String(_) => "string",
+        Value::List(_) => "slice",
+        Value::Map(_) => "map",
+        Value::Function(_) => "func",
+    }
+}
+
+fn type_of(v: &Value) -> String {
+    match v {
+        Value::Nil => "<nil>".into(),
+        Value::List(_) => "[]interface {}".into(),
+        Value::Map(_) => "map[string]interface {}".into(),
+        other => kind_of(other).into(),
+    }
+}
+
+fn compile(name: &str, pattern: &str) -> Result<regex::Regex> {
+    // Bounded compiled size: templates are untrusted input.
+    regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| fail(name, e))
+}
+
+fn regex_match(args: &[Value]) -> Result<Value> {
+    exact("regexMatch", args, 2)?;
+    let re = compile("regexMatch", &str_arg("regexMatch", args, 0)?)?;
+    Ok(Value::Bool(re.is_match(&str_arg("regexMatch", args, 1)?)))
+}
+
+fn regex_find(args: &[Value]) -> Result<Value> {
+    exact("regexFind", args, 2)?;
+    let re = compile("regexFind", &str_arg("regexFind", args, 0)?)?;
+    let s = str_arg("regexFind", args, 1)?;
+    Ok(string(re.find(&s).map(|m| m.as_str()).unwrap_or("")))
+}
+
+fn regex_find_all(args: &[Value]) -> Result<Value> {
+    exact("regexFindAll", args, 3)?;
+    let re = compile("regexFindAll", &str_arg("regexFindAll", args, 0)?)?;
+    let s = str_arg("regexFindAll", args, 1)?;
+    let n = to_i64(&args[2]);
+    let limit = if n < 0 { usize::MAX } else { n as usize };
+    Ok(Value::List(re.find_iter(&s).take(limit).map(|m| string(m.as_str())).collect()))
+}
+
+/// `regexReplaceAll regex s repl`; `$1`-style references expand as in Go's `Expand`.
+fn regex_replace(name: &str, args: &[Value], expand: bool) -> Result<Value> {
+    exact(name, args, 3)?;
+    let re = compile(name, &str_arg(name, args, 0)?)?;
+    let s = str_arg(name, args, 1)?;
+    let repl = str_arg(name, args, 2)?;
+    let out = if expand {
+        re.replace_all(&s, repl.as_str()).into_owned()
+    } else {
+        re.replace_all(&s, regex::NoExpand(&repl)).into_owned()
+    };
+    Ok(string(out))
+}
+
+fn regex_split(args: &[Value]) -> Result<Value> {
+    exact("regexSplit", args, 3)?;
+    let re = compile("regexSplit", &str_arg("regexSplit", args, 0)?)?;
+    let s = str_arg("regexSplit", args, 1)?;
+    let n = to_i64(&args[2]);
+    let parts: Vec<Value> = if n < 0 {
+        re.split(&s).map(string).collect()
+    } else {
+        re.splitn(&s, n as usize).map(string).collect()
+    };
+    Ok(Value::List(parts.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_replaces_only_empty_values() {
+        let pick = |v: Value| default(&[string("d"), v]).map(|v| strval(&v)).unwrap_or_default();
+        assert_eq!(pick(Value::Nil), "d");
+        assert_eq!(pick(string("")), "d");
+        assert_eq!(pick(Value::Int(0)), "d");
+        assert_eq!(pick(Value::Bool(false)), "d");
+        assert_eq!(pick(Value::Int(5)), "5");
+        assert_eq!(pick(string("x")), "x");
+        assert_eq!(default(&[string("d")]).map(|v| strval(&v)).unwrap_or_default(), "d");
+    }
+
+    #[test]
+    fn required_fails_with_the_message() {
+        let err = required(&[string("image.tag is required"), Value::Nil]);
+        assert!(matches!(err, Err(TemplateError::Exec(m)) if m == "image.tag is required"));
+        assert!(required(&[string("m"), Value::Int(0)]).is_ok());
+    }
+}

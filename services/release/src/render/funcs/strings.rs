@@ -1,0 +1,288 @@
+//! Sprig's string functions.
+
+use super::args::{arg, exact, fail, str_arg, string};
+use crate::render::value::{go_quote, strval, to_i64};
+use gotmpl::{FuncMap, Result, Value};
+use std::sync::Arc;
+
+pub fn register(fm: &mut FuncMap) {
+    let simple: &[(&str, fn(&[Value]) -> Result<Value>)] = &[
+        ("quote", quote),
+        ("squote", squote),
+        ("trim", |a| unary("trim", a, |s| s.trim().to_string())),
+        ("upper", |a| unary("upper", a, |s| s.to_uppercase())),
+        ("lower", |a| unary("lower", a, |s| s.to_lowercase())),
+        ("title", |a| unary("title", a, title)),
+        ("untitle", |a| unary("untitle", a, untitle)),
+        ("nospace", |a| unary("nospace", a, |s| s.chars().filter(|c| !c.is_whitespace()).collect())),
+        ("toString", |a| unary("toString", a, |s| s.to_string())),
+        ("trimSuffix", |a| binary("trimSuffix", a, |suf, s| s.strip_suffix(suf).unwrap_or(s).to_string())),
+        ("trimPrefix", |a| binary("trimPrefix", a, |pre, s| s.strip_prefix(pre).unwrap_or(s).to_string())),
+        ("trimAll", |a| binary("trimAll", a, |cut, s| s.trim_matches(|c| cut.contains(c)).to_string())),
+        ("contains", |a| predicate("contains", a, |sub, s| s.contains(sub))),
+        ("hasPrefix", |a| predicate("hasPrefix", a, |p, s| s.starts_with(p))),
+        ("hasSuffix", |a| predicate("hasSuffix", a, |p, s| s.ends_with(p))),
+        ("replace", replace),
+        ("indent", |a| indent("indent", a, false)),
+        ("nindent", |a| indent("nindent", a, true)),
+        ("trunc", trunc),
+        ("substr", substr),
+        ("repeat", repeat),
+        ("cat", cat),
+        ("splitList", split_list),
+        ("split", split_map),
+        ("join", join),
+        ("snakecase", |a| unary("snakecase", a, |s| separate_words(s, '_'))),
+        ("kebabcase", |a| unary("kebabcase", a, |s| separate_words(s, '-'))),
+        ("camelcase", |a| unary("camelcase", a, camelcase)),
+    ];
+    for (name, f) in simple {
+        fm.insert((*name).to_string(), Arc::new(*f));
+    }
+}
+
+fn unary(name: &str, args: &[Value], f: impl Fn(&str) -> String) -> Result<Value> {
+    exact(name, args, 1)?;
+    Ok(string(f(&str_arg(name, args, 0)?)))
+}
+
+fn binary(name: &str, args: &[Value], f: impl Fn(&str, &str) -> String) -> Result<Value> {
+    exact(name, args, 2)?;
+    Ok(string(f(&str_arg(name, args, 0)?, &str_arg(name, args, 1)?)))
+}
+
+fn predicate(name: &str, args: &[Value], f: impl Fn(&str, &str) -> bool) -> Result<Value> {
+    exact(name, args, 2)?;
+    Ok(Value::Bool(f(&str_arg(name, args, 0)?, &str_arg(name, args, 1)?)))
+}
+
+/// `quote` skips nil arguments and `%q`-quotes the rest, joined by spaces.
+fn quote(args: &[Value]) -> Result<Value> {
+    let parts: Vec<String> = args
+        .iter()
+        .filter(|v| !matches!(v, Value::Nil))
+        .map(|v| go_quote(&strval(v)))
+        .collect();
+    Ok(string(parts.join(" ")))
+}
+
+/// `squote` wraps in single quotes with no escaping at all.
+fn squote(args: &[Value]) -> Result<Value> {
+    let parts: Vec<String> = args
+        .iter()
+        .filter(|v| !matches!(v, Value::Nil))
+        .map(|v| format!("'{}'", strval(v)))
+        .collect();
+    Ok(string(parts.join(" ")))
+}
+
+fn replace(args: &[Value]) -> Result<Value> {
+    exact("replace", args, 3)?;
+    let (old, new, s) =
+        (str_arg("replace", args, 0)?, str_arg("replace", args, 1)?, str_arg("replace", args, 2)?);
+    Ok(string(s.replace(&old, &new)))
+}
+
+fn indent(name: &str, args: &[Value], leading_newline: bool) -> Result<Value> {
+    exact(name, args, 2)?;
+    let n = usize::try_from(to_i64(arg(name, args, 0)?)).unwrap_or(0);
+    let pad = " ".repeat(n);
+    let s = str_arg(name, args, 1)?;
+    let body = format!("{pad}{}", s.replace('\n', &format!("\n{pad}")));
+    Ok(string(if leading_newline { format!("\n{body}") } else { body }))
+}
+
+/// `trunc n s`: the first n characters, or with negative n the last -n.
+fn trunc(args: &[Value]) -> Result<Value> {
+    exact("trunc", args, 2)?;
+    let n = to_i64(arg("trunc", args, 0)?);
+    let s = str_arg("trunc", args, 1)?;
+    let len = s.len() as i64;
+    // Sprig slices bytes; keep to char boundaries so invalid UTF-8 can't be produced.
+    let out = if n < 0 && len + n > 0 {
+        tail_from(&s, (len + n) as usize)
+    } else if n >= 0 && len > n {
+        head_to(&s, n as usize)
+    } else {
+        s.clone()
+    };
+    Ok(string(out))
+}
+
+fn head_to(s: &str, mut i: usize) -> String {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    s[..i].to_string()
+}
+
+fn tail_from(s: &str, mut i: usize) -> String {
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    s[i..].to_string()
+}
+
+fn substr(args: &[Value]) -> Result<Value> {
+    exact("substr", args, 3)?;
+    let start = to_i64(arg("substr", args, 0)?);
+    let end = to_i64(arg("substr", args, 1)?);
+    let s = str_arg("substr", args, 2)?;
+    let len = s.len() as i64;
+    let start = if start < 0 { 0 } else { start.min(len) };
+    let end = if end < 0 || end > len { len } else { end };
+    if start >= end {
+        return Ok(string(""));
+    }
+    let head = head_to(&s, end as usize);
+    Ok(string(tail_from(&head, start as usize)))
+}
+
+fn repeat(args: &[Value]) -> Result<Value> {
+    exact("repeat", args, 2)?;
+    let n = to_i64(arg("repeat", args, 0)?);
+    let s = str_arg("repeat", args, 1)?;
+    // Bound the output so a template cannot ask for gigabytes.
+    const MAX_OUTPUT: usize = 1 << 20;
+    let n = usize::try_from(n).unwrap_or(0);
+    if s.len().saturating_mul(n) > MAX_OUTPUT {
+        return Err(fail("repeat", format!("result would exceed {MAX_OUTPUT} bytes")));
+    }
+    Ok(string(s.repeat(n)))
+}
+
+fn cat(args: &[Value]) -> Result<Value> {
+    let parts: Vec<String> =
+        args.iter().filter(|v| !matches!(v, Value::Nil)).map(strval).collect();
+    Ok(string(parts.join(" ")))
+}
+
+fn split_list(args: &[Value]) -> Result<Value> {
+    exact("splitList", args, 2)?;
+    let sep = str_arg("splitList", args, 0)?;
+    let s = str_arg("splitList", args, 1)?;
+    Ok(Value::List(go_split(&s, &sep).into_iter().map(string).collect()))
+}
+
+/// `split` returns a map `_0`, `_1`, ... of the parts.
+fn split_map(args: &[Value]) -> Result<Value> {
+    exact("split", args, 2)?;
+    let sep = str_arg("split", args, 0)?;
+    let s = str_arg("split", args, 1)?;
+    let entries = go_split(&s, &sep)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (Arc::<str>::from(format!("_{i}")), string(p)))
+        .collect();
+    Ok(Value::Map(Arc::new(entries)))
+}
+
+/// Go's `strings.Split`: an empty separator splits into characters.
+fn go_split(s: &str, sep: &str) -> Vec<String> {
+    if sep.is_empty() {
+        return s.chars().map(String::from).collect();
+    }
+    s.split(sep).map(String::from).collect()
+}
+
+fn join(args: &[Value]) -> Result<Value> {
+    exact("join", args, 2)?;
+    let sep = str_arg("join", args, 0)?;
+    let parts: Vec<String> = match arg("join", args, 1)? {
+        Value::List(items) => items.iter().map(strval).collect(),
+        Value::Nil => Vec::new(),
+        other => vec![strval(other)],
+    };
+    Ok(string(parts.join(&sep)))
+}
+
+/// Go's deprecated `strings.Title`: upper-cases the first letter of each word, where letters,
+/// digits and `_` continue a word.
+fn title(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut prev_sep = true;
+    for c in s.chars() {
+        if prev_sep {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        prev_sep = !(c.is_alphanumeric() || c == '_');
+    }
+    out
+}
+
+fn untitle(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut prev_space = true;
+    for c in s.chars() {
+        if prev_space {
+            out.extend(c.to_lowercase());
+        } else {
+            out.push(c);
+        }
+        prev_space = c.is_whitespace();
+    }
+    out
+}
+
+/// snake_case / kebab-case as xstrings does: a word starts at an upper-case letter that follows
+/// a lower-case letter or digit, or that ends an upper-case run (`HTTPServer` → `http_server`);
+/// other non-alphanumerics separate words.
+fn separate_words(s: &str, sep: char) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len() + 4);
+    for (i, &c) in chars.iter().enumerate() {
+        let prev = i.checked_sub(1).map(|j| chars[j]);
+        let next = chars.get(i + 1).copied();
+        if c.is_uppercase() {
+            let after_lower = prev.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit());
+            let ends_run = prev.is_some_and(char::is_uppercase) && next.is_some_and(char::is_lowercase);
+            if (after_lower || ends_run) && !out.ends_with(sep) {
+                out.push(sep);
+            }
+            out.extend(c.to_lowercase());
+        } else if c.is_alphanumeric() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with(sep) {
+            out.push(sep);
+        }
+    }
+    out
+}
+
+/// CamelCase from `snake_case` / `kebab-case` / spaced words.
+fn camelcase(s: &str) -> String {
+    s.split(['_', '-', ' '])
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut cs = w.chars();
+            cs.next().map(|f| f.to_uppercase().chain(cs).collect::<String>()).unwrap_or_default()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn title_matches_go_strings_title() {
+        assert_eq!(title("hello world-foo bar_baz"), "Hello World-Foo Bar_baz");
+    }
+
+    #[test]
+    fn trunc_handles_negative_counts() {
+        let r = trunc(&[Value::Int(-3), string("abcdef")]).unwrap_or(Value::Nil);
+        assert_eq!(strval(&r), "def");
+        let r = trunc(&[Value::Int(63), string("short")]).unwrap_or(Value::Nil);
+        assert_eq!(strval(&r), "short");
+    }
+
+    #[test]
+    fn case_conversions() {
+        assert_eq!(separate_words("FirstName", '_'), "first_name");
+        assert_eq!(separate_words("HTTPServer", '-'), "http-server");
+        assert_eq!(camelcase("http_server"), "HttpServer");
+    }
+}

@@ -1,0 +1,171 @@
+//! Conversions between template values (`gotmpl::Value`) and JSON values, plus the Go-style
+//! string formatting that Sprig applies when it turns an arbitrary value into text.
+
+use gotmpl::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Converts JSON (values, Chart.yaml, parsed YAML) into a template value. Integers stay
+/// integers; maps become sorted maps, which is also the order Go ranges over them.
+pub fn from_json(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Nil,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::Uint(u)
+            } else {
+                Value::Float(n.as_f64().unwrap_or(0.0))
+            }
+        }
+        serde_json::Value::String(s) => Value::String(s.as_str().into()),
+        serde_json::Value::Array(a) => Value::List(a.iter().map(from_json).collect()),
+        serde_json::Value::Object(m) => Value::Map(Arc::new(
+            m.iter().map(|(k, v)| (Arc::<str>::from(k.as_str()), from_json(v))).collect(),
+        )),
+    }
+}
+
+/// Converts a template value back into JSON. Functions have no JSON form and become null, as
+/// Go's encoder would refuse them.
+pub fn to_json(v: &Value) -> serde_json::Value {
+    match v {
+        Value::Nil | Value::Function(_) => serde_json::Value::Null,
+        Value::Bool(b) => serde_json::Value::Bool(*b),
+        Value::Int(i) => serde_json::Value::from(*i),
+        Value::Uint(u) => serde_json::Value::from(*u),
+        Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(serde_json::Value::Number)
+            .unwrap_or(serde_json::Value::Null),
+        Value::String(s) => serde_json::Value::String(s.to_string()),
+        Value::List(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
+        Value::Map(m) => serde_json::Value::Object(
+            m.iter().map(|(k, v)| (k.to_string(), to_json(v))).collect(),
+        ),
+    }
+}
+
+/// Builds a map value from owned entries.
+pub fn map_value(entries: BTreeMap<Arc<str>, Value>) -> Value {
+    Value::Map(Arc::new(entries))
+}
+
+/// Sprig's `strval`: strings as-is, nil as empty, everything else in Go's `%v` form.
+pub fn strval(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.to_string(),
+        Value::Nil => String::new(),
+        Value::Float(f) => go_float(*f),
+        other => other.to_string(),
+    }
+}
+
+/// Go's `%v` for a float64: shortest representation, exponent form for very large or small.
+pub fn go_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "+Inf".into() } else { "-Inf".into() };
+    }
+    let abs = f.abs();
+    if abs != 0.0 && !(1e-4..1e21).contains(&abs) {
+        let s = format!("{f:e}");
+        // Rust writes `1e21`/`1e-5`; Go writes `1e+21`/`1e-05`.
+        if let Some((m, e)) = s.split_once('e') {
+            let (sign, digits) = match e.strip_prefix('-') {
+                Some(d) => ('-', d),
+                None => ('+', e),
+            };
+            return format!("{m}e{sign}{digits:0>2}");
+        }
+        return s;
+    }
+    format!("{f}")
+}
+
+/// Sprig's `empty`: the zero value of its type (nil, false, 0, "", empty list or map).
+pub fn is_empty(v: &Value) -> bool {
+    !v.is_truthy() && !matches!(v, Value::Function(_))
+}
+
+/// Go's `%q`: a double-quoted string with Go escape sequences.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{C}' => out.push_str("\\f"),
+            '\u{B}' => out.push_str("\\v"),
+            c if c.is_control() => {
+                let n = c as u32;
+                if n < 0x100 {
+                    out.push_str(&format!("\\x{n:02x}"));
+                } else {
+                    out.push_str(&format!("\\u{n:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Reads an integer the way Sprig's `toInt64` (via `cast`) does: numbers truncate, numeric
+/// strings parse, booleans are 0/1, anything else is 0.
+pub fn to_i64(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        Value::Uint(u) => i64::try_from(*u).unwrap_or(i64::MAX),
+        Value::Float(f) => *f as i64,
+        Value::Bool(b) => i64::from(*b),
+        Value::String(s) => {
+            let t = s.trim();
+            t.parse::<i64>()
+                .ok()
+                .or_else(|| t.parse::<f64>().ok().map(|f| f as i64))
+                .unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+/// Like [`to_i64`] but to a float (Sprig's `toFloat64`).
+pub fn to_f64(v: &Value) -> f64 {
+    match v {
+        Value::Int(i) => *i as f64,
+        Value::Uint(u) => *u as f64,
+        Value::Float(f) => *f,
+        Value::Bool(b) => f64::from(u8::from(*b)),
+        Value::String(s) => s.trim().parse().unwrap_or(0.0),
+        _ => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_quote_escapes_like_go() {
+        assert_eq!(go_quote("a\"b\\c\nd"), r#""a\"b\\c\nd""#);
+    }
+
+    #[test]
+    fn go_float_matches_percent_v() {
+        assert_eq!(go_float(1.5), "1.5");
+        assert_eq!(go_float(3.0), "3");
+        assert_eq!(go_float(1e21), "1e+21");
+        assert_eq!(go_float(1e-5), "1e-05");
+    }
+}

@@ -1,0 +1,133 @@
+//! Values coalescing as Helm does it: the user's values over the chart's `values.yaml`, a
+//! user `null` deleting a default, each subchart seeing its own section plus `global`, and
+//! subcharts switched off by their dependency `condition` or `tags`.
+
+use super::chart::Chart;
+use serde_json::{Map, Value};
+
+/// A chart with the values its templates see, and its enabled subcharts.
+#[derive(Debug)]
+pub struct Scope<'a> {
+    pub chart: &'a Chart,
+    /// The name the chart is known by in its parent (the dependency alias, if any).
+    pub name: String,
+    pub values: Value,
+    pub subcharts: Vec<Scope<'a>>,
+}
+
+/// Deep-merges `over` onto `base`: maps merge key by key, anything else in `over` wins, and
+/// a `null` in `over` removes the key.
+pub fn coalesce(base: &Value, over: &Value) -> Value {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            let mut out: Map<String, Value> = b.clone();
+            for (k, ov) in o {
+                match (out.get(k), ov) {
+                    (_, Value::Null) => {
+                        out.remove(k);
+                    }
+                    (Some(bv), _) => {
+                        let merged = coalesce(bv, ov);
+                        out.insert(k.clone(), merged);
+                    }
+                    (None, _) => {
+                        out.insert(k.clone(), strip_nulls(ov));
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        (_, Value::Null) => base.clone(),
+        (_, o) => strip_nulls(o),
+    }
+}
+
+fn strip_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), strip_nulls(v))).collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Builds the scope tree for `chart` given the values supplied for it.
+pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Scope<'a> {
+    let mut values = coalesce(&chart.values, supplied);
+    let mut subcharts = Vec::new();
+    for sub in chart.subcharts.values() {
+        let dep = dependency_for(chart, sub.name());
+        let sub_name = dep
+            .and_then(|d| d.get("alias"))
+            .and_then(Value::as_str)
+            .unwrap_or(sub.name())
+            .to_string();
+        if !enabled(dep, &values) {
+            continue;
+        }
+        let mut sub_supplied = values.get(&sub_name).cloned().unwrap_or(Value::Object(Map::new()));
+        if let Some(global) = values.get("global")
+            && let Value::Object(m) = &mut sub_supplied
+        {
+            let merged = coalesce(m.get("global").unwrap_or(&Value::Null), global);
+            m.insert("global".into(), merged);
+        }
+        let sub_scope = scope(sub, &sub_name, &sub_supplied);
+        if let Value::Object(m) = &mut values {
+            m.insert(sub_name.clone(), sub_scope.values.clone());
+        }
+        subcharts.push(sub_scope);
+    }
+    Scope { chart, name: name.to_string(), values, subcharts }
+}
+
+fn dependency_for<'c>(chart: &'c Chart, name: &str) -> Option<&'c Map<String, Value>> {
+    chart
+        .metadata
+        .get("dependencies")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_object)
+        .find(|d| d.get("name").and_then(Value::as_str) == Some(name))
+}
+
+/// A dependency is on unless its first resolvable `condition` path is false, or (with no
+/// condition resolving) all of its `tags` are set to false.
+fn enabled(dep: Option<&Map<String, Value>>, values: &Value) -> bool {
+    let Some(dep) = dep else { return true };
+    if let Some(cond) = dep.get("condition").and_then(Value::as_str) {
+        for path in cond.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if let Some(b) = lookup(values, path).and_then(Value::as_bool) {
+                return b;
+            }
+        }
+    }
+    let tags: Vec<&str> = dep
+        .get("tags")
+        .and_then(Value::as_array)
+        .map(|t| t.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let settings: Vec<bool> =
+        tags.iter().filter_map(|t| values.get("tags")?.get(*t)?.as_bool()).collect();
+    settings.is_empty() || settings.iter().any(|b| *b)
+}
+
+fn lookup<'v>(values: &'v Value, dotted: &str) -> Option<&'v Value> {
+    dotted.split('.').try_fold(values, |v, k| v.get(k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::coalesce;
+    use serde_json::json;
+
+    #[test]
+    fn user_values_override_and_null_deletes() {
+        let base = json!({"image": {"repo": "nginx", "tag": "1"}, "drop": 1, "keep": [1]});
+        let over = json!({"image": {"tag": "2"}, "drop": null, "extra": {"a": null, "b": 1}});
+        assert_eq!(
+            coalesce(&base, &over),
+            json!({"image": {"repo": "nginx", "tag": "2"}, "keep": [1], "extra": {"b": 1}})
+        );
+    }
+}
