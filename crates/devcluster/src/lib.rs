@@ -1,1 +1,63 @@
-//! berth-devcluster
+//! berth-devcluster: an embedded Kubernetes API server for development and tests.
+//!
+//! **This is a development and test cluster, not a production control plane.** It
+//! speaks the Kubernetes REST API over HTTP on loopback well enough that kube-rs,
+//! kubectl and helm cannot tell it from kube-apiserver for the things berth does, and
+//! keeps everything in one process with no etcd, no scheduler and no kubelet.
+//!
+//! What it does (see `tests/` for the observable behaviour):
+//! - discovery: `/version`, `/api`, `/apis`, per group/version resource lists, and
+//!   aggregated discovery (`apidiscovery.k8s.io/v2`) when asked for in `Accept`;
+//! - the built-in kinds berth and common charts use (namespaces, configmaps, secrets,
+//!   services, serviceaccounts, pods, events, persistentvolumeclaims, workloads,
+//!   ingresses, RBAC, leases, PDBs, HPAs, CRDs) stored schemalessly as JSON, and custom
+//!   kinds as soon as a CRD for them is created;
+//! - get, list (label selectors with every operator, field selectors on
+//!   `metadata.name`/`metadata.namespace` and a few per-kind fields, limit/continue),
+//!   watch (resourceVersion, bookmarks, `sendInitialEvents`, 410 Gone when too old),
+//!   create, update with optimistic concurrency, delete and deletecollection, `dryRun=All`;
+//! - JSON merge patch, JSON patch, strategic merge patch for built-in kinds, and
+//!   server-side apply with managedFields, conflicts and force;
+//! - `/status` subresources, generation, finalizers and deletionTimestamp, namespace
+//!   termination, owner-reference garbage collection (background, foreground, orphan);
+//! - persistence in a data directory and an optional bearer token;
+//! - optional workload simulation (Deployments, ReplicaSets, StatefulSets, DaemonSets
+//!   and Jobs report ready after a delay, like kwok).
+//!
+//! Known limits, by design:
+//! - no schema validation or defaulting beyond a few observable cases (Secret
+//!   `stringData`, namespace finalizers, CRD status); objects are served at every version
+//!   of their group/resource with only `apiVersion` rewritten (no conversion);
+//! - no OpenAPI documents (`/openapi/v2` and `/openapi/v3` return 404): kubectl then uses
+//!   its compiled-in schemas for client-side apply and skips server-side field
+//!   validation, and helm does the same;
+//! - merge keys for strategic merge patch and server-side apply come from a small table
+//!   (`merge_keys`) instead of OpenAPI extensions;
+//! - `kubectl get` receives a generic Name/Age table, not per-kind columns;
+//! - list `resourceVersion`/`resourceVersionMatch` are answered from the latest state;
+//! - no authorization, admission webhooks, pods that run, or HTTPS (use the token only on
+//!   loopback).
+
+mod apply;
+mod cluster;
+mod config;
+pub mod controllers;
+mod crd;
+mod error;
+mod fieldset;
+mod http;
+mod kubeconfig;
+mod merge_keys;
+mod patch;
+mod persistence;
+mod resources;
+mod selectors;
+mod status;
+mod store;
+mod watch;
+
+pub use cluster::DevCluster;
+pub use config::{DEFAULT_WORKLOAD_DELAY, DevClusterConfig};
+pub use error::Error;
+pub use persistence::PersistError;
+pub use status::ApiError;

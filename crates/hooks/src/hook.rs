@@ -39,7 +39,11 @@ impl Hook {
             .into_iter()
             .filter_map(|b| self.config.order(b).map(|order| format!("{b}: {order}")));
         let schedules = self.config.schedule.iter().map(|s| {
-            if s.name == "schedule" { format!("schedule: {}", s.crontab) } else { format!("schedule {}: {}", s.name, s.crontab) }
+            if s.name == "schedule" {
+                format!("schedule: {}", s.crontab)
+            } else {
+                format!("schedule {}: {}", s.name, s.crontab)
+            }
         });
         let kube = self.config.kubernetes.iter().map(|k| match &k.api_version {
             Some(version) => format!("kubernetes {}: {version}/{}", k.name, k.kind),
@@ -51,9 +55,15 @@ impl Hook {
 
 /// Hooks bound to `binding`, in ascending order number, ties by name.
 pub fn ordered(hooks: &[Hook], binding: LifecycleBinding) -> Vec<&Hook> {
-    let mut bound: Vec<(f64, &Hook)> =
-        hooks.iter().filter_map(|h| h.config.order(binding).map(|order| (order, h))).collect();
-    bound.sort_by(|(a, ha), (b, hb)| a.partial_cmp(b).unwrap_or(Ordering::Equal).then_with(|| ha.name.cmp(&hb.name)));
+    let mut bound: Vec<(f64, &Hook)> = hooks
+        .iter()
+        .filter_map(|h| h.config.order(binding).map(|order| (order, h)))
+        .collect();
+    bound.sort_by(|(a, ha), (b, hb)| {
+        a.partial_cmp(b)
+            .unwrap_or(Ordering::Equal)
+            .then_with(|| ha.name.cmp(&hb.name))
+    });
     bound.into_iter().map(|(_, h)| h).collect()
 }
 
@@ -63,7 +73,12 @@ mod tests {
 
     fn hook(name: &str, config: &str) -> Hook {
         let config = HookConfig::parse(config).expect("valid config");
-        Hook { name: name.to_owned(), path: PathBuf::from(name), kind: HookKind::Shell, config }
+        Hook {
+            name: name.to_owned(),
+            path: PathBuf::from(name),
+            kind: HookKind::Shell,
+            config,
+        }
     }
 
     #[test]
@@ -74,7 +89,10 @@ mod tests {
             hook("b.sh", r#"{"beforeHelm": 5, "afterHelm": 1}"#),
             hook("d.sh", r#"{"afterHelm": 1}"#),
         ];
-        let names: Vec<&str> = ordered(&hooks, LifecycleBinding::BeforeHelm).iter().map(|h| h.name.as_str()).collect();
+        let names: Vec<&str> = ordered(&hooks, LifecycleBinding::BeforeHelm)
+            .iter()
+            .map(|h| h.name.as_str())
+            .collect();
         assert_eq!(names, ["b.sh", "c.sh", "a.sh"]);
         assert!(ordered(&hooks, LifecycleBinding::OnStartup).is_empty());
     }
@@ -86,6 +104,13 @@ mod tests {
             r#"{"beforeHelm": 10, "schedule": [{"crontab": "*/10 * * * * *"}],
                 "kubernetes": [{"name": "pods", "apiVersion": "v1", "kind": "Pod"}]}"#,
         );
-        assert_eq!(h.binding_summaries(), ["beforeHelm: 10", "schedule: */10 * * * * *", "kubernetes pods: v1/Pod"]);
+        assert_eq!(
+            h.binding_summaries(),
+            [
+                "beforeHelm: 10",
+                "schedule: */10 * * * * *",
+                "kubernetes pods: v1/Pod"
+            ]
+        );
     }
 }

@@ -1,6 +1,32 @@
 //! berth-hooks: the shell-operator / addon-operator / module-sdk hook contract.
-pub mod config;
-mod hook;
+//!
+//! Existing hooks run unchanged. The crate covers:
+//! - [`config`]: the `configVersion: v1` schema (and module-sdk's batch
+//!   variant), parsed strictly and validated at load time;
+//! - [`discover`]: walking a package's `hooks/` and asking each hook for
+//!   its config (`--config`, or `hook list` / `hook config` for batch binaries);
+//! - [`ordered`]: lifecycle ordering;
+//! - [`run`]: one execution with the contract's temp files, a process group,
+//!   timeout and cancellation, and strictly parsed outputs;
+//! - [`check_settings`]: a batch binary's `hook check`.
+//!
+//! It knows neither Kubernetes clients nor queues: callers build binding
+//! contexts, apply patches and execute object operations.
 
-pub use config::{ConfigError, HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding, ThrottleSettings};
+pub mod config;
+mod discover;
+mod hook;
+pub mod outputs;
+mod process;
+mod run;
+mod settings_check;
+
+pub use config::{
+    ConfigError, HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding, ThrottleSettings,
+};
+pub use discover::{DiscoverError, Discovery, discover, discover_all};
 pub use hook::{Hook, HookKind, ordered};
+pub use outputs::{MetricOperation, ObjectOperation, ObjectRef};
+pub use process::KILL_GRACE;
+pub use run::{OUTPUT_TAIL_LIMIT, RunError, RunOutput, RunRequest, env, run};
+pub use settings_check::{SETTINGS_PATH, SettingsCheck, SettingsCheckRequest, check_settings};

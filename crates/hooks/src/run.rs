@@ -14,7 +14,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::hook::{Hook, HookKind};
-use crate::outputs::{MetricOperation, ObjectOperation, parse_metrics, parse_object_operations, parse_values_patch};
+use crate::outputs::{
+    MetricOperation, ObjectOperation, parse_metrics, parse_object_operations, parse_values_patch,
+};
 use crate::process::{self, Ending, Invocation};
 
 /// Bytes of interleaved stdout/stderr kept for [`RunOutput::output`] and errors.
@@ -74,20 +76,42 @@ pub struct RunOutput {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("hook {hook}: preparing temporary files: {source}")]
-    Prepare { hook: String, source: std::io::Error },
+    Prepare {
+        hook: String,
+        source: std::io::Error,
+    },
     #[error("hook {hook}: cannot start {}: {source}", path.display())]
-    Spawn { hook: String, path: PathBuf, source: std::io::Error },
+    Spawn {
+        hook: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// Non-zero exit; `code` is 128 + signal number when killed by a signal.
-    #[error("hook {hook} failed with exit code {code}{}", display_tail(output_tail))]
-    Exit { hook: String, code: i32, output_tail: String },
+    #[error(
+        "hook {hook} failed with exit code {code}{}",
+        display_tail(output_tail)
+    )]
+    Exit {
+        hook: String,
+        code: i32,
+        output_tail: String,
+    },
     /// Killed after running longer than the request's timeout.
     #[error("hook {hook} timed out after {after:?}{}", display_tail(output_tail))]
-    Timeout { hook: String, after: Duration, output_tail: String },
+    Timeout {
+        hook: String,
+        after: Duration,
+        output_tail: String,
+    },
     #[error("hook {hook} was cancelled")]
     Cancelled { hook: String },
     /// The hook exited 0 but an output file is malformed.
     #[error("hook {hook} wrote an invalid {file}: {reason}")]
-    BadOutput { hook: String, file: &'static str, reason: String },
+    BadOutput {
+        hook: String,
+        file: &'static str,
+        reason: String,
+    },
 }
 
 /// Runs the hook and returns its parsed outputs. See the module docs for
@@ -95,10 +119,16 @@ pub enum RunError {
 #[tracing::instrument(skip_all, fields(hook.name = %req.hook.name))]
 pub async fn run(req: RunRequest<'_>) -> Result<RunOutput, RunError> {
     let hook = &req.hook.name;
-    let prepare = |source| RunError::Prepare { hook: hook.clone(), source };
-    let files = RunFiles::create(req.tmp_dir.as_deref(), &req).await.map_err(prepare)?;
+    let prepare = |source| RunError::Prepare {
+        hook: hook.clone(),
+        source,
+    };
+    let files = RunFiles::create(req.tmp_dir.as_deref(), &req)
+        .await
+        .map_err(prepare)?;
 
-    let mut env: Vec<(OsString, OsString)> = req.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    let mut env: Vec<(OsString, OsString)> =
+        req.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
     env.extend(files.env());
     let args = hook_args(req.hook.kind);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -115,13 +145,29 @@ pub async fn run(req: RunRequest<'_>) -> Result<RunOutput, RunError> {
         combined_limit: OUTPUT_TAIL_LIMIT,
     })
     .await
-    .map_err(|source| RunError::Spawn { hook: hook.clone(), path: req.hook.path.clone(), source })?;
+    .map_err(|source| RunError::Spawn {
+        hook: hook.clone(),
+        path: req.hook.path.clone(),
+        source,
+    })?;
 
     let output_tail = finished.combined;
     match finished.ending {
         Ending::Exited(status) if status.success() => {}
-        Ending::Exited(status) => return Err(RunError::Exit { hook: hook.clone(), code: exit_code(status), output_tail }),
-        Ending::TimedOut => return Err(RunError::Timeout { hook: hook.clone(), after: req.timeout, output_tail }),
+        Ending::Exited(status) => {
+            return Err(RunError::Exit {
+                hook: hook.clone(),
+                code: exit_code(status),
+                output_tail,
+            });
+        }
+        Ending::TimedOut => {
+            return Err(RunError::Timeout {
+                hook: hook.clone(),
+                after: req.timeout,
+                output_tail,
+            });
+        }
         Ending::Cancelled => return Err(RunError::Cancelled { hook: hook.clone() }),
     }
     let output = files.read_outputs(hook, output_tail).await;
@@ -141,7 +187,10 @@ pub(crate) fn hook_args(kind: HookKind) -> Vec<String> {
 /// The exit code, or 128 + signal like a shell reports it.
 pub(crate) fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
 }
 
 fn display_tail(tail: &str) -> String {
@@ -165,15 +214,22 @@ const FILES: [(&str, &str); 7] = [
     (env::VALUES_PATH, "values.json"),
     (env::CONFIG_VALUES_PATH, "config-values.json"),
     (env::VALUES_JSON_PATCH_PATH, "values-patch.json"),
-    (env::CONFIG_VALUES_JSON_PATCH_PATH, "config-values-patch.json"),
+    (
+        env::CONFIG_VALUES_JSON_PATCH_PATH,
+        "config-values-patch.json",
+    ),
     (env::KUBERNETES_PATCH_PATH, "kubernetes-patch"),
     (env::METRICS_PATH, "metrics.json"),
 ];
 
 impl RunFiles {
     async fn create(parent: Option<&Path>, req: &RunRequest<'_>) -> std::io::Result<Self> {
-        let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
-        let dir = tempfile::Builder::new().prefix("berth-hook-").tempdir_in(parent)?;
+        let parent = parent
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = tempfile::Builder::new()
+            .prefix("berth-hook-")
+            .tempdir_in(parent)?;
         let files = Self { dir };
         let inputs = [
             (env::BINDING_CONTEXT_PATH, &req.binding_context),
@@ -192,24 +248,49 @@ impl RunFiles {
     }
 
     fn path(&self, var: &str) -> PathBuf {
-        let name = FILES.iter().find(|(v, _)| *v == var).map_or(var, |(_, name)| name);
+        let name = FILES
+            .iter()
+            .find(|(v, _)| *v == var)
+            .map_or(var, |(_, name)| name);
         self.dir.path().join(name)
     }
 
     fn env(&self) -> impl Iterator<Item = (OsString, OsString)> + '_ {
-        FILES.iter().map(|(var, _)| (OsString::from(var), self.path(var).into_os_string()))
+        FILES
+            .iter()
+            .map(|(var, _)| (OsString::from(var), self.path(var).into_os_string()))
     }
 
     async fn read_outputs(&self, hook: &str, output: String) -> Result<RunOutput, RunError> {
-        let bad = |file: &'static str| move |reason: String| RunError::BadOutput { hook: hook.to_owned(), file, reason };
-        let values_patch = self.read(env::VALUES_JSON_PATCH_PATH).await.and_then(|t| parse_values_patch(&t));
-        let config_values_patch = self.read(env::CONFIG_VALUES_JSON_PATCH_PATH).await.and_then(|t| parse_values_patch(&t));
-        let kubernetes_operations = self.read(env::KUBERNETES_PATCH_PATH).await.and_then(|t| parse_object_operations(&t));
-        let metrics = self.read(env::METRICS_PATH).await.and_then(|t| parse_metrics(&t));
+        let bad = |file: &'static str| {
+            move |reason: String| RunError::BadOutput {
+                hook: hook.to_owned(),
+                file,
+                reason,
+            }
+        };
+        let values_patch = self
+            .read(env::VALUES_JSON_PATCH_PATH)
+            .await
+            .and_then(|t| parse_values_patch(&t));
+        let config_values_patch = self
+            .read(env::CONFIG_VALUES_JSON_PATCH_PATH)
+            .await
+            .and_then(|t| parse_values_patch(&t));
+        let kubernetes_operations = self
+            .read(env::KUBERNETES_PATCH_PATH)
+            .await
+            .and_then(|t| parse_object_operations(&t));
+        let metrics = self
+            .read(env::METRICS_PATH)
+            .await
+            .and_then(|t| parse_metrics(&t));
         Ok(RunOutput {
             values_patch: values_patch.map_err(bad(env::VALUES_JSON_PATCH_PATH))?,
-            config_values_patch: config_values_patch.map_err(bad(env::CONFIG_VALUES_JSON_PATCH_PATH))?,
-            kubernetes_operations: kubernetes_operations.map_err(bad(env::KUBERNETES_PATCH_PATH))?,
+            config_values_patch: config_values_patch
+                .map_err(bad(env::CONFIG_VALUES_JSON_PATCH_PATH))?,
+            kubernetes_operations: kubernetes_operations
+                .map_err(bad(env::KUBERNETES_PATCH_PATH))?,
             metrics: metrics.map_err(bad(env::METRICS_PATH))?,
             output,
         })
@@ -222,11 +303,16 @@ impl RunFiles {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
             Err(e) => return Err(format!("cannot stat: {e}")),
             Ok(meta) if meta.len() > MAX_OUTPUT_FILE => {
-                return Err(format!("{} bytes exceeds the {MAX_OUTPUT_FILE} byte limit", meta.len()));
+                return Err(format!(
+                    "{} bytes exceeds the {MAX_OUTPUT_FILE} byte limit",
+                    meta.len()
+                ));
             }
             Ok(_) => {}
         }
-        let bytes = tokio::fs::read(&path).await.map_err(|e| format!("cannot read: {e}"))?;
+        let bytes = tokio::fs::read(&path)
+            .await
+            .map_err(|e| format!("cannot read: {e}"))?;
         String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
     }
 

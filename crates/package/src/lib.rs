@@ -6,7 +6,9 @@
 //!   reporting [`ValidationError`]s with paths like `.ingress.host` or `.items[2]`.
 //! - [`validate_settings`] and [`compute_values`] implement the settings check and the values
 //!   layering (static values → settings defaults → settings → values defaults → hook patches).
-//! - [`LocalRepository`] publishes package versions into a local directory, checked and atomic.
+//! - [`LocalRepository`] (`<root>/<package>/<version>/`) and [`ArchiveRepository`]
+//!   (`<root>/<package>-<version>.tar.gz`) publish package versions into a local directory,
+//!   checked and atomically.
 //!
 //! The crate knows neither gRPC nor Kubernetes; services call it and map its errors.
 
@@ -25,7 +27,7 @@ pub use constraint::{ConstraintError, VersionConstraint, parse_version};
 pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
 pub use repo::{
-    DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, RepoError,
+    ArchiveRepository, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, RepoError,
     digest_tree,
 };
 pub use requirements::{Dependency, DependencyGroup, Requirements};

@@ -153,7 +153,13 @@ pub(crate) fn read_yaml(path: &Path) -> Result<Option<Value>, LoadError> {
     }
     serde_saphyr::from_str::<Value>(&text)
         .map(Some)
-        .map_err(|e| LoadError::Yaml { path: path.to_owned(), message: e.to_string() })
+        .map_err(|e| LoadError::Yaml { path: path.to_owned(), message: first_line(&e.to_string()) })
+}
+
+/// The parser appends a source snippet after the first line; status messages want one line.
+fn first_line(message: &str) -> String {
+    let line = message.lines().next().unwrap_or(message);
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
 }
 
 fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, LoadError> {

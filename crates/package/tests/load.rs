@@ -75,7 +75,8 @@ fn bad_yaml_names_the_file_and_line() {
     write(dir.path(), "package.yaml", "type: Application\nname: demo\nversion: [1.0\n");
     let message = load_err(&dir);
     assert!(message.contains("package.yaml") && message.contains("invalid YAML"), "{message}");
-    assert!(message.contains("line 3") || message.contains(":3:") || message.contains("3:"), "{message}");
+    assert!(message.contains("line 3 column 10"), "{message}");
+    assert!(!message.contains('\n'), "one line: {message}");
 }
 
 #[test]

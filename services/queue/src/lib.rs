@@ -9,3 +9,5 @@
 
 pub mod broker;
 pub mod worker;
+pub mod tasks;
+pub mod process;

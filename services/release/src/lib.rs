@@ -1,1 +1,29 @@
-//! berth-release
+//! berth-release: renders Helm charts, applies them with server-side apply, records each
+//! revision as a Helm release Secret, reports status and uninstalls.
+//!
+//! `render` knows neither tonic nor kube; `apply` and `record` are the kube adapters;
+//! `service` is the gRPC adapter that parses requests at the edge.
+
+pub mod apply;
+pub mod order;
+pub mod record;
+pub mod render;
+pub mod service;
+
+pub use render::{Manifest, RenderError, render_chart};
+pub use service::ReleaseService;
+
+/// The release a render is for, as templates see it in `.Release`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseInfo {
+    pub name: String,
+    pub namespace: String,
+    pub revision: i32,
+    pub is_install: bool,
+    pub is_upgrade: bool,
+}
+
+/// The tonic server for [`ReleaseService`].
+pub fn server(svc: ReleaseService) -> berth_proto::release::releases_server::ReleasesServer<ReleaseService> {
+    berth_proto::release::releases_server::ReleasesServer::new(svc)
+}

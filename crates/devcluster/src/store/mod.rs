@@ -22,8 +22,9 @@ use crate::resources::{GroupResource, Registry, ResourceType};
 use crate::status::ApiError;
 use crate::watch::{EventType, Hub, StoredEvent};
 
-pub use read::{ListOptions, ListResult, WatchStart};
-pub use write::{DeleteOptions, Propagation, WriteOptions};
+pub use prepare::now;
+pub use read::{ListOptions, WatchStart, WatchStream};
+pub use write::{DeleteOptions, Part, Propagation, WriteOptions};
 
 /// Objects of one group/resource, ordered by (namespace, name) like etcd keys.
 type Collection = BTreeMap<(String, String), Value>;

@@ -50,14 +50,23 @@ impl BatchConfig {
     /// Parses the JSON printed by `hook config`: `{"version":"v1","hooks":[…],…}`
     /// or the legacy plain array of hook configs.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| ConfigError::invalid("", format!("`hook config` did not print JSON: {e}")))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            ConfigError::invalid("", format!("`hook config` did not print JSON: {e}"))
+        })?;
         let raw = match value {
-            Value::Array(hooks) => RawBatch { version: "v1".to_owned(), hooks, readiness: None, has_settings_check: false },
+            Value::Array(hooks) => RawBatch {
+                version: "v1".to_owned(),
+                hooks,
+                readiness: None,
+                has_settings_check: false,
+            },
             other => from_value_at(other, "")?,
         };
         if raw.version != "v1" {
-            return Err(ConfigError::invalid("version", format!("unsupported version {:?}, expected \"v1\"", raw.version)));
+            return Err(ConfigError::invalid(
+                "version",
+                format!("unsupported version {:?}, expected \"v1\"", raw.version),
+            ));
         }
         let hooks = raw
             .hooks
@@ -65,8 +74,15 @@ impl BatchConfig {
             .enumerate()
             .map(|(i, v)| BatchHookEntry::from_sdk(v, &format!("hooks[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
-        let readiness = raw.readiness.map(|v| BatchHookEntry::from_sdk(v, "readiness")).transpose()?;
-        Ok(Self { hooks, readiness, has_settings_check: raw.has_settings_check })
+        let readiness = raw
+            .readiness
+            .map(|v| BatchHookEntry::from_sdk(v, "readiness"))
+            .transpose()?;
+        Ok(Self {
+            hooks,
+            readiness,
+            has_settings_check: raw.has_settings_check,
+        })
     }
 }
 
@@ -80,8 +96,12 @@ impl BatchHookEntry {
             .and_then(|m| m.get("name").and_then(Value::as_str).map(str::to_owned))
             .filter(|n| !n.is_empty());
         obj.remove("logLevel");
-        let hook_allow_failure = obj.remove("allowFailure").and_then(|v| v.as_bool()).unwrap_or(false);
-        obj.entry("configVersion").or_insert_with(|| Value::from("v1"));
+        let hook_allow_failure = obj
+            .remove("allowFailure")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        obj.entry("configVersion")
+            .or_insert_with(|| Value::from("v1"));
         map_bindings(&mut obj, "schedule", |b| sdk_binding(b, hook_allow_failure));
         map_bindings(&mut obj, "kubernetes", |b| {
             sdk_binding(b, hook_allow_failure);
@@ -92,9 +112,16 @@ impl BatchHookEntry {
     }
 }
 
-fn map_bindings(obj: &mut Map<String, Value>, key: &str, mut f: impl FnMut(&mut Map<String, Value>)) {
+fn map_bindings(
+    obj: &mut Map<String, Value>,
+    key: &str,
+    mut f: impl FnMut(&mut Map<String, Value>),
+) {
     if let Some(Value::Array(items)) = obj.get_mut(key) {
-        items.iter_mut().filter_map(Value::as_object_mut).for_each(&mut f);
+        items
+            .iter_mut()
+            .filter_map(Value::as_object_mut)
+            .for_each(&mut f);
     }
 }
 
@@ -107,21 +134,37 @@ fn sdk_binding(binding: &mut Map<String, Value>, hook_allow_failure: bool) {
 
 fn sdk_kubernetes(binding: &mut Map<String, Value>) {
     if let Some(Value::Bool(execute)) = binding.get("executeHookOnEvent") {
-        let events = if *execute { vec!["Added", "Modified", "Deleted"] } else { vec![] };
+        let events = if *execute {
+            vec!["Added", "Modified", "Deleted"]
+        } else {
+            vec![]
+        };
         binding.insert("executeHookOnEvent".to_owned(), Value::from(events));
     }
-    let has_filter = binding.get("jqFilter").and_then(Value::as_str).is_some_and(|f| !f.is_empty());
+    let has_filter = binding
+        .get("jqFilter")
+        .and_then(Value::as_str)
+        .is_some_and(|f| !f.is_empty());
     if !has_filter {
         binding.insert("keepFullObjectsInMemory".to_owned(), Value::Bool(true));
     } else {
-        binding.entry("keepFullObjectsInMemory").or_insert(Value::Bool(false));
+        binding
+            .entry("keepFullObjectsInMemory")
+            .or_insert(Value::Bool(false));
     }
 }
 
 fn prefix(error: ConfigError, path: &str) -> ConfigError {
     match error {
-        ConfigError::Invalid { path: inner, reason } => ConfigError::Invalid {
-            path: if inner.is_empty() { path.to_owned() } else { format!("{path}.{inner}") },
+        ConfigError::Invalid {
+            path: inner,
+            reason,
+        } => ConfigError::Invalid {
+            path: if inner.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}.{inner}")
+            },
             reason,
         },
         other => other,
@@ -154,9 +197,11 @@ mod tests {
 
     #[test]
     fn accepts_legacy_array_and_names_bad_hook() {
-        let batch = BatchConfig::parse(r#"[{"configVersion":"v1","afterHelm":5}]"#).expect("legacy array");
+        let batch =
+            BatchConfig::parse(r#"[{"configVersion":"v1","afterHelm":5}]"#).expect("legacy array");
         assert_eq!(batch.hooks[0].config.after_helm, Some(5.0));
-        let e = BatchConfig::parse(r#"{"version":"v1","hooks":[{"kubernetes":[{"name":"x"}]}]}"#).unwrap_err();
+        let e = BatchConfig::parse(r#"{"version":"v1","hooks":[{"kubernetes":[{"name":"x"}]}]}"#)
+            .unwrap_err();
         assert!(e.to_string().contains("hooks[0].kubernetes[0].kind"), "{e}");
     }
 }

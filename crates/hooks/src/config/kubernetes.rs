@@ -88,7 +88,8 @@ struct RawKubernetes {
 impl KubernetesBinding {
     pub(crate) fn from_value(value: Value, path: &str) -> Result<Self, ConfigError> {
         let raw: RawKubernetes = from_value_at(value, path)?;
-        let kind = non_empty(raw.kind).ok_or_else(|| ConfigError::invalid(join(path, "kind"), "is required"))?;
+        let kind = non_empty(raw.kind)
+            .ok_or_else(|| ConfigError::invalid(join(path, "kind"), "is required"))?;
         let queue = non_empty(raw.queue);
         let wait_for_synchronization = raw.wait_for_synchronization.unwrap_or(true);
         // Without a dedicated queue, a non-waiting Synchronization would sit in
@@ -103,7 +104,10 @@ impl KubernetesBinding {
             name: non_empty(raw.name).unwrap_or_else(|| "kubernetes".to_owned()),
             api_version: non_empty(raw.api_version),
             kind,
-            execute_hook_on_event: events(raw.execute_hook_on_event, &join(path, "executeHookOnEvent"))?,
+            execute_hook_on_event: events(
+                raw.execute_hook_on_event,
+                &join(path, "executeHookOnEvent"),
+            )?,
             execute_hook_on_synchronization: raw.execute_hook_on_synchronization.unwrap_or(true),
             wait_for_synchronization,
             keep_full_objects_in_memory: raw.keep_full_objects_in_memory.unwrap_or(true),
@@ -141,12 +145,20 @@ impl KubernetesBinding {
 }
 
 fn events(raw: Option<Vec<String>>, path: &str) -> Result<Vec<WatchEventType>, ConfigError> {
-    let Some(raw) = raw else { return Ok(WatchEventType::ALL.to_vec()) };
+    let Some(raw) = raw else {
+        return Ok(WatchEventType::ALL.to_vec());
+    };
     raw.iter()
         .map(|name| {
-            WatchEventType::ALL.into_iter().find(|e| e.as_str() == name).ok_or_else(|| {
-                ConfigError::invalid(path, format!("{name:?} is not one of Added, Modified, Deleted"))
-            })
+            WatchEventType::ALL
+                .into_iter()
+                .find(|e| e.as_str() == name)
+                .ok_or_else(|| {
+                    ConfigError::invalid(
+                        path,
+                        format!("{name:?} is not one of Added, Modified, Deleted"),
+                    )
+                })
         })
         .collect()
 }
@@ -158,10 +170,15 @@ mod tests {
 
     #[test]
     fn defaults_follow_shell_operator() {
-        let b = KubernetesBinding::from_value(json!({"kind": "Pod"}), "kubernetes[0]").expect("valid");
+        let b =
+            KubernetesBinding::from_value(json!({"kind": "Pod"}), "kubernetes[0]").expect("valid");
         assert_eq!(b.name, "kubernetes");
         assert_eq!(b.execute_hook_on_event, WatchEventType::ALL.to_vec());
-        assert!(b.execute_hook_on_synchronization && b.wait_for_synchronization && b.keep_full_objects_in_memory);
+        assert!(
+            b.execute_hook_on_synchronization
+                && b.wait_for_synchronization
+                && b.keep_full_objects_in_memory
+        );
         assert_eq!(b.queue_name(), "main");
     }
 
@@ -169,14 +186,27 @@ mod tests {
     fn validation_errors_name_the_key() {
         let cases = [
             (json!({"name": "x"}), "kubernetes[0].kind"),
-            (json!({"kind": "Pod", "executeHookOnEvent": ["Updated"]}), "kubernetes[0].executeHookOnEvent"),
-            (json!({"kind": "Pod", "waitForSynchronization": false}), "kubernetes[0].waitForSynchronization"),
-            (json!({"kind": "Pod", "resynchronizationPeriod": "soon"}), "kubernetes[0].resynchronizationPeriod"),
-            (json!({"kind": "Pod", "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}),
-                "kubernetes[0].labelSelector.matchExpressions[0].values"),
+            (
+                json!({"kind": "Pod", "executeHookOnEvent": ["Updated"]}),
+                "kubernetes[0].executeHookOnEvent",
+            ),
+            (
+                json!({"kind": "Pod", "waitForSynchronization": false}),
+                "kubernetes[0].waitForSynchronization",
+            ),
+            (
+                json!({"kind": "Pod", "resynchronizationPeriod": "soon"}),
+                "kubernetes[0].resynchronizationPeriod",
+            ),
+            (
+                json!({"kind": "Pod", "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}),
+                "kubernetes[0].labelSelector.matchExpressions[0].values",
+            ),
         ];
         for (value, path) in cases {
-            let e = KubernetesBinding::from_value(value, "kubernetes[0]").unwrap_err().to_string();
+            let e = KubernetesBinding::from_value(value, "kubernetes[0]")
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(path), "expected {path} in {e}");
         }
         let ok = json!({"kind": "Pod", "waitForSynchronization": false, "queue": "pods", "executeHookOnEvent": []});

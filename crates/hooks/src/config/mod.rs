@@ -43,7 +43,10 @@ pub enum ConfigError {
 
 impl ConfigError {
     pub(crate) fn invalid(path: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::Invalid { path: path.into(), reason: reason.into() }
+        Self::Invalid {
+            path: path.into(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -104,7 +107,10 @@ impl HookConfig {
     /// (`onKubernetesEvent`) are rejected as unknown.
     pub fn from_value(value: Value) -> Result<Self, ConfigError> {
         if !value.is_object() {
-            return Err(ConfigError::invalid("", "config must be a mapping of binding names"));
+            return Err(ConfigError::invalid(
+                "",
+                "config must be a mapping of binding names",
+            ));
         }
         let raw: RawConfig = from_value_at(value, "")?;
         match raw.config_version.as_deref() {
@@ -119,10 +125,16 @@ impl HookConfig {
         for (key, present) in [
             ("kubernetesValidating", raw.kubernetes_validating.is_some()),
             ("kubernetesMutating", raw.kubernetes_mutating.is_some()),
-            ("kubernetesCustomResourceConversion", raw.kubernetes_custom_resource_conversion.is_some()),
+            (
+                "kubernetesCustomResourceConversion",
+                raw.kubernetes_custom_resource_conversion.is_some(),
+            ),
         ] {
             if present {
-                return Err(ConfigError::invalid(key, "webhook bindings are not supported by berth"));
+                return Err(ConfigError::invalid(
+                    key,
+                    "webhook bindings are not supported by berth",
+                ));
             }
         }
         let schedule = raw
@@ -149,7 +161,10 @@ impl HookConfig {
             after_delete_helm: order(raw.after_delete_helm, "afterDeleteHelm")?,
             schedule,
             kubernetes,
-            settings: raw.settings.map(|v| ThrottleSettings::from_value(v, "settings")).transpose()?,
+            settings: raw
+                .settings
+                .map(|v| ThrottleSettings::from_value(v, "settings"))
+                .transpose()?,
         };
         config.check_snapshot_references()?;
         Ok(config)
@@ -172,8 +187,16 @@ impl HookConfig {
     /// hook; a typo would otherwise silently yield an empty snapshot.
     fn check_snapshot_references(&self) -> Result<(), ConfigError> {
         let known: Vec<&str> = self.kubernetes.iter().map(|k| k.name.as_str()).collect();
-        let schedule = self.schedule.iter().enumerate().map(|(i, s)| (format!("schedule[{i}]"), &s.include_snapshots_from));
-        let kube = self.kubernetes.iter().enumerate().map(|(i, k)| (format!("kubernetes[{i}]"), &k.include_snapshots_from));
+        let schedule = self
+            .schedule
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("schedule[{i}]"), &s.include_snapshots_from));
+        let kube = self
+            .kubernetes
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (format!("kubernetes[{i}]"), &k.include_snapshots_from));
         for (path, names) in schedule.chain(kube) {
             if let Some(missing) = names.iter().find(|n| !known.contains(&n.as_str())) {
                 return Err(ConfigError::invalid(
@@ -196,18 +219,27 @@ pub(crate) fn parse_json_or_yaml(text: &str) -> Result<Value, ConfigError> {
         Ok(value) => return Ok(value),
         Err(e) => e.to_string(),
     };
-    serde_saphyr::from_str::<Value>(text)
-        .map_err(|e| ConfigError::Syntax { json, yaml: e.to_string() })
+    serde_saphyr::from_str::<Value>(text).map_err(|e| ConfigError::Syntax {
+        json,
+        yaml: e.to_string(),
+    })
 }
 
 /// Deserializes one node, turning serde's message into an error at `path`.
-pub(crate) fn from_value_at<T: DeserializeOwned>(value: Value, path: &str) -> Result<T, ConfigError> {
+pub(crate) fn from_value_at<T: DeserializeOwned>(
+    value: Value,
+    path: &str,
+) -> Result<T, ConfigError> {
     serde_json::from_value(value).map_err(|e| ConfigError::invalid(path, e.to_string()))
 }
 
 /// Joins a parent path and a key the way errors print them.
 pub(crate) fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 /// Order numbers are numbers; shell-operator also accepts numeric strings.
@@ -220,7 +252,10 @@ fn order(value: Option<Value>, key: &str) -> Result<Option<f64>, ConfigError> {
     };
     match number {
         Some(n) if n.is_finite() => Ok(Some(n)),
-        _ => Err(ConfigError::invalid(key, format!("expected an order number, got {value}"))),
+        _ => Err(ConfigError::invalid(
+            key,
+            format!("expected an order number, got {value}"),
+        )),
     }
 }
 
@@ -248,6 +283,9 @@ mod tests {
     fn snapshot_reference_must_exist() {
         let text = r#"{"configVersion":"v1","schedule":[{"crontab":"* * * * *","includeSnapshotsFrom":["pods"]}]}"#;
         let e = HookConfig::parse(text).unwrap_err();
-        assert!(e.to_string().contains("schedule[0].includeSnapshotsFrom"), "{e}");
+        assert!(
+            e.to_string().contains("schedule[0].includeSnapshotsFrom"),
+            "{e}"
+        );
     }
 }

@@ -37,7 +37,8 @@ struct RawSchedule {
 impl ScheduleBinding {
     pub(crate) fn from_value(value: Value, path: &str) -> Result<Self, ConfigError> {
         let raw: RawSchedule = from_value_at(value, path)?;
-        validate_crontab(&raw.crontab).map_err(|r| ConfigError::invalid(join(path, "crontab"), r))?;
+        validate_crontab(&raw.crontab)
+            .map_err(|r| ConfigError::invalid(join(path, "crontab"), r))?;
         Ok(Self {
             name: non_empty(raw.name).unwrap_or_else(|| "schedule".to_owned()),
             crontab: raw.crontab,
@@ -57,7 +58,10 @@ impl ScheduleBinding {
 /// The parser shell-operator's crontabs need: 5 fields, or 6 with seconds
 /// first; no year field. Vixie semantics (day-of-month OR day-of-week).
 pub fn crontab_parser() -> CronParser {
-    CronParser::builder().seconds(Seconds::Optional).year(Year::Disallowed).build()
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .build()
 }
 
 /// Checks a crontab at config time so a typo fails Load, not the scheduler.
@@ -65,7 +69,9 @@ pub(crate) fn validate_crontab(crontab: &str) -> Result<(), String> {
     let fields = crontab.split_whitespace().count();
     let macro_form = crontab.trim_start().starts_with('@');
     if !macro_form && !(5..=6).contains(&fields) {
-        return Err(format!("{crontab:?} has {fields} fields; expected 5, or 6 with seconds"));
+        return Err(format!(
+            "{crontab:?} has {fields} fields; expected 5, or 6 with seconds"
+        ));
     }
     crontab_parser()
         .parse(crontab)

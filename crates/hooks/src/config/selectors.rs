@@ -117,7 +117,10 @@ impl LabelSelector {
             let at = join(path, &format!("matchExpressions[{i}]"));
             match_expressions.push(LabelRequirement::from_raw(req, &at)?);
         }
-        Ok(Self { match_labels: raw.match_labels, match_expressions })
+        Ok(Self {
+            match_labels: raw.match_labels,
+            match_expressions,
+        })
     }
 
     /// Renders the selector in the API server's query syntax,
@@ -148,17 +151,30 @@ impl LabelRequirement {
                 ));
             }
         };
-        let needs_values = matches!(operator, LabelSelectorOperator::In | LabelSelectorOperator::NotIn);
+        let needs_values = matches!(
+            operator,
+            LabelSelectorOperator::In | LabelSelectorOperator::NotIn
+        );
         if needs_values && raw.values.is_empty() {
-            return Err(ConfigError::invalid(join(path, "values"), "must not be empty for In and NotIn"));
+            return Err(ConfigError::invalid(
+                join(path, "values"),
+                "must not be empty for In and NotIn",
+            ));
         }
         if !needs_values && !raw.values.is_empty() {
-            return Err(ConfigError::invalid(join(path, "values"), "must be empty for Exists and DoesNotExist"));
+            return Err(ConfigError::invalid(
+                join(path, "values"),
+                "must be empty for Exists and DoesNotExist",
+            ));
         }
         if raw.key.is_empty() {
             return Err(ConfigError::invalid(join(path, "key"), "must not be empty"));
         }
-        Ok(Self { key: raw.key, operator, values: raw.values })
+        Ok(Self {
+            key: raw.key,
+            operator,
+            values: raw.values,
+        })
     }
 }
 
@@ -179,9 +195,16 @@ impl FieldSelector {
                 }
             };
             if req.field.is_empty() {
-                return Err(ConfigError::invalid(join(&at, "field"), "must not be empty"));
+                return Err(ConfigError::invalid(
+                    join(&at, "field"),
+                    "must not be empty",
+                ));
             }
-            match_expressions.push(FieldRequirement { field: req.field, operator, value: req.value });
+            match_expressions.push(FieldRequirement {
+                field: req.field,
+                operator,
+                value: req.value,
+            });
         }
         Ok(Self { match_expressions })
     }
@@ -203,7 +226,10 @@ impl NamespaceSelector {
             .label_selector
             .map(|v| LabelSelector::from_value(v, &join(path, "labelSelector")))
             .transpose()?;
-        Ok(Self { name_selector: raw.name_selector, label_selector })
+        Ok(Self {
+            name_selector: raw.name_selector,
+            label_selector,
+        })
     }
 }
 
@@ -239,6 +265,9 @@ mod tests {
             "fieldSelector",
         );
         let e = bad.unwrap_err().to_string();
-        assert!(e.contains("fieldSelector.matchExpressions[0].operator"), "{e}");
+        assert!(
+            e.contains("fieldSelector.matchExpressions[0].operator"),
+            "{e}"
+        );
     }
 }

@@ -38,20 +38,30 @@ impl ThrottleSettings {
         let interval_path = join(path, "executionMinInterval");
         let execution_min_interval = match raw.execution_min_interval {
             None => Duration::ZERO,
-            Some(Value::String(s)) => parse_go_duration(&s).map_err(|r| ConfigError::invalid(&interval_path, r))?,
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .map(Duration::from_nanos)
-                .ok_or_else(|| ConfigError::invalid(&interval_path, format!("{n} is not a non-negative nanosecond count")))?,
+            Some(Value::String(s)) => {
+                parse_go_duration(&s).map_err(|r| ConfigError::invalid(&interval_path, r))?
+            }
+            Some(Value::Number(n)) => n.as_u64().map(Duration::from_nanos).ok_or_else(|| {
+                ConfigError::invalid(
+                    &interval_path,
+                    format!("{n} is not a non-negative nanosecond count"),
+                )
+            })?,
             Some(other) => {
-                return Err(ConfigError::invalid(&interval_path, format!("expected a duration, got {other}")));
+                return Err(ConfigError::invalid(
+                    &interval_path,
+                    format!("expected a duration, got {other}"),
+                ));
             }
         };
         let execution_burst = match raw.execution_burst {
             None | Some(0) => 1,
             Some(n) => n,
         };
-        Ok(Self { execution_min_interval, execution_burst })
+        Ok(Self {
+            execution_min_interval,
+            execution_burst,
+        })
     }
 }
 
@@ -62,10 +72,31 @@ mod tests {
 
     #[test]
     fn parses_both_duration_forms() {
-        let s = ThrottleSettings::from_value(json!({"executionMinInterval": "3s", "executionBurst": 2}), "settings");
-        assert_eq!(s, Ok(ThrottleSettings { execution_min_interval: Duration::from_secs(3), execution_burst: 2 }));
-        let s = ThrottleSettings::from_value(json!({"executionMinInterval": 5_000_000_000u64}), "settings");
-        assert_eq!(s, Ok(ThrottleSettings { execution_min_interval: Duration::from_secs(5), execution_burst: 1 }));
-        assert!(ThrottleSettings::from_value(json!({"executionMinInterval": "often"}), "settings").is_err());
+        let s = ThrottleSettings::from_value(
+            json!({"executionMinInterval": "3s", "executionBurst": 2}),
+            "settings",
+        );
+        assert_eq!(
+            s,
+            Ok(ThrottleSettings {
+                execution_min_interval: Duration::from_secs(3),
+                execution_burst: 2
+            })
+        );
+        let s = ThrottleSettings::from_value(
+            json!({"executionMinInterval": 5_000_000_000u64}),
+            "settings",
+        );
+        assert_eq!(
+            s,
+            Ok(ThrottleSettings {
+                execution_min_interval: Duration::from_secs(5),
+                execution_burst: 1
+            })
+        );
+        assert!(
+            ThrottleSettings::from_value(json!({"executionMinInterval": "often"}), "settings")
+                .is_err()
+        );
     }
 }

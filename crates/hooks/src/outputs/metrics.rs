@@ -12,12 +12,27 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum MetricOperation {
     /// Add to a counter.
-    Add { name: String, value: f64, labels: BTreeMap<String, String>, group: Option<String> },
+    Add {
+        name: String,
+        value: f64,
+        labels: BTreeMap<String, String>,
+        group: Option<String>,
+    },
     /// Set a gauge.
-    Set { name: String, value: f64, labels: BTreeMap<String, String>, group: Option<String> },
+    Set {
+        name: String,
+        value: f64,
+        labels: BTreeMap<String, String>,
+        group: Option<String>,
+    },
     /// Observe into a histogram; empty `buckets` means the consumer's defaults.
     /// Not allowed inside groups.
-    Observe { name: String, value: f64, labels: BTreeMap<String, String>, buckets: Vec<f64> },
+    Observe {
+        name: String,
+        value: f64,
+        labels: BTreeMap<String, String>,
+        buckets: Vec<f64>,
+    },
     /// Drop every series of the group.
     Expire { group: String },
 }
@@ -64,18 +79,38 @@ fn metric(doc: Value) -> Result<MetricOperation, String> {
         let group = group.ok_or("`expire` requires `group`")?;
         return Ok(MetricOperation::Expire { group });
     }
-    let name = raw.name.filter(|n| !n.is_empty()).ok_or("`name` is required")?;
+    let name = raw
+        .name
+        .filter(|n| !n.is_empty())
+        .ok_or("`name` is required")?;
     let value = value.ok_or("`value` is required")?;
     if !value.is_finite() {
         return Err(format!("`value` must be finite, got {value}"));
     }
     let labels = raw.labels;
     match action.as_str() {
-        "add" => Ok(MetricOperation::Add { name, value, labels, group }),
-        "set" => Ok(MetricOperation::Set { name, value, labels, group }),
+        "add" => Ok(MetricOperation::Add {
+            name,
+            value,
+            labels,
+            group,
+        }),
+        "set" => Ok(MetricOperation::Set {
+            name,
+            value,
+            labels,
+            group,
+        }),
         "observe" if group.is_some() => Err("`observe` is not supported inside a group".to_owned()),
-        "observe" => Ok(MetricOperation::Observe { name, value, labels, buckets: raw.buckets }),
-        other => Err(format!("unknown action {other:?}; expected add, set, observe or expire")),
+        "observe" => Ok(MetricOperation::Observe {
+            name,
+            value,
+            labels,
+            buckets: raw.buckets,
+        }),
+        other => Err(format!(
+            "unknown action {other:?}; expected add, set, observe or expire"
+        )),
     }
 }
 
@@ -92,17 +127,34 @@ mod tests {
 {"name":"d","add":1,"group":"g"}"#;
         let ops = parse_metrics(text).expect("valid metrics");
         assert_eq!(ops.len(), 5);
-        assert_eq!(ops[1], MetricOperation::Set { name: "b".into(), value: 3.0, labels: BTreeMap::new(), group: None });
+        assert_eq!(
+            ops[1],
+            MetricOperation::Set {
+                name: "b".into(),
+                value: 3.0,
+                labels: BTreeMap::new(),
+                group: None
+            }
+        );
         assert_eq!(ops[3], MetricOperation::Expire { group: "g".into() });
     }
 
     #[test]
     fn invalid_lines() {
         for (text, needle) in [
-            (r#"{"name":"a","action":"observe","value":1,"group":"g"}"#, "not supported inside a group"),
+            (
+                r#"{"name":"a","action":"observe","value":1,"group":"g"}"#,
+                "not supported inside a group",
+            ),
             (r#"{"name":"a","action":"add"}"#, "`value` is required"),
-            (r#"{"name":"a","action":"add","value":1,"colour":"red"}"#, "unknown field `colour`"),
-            ("{\"name\":\"a\",\"set\":1}\n{\"action\":\"expire\"}", "operation 2"),
+            (
+                r#"{"name":"a","action":"add","value":1,"colour":"red"}"#,
+                "unknown field `colour`",
+            ),
+            (
+                "{\"name\":\"a\",\"set\":1}\n{\"action\":\"expire\"}",
+                "operation 2",
+            ),
         ] {
             let e = parse_metrics(text).unwrap_err();
             assert!(e.contains(needle), "expected {needle:?} in {e}");

@@ -25,11 +25,20 @@ pub struct ObjectRef {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectOperation {
     /// Fails if the object exists.
-    Create { object: Value, subresource: Option<String> },
+    Create {
+        object: Value,
+        subresource: Option<String>,
+    },
     /// Create, or replace the existing object.
-    CreateOrUpdate { object: Value, subresource: Option<String> },
+    CreateOrUpdate {
+        object: Value,
+        subresource: Option<String>,
+    },
     /// Create unless an object with that namespace/name exists.
-    CreateIfNotExists { object: Value, subresource: Option<String> },
+    CreateIfNotExists {
+        object: Value,
+        subresource: Option<String>,
+    },
     /// Foreground deletion; a missing object counts as deleted.
     Delete { target: ObjectRef },
     /// Background propagation.
@@ -37,11 +46,26 @@ pub enum ObjectOperation {
     /// Orphans the dependents.
     DeleteNonCascading { target: ObjectRef },
     /// JSON merge patch (RFC 7386).
-    MergePatch { target: ObjectRef, merge_patch: Value, ignore_missing_object: bool, ignore_hook_error: bool },
+    MergePatch {
+        target: ObjectRef,
+        merge_patch: Value,
+        ignore_missing_object: bool,
+        ignore_hook_error: bool,
+    },
     /// RFC 6902 patch.
-    JsonPatch { target: ObjectRef, json_patch: json_patch::Patch, ignore_missing_object: bool, ignore_hook_error: bool },
+    JsonPatch {
+        target: ObjectRef,
+        json_patch: json_patch::Patch,
+        ignore_missing_object: bool,
+        ignore_hook_error: bool,
+    },
     /// Get, apply the jq program to the object, update.
-    JqPatch { target: ObjectRef, jq_filter: String, ignore_missing_object: bool, ignore_hook_error: bool },
+    JqPatch {
+        target: ObjectRef,
+        jq_filter: String,
+        ignore_missing_object: bool,
+        ignore_hook_error: bool,
+    },
 }
 
 #[derive(Deserialize)]
@@ -75,11 +99,14 @@ pub fn parse_object_operations(text: &str) -> Result<Vec<ObjectOperation>, Strin
 }
 
 fn documents(text: &str) -> Result<Vec<Value>, String> {
-    let json: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(text).into_iter::<Value>().collect();
+    let json: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(text)
+        .into_iter::<Value>()
+        .collect();
     match json {
         Ok(docs) => Ok(docs),
-        Err(json_error) => serde_saphyr::from_multiple::<Value>(text)
-            .map_err(|yaml_error| format!("neither a JSON stream ({json_error}) nor a YAML stream ({yaml_error})")),
+        Err(json_error) => serde_saphyr::from_multiple::<Value>(text).map_err(|yaml_error| {
+            format!("neither a JSON stream ({json_error}) nor a YAML stream ({yaml_error})")
+        }),
     }
 }
 
@@ -88,14 +115,27 @@ fn operation(doc: Value) -> Result<ObjectOperation, String> {
     // shell-operator compares operation names case-insensitively.
     let op = raw.operation.to_ascii_lowercase();
     Ok(match op.as_str() {
-        "create" => ObjectOperation::Create { object: object(raw.object)?, subresource: raw.subresource },
-        "createorupdate" => ObjectOperation::CreateOrUpdate { object: object(raw.object)?, subresource: raw.subresource },
-        "createifnotexists" => {
-            ObjectOperation::CreateIfNotExists { object: object(raw.object)?, subresource: raw.subresource }
-        }
-        "delete" => ObjectOperation::Delete { target: target(&raw)? },
-        "deleteinbackground" => ObjectOperation::DeleteInBackground { target: target(&raw)? },
-        "deletenoncascading" => ObjectOperation::DeleteNonCascading { target: target(&raw)? },
+        "create" => ObjectOperation::Create {
+            object: object(raw.object)?,
+            subresource: raw.subresource,
+        },
+        "createorupdate" => ObjectOperation::CreateOrUpdate {
+            object: object(raw.object)?,
+            subresource: raw.subresource,
+        },
+        "createifnotexists" => ObjectOperation::CreateIfNotExists {
+            object: object(raw.object)?,
+            subresource: raw.subresource,
+        },
+        "delete" => ObjectOperation::Delete {
+            target: target(&raw)?,
+        },
+        "deleteinbackground" => ObjectOperation::DeleteInBackground {
+            target: target(&raw)?,
+        },
+        "deletenoncascading" => ObjectOperation::DeleteNonCascading {
+            target: target(&raw)?,
+        },
         "mergepatch" => ObjectOperation::MergePatch {
             target: target(&raw)?,
             merge_patch: merge_patch(raw.merge_patch.clone())?,
@@ -110,7 +150,11 @@ fn operation(doc: Value) -> Result<ObjectOperation, String> {
         },
         "jqpatch" => ObjectOperation::JqPatch {
             target: target(&raw)?,
-            jq_filter: raw.jq_filter.clone().filter(|f| !f.is_empty()).ok_or("JQPatch requires `jqFilter`")?,
+            jq_filter: raw
+                .jq_filter
+                .clone()
+                .filter(|f| !f.is_empty())
+                .ok_or("JQPatch requires `jqFilter`")?,
             ignore_missing_object: raw.ignore_missing_object,
             ignore_hook_error: raw.ignore_hook_error,
         },
@@ -138,7 +182,12 @@ fn target(raw: &RawOperation) -> Result<ObjectRef, String> {
 /// `object` may be a mapping or a string holding JSON or YAML.
 fn object(value: Option<Value>) -> Result<Value, String> {
     let object = embedded(value.ok_or("`object` is required")?, "object")?;
-    let has = |key: &str| object.get(key).and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+    let has = |key: &str| {
+        object
+            .get(key)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    };
     if !object.is_object() {
         return Err("`object` must be a mapping".to_owned());
     }
@@ -149,7 +198,10 @@ fn object(value: Option<Value>) -> Result<Value, String> {
 }
 
 fn merge_patch(value: Option<Value>) -> Result<Value, String> {
-    let patch = embedded(value.ok_or("MergePatch requires `mergePatch`")?, "mergePatch")?;
+    let patch = embedded(
+        value.ok_or("MergePatch requires `mergePatch`")?,
+        "mergePatch",
+    )?;
     if !patch.is_object() {
         return Err("`mergePatch` must be a mapping".to_owned());
     }
@@ -182,10 +234,19 @@ mod tests {
 {"operation":"MergePatch","kind":"Pod","name":"p","namespace":"ns","subresource":"status","mergePatch":"status:\n  ready: true\n","ignoreHookError":true}"#;
         let ops = parse_object_operations(text).expect("valid operations");
         assert_eq!(ops.len(), 3);
-        assert!(matches!(&ops[0], ObjectOperation::CreateOrUpdate { object, .. } if object["kind"] == "ConfigMap"));
-        assert!(matches!(&ops[1], ObjectOperation::JsonPatch { json_patch, .. } if json_patch.0.len() == 1));
+        assert!(
+            matches!(&ops[0], ObjectOperation::CreateOrUpdate { object, .. } if object["kind"] == "ConfigMap")
+        );
+        assert!(
+            matches!(&ops[1], ObjectOperation::JsonPatch { json_patch, .. } if json_patch.0.len() == 1)
+        );
         match &ops[2] {
-            ObjectOperation::MergePatch { target, merge_patch, ignore_hook_error, .. } => {
+            ObjectOperation::MergePatch {
+                target,
+                merge_patch,
+                ignore_hook_error,
+                ..
+            } => {
                 assert_eq!(target.subresource.as_deref(), Some("status"));
                 assert_eq!(merge_patch["status"]["ready"], true);
                 assert!(ignore_hook_error);
@@ -199,8 +260,14 @@ mod tests {
         for (text, needle) in [
             (r#"{"operation":"Delete","kind":"Pod"}"#, "requires `name`"),
             (r#"{"operation":"Create"}"#, "`object` is required"),
-            (r#"{"operation":"JQPatch","kind":"Pod","name":"x"}"#, "jqFilter"),
-            (r#"{"operation":"Explode","kind":"Pod","name":"x"}"#, "unknown operation"),
+            (
+                r#"{"operation":"JQPatch","kind":"Pod","name":"x"}"#,
+                "jqFilter",
+            ),
+            (
+                r#"{"operation":"Explode","kind":"Pod","name":"x"}"#,
+                "unknown operation",
+            ),
         ] {
             let e = parse_object_operations(text).unwrap_err();
             assert!(e.contains(needle), "expected {needle:?} in {e}");

@@ -16,11 +16,20 @@ pub fn parse_values_patch(text: &str) -> Result<Patch, String> {
         match value {
             Value::Array(items) => {
                 for (i, item) in items.into_iter().enumerate() {
-                    operations.push(operation(item).map_err(|e| format!("document {doc}, operation {i}: {e}"))?);
+                    operations.push(
+                        operation(item)
+                            .map_err(|e| format!("document {doc}, operation {i}: {e}"))?,
+                    );
                 }
             }
-            Value::Object(_) => operations.push(operation(value).map_err(|e| format!("document {doc}: {e}"))?),
-            other => return Err(format!("document {doc}: expected an array or an operation object, got {other}")),
+            Value::Object(_) => {
+                operations.push(operation(value).map_err(|e| format!("document {doc}: {e}"))?)
+            }
+            other => {
+                return Err(format!(
+                    "document {doc}: expected an array or an operation object, got {other}"
+                ));
+            }
         }
     }
     Ok(Patch(operations))
@@ -38,7 +47,10 @@ mod tests {
     fn array_stream_and_empty() {
         assert!(parse_values_patch("").expect("empty").0.is_empty());
         assert!(parse_values_patch("  \n").expect("blank").0.is_empty());
-        let p = parse_values_patch(r#"[{"op":"add","path":"/a","value":1},{"op":"remove","path":"/b"}]"#).expect("array");
+        let p = parse_values_patch(
+            r#"[{"op":"add","path":"/a","value":1},{"op":"remove","path":"/b"}]"#,
+        )
+        .expect("array");
         assert_eq!(p.0.len(), 2);
         let p = parse_values_patch("{\"op\":\"add\",\"path\":\"/a\",\"value\":1}\n{\"op\":\"replace\",\"path\":\"/c\",\"value\":\"x\"}\n")
             .expect("stream");

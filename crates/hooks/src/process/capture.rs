@@ -24,7 +24,11 @@ pub(crate) struct TailBuffer {
 
 impl TailBuffer {
     pub(crate) fn new(limit: usize) -> Self {
-        Self { bytes: VecDeque::new(), limit, truncated: false }
+        Self {
+            bytes: VecDeque::new(),
+            limit,
+            truncated: false,
+        }
     }
 
     pub(crate) fn push(&mut self, chunk: &[u8]) {
@@ -100,7 +104,9 @@ pub(crate) async fn drain(
 /// A poisoned lock only means another reader panicked mid-push; the bytes
 /// are still a usable tail, so keep going rather than propagate the panic.
 pub(crate) fn lock(buffer: &Mutex<TailBuffer>) -> std::sync::MutexGuard<'_, TailBuffer> {
-    buffer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    buffer
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn log_lines(data: &[u8], line: &mut Vec<u8>, stream: Stream, hook: &str) {

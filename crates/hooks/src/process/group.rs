@@ -45,7 +45,9 @@ pub(crate) async fn terminate(pgid: Pid, leader: &mut Child, hook: &str) {
 fn signal(pgid: Pid, sig: Signal) {
     match killpg(pgid, sig) {
         Ok(()) | Err(Errno::ESRCH) => {}
-        Err(error) => tracing::warn!(pgid = pgid.as_raw(), %error, ?sig, "signalling hook process group failed"),
+        Err(error) => {
+            tracing::warn!(pgid = pgid.as_raw(), %error, ?sig, "signalling hook process group failed")
+        }
     }
 }
 
@@ -78,10 +80,14 @@ pub(crate) fn alive(pgid: Pid) -> bool {
 fn live_members_in_proc(pgid: Pid) -> Option<bool> {
     let entries = std::fs::read_dir("/proc").ok()?;
     let live = entries.filter_map(Result::ok).any(|entry| {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
         // Format: "pid (comm) state ppid pgrp …"; comm may contain spaces
         // and parentheses, so parse after the last ')'.
-        let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
         let mut fields = rest.split_whitespace();
         let state = fields.next();
         let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());

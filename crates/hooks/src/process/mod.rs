@@ -11,8 +11,6 @@ mod capture;
 mod group;
 
 pub use group::KILL_GRACE;
-#[cfg(test)]
-pub(crate) use group::alive as group_alive;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -79,17 +77,32 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
         .kill_on_drop(true);
     let mut child = command.spawn()?;
     // `process_group(0)` makes the child's pid its group id.
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
 
     let own_out = Arc::new(Mutex::new(TailBuffer::new(inv.stream_limit)));
     let own_err = Arc::new(Mutex::new(TailBuffer::new(inv.stream_limit)));
     let combined = Arc::new(Mutex::new(TailBuffer::new(inv.combined_limit)));
     let mut readers = Vec::with_capacity(2);
     if let Some(out) = child.stdout.take() {
-        readers.push(tokio::spawn(drain(out, Stream::Stdout, inv.hook.to_owned(), own_out.clone(), combined.clone())));
+        readers.push(tokio::spawn(drain(
+            out,
+            Stream::Stdout,
+            inv.hook.to_owned(),
+            own_out.clone(),
+            combined.clone(),
+        )));
     }
     if let Some(err) = child.stderr.take() {
-        readers.push(tokio::spawn(drain(err, Stream::Stderr, inv.hook.to_owned(), own_err.clone(), combined.clone())));
+        readers.push(tokio::spawn(drain(
+            err,
+            Stream::Stderr,
+            inv.hook.to_owned(),
+            own_err.clone(),
+            combined.clone(),
+        )));
     }
 
     let ending = tokio::select! {
@@ -114,7 +127,13 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
     };
     let stderr = lock(&own_err).to_text();
     let combined = lock(&combined).to_text();
-    Ok(Finished { ending, stdout, stdout_truncated, stderr, combined })
+    Ok(Finished {
+        ending,
+        stdout,
+        stdout_truncated,
+        stderr,
+        combined,
+    })
 }
 
 async fn finish_readers(readers: Vec<tokio::task::JoinHandle<()>>, hook: &str) {

@@ -8,7 +8,7 @@
 //!
 //! The API is blocking (std::fs); async callers run it on `spawn_blocking`.
 
-
+mod archive;
 mod digest;
 mod local;
 mod publish;
@@ -17,7 +17,7 @@ mod stage;
 use std::io;
 use std::path::PathBuf;
 
-
+pub use archive::ArchiveRepository;
 pub use digest::digest_tree;
 pub use local::LocalRepository;
 

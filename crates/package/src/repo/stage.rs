@@ -31,13 +31,13 @@ impl Stager {
     }
 
     pub(crate) fn dir(&mut self, rel: &Path) -> Result<(), RepoError> {
-        let path = self.admit(rel)?;
+        let path = self.admit(rel, true)?;
         fs::create_dir_all(&path).map_err(RepoError::io("create directory", &path))?;
         Ok(())
     }
 
     pub(crate) fn file(&mut self, rel: &Path, contents: impl Read, executable: bool) -> Result<(), RepoError> {
-        let path = self.admit(rel)?;
+        let path = self.admit(rel, false)?;
         self.parent(&path)?;
         let mut out = fs::File::create(&path).map_err(RepoError::io("create file", &path))?;
         let remaining = self.limits.max_total_bytes - self.bytes;
@@ -51,7 +51,7 @@ impl Stager {
     }
 
     pub(crate) fn symlink(&mut self, rel: &Path, target: &Path) -> Result<(), RepoError> {
-        let path = self.admit(rel)?;
+        let path = self.admit(rel, false)?;
         check_link_target(rel, target)?;
         self.parent(&path)?;
         symlink(target, &path).map_err(RepoError::io("create symlink", &path))
@@ -63,13 +63,31 @@ impl Stager {
         verify_links_under(&root, &root)
     }
 
-    fn admit(&mut self, rel: &Path) -> Result<PathBuf, RepoError> {
+    /// Checks an entry before anything is written for it. Besides the path rules, no ancestor may
+    /// be a symlink (an archive could otherwise plant `l -> ..`-style links and then write
+    /// `l/file` outside the tree before the links are verified) and an existing entry is never
+    /// overwritten, except that a directory may be announced twice.
+    fn admit(&mut self, rel: &Path, is_dir: bool) -> Result<PathBuf, RepoError> {
         let rel = safe_relative(rel, self.limits.max_depth)?;
         self.entries += 1;
         if self.entries > self.limits.max_entries {
             return Err(RepoError::LimitExceeded { limit: format!("{} entries", self.limits.max_entries) });
         }
-        Ok(self.root.join(rel))
+        let unsafe_path = |reason| RepoError::UnsafePath { path: rel.display().to_string(), reason };
+        let mut ancestor = self.root.clone();
+        for part in rel.parent().into_iter().flat_map(Path::components) {
+            ancestor.push(part);
+            if fs::symlink_metadata(&ancestor).is_ok_and(|m| m.is_symlink()) {
+                return Err(unsafe_path("passes through a symlink"));
+            }
+        }
+        let path = self.root.join(&rel);
+        if let Ok(existing) = fs::symlink_metadata(&path) {
+            if !(is_dir && existing.is_dir()) {
+                return Err(unsafe_path("appears twice"));
+            }
+        }
+        Ok(path)
     }
 
     fn parent(&self, path: &Path) -> Result<(), RepoError> {

@@ -408,8 +408,8 @@ mod tests {
 
     #[test]
     fn nested_maps_and_lists_use_go_yaml_layout() {
-        let v = json!({"b": {"y": [1, 2], "x": "s"}, "a": [{"k": "v", "j": true}, ["n"]], "e": {}, "f": []});
-        let want = "a:\n- j: true\n  k: v\n- - n\nb:\n  x: s\n  \"y\":\n  - 1\n  - 2\ne: {}\nf: []\n";
+        let v = json!({"b": {"y": [1, 2], "x": "s"}, "a": [{"k": "v", "j": true}, ["q"]], "e": {}, "f": []});
+        let want = "a:\n- j: true\n  k: v\n- - q\nb:\n  x: s\n  \"y\":\n  - 1\n  - 2\ne: {}\nf: []\n";
         assert_eq!(to_yaml(&v), want);
     }
 
@@ -420,6 +420,7 @@ mod tests {
         }
         assert_eq!(to_yaml(&json!("1.2.3")), "1.2.3\n");
         assert_eq!(to_yaml(&json!("v1")), "v1\n");
+        assert_eq!(to_yaml(&json!("n")), "\"n\"\n");
     }
 
     #[test]

@@ -30,6 +30,18 @@ impl Dialect {
         }
     }
 
+    /// The URL to connect with. A SQLite URL without a `mode` gets `mode=rwc`, so the database
+    /// file is created on first start instead of failing.
+    pub fn connect_url(self, url: &str) -> String {
+        match self {
+            Dialect::Sqlite if !url.contains("mode=") && !url.contains(":memory:") => {
+                let separator = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{separator}mode=rwc")
+            }
+            _ => url.to_owned(),
+        }
+    }
+
     pub fn migrator(self) -> &'static Migrator {
         match self {
             Dialect::Sqlite => &SQLITE_MIGRATIONS,
@@ -91,5 +103,13 @@ mod tests {
         assert_eq!(Dialect::from_url("sqlite:///tmp/q.db?mode=rwc").ok(), Some(Dialect::Sqlite));
         assert_eq!(Dialect::from_url("postgres://u@h/db").ok(), Some(Dialect::Postgres));
         assert!(matches!(Dialect::from_url("mysql://x"), Err(StoreError::UnsupportedUrl { .. })));
+    }
+
+    #[test]
+    fn sqlite_files_are_created_unless_a_mode_is_given() {
+        assert_eq!(Dialect::Sqlite.connect_url("sqlite://q.db"), "sqlite://q.db?mode=rwc");
+        assert_eq!(Dialect::Sqlite.connect_url("sqlite://q.db?cache=shared"), "sqlite://q.db?cache=shared&mode=rwc");
+        assert_eq!(Dialect::Sqlite.connect_url("sqlite://q.db?mode=ro"), "sqlite://q.db?mode=ro");
+        assert_eq!(Dialect::Sqlite.connect_url("sqlite::memory:"), "sqlite::memory:");
     }
 }

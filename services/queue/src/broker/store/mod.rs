@@ -18,6 +18,8 @@ use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Executor};
 
 pub use dialect::Dialect;
+pub use settle::LeaseRef;
+pub use write::Superseded;
 
 /// Upper bound on the finished tasks kept in `task_history`; it is also the window in which a
 /// re-sent Enqueue of an already finished task id is recognised and ignored.
@@ -80,7 +82,7 @@ impl Store {
                     Ok(())
                 })
             })
-            .connect(database_url)
+            .connect(&dialect.connect_url(database_url))
             .await
             .map_err(|source| StoreError::Connect { dialect, source })?;
         dialect.migrator().run(&pool).await.map_err(StoreError::Migrate)?;

@@ -1,0 +1,154 @@
+//! The garbage collector and namespace controller, level-triggered: every pass looks at
+//! the whole store and moves it one step towards what kube-controller-manager would
+//! make of it. Passes run after each commit (coalesced), so a chain such as
+//! Deployment → ReplicaSet → Pod collapses in a few passes.
+//!
+//! - A namespace with deletionTimestamp has its contents deleted; once empty its
+//!   `spec.finalizers` are cleared and it disappears.
+//! - An object whose every ownerReference names a uid that no longer exists is deleted
+//!   (background propagation).
+//! - An owner being deleted with `foregroundDeletion` has its dependents deleted first,
+//!   then loses the finalizer; with `orphan`, its dependents lose the ownerReference.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::persistence::StoredObject;
+use crate::resources::{GroupResource, Registry};
+use crate::store::{DeleteOptions, Part, Store, meta_str};
+
+const MANAGER: &str = "berth-devcluster-gc";
+
+pub async fn run(store: Arc<Store>, shutdown: CancellationToken) {
+    let mut changes = store.subscribe_changes();
+    loop {
+        reconcile(&store);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+fn uid(o: &Value) -> String {
+    meta_str(o, "uid")
+}
+
+fn terminating(o: &Value) -> bool {
+    o.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+fn has_finalizer(o: &Value, f: &str) -> bool {
+    o.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x == f))
+}
+
+fn owner_uids(o: &Value) -> Vec<String> {
+    o.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| refs.iter().filter_map(|r| r.get("uid")?.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+/// One pass. Errors are logged and retried on the next pass: each step is idempotent.
+pub fn reconcile(store: &Store) {
+    let registry = store.registry();
+    let objects = store.snapshot();
+    namespaces(store, &registry, &objects);
+    owners(store, &registry, &objects);
+}
+
+fn delete(store: &Store, registry: &Registry, o: &StoredObject) {
+    let gr = GroupResource { group: o.group.clone(), resource: o.resource.clone() };
+    let Some(rt) = registry.any_version(&gr) else { return };
+    if let Err(e) = store.delete(rt, &meta_str(&o.object, "namespace"), &meta_str(&o.object, "name"), &DeleteOptions::default()) {
+        if e.code != 404 {
+            tracing::warn!(k8s.resource = %gr, error = %e, "garbage collection delete failed");
+        }
+    }
+}
+
+fn mutate(store: &Store, registry: &Registry, o: &StoredObject, f: impl FnOnce(&mut Value)) {
+    let gr = GroupResource { group: o.group.clone(), resource: o.resource.clone() };
+    let Some(rt) = registry.any_version(&gr) else { return };
+    let ns = meta_str(&o.object, "namespace");
+    if let Err(e) = store.mutate(rt, &ns, &meta_str(&o.object, "name"), Part::Main, MANAGER, f) {
+        tracing::warn!(k8s.resource = %gr, error = %e, "garbage collection update failed");
+    }
+}
+
+fn namespaces(store: &Store, registry: &Registry, objects: &[StoredObject]) {
+    let doomed: HashSet<String> = objects
+        .iter()
+        .filter(|o| o.group.is_empty() && o.resource == "namespaces" && terminating(&o.object))
+        .map(|o| meta_str(&o.object, "name"))
+        .collect();
+    if doomed.is_empty() {
+        return;
+    }
+    let mut remaining: HashMap<&str, usize> = HashMap::new();
+    for o in objects {
+        let ns = o.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
+        if doomed.contains(ns) {
+            *remaining.entry(ns).or_default() += 1;
+            if !terminating(&o.object) {
+                delete(store, registry, o);
+            }
+        }
+    }
+    for o in objects.iter().filter(|o| o.group.is_empty() && o.resource == "namespaces" && terminating(&o.object)) {
+        let name = meta_str(&o.object, "name");
+        if remaining.get(name.as_str()).copied().unwrap_or(0) == 0 {
+            mutate(store, registry, o, |ns| ns["spec"]["finalizers"] = json!([]));
+        }
+    }
+}
+
+fn owners(store: &Store, registry: &Registry, objects: &[StoredObject]) {
+    let by_uid: HashMap<String, &StoredObject> = objects.iter().map(|o| (uid(&o.object), o)).collect();
+    let mut has_dependents: HashSet<String> = HashSet::new();
+    for o in objects {
+        let refs = owner_uids(&o.object);
+        if refs.is_empty() {
+            continue;
+        }
+        has_dependents.extend(refs.iter().cloned());
+        let live: Vec<&&StoredObject> = refs.iter().filter_map(|u| by_uid.get(u)).collect();
+        if live.is_empty() {
+            if !terminating(&o.object) {
+                delete(store, registry, o);
+            }
+            continue;
+        }
+        let orphaning: Vec<String> = live
+            .iter()
+            .filter(|owner| terminating(&owner.object) && has_finalizer(&owner.object, "orphan"))
+            .map(|owner| uid(&owner.object))
+            .collect();
+        if !orphaning.is_empty() {
+            mutate(store, registry, o, |d| {
+                if let Some(Value::Array(refs)) = d.pointer_mut("/metadata/ownerReferences") {
+                    refs.retain(|r| !r.get("uid").and_then(Value::as_str).is_some_and(|u| orphaning.iter().any(|x| x == u)));
+                }
+            });
+            continue;
+        }
+        let foreground = live.iter().any(|owner| terminating(&owner.object) && has_finalizer(&owner.object, "foregroundDeletion"));
+        if foreground && !terminating(&o.object) {
+            delete(store, registry, o);
+        }
+    }
+    for o in objects.iter().filter(|o| terminating(&o.object)) {
+        for f in ["foregroundDeletion", "orphan"] {
+            if has_finalizer(&o.object, f) && !has_dependents.contains(&uid(&o.object)) {
+                mutate(store, registry, o, |x| {
+                    if let Some(Value::Array(list)) = x.pointer_mut("/metadata/finalizers") {
+                        list.retain(|v| v != f);
+                    }
+                });
+            }
+        }
+    }
+}

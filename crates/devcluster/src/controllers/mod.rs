@@ -1,0 +1,5 @@
+//! Background controllers that do what kube-controller-manager would: garbage
+//! collection and namespace cleanup always, workload status simulation when enabled.
+
+pub mod gc;
+pub mod simulate;

@@ -1,0 +1,334 @@
+//! Finding the hooks of a package and asking each for its configuration.
+//!
+//! Walk rules (shell-operator/addon-operator/Deckhouse compatible):
+//! - recursive under `hooks_dir`, sorted by relative path;
+//! - hidden entries (`.*`), and directories named `lib` or `venv`, are skipped;
+//! - only executable regular files count (symlinks to files are followed,
+//!   symlinks to directories are not, which rules out cycles);
+//! - an **extension-less** file is first asked `hook list`; if it prints
+//!   `Found N items` (1 ≤ N ≤ 9999) it is a module-sdk batch binary and
+//!   `hook config` describes its hooks. Anything else is a shell hook and
+//!   is asked `<hook> --config`. Files with an extension are never probed
+//!   with `hook list`, so `*.sh`/`*.py` hooks see only `--config`.
+//!
+//! A missing `hooks_dir` means "no hooks". Any config error fails the whole
+//! discovery with the hook's path: a package with a broken hook must not load.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt, TryStreamExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{BatchConfig, ConfigError, HookConfig};
+use crate::hook::{Hook, HookKind};
+use crate::process::{self, Ending, Finished, Invocation};
+use crate::run::exit_code;
+
+/// Config queries run at once. Each is a process start, often a Go binary
+/// of tens of MB; more than a few at once only thrashes a small node.
+const QUERY_CONCURRENCY: usize = 4;
+/// Largest config output accepted (stdout of `--config` / `hook config`).
+const MAX_CONFIG_OUTPUT: usize = 16 * 1024 * 1024;
+/// Output tail kept for error messages.
+const ERROR_TAIL: usize = 4 * 1024;
+
+/// Why discovery failed. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("reading hooks directory {}: {source}", path.display())]
+    Walk {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("hook {}: cannot start `{command}`: {source}", path.display())]
+    Spawn {
+        path: PathBuf,
+        command: &'static str,
+        source: std::io::Error,
+    },
+    #[error("hook {}: `{command}` exited with code {code}: {output_tail}", path.display())]
+    Query {
+        path: PathBuf,
+        command: &'static str,
+        code: i32,
+        output_tail: String,
+    },
+    #[error("hook {}: `{command}` timed out after {after:?}", path.display())]
+    Timeout {
+        path: PathBuf,
+        command: &'static str,
+        after: Duration,
+    },
+    #[error("hook {}: `{command}` printed more than {MAX_CONFIG_OUTPUT} bytes", path.display())]
+    TooLarge {
+        path: PathBuf,
+        command: &'static str,
+    },
+    #[error("hook {}: invalid config: {source}", path.display())]
+    Config { path: PathBuf, source: ConfigError },
+    #[error("hooks {} and {}: a package may have only one settings check", first.display(), second.display())]
+    SecondSettingsCheck { first: PathBuf, second: PathBuf },
+}
+
+/// Everything discovery found in a hooks directory.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Discovery {
+    /// Hooks in path order; a batch binary contributes its hooks in index order,
+    /// then its readiness hook.
+    pub hooks: Vec<Hook>,
+    /// The batch binary that answers `hook check` (see [`crate::check_settings`]).
+    pub settings_check: Option<PathBuf>,
+}
+
+/// Finds the hooks under `hooks_dir`; see the module docs for the rules.
+/// `timeout` bounds each config query.
+pub async fn discover(hooks_dir: &Path, timeout: Duration) -> Result<Vec<Hook>, DiscoverError> {
+    Ok(discover_all(hooks_dir, timeout).await?.hooks)
+}
+
+/// Like [`discover`], also reporting the settings-check binary.
+pub async fn discover_all(hooks_dir: &Path, timeout: Duration) -> Result<Discovery, DiscoverError> {
+    let dir = hooks_dir.to_path_buf();
+    let files = tokio::task::spawn_blocking(move || executables(&dir))
+        .await
+        .map_err(|e| DiscoverError::Walk {
+            path: hooks_dir.to_path_buf(),
+            source: std::io::Error::other(e),
+        })??;
+    let found: Vec<Found> = stream::iter(
+        files
+            .into_iter()
+            .map(|(rel, path)| load(rel, path, timeout)),
+    )
+    .buffered(QUERY_CONCURRENCY)
+    .try_collect()
+    .await?;
+    let mut discovery = Discovery::default();
+    for found in found {
+        if found.settings_check {
+            if let Some(first) = discovery.settings_check.take() {
+                return Err(DiscoverError::SecondSettingsCheck {
+                    first,
+                    second: found.path,
+                });
+            }
+            discovery.settings_check = Some(found.path);
+        }
+        discovery.hooks.extend(found.hooks);
+    }
+    Ok(discovery)
+}
+
+/// The hooks one executable contributes.
+struct Found {
+    path: PathBuf,
+    hooks: Vec<Hook>,
+    settings_check: bool,
+}
+
+async fn load(rel: String, path: PathBuf, timeout: Duration) -> Result<Found, DiscoverError> {
+    if path.extension().is_none() && is_batch(&path, timeout).await? {
+        return load_batch(rel, path, timeout).await;
+    }
+    let out = query(&path, &["--config"], "--config", timeout).await?;
+    let config = HookConfig::parse(&out).map_err(|source| DiscoverError::Config {
+        path: path.clone(),
+        source,
+    })?;
+    let hook = Hook {
+        name: rel,
+        path: path.clone(),
+        kind: HookKind::Shell,
+        config,
+    };
+    Ok(Found {
+        path,
+        hooks: vec![hook],
+        settings_check: false,
+    })
+}
+
+async fn load_batch(rel: String, path: PathBuf, timeout: Duration) -> Result<Found, DiscoverError> {
+    let out = query(&path, &["hook", "config"], "hook config", timeout).await?;
+    let batch = BatchConfig::parse(&out).map_err(|source| DiscoverError::Config {
+        path: path.clone(),
+        source,
+    })?;
+    let mut hooks: Vec<Hook> = batch
+        .hooks
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| Hook {
+            name: match entry.name {
+                Some(name) => format!("{rel}:{name}:{index}"),
+                None => format!("{rel}:{index}"),
+            },
+            path: path.clone(),
+            kind: HookKind::Batch { index },
+            config: entry.config,
+        })
+        .collect();
+    if let Some(readiness) = batch.readiness {
+        let name = format!("{rel}-readiness");
+        hooks.push(Hook {
+            name,
+            path: path.clone(),
+            kind: HookKind::BatchReadiness,
+            config: readiness.config,
+        });
+    }
+    Ok(Found {
+        path,
+        hooks,
+        settings_check: batch.has_settings_check,
+    })
+}
+
+/// Probes `hook list`. A failing or unrelated answer means "not a batch
+/// hook" rather than an error: it is then treated as a shell hook.
+async fn is_batch(path: &Path, timeout: Duration) -> Result<bool, DiscoverError> {
+    let finished = spawn_query(path, &["hook", "list"], "hook list", timeout).await?;
+    if let Ending::TimedOut = finished.ending {
+        return Err(DiscoverError::Timeout {
+            path: path.to_path_buf(),
+            command: "hook list",
+            after: timeout,
+        });
+    }
+    let exited_ok = matches!(finished.ending, Ending::Exited(status) if status.success());
+    Ok(exited_ok && found_items(&finished.stdout).is_some_and(|n| (1..=9999).contains(&n)))
+}
+
+/// Extracts N from a `Found N items` line (module-sdk's `hook list` answer).
+fn found_items(stdout: &str) -> Option<u32> {
+    stdout.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix("Found ")?;
+        let (count, tail) = rest.split_once(' ')?;
+        (tail == "items" || tail == "item")
+            .then(|| count.parse().ok())
+            .flatten()
+    })
+}
+
+/// Runs a config query that must succeed, returning its stdout.
+async fn query(
+    path: &Path,
+    args: &[&str],
+    command: &'static str,
+    timeout: Duration,
+) -> Result<String, DiscoverError> {
+    let finished = spawn_query(path, args, command, timeout).await?;
+    let path = path.to_path_buf();
+    match finished.ending {
+        Ending::Exited(status) if status.success() => {}
+        Ending::Exited(status) => {
+            return Err(DiscoverError::Query {
+                path,
+                command,
+                code: exit_code(status),
+                output_tail: finished.combined,
+            });
+        }
+        Ending::TimedOut | Ending::Cancelled => {
+            return Err(DiscoverError::Timeout {
+                path,
+                command,
+                after: timeout,
+            });
+        }
+    }
+    if finished.stdout_truncated {
+        return Err(DiscoverError::TooLarge { path, command });
+    }
+    Ok(finished.stdout)
+}
+
+async fn spawn_query(
+    path: &Path,
+    args: &[&str],
+    command: &'static str,
+    timeout: Duration,
+) -> Result<Finished, DiscoverError> {
+    // Discovery has no caller-driven cancellation; the timeout bounds it.
+    let never = CancellationToken::new();
+    process::execute(Invocation {
+        hook: &path.to_string_lossy(),
+        program: path,
+        args,
+        cwd: path.parent().unwrap_or(Path::new("/")),
+        env: Vec::new(),
+        timeout,
+        cancel: &never,
+        stream_limit: MAX_CONFIG_OUTPUT,
+        combined_limit: ERROR_TAIL,
+    })
+    .await
+    .map_err(|source| DiscoverError::Spawn {
+        path: path.to_path_buf(),
+        command,
+        source,
+    })
+}
+
+/// Executable files under `root`, as (relative path, absolute path), sorted.
+fn executables(root: &Path) -> Result<Vec<(String, PathBuf)>, DiscoverError> {
+    let mut found = Vec::new();
+    if !root.exists() {
+        return Ok(found);
+    }
+    walk(root, root, &mut found)?;
+    found.sort();
+    Ok(found)
+}
+
+fn walk(root: &Path, dir: &Path, found: &mut Vec<(String, PathBuf)>) -> Result<(), DiscoverError> {
+    let walk_err = |source| DiscoverError::Walk {
+        path: dir.to_path_buf(),
+        source,
+    };
+    for entry in std::fs::read_dir(dir).map_err(walk_err)? {
+        let entry = entry.map_err(walk_err)?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        let file_type = entry.file_type().map_err(walk_err)?;
+        if file_type.is_dir() {
+            if name != "lib" && name != "venv" {
+                walk(root, &path, found)?;
+            }
+            continue;
+        }
+        // Follows a symlink to its target; a dangling link is skipped.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
+            let abs = std::path::absolute(&path).unwrap_or(path);
+            found.push((rel, abs));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn found_items_line() {
+        assert_eq!(found_items("Found 3 items\n"), Some(3));
+        assert_eq!(found_items("some log\nFound 12 items"), Some(12));
+        assert_eq!(found_items("Found many items"), None);
+        assert_eq!(found_items("usage: hook [--config]"), None);
+    }
+}

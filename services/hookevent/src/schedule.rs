@@ -1,0 +1,97 @@
+//! Crontab bindings: parsing and the next fire time.
+
+use chrono::{DateTime, Utc};
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
+
+/// A schedule binding of one hook of one package.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    pub package: String,
+    pub generation: i64,
+    pub hook: String,
+    pub binding: String,
+    pub crontab: String,
+    pub allow_failure: bool,
+    pub queue: String,
+    pub cron: Cron,
+}
+
+/// Parses a crontab as shell-operator does: 5 fields (minute first) or 6 fields (seconds first).
+/// Day-of-month and day-of-week combine with OR, 0 and 7 are Sunday (Vixie cron semantics).
+pub fn parse_crontab(crontab: &str) -> Result<Cron, String> {
+    let fields = crontab.split_whitespace().count();
+    if fields != 5 && fields != 6 {
+        return Err(format!("crontab {crontab:?}: expected 5 fields, or 6 with seconds first; got {fields}"));
+    }
+    let seconds = if fields == 6 { Seconds::Required } else { Seconds::Disallowed };
+    CronParser::builder()
+        .seconds(seconds)
+        .year(Year::Disallowed)
+        .build()
+        .parse(crontab)
+        .map_err(|e| format!("crontab {crontab:?}: {e}"))
+}
+
+impl Schedule {
+    /// The first fire time strictly after `after`.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.cron.find_next_occurrence(&after, false).ok()
+    }
+
+    /// The queue its HookRun tasks go to.
+    pub fn queue_name(&self) -> String {
+        if self.queue.is_empty() || self.queue == "main" {
+            self.package.clone()
+        } else {
+            format!("{}/{}", self.package, self.queue)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn schedule(crontab: &str) -> Schedule {
+        Schedule {
+            package: "default.hello".into(),
+            generation: 1,
+            hook: "h".into(),
+            binding: "b".into(),
+            crontab: crontab.into(),
+            allow_failure: false,
+            queue: String::new(),
+            cron: parse_crontab(crontab).unwrap(),
+        }
+    }
+
+    #[test]
+    fn five_fields_fire_on_minutes() {
+        let t = Utc.with_ymd_and_hms(2026, 1, 5, 10, 0, 30).unwrap();
+        let next = schedule("*/15 * * * *").next_after(t).unwrap();
+        assert_eq!(next, Utc.with_ymd_and_hms(2026, 1, 5, 10, 15, 0).unwrap());
+    }
+
+    #[test]
+    fn six_fields_have_seconds_first() {
+        let t = Utc.with_ymd_and_hms(2026, 1, 5, 10, 0, 1).unwrap();
+        let next = schedule("*/10 * * * * *").next_after(t).unwrap();
+        assert_eq!(next, Utc.with_ymd_and_hms(2026, 1, 5, 10, 0, 10).unwrap());
+    }
+
+    #[test]
+    fn weekdays_are_monday_to_friday() {
+        // 2026-01-03 is a Saturday: the next 1-5 day is Monday the 5th.
+        let t = Utc.with_ymd_and_hms(2026, 1, 3, 12, 0, 0).unwrap();
+        let next = schedule("0 9 * * 1-5").next_after(t).unwrap();
+        assert_eq!(next, Utc.with_ymd_and_hms(2026, 1, 5, 9, 0, 0).unwrap());
+    }
+
+    #[test]
+    fn bad_crontabs_name_the_problem() {
+        assert!(parse_crontab("* * *").unwrap_err().contains("expected 5 fields"));
+        assert!(parse_crontab("61 * * * *").unwrap_err().contains("61 * * * *"));
+    }
+}

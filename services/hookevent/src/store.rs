@@ -1,0 +1,87 @@
+//! Registered bindings in SQL, so a restart keeps firing them.
+
+use std::str::FromStr;
+
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+use crate::schedule::{Schedule, parse_crontab};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("opening the hookevent database {url}: {source}")]
+    Open { url: String, source: sqlx::Error },
+    #[error("migrating the hookevent database: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("hookevent database: {0}")]
+    Sql(#[from] sqlx::Error),
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|source| StoreError::Open { url: url.to_owned(), source })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(std::time::Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(2)
+            .connect_with(options)
+            .await
+            .map_err(|source| StoreError::Open { url: url.to_owned(), source })?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Store { pool })
+    }
+
+    /// Replaces a package's bindings in one transaction.
+    pub async fn replace(&self, package: &str, schedules: &[Schedule]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM schedule_bindings WHERE package = ?").bind(package).execute(&mut *tx).await?;
+        for s in schedules {
+            sqlx::query(
+                "INSERT INTO schedule_bindings (package, generation, hook, binding, crontab, allow_failure, queue)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&s.package)
+            .bind(s.generation)
+            .bind(&s.hook)
+            .bind(&s.binding)
+            .bind(&s.crontab)
+            .bind(s.allow_failure as i64)
+            .bind(&s.queue)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every stored binding; rows whose crontab no longer parses are skipped with a warning.
+    pub async fn load_all(&self) -> Result<Vec<Schedule>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM schedule_bindings").fetch_all(&self.pool).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let crontab: String = r.get("crontab");
+                let cron = parse_crontab(&crontab)
+                    .inspect_err(|e| tracing::warn!(error = %e, "skipping a stored schedule binding"))
+                    .ok()?;
+                Some(Schedule {
+                    package: r.get("package"),
+                    generation: r.get("generation"),
+                    hook: r.get("hook"),
+                    binding: r.get("binding"),
+                    crontab,
+                    allow_failure: r.get::<i64, _>("allow_failure") != 0,
+                    queue: r.get("queue"),
+                    cron,
+                })
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,145 @@
+//! Proto ↔ domain conversion, with the validation of everything a caller sends.
+
+use berth_proto::queue as pb;
+
+use super::BrokerConfig;
+use super::model::{LeasedTask, NewTask, QueueSummary};
+use super::store::LeaseRef;
+
+/// Longest accepted id, queue, package, kind or traceparent, in bytes.
+const MAX_NAME_BYTES: usize = 512;
+
+/// Why an enqueued task or a request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidTask {
+    #[error("too many tasks in one Enqueue: {count} > limit {limit}")]
+    TooMany { count: usize, limit: usize },
+    #[error("task {index} ({id:?}): field {field} is empty")]
+    Empty { index: usize, id: String, field: &'static str },
+    #[error("task {index} ({id:?}): field {field} is {len} bytes > limit {limit}")]
+    TooLong { index: usize, id: String, field: &'static str, len: usize, limit: usize },
+    #[error("task {index} ({id:?}): payload_json is not JSON: {source}")]
+    PayloadNotJson {
+        index: usize,
+        id: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("missing field {0}")]
+    Missing(&'static str),
+}
+
+impl From<InvalidTask> for tonic::Status {
+    fn from(err: InvalidTask) -> Self {
+        tonic::Status::invalid_argument(err.to_string())
+    }
+}
+
+pub fn new_tasks(tasks: Vec<pb::Task>, config: &BrokerConfig) -> Result<Vec<NewTask>, InvalidTask> {
+    if tasks.len() > config.max_enqueue_batch {
+        return Err(InvalidTask::TooMany { count: tasks.len(), limit: config.max_enqueue_batch });
+    }
+    // An id repeated within one call is accepted once, like an id sent again later.
+    tasks.into_iter().enumerate().map(|(index, task)| new_task(index, task, config)).collect()
+}
+
+fn new_task(index: usize, task: pb::Task, config: &BrokerConfig) -> Result<NewTask, InvalidTask> {
+    // Exhaustive destructuring: a new proto field breaks the build here, where it must be handled.
+    // attempts, last_error and fence are the broker's to fill, so a caller's values are ignored.
+    let pb::Task { id, queue, package, generation, kind, payload_json, traceparent, allow_failure, attempts: _, last_error: _, fence: _ } = task;
+    let check = |field: &'static str, value: &str, limit: usize, required: bool| {
+        if required && value.is_empty() {
+            return Err(InvalidTask::Empty { index, id: id.clone(), field });
+        }
+        if value.len() > limit {
+            return Err(InvalidTask::TooLong { index, id: id.clone(), field, len: value.len(), limit });
+        }
+        Ok(())
+    };
+    check("id", &id, MAX_NAME_BYTES, true)?;
+    check("queue", &queue, MAX_NAME_BYTES, true)?;
+    check("package", &package, MAX_NAME_BYTES, true)?;
+    check("kind", &kind, MAX_NAME_BYTES, true)?;
+    check("traceparent", &traceparent, MAX_NAME_BYTES, false)?;
+    check("payload_json", &payload_json, config.max_payload_bytes, false)?;
+    let payload_json = if payload_json.is_empty() { "{}".to_owned() } else { payload_json };
+    if let Err(source) = serde_json::from_str::<serde::de::IgnoredAny>(&payload_json) {
+        return Err(InvalidTask::PayloadNotJson { index, id, source });
+    }
+    Ok(NewTask { id, queue, package, generation, kind, payload_json, traceparent, allow_failure })
+}
+
+pub fn lease_ref(lease: Option<pb::LeaseRef>) -> Result<LeaseRef, InvalidTask> {
+    let pb::LeaseRef { task_id, fence } = lease.ok_or(InvalidTask::Missing("lease"))?;
+    if task_id.is_empty() {
+        return Err(InvalidTask::Missing("lease.task_id"));
+    }
+    Ok(LeaseRef { task_id, fence })
+}
+
+pub fn leased_task(leased: LeasedTask) -> pb::Task {
+    let LeasedTask { task, attempts, last_error, fence } = leased;
+    let NewTask { id, queue, package, generation, kind, payload_json, traceparent, allow_failure } = task;
+    pb::Task {
+        id,
+        queue,
+        package,
+        generation,
+        kind,
+        payload_json,
+        traceparent,
+        allow_failure,
+        attempts: saturate(attempts),
+        last_error,
+        fence,
+    }
+}
+
+pub fn queue_info(summary: QueueSummary) -> pb::QueueInfo {
+    let QueueSummary { name, length, head_kind, head_id, head_attempts, head_last_error, lease_holder } = summary;
+    pb::QueueInfo {
+        name,
+        length: saturate(length),
+        head_kind,
+        head_id,
+        head_attempts: saturate(head_attempts),
+        head_last_error,
+        lease_holder,
+    }
+}
+
+/// Counts are 64-bit in the store and 32-bit on the wire.
+pub fn saturate(n: impl TryInto<i32>) -> i32 {
+    n.try_into().unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: &str) -> pb::Task {
+        pb::Task { id: id.into(), queue: "q".into(), package: "p".into(), kind: "Run".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn limits_are_named_in_errors() {
+        let config = BrokerConfig { max_enqueue_batch: 2, max_payload_bytes: 8, ..Default::default() };
+        let err = new_tasks(vec![task("a"), task("b"), task("c")], &config).expect_err("batch too big");
+        assert!(err.to_string().contains("limit 2"), "{err}");
+        let mut big = task("a");
+        big.payload_json = r#"{"k": "0123456789"}"#.into();
+        let err = new_tasks(vec![big], &config).expect_err("payload too big");
+        assert!(err.to_string().contains("payload_json") && err.to_string().contains("limit 8"), "{err}");
+    }
+
+    #[test]
+    fn rejects_empty_fields_and_bad_json() {
+        let config = BrokerConfig::default();
+        let err = new_tasks(vec![pb::Task { queue: String::new(), ..task("a") }], &config).expect_err("empty queue");
+        assert!(err.to_string().contains("queue"), "{err}");
+        let err = new_tasks(vec![pb::Task { payload_json: "{".into(), ..task("a") }], &config).expect_err("bad json");
+        assert!(matches!(err, InvalidTask::PayloadNotJson { .. }), "{err}");
+        let ok = new_tasks(vec![task("a")], &config).expect("valid task");
+        assert_eq!(ok[0].payload_json, "{}");
+    }
+}

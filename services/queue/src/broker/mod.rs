@@ -1,0 +1,71 @@
+//! The queue broker: durable storage plus the `berth.queue.v1.Broker` gRPC service.
+//!
+//! Layout: [`store`] owns the SQL (one code path for SQLite and PostgreSQL); [`backoff`] and
+//! [`compaction`] are pure rules; [`convert`] validates and maps proto messages; [`service`]
+//! is the thin gRPC adapter that adds long polling.
+//!
+//! No background task is needed: lease expiry (redelivery) and the removal of cancelled tasks
+//! whose holder vanished happen lazily inside Lease, and a waiting Lease wakes up by itself
+//! when the next retry delay ends or the next lease expires.
+
+mod backoff;
+mod compaction;
+mod convert;
+mod model;
+mod service;
+mod store;
+
+use std::time::Duration;
+
+pub use backoff::Backoff;
+pub use compaction::HOOK_RUN_KIND;
+pub use convert::InvalidTask;
+pub use model::{FailOutcome, HistoryEntry, LeaseBatch, LeasedTask, NewTask, Outcome, QueueSummary};
+pub use service::BrokerService;
+pub use store::{Dialect, HISTORY_LIMIT, LeaseRef, Store, StoreError, Superseded};
+
+/// Tunables of a broker. [`Default`] gives the production values.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// How long a lease lasts without a heartbeat. Default 10 s: a dead worker's task is
+    /// redelivered after at most this long, and workers heartbeat far more often.
+    pub lease_ttl: Duration,
+    /// First retry delay after a failure. Default 1 s; it doubles per attempt.
+    pub retry_base: Duration,
+    /// Cap of the retry delay. Default 60 s, as Deckhouse packages use.
+    pub retry_max: Duration,
+    /// Most tasks accepted in one Enqueue call. Default 1000.
+    pub max_enqueue_batch: usize,
+    /// Largest accepted `payload_json`, in bytes. Default 1 MiB.
+    pub max_payload_bytes: usize,
+    /// Longest a Lease call may wait for work. Default 30 s; longer requests are clamped.
+    pub max_lease_wait: Duration,
+    /// Most tasks handed out by one Lease call. Default 64; larger requests are clamped.
+    pub max_lease_batch: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(10),
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(60),
+            max_enqueue_batch: 1000,
+            max_payload_bytes: 1 << 20,
+            max_lease_wait: Duration::from_secs(30),
+            max_lease_batch: 64,
+        }
+    }
+}
+
+impl BrokerConfig {
+    pub fn backoff(&self) -> Backoff {
+        Backoff { base: self.retry_base, max: self.retry_max }
+    }
+}
+
+/// The tonic service for `svc`, with a decoding limit that admits a full Enqueue batch.
+pub fn server(svc: BrokerService) -> berth_proto::queue::broker_server::BrokerServer<BrokerService> {
+    let limit = svc.config().max_enqueue_batch.saturating_mul(svc.config().max_payload_bytes).clamp(4 << 20, 64 << 20);
+    berth_proto::queue::broker_server::BrokerServer::new(svc).max_decoding_message_size(limit)
+}

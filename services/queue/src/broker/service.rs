@@ -1,0 +1,203 @@
+//! The gRPC adapter: parses requests at the edge, calls the [`Store`], and long-polls Lease.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use berth_proto::queue as pb;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use super::convert::{self, saturate};
+use super::model::{FailOutcome, LeaseBatch};
+use super::store::{Store, StoreError};
+use super::BrokerConfig;
+
+/// The broker. Cheap to clone; clones share the store and the wake-up signal.
+#[derive(Clone)]
+pub struct BrokerService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    config: BrokerConfig,
+    /// Wakes waiting Lease calls when something may have become ready (Enqueue, Complete, Fail,
+    /// Supersede). A `Notify` rather than a channel: waiters only need "look again", never a
+    /// payload, so nothing can pile up.
+    wake: Notify,
+}
+
+impl BrokerService {
+    pub fn new(store: Store, config: BrokerConfig) -> Self {
+        Self { inner: Arc::new(Inner { store, config, wake: Notify::new() }) }
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.inner.config
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Tells waiting Lease calls to look again. Also for a listener that learns of changes made
+    /// by another broker (PostgreSQL NOTIFY).
+    pub fn wake_waiters(&self) {
+        self.inner.wake.notify_waiters();
+    }
+
+    /// Leases, waiting until `wait` has passed for a task to become ready.
+    async fn lease_waiting(&self, worker: &str, max: i64, wait: Duration) -> Result<Vec<pb::Task>, StoreError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            // Register interest before looking, so a wake-up between the query and the wait is
+            // not lost.
+            let notified = self.inner.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let LeaseBatch { tasks, next_due_ms } =
+                self.inner.store.lease(worker, max, self.inner.config.lease_ttl, now_ms()).await?;
+            let now = Instant::now();
+            if !tasks.is_empty() || now >= deadline {
+                return Ok(tasks.into_iter().map(convert::leased_task).collect());
+            }
+            let until = match next_due_ms {
+                Some(due) => deadline.min(now + Duration::from_millis(due.saturating_sub(now_ms()).max(1) as u64)),
+                None => deadline,
+            };
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch: the time base of every stored deadline.
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+fn status(err: StoreError) -> Status {
+    match err {
+        StoreError::StaleLease { .. } => Status::failed_precondition(err.to_string()),
+        other => {
+            tracing::error!(error = &other as &dyn std::error::Error, "queue store failed");
+            Status::unavailable(format!("{other}: {}", source_chain(&other)))
+        }
+    }
+}
+
+fn source_chain(err: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        parts.push(e.to_string());
+        cur = e.source();
+    }
+    parts.join(": ")
+}
+
+#[tonic::async_trait]
+impl pb::broker_server::Broker for BrokerService {
+    #[instrument(skip_all, fields(tasks = request.get_ref().tasks.len()))]
+    async fn enqueue(&self, request: Request<pb::EnqueueRequest>) -> Result<Response<pb::EnqueueResponse>, Status> {
+        let tasks = convert::new_tasks(request.into_inner().tasks, &self.inner.config)?;
+        let accepted = self.inner.store.enqueue(&tasks, now_ms()).await.map_err(status)?;
+        if accepted > 0 {
+            self.wake_waiters();
+        }
+        Ok(Response::new(pb::EnqueueResponse { accepted: saturate(accepted) }))
+    }
+
+    #[instrument(skip_all, fields(package.key = %request.get_ref().package, package.generation = request.get_ref().generation))]
+    async fn supersede(&self, request: Request<pb::SupersedeRequest>) -> Result<Response<pb::SupersedeResponse>, Status> {
+        let pb::SupersedeRequest { package, generation } = request.into_inner();
+        if package.is_empty() {
+            return Err(convert::InvalidTask::Missing("package").into());
+        }
+        let done = self.inner.store.supersede(&package, generation, now_ms()).await.map_err(status)?;
+        if done.dropped > 0 {
+            self.wake_waiters();
+        }
+        Ok(Response::new(pb::SupersedeResponse { dropped: saturate(done.dropped), cancelled: saturate(done.cancelled) }))
+    }
+
+    #[instrument(skip_all, fields(worker = %request.get_ref().worker))]
+    async fn lease(&self, request: Request<pb::LeaseRequest>) -> Result<Response<pb::LeaseResponse>, Status> {
+        let pb::LeaseRequest { worker, max, wait_ms } = request.into_inner();
+        if worker.is_empty() {
+            return Err(convert::InvalidTask::Missing("worker").into());
+        }
+        let config = &self.inner.config;
+        let max = (max.max(1) as usize).min(config.max_lease_batch) as i64;
+        let wait = Duration::from_millis(wait_ms.max(0) as u64).min(config.max_lease_wait);
+        let tasks = self.lease_waiting(&worker, max, wait).await.map_err(status)?;
+        let lease_ttl_ms = saturate(config.lease_ttl.as_millis() as i64);
+        Ok(Response::new(pb::LeaseResponse { tasks, lease_ttl_ms }))
+    }
+
+    #[instrument(skip_all, fields(worker = %request.get_ref().worker, leases = request.get_ref().leases.len()))]
+    async fn heartbeat(&self, request: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let pb::HeartbeatRequest { worker, leases } = request.into_inner();
+        if leases.len() > self.inner.config.max_enqueue_batch {
+            return Err(Status::invalid_argument(format!(
+                "too many leases in one Heartbeat: {} > limit {}",
+                leases.len(),
+                self.inner.config.max_enqueue_batch
+            )));
+        }
+        let leases = leases.into_iter().map(|l| convert::lease_ref(Some(l))).collect::<Result<Vec<_>, _>>()?;
+        let cancelled =
+            self.inner.store.heartbeat(&worker, &leases, self.inner.config.lease_ttl, now_ms()).await.map_err(status)?;
+        Ok(Response::new(pb::HeartbeatResponse { cancelled }))
+    }
+
+    #[instrument(skip_all, fields(task.id = tracing::field::Empty))]
+    async fn complete(&self, request: Request<pb::CompleteRequest>) -> Result<Response<pb::CompleteResponse>, Status> {
+        let lease = convert::lease_ref(request.into_inner().lease)?;
+        tracing::Span::current().record("task.id", lease.task_id.as_str());
+        self.inner.store.complete(&lease, now_ms()).await.map_err(status)?;
+        self.wake_waiters();
+        Ok(Response::new(pb::CompleteResponse {}))
+    }
+
+    #[instrument(skip_all, fields(task.id = tracing::field::Empty))]
+    async fn fail(&self, request: Request<pb::FailRequest>) -> Result<Response<pb::FailResponse>, Status> {
+        let pb::FailRequest { lease, error, retry } = request.into_inner();
+        let lease = convert::lease_ref(lease)?;
+        tracing::Span::current().record("task.id", lease.task_id.as_str());
+        // The error is stored and shown in Dump; bound it like a payload.
+        let error = truncate(error, self.inner.config.max_payload_bytes);
+        let backoff = self.inner.config.backoff();
+        let outcome = self.inner.store.fail(&lease, &error, retry, &backoff, now_ms()).await.map_err(status)?;
+        // Dropping the head frees its queue; a retried head needs no wake-up (the waiters'
+        // timers already cover its due time once they look again).
+        self.wake_waiters();
+        let retry_in_ms = match outcome {
+            FailOutcome::RetryIn(ms) => ms,
+            FailOutcome::Dropped => -1,
+        };
+        Ok(Response::new(pb::FailResponse { retry_in_ms }))
+    }
+
+    #[instrument(skip_all)]
+    async fn dump(&self, _request: Request<pb::DumpRequest>) -> Result<Response<pb::DumpResponse>, Status> {
+        let queues = self.inner.store.dump(now_ms()).await.map_err(status)?;
+        Ok(Response::new(pb::DumpResponse { queues: queues.into_iter().map(convert::queue_info).collect() }))
+    }
+}
+
+/// Cuts `s` to at most `limit` bytes on a character boundary.
+fn truncate(mut s: String, limit: usize) -> String {
+    if s.len() > limit {
+        let mut end = limit;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}

@@ -1,0 +1,107 @@
+//! `berth-queue`: the task queue broker (`serve`) or a worker (`work`) as its own process.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use berth_queue::broker::BrokerConfig;
+use berth_queue::tasks::TaskConfig;
+use berth_queue::worker::WorkerConfig;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "berth-queue", about = "berth task queue: the broker and its workers")]
+struct Args {
+    #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    log_format: berth_telemetry::LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the broker.
+    Serve {
+        #[arg(long, env = "BERTH_QUEUE_LISTEN", default_value = "127.0.0.1:7071")]
+        listen: std::net::SocketAddr,
+        /// `sqlite://PATH` of the queue database.
+        #[arg(long, env = "BERTH_QUEUE_DATABASE", default_value = "sqlite://.berth/queue.db")]
+        database: String,
+        /// Lease time-to-live in milliseconds: a dead worker's task is redelivered after it.
+        #[arg(long, env = "BERTH_QUEUE_LEASE_TTL_MS", default_value_t = 10_000)]
+        lease_ttl_ms: u64,
+    },
+    /// Run a worker that leases and executes tasks.
+    Work {
+        #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
+        broker: String,
+        #[arg(long, env = "BERTH_LIFECYCLE", default_value = "http://127.0.0.1:7072")]
+        lifecycle: String,
+        #[arg(long, env = "BERTH_RELEASE", default_value = "http://127.0.0.1:7074")]
+        release: String,
+        #[arg(long, env = "BERTH_HOOKEVENT", default_value = "http://127.0.0.1:7073")]
+        hookevent: String,
+        /// Package cache of this worker.
+        #[arg(long, env = "BERTH_CACHE_DIR", default_value = ".berth/packages")]
+        cache_dir: PathBuf,
+        /// Tasks (of different queues) run at once.
+        #[arg(long, env = "BERTH_WORKER_CONCURRENCY", default_value_t = 4)]
+        concurrency: usize,
+        /// Seconds a hook may run before its process group is killed.
+        #[arg(long, env = "BERTH_HOOK_TIMEOUT", default_value_t = 300)]
+        hook_timeout: u64,
+        /// Seconds a Run waits for the release to become ready before failing (and retrying).
+        #[arg(long, env = "BERTH_READY_TIMEOUT", default_value_t = 300)]
+        ready_timeout: u64,
+        /// Worker id in leases and Dump (default: random).
+        #[arg(long, env = "BERTH_WORKER_ID")]
+        id: Option<String>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _telemetry = berth_telemetry::init("berth-queue", args.log_format);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    match args.command {
+        Command::Serve { listen, database, lease_ttl_ms } => {
+            ensure_sqlite_dir(&database)?;
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            println!("listening on {}", listener.local_addr()?);
+            let config = BrokerConfig { lease_ttl: Duration::from_millis(lease_ttl_ms), ..Default::default() };
+            berth_queue::process::serve(&database, config, listener, shutdown).await?;
+        }
+        Command::Work { broker, lifecycle, release, hookevent, cache_dir, concurrency, hook_timeout, ready_timeout, id } => {
+            std::fs::create_dir_all(&cache_dir)?;
+            let tasks = TaskConfig {
+                lifecycle_endpoint: lifecycle,
+                release_endpoint: release,
+                hookevent_endpoint: hookevent,
+                cache_dir,
+                hook_timeout: Duration::from_secs(hook_timeout),
+                ready_timeout: Duration::from_secs(ready_timeout),
+            };
+            let mut config = WorkerConfig { concurrency, ..Default::default() };
+            if let Some(id) = id {
+                config.id = id;
+            }
+            println!("worker {} started", config.id);
+            berth_queue::process::work(&broker, tasks, config, shutdown).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates the directory of a `sqlite://` database file.
+fn ensure_sqlite_dir(url: &str) -> std::io::Result<()> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let path = path.split('?').next().unwrap_or(path);
+        if let Some(parent) = std::path::Path::new(path).parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! Per-task context: the package spec as lifecycle has it, the clients, and reporting helpers.
+
+use std::path::PathBuf;
+
+use berth_proto::lifecycle::{ConditionUpdate, GetSpecRequest, ReportRequest, Spec};
+use berth_proto::queue::Task;
+use berth_proto::tasks::TaskKind;
+use tokio_util::sync::CancellationToken;
+
+use super::{Services, TaskConfig, TaskRunner, hooks::HookCache};
+use crate::worker::TaskError;
+
+pub struct TaskContext<'a> {
+    pub spec: Spec,
+    pub services: Services,
+    pub config: &'a TaskConfig,
+    pub hooks: &'a HookCache,
+    pub cancel: CancellationToken,
+}
+
+/// A gRPC failure as a retryable task error naming the call.
+pub fn rpc_error(call: &str, status: tonic::Status) -> TaskError {
+    TaskError::retry(format!("{call}: {} ({:?})", status.message(), status.code()))
+}
+
+impl<'a> TaskContext<'a> {
+    /// Fetches the spec. `None` when the task is stale: the package is gone or has a newer
+    /// generation (its tasks superseded this one).
+    pub async fn start(
+        runner: &'a TaskRunner,
+        task: &Task,
+        cancel: CancellationToken,
+    ) -> Result<Option<TaskContext<'a>>, TaskError> {
+        let mut lifecycle = runner.services.lifecycle.clone();
+        let spec = match lifecycle.get_spec(GetSpecRequest { key: task.package.clone() }).await {
+            Ok(spec) => spec.into_inner(),
+            Err(s) if s.code() == tonic::Code::NotFound => return Ok(None),
+            Err(s) => return Err(rpc_error("lifecycle GetSpec", s)),
+        };
+        if spec.generation > task.generation {
+            return Ok(None);
+        }
+        Ok(Some(TaskContext {
+            spec,
+            services: runner.services.clone(),
+            config: &runner.config,
+            hooks: &runner.hooks,
+            cancel,
+        }))
+    }
+
+    pub fn key(&self) -> &str {
+        &self.spec.key
+    }
+
+    /// `<cache>/<package key>/<version>`: each instance has its own copy, so Cleanup can delete it
+    /// without touching another instance of the same package.
+    pub fn package_dir(&self) -> PathBuf {
+        self.config.cache_dir.join(&self.spec.key).join(&self.spec.version)
+    }
+
+    /// The Helm release name and namespace of this package instance.
+    pub fn release(&self) -> (String, String) {
+        let r = self.spec.r#ref.clone().unwrap_or_default();
+        (r.name, r.namespace)
+    }
+
+    pub async fn report(&self, mut req: ReportRequest) -> Result<bool, TaskError> {
+        req.key = self.spec.key.clone();
+        req.generation = self.spec.generation;
+        let accepted = self
+            .services
+            .lifecycle
+            .clone()
+            .report(req)
+            .await
+            .map_err(|s| rpc_error("lifecycle Report", s))?
+            .into_inner()
+            .accepted;
+        Ok(accepted)
+    }
+
+    /// Reports a phase and conditions.
+    pub async fn progress(&self, phase: &str, conditions: &[(&str, &str, &str, &str)]) -> Result<(), TaskError> {
+        self.report(ReportRequest {
+            phase: phase.to_owned(),
+            conditions: conditions
+                .iter()
+                .map(|(t, s, r, m)| ConditionUpdate {
+                    r#type: (*t).to_owned(),
+                    status: (*s).to_owned(),
+                    reason: (*r).to_owned(),
+                    message: (*m).to_owned(),
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Records a task failure on the package; best effort.
+    pub async fn report_error(&self, kind: TaskKind, message: &str) {
+        let error = format!("{}: {message}", kind.as_str());
+        if let Err(e) = self.report(ReportRequest { error, ..Default::default() }).await {
+            tracing::warn!(error = %e.message, "could not report a task failure");
+        }
+    }
+
+    /// Environment every hook of this package gets besides the contract's files.
+    pub fn hook_env(&self) -> Vec<(String, String)> {
+        let r = self.spec.r#ref.clone().unwrap_or_default();
+        let mut env = vec![
+            ("BERTH_PACKAGE_KEY".to_owned(), self.spec.key.clone()),
+            ("BERTH_PACKAGE_VERSION".to_owned(), self.spec.version.clone()),
+            ("TRACEPARENT".to_owned(), berth_telemetry::current_traceparent()),
+        ];
+        if r.kind == berth_proto::v1::PackageKind::Module as i32 {
+            env.push(("MODULE_NAME".to_owned(), r.name));
+        } else {
+            env.push(("APPLICATION_NAME".to_owned(), r.name));
+            env.push(("APPLICATION_NAMESPACE".to_owned(), r.namespace));
+        }
+        env
+    }
+}

@@ -1,0 +1,108 @@
+//! Running a package's hooks from a task: discovery (cached per package directory) and runs with
+//! the package's values, identity and trace context.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use berth_hooks::{Hook, LifecycleBinding, RunOutput, RunRequest};
+use berth_package::Package;
+use serde_json::Value;
+
+use super::context::TaskContext;
+use super::local::Values;
+use crate::worker::TaskError;
+
+/// Packages whose discovered hooks are kept; the cache is cleared when it grows past this, since a
+/// rediscovery only costs a `--config` run per hook.
+const HOOK_CACHE_ENTRIES: usize = 256;
+
+/// Discovered hooks per package directory: discovery runs every hook with `--config`, too costly
+/// to repeat for every event.
+#[derive(Default)]
+pub struct HookCache {
+    entries: Mutex<HashMap<PathBuf, Arc<Vec<Hook>>>>,
+}
+
+impl HookCache {
+    pub async fn get(&self, pkg: &Package, cx: &TaskContext<'_>) -> Result<Arc<Vec<Hook>>, TaskError> {
+        let Some(dir) = pkg.hooks_dir.clone() else {
+            return Ok(Arc::new(vec![]));
+        };
+        if let Some(hooks) = self.lock().get(&dir) {
+            return Ok(hooks.clone());
+        }
+        let hooks = Arc::new(
+            berth_hooks::discover(&dir, cx.config.hook_timeout)
+                .await
+                .map_err(|e| TaskError::retry(e.to_string()))?,
+        );
+        let mut entries = self.lock();
+        if entries.len() >= HOOK_CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(dir, hooks.clone());
+        Ok(hooks)
+    }
+
+    pub fn forget(&self, dir_prefix: &std::path::Path) {
+        self.lock().retain(|k, _| !k.starts_with(dir_prefix));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Vec<Hook>>>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs one hook with `binding_context` and the current values.
+pub async fn run_hook(
+    cx: &TaskContext<'_>,
+    hook: &Hook,
+    binding_context: Value,
+    values: &Values,
+) -> Result<RunOutput, TaskError> {
+    let span = tracing::info_span!("hook", hook.name = %hook.name);
+    let _ = &span;
+    berth_hooks::run(RunRequest {
+        hook,
+        binding_context,
+        values: values.current.clone(),
+        config_values: values.settings.clone(),
+        env: cx.hook_env(),
+        timeout: cx.config.hook_timeout,
+        cancel: cx.cancel.clone(),
+        tmp_dir: None,
+    })
+    .await
+    .map_err(|e| TaskError::retry(e.to_string()))
+}
+
+/// Runs the hooks bound to a lifecycle binding in order, applying each one's values patch before
+/// the next runs. Returns whether the values changed.
+pub async fn run_lifecycle(
+    cx: &TaskContext<'_>,
+    pkg: &Package,
+    hooks: &[Hook],
+    binding: LifecycleBinding,
+    name: &str,
+    values: &mut Values,
+) -> Result<bool, TaskError> {
+    let mut changed = false;
+    for hook in berth_hooks::ordered(hooks, binding) {
+        let output = run_hook(cx, hook, serde_json::json!([{"binding": name}]), values).await?;
+        report_run(cx, &hook.name, "").await;
+        changed |= values.apply(pkg, &hook.name, output.values_patch)?;
+    }
+    Ok(changed)
+}
+
+/// Records a hook run for Dump; best effort.
+pub async fn report_run(cx: &TaskContext<'_>, hook: &str, error: &str) {
+    let report = berth_proto::lifecycle::ReportRequest {
+        hook_run: Some(berth_proto::lifecycle::HookRunReport { name: hook.to_owned(), error: error.to_owned() }),
+        ..Default::default()
+    };
+    if let Err(e) = cx.report(report).await {
+        tracing::warn!(error = %e.message, "could not report a hook run");
+    }
+}

@@ -1,0 +1,72 @@
+//! The package as this worker sees it: fetched into the worker's cache on first use, then loaded.
+//! Every task that needs the files calls [`ensure`], so any worker can run any task of any package
+//! (workers share nothing but the broker).
+
+use berth_package::{LocalRepository, Package};
+use serde_json::Value;
+
+use super::context::TaskContext;
+use crate::worker::TaskError;
+
+/// Fetches (when missing) and loads the package version of the spec.
+pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
+    let dest = cx.package_dir();
+    let repo = cx.spec.repository.clone();
+    let package = cx.spec.package.clone();
+    let version = cx.spec.version.clone();
+    // Copying and digesting files is blocking work.
+    tokio::task::spawn_blocking(move || {
+        if !dest.join("package.yaml").exists() {
+            LocalRepository::new(&repo)
+                .fetch(&package, &version, &dest)
+                .map_err(|e| TaskError::retry(format!("fetching {package} {version} from {repo}: {e}")))?;
+        }
+        berth_package::load(&dest).map_err(|e| TaskError::retry(format!("loading {package} {version}: {e}")))
+    })
+    .await
+    .map_err(|e| TaskError::retry(format!("package loader panicked: {e}")))?
+}
+
+/// The values of the package now: settings and the stored hook patches layered over the
+/// package's static values and defaults.
+pub struct Values {
+    pub settings: Value,
+    pub patches: json_patch::Patch,
+    pub current: Value,
+    /// How many of `patches` lifecycle already stores; the rest are new in this task.
+    stored: usize,
+}
+
+impl Values {
+    pub fn compute(pkg: &Package, cx: &TaskContext<'_>) -> Result<Values, TaskError> {
+        let settings = berth_proto::json::from_opt_struct(cx.spec.settings.as_ref());
+        let patches: json_patch::Patch = serde_json::from_str(&cx.spec.values_patch_json)
+            .map_err(|e| TaskError::permanent(format!("stored values patch is not a JSON patch: {e}")))?;
+        let current = berth_package::compute_values(pkg, &settings, &patches)
+            .map_err(|e| TaskError::retry(e.to_string()))?;
+        let stored = patches.0.len();
+        Ok(Values { settings, patches, current, stored })
+    }
+
+    /// The patch operations added in this task, as JSON for lifecycle ("" when none).
+    pub fn new_ops_json(&self) -> String {
+        let new = &self.patches.0[self.stored.min(self.patches.0.len())..];
+        if new.is_empty() { String::new() } else { serde_json::to_string(new).unwrap_or_default() }
+    }
+
+    /// Applies a hook's patch on top: strict, and validated against the values schema. Returns
+    /// whether the values changed.
+    pub fn apply(&mut self, pkg: &Package, hook: &str, patch: json_patch::Patch) -> Result<bool, TaskError> {
+        if patch.0.is_empty() {
+            return Ok(false);
+        }
+        let mut all = self.patches.clone();
+        all.0.extend(patch.0);
+        let values = berth_package::compute_values(pkg, &self.settings, &all)
+            .map_err(|e| TaskError::retry(format!("values patch of hook {hook}: {e}")))?;
+        let changed = values != self.current;
+        self.current = values;
+        self.patches = all;
+        Ok(changed)
+    }
+}

@@ -1,0 +1,283 @@
+//! The broker's gRPC contract, against a real server over SQLite.
+
+mod support;
+
+use std::time::Duration;
+
+use berth_queue::broker::BrokerConfig;
+use serde_json::{Value, json};
+use support::{TestBroker, eventually, fast_config, hook_run, ids, sqlite_url, task};
+use tokio::time::Instant;
+
+async fn broker(config: BrokerConfig) -> (TestBroker, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    (TestBroker::start(&sqlite_url(&dir), config).await, dir)
+}
+
+#[tokio::test]
+async fn tasks_of_a_queue_run_in_enqueue_order_and_enqueue_is_idempotent() {
+    let (b, _dir) = broker(fast_config()).await;
+    assert_eq!(b.enqueue(vec![task("a", "q", "p"), task("b", "q", "p")]).await, 2);
+    assert_eq!(b.enqueue(vec![task("c", "q", "p"), task("a", "q", "p")]).await, 1, "a is already queued");
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let leased = b.lease("w", 10, 0).await;
+        assert_eq!(leased.len(), 1, "one task of a queue at a time: {:?}", ids(&leased));
+        order.push(leased[0].id.clone());
+        b.complete(&leased[0]).await.expect("complete");
+    }
+    assert_eq!(order, ["a", "b", "c"]);
+    assert_eq!(b.enqueue(vec![task("a", "q", "p")]).await, 0, "a finished recently and is not run again");
+    assert!(b.lease("w", 10, 0).await.is_empty());
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn one_task_per_queue_is_leased_and_queues_run_in_parallel() {
+    let (b, _dir) = broker(fast_config()).await;
+    b.enqueue(vec![task("a1", "p1", "p1"), task("a2", "p1", "p1"), task("b1", "p2", "p2"), task("c1", "p2/main", "p2")]).await;
+    let leased = b.lease("w1", 10, 0).await;
+    assert_eq!(ids(&leased), ["a1", "b1", "c1"], "the heads of three queues, oldest first");
+    assert!(b.lease("w2", 10, 0).await.is_empty(), "every queue already has a leased task");
+    b.complete(&leased[0]).await.expect("complete a1");
+    assert_eq!(ids(&b.lease("w2", 10, 0).await), ["a2"]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn lease_respects_max() {
+    let (b, _dir) = broker(fast_config()).await;
+    b.enqueue((0..5).map(|i| task(&format!("t{i}"), &format!("q{i}"), "p")).collect()).await;
+    assert_eq!(ids(&b.lease("w", 2, 0).await), ["t0", "t1"]);
+    assert_eq!(ids(&b.lease("w", 10, 0).await), ["t2", "t3", "t4"]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn long_poll_wakes_when_a_task_is_enqueued() {
+    let (b, _dir) = broker(fast_config()).await;
+    let client = b.client.clone();
+    let waiting = tokio::spawn(async move {
+        let mut client = client;
+        let started = Instant::now();
+        let request = berth_proto::queue::LeaseRequest { worker: "w".into(), max: 1, wait_ms: 10_000 };
+        let tasks = client.lease(request).await.expect("lease").into_inner().tasks;
+        (tasks, started.elapsed())
+    });
+    // Enqueue only once the poll is parked: the broker's wake-up must reach it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.enqueue(vec![task("late", "q", "p")]).await;
+    let (tasks, waited) = waiting.await.expect("lease task");
+    assert_eq!(ids(&tasks), ["late"]);
+    assert!(waited < Duration::from_secs(5), "woke after {waited:?}, not at the 10 s deadline");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn failed_task_is_retried_with_backoff_without_delaying_other_queues() {
+    let (b, _dir) = broker(fast_config()).await;
+    b.enqueue(vec![task("bad", "p1", "p1"), task("next", "p1", "p1")]).await;
+    b.enqueue(vec![task("other", "p2", "p2")]).await;
+    let first = b.lease("w", 1, 0).await;
+    assert_eq!(ids(&first), ["bad"]);
+    let failed_at = Instant::now();
+    let retry_in = b.fail(&first[0], "boom", true).await.expect("fail");
+    assert!((100..=200).contains(&retry_in), "first retry after base/2..base, got {retry_in} ms");
+
+    // While `bad` waits for its retry, its queue is blocked but the other queue is not.
+    assert_eq!(ids(&b.lease("w", 10, 0).await), ["other"]);
+    let dump = b.dump().await;
+    let p1 = dump.iter().find(|q| q.name == "p1").expect("p1 in dump");
+    assert_eq!((p1.head_id.as_str(), p1.head_attempts, p1.head_last_error.as_str(), p1.length), ("bad", 1, "boom", 2));
+    assert_eq!(p1.lease_holder, "", "a task waiting for its retry is not leased");
+
+    let again = b.lease("w", 10, 5_000).await;
+    let waited = failed_at.elapsed();
+    assert_eq!(ids(&again), ["bad"], "the failed task stays at the head of its queue");
+    assert!(waited >= Duration::from_millis(retry_in as u64), "retried after {waited:?}, before {retry_in} ms");
+    assert_eq!((again[0].attempts, again[0].last_error.as_str()), (1, "boom"));
+
+    let retry_in = b.fail(&again[0], "boom again", true).await.expect("fail");
+    assert!((200..=400).contains(&retry_in), "second retry after 2·base/2..2·base, got {retry_in} ms");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn allow_failure_and_permanent_failures_are_dropped_and_recorded() {
+    let (b, _dir) = broker(fast_config()).await;
+    let optional = berth_proto::queue::Task { allow_failure: true, ..task("optional", "q", "p") };
+    b.enqueue(vec![optional, task("fatal", "q", "p"), task("after", "q", "p")]).await;
+
+    let leased = b.lease("w", 1, 0).await;
+    assert_eq!(b.fail(&leased[0], "hook exited 1", true).await.expect("fail"), -1, "allowFailure: dropped");
+    let leased = b.lease("w", 1, 0).await;
+    assert_eq!(ids(&leased), ["fatal"]);
+    assert_eq!(b.fail(&leased[0], "bad chart", false).await.expect("fail"), -1, "retry=false: dropped");
+    assert_eq!(ids(&b.lease("w", 1, 0).await), ["after"]);
+
+    let history = b.service.store().history(10).await.expect("history");
+    let recorded: Vec<(&str, &str, &str, i64)> =
+        history.iter().map(|h| (h.id.as_str(), h.outcome.as_str(), h.error.as_str(), h.attempts)).collect();
+    assert_eq!(recorded, [("fatal", "dropped", "bad chart", 1), ("optional", "dropped", "hook exited 1", 1)]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn supersede_drops_queued_tasks_and_cancels_running_ones() {
+    let (b, _dir) = broker(fast_config()).await;
+    b.enqueue(vec![task("run1", "p", "p"), task("run1b", "p", "p"), task("hook1", "p/main", "p"), task("other", "o", "o")]).await;
+    let newer = berth_proto::queue::Task { generation: 2, ..task("run2", "p", "p") };
+    b.enqueue(vec![newer]).await;
+    let running = b.lease("w", 1, 0).await;
+    assert_eq!(ids(&running), ["run1"]);
+
+    let answer = b.supersede("p", 2).await;
+    assert_eq!((answer.dropped, answer.cancelled), (2, 1), "run1b and hook1 dropped, run1 cancelled");
+    assert_eq!(b.heartbeat("w", &[&running[0]]).await, ["run1"], "the holder learns of the cancellation");
+    assert!(b.lease("w2", 10, 0).await.iter().all(|t| t.queue != "p"), "p stays blocked until run1 stops");
+
+    assert_eq!(b.fail(&running[0], "cancelled", true).await.expect("fail"), -1, "a cancelled task is not retried");
+    let mut next = b.lease("w", 10, 0).await;
+    next.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(ids(&next), ["run2"], "only the newer generation is left (other was leased before)");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn stale_fence_is_rejected_and_an_expired_lease_is_redelivered() {
+    let config = BrokerConfig { lease_ttl: Duration::from_millis(300), ..fast_config() };
+    let (b, _dir) = broker(config).await;
+    b.enqueue(vec![task("t", "q", "p"), task("u", "q", "p")]).await;
+    let first = b.lease("dead-worker", 1, 0).await;
+    assert_eq!(ids(&first), ["t"]);
+
+    // The long poll wakes up by itself when the lease expires.
+    let started = Instant::now();
+    let second = b.lease("w2", 1, 5_000).await;
+    assert_eq!(ids(&second), ["t"], "redelivered after the lease expired");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(second[0].fence > first[0].fence, "a new lease has a newer fence");
+    assert_eq!(second[0].attempts, 0, "a lost lease is not a failed attempt");
+
+    let err = b.complete(&first[0]).await.expect_err("stale fence");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
+    let err = b.fail(&first[0], "late", true).await.expect_err("stale fence");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
+    assert_eq!(b.heartbeat("dead-worker", &[&first[0]]).await, ["t"], "the old holder learns its lease is lost");
+    assert!(b.heartbeat("w2", &[&second[0]]).await.is_empty());
+
+    b.complete(&second[0]).await.expect("the current holder completes");
+    assert!(b.complete(&second[0]).await.is_err(), "a second completion is stale");
+    assert_eq!(ids(&b.lease("w2", 1, 0).await), ["u"]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn heartbeat_keeps_a_lease_alive() {
+    let config = BrokerConfig { lease_ttl: Duration::from_millis(400), ..fast_config() };
+    let (b, _dir) = broker(config).await;
+    b.enqueue(vec![task("t", "q", "p")]).await;
+    let leased = b.lease("w", 1, 0).await;
+    let until = Instant::now() + Duration::from_millis(1_200);
+    while Instant::now() < until {
+        assert!(b.heartbeat("w", &[&leased[0]]).await.is_empty());
+        assert!(b.lease("thief", 1, 0).await.is_empty(), "a heartbeated lease is not redelivered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.complete(&leased[0]).await.expect("still the holder");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn consecutive_runs_of_one_hook_are_compacted() {
+    let (b, _dir) = broker(fast_config()).await;
+    b.enqueue(vec![
+        hook_run("k1", "pkg/main", "hooks/a", "Kubernetes", 1),
+        hook_run("k2", "pkg/main", "hooks/a", "Kubernetes", 2),
+        hook_run("k3", "pkg/main", "hooks/a", "Kubernetes", 3),
+        hook_run("s1", "pkg/main", "hooks/a", "Schedule", 4),
+        hook_run("k4", "pkg/main", "hooks/a", "Kubernetes", 5),
+    ])
+    .await;
+    let contexts = |t: &berth_proto::queue::Task| -> Value {
+        serde_json::from_str::<Value>(&t.payload_json).expect("payload JSON")["binding_contexts"].clone()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let leased = b.lease("w", 1, 0).await;
+        assert_eq!(leased.len(), 1);
+        seen.push((leased[0].id.clone(), contexts(&leased[0])));
+        b.complete(&leased[0]).await.expect("complete");
+    }
+    assert_eq!(
+        seen,
+        [
+            ("k1".to_owned(), json!([{"n": 1}, {"n": 2}, {"n": 3}])),
+            ("s1".to_owned(), json!([{"n": 4}])),
+            ("k4".to_owned(), json!([{"n": 5}])),
+        ]
+    );
+    assert!(b.dump().await.is_empty());
+    assert_eq!(b.enqueue(vec![hook_run("k2", "pkg/main", "hooks/a", "Kubernetes", 2)]).await, 0, "merged ids count as seen");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn tasks_survive_a_broker_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(&dir);
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let b = TestBroker::start(&url, fast_config()).await;
+    let traced = berth_proto::queue::Task { traceparent: traceparent.into(), ..task("a", "q", "p") };
+    b.enqueue(vec![traced, task("b", "q", "p")]).await;
+    let leased = b.lease("w", 1, 0).await;
+    b.fail(&leased[0], "first try", true).await.expect("fail");
+    b.stop().await;
+
+    let b = TestBroker::start(&url, fast_config()).await;
+    let dump = b.dump().await;
+    assert_eq!(dump.len(), 1);
+    assert_eq!((dump[0].length, dump[0].head_id.as_str(), dump[0].head_attempts), (2, "a", 1));
+    let leased = b.lease("w", 1, 5_000).await;
+    assert_eq!(ids(&leased), ["a"]);
+    assert_eq!(leased[0].traceparent, traceparent);
+    assert_eq!((leased[0].attempts, leased[0].last_error.as_str()), (1, "first try"));
+    b.complete(&leased[0]).await.expect("complete");
+    assert_eq!(ids(&b.lease("w", 1, 0).await), ["b"]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_input_is_rejected_naming_the_limit() {
+    let config = BrokerConfig { max_enqueue_batch: 3, max_payload_bytes: 64, ..fast_config() };
+    let (b, _dir) = broker(config).await;
+    let mut client = b.client.clone();
+    let many = (0..4).map(|i| task(&format!("t{i}"), "q", "p")).collect();
+    let err = client.enqueue(berth_proto::queue::EnqueueRequest { tasks: many }).await.expect_err("too many");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("limit 3"), "{}", err.message());
+    let big = berth_proto::queue::Task { payload_json: format!(r#"{{"x": "{}"}}"#, "y".repeat(100)), ..task("big", "q", "p") };
+    let err = client.enqueue(berth_proto::queue::EnqueueRequest { tasks: vec![big] }).await.expect_err("too big");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("payload_json") && err.message().contains("limit 64"), "{}", err.message());
+    assert!(b.dump().await.is_empty(), "a rejected call enqueues nothing");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn dump_shows_each_queue_with_its_head_and_holder() {
+    let (b, _dir) = broker(fast_config()).await;
+    b.enqueue(vec![task("a", "q1", "p"), task("b", "q1", "p"), task("c", "q2", "p")]).await;
+    b.lease("worker-7", 1, 0).await;
+    let dump = eventually(Duration::from_secs(2), "two queues in the dump", || async {
+        let dump = b.dump().await;
+        (dump.len() == 2).then_some(dump)
+    })
+    .await;
+    let rows: Vec<(&str, i32, &str, &str, &str)> = dump
+        .iter()
+        .map(|q| (q.name.as_str(), q.length, q.head_kind.as_str(), q.head_id.as_str(), q.lease_holder.as_str()))
+        .collect();
+    assert_eq!(rows, [("q1", 2, "Run", "a", "worker-7"), ("q2", 1, "Run", "c", "")]);
+    b.stop().await;
+}

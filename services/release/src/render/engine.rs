@@ -1,0 +1,176 @@
+//! Parses every template of a chart tree into one template set and executes the non-partial
+//! ones, the way Helm's engine does. `include` and `tpl` need that set while it executes, so
+//! they hold a weak handle that is filled in once parsing is done.
+
+use super::chart::Chart;
+use super::context::{self, Capabilities, TemplateData};
+use super::funcs::{self, fail, string};
+use super::methods;
+use super::value::strval;
+use super::values::{self, Scope};
+use super::RenderError;
+use crate::ReleaseInfo;
+use gotmpl::parse::Parser;
+use gotmpl::{FuncMap, Result as TplResult, Template, TemplateError, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+/// How deep `include`/`tpl` may nest. Helm allows 1000 per template name; a lower global bound
+/// keeps a runaway recursive chart from overflowing the thread's stack.
+const MAX_INCLUDE_DEPTH: usize = 100;
+
+/// One executed template file.
+#[derive(Debug, Clone)]
+pub struct RenderedFile {
+    /// Full template name, e.g. `hello/templates/deployment.yaml`.
+    pub name: String,
+    pub text: String,
+}
+
+struct Entry<'a> {
+    name: String,
+    base_path: String,
+    source: &'a str,
+    scope: &'a Scope<'a>,
+    executable: bool,
+}
+
+/// Renders every template of `chart` with `values` supplied by the user.
+pub fn render_files(
+    chart: &Chart,
+    values: &serde_json::Value,
+    release: &ReleaseInfo,
+    caps: &Capabilities,
+) -> Result<Vec<RenderedFile>, RenderError> {
+    let root = values::scope(chart, chart.name(), values);
+    let mut entries = Vec::new();
+    collect(&root, &format!("{}/", chart.name()), &mut entries);
+
+    let set: Arc<OnceLock<Template>> = Arc::new(OnceLock::new());
+    let mut template = Template::new("").funcs(function_map(Arc::downgrade(&set)));
+    // Helm parses deeper paths first and, within a depth, in reverse name order; a later
+    // `define` of the same name wins, so the parent chart's definitions override subcharts'.
+    let mut order: Vec<&Entry> = entries.iter().collect();
+    order.sort_by(|a, b| {
+        let (da, db) = (a.name.matches('/').count(), b.name.matches('/').count());
+        db.cmp(&da).then_with(|| b.name.cmp(&a.name))
+    });
+    for e in order {
+        let src = methods::rewrite(e.source);
+        let (tree, defines) = Parser::with_name(Some(&e.name), &src, "{{", "}}")
+            .and_then(Parser::parse)
+            .map_err(|err| RenderError::Parse { template: e.name.clone(), message: err.to_string() })?;
+        template = template.add_parse_tree(&e.name, tree);
+        for d in defines {
+            template = template.add_parse_tree(d.name.as_str(), d.body);
+        }
+    }
+    let _ = set.set(template);
+    let Some(template) = set.get() else {
+        return Err(RenderError::Chart("template set was not initialised".into()));
+    };
+
+    let release_v = context::release(release);
+    let caps_v = context::capabilities(caps);
+    let mut out = Vec::new();
+    for e in entries.iter().filter(|e| e.executable) {
+        let data = TemplateData {
+            values: super::value::from_json(&e.scope.values),
+            release: &release_v,
+            capabilities: &caps_v,
+            chart: context::chart(e.scope.chart),
+            files: context::files(e.scope.chart),
+            template_name: &e.name,
+            base_path: &e.base_path,
+        }
+        .build();
+        let text = template
+            .execute_template_to_string(&e.name, &data)
+            .map_err(|err| RenderError::Execute { template: e.name.clone(), message: err.to_string() })?;
+        out.push(RenderedFile { name: e.name.clone(), text: text.replace("<no value>", "") });
+    }
+    // Helm orders rendered files by full path before sorting objects by kind.
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+fn collect<'a>(scope: &'a Scope<'a>, prefix: &str, out: &mut Vec<Entry<'a>>) {
+    for (path, source) in &scope.chart.templates {
+        let base = path.rsplit('/').next().unwrap_or(path);
+        out.push(Entry {
+            name: format!("{prefix}{path}"),
+            base_path: format!("{prefix}templates"),
+            source,
+            scope,
+            executable: !base.starts_with('_') && base != "NOTES.txt",
+        });
+    }
+    for sub in &scope.subcharts {
+        collect(sub, &format!("{prefix}charts/{}/", sub.name), out);
+    }
+}
+
+/// Sprig plus the functions bound to this render's template set.
+fn function_map(set: Weak<OnceLock<Template>>) -> FuncMap {
+    let mut fm = funcs::sprig();
+    let depth = Arc::new(AtomicUsize::new(0));
+    let (s, d) = (set.clone(), depth.clone());
+    fm.insert("include".into(), Arc::new(move |args: &[Value]| include(&s, &d, args)));
+    let (s, d) = (set, depth);
+    fm.insert("tpl".into(), Arc::new(move |args: &[Value]| tpl(&s, &d, args)));
+    fm.insert("lookup".into(), Arc::new(|_: &[Value]| Ok(Value::Map(Arc::default()))));
+    super::files::register(&mut fm);
+    fm
+}
+
+/// Counts one level of `include`/`tpl` nesting for as long as it lives.
+struct DepthGuard<'a>(&'a AtomicUsize);
+
+impl<'a> DepthGuard<'a> {
+    fn enter(name: &str, depth: &'a AtomicUsize) -> TplResult<Self> {
+        if depth.fetch_add(1, Ordering::SeqCst) >= MAX_INCLUDE_DEPTH {
+            depth.fetch_sub(1, Ordering::SeqCst);
+            return Err(fail(name, format!("nesting deeper than {MAX_INCLUDE_DEPTH}")));
+        }
+        Ok(DepthGuard(depth))
+    }
+}
+
+impl Drop for DepthGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn with_set<T>(set: &Weak<OnceLock<Template>>, f: impl FnOnce(&Template) -> TplResult<T>) -> TplResult<T> {
+    let strong = set.upgrade().ok_or_else(|| TemplateError::Exec("template set is gone".into()))?;
+    let t = strong.get().ok_or_else(|| TemplateError::Exec("template set is not ready".into()))?;
+    f(t)
+}
+
+/// `include name data`: executes a named template and returns its output as a string.
+fn include(set: &Weak<OnceLock<Template>>, depth: &AtomicUsize, args: &[Value]) -> TplResult<Value> {
+    let name = strval(args.first().unwrap_or(&Value::Nil));
+    let data = args.get(1).cloned().unwrap_or(Value::Nil);
+    let _guard = DepthGuard::enter("include", depth)?;
+    with_set(set, |t| {
+        t.execute_template_to_string(&name, &data)
+            .map(string)
+            .map_err(|e| fail("include", format!("template {name:?}: {e}")))
+    })
+}
+
+/// `tpl text data`: parses `text` as a template alongside the chart's templates and runs it.
+fn tpl(set: &Weak<OnceLock<Template>>, depth: &AtomicUsize, args: &[Value]) -> TplResult<Value> {
+    let text = strval(args.first().unwrap_or(&Value::Nil));
+    let data = args.get(1).cloned().unwrap_or(Value::Nil);
+    let _guard = DepthGuard::enter("tpl", depth)?;
+    with_set(set, |t| {
+        let out = t
+            .clone()
+            .parse(&methods::rewrite(&text))
+            .and_then(|t| t.execute_to_string(&data))
+            .map_err(|e| fail("tpl", e))?;
+        Ok(string(out.replace("<no value>", "")))
+    })
+}

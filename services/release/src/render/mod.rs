@@ -1,0 +1,111 @@
+//! Helm-compatible chart rendering: Go templates via `gotmpl`, a hand-written Sprig/Helm
+//! function pack, Helm's values coalescing and template data, and Helm's manifest splitting
+//! and ordering.
+
+pub mod chart;
+mod context;
+mod engine;
+mod files;
+pub mod funcs;
+pub mod goyaml;
+pub mod manifests;
+mod methods;
+pub mod value;
+pub mod values;
+
+pub use chart::Chart;
+pub use context::Capabilities;
+
+use crate::ReleaseInfo;
+
+/// One rendered Kubernetes object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// The template it came from, e.g. `hello/templates/deployment.yaml`.
+    pub source: String,
+    pub object: serde_json::Value,
+    /// The document's text as rendered (what Helm stores in the release's manifest).
+    pub text: String,
+}
+
+impl Manifest {
+    pub fn kind(&self) -> &str {
+        self.object.get("kind").and_then(|v| v.as_str()).unwrap_or_default()
+    }
+}
+
+/// Everything one render produces.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// Objects from `crds/`, applied first and never templated.
+    pub crds: Vec<Manifest>,
+    /// Objects from templates, in Helm's install order.
+    pub manifests: Vec<Manifest>,
+    /// Objects annotated `helm.sh/hook` (not applied yet; kept for the record).
+    pub hooks: Vec<Manifest>,
+    /// `Chart.yaml` of the top chart.
+    pub chart_metadata: serde_json::Value,
+    /// The values the templates saw (`.Values` of the top chart).
+    pub values: serde_json::Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("invalid chart: {0}")]
+    Chart(String),
+    #[error("invalid values: {0}")]
+    Values(String),
+    #[error("parse error in {template}: {message}")]
+    Parse { template: String, message: String },
+    #[error("execution error in {template}: {message}")]
+    Execute { template: String, message: String },
+    #[error("{template} rendered invalid YAML: {message}")]
+    Yaml { template: String, message: String },
+}
+
+/// Renders a chart given as `(path, content)` pairs relative to its root.
+pub fn render_chart(
+    files: &[(String, Vec<u8>)],
+    values: &serde_json::Value,
+    release: &ReleaseInfo,
+) -> Result<Vec<Manifest>, RenderError> {
+    render_release(files, values, release, &Capabilities::default()).map(|r| r.manifests)
+}
+
+/// Renders a chart with the given cluster capabilities, returning CRDs and hooks as well.
+pub fn render_release(
+    files: &[(String, Vec<u8>)],
+    values: &serde_json::Value,
+    release: &ReleaseInfo,
+    caps: &Capabilities,
+) -> Result<Rendered, RenderError> {
+    if !(values.is_object() || values.is_null()) {
+        return Err(RenderError::Values("the top level must be a map".into()));
+    }
+    let chart = Chart::load(files)?;
+    let rendered = engine::render_files(&chart, values, release, caps)?;
+    let (manifests, hooks) = manifests::objects(&rendered)?;
+    let crds = crd_manifests(&chart, &format!("{}/", chart.name()))?;
+    let scope = values::scope(&chart, chart.name(), values);
+    Ok(Rendered { crds, manifests, hooks, chart_metadata: chart.metadata.clone(), values: scope.values })
+}
+
+fn crd_manifests(chart: &Chart, prefix: &str) -> Result<Vec<Manifest>, RenderError> {
+    let mut out = Vec::new();
+    for (path, text) in &chart.crds {
+        for doc in manifests::split_documents(text) {
+            let object = funcs::encoding::parse_yaml(&doc)
+                .map_err(|message| RenderError::Yaml { template: format!("{prefix}{path}"), message })?;
+            if object.is_object() {
+                out.push(Manifest { source: format!("{prefix}{path}"), object, text: doc });
+            }
+        }
+    }
+    for (dir, sub) in &chart.subcharts {
+        out.extend(crd_manifests(sub, &format!("{prefix}charts/{dir}/"))?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

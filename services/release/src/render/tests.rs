@@ -1,0 +1,230 @@
+//! Rendering tests: whole charts in, manifests out, compared with what `helm template` prints
+//! for the same input.
+
+use super::*;
+use serde_json::json;
+
+fn release() -> ReleaseInfo {
+    ReleaseInfo {
+        name: "rel".into(),
+        namespace: "ns".into(),
+        revision: 1,
+        is_install: true,
+        is_upgrade: false,
+    }
+}
+
+fn chart(extra: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+    let mut files = vec![(
+        "Chart.yaml".to_string(),
+        b"apiVersion: v2\nname: hello\nversion: 0.1.0\nappVersion: \"1.16.0\"\n".to_vec(),
+    )];
+    files.extend(extra.iter().map(|(p, c)| (p.to_string(), c.as_bytes().to_vec())));
+    files
+}
+
+/// Renders and returns the text of the single document the chart produces.
+fn render_one(extra: &[(&str, &str)], values: serde_json::Value) -> String {
+    match render_release(&chart(extra), &values, &release(), &Capabilities::default()) {
+        Ok(r) => r.manifests.iter().map(|m| m.text.clone()).collect::<Vec<_>>().join("\n---\n"),
+        Err(e) => panic!("render failed: {e}"),
+    }
+}
+
+fn render_err(extra: &[(&str, &str)], values: serde_json::Value) -> RenderError {
+    match render_chart(&chart(extra), &values, &release()) {
+        Ok(m) => panic!("expected an error, got {m:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn whitespace_trimming_markers_remove_surrounding_space() {
+    let t = "kind: ConfigMap\ndata:\n  {{- if true }}\n  a: \"1\"\n  {{- end }}\n  b: {{ \"x\" -}}   \n  \n";
+    assert_eq!(render_one(&[("templates/cm.yaml", t)], json!({})), "kind: ConfigMap\ndata:\n  a: \"1\"\n  b: x");
+}
+
+#[test]
+fn include_with_nindent_indents_a_named_template() {
+    let helpers = "{{- define \"hello.labels\" -}}\napp: {{ .Chart.Name }}\nrelease: {{ .Release.Name }}\n{{- end }}";
+    let t = "kind: ConfigMap\nmetadata:\n  labels:\n    {{- include \"hello.labels\" . | nindent 4 }}";
+    assert_eq!(
+        render_one(&[("templates/_helpers.tpl", helpers), ("templates/cm.yaml", t)], json!({})),
+        "kind: ConfigMap\nmetadata:\n  labels:\n    app: hello\n    release: rel"
+    );
+}
+
+#[test]
+fn to_yaml_of_nested_values_matches_helm_output() {
+    let t = "kind: ConfigMap\nspec:\n  {{- toYaml .Values.spec | nindent 2 }}";
+    let values = json!({"spec": {"z": [1, {"b": "yes", "a": null}], "a": {"x": "multi\nline\n"}}});
+    assert_eq!(
+        render_one(&[("templates/cm.yaml", t)], values),
+        "kind: ConfigMap\nspec:\n  a:\n    x: |\n      multi\n      line\n  z:\n  - 1\n  - a: null\n    b: \"yes\""
+    );
+}
+
+#[test]
+fn range_over_a_map_visits_keys_in_sorted_order() {
+    let t = "kind: ConfigMap\ndata:\n{{- range $k, $v := .Values.env }}\n  {{ $k }}: {{ $v | quote }}\n{{- end }}";
+    let values = json!({"env": {"ZED": "3", "ALPHA": "1", "MID": 2}});
+    assert_eq!(
+        render_one(&[("templates/cm.yaml", t)], values),
+        "kind: ConfigMap\ndata:\n  ALPHA: \"1\"\n  MID: \"2\"\n  ZED: \"3\""
+    );
+}
+
+#[test]
+fn required_reports_the_message_and_the_template() {
+    let t = "kind: ConfigMap\nimage: {{ required \"image.tag is required\" .Values.image.tag }}";
+    let err = render_err(&[("templates/deploy.yaml", t)], json!({"image": {}}));
+    let text = err.to_string();
+    assert!(matches!(err, RenderError::Execute { .. }), "{text}");
+    assert!(text.contains("image.tag is required"), "{text}");
+    assert!(text.contains("hello/templates/deploy.yaml"), "{text}");
+}
+
+#[test]
+fn fail_aborts_the_render() {
+    let t = "{{ if not .Values.ok }}{{ fail \"not ok\" }}{{ end }}kind: ConfigMap";
+    assert!(render_err(&[("templates/x.yaml", t)], json!({})).to_string().contains("not ok"));
+    assert_eq!(render_one(&[("templates/x.yaml", t)], json!({"ok": true})), "kind: ConfigMap");
+}
+
+#[test]
+fn default_and_empty_follow_sprig_semantics() {
+    let t = "kind: ConfigMap\na: {{ .Values.zero | default 5 }}\nb: {{ .Values.missing | default \"d\" }}\nc: {{ .Values.set | default \"d\" }}\nd: {{ empty .Values.list }}\ne: {{ empty .Values.set }}";
+    let values = json!({"zero": 0, "set": "v", "list": []});
+    assert_eq!(
+        render_one(&[("templates/x.yaml", t)], values),
+        "kind: ConfigMap\na: 5\nb: d\nc: v\nd: true\ne: false"
+    );
+}
+
+#[test]
+fn quote_escapes_like_go_and_squote_does_not() {
+    let t = "kind: ConfigMap\na: {{ .Values.s | quote }}\nb: {{ .Values.s | squote }}\nc: {{ quote 12 }}";
+    let values = json!({"s": "say \"hi\"\\"});
+    assert_eq!(
+        render_one(&[("templates/x.yaml", t)], values),
+        "kind: ConfigMap\na: \"say \\\"hi\\\"\\\\\"\nb: 'say \"hi\"\\'\nc: \"12\""
+    );
+}
+
+#[test]
+fn missing_values_render_as_empty_text() {
+    let t = "kind: ConfigMap\na: \"{{ .Values.nope }}\"\nb: \"{{ .Values.deep.nope }}\"";
+    assert_eq!(render_one(&[("templates/x.yaml", t)], json!({})), "kind: ConfigMap\na: \"\"\nb: \"\"");
+}
+
+#[test]
+fn user_values_are_merged_over_the_chart_defaults() {
+    let values_yaml = "image:\n  repository: nginx\n  tag: stable\nreplicas: 1\n";
+    let t = "kind: Deployment\nimage: {{ .Values.image.repository }}:{{ .Values.image.tag }}\nreplicas: {{ .Values.replicas }}";
+    assert_eq!(
+        render_one(&[("values.yaml", values_yaml), ("templates/d.yaml", t)], json!({"image": {"tag": "1.2"}})),
+        "kind: Deployment\nimage: nginx:1.2\nreplicas: 1"
+    );
+}
+
+#[test]
+fn release_chart_capabilities_and_template_objects_are_visible() {
+    let t = "kind: ConfigMap\ndata:\n  name: {{ .Release.Name }}\n  ns: {{ .Release.Namespace }}\n  rev: \"{{ .Release.Revision }}\"\n  install: \"{{ .Release.IsInstall }}\"\n  service: {{ .Release.Service }}\n  chart: {{ .Chart.Name }}-{{ .Chart.Version }}\n  app: {{ .Chart.AppVersion | quote }}\n  tmpl: {{ .Template.Name }}\n  base: {{ .Template.BasePath }}\n  kube: {{ .Capabilities.KubeVersion.Major }}\n  policy: \"{{ .Capabilities.APIVersions.Has \"policy/v1\" }}\"\n  fake: \"{{ .Capabilities.APIVersions.Has \"fake/v9\" }}\"";
+    let out = render_one(&[("templates/cm.yaml", t)], json!({}));
+    assert_eq!(
+        out,
+        "kind: ConfigMap\ndata:\n  name: rel\n  ns: ns\n  rev: \"1\"\n  install: \"true\"\n  service: Helm\n  chart: hello-0.1.0\n  app: \"1.16.0\"\n  tmpl: hello/templates/cm.yaml\n  base: hello/templates\n  kube: 1\n  policy: \"true\"\n  fake: \"false\""
+    );
+}
+
+#[test]
+fn tpl_renders_values_as_templates() {
+    let t = "kind: ConfigMap\nhost: {{ tpl .Values.host . }}";
+    let values = json!({"host": "{{ .Release.Name }}.example.com"});
+    assert_eq!(render_one(&[("templates/x.yaml", t)], values), "kind: ConfigMap\nhost: rel.example.com");
+}
+
+#[test]
+fn set_on_a_variable_is_visible_afterwards() {
+    let t = "{{- $ctx := dict \"a\" 1 }}{{- $_ := set $ctx \"b\" 2 }}kind: ConfigMap\nv: {{ $ctx.b }}\nkeys: {{ keys $ctx | sortAlpha | join \",\" }}";
+    assert_eq!(render_one(&[("templates/x.yaml", t)], json!({})), "kind: ConfigMap\nv: 2\nkeys: a,b");
+}
+
+#[test]
+fn files_get_and_glob_as_config() {
+    let t = "kind: ConfigMap\ndata:\n  one: {{ .Files.Get \"conf/a.txt\" | quote }}\n  {{- (.Files.Glob \"conf/*.txt\").AsConfig | nindent 2 }}";
+    let out = render_one(
+        &[("templates/x.yaml", t), ("conf/a.txt", "alpha"), ("conf/b.txt", "beta\n"), ("conf/c.md", "no")],
+        json!({}),
+    );
+    assert_eq!(out, "kind: ConfigMap\ndata:\n  one: \"alpha\"\n  a.txt: alpha\n  b.txt: |\n    beta");
+}
+
+#[test]
+fn partials_and_notes_produce_no_objects_and_output_is_in_install_order() {
+    let files = chart(&[
+        ("templates/_helpers.tpl", "{{ define \"x\" }}kind: Secret{{ end }}"),
+        ("templates/NOTES.txt", "Thanks for installing {{ .Release.Name }}"),
+        ("templates/a-deploy.yaml", "kind: Deployment\nmetadata:\n  name: d"),
+        ("templates/b-svc.yaml", "kind: Service\nmetadata:\n  name: s\n---\n# only a comment\n---\nkind: Namespace\nmetadata:\n  name: n"),
+    ]);
+    let out = render_chart(&files, &json!({}), &release()).unwrap_or_default();
+    let kinds: Vec<&str> = out.iter().map(|m| m.kind()).collect();
+    assert_eq!(kinds, vec!["Namespace", "Service", "Deployment"]);
+    assert_eq!(out[1].source, "hello/templates/b-svc.yaml");
+}
+
+#[test]
+fn subcharts_get_their_section_globals_and_conditions() {
+    let mut files = chart(&[
+        ("values.yaml", "global:\n  domain: example.com\nsub:\n  enabled: true\n  greeting: hi\ndisabled:\n  enabled: false\n"),
+        ("templates/cm.yaml", "kind: ConfigMap\nmetadata:\n  name: parent"),
+    ]);
+    files[0].1.extend_from_slice(b"dependencies:\n- name: sub\n  condition: sub.enabled\n- name: disabled\n  condition: disabled.enabled\n");
+    files.extend([
+        ("charts/sub/Chart.yaml".to_string(), b"apiVersion: v2\nname: sub\nversion: 1.0.0\n".to_vec()),
+        ("charts/sub/values.yaml".to_string(), b"greeting: hello\nport: 80\n".to_vec()),
+        (
+            "charts/sub/templates/cm.yaml".to_string(),
+            b"kind: ConfigMap\nmetadata:\n  name: {{ .Chart.Name }}\ndata:\n  g: {{ .Values.greeting }}\n  p: \"{{ .Values.port }}\"\n  d: {{ .Values.global.domain }}\n  t: {{ .Template.Name }}".to_vec(),
+        ),
+        ("charts/disabled/Chart.yaml".to_string(), b"apiVersion: v2\nname: disabled\nversion: 1.0.0\n".to_vec()),
+        ("charts/disabled/templates/cm.yaml".to_string(), b"kind: ConfigMap\nmetadata:\n  name: disabled".to_vec()),
+    ]);
+    let out = match render_chart(&files, &json!({}), &release()) {
+        Ok(o) => o,
+        Err(e) => panic!("{e}"),
+    };
+    let texts: Vec<&str> = out.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        vec![
+            "kind: ConfigMap\nmetadata:\n  name: sub\ndata:\n  g: hi\n  p: \"80\"\n  d: example.com\n  t: hello/charts/sub/templates/cm.yaml",
+            "kind: ConfigMap\nmetadata:\n  name: parent",
+        ]
+    );
+}
+
+#[test]
+fn parse_errors_name_the_template_and_line() {
+    let err = render_err(&[("templates/bad.yaml", "kind: ConfigMap\n{{ if }}")], json!({}));
+    let text = err.to_string();
+    assert!(matches!(err, RenderError::Parse { .. }), "{text}");
+    assert!(text.contains("hello/templates/bad.yaml") && text.contains(":2:"), "{text}");
+}
+
+#[test]
+fn recursive_include_is_stopped() {
+    let t = "{{ define \"loop\" }}{{ include \"loop\" . }}{{ end }}kind: ConfigMap\nx: {{ include \"loop\" . }}";
+    assert!(render_err(&[("templates/x.yaml", t)], json!({})).to_string().contains("nesting"));
+}
+
+#[test]
+fn manifest_text_has_helm_source_headers() {
+    let files = chart(&[("templates/cm.yaml", "kind: ConfigMap\nmetadata:\n  name: a\n")]);
+    let out = render_chart(&files, &json!({}), &release()).unwrap_or_default();
+    assert_eq!(
+        manifests::manifest_text(&out),
+        "---\n# Source: hello/templates/cm.yaml\nkind: ConfigMap\nmetadata:\n  name: a\n"
+    );
+}
