@@ -13,6 +13,7 @@
 //! It knows neither Kubernetes clients nor queues: callers build binding
 //! contexts, apply patches and execute object operations.
 
+pub mod binding_context;
 pub mod config;
 mod discover;
 mod hook;
@@ -20,7 +21,9 @@ pub mod outputs;
 mod process;
 mod run;
 mod settings_check;
+mod throttle;
 
+pub use binding_context::{BindingContext, ObjectAndFilterResult, Snapshots};
 pub use config::{
     ConfigError, HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding, ThrottleSettings,
 };
@@ -30,3 +33,4 @@ pub use outputs::{MetricOperation, ObjectOperation, ObjectRef};
 pub use process::KILL_GRACE;
 pub use run::{OUTPUT_TAIL_LIMIT, RunError, RunOutput, RunRequest, env, run};
 pub use settings_check::{SETTINGS_PATH, SettingsCheck, SettingsCheckRequest, check_settings};
+pub use throttle::Throttle;

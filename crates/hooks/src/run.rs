@@ -19,6 +19,8 @@ use crate::outputs::{
 };
 use crate::process::{self, Ending, Invocation};
 
+/// Operator environment switch that keeps the per-run temp directory.
+const DEBUG_KEEP_TMP_FILES: &str = "DEBUG_KEEP_TMP_FILES";
 /// Bytes of interleaved stdout/stderr kept for [`RunOutput::output`] and errors.
 pub const OUTPUT_TAIL_LIMIT: usize = 64 * 1024;
 /// Largest output file read back; a bigger one is a [`RunError::BadOutput`].
@@ -152,27 +154,22 @@ pub async fn run(req: RunRequest<'_>) -> Result<RunOutput, RunError> {
     })?;
 
     let output_tail = finished.combined;
-    match finished.ending {
-        Ending::Exited(status) if status.success() => {}
-        Ending::Exited(status) => {
-            return Err(RunError::Exit {
-                hook: hook.clone(),
-                code: exit_code(status),
-                output_tail,
-            });
-        }
-        Ending::TimedOut => {
-            return Err(RunError::Timeout {
-                hook: hook.clone(),
-                after: req.timeout,
-                output_tail,
-            });
-        }
-        Ending::Cancelled => return Err(RunError::Cancelled { hook: hook.clone() }),
-    }
-    let output = files.read_outputs(hook, output_tail).await;
-    files.remove(hook);
-    output
+    let result = match finished.ending {
+        Ending::Exited(status) if status.success() => files.read_outputs(hook, output_tail).await,
+        Ending::Exited(status) => Err(RunError::Exit {
+            hook: hook.clone(),
+            code: exit_code(status),
+            output_tail,
+        }),
+        Ending::TimedOut => Err(RunError::Timeout {
+            hook: hook.clone(),
+            after: req.timeout,
+            output_tail,
+        }),
+        Ending::Cancelled => Err(RunError::Cancelled { hook: hook.clone() }),
+    };
+    files.finish(hook);
+    result
 }
 
 /// Arguments that select what the executable runs.
@@ -204,7 +201,8 @@ fn display_tail(tail: &str) -> String {
 
 /// The per-run temp directory and the contract's files inside it. The
 /// directory has a unique name, so concurrent runs never share files; it is
-/// removed when this value is dropped, whatever the outcome.
+/// removed after the run (see [`RunFiles::finish`]), and on drop if the
+/// run future is abandoned.
 struct RunFiles {
     dir: tempfile::TempDir,
 }
@@ -316,8 +314,16 @@ impl RunFiles {
         String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
     }
 
-    fn remove(self, hook: &str) {
-        if let Err(error) = self.dir.close() {
+    /// Removes the directory, unless `DEBUG_KEEP_TMP_FILES` is set to
+    /// `yes`/`true`/`1` in the operator's environment (the shell-operator
+    /// switch for inspecting what a hook saw and wrote).
+    fn finish(self, hook: &str) {
+        let keep = std::env::var(DEBUG_KEEP_TMP_FILES)
+            .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "yes" | "true" | "1"));
+        if keep {
+            let path = self.dir.keep();
+            tracing::info!(hook.name = %hook, path = %path.display(), "keeping hook temp files ({DEBUG_KEEP_TMP_FILES})");
+        } else if let Err(error) = self.dir.close() {
             tracing::warn!(hook.name = %hook, %error, "removing hook temp files failed");
         }
     }

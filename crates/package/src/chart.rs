@@ -20,8 +20,15 @@ impl Package {
     /// as `('/'-separated relative path, contents)` sorted by path. `hooks/` and `openapi/` are
     /// never included. Symlinks are followed only when they stay inside the package.
     pub fn chart_files(&self) -> Result<Vec<(String, Vec<u8>)>, LoadError> {
-        let root = self.root.canonicalize().map_err(|source| LoadError::Read { path: self.root.clone(), source })?;
-        let mut walk = Walk { root, files: Vec::new(), total: 0 };
+        let root = self.root.canonicalize().map_err(|source| LoadError::Read {
+            path: self.root.clone(),
+            source,
+        })?;
+        let mut walk = Walk {
+            root,
+            files: Vec::new(),
+            total: 0,
+        };
         for name in CHART_ROOT_FILES {
             let path = self.root.join(name);
             if path.is_file() {
@@ -51,8 +58,14 @@ impl Walk {
             return Err(self.too_large(format!("{MAX_CHART_DEPTH} directory levels")));
         }
         self.check_inside(dir)?;
-        let read_err = |source| LoadError::Read { path: dir.to_owned(), source };
-        let mut entries = fs::read_dir(dir).map_err(read_err)?.collect::<Result<Vec<_>, _>>().map_err(read_err)?;
+        let read_err = |source| LoadError::Read {
+            path: dir.to_owned(),
+            source,
+        };
+        let mut entries = fs::read_dir(dir)
+            .map_err(read_err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(read_err)?;
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -69,7 +82,12 @@ impl Walk {
 
     fn file(&mut self, path: &Path, rel: String) -> Result<(), LoadError> {
         self.check_inside(path)?;
-        let size = fs::metadata(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?.len();
+        let size = fs::metadata(path)
+            .map_err(|source| LoadError::Read {
+                path: path.to_owned(),
+                source,
+            })?
+            .len();
         self.total = self.total.saturating_add(size);
         if self.total > MAX_CHART_BYTES {
             return Err(self.too_large(format!("{MAX_CHART_BYTES} bytes")));
@@ -77,17 +95,32 @@ impl Walk {
         if self.files.len() >= MAX_CHART_FILES {
             return Err(self.too_large(format!("{MAX_CHART_FILES} files")));
         }
-        let bytes = fs::read(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+        let bytes = fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         self.files.push((rel, bytes));
         Ok(())
     }
 
     fn check_inside(&self, path: &Path) -> Result<(), LoadError> {
-        let real = path.canonicalize().map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
-        if real.starts_with(&self.root) { Ok(()) } else { Err(LoadError::LinkEscapes { path: path.to_owned() }) }
+        let real = path.canonicalize().map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        if real.starts_with(&self.root) {
+            Ok(())
+        } else {
+            Err(LoadError::LinkEscapes {
+                path: path.to_owned(),
+            })
+        }
     }
 
     fn too_large(&self, limit: String) -> LoadError {
-        LoadError::ChartTooLarge { root: self.root.clone(), limit }
+        LoadError::ChartTooLarge {
+            root: self.root.clone(),
+            limit,
+        }
     }
 }

@@ -39,7 +39,10 @@ struct Alternative {
 impl VersionConstraint {
     /// Parses a Helm-style constraint; see the module documentation for the accepted syntax.
     pub fn parse(text: &str) -> Result<Self, ConstraintError> {
-        let fail = |message: String| ConstraintError { constraint: text.to_owned(), message };
+        let fail = |message: String| ConstraintError {
+            constraint: text.to_owned(),
+            message,
+        };
         if text.trim().is_empty() {
             return Err(fail("constraint is empty".to_owned()));
         }
@@ -47,7 +50,10 @@ impl VersionConstraint {
             .split("||")
             .map(|branch| parse_alternative(branch).map_err(&fail))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { source: text.trim().to_owned(), alternatives })
+        Ok(Self {
+            source: text.trim().to_owned(),
+            alternatives,
+        })
     }
 
     /// Whether `version` satisfies at least one alternative.
@@ -94,7 +100,9 @@ fn parse_alternative(branch: &str) -> Result<Alternative, String> {
     let mut i = 0;
     while i < tokens.len() {
         if tokens.get(i + 1).map(String::as_str) == Some("-") {
-            let upper = tokens.get(i + 2).ok_or("hyphen range without an upper bound")?;
+            let upper = tokens
+                .get(i + 2)
+                .ok_or("hyphen range without an upper bound")?;
             required.push(format!(">={}", strip_v(&tokens[i])));
             required.push(format!("<={}", strip_v(upper)));
             i += 3;
@@ -115,7 +123,11 @@ fn parse_alternative(branch: &str) -> Result<Alternative, String> {
         }
         i += 1;
     }
-    let required = if required.is_empty() { VersionReq::STAR } else { to_req(&required.join(", "))? };
+    let required = if required.is_empty() {
+        VersionReq::STAR
+    } else {
+        to_req(&required.join(", "))?
+    };
     Ok(Alternative { required, excluded })
 }
 
@@ -123,7 +135,10 @@ fn parse_alternative(branch: &str) -> Result<Alternative, String> {
 fn join_operators(branch: &str) -> Vec<String> {
     let mut tokens: Vec<String> = Vec::new();
     let mut pending_op: Option<String> = None;
-    for raw in branch.split(|c: char| c.is_whitespace() || c == ',').filter(|t| !t.is_empty()) {
+    for raw in branch
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|t| !t.is_empty())
+    {
         if let Some(op) = pending_op.take() {
             tokens.push(format!("{op}{raw}"));
         } else if OPERATORS.contains(&raw) {

@@ -51,7 +51,10 @@ pub struct DefinitionError {
 
 impl DefinitionError {
     pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into() }
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -62,8 +65,15 @@ pub const MAX_NAME_LEN: usize = 63;
 /// they end up in release names, queue names and directory names.
 pub(crate) fn check_name(name: &str) -> Result<(), String> {
     let bytes = name.as_bytes();
-    let valid_chars = bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
-    if name.is_empty() || name.len() > MAX_NAME_LEN || !valid_chars || name.starts_with('-') || name.ends_with('-') {
+    let valid_chars = bytes
+        .iter()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    if name.is_empty()
+        || name.len() > MAX_NAME_LEN
+        || !valid_chars
+        || name.starts_with('-')
+        || name.ends_with('-')
+    {
         return Err(format!(
             "{name:?} is not a valid package name (lowercase letters, digits and '-', at most {MAX_NAME_LEN} characters, no leading or trailing '-')"
         ));
@@ -74,7 +84,9 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
 impl Definition {
     /// Builds a definition from the parsed YAML document of `package.yaml`.
     pub fn from_document(doc: &Value) -> Result<Self, DefinitionError> {
-        let map = doc.as_object().ok_or_else(|| DefinitionError::new("(root)", "package.yaml must be a mapping"))?;
+        let map = doc
+            .as_object()
+            .ok_or_else(|| DefinitionError::new("(root)", "package.yaml must be a mapping"))?;
         let package_type = match map.get("type") {
             // Deckhouse's module loader accepts an empty type; keep that for compatibility.
             None | Some(Value::Null) => PackageType::Module,
@@ -82,23 +94,39 @@ impl Definition {
             Some(Value::String(t)) if t == "Application" => PackageType::Application,
             Some(Value::String(t)) if t == "Module" => PackageType::Module,
             Some(other) => {
-                return Err(DefinitionError::new("type", format!("unknown package type {other}; expected Application or Module")));
+                return Err(DefinitionError::new(
+                    "type",
+                    format!("unknown package type {other}; expected Application or Module"),
+                ));
             }
         };
         let name = required_string(map.get("name"), "name")?;
         check_name(&name).map_err(|msg| DefinitionError::new("name", msg))?;
         let version_text = required_string(map.get("version"), "version")?;
-        let version = parse_version(&version_text)
-            .map_err(|e| DefinitionError::new("version", format!("{version_text:?} is not a semantic version: {e}")))?;
+        let version = parse_version(&version_text).map_err(|e| {
+            DefinitionError::new(
+                "version",
+                format!("{version_text:?} is not a semantic version: {e}"),
+            )
+        })?;
         let weight = match map.get("weight") {
             None | Some(Value::Null) => None,
-            Some(w) => Some(w.as_i64().ok_or_else(|| DefinitionError::new("weight", format!("must be an integer, got {w}")))?),
+            Some(w) => Some(w.as_i64().ok_or_else(|| {
+                DefinitionError::new("weight", format!("must be an integer, got {w}"))
+            })?),
         };
         let requirements = match map.get("requirements") {
             None | Some(Value::Null) => Requirements::default(),
             Some(req) => Requirements::parse(req)?,
         };
-        Ok(Definition { package_type, name, version, description: description(map), weight, requirements })
+        Ok(Definition {
+            package_type,
+            name,
+            version,
+            description: description(map),
+            weight,
+            requirements,
+        })
     }
 
     /// The key Deckhouse uses for a package's own values section: `my-app` → `myApp`.
@@ -111,8 +139,14 @@ fn required_string(value: Option<&Value>, field: &str) -> Result<String, Definit
     match value {
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
         // YAML reads `version: 1.0` as a number; say so instead of "missing".
-        Some(Value::Number(n)) => Err(DefinitionError::new(field, format!("must be a string (quote it: \"{n}\")"))),
-        Some(other) if !other.is_null() && !other.is_string() => Err(DefinitionError::new(field, format!("must be a string, got {other}"))),
+        Some(Value::Number(n)) => Err(DefinitionError::new(
+            field,
+            format!("must be a string (quote it: \"{n}\")"),
+        )),
+        Some(other) if !other.is_null() && !other.is_string() => Err(DefinitionError::new(
+            field,
+            format!("must be a string, got {other}"),
+        )),
         _ => Err(DefinitionError::new(field, "is required")),
     }
 }
@@ -120,7 +154,11 @@ fn required_string(value: Option<&Value>, field: &str) -> Result<String, Definit
 fn description(map: &serde_json::Map<String, Value>) -> Option<String> {
     map.get("description")
         .and_then(Value::as_str)
-        .or_else(|| map.get("descriptions").and_then(|d| d.get("en")).and_then(Value::as_str))
+        .or_else(|| {
+            map.get("descriptions")
+                .and_then(|d| d.get("en"))
+                .and_then(Value::as_str)
+        })
         .map(str::to_owned)
 }
 
@@ -163,12 +201,27 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases = [
-            (json!({"type": "Thing", "name": "a", "version": "1.0.0"}), "type"),
+            (
+                json!({"type": "Thing", "name": "a", "version": "1.0.0"}),
+                "type",
+            ),
             (json!({"type": "Application", "version": "1.0.0"}), "name"),
-            (json!({"type": "Application", "name": "Bad_Name", "version": "1.0.0"}), "name"),
-            (json!({"type": "Application", "name": "a", "version": "one"}), "version"),
-            (json!({"type": "Application", "name": "a", "version": 1.5}), "version"),
-            (json!({"type": "Module", "name": "a", "version": "1.0.0", "weight": "high"}), "weight"),
+            (
+                json!({"type": "Application", "name": "Bad_Name", "version": "1.0.0"}),
+                "name",
+            ),
+            (
+                json!({"type": "Application", "name": "a", "version": "one"}),
+                "version",
+            ),
+            (
+                json!({"type": "Application", "name": "a", "version": 1.5}),
+                "version",
+            ),
+            (
+                json!({"type": "Module", "name": "a", "version": "1.0.0", "weight": "high"}),
+                "weight",
+            ),
         ];
         for (doc, field) in cases {
             let err = Definition::from_document(&doc).expect_err(field);

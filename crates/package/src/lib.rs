@@ -13,9 +13,11 @@
 //! The crate knows neither gRPC nor Kubernetes; services call it and map its errors.
 
 mod chart;
+mod checksum;
 mod constraint;
 mod definition;
 mod load;
+mod patches;
 mod repo;
 mod requirements;
 mod schema;
@@ -23,14 +25,16 @@ mod settings;
 mod values;
 
 pub use chart::{MAX_CHART_BYTES, MAX_CHART_FILES};
+pub use checksum::checksum;
 pub use constraint::{ConstraintError, VersionConstraint, parse_version};
 pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
+pub use patches::{compact_patches, replay_patches};
 pub use repo::{
-    ArchiveRepository, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, RepoError,
-    digest_tree,
+    ArchiveRepository, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES, Fetched,
+    Limits, LocalRepository, RepoError, digest_tree,
 };
 pub use requirements::{Dependency, DependencyGroup, Requirements};
 pub use schema::{Schema, SchemaError, ValidationError};
 pub use settings::{MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, validate_settings};
-pub use values::{ValuesError, compute_values, deep_merge};
+pub use values::{ValuesError, base_values, compute_values, deep_merge, rebuild_values};

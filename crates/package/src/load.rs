@@ -33,7 +33,10 @@ pub enum LoadError {
     #[error("{}: invalid YAML: {message}", path.display())]
     Yaml { path: PathBuf, message: String },
     #[error("{}: {source}", path.display())]
-    Definition { path: PathBuf, source: DefinitionError },
+    Definition {
+        path: PathBuf,
+        source: DefinitionError,
+    },
     #[error("{}: static values must be a mapping, got {found}", path.display())]
     StaticValues { path: PathBuf, found: String },
     #[error("{}: {source}", path.display())]
@@ -69,13 +72,20 @@ pub struct Package {
 /// would reject every setting.
 pub fn load(root: &Path) -> Result<Package, LoadError> {
     if !root.is_dir() {
-        return Err(LoadError::NotADirectory { path: root.to_owned() });
+        return Err(LoadError::NotADirectory {
+            path: root.to_owned(),
+        });
     }
     let definition_path = root.join(DEFINITION_FILE);
-    let definition_doc = read_yaml(&definition_path)?
-        .ok_or_else(|| LoadError::MissingDefinition { path: definition_path.clone() })?;
-    let definition = Definition::from_document(&definition_doc)
-        .map_err(|source| LoadError::Definition { path: definition_path, source })?;
+    let definition_doc =
+        read_yaml(&definition_path)?.ok_or_else(|| LoadError::MissingDefinition {
+            path: definition_path.clone(),
+        })?;
+    let definition =
+        Definition::from_document(&definition_doc).map_err(|source| LoadError::Definition {
+            path: definition_path,
+            source,
+        })?;
     let static_values = static_values(root, &definition)?;
 
     let settings_doc = SETTINGS_SCHEMA_FILES
@@ -84,7 +94,10 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
         .find(|path| path.is_file())
         .map(|path| read_yaml(&path).map(|doc| (path, doc.unwrap_or(Value::Null))))
         .transpose()?;
-    let settings_schema = settings_doc.as_ref().map(|(path, doc)| compile(path, doc)).transpose()?;
+    let settings_schema = settings_doc
+        .as_ref()
+        .map(|(path, doc)| compile(path, doc))
+        .transpose()?;
 
     let values_path = root.join(VALUES_SCHEMA_FILE);
     let values_schema = match read_yaml(&values_path)? {
@@ -114,7 +127,12 @@ fn static_values(root: &Path, definition: &Definition) -> Result<Value, LoadErro
     let mut values = match read_yaml(&path)? {
         None | Some(Value::Null) => return Ok(Value::Object(Map::new())),
         Some(Value::Object(map)) => map,
-        Some(other) => return Err(LoadError::StaticValues { path, found: other.to_string() }),
+        Some(other) => {
+            return Err(LoadError::StaticValues {
+                path,
+                found: other.to_string(),
+            });
+        }
     };
     // Deckhouse modules keep their values under the camelCase package name; use only that part.
     match values.remove(&definition.values_key()) {
@@ -129,7 +147,10 @@ fn static_values(root: &Path, definition: &Definition) -> Result<Value, LoadErro
 }
 
 fn compile(path: &Path, doc: &Value) -> Result<Schema, LoadError> {
-    Schema::from_openapi(doc).map_err(|source| LoadError::Schema { path: path.to_owned(), source })
+    Schema::from_openapi(doc).map_err(|source| LoadError::Schema {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 fn extend_with_settings(values: &mut Value, settings: &Value) {
@@ -145,15 +166,22 @@ fn extend_with_settings(values: &mut Value, settings: &Value) {
 
 /// Reads and parses a YAML file; `Ok(None)` when it does not exist, `Value::Null` when empty.
 pub(crate) fn read_yaml(path: &Path) -> Result<Option<Value>, LoadError> {
-    let Some(bytes) = read_bounded(path, MAX_METADATA_BYTES)? else { return Ok(None) };
-    let text = String::from_utf8(bytes)
-        .map_err(|e| LoadError::Yaml { path: path.to_owned(), message: format!("not UTF-8: {e}") })?;
+    let Some(bytes) = read_bounded(path, MAX_METADATA_BYTES)? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8(bytes).map_err(|e| LoadError::Yaml {
+        path: path.to_owned(),
+        message: format!("not UTF-8: {e}"),
+    })?;
     if text.trim().is_empty() {
         return Ok(Some(Value::Null));
     }
     serde_saphyr::from_str::<Value>(&text)
         .map(Some)
-        .map_err(|e| LoadError::Yaml { path: path.to_owned(), message: first_line(&e.to_string()) })
+        .map_err(|e| LoadError::Yaml {
+            path: path.to_owned(),
+            message: first_line(&e.to_string()),
+        })
 }
 
 /// The parser appends a source snippet after the first line; status messages want one line.
@@ -166,14 +194,25 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, LoadError> {
     let file = match fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(LoadError::Read { path: path.to_owned(), source }),
+        Err(source) => {
+            return Err(LoadError::Read {
+                path: path.to_owned(),
+                source,
+            });
+        }
     };
     let mut bytes = Vec::new();
     file.take(limit + 1)
         .read_to_end(&mut bytes)
-        .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+        .map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
     if bytes.len() as u64 > limit {
-        return Err(LoadError::TooLarge { path: path.to_owned(), limit });
+        return Err(LoadError::TooLarge {
+            path: path.to_owned(),
+            limit,
+        });
     }
     Ok(Some(bytes))
 }

@@ -66,20 +66,33 @@ impl Requirements {
     }
 }
 
-fn version_gate(value: Option<&Value>, field: &str) -> Result<Option<VersionConstraint>, DefinitionError> {
+fn version_gate(
+    value: Option<&Value>,
+    field: &str,
+) -> Result<Option<VersionConstraint>, DefinitionError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => constraint(text, field).map(Some),
         Some(Value::Object(map)) => match map.get("constraint") {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(text)) => constraint(text, &format!("{field}.constraint")).map(Some),
-            Some(_) => Err(DefinitionError::new(format!("{field}.constraint"), "must be a string")),
+            Some(_) => Err(DefinitionError::new(
+                format!("{field}.constraint"),
+                "must be a string",
+            )),
         },
-        Some(_) => Err(DefinitionError::new(field, "must be a constraint string or {constraint: …}")),
+        Some(_) => Err(DefinitionError::new(
+            field,
+            "must be a constraint string or {constraint: …}",
+        )),
     }
 }
 
-fn parse_dependencies(value: &Value, field: &str, out: &mut Requirements) -> Result<(), DefinitionError> {
+fn parse_dependencies(
+    value: &Value,
+    field: &str,
+    out: &mut Requirements,
+) -> Result<(), DefinitionError> {
     let map = as_map(value, field)?;
     let is_v2 = ["mandatory", "conditional", "anyOf", "noneOf"]
         .iter()
@@ -87,7 +100,11 @@ fn parse_dependencies(value: &Value, field: &str, out: &mut Requirements) -> Res
     if !is_v2 {
         for (name, raw) in map {
             let (dep, optional) = v1_dependency(name, raw, &format!("{field}.{name}"))?;
-            if optional { out.conditional.push(dep) } else { out.mandatory.push(dep) }
+            if optional {
+                out.conditional.push(dep)
+            } else {
+                out.mandatory.push(dep)
+            }
         }
         return Ok(());
     }
@@ -98,14 +115,23 @@ fn parse_dependencies(value: &Value, field: &str, out: &mut Requirements) -> Res
             "conditional" => out.conditional.extend(dependency_list(raw, &here)?),
             "anyOf" => out.any_of.extend(group_list(raw, &here)?),
             "noneOf" => out.none_of.extend(group_list(raw, &here)?),
-            _ => return Err(DefinitionError::new(here, "unknown key (expected mandatory, conditional, anyOf or noneOf)")),
+            _ => {
+                return Err(DefinitionError::new(
+                    here,
+                    "unknown key (expected mandatory, conditional, anyOf or noneOf)",
+                ));
+            }
         }
     }
     Ok(())
 }
 
 /// v1 entry `name: "constraint"`, where a trailing `!optional` makes it conditional.
-fn v1_dependency(name: &str, raw: &Value, field: &str) -> Result<(Dependency, bool), DefinitionError> {
+fn v1_dependency(
+    name: &str,
+    raw: &Value,
+    field: &str,
+) -> Result<(Dependency, bool), DefinitionError> {
     let text = match raw {
         Value::String(text) => text.trim(),
         Value::Null => "",
@@ -115,27 +141,51 @@ fn v1_dependency(name: &str, raw: &Value, field: &str) -> Result<(Dependency, bo
         Some(rest) => (rest.trim(), true),
         None => (text, false),
     };
-    let constraint = if text.is_empty() { None } else { Some(constraint(text, field)?) };
-    Ok((Dependency { name: package_name(name, field)?, constraint }, optional))
+    let constraint = if text.is_empty() {
+        None
+    } else {
+        Some(constraint(text, field)?)
+    };
+    Ok((
+        Dependency {
+            name: package_name(name, field)?,
+            constraint,
+        },
+        optional,
+    ))
 }
 
 fn dependency_list(value: &Value, field: &str) -> Result<Vec<Dependency>, DefinitionError> {
     let Value::Array(items) = value else {
         return Err(DefinitionError::new(field, "must be a list"));
     };
-    items.iter().enumerate().map(|(i, item)| dependency(item, &format!("{field}[{i}]"))).collect()
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| dependency(item, &format!("{field}[{i}]")))
+        .collect()
 }
 
 fn dependency(value: &Value, field: &str) -> Result<Dependency, DefinitionError> {
     let map = as_map(value, field)?;
     let name = match map.get("name") {
         Some(Value::String(name)) => package_name(name, &format!("{field}.name"))?,
-        _ => return Err(DefinitionError::new(format!("{field}.name"), "is required and must be a string")),
+        _ => {
+            return Err(DefinitionError::new(
+                format!("{field}.name"),
+                "is required and must be a string",
+            ));
+        }
     };
     let constraint = match map.get("constraint") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) => Some(constraint(text, &format!("{field}.constraint"))?),
-        Some(_) => return Err(DefinitionError::new(format!("{field}.constraint"), "must be a string")),
+        Some(_) => {
+            return Err(DefinitionError::new(
+                format!("{field}.constraint"),
+                "must be a string",
+            ));
+        }
     };
     Ok(Dependency { name, constraint })
 }
@@ -152,14 +202,31 @@ fn group_list(value: &Value, field: &str) -> Result<Vec<DependencyGroup>, Defini
             let map = as_map(item, &here)?;
             let name = match map.get("name") {
                 Some(Value::String(name)) => name.clone(),
-                _ => return Err(DefinitionError::new(format!("{here}.name"), "is required and must be a string")),
+                _ => {
+                    return Err(DefinitionError::new(
+                        format!("{here}.name"),
+                        "is required and must be a string",
+                    ));
+                }
             };
-            let description = map.get("description").and_then(Value::as_str).map(str::to_owned);
+            let description = map
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             let members = match map.get("modules").or_else(|| map.get("packages")) {
                 Some(list) => dependency_list(list, &format!("{here}.modules"))?,
-                None => return Err(DefinitionError::new(format!("{here}.modules"), "is required")),
+                None => {
+                    return Err(DefinitionError::new(
+                        format!("{here}.modules"),
+                        "is required",
+                    ));
+                }
             };
-            Ok(DependencyGroup { name, description, members })
+            Ok(DependencyGroup {
+                name,
+                description,
+                members,
+            })
         })
         .collect()
 }
@@ -174,7 +241,9 @@ fn package_name(name: &str, field: &str) -> Result<String, DefinitionError> {
 }
 
 fn as_map<'a>(value: &'a Value, field: &str) -> Result<&'a Map<String, Value>, DefinitionError> {
-    value.as_object().ok_or_else(|| DefinitionError::new(field, "must be a mapping"))
+    value
+        .as_object()
+        .ok_or_else(|| DefinitionError::new(field, "must be a mapping"))
 }
 
 #[cfg(test)]
@@ -199,7 +268,10 @@ mod tests {
         assert_eq!(names(&req.mandatory), ["cert-manager", "any"]);
         assert_eq!(req.mandatory[1].constraint, None);
         assert_eq!(names(&req.conditional), ["monitoring"]);
-        assert_eq!(req.conditional[0].constraint.as_ref().map(|c| c.as_str()), Some(">=0.5"));
+        assert_eq!(
+            req.conditional[0].constraint.as_ref().map(|c| c.as_str()),
+            Some(">=0.5")
+        );
     }
 
     #[test]
@@ -227,10 +299,22 @@ mod tests {
     fn errors_name_the_field() {
         let cases = [
             (json!({"kubernetes": ">=banana"}), "requirements.kubernetes"),
-            (json!({"kubernetes": {"constraint": 5}}), "requirements.kubernetes.constraint"),
-            (json!({"modules": {"mandatory": [{"constraint": "1"}]}}), "requirements.modules.mandatory[0].name"),
-            (json!({"modules": {"mandatory": [], "weird": []}}), "requirements.modules.weird"),
-            (json!({"modules": {"Bad_Name": "1"}}), "requirements.modules.Bad_Name"),
+            (
+                json!({"kubernetes": {"constraint": 5}}),
+                "requirements.kubernetes.constraint",
+            ),
+            (
+                json!({"modules": {"mandatory": [{"constraint": "1"}]}}),
+                "requirements.modules.mandatory[0].name",
+            ),
+            (
+                json!({"modules": {"mandatory": [], "weird": []}}),
+                "requirements.modules.weird",
+            ),
+            (
+                json!({"modules": {"Bad_Name": "1"}}),
+                "requirements.modules.Bad_Name",
+            ),
             (json!([1]), "requirements"),
         ];
         for (doc, field) in cases {

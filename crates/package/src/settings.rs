@@ -18,11 +18,19 @@ pub const MAX_SETTINGS_BYTES: usize = 1024 * 1024;
 ///
 /// `null` counts as empty settings. Settings must be an object. A package without a settings
 /// schema accepts only empty settings. Returns the settings with defaults applied.
-pub fn validate_settings(schema: Option<&Schema>, settings: &Value) -> Result<Value, Vec<ValidationError>> {
+pub fn validate_settings(
+    schema: Option<&Schema>,
+    settings: &Value,
+) -> Result<Value, Vec<ValidationError>> {
     let mut settings = match settings {
         Value::Null => Value::Object(Map::new()),
         Value::Object(_) => settings.clone(),
-        other => return Err(vec![ValidationError::new(".", format!("settings must be an object, got {}", kind(other)))]),
+        other => {
+            return Err(vec![ValidationError::new(
+                ".",
+                format!("settings must be an object, got {}", kind(other)),
+            )]);
+        }
     };
     check_bounds(&settings)?;
     let Some(schema) = schema else {
@@ -30,7 +38,10 @@ pub fn validate_settings(schema: Option<&Schema>, settings: &Value) -> Result<Va
         return if empty {
             Ok(settings)
         } else {
-            Err(vec![ValidationError::new(".", "the package has no settings schema, so settings must be empty")])
+            Err(vec![ValidationError::new(
+                ".",
+                "the package has no settings schema, so settings must be empty",
+            )])
         };
     };
     schema.apply_defaults(&mut settings);
@@ -41,10 +52,16 @@ pub fn validate_settings(schema: Option<&Schema>, settings: &Value) -> Result<Va
 fn check_bounds(settings: &Value) -> Result<(), Vec<ValidationError>> {
     let size = json_size(settings);
     if size > MAX_SETTINGS_BYTES {
-        return Err(vec![ValidationError::new(".", format!("settings are {size} bytes as JSON; the limit is {MAX_SETTINGS_BYTES}"))]);
+        return Err(vec![ValidationError::new(
+            ".",
+            format!("settings are {size} bytes as JSON; the limit is {MAX_SETTINGS_BYTES}"),
+        )]);
     }
     if let Some(path) = too_deep(settings, 1, ".") {
-        return Err(vec![ValidationError::new(path, format!("settings are nested deeper than {MAX_SETTINGS_DEPTH} levels"))]);
+        return Err(vec![ValidationError::new(
+            path,
+            format!("settings are nested deeper than {MAX_SETTINGS_DEPTH} levels"),
+        )]);
     }
     Ok(())
 }
@@ -52,17 +69,27 @@ fn check_bounds(settings: &Value) -> Result<(), Vec<ValidationError>> {
 /// Returns the path of the first container found at `MAX_SETTINGS_DEPTH + 1` levels.
 fn too_deep(value: &Value, depth: usize, path: &str) -> Option<String> {
     let children: Box<dyn Iterator<Item = (String, &Value)>> = match value {
-        Value::Object(map) => Box::new(map.iter().map(|(k, v)| (crate::schema::path::child(path, k), v))),
+        Value::Object(map) => Box::new(
+            map.iter()
+                .map(|(k, v)| (crate::schema::path::child(path, k), v)),
+        ),
         Value::Array(items) => {
             let base = if path == "." { "" } else { path };
-            Box::new(items.iter().enumerate().map(move |(i, v)| (format!("{base}[{i}]"), v)))
+            Box::new(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, v)| (format!("{base}[{i}]"), v)),
+            )
         }
         _ => return None,
     };
     if depth > MAX_SETTINGS_DEPTH {
         return Some(path.to_owned());
     }
-    children.into_iter().find_map(|(child_path, child)| too_deep(child, depth + 1, &child_path))
+    children
+        .into_iter()
+        .find_map(|(child_path, child)| too_deep(child, depth + 1, &child_path))
 }
 
 /// Counts the bytes of the compact JSON encoding without building it.
@@ -107,10 +134,20 @@ mod tests {
 
     #[test]
     fn no_schema_accepts_only_empty_settings() {
-        assert_eq!(validate_settings(None, &Value::Null).expect("empty ok"), json!({}));
-        assert_eq!(validate_settings(None, &json!({})).expect("empty ok"), json!({}));
+        assert_eq!(
+            validate_settings(None, &Value::Null).expect("empty ok"),
+            json!({})
+        );
+        assert_eq!(
+            validate_settings(None, &json!({})).expect("empty ok"),
+            json!({})
+        );
         let errors = validate_settings(None, &json!({"x": 1})).expect_err("rejected");
-        assert!(errors[0].message.contains("no settings schema"), "{}", errors[0].message);
+        assert!(
+            errors[0].message.contains("no settings schema"),
+            "{}",
+            errors[0].message
+        );
     }
 
     #[test]
@@ -119,8 +156,12 @@ mod tests {
             "mode": {"type": "string", "default": "fast"}, "replicas": {"type": "integer", "minimum": 1}
         }}))
         .expect("compiles");
-        assert_eq!(validate_settings(Some(&schema), &json!({})).expect("valid"), json!({"mode": "fast"}));
-        let errors = validate_settings(Some(&schema), &json!({"replicas": 0})).expect_err("invalid");
+        assert_eq!(
+            validate_settings(Some(&schema), &json!({})).expect("valid"),
+            json!({"mode": "fast"})
+        );
+        let errors =
+            validate_settings(Some(&schema), &json!({"replicas": 0})).expect_err("invalid");
         assert_eq!(errors[0].path, ".replicas");
     }
 
@@ -135,8 +176,13 @@ mod tests {
     fn depth_bound() {
         let open = Schema::from_openapi(&json!({"type": "object"})).expect("compiles");
         assert!(validate_settings(Some(&open), &nested(MAX_SETTINGS_DEPTH)).is_ok());
-        let errors = validate_settings(Some(&open), &nested(MAX_SETTINGS_DEPTH + 1)).expect_err("too deep");
-        assert!(errors[0].message.contains("deeper than 32"), "{}", errors[0].message);
+        let errors =
+            validate_settings(Some(&open), &nested(MAX_SETTINGS_DEPTH + 1)).expect_err("too deep");
+        assert!(
+            errors[0].message.contains("deeper than 32"),
+            "{}",
+            errors[0].message
+        );
         assert!(errors[0].path.starts_with(".a.a.a"), "{}", errors[0].path);
     }
 
@@ -144,6 +190,10 @@ mod tests {
     fn size_bound() {
         let big = json!({"blob": "x".repeat(MAX_SETTINGS_BYTES)});
         let errors = validate_settings(None, &big).expect_err("too large");
-        assert!(errors[0].message.contains("limit is 1048576"), "{}", errors[0].message);
+        assert!(
+            errors[0].message.contains("limit is 1048576"),
+            "{}",
+            errors[0].message
+        );
     }
 }

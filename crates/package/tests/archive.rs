@@ -31,17 +31,28 @@ fn header(name: &str, kind: EntryType, size: u64, mode: u32, link: &str) -> Head
 }
 
 fn raw_archive(path: &Path, entries: &[Entry<'_>]) {
-    let mut builder = tar::Builder::new(GzEncoder::new(fs::File::create(path).expect("create"), Compression::fast()));
+    let mut builder = tar::Builder::new(GzEncoder::new(
+        fs::File::create(path).expect("create"),
+        Compression::fast(),
+    ));
     for entry in entries {
         let (h, data): (Header, &[u8]) = match entry {
-            Entry::File(name, data, mode) => (header(name, EntryType::Regular, data.len() as u64, *mode, ""), data),
+            Entry::File(name, data, mode) => (
+                header(name, EntryType::Regular, data.len() as u64, *mode, ""),
+                data,
+            ),
             Entry::Dir(name) => (header(name, EntryType::Directory, 0, 0o755, ""), &[]),
-            Entry::Symlink(name, target) => (header(name, EntryType::Symlink, 0, 0o777, target), &[]),
+            Entry::Symlink(name, target) => {
+                (header(name, EntryType::Symlink, 0, 0o777, target), &[])
+            }
             Entry::HardLink(name, target) => (header(name, EntryType::Link, 0, 0o644, target), &[]),
         };
         builder.append(&h, data).expect("append");
     }
-    builder.into_inner().and_then(|gz| gz.finish()).expect("finish archive");
+    builder
+        .into_inner()
+        .and_then(|gz| gz.finish())
+        .expect("finish archive");
 }
 
 const DEFINITION: &[u8] = b"type: Application\nname: demo\nversion: 1.0.0\n";
@@ -81,19 +92,30 @@ impl Fixture {
 fn helm_style_archive_with_top_directory_is_published() {
     let fx = Fixture::new();
     let source = package_dir(&fx.dir.path().join("src/demo"), "demo", "1.0.0");
-    let mut builder = tar::Builder::new(GzEncoder::new(fs::File::create(fx.archive("demo-1.0.0.tar.gz")).expect("create"), Compression::fast()));
+    let mut builder = tar::Builder::new(GzEncoder::new(
+        fs::File::create(fx.archive("demo-1.0.0.tar.gz")).expect("create"),
+        Compression::fast(),
+    ));
     builder.append_dir_all("demo", &source).expect("append");
-    builder.into_inner().and_then(|gz| gz.finish()).expect("finish");
+    builder
+        .into_inner()
+        .and_then(|gz| gz.finish())
+        .expect("finish");
 
     let fetched = fx.fetch().expect("fetches");
     let pkg = load(&fx.dest()).expect("loads");
     assert_eq!(pkg.definition.name, "demo");
-    assert!(is_executable(&fx.dest().join("hooks/startup")), "exec bit survives the archive");
+    assert!(
+        is_executable(&fx.dest().join("hooks/startup")),
+        "exec bit survives the archive"
+    );
 
     // The same content fetched from a directory repository has the same digest.
     let local_root = fx.dir.path().join("local");
     package_dir(&local_root.join("demo/1.0.0"), "demo", "1.0.0");
-    let local = LocalRepository::new(&local_root).fetch("demo", "1.0.0", &fx.dir.path().join("other")).expect("fetches");
+    let local = LocalRepository::new(&local_root)
+        .fetch("demo", "1.0.0", &fx.dir.path().join("other"))
+        .expect("fetches");
     assert_eq!(fetched.digest, local.digest);
 }
 
@@ -102,13 +124,21 @@ fn flat_archive_and_versions() {
     let fx = Fixture::new();
     for version in ["1.0.0", "0.9.0"] {
         let definition = format!("type: Application\nname: demo\nversion: {version}\n");
-        raw_archive(&fx.archive(&format!("demo-{version}.tar.gz")), &[Entry::File("package.yaml", definition.as_bytes(), 0o644)]);
+        raw_archive(
+            &fx.archive(&format!("demo-{version}.tar.gz")),
+            &[Entry::File("package.yaml", definition.as_bytes(), 0o644)],
+        );
     }
     raw_archive(&fx.archive("demo-extra-2.0.0.tar.gz"), &[]);
     fx.fetch().expect("fetches");
     assert!(fx.dest().join("package.yaml").is_file());
-    let versions = ArchiveRepository::new(fx.repo()).versions("demo").expect("lists");
-    assert_eq!(versions.iter().map(ToString::to_string).collect::<Vec<_>>(), ["0.9.0", "1.0.0"]);
+    let versions = ArchiveRepository::new(fx.repo())
+        .versions("demo")
+        .expect("lists");
+    assert_eq!(
+        versions.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["0.9.0", "1.0.0"]
+    );
 }
 
 #[test]
@@ -116,34 +146,90 @@ fn archive_digest_is_verified() {
     let fx = Fixture::new();
     let archive = fx.archive("demo-1.0.0.tar.gz");
     raw_archive(&archive, &[Entry::File("package.yaml", DEFINITION, 0o644)]);
-    let actual = format!("sha256:{}", hex::encode(Sha256::digest(fs::read(&archive).expect("read"))));
+    let actual = format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(fs::read(&archive).expect("read")))
+    );
     let repo = ArchiveRepository::new(fx.repo());
     let wrong = format!("sha256:{}", "0".repeat(64));
-    let err = repo.fetch_verified("demo", "1.0.0", &fx.dest(), Some(&wrong)).expect_err("digest mismatch");
+    let err = repo
+        .fetch_verified("demo", "1.0.0", &fx.dest(), Some(&wrong))
+        .expect_err("digest mismatch");
     assert!(err.to_string().contains("expected sha256:000"), "{err}");
     fx.assert_nothing_published();
-    repo.fetch_verified("demo", "1.0.0", &fx.dest(), Some(&actual)).expect("digest matches");
+    repo.fetch_verified("demo", "1.0.0", &fx.dest(), Some(&actual))
+        .expect("digest matches");
 }
+
+/// A named hostile archive and a check that the error is the expected kind.
+type HostileCase = (&'static str, Vec<Entry<'static>>, fn(&RepoError) -> bool);
 
 #[test]
 fn hostile_archives_are_rejected() {
-    let cases: Vec<(&str, Vec<Entry<'_>>, fn(&RepoError) -> bool)> = vec![
-        ("absolute path", vec![Entry::File("/etc/evil", b"x", 0o644)], |e| matches!(e, RepoError::UnsafePath { .. })),
-        ("parent dir", vec![Entry::File("../evil", b"x", 0o644)], |e| matches!(e, RepoError::UnsafePath { .. })),
-        ("nested parent dir", vec![Entry::File("a/../../evil", b"x", 0o644)], |e| matches!(e, RepoError::UnsafePath { .. })),
-        ("escaping symlink", vec![Entry::Symlink("link", "../../outside")], |e| matches!(e, RepoError::LinkEscapes { .. })),
-        ("absolute symlink", vec![Entry::Symlink("link", "/etc")], |e| matches!(e, RepoError::LinkEscapes { .. })),
+    let cases: Vec<HostileCase> = vec![
+        (
+            "absolute path",
+            vec![Entry::File("/etc/evil", b"x", 0o644)],
+            |e| matches!(e, RepoError::UnsafePath { .. }),
+        ),
+        (
+            "parent dir",
+            vec![Entry::File("../evil", b"x", 0o644)],
+            |e| matches!(e, RepoError::UnsafePath { .. }),
+        ),
+        (
+            "nested parent dir",
+            vec![Entry::File("a/../../evil", b"x", 0o644)],
+            |e| matches!(e, RepoError::UnsafePath { .. }),
+        ),
+        (
+            "escaping symlink",
+            vec![Entry::Symlink("link", "../../outside")],
+            |e| matches!(e, RepoError::LinkEscapes { .. }),
+        ),
+        (
+            "absolute symlink",
+            vec![Entry::Symlink("link", "/etc")],
+            |e| matches!(e, RepoError::LinkEscapes { .. }),
+        ),
         (
             "write through a symlink",
-            vec![Entry::Dir("sub"), Entry::Symlink("sub/up", ".."), Entry::File("sub/up/package.yaml", DEFINITION, 0o644)],
-            |e| matches!(e, RepoError::UnsafePath { reason: "passes through a symlink", .. }),
+            vec![
+                Entry::Dir("sub"),
+                Entry::Symlink("sub/up", ".."),
+                Entry::File("sub/up/package.yaml", DEFINITION, 0o644),
+            ],
+            |e| {
+                matches!(
+                    e,
+                    RepoError::UnsafePath {
+                        reason: "passes through a symlink",
+                        ..
+                    }
+                )
+            },
         ),
         (
             "entry replacing a symlink",
-            vec![Entry::Symlink("package.yaml", "x"), Entry::File("package.yaml", DEFINITION, 0o644)],
-            |e| matches!(e, RepoError::UnsafePath { reason: "appears twice", .. }),
+            vec![
+                Entry::Symlink("package.yaml", "x"),
+                Entry::File("package.yaml", DEFINITION, 0o644),
+            ],
+            |e| {
+                matches!(
+                    e,
+                    RepoError::UnsafePath {
+                        reason: "appears twice",
+                        ..
+                    }
+                )
+            },
         ),
-        ("hard link", vec![Entry::File("a", b"x", 0o644), Entry::HardLink("b", "a")], |e| matches!(e, RepoError::UnsupportedEntry { .. })),
+        (
+            "hard link",
+            vec![Entry::File("a", b"x", 0o644), Entry::HardLink("b", "a")],
+            |e| matches!(e, RepoError::UnsupportedEntry { .. }),
+        ),
     ];
     for (name, entries, expected) in cases {
         let fx = Fixture::new();
@@ -159,10 +245,27 @@ fn size_limits_apply_to_unpacked_bytes() {
     let fx = Fixture::new();
     // 1 MiB of zeros compresses to about 1 KiB: the limit must count what is unpacked.
     let zeros = vec![0u8; 1024 * 1024];
-    raw_archive(&fx.archive("demo-1.0.0.tar.gz"), &[Entry::File("package.yaml", DEFINITION, 0o644), Entry::File("blob", &zeros, 0o644)]);
-    assert!(fs::metadata(fx.archive("demo-1.0.0.tar.gz")).expect("stat").len() < 64 * 1024);
-    let limits = Limits { max_total_bytes: 256 * 1024, ..Limits::default() };
-    let err = ArchiveRepository::new(fx.repo()).with_limits(limits).fetch("demo", "1.0.0", &fx.dest()).expect_err("too big");
+    raw_archive(
+        &fx.archive("demo-1.0.0.tar.gz"),
+        &[
+            Entry::File("package.yaml", DEFINITION, 0o644),
+            Entry::File("blob", &zeros, 0o644),
+        ],
+    );
+    assert!(
+        fs::metadata(fx.archive("demo-1.0.0.tar.gz"))
+            .expect("stat")
+            .len()
+            < 64 * 1024
+    );
+    let limits = Limits {
+        max_total_bytes: 256 * 1024,
+        ..Limits::default()
+    };
+    let err = ArchiveRepository::new(fx.repo())
+        .with_limits(limits)
+        .fetch("demo", "1.0.0", &fx.dest())
+        .expect_err("too big");
     assert!(matches!(err, RepoError::LimitExceeded { .. }), "{err}");
     fx.assert_nothing_published();
 }

@@ -15,10 +15,26 @@ fn load_err(dir: &tempfile::TempDir) -> String {
 fn loads_a_full_package() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
-    write(root, "package.yaml", "type: Module\nname: my-mod\nversion: v0.3.0\nweight: 20\ndescription: demo\nrequirements:\n  kubernetes: '>=1.28'\n");
-    write(root, "values.yaml", "myMod:\n  image: nginx\nother: ignored\n");
-    write(root, "openapi/config-values.yaml", "type: object\nproperties:\n  replicas: {type: integer, default: 1}\n");
-    write(root, "openapi/values.yaml", "type: object\nproperties:\n  image: {type: string}\n");
+    write(
+        root,
+        "package.yaml",
+        "type: Module\nname: my-mod\nversion: v0.3.0\nweight: 20\ndescription: demo\nrequirements:\n  kubernetes: '>=1.28'\n",
+    );
+    write(
+        root,
+        "values.yaml",
+        "myMod:\n  image: nginx\nother: ignored\n",
+    );
+    write(
+        root,
+        "openapi/config-values.yaml",
+        "type: object\nproperties:\n  replicas: {type: integer, default: 1}\n",
+    );
+    write(
+        root,
+        "openapi/values.yaml",
+        "type: object\nproperties:\n  image: {type: string}\n",
+    );
     write(root, "templates/deploy.yaml", "kind: Deployment\n");
     fs::create_dir(root.join("hooks")).expect("mkdir hooks");
 
@@ -29,14 +45,31 @@ fn loads_a_full_package() {
     assert_eq!(pkg.definition.weight, Some(20));
     assert_eq!(pkg.definition.description.as_deref(), Some("demo"));
     assert!(pkg.definition.requirements.kubernetes.is_some());
-    assert_eq!(pkg.static_values, json!({"image": "nginx"}), "only the camelCase section is used");
-    assert!(pkg.settings_schema.is_some(), "config-values.yaml is the fallback settings schema");
+    assert_eq!(
+        pkg.static_values,
+        json!({"image": "nginx"}),
+        "only the camelCase section is used"
+    );
+    assert!(
+        pkg.settings_schema.is_some(),
+        "config-values.yaml is the fallback settings schema"
+    );
     assert!(pkg.is_helm);
     assert_eq!(pkg.hooks_dir, Some(root.join("hooks")));
     // The settings properties are merged into the values schema, so flat values validate.
     let values_schema = pkg.values_schema.expect("values schema");
-    assert!(values_schema.validate(&json!({"image": "x", "replicas": 2})).is_ok());
-    assert_eq!(values_schema.validate(&json!({"replicas": "two"})).expect_err("invalid")[0].path, ".replicas");
+    assert!(
+        values_schema
+            .validate(&json!({"image": "x", "replicas": 2}))
+            .is_ok()
+    );
+    assert_eq!(
+        values_schema
+            .validate(&json!({"replicas": "two"}))
+            .expect_err("invalid")[0]
+            .path,
+        ".replicas"
+    );
 }
 
 #[test]
@@ -54,9 +87,20 @@ fn minimal_package_has_no_extras() {
 fn settings_yaml_wins_over_config_values() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), "package.yaml", MINIMAL_DEFINITION);
-    write(dir.path(), "openapi/settings.yaml", "type: object\nproperties:\n  a: {type: string}\n");
-    write(dir.path(), "openapi/config-values.yaml", "type: object\nproperties:\n  b: {type: string}\n");
-    let schema = load(dir.path()).expect("loads").settings_schema.expect("schema");
+    write(
+        dir.path(),
+        "openapi/settings.yaml",
+        "type: object\nproperties:\n  a: {type: string}\n",
+    );
+    write(
+        dir.path(),
+        "openapi/config-values.yaml",
+        "type: object\nproperties:\n  b: {type: string}\n",
+    );
+    let schema = load(dir.path())
+        .expect("loads")
+        .settings_schema
+        .expect("schema");
     assert!(schema.validate(&json!({"a": "x"})).is_ok());
     assert!(schema.validate(&json!({"b": "x"})).is_err());
 }
@@ -72,9 +116,16 @@ fn missing_definition_names_the_file() {
 #[test]
 fn bad_yaml_names_the_file_and_line() {
     let dir = tempfile::tempdir().expect("tempdir");
-    write(dir.path(), "package.yaml", "type: Application\nname: demo\nversion: [1.0\n");
+    write(
+        dir.path(),
+        "package.yaml",
+        "type: Application\nname: demo\nversion: [1.0\n",
+    );
     let message = load_err(&dir);
-    assert!(message.contains("package.yaml") && message.contains("invalid YAML"), "{message}");
+    assert!(
+        message.contains("package.yaml") && message.contains("invalid YAML"),
+        "{message}"
+    );
     assert!(message.contains("line 3 column 10"), "{message}");
     assert!(!message.contains('\n'), "one line: {message}");
 }
@@ -82,18 +133,41 @@ fn bad_yaml_names_the_file_and_line() {
 #[test]
 fn definition_errors_name_file_and_field() {
     let cases = [
-        ("type: Thing\nname: demo\nversion: 1.0.0\n", "`type`", "unknown package type"),
-        ("type: Application\nname: demo\nversion: 1.0\n", "`version`", "must be a string"),
-        ("type: Application\nname: demo\nversion: one\n", "`version`", "not a semantic version"),
-        ("type: Application\nversion: 1.0.0\n", "`name`", "is required"),
-        ("type: Application\nname: demo\nversion: 1.0.0\nrequirements:\n  kubernetes: '>=x'\n", "`requirements.kubernetes`", "invalid version constraint"),
+        (
+            "type: Thing\nname: demo\nversion: 1.0.0\n",
+            "`type`",
+            "unknown package type",
+        ),
+        (
+            "type: Application\nname: demo\nversion: 1.0\n",
+            "`version`",
+            "must be a string",
+        ),
+        (
+            "type: Application\nname: demo\nversion: one\n",
+            "`version`",
+            "not a semantic version",
+        ),
+        (
+            "type: Application\nversion: 1.0.0\n",
+            "`name`",
+            "is required",
+        ),
+        (
+            "type: Application\nname: demo\nversion: 1.0.0\nrequirements:\n  kubernetes: '>=x'\n",
+            "`requirements.kubernetes`",
+            "invalid version constraint",
+        ),
     ];
     for (definition, field, problem) in cases {
         let dir = tempfile::tempdir().expect("tempdir");
         write(dir.path(), "package.yaml", definition);
         let message = load_err(&dir);
         assert!(message.contains("package.yaml"), "{message}");
-        assert!(message.contains(field) && message.contains(problem), "{message}");
+        assert!(
+            message.contains(field) && message.contains(problem),
+            "{message}"
+        );
     }
 }
 
@@ -103,22 +177,39 @@ fn static_values_must_be_a_mapping() {
     write(dir.path(), "package.yaml", MINIMAL_DEFINITION);
     write(dir.path(), "values.yaml", "- a\n- b\n");
     let message = load_err(&dir);
-    assert!(message.contains("values.yaml") && message.contains("must be a mapping"), "{message}");
+    assert!(
+        message.contains("values.yaml") && message.contains("must be a mapping"),
+        "{message}"
+    );
 }
 
 #[test]
 fn schema_that_does_not_compile_names_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), "package.yaml", MINIMAL_DEFINITION);
-    write(dir.path(), "openapi/values.yaml", "type: object\nproperties:\n  a: {type: banana}\n");
+    write(
+        dir.path(),
+        "openapi/values.yaml",
+        "type: object\nproperties:\n  a: {type: banana}\n",
+    );
     let message = load_err(&dir);
-    assert!(message.contains("openapi/values.yaml") && message.contains("does not compile"), "{message}");
+    assert!(
+        message.contains("openapi/values.yaml") && message.contains("does not compile"),
+        "{message}"
+    );
 
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), "package.yaml", MINIMAL_DEFINITION);
-    write(dir.path(), "openapi/settings.yaml", "type: object\nproperties:\n  a: [1]\n");
+    write(
+        dir.path(),
+        "openapi/settings.yaml",
+        "type: object\nproperties:\n  a: [1]\n",
+    );
     let message = load_err(&dir);
-    assert!(message.contains("openapi/settings.yaml") && message.contains("/properties/a"), "{message}");
+    assert!(
+        message.contains("openapi/settings.yaml") && message.contains("/properties/a"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -136,9 +227,22 @@ fn chart_files_are_relative_sorted_and_skip_hooks_and_openapi() {
     write(root, "openapi/settings.yaml", "type: object\n");
     write(root, "README.md", "docs");
 
-    let files = load(root).expect("loads").chart_files().expect("chart files");
+    let files = load(root)
+        .expect("loads")
+        .chart_files()
+        .expect("chart files");
     let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
-    assert_eq!(names, ["Chart.yaml", "charts/sub/Chart.yaml", "crds/crd.yaml", "templates/_helpers.tpl", "templates/b.yaml", "values.yaml"]);
+    assert_eq!(
+        names,
+        [
+            "Chart.yaml",
+            "charts/sub/Chart.yaml",
+            "crds/crd.yaml",
+            "templates/_helpers.tpl",
+            "templates/b.yaml",
+            "values.yaml"
+        ]
+    );
     assert_eq!(files[4].1, b"b");
 }
 
@@ -149,7 +253,14 @@ fn chart_files_refuse_links_out_of_the_package() {
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), "package.yaml", MINIMAL_DEFINITION);
     fs::create_dir(dir.path().join("templates")).expect("mkdir");
-    std::os::unix::fs::symlink(outside.path().join("secret.yaml"), dir.path().join("templates/leak.yaml")).expect("symlink");
-    let err = load(dir.path()).expect("loads").chart_files().expect_err("refused");
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.yaml"),
+        dir.path().join("templates/leak.yaml"),
+    )
+    .expect("symlink");
+    let err = load(dir.path())
+        .expect("loads")
+        .chart_files()
+        .expect_err("refused");
     assert!(matches!(err, LoadError::LinkEscapes { .. }), "{err}");
 }

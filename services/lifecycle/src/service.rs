@@ -225,7 +225,17 @@ impl Lifecycle for LifecycleService {
         let store = self.store.clone();
         let stream = async_stream(move |tx| async move {
             let initial = match &filter {
-                Some(key) => store.get(key).await.ok().flatten().into_iter().collect(),
+                Some(key) => match store.get(key).await {
+                    Ok(Some(row)) => vec![row],
+                    Ok(None) => {
+                        let _ = tx.send(Err(Status::not_found(format!("package {key} not found")))).await;
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::internal(e.to_string()))).await;
+                        return;
+                    }
+                },
                 None => store.list().await.unwrap_or_default(),
             };
             for row in initial {

@@ -5,6 +5,7 @@
 //! `service` is the gRPC adapter that parses requests at the edge.
 
 pub mod apply;
+pub mod manager;
 pub mod order;
 pub mod record;
 pub mod render;
@@ -27,3 +28,4 @@ pub struct ReleaseInfo {
 pub fn server(svc: ReleaseService) -> berth_proto::release::releases_server::ReleasesServer<ReleaseService> {
     berth_proto::release::releases_server::ReleasesServer::new(svc)
 }
+pub mod process;

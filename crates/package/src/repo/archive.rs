@@ -31,7 +31,10 @@ pub struct ArchiveRepository {
 
 impl ArchiveRepository {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        ArchiveRepository { root: root.into(), limits: Limits::default() }
+        ArchiveRepository {
+            root: root.into(),
+            limits: Limits::default(),
+        }
     }
 
     /// Uses `limits` instead of the defaults; `max_total_bytes` bounds both the archive and its
@@ -58,13 +61,24 @@ impl ArchiveRepository {
     ) -> Result<Fetched, RepoError> {
         check_segment("package name", package)?;
         check_segment("package version", version)?;
-        let archive = self.root.join(format!("{package}-{version}{ARCHIVE_SUFFIX}"));
+        let archive = self
+            .root
+            .join(format!("{package}-{version}{ARCHIVE_SUFFIX}"));
         let source = match fs::File::open(&archive) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(RepoError::VersionNotFound { package: package.to_owned(), version: version.to_owned() });
+                return Err(RepoError::VersionNotFound {
+                    package: package.to_owned(),
+                    version: version.to_owned(),
+                });
             }
-            Err(source) => return Err(RepoError::Io { op: "open archive", path: archive, source }),
+            Err(source) => {
+                return Err(RepoError::Io {
+                    op: "open archive",
+                    path: archive,
+                    source,
+                });
+            }
         };
         let staging = staging_dir(dest)?;
         let copy = staging.path().join("archive.tar.gz");
@@ -92,7 +106,9 @@ impl ArchiveRepository {
         check_segment("package name", package)?;
         let prefix = format!("{package}-");
         let mut versions = Vec::new();
-        for entry in fs::read_dir(&self.root).map_err(RepoError::io("read directory", &self.root))? {
+        for entry in
+            fs::read_dir(&self.root).map_err(RepoError::io("read directory", &self.root))?
+        {
             let entry = entry.map_err(RepoError::io("read directory", &self.root))?;
             let name = entry.file_name();
             let version = name
@@ -105,7 +121,9 @@ impl ArchiveRepository {
             }
         }
         if versions.is_empty() {
-            return Err(RepoError::PackageNotFound { package: package.to_owned() });
+            return Err(RepoError::PackageNotFound {
+                package: package.to_owned(),
+            });
         }
         versions.sort();
         Ok(versions)
@@ -115,7 +133,10 @@ impl ArchiveRepository {
 /// Unpacks a `.tar.gz` stream entry by entry through `stager`.
 pub(crate) fn unpack_tar_gz(reader: impl Read, stager: &mut Stager) -> Result<(), RepoError> {
     let mut archive = tar::Archive::new(GzDecoder::new(reader));
-    let broken = |e: io::Error| RepoError::Archive { path: PathBuf::new(), message: e.to_string() };
+    let broken = |e: io::Error| RepoError::Archive {
+        path: PathBuf::new(),
+        message: e.to_string(),
+    };
     for entry in archive.entries().map_err(broken)? {
         let mut entry = entry.map_err(broken)?;
         let path = entry.path().map_err(broken)?.into_owned();
@@ -127,16 +148,26 @@ pub(crate) fn unpack_tar_gz(reader: impl Read, stager: &mut Stager) -> Result<()
                 stager.file(&path, &mut entry, executable)?;
             }
             EntryType::Symlink => {
-                let target = entry.link_name().map_err(broken)?.ok_or_else(|| RepoError::UnsafePath {
-                    path: path.display().to_string(),
-                    reason: "symlink without a target",
-                })?;
+                let target =
+                    entry
+                        .link_name()
+                        .map_err(broken)?
+                        .ok_or_else(|| RepoError::UnsafePath {
+                            path: path.display().to_string(),
+                            reason: "symlink without a target",
+                        })?;
                 stager.symlink(&path, &target)?;
             }
             // Extended headers carry metadata for the next entry; the tar crate folds them in.
-            EntryType::XGlobalHeader | EntryType::XHeader | EntryType::GNULongName | EntryType::GNULongLink => {}
+            EntryType::XGlobalHeader
+            | EntryType::XHeader
+            | EntryType::GNULongName
+            | EntryType::GNULongLink => {}
             other => {
-                return Err(RepoError::UnsupportedEntry { path: path.display().to_string(), kind: format!("{other:?}") });
+                return Err(RepoError::UnsupportedEntry {
+                    path: path.display().to_string(),
+                    kind: format!("{other:?}"),
+                });
             }
         }
     }
@@ -146,7 +177,10 @@ pub(crate) fn unpack_tar_gz(reader: impl Read, stager: &mut Stager) -> Result<()
 /// Names the archive in errors raised while reading it.
 fn in_archive(error: RepoError, archive: &Path) -> RepoError {
     match error {
-        RepoError::Archive { message, .. } => RepoError::Archive { path: archive.to_owned(), message },
+        RepoError::Archive { message, .. } => RepoError::Archive {
+            path: archive.to_owned(),
+            message,
+        },
         other => other,
     }
 }
@@ -169,10 +203,18 @@ fn copy_hashed(source: fs::File, dest: &Path, limit: u64) -> Result<String, Repo
     }
     let mut hasher = Sha256::new();
     let out = fs::File::create(dest).map_err(RepoError::io("create file", dest))?;
-    let copied = io::copy(&mut source.take(limit + 1), &mut Tee { out, hasher: &mut hasher })
-        .map_err(RepoError::io("copy archive", dest))?;
+    let copied = io::copy(
+        &mut source.take(limit + 1),
+        &mut Tee {
+            out,
+            hasher: &mut hasher,
+        },
+    )
+    .map_err(RepoError::io("copy archive", dest))?;
     if copied > limit {
-        return Err(RepoError::LimitExceeded { limit: format!("{limit} bytes") });
+        return Err(RepoError::LimitExceeded {
+            limit: format!("{limit} bytes"),
+        });
     }
     Ok(hex::encode(hasher.finalize()))
 }

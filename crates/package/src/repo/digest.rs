@@ -24,7 +24,9 @@ pub fn digest_tree(root: &Path) -> Result<String, RepoError> {
 
 fn walk(dir: &Path, rel: &mut Vec<u8>, hasher: &mut Sha256) -> Result<(), RepoError> {
     let read_err = RepoError::io("read directory", dir);
-    let mut entries = fs::read_dir(dir).and_then(|it| it.collect::<Result<Vec<_>, _>>()).map_err(read_err)?;
+    let mut entries = fs::read_dir(dir)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(read_err)?;
     entries.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
     for entry in entries {
         let path = entry.path();

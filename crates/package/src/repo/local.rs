@@ -16,7 +16,10 @@ pub struct LocalRepository {
 
 impl LocalRepository {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        LocalRepository { root: root.into(), limits: Limits::default() }
+        LocalRepository {
+            root: root.into(),
+            limits: Limits::default(),
+        }
     }
 
     /// Uses `limits` instead of the defaults.
@@ -47,7 +50,9 @@ impl LocalRepository {
         check_segment("package name", package)?;
         let dir = self.root.join(package);
         if !dir.is_dir() {
-            return Err(RepoError::PackageNotFound { package: package.to_owned() });
+            return Err(RepoError::PackageNotFound {
+                package: package.to_owned(),
+            });
         }
         let read_err = RepoError::io("read directory", &dir);
         let mut versions = Vec::new();
@@ -56,7 +61,9 @@ impl LocalRepository {
             let name = entry.file_name();
             match name.to_str().map(parse_version) {
                 Some(Ok(version)) if entry.path().is_dir() => versions.push(version),
-                _ => tracing::debug!(entry = ?name, "skipping a repository entry that is not a version directory"),
+                _ => {
+                    tracing::debug!(entry = ?name, "skipping a repository entry that is not a version directory")
+                }
             }
         }
         versions.sort();
@@ -65,12 +72,21 @@ impl LocalRepository {
 
     /// The version directory, which must resolve inside the repository root.
     fn version_dir(&self, package: &str, version: &str) -> Result<PathBuf, RepoError> {
-        let not_found = || RepoError::VersionNotFound { package: package.to_owned(), version: version.to_owned() };
+        let not_found = || RepoError::VersionNotFound {
+            package: package.to_owned(),
+            version: version.to_owned(),
+        };
         let path = self.root.join(package).join(version);
         let real = path.canonicalize().map_err(|_| not_found())?;
-        let root = self.root.canonicalize().map_err(RepoError::io("resolve repository root", &self.root))?;
+        let root = self
+            .root
+            .canonicalize()
+            .map_err(RepoError::io("resolve repository root", &self.root))?;
         if !real.starts_with(&root) {
-            return Err(RepoError::LinkEscapes { path: format!("{package}/{version}"), target: real.display().to_string() });
+            return Err(RepoError::LinkEscapes {
+                path: format!("{package}/{version}"),
+                target: real.display().to_string(),
+            });
         }
         if !real.is_dir() {
             return Err(not_found());
@@ -101,7 +117,10 @@ fn copy_tree(dir: &Path, rel: &Path, stager: &mut Stager) -> Result<(), RepoErro
             let file = fs::File::open(&path).map_err(RepoError::io("open", &path))?;
             stager.file(&child, file, executable)?;
         } else {
-            return Err(RepoError::UnsupportedEntry { path: child.display().to_string(), kind: format!("{kind:?}") });
+            return Err(RepoError::UnsupportedEntry {
+                path: child.display().to_string(),
+                kind: format!("{kind:?}"),
+            });
         }
     }
     Ok(())

@@ -40,7 +40,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_total_bytes: DEFAULT_MAX_TOTAL_BYTES, max_entries: DEFAULT_MAX_ENTRIES, max_depth: DEFAULT_MAX_DEPTH }
+        Limits {
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            max_depth: DEFAULT_MAX_DEPTH,
+        }
     }
 }
 
@@ -56,13 +60,21 @@ pub struct Fetched {
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
     #[error("invalid {what} {value:?}: {reason}")]
-    InvalidName { what: &'static str, value: String, reason: &'static str },
+    InvalidName {
+        what: &'static str,
+        value: String,
+        reason: &'static str,
+    },
     #[error("package {package:?} version {version:?} is not in the repository")]
     VersionNotFound { package: String, version: String },
     #[error("package {package:?} is not in the repository")]
     PackageNotFound { package: String },
     #[error("{}: {op}: {source}", path.display())]
-    Io { op: &'static str, path: PathBuf, source: io::Error },
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
     #[error("unsafe path {path:?} in package: {reason}")]
     UnsafePath { path: String, reason: &'static str },
     #[error("symlink {path:?} -> {target:?} points outside the package")]
@@ -80,7 +92,10 @@ pub enum RepoError {
 }
 
 impl RepoError {
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> RepoError {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(io::Error) -> RepoError {
         let path = path.into();
         move |source| RepoError::Io { op, path, source }
     }
@@ -101,7 +116,11 @@ pub(crate) fn check_segment(what: &'static str, value: &str) -> Result<(), RepoE
         None
     };
     match reason {
-        Some(reason) => Err(RepoError::InvalidName { what, value: value.to_owned(), reason }),
+        Some(reason) => Err(RepoError::InvalidName {
+            what,
+            value: value.to_owned(),
+            reason,
+        }),
         None => Ok(()),
     }
 }

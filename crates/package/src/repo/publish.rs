@@ -28,10 +28,18 @@ pub(crate) fn staging_dir(dest: &Path) -> Result<TempDir, RepoError> {
 }
 
 /// Checks the package staged at `staged` (inside a staging dir) and publishes it at `dest`.
-pub(crate) fn publish(staged: &Path, dest: &Path, package: &str, version: &str) -> Result<Fetched, RepoError> {
+pub(crate) fn publish(
+    staged: &Path,
+    dest: &Path,
+    package: &str,
+    version: &str,
+) -> Result<Fetched, RepoError> {
     check_identity(staged, package, version)?;
     let digest = digest_tree(staged)?;
-    let fetched = Fetched { digest: digest.clone(), path: dest.to_owned() };
+    let fetched = Fetched {
+        digest: digest.clone(),
+        path: dest.to_owned(),
+    };
     if dest.exists() {
         if digest_tree(dest)? == digest {
             return Ok(fetched);
@@ -44,7 +52,11 @@ pub(crate) fn publish(staged: &Path, dest: &Path, package: &str, version: &str) 
         Ok(()) => Ok(fetched),
         // A concurrent fetch published first; accept its tree only if it is the same one.
         Err(_) if dest.exists() && digest_tree(dest)? == digest => Ok(fetched),
-        Err(source) => Err(RepoError::Io { op: "publish", path: dest.to_owned(), source }),
+        Err(source) => Err(RepoError::Io {
+            op: "publish",
+            path: dest.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -52,8 +64,13 @@ fn check_identity(staged: &Path, package: &str, version: &str) -> Result<(), Rep
     let loaded = load(staged).map_err(|e| RepoError::InvalidPackage(Box::new(e)))?;
     let found = format!("{} {}", loaded.definition.name, loaded.definition.version);
     let expected_version = parse_version(version).ok();
-    if loaded.definition.name != package || expected_version.as_ref() != Some(&loaded.definition.version) {
-        return Err(RepoError::Mismatch { expected: format!("{package} {version}"), found });
+    if loaded.definition.name != package
+        || expected_version.as_ref() != Some(&loaded.definition.version)
+    {
+        return Err(RepoError::Mismatch {
+            expected: format!("{package} {version}"),
+            found,
+        });
     }
     Ok(())
 }
@@ -67,7 +84,11 @@ fn replace(staged: &Path, dest: &Path) -> Result<(), RepoError> {
     if let Err(source) = fs::rename(staged, dest) {
         // Put the old tree back so the destination is never left empty.
         let _restored = fs::rename(&aside, dest);
-        return Err(RepoError::Io { op: "publish", path: dest.to_owned(), source });
+        return Err(RepoError::Io {
+            op: "publish",
+            path: dest.to_owned(),
+            source,
+        });
     }
     Ok(())
 }

@@ -27,7 +27,12 @@ pub(crate) struct Stager {
 impl Stager {
     /// Stages into `root`, which must exist and be empty.
     pub(crate) fn new(root: PathBuf, limits: Limits) -> Self {
-        Stager { root, limits, entries: 0, bytes: 0 }
+        Stager {
+            root,
+            limits,
+            entries: 0,
+            bytes: 0,
+        }
     }
 
     pub(crate) fn dir(&mut self, rel: &Path) -> Result<(), RepoError> {
@@ -36,18 +41,27 @@ impl Stager {
         Ok(())
     }
 
-    pub(crate) fn file(&mut self, rel: &Path, contents: impl Read, executable: bool) -> Result<(), RepoError> {
+    pub(crate) fn file(
+        &mut self,
+        rel: &Path,
+        contents: impl Read,
+        executable: bool,
+    ) -> Result<(), RepoError> {
         let path = self.admit(rel, false)?;
         self.parent(&path)?;
         let mut out = fs::File::create(&path).map_err(RepoError::io("create file", &path))?;
         let remaining = self.limits.max_total_bytes - self.bytes;
-        let written = io::copy(&mut contents.take(remaining + 1), &mut out).map_err(RepoError::io("write file", &path))?;
+        let written = io::copy(&mut contents.take(remaining + 1), &mut out)
+            .map_err(RepoError::io("write file", &path))?;
         self.bytes += written;
         if self.bytes > self.limits.max_total_bytes {
-            return Err(RepoError::LimitExceeded { limit: format!("{} bytes", self.limits.max_total_bytes) });
+            return Err(RepoError::LimitExceeded {
+                limit: format!("{} bytes", self.limits.max_total_bytes),
+            });
         }
         let mode = if executable { EXEC_MODE } else { FILE_MODE };
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(RepoError::io("set permissions", &path))
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+            .map_err(RepoError::io("set permissions", &path))
     }
 
     pub(crate) fn symlink(&mut self, rel: &Path, target: &Path) -> Result<(), RepoError> {
@@ -59,7 +73,10 @@ impl Stager {
 
     /// Second line of defence for links: every link must resolve, and inside the tree.
     pub(crate) fn verify_links(&self) -> Result<(), RepoError> {
-        let root = self.root.canonicalize().map_err(RepoError::io("resolve", &self.root))?;
+        let root = self
+            .root
+            .canonicalize()
+            .map_err(RepoError::io("resolve", &self.root))?;
         verify_links_under(&root, &root)
     }
 
@@ -71,9 +88,14 @@ impl Stager {
         let rel = safe_relative(rel, self.limits.max_depth)?;
         self.entries += 1;
         if self.entries > self.limits.max_entries {
-            return Err(RepoError::LimitExceeded { limit: format!("{} entries", self.limits.max_entries) });
+            return Err(RepoError::LimitExceeded {
+                limit: format!("{} entries", self.limits.max_entries),
+            });
         }
-        let unsafe_path = |reason| RepoError::UnsafePath { path: rel.display().to_string(), reason };
+        let unsafe_path = |reason| RepoError::UnsafePath {
+            path: rel.display().to_string(),
+            reason,
+        };
         let mut ancestor = self.root.clone();
         for part in rel.parent().into_iter().flat_map(Path::components) {
             ancestor.push(part);
@@ -82,17 +104,19 @@ impl Stager {
             }
         }
         let path = self.root.join(&rel);
-        if let Ok(existing) = fs::symlink_metadata(&path) {
-            if !(is_dir && existing.is_dir()) {
-                return Err(unsafe_path("appears twice"));
-            }
+        if let Ok(existing) = fs::symlink_metadata(&path)
+            && !(is_dir && existing.is_dir())
+        {
+            return Err(unsafe_path("appears twice"));
         }
         Ok(path)
     }
 
     fn parent(&self, path: &Path) -> Result<(), RepoError> {
         match path.parent() {
-            Some(parent) => fs::create_dir_all(parent).map_err(RepoError::io("create directory", parent)),
+            Some(parent) => {
+                fs::create_dir_all(parent).map_err(RepoError::io("create directory", parent))
+            }
             None => Ok(()),
         }
     }
@@ -100,7 +124,10 @@ impl Stager {
 
 /// Normalises an entry path, rejecting anything that is not a plain relative path.
 pub(crate) fn safe_relative(rel: &Path, max_depth: usize) -> Result<PathBuf, RepoError> {
-    let unsafe_path = |reason| RepoError::UnsafePath { path: rel.display().to_string(), reason };
+    let unsafe_path = |reason| RepoError::UnsafePath {
+        path: rel.display().to_string(),
+        reason,
+    };
     let mut out = PathBuf::new();
     for component in rel.components() {
         match component {
@@ -114,15 +141,24 @@ pub(crate) fn safe_relative(rel: &Path, max_depth: usize) -> Result<PathBuf, Rep
         return Err(unsafe_path("is empty"));
     }
     if out.components().count() > max_depth {
-        return Err(RepoError::LimitExceeded { limit: format!("{max_depth} directory levels") });
+        return Err(RepoError::LimitExceeded {
+            limit: format!("{max_depth} directory levels"),
+        });
     }
     Ok(out)
 }
 
 /// Resolves `target` relative to the link's directory without touching the filesystem.
 fn check_link_target(rel: &Path, target: &Path) -> Result<(), RepoError> {
-    let escapes = || RepoError::LinkEscapes { path: rel.display().to_string(), target: target.display().to_string() };
-    let mut depth: usize = rel.components().filter(|c| matches!(c, Component::Normal(_))).count().saturating_sub(1);
+    let escapes = || RepoError::LinkEscapes {
+        path: rel.display().to_string(),
+        target: target.display().to_string(),
+    };
+    let mut depth: usize = rel
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .count()
+        .saturating_sub(1);
     for component in target.components() {
         match component {
             Component::Normal(_) => depth += 1,
@@ -141,8 +177,14 @@ fn verify_links_under(root: &Path, dir: &Path) -> Result<(), RepoError> {
         let path = entry.path();
         let kind = entry.file_type().map_err(RepoError::io("stat", &path))?;
         if kind.is_symlink() {
-            let rel = path.strip_prefix(root).unwrap_or(&path).display().to_string();
-            let target = fs::read_link(&path).map(|t| t.display().to_string()).unwrap_or_default();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            let target = fs::read_link(&path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
             match path.canonicalize() {
                 Ok(real) if real.starts_with(root) => {}
                 _ => return Err(RepoError::LinkEscapes { path: rel, target }),
@@ -160,11 +202,26 @@ mod tests {
 
     #[test]
     fn relative_paths_only() {
-        assert_eq!(safe_relative(Path::new("./a/b"), 8).expect("ok"), PathBuf::from("a/b"));
-        assert!(matches!(safe_relative(Path::new("/etc/passwd"), 8), Err(RepoError::UnsafePath { .. })));
-        assert!(matches!(safe_relative(Path::new("a/../../b"), 8), Err(RepoError::UnsafePath { .. })));
-        assert!(matches!(safe_relative(Path::new("."), 8), Err(RepoError::UnsafePath { .. })));
-        assert!(matches!(safe_relative(Path::new("a/b/c"), 2), Err(RepoError::LimitExceeded { .. })));
+        assert_eq!(
+            safe_relative(Path::new("./a/b"), 8).expect("ok"),
+            PathBuf::from("a/b")
+        );
+        assert!(matches!(
+            safe_relative(Path::new("/etc/passwd"), 8),
+            Err(RepoError::UnsafePath { .. })
+        ));
+        assert!(matches!(
+            safe_relative(Path::new("a/../../b"), 8),
+            Err(RepoError::UnsafePath { .. })
+        ));
+        assert!(matches!(
+            safe_relative(Path::new("."), 8),
+            Err(RepoError::UnsafePath { .. })
+        ));
+        assert!(matches!(
+            safe_relative(Path::new("a/b/c"), 2),
+            Err(RepoError::LimitExceeded { .. })
+        ));
     }
 
     #[test]

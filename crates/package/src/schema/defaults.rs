@@ -13,7 +13,9 @@ use serde_json::Value;
 
 /// Applies the defaults of the (already translated) `schema` to `value` in place.
 pub(super) fn apply(schema: &Value, value: &mut Value) {
-    let Value::Object(schema) = schema else { return };
+    let Value::Object(schema) = schema else {
+        return;
+    };
     if let Some(Value::Array(parts)) = schema.get("allOf") {
         for part in parts {
             apply(part, value);
@@ -24,7 +26,9 @@ pub(super) fn apply(schema: &Value, value: &mut Value) {
             let properties = schema.get("properties").and_then(Value::as_object);
             if let Some(properties) = properties {
                 for (name, prop) in properties {
-                    let missing = fields.get(name).is_none_or(|v| v.is_null() && !allows_null(prop));
+                    let missing = fields
+                        .get(name)
+                        .is_none_or(|v| v.is_null() && !allows_null(prop));
                     if missing && let Some(default) = prop.get("default") {
                         fields.insert(name.clone(), default.clone());
                     }
@@ -78,7 +82,10 @@ mod tests {
         }});
         let mut value = json!({});
         apply(&schema, &mut value);
-        assert_eq!(value, json!({"ingress": {"host": "example.com", "tls": {"enabled": false, "secret": "tls"}}}));
+        assert_eq!(
+            value,
+            json!({"ingress": {"host": "example.com", "tls": {"enabled": false, "secret": "tls"}}})
+        );
     }
 
     #[test]
@@ -101,6 +108,9 @@ mod tests {
         }});
         let mut value = json!({"list": [{}, {"port": 1}], "map": {"x": {}}});
         apply(&schema, &mut value);
-        assert_eq!(value, json!({"list": [{"port": 80}, {"port": 1}], "map": {"x": {"on": true}}}));
+        assert_eq!(
+            value,
+            json!({"list": [{"port": 80}, {"port": 1}], "map": {"x": {"on": true}}})
+        );
     }
 }

@@ -42,7 +42,10 @@ pub struct ValidationError {
 
 impl ValidationError {
     pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { path: path.into(), message: message.into() }
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -54,7 +57,11 @@ impl fmt::Display for ValidationError {
 
 /// Joins errors into one line for error messages: `.a: msg; .b: msg`.
 pub(crate) fn join_errors(errors: &[ValidationError]) -> String {
-    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A compiled schema. Cheap to clone; safe to share between threads.
@@ -67,7 +74,9 @@ pub struct Schema {
 
 impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Schema").field("openapi", &self.original).finish_non_exhaustive()
+        f.debug_struct("Schema")
+            .field("openapi", &self.original)
+            .finish_non_exhaustive()
     }
 }
 
@@ -78,8 +87,14 @@ impl Schema {
         let validator = jsonschema::options()
             .with_draft(jsonschema::Draft::Draft202012)
             .build(&translated)
-            .map_err(|e| SchemaError::Compile { message: truncate(e.to_string()) })?;
-        Ok(Schema { original: Arc::new(doc.clone()), translated: Arc::new(translated), validator: Arc::new(validator) })
+            .map_err(|e| SchemaError::Compile {
+                message: truncate(e.to_string()),
+            })?;
+        Ok(Schema {
+            original: Arc::new(doc.clone()),
+            translated: Arc::new(translated),
+            validator: Arc::new(validator),
+        })
     }
 
     /// Fills in `default`s recursively (see [`defaults`] for the exact rules).
@@ -89,10 +104,18 @@ impl Schema {
 
     /// Validates `value`, returning every problem found, sorted by path.
     pub fn validate(&self, value: &Value) -> Result<(), Vec<ValidationError>> {
-        let mut errors: Vec<ValidationError> = self.validator.iter_errors(value).flat_map(|e| convert(value, &e)).collect();
+        let mut errors: Vec<ValidationError> = self
+            .validator
+            .iter_errors(value)
+            .flat_map(|e| convert(value, &e))
+            .collect();
         // Sorted by path so reports are stable and related problems sit together.
         errors.sort_by(|a, b| a.path.cmp(&b.path));
-        if errors.is_empty() { Ok(()) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
     }
 
     /// The OpenAPI document this schema was built from.
@@ -105,12 +128,22 @@ fn convert(root: &Value, error: &jsonschema::ValidationError<'_>) -> Vec<Validat
     let at = path::from_pointer(root, error.instance_path().as_str());
     match error.kind() {
         ValidationErrorKind::Required { property } => {
-            let name = property.as_str().map_or_else(|| property.to_string(), str::to_owned);
-            vec![ValidationError::new(path::child(&at, &name), "required field is missing")]
+            let name = property
+                .as_str()
+                .map_or_else(|| property.to_string(), str::to_owned);
+            vec![ValidationError::new(
+                path::child(&at, &name),
+                "required field is missing",
+            )]
         }
         ValidationErrorKind::AdditionalProperties { unexpected } => unexpected
             .iter()
-            .map(|name| ValidationError::new(path::child(&at, name), "unknown field (not declared in the schema)"))
+            .map(|name| {
+                ValidationError::new(
+                    path::child(&at, name),
+                    "unknown field (not declared in the schema)",
+                )
+            })
             .collect(),
         _ => vec![ValidationError::new(at, truncate(error.to_string()))],
     }
@@ -138,7 +171,11 @@ mod tests {
     }
 
     fn paths(result: Result<(), Vec<ValidationError>>) -> Vec<String> {
-        result.expect_err("invalid").into_iter().map(|e| e.path).collect()
+        result
+            .expect_err("invalid")
+            .into_iter()
+            .map(|e| e.path)
+            .collect()
     }
 
     #[test]
@@ -147,24 +184,41 @@ mod tests {
         let errors = s.validate(&json!({"replicas": "x"})).expect_err("invalid");
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].path, ".replicas");
-        assert!(errors[0].message.contains("integer"), "{}", errors[0].message);
+        assert!(
+            errors[0].message.contains("integer"),
+            "{}",
+            errors[0].message
+        );
     }
 
     #[test]
     fn required_and_unknown_fields_are_reported_at_the_field() {
-        let s = schema(json!({"type": "object", "required": ["message"], "properties": {
-            "message": {"type": "string"},
-            "ingress": {"type": "object", "required": ["host"], "properties": {"host": {"type": "string"}}}
-        }}));
-        assert_eq!(paths(s.validate(&json!({"ingress": {}}))), [".ingress.host", ".message"]);
-        assert_eq!(paths(s.validate(&json!({"message": "m", "typo": 1}))), [".typo"]);
+        let s = schema(
+            json!({"type": "object", "required": ["message"], "properties": {
+                "message": {"type": "string"},
+                "ingress": {"type": "object", "required": ["host"], "properties": {"host": {"type": "string"}}}
+            }}),
+        );
+        assert_eq!(
+            paths(s.validate(&json!({"ingress": {}}))),
+            [".ingress.host", ".message"]
+        );
+        assert_eq!(
+            paths(s.validate(&json!({"message": "m", "typo": 1}))),
+            [".typo"]
+        );
     }
 
     #[test]
     fn array_items_and_constraints() {
-        let s = schema(json!({"type": "object", "properties": {"ports": {"type": "array", "items": {
-            "type": "integer", "minimum": 1, "maximum": 65535}}, "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}}}));
-        assert_eq!(paths(s.validate(&json!({"ports": [80, 0, 70000]}))), [".ports[1]", ".ports[2]"]);
+        let s = schema(
+            json!({"type": "object", "properties": {"ports": {"type": "array", "items": {
+            "type": "integer", "minimum": 1, "maximum": 65535}}, "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5}}}),
+        );
+        assert_eq!(
+            paths(s.validate(&json!({"ports": [80, 0, 70000]}))),
+            [".ports[1]", ".ports[2]"]
+        );
         assert_eq!(paths(s.validate(&json!({"name": "ABC"}))), [".name"]);
         assert_eq!(paths(s.validate(&json!({"name": "abcdefg"}))), [".name"]);
         assert!(s.validate(&json!({"ports": [443], "name": "web"})).is_ok());
@@ -182,19 +236,30 @@ mod tests {
 
     #[test]
     fn enum_unknown_format_and_extensions() {
-        let s = schema(json!({"type": "object", "x-extend": {"schema": "config-values.yaml"}, "properties": {
-            "mode": {"type": "string", "enum": ["a", "b"], "x-doc-default": "a"},
-            "size": {"type": "string", "format": "kubernetes-quantity"}
-        }}));
+        let s = schema(
+            json!({"type": "object", "x-extend": {"schema": "config-values.yaml"}, "properties": {
+                "mode": {"type": "string", "enum": ["a", "b"], "x-doc-default": "a"},
+                "size": {"type": "string", "format": "kubernetes-quantity"}
+            }}),
+        );
         assert!(s.validate(&json!({"mode": "a", "size": "1Gi"})).is_ok());
         assert_eq!(paths(s.validate(&json!({"mode": "c"}))), [".mode"]);
     }
 
     #[test]
     fn bad_schemas_do_not_compile() {
-        assert!(matches!(Schema::from_openapi(&json!({"type": "banana"})), Err(SchemaError::Compile { .. })));
-        assert!(matches!(Schema::from_openapi(&json!({"pattern": "("})), Err(SchemaError::Compile { .. })));
-        assert!(matches!(Schema::from_openapi(&json!("str")), Err(SchemaError::NotAMapping { .. })));
+        assert!(matches!(
+            Schema::from_openapi(&json!({"type": "banana"})),
+            Err(SchemaError::Compile { .. })
+        ));
+        assert!(matches!(
+            Schema::from_openapi(&json!({"pattern": "("})),
+            Err(SchemaError::Compile { .. })
+        ));
+        assert!(matches!(
+            Schema::from_openapi(&json!("str")),
+            Err(SchemaError::NotAMapping { .. })
+        ));
     }
 
     #[test]

@@ -26,7 +26,9 @@ const SCHEMA_SINGLES: [&str; 3] = ["additionalProperties", "items", "not"];
 /// Translates a whole document; `location` in errors is a JSON pointer into the OpenAPI input.
 pub(super) fn translate(doc: &Value) -> Result<Value, SchemaError> {
     if !doc.is_object() {
-        return Err(SchemaError::NotAMapping { location: "/".to_owned() });
+        return Err(SchemaError::NotAMapping {
+            location: "/".to_owned(),
+        });
     }
     let mut out = node(doc, "", false)?;
     if let Value::Object(map) = &mut out {
@@ -39,7 +41,11 @@ fn node(schema: &Value, location: &str, in_combinator: bool) -> Result<Value, Sc
     let map = match schema {
         Value::Object(map) => map,
         Value::Bool(_) => return Ok(schema.clone()),
-        _ => return Err(SchemaError::NotAMapping { location: display(location) }),
+        _ => {
+            return Err(SchemaError::NotAMapping {
+                location: display(location),
+            });
+        }
     };
     let mut out = Map::with_capacity(map.len());
     for (key, value) in map {
@@ -62,8 +68,13 @@ fn node(schema: &Value, location: &str, in_combinator: bool) -> Result<Value, Sc
     if map.get("nullable") == Some(&Value::Bool(true)) {
         allow_null(&mut out);
     }
-    let preserve_unknown = map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-    if out.contains_key("properties") && !out.contains_key("additionalProperties") && !preserve_unknown && !in_combinator {
+    let preserve_unknown =
+        map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if out.contains_key("properties")
+        && !out.contains_key("additionalProperties")
+        && !preserve_unknown
+        && !in_combinator
+    {
         out.insert("additionalProperties".to_owned(), Value::Bool(false));
     }
     Ok(Value::Object(out))
@@ -71,18 +82,25 @@ fn node(schema: &Value, location: &str, in_combinator: bool) -> Result<Value, Sc
 
 fn schema_map(value: &Value, location: &str) -> Result<Value, SchemaError> {
     let Value::Object(entries) = value else {
-        return Err(SchemaError::NotAMapping { location: display(location) });
+        return Err(SchemaError::NotAMapping {
+            location: display(location),
+        });
     };
     let mut out = Map::with_capacity(entries.len());
     for (name, sub) in entries {
-        out.insert(name.clone(), node(sub, &format!("{location}/{}", escape(name)), false)?);
+        out.insert(
+            name.clone(),
+            node(sub, &format!("{location}/{}", escape(name)), false)?,
+        );
     }
     Ok(Value::Object(out))
 }
 
 fn schema_list(value: &Value, location: &str) -> Result<Value, SchemaError> {
     let Value::Array(items) = value else {
-        return Err(SchemaError::NotAList { location: display(location) });
+        return Err(SchemaError::NotAList {
+            location: display(location),
+        });
     };
     items
         .iter()
@@ -93,7 +111,10 @@ fn schema_list(value: &Value, location: &str) -> Result<Value, SchemaError> {
 }
 
 fn exclusive_bounds(out: &mut Map<String, Value>) {
-    for (exclusive, bound) in [("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")] {
+    for (exclusive, bound) in [
+        ("exclusiveMinimum", "minimum"),
+        ("exclusiveMaximum", "maximum"),
+    ] {
         if let Some(Value::Bool(flag)) = out.get(exclusive).cloned() {
             out.remove(exclusive);
             if flag && let Some(limit) = out.remove(bound) {
@@ -107,9 +128,14 @@ fn allow_null(out: &mut Map<String, Value>) {
     match out.get_mut("type") {
         Some(Value::String(t)) if t != "null" => {
             let t = std::mem::take(t);
-            out.insert("type".to_owned(), Value::Array(vec![Value::String(t), "null".into()]));
+            out.insert(
+                "type".to_owned(),
+                Value::Array(vec![Value::String(t), "null".into()]),
+            );
         }
-        Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => types.push("null".into()),
+        Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
+            types.push("null".into())
+        }
         _ => {}
     }
     if let Some(Value::Array(values)) = out.get_mut("enum")
@@ -124,7 +150,11 @@ fn escape(segment: &str) -> String {
 }
 
 fn display(location: &str) -> String {
-    if location.is_empty() { "/".to_owned() } else { location.to_owned() }
+    if location.is_empty() {
+        "/".to_owned()
+    } else {
+        location.to_owned()
+    }
 }
 
 #[cfg(test)]
@@ -134,8 +164,12 @@ mod tests {
 
     #[test]
     fn nullable_adds_null_to_type_and_enum() {
-        let out = translate(&json!({"type": "string", "enum": ["a"], "nullable": true})).expect("translates");
-        assert_eq!(out, json!({"type": ["string", "null"], "enum": ["a", null]}));
+        let out = translate(&json!({"type": "string", "enum": ["a"], "nullable": true}))
+            .expect("translates");
+        assert_eq!(
+            out,
+            json!({"type": ["string", "null"], "enum": ["a", null]})
+        );
     }
 
     #[test]
@@ -151,14 +185,27 @@ mod tests {
         .expect("translates");
         assert_eq!(out["additionalProperties"], json!(false));
         assert_eq!(out["properties"]["a"]["additionalProperties"], json!(false));
-        assert!(out["properties"]["free"].get("additionalProperties").is_none());
-        assert!(out["properties"]["free"].get("x-kubernetes-preserve-unknown-fields").is_none());
-        assert_eq!(out["properties"]["open"]["additionalProperties"], json!({"type": "integer"}));
+        assert!(
+            out["properties"]["free"]
+                .get("additionalProperties")
+                .is_none()
+        );
+        assert!(
+            out["properties"]["free"]
+                .get("x-kubernetes-preserve-unknown-fields")
+                .is_none()
+        );
+        assert_eq!(
+            out["properties"]["open"]["additionalProperties"],
+            json!({"type": "integer"})
+        );
     }
 
     #[test]
     fn combinator_members_stay_open() {
-        let out = translate(&json!({"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]})).expect("translates");
+        let out =
+            translate(&json!({"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}))
+                .expect("translates");
         assert!(out["allOf"][0].get("additionalProperties").is_none());
     }
 
@@ -166,12 +213,20 @@ mod tests {
     fn boolean_exclusive_bounds_become_numeric() {
         let out = translate(&json!({"type": "integer", "minimum": 1, "exclusiveMinimum": true, "maximum": 5, "exclusiveMaximum": false}))
             .expect("translates");
-        assert_eq!(out, json!({"type": "integer", "exclusiveMinimum": 1, "maximum": 5}));
+        assert_eq!(
+            out,
+            json!({"type": "integer", "exclusiveMinimum": 1, "maximum": 5})
+        );
     }
 
     #[test]
     fn non_mapping_sub_schema_is_located() {
         let err = translate(&json!({"properties": {"a": 5}})).expect_err("rejected");
-        assert_eq!(err, SchemaError::NotAMapping { location: "/properties/a".to_owned() });
+        assert_eq!(
+            err,
+            SchemaError::NotAMapping {
+                location: "/properties/a".to_owned()
+            }
+        );
     }
 }

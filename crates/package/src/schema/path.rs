@@ -33,7 +33,10 @@ pub(crate) fn push_field(path: &mut String, name: &str) {
     if path == "." {
         path.clear();
     }
-    let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let plain = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if plain {
         path.push('.');
         path.push_str(name);

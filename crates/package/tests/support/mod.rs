@@ -28,8 +28,16 @@ pub fn is_executable(path: &Path) -> bool {
 /// A package directory with a definition for `name`/`version` and a small chart and hook.
 pub fn package_dir(root: &Path, name: &str, version: &str) -> PathBuf {
     fs::create_dir_all(root).expect("create package root");
-    write(root, "package.yaml", &format!("type: Application\nname: {name}\nversion: {version}\n"));
-    write(root, "Chart.yaml", &format!("apiVersion: v2\nname: {name}\nversion: {version}\n"));
+    write(
+        root,
+        "package.yaml",
+        &format!("type: Application\nname: {name}\nversion: {version}\n"),
+    );
+    write(
+        root,
+        "Chart.yaml",
+        &format!("apiVersion: v2\nname: {name}\nversion: {version}\n"),
+    );
     write(root, "templates/cm.yaml", "kind: ConfigMap\n");
     write_executable(root, "hooks/startup", "#!/bin/sh\necho ok\n");
     root.to_owned()

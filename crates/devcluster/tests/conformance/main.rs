@@ -1,0 +1,11 @@
+//! Conformance tests: assertions that hold against kube-apiserver and the dev cluster
+//! alike. Run against a real cluster with `BERTH_TEST_KUBECONFIG=<path>`.
+
+mod apply;
+mod common;
+mod crud;
+mod devonly;
+mod discovery;
+mod kubectl;
+mod namespaces;
+mod watch;

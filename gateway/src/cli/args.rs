@@ -1,0 +1,114 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(name = "berth", version, about = "berth: a Kubernetes package runtime", propagate_version = true)]
+pub struct Cli {
+    /// The gateway to talk to.
+    #[arg(long, env = "BERTH_SERVER", default_value = "http://127.0.0.1:7070", global = true)]
+    pub server: String,
+    /// Bearer token for the gateway, when it requires one.
+    #[arg(long, env = "BERTH_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum KindArg {
+    App,
+    Module,
+}
+
+/// Which package instance a command is about.
+#[derive(clap::Args, Debug)]
+pub struct Target {
+    /// The instance name.
+    pub name: String,
+    /// Namespace of an app instance (default `default`).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    #[arg(long, value_enum, default_value = "app")]
+    pub kind: KindArg,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run every berth service in this process (embedded database and dev cluster by default).
+    Up {
+        /// Data directory: databases, package cache, dev cluster state and kubeconfig.
+        #[arg(long, env = "BERTH_DATA_DIR", default_value = ".berth")]
+        data_dir: PathBuf,
+        /// Address of the public gRPC API.
+        #[arg(long, env = "BERTH_LISTEN", default_value = "127.0.0.1:7070")]
+        listen: std::net::SocketAddr,
+        /// Manage this cluster instead of starting the embedded dev cluster.
+        #[arg(long, env = "BERTH_KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Do not simulate workload controllers in the dev cluster.
+        #[arg(long)]
+        no_simulate: bool,
+        /// Seconds a hook may run before its process group is killed.
+        #[arg(long, env = "BERTH_HOOK_TIMEOUT", default_value_t = 300)]
+        hook_timeout: u64,
+        /// Seconds a Run waits for its release to become ready before failing (and retrying).
+        #[arg(long, env = "BERTH_READY_TIMEOUT", default_value_t = 300)]
+        ready_timeout: u64,
+        /// Tasks the in-process worker runs at once.
+        #[arg(long, env = "BERTH_WORKER_CONCURRENCY", default_value_t = 4)]
+        concurrency: usize,
+        #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
+        log_format: berth_telemetry::LogFormat,
+    },
+    /// Install a package or change its version or settings.
+    Update {
+        #[command(flatten)]
+        target: Target,
+        /// The package to install (default: the instance name).
+        #[arg(long)]
+        package: Option<String>,
+        /// Repository directory holding `<package>/<version>/`.
+        #[arg(long)]
+        repo: PathBuf,
+        #[arg(long)]
+        version: String,
+        /// Settings as a YAML or JSON file.
+        #[arg(long)]
+        settings: Option<PathBuf>,
+        /// Wait until the package is Running (or failed), printing its phases.
+        #[arg(long)]
+        wait: bool,
+        /// Longest to wait, in seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Uninstall a package and delete everything it created.
+    Remove {
+        #[command(flatten)]
+        target: Target,
+        /// Wait until the package is gone.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Print a YAML snapshot of every package and queue.
+    Dump,
+    /// Check settings against a package's settings schema without applying them.
+    Validate {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        settings: PathBuf,
+    },
+    /// Show one package.
+    Get {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List packages.
+    List,
+}

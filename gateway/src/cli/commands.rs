@@ -1,0 +1,242 @@
+//! What each command does.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use berth_proto::v1::packages_client::PackagesClient;
+use berth_proto::v1::{self, PackageKind, PackageRef};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::args::{Cli, Command, KindArg, Target};
+use super::output;
+
+type Client = PackagesClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>;
+
+/// Adds the bearer token, when given, to every call.
+#[derive(Clone)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+async fn connect(cli: &Cli) -> Result<Client, String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(cli.server.clone())
+        .map_err(|e| format!("--server {:?}: {e}", cli.server))?
+        .connect_timeout(Duration::from_secs(5));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| format!("cannot reach berth at {}: {e} (is `berth up` running? set --server or BERTH_SERVER)", cli.server))?;
+    let token = match &cli.token {
+        Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| "--token: not a valid header value".to_owned())?),
+        None => None,
+    };
+    Ok(PackagesClient::with_interceptor(channel, Bearer(token)))
+}
+
+/// A failed call as the message the user sees.
+fn call_error(status: tonic::Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
+
+fn package_ref(t: &Target) -> PackageRef {
+    PackageRef {
+        kind: match t.kind {
+            KindArg::App => PackageKind::App,
+            KindArg::Module => PackageKind::Module,
+        } as i32,
+        name: t.name.clone(),
+        namespace: t.namespace.clone().unwrap_or_default(),
+    }
+}
+
+/// Reads a settings file (YAML or JSON; JSON is YAML) into a Struct.
+fn read_settings(path: &Path) -> Result<prost_types::Struct, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--settings {}: {e}", path.display()))?;
+    let value: Value = if text.trim().is_empty() {
+        Value::Object(Default::default())
+    } else {
+        serde_saphyr::from_str(&text).map_err(|e| format!("--settings {}: not valid YAML or JSON: {e}", path.display()))?
+    };
+    match value {
+        Value::Object(_) => Ok(berth_proto::json::to_struct(&value)),
+        Value::Null => Ok(prost_types::Struct::default()),
+        _ => Err(format!("--settings {}: must be a mapping of setting names to values", path.display())),
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<ExitCode, String> {
+    match &cli.command {
+        Command::Up { data_dir, listen, kubeconfig, no_simulate, hook_timeout, ready_timeout, concurrency, log_format } => {
+            let _telemetry = berth_telemetry::init("berth", *log_format);
+            let config = crate::up::UpConfig {
+                data_dir: data_dir.clone(),
+                listen: *listen,
+                kubeconfig: kubeconfig.clone(),
+                simulate_workloads: !no_simulate,
+                token: cli.token.clone(),
+                hook_timeout: Duration::from_secs(*hook_timeout),
+                ready_timeout: Duration::from_secs(*ready_timeout),
+                worker_concurrency: *concurrency,
+            };
+            let shutdown = CancellationToken::new();
+            tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+            crate::up::run(config, shutdown, |running| {
+                println!("berth is up");
+                println!("  gRPC API:   {} (berth --server http://{0} ...)", running.gateway);
+                println!("  kubeconfig: {}", running.kubeconfig.display());
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Update { target, package, repo, version, settings, wait, timeout } => {
+            let mut client = connect(&cli).await?;
+            let repo = std::path::absolute(repo).map_err(|e| format!("--repo {}: {e}", repo.display()))?;
+            let request = v1::UpdateRequest {
+                r#ref: Some(package_ref(target)),
+                repository: repo.display().to_string(),
+                package: package.clone().unwrap_or_default(),
+                version: version.clone(),
+                settings: settings.as_deref().map(read_settings).transpose()?,
+            };
+            let accepted = client.update(request).await.map_err(call_error)?.into_inner();
+            println!("{}: generation {} accepted", accepted.key, accepted.generation);
+            if *wait {
+                return wait_running(&mut client, target, accepted.generation, Duration::from_secs(*timeout)).await;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Remove { target, wait, timeout } => {
+            let mut client = connect(&cli).await?;
+            let removed = client
+                .remove(v1::RemoveRequest { r#ref: Some(package_ref(target)) })
+                .await
+                .map_err(call_error)?
+                .into_inner();
+            if !removed.found {
+                println!("{}: not installed; nothing to remove", removed.key);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("{}: removal accepted (generation {})", removed.key, removed.generation);
+            if *wait {
+                return wait_gone(&mut client, target, Duration::from_secs(*timeout)).await;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dump => {
+            let dump = connect(&cli).await?.dump(v1::DumpRequest {}).await.map_err(call_error)?.into_inner();
+            print!("{}", dump.yaml);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Validate { target, settings } => {
+            let request = v1::ValidateSettingsRequest {
+                r#ref: Some(package_ref(target)),
+                settings: Some(read_settings(settings)?),
+            };
+            let answer = connect(&cli).await?.validate_settings(request).await.map_err(call_error)?.into_inner();
+            if answer.deferred {
+                println!("valid (package not loaded yet: the settings will be checked when it loads)");
+            } else {
+                println!("valid");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Get { target } => {
+            let p = connect(&cli)
+                .await?
+                .get(v1::GetRequest { r#ref: Some(package_ref(target)) })
+                .await
+                .map_err(call_error)?
+                .into_inner();
+            print!("{}", output::package_yaml(&p));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List => {
+            let list = connect(&cli).await?.list(v1::ListRequest {}).await.map_err(call_error)?.into_inner();
+            print!("{}", output::table(&list.packages));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Follows the package until `generation` is Running, or a task of it fails.
+async fn wait_running(client: &mut Client, target: &Target, generation: i64, timeout: Duration) -> Result<ExitCode, String> {
+    let follow = async {
+        let mut stream = client
+            .watch(v1::WatchRequest { r#ref: Some(package_ref(target)) })
+            .await
+            .map_err(call_error)?
+            .into_inner();
+        let mut last = String::new();
+        while let Some(item) = stream.next().await {
+            let p = item.map_err(call_error)?;
+            if p.generation > generation {
+                return Err(format!("{}: superseded by generation {}", p.key, p.generation));
+            }
+            let line = output::progress(&p);
+            if line != last {
+                println!("{line}");
+                last = line;
+            }
+            if !p.last_error.is_empty() {
+                return Err(format!("{}: {} (berth keeps retrying; see `berth get {}`)", p.key, p.last_error, target.name));
+            }
+            if p.phase == "Running" && p.observed_generation >= generation {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        Err("the gateway closed the watch".to_owned())
+    };
+    tokio::time::timeout(timeout, follow)
+        .await
+        .map_err(|_| format!("timed out after {}s waiting for the package to be Running", timeout.as_secs()))?
+}
+
+/// Follows the package until it is gone.
+async fn wait_gone(client: &mut Client, target: &Target, timeout: Duration) -> Result<ExitCode, String> {
+    let follow = async {
+        let mut stream = client
+            .watch(v1::WatchRequest { r#ref: Some(package_ref(target)) })
+            .await
+            .map_err(call_error)?
+            .into_inner();
+        let mut last = String::new();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(p) => {
+                    let line = output::progress(&p);
+                    if line != last {
+                        println!("{line}");
+                        last = line;
+                    }
+                }
+                Err(s) if s.code() == tonic::Code::NotFound => {
+                    println!("removed");
+                    return Ok(ExitCode::SUCCESS);
+                }
+                Err(s) => return Err(call_error(s)),
+            }
+        }
+        // The stream ends without an item when the package was gone before it started.
+        match client.get(v1::GetRequest { r#ref: Some(package_ref(target)) }).await {
+            Err(s) if s.code() == tonic::Code::NotFound => {
+                println!("removed");
+                Ok(ExitCode::SUCCESS)
+            }
+            _ => Err("the gateway closed the watch".to_owned()),
+        }
+    };
+    tokio::time::timeout(timeout, follow)
+        .await
+        .map_err(|_| format!("timed out after {}s waiting for the removal", timeout.as_secs()))?
+}

@@ -1,0 +1,30 @@
+//! The `berth` command line: a thin client of the gateway's public API, plus `berth up`.
+
+mod args;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+pub use args::{Cli, Command};
+
+/// Parses the command line, runs the command and maps failures to a message and exit code 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("berth: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("berth: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! How packages are printed.
+
+use berth_proto::v1;
+use serde_json::{Value, json};
+
+fn timestamp(t: &Option<prost_types::Timestamp>) -> Value {
+    t.as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, t.nanos as u32))
+        .map(|t| Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
+        .unwrap_or(Value::Null)
+}
+
+/// A package as YAML, for `berth get`.
+pub fn package_yaml(p: &v1::Package) -> String {
+    let r = p.r#ref.clone().unwrap_or_default();
+    let kind = if r.kind == v1::PackageKind::Module as i32 { "Module" } else { "App" };
+    let doc = json!({
+        "key": p.key,
+        "kind": kind,
+        "name": r.name,
+        "namespace": r.namespace,
+        "package": p.package,
+        "version": p.version,
+        "repository": p.repository,
+        "generation": p.generation,
+        "observedGeneration": p.observed_generation,
+        "phase": p.phase,
+        "lastError": p.last_error,
+        "conditions": p.conditions.iter().map(|c| json!({
+            "type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message,
+            "observedGeneration": c.observed_generation, "lastTransitionTime": timestamp(&c.last_transition_time),
+        })).collect::<Vec<_>>(),
+        "settings": berth_proto::json::from_opt_struct(p.settings.as_ref()),
+        "values": berth_proto::json::from_opt_struct(p.values.as_ref()),
+        "hooks": p.hooks.iter().map(|h| json!({
+            "name": h.name, "bindings": h.bindings, "runs": h.runs,
+            "lastRun": timestamp(&h.last_run), "lastError": h.last_error,
+        })).collect::<Vec<_>>(),
+    });
+    serde_saphyr::to_string(&doc).unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{doc:#}"))
+}
+
+fn ready(p: &v1::Package) -> &str {
+    p.conditions.iter().find(|c| c.r#type == "Ready").map(|c| c.status.as_str()).unwrap_or("Unknown")
+}
+
+/// `berth list`.
+pub fn table(packages: &[v1::Package]) -> String {
+    let mut rows = vec![["KEY".to_owned(), "PACKAGE".into(), "VERSION".into(), "GENERATION".into(), "PHASE".into(), "READY".into()]];
+    for p in packages {
+        rows.push([
+            p.key.clone(),
+            p.package.clone(),
+            p.version.clone(),
+            format!("{}/{}", p.observed_generation, p.generation),
+            p.phase.clone(),
+            ready(p).to_owned(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
+    rows.iter()
+        .map(|r| {
+            r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_owned() + "\n"
+        })
+        .collect()
+}
+
+/// One progress line of `--wait`.
+pub fn progress(p: &v1::Package) -> String {
+    let pending: Vec<String> = p
+        .conditions
+        .iter()
+        .filter(|c| c.status != "True" && c.observed_generation == p.generation)
+        .map(|c| if c.message.is_empty() { format!("{}={}", c.r#type, c.status) } else { format!("{}={} ({})", c.r#type, c.status, c.message) })
+        .collect();
+    let mut line = format!("{}: generation {} {}", p.key, p.generation, p.phase);
+    if !pending.is_empty() {
+        line.push_str(&format!(" — {}", pending.join(", ")));
+    }
+    line
+}

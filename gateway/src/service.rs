@@ -1,0 +1,100 @@
+//! The public `berth.v1.Packages` API. The gateway owns authentication and routing; package
+//! state lives in lifecycle, so every call is forwarded there with the caller's trace context.
+
+use std::pin::Pin;
+
+use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
+use berth_proto::v1;
+use berth_proto::v1::packages_server::Packages;
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+#[derive(Clone)]
+pub struct Gateway {
+    lifecycle: LifecycleClient<berth_telemetry::Channel>,
+}
+
+impl Gateway {
+    pub fn new(lifecycle: LifecycleClient<berth_telemetry::Channel>) -> Self {
+        Gateway { lifecycle }
+    }
+}
+
+/// Lifecycle's answer as the caller's: a transport failure becomes `Unavailable` naming the
+/// lifecycle service; everything else passes through unchanged.
+fn upstream(status: Status) -> Status {
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::Unknown if status.message().contains("transport") || status.message().contains("connect") => {
+            Status::unavailable(format!("lifecycle service unavailable: {}", status.message()))
+        }
+        _ => status,
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Package, Status>> + Send>>;
+
+macro_rules! forward {
+    ($self:ident, $method:ident, $req:ident) => {
+        $self.lifecycle.clone().$method($req.into_inner()).await.map_err(upstream)
+    };
+}
+
+#[tonic::async_trait]
+impl Packages for Gateway {
+    async fn update(&self, req: Request<v1::UpdateRequest>) -> Result<Response<v1::UpdateResponse>, Status> {
+        forward!(self, update, req)
+    }
+
+    async fn remove(&self, req: Request<v1::RemoveRequest>) -> Result<Response<v1::RemoveResponse>, Status> {
+        forward!(self, remove, req)
+    }
+
+    async fn dump(&self, req: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
+        forward!(self, dump, req)
+    }
+
+    async fn validate_settings(
+        &self,
+        req: Request<v1::ValidateSettingsRequest>,
+    ) -> Result<Response<v1::ValidateSettingsResponse>, Status> {
+        forward!(self, validate_settings, req)
+    }
+
+    async fn get(&self, req: Request<v1::GetRequest>) -> Result<Response<v1::Package>, Status> {
+        forward!(self, get, req)
+    }
+
+    async fn list(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
+        forward!(self, list, req)
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let upstream_stream = forward!(self, watch, req)?.into_inner();
+        Ok(Response::new(Box::pin(upstream_stream.map(|item| item.map_err(upstream)))))
+    }
+}
+
+/// Checks `authorization: Bearer <token>` when a token is configured.
+#[derive(Clone)]
+pub struct Auth {
+    expected: Option<String>,
+}
+
+impl Auth {
+    pub fn new(token: Option<String>) -> Self {
+        Auth { expected: token.map(|t| format!("Bearer {t}")) }
+    }
+}
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let Some(expected) = &self.expected else { return Ok(req) };
+        match req.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
+            Some(given) if given == expected => Ok(req),
+            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
+            None => Err(Status::unauthenticated("missing bearer token (authorization: Bearer <token>)")),
+        }
+    }
+}

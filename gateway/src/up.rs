@@ -1,0 +1,156 @@
+//! `berth up`: every service in one process — the queue broker and a worker, lifecycle,
+//! hookevent, release and the gateway — with embedded SQLite databases under the data directory
+//! and, unless a kubeconfig is given, the embedded dev cluster.
+//!
+//! The services still talk gRPC to each other over loopback ports chosen by the OS, so the
+//! all-in-one mode behaves exactly like the split one.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use berth_devcluster::{DevCluster, DevClusterConfig};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug)]
+pub struct UpConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    /// A real cluster; `None` starts the embedded dev cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// Workload simulation in the dev cluster (Deployments become ready without a kubelet).
+    pub simulate_workloads: bool,
+    pub token: Option<String>,
+    pub hook_timeout: Duration,
+    pub ready_timeout: Duration,
+    pub worker_concurrency: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpError {
+    #[error("data directory {path}: {source}")]
+    DataDir { path: String, source: std::io::Error },
+    #[error("binding {what} on {addr}: {source}")]
+    Bind { what: &'static str, addr: String, source: std::io::Error },
+    #[error("dev cluster: {0}")]
+    DevCluster(String),
+    #[error("{service}: {message}")]
+    Service { service: &'static str, message: String },
+}
+
+/// Where `berth up` is serving, printed at start and used by tests.
+#[derive(Clone, Debug)]
+pub struct Running {
+    pub gateway: SocketAddr,
+    pub kubeconfig: PathBuf,
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, UpError> {
+    TcpListener::bind(addr).await.map_err(|source| UpError::Bind { what, addr: addr.to_string(), source })
+}
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn sqlite(dir: &Path, name: &str) -> String {
+    format!("sqlite://{}", dir.join(name).display())
+}
+
+/// Runs everything until `shutdown`; calls `on_ready` once every listener is bound.
+pub async fn run(
+    config: UpConfig,
+    shutdown: CancellationToken,
+    on_ready: impl FnOnce(&Running),
+) -> Result<(), UpError> {
+    let data = &config.data_dir;
+    std::fs::create_dir_all(data).map_err(|source| UpError::DataDir { path: data.display().to_string(), source })?;
+    let data = data.canonicalize().map_err(|source| UpError::DataDir { path: data.display().to_string(), source })?;
+
+    let (cluster, kubeconfig) = match &config.kubeconfig {
+        Some(path) => (None, path.clone()),
+        None => {
+            let cluster = DevCluster::start(DevClusterConfig {
+                listen: loopback(),
+                data_dir: Some(data.join("cluster")),
+                simulate_workloads: config.simulate_workloads,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| UpError::DevCluster(e.to_string()))?;
+            let path = data.join("kubeconfig");
+            std::fs::write(&path, cluster.kubeconfig_yaml())
+                .map_err(|source| UpError::DataDir { path: path.display().to_string(), source })?;
+            (Some(cluster), path)
+        }
+    };
+
+    let gateway_listener = bind("the gateway", config.listen).await?;
+    let broker_listener = bind("the queue broker", loopback()).await?;
+    let lifecycle_listener = bind("lifecycle", loopback()).await?;
+    let hookevent_listener = bind("hookevent", loopback()).await?;
+    let release_listener = bind("release", loopback()).await?;
+    let endpoint = |l: &TcpListener| format!("http://{}", l.local_addr().expect("bound listener"));
+    let broker = endpoint(&broker_listener);
+    let lifecycle = endpoint(&lifecycle_listener);
+    let hookevent = endpoint(&hookevent_listener);
+    let release = endpoint(&release_listener);
+    let running = Running { gateway: gateway_listener.local_addr().expect("bound listener"), kubeconfig: kubeconfig.clone() };
+
+    let client = berth_release::process::kube_client(Some(&kubeconfig))
+        .await
+        .map_err(|e| UpError::Service { service: "release", message: e.to_string() })?;
+
+    let mut services: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
+    let sd = shutdown.clone();
+    let db = sqlite(&data, "queue.db");
+    services.spawn(async move {
+        ("queue broker", berth_queue::process::serve(&db, Default::default(), broker_listener, sd).await.map_err(|e| e.to_string()))
+    });
+    let sd = shutdown.clone();
+    let lc = berth_lifecycle::Config { database_url: sqlite(&data, "lifecycle.db"), broker_endpoint: broker.clone() };
+    services.spawn(async move { ("lifecycle", berth_lifecycle::run(lc, lifecycle_listener, sd).await.map_err(|e| e.to_string())) });
+    let sd = shutdown.clone();
+    let he = berth_hookevent::Config { database_url: sqlite(&data, "hookevent.db"), broker_endpoint: broker.clone() };
+    services.spawn(async move { ("hookevent", berth_hookevent::run(he, hookevent_listener, sd).await.map_err(|e| e.to_string())) });
+    let sd = shutdown.clone();
+    services.spawn(async move { ("release", berth_release::process::run(client, release_listener, sd).await.map_err(|e| e.to_string())) });
+    let sd = shutdown.clone();
+    let tasks = berth_queue::tasks::TaskConfig {
+        lifecycle_endpoint: lifecycle.clone(),
+        release_endpoint: release,
+        hookevent_endpoint: hookevent,
+        cache_dir: data.join("packages"),
+        hook_timeout: config.hook_timeout,
+        ready_timeout: config.ready_timeout,
+    };
+    let worker = berth_queue::worker::WorkerConfig { concurrency: config.worker_concurrency, ..Default::default() };
+    services.spawn(async move {
+        ("queue worker", berth_queue::process::work(&broker, tasks, worker, sd).await.map_err(|e| e.to_string()))
+    });
+    let sd = shutdown.clone();
+    let gw = crate::Config { lifecycle_endpoint: lifecycle, token: config.token.clone() };
+    services.spawn(async move { ("gateway", crate::run(gw, gateway_listener, sd).await.map_err(|e| e.to_string())) });
+
+    on_ready(&running);
+
+    // The first service to stop (with or without an error) stops them all.
+    let mut failure = None;
+    while let Some(joined) = services.join_next().await {
+        let (service, result) = match joined {
+            Ok(r) => r,
+            Err(e) => ("a service", Err(format!("panicked: {e}"))),
+        };
+        if let Err(message) = result {
+            tracing::error!(service, error = %message, "service failed; stopping berth");
+            failure.get_or_insert(UpError::Service { service, message });
+        }
+        shutdown.cancel();
+    }
+    if let Some(cluster) = cluster {
+        cluster.shutdown().await;
+    }
+    failure.map_or(Ok(()), Err)
+}

@@ -1,0 +1,217 @@
+//! Server-side apply of rendered objects, prune, deletion with a bounded wait, and the
+//! existence/readiness reads behind Status.
+
+mod discovery;
+pub mod object;
+mod readiness;
+
+pub use object::ObjectKey;
+pub use readiness::ready_reason;
+
+use discovery::DiscoveryCache;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::discovery::ApiResource;
+use kube::{Api, Client};
+use object::{is_kept, stamp, str_at};
+use serde_json::Value;
+use std::time::Duration;
+
+/// The field manager berth applies with.
+pub const FIELD_MANAGER: &str = "berth";
+
+/// Bound on each single API call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("no such kind {kind} in {api_version} on the cluster")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("{object}: {reason}")]
+    Invalid { object: String, reason: String },
+    #[error("{op} {object}: {source}")]
+    Kube {
+        op: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{op} {object}: timed out")]
+    Timeout { op: &'static str, object: String },
+}
+
+impl ApplyError {
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            ApplyError::Timeout { .. } => true,
+            ApplyError::Kube { source, .. } => kube_unavailable(source),
+            _ => false,
+        }
+    }
+}
+
+/// True when a kube error means the API server was not reached or not answering.
+pub fn kube_unavailable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::Api(s) => s.code == 503 || s.code == 504,
+        _ => false,
+    }
+}
+
+/// Applies, deletes and reads objects for releases.
+#[derive(Clone)]
+pub struct Applier {
+    client: Client,
+    discovery: DiscoveryCache,
+}
+
+/// An object as it was found on the cluster.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub key: ObjectKey,
+    pub object: Option<DynamicObject>,
+}
+
+impl Applier {
+    pub fn new(client: Client) -> Self {
+        Applier { client, discovery: DiscoveryCache::default() }
+    }
+
+    async fn call<T>(
+        op: &'static str,
+        object: &impl std::fmt::Display,
+        fut: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ApplyError> {
+        match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(source)) => Err(ApplyError::Kube { op, object: object.to_string(), source }),
+            Err(_) => Err(ApplyError::Timeout { op, object: object.to_string() }),
+        }
+    }
+
+    /// Resolves an object's key: its kind's API resource and, for namespaced kinds, its
+    /// namespace (the release namespace when the manifest names none).
+    pub async fn key_for(&self, object: &Value, default_ns: &str) -> Result<(ObjectKey, ApiResource), ApplyError> {
+        let api_version = str_at(object, "/apiVersion");
+        let kind = str_at(object, "/kind");
+        let name = str_at(object, "/metadata/name");
+        if api_version.is_empty() || kind.is_empty() || name.is_empty() {
+            return Err(ApplyError::Invalid {
+                object: format!("{api_version}/{kind} {name:?}"),
+                reason: "apiVersion, kind and metadata.name are required".into(),
+            });
+        }
+        let (ar, namespaced) = self.discovery.resolve(&self.client, api_version, kind).await?;
+        let namespace = if namespaced {
+            let ns = str_at(object, "/metadata/namespace");
+            if ns.is_empty() { default_ns } else { ns }
+        } else {
+            ""
+        };
+        let key = ObjectKey {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        Ok((key, ar))
+    }
+
+    fn api(&self, key: &ObjectKey, ar: &ApiResource) -> Api<DynamicObject> {
+        if key.namespace.is_empty() {
+            Api::all_with(self.client.clone(), ar)
+        } else {
+            Api::namespaced_with(self.client.clone(), &key.namespace, ar)
+        }
+    }
+
+    /// Creates the namespace if it does not exist (Helm's `--create-namespace`).
+    pub async fn ensure_namespace(&self, namespace: &str) -> Result<(), ApplyError> {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let label = format!("namespace {namespace}");
+        if Self::call("get", &label, api.get_opt(namespace)).await?.is_some() {
+            return Ok(());
+        }
+        let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        Self::call("create", &label, api.patch(namespace, &pp, &Patch::Apply(&ns))).await?;
+        Ok(())
+    }
+
+    /// Server-side applies one object, stamped as belonging to the release. Returns its key.
+    pub async fn apply(&self, object: &Value, release: &str, release_ns: &str) -> Result<ObjectKey, ApplyError> {
+        let (key, ar) = self.key_for(object, release_ns).await?;
+        let mut obj = object.clone();
+        let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
+        stamp(&mut obj, release, release_ns, ns);
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        Self::call("apply", &key, self.api(&key, &ar).patch(&key.name, &pp, &Patch::Apply(&obj))).await?;
+        if key.kind == "CustomResourceDefinition" {
+            // New kinds become resolvable; drop cached misses and stale entries.
+            self.discovery.clear();
+        }
+        Ok(key)
+    }
+
+    /// Reads an object; `None` when it does not exist (or its kind no longer does).
+    pub async fn get(&self, object: &Value, release_ns: &str) -> Result<Observed, ApplyError> {
+        let (key, ar) = match self.key_for(object, release_ns).await {
+            Ok(v) => v,
+            Err(ApplyError::UnknownKind { api_version, kind }) => {
+                let key = ObjectKey {
+                    api_version,
+                    kind,
+                    namespace: str_at(object, "/metadata/namespace").to_string(),
+                    name: str_at(object, "/metadata/name").to_string(),
+                };
+                return Ok(Observed { key, object: None });
+            }
+            Err(e) => return Err(e),
+        };
+        let found = Self::call("get", &key, self.api(&key, &ar).get_opt(&key.name)).await?;
+        Ok(Observed { key, object: found })
+    }
+
+    /// Deletes an object (background propagation) and waits, up to `wait`, until it is gone.
+    /// Returns the key and whether the object existed. Objects annotated `keep` are skipped
+    /// and reported as `None`.
+    pub async fn delete(&self, object: &Value, release_ns: &str, wait: Duration) -> Result<Option<(ObjectKey, bool)>, ApplyError> {
+        if is_kept(object) {
+            return Ok(None);
+        }
+        let (key, ar) = match self.key_for(object, release_ns).await {
+            Ok(v) => v,
+            // The kind is gone (e.g. its CRD was removed), so the object is too.
+            Err(ApplyError::UnknownKind { api_version, kind }) => {
+                let key = ObjectKey {
+                    api_version,
+                    kind,
+                    namespace: str_at(object, "/metadata/namespace").to_string(),
+                    name: str_at(object, "/metadata/name").to_string(),
+                };
+                return Ok(Some((key, false)));
+            }
+            Err(e) => return Err(e),
+        };
+        let api = self.api(&key, &ar);
+        let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+        let uid = match Self::call("delete", &key, api.delete(&key.name, &dp)).await {
+            Ok(either) => either.left().and_then(|o| o.metadata.uid),
+            Err(ApplyError::Kube { source: kube::Error::Api(s), .. }) if s.is_not_found() => {
+                return Ok(Some((key, false)));
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(uid) = uid {
+            let cond = kube::runtime::wait::conditions::is_deleted(&uid);
+            match tokio::time::timeout(wait, kube::runtime::wait::await_condition(api, &key.name, cond)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    return Err(ApplyError::Invalid { object: key.to_string(), reason: format!("watching deletion: {e}") });
+                }
+                Err(_) => return Err(ApplyError::Timeout { op: "wait for deletion of", object: key.to_string() }),
+            }
+        }
+        Ok(Some((key, true)))
+    }
+}

@@ -1,0 +1,28 @@
+//! `berth-release`: the release service as its own process.
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(name = "berth-release", about = "berth release service: render, apply, record, uninstall")]
+struct Args {
+    #[arg(long, env = "BERTH_RELEASE_LISTEN", default_value = "127.0.0.1:7074")]
+    listen: std::net::SocketAddr,
+    /// Kubeconfig of the cluster to manage (default: in-cluster, KUBECONFIG or ~/.kube/config).
+    #[arg(long, env = "BERTH_KUBECONFIG")]
+    kubeconfig: Option<std::path::PathBuf>,
+    #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: berth_telemetry::LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _telemetry = berth_telemetry::init("berth-release", args.log_format);
+    let client = berth_release::process::kube_client(args.kubeconfig.as_deref()).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    println!("listening on {}", listener.local_addr()?);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    berth_release::process::run(client, listener, shutdown).await?;
+    Ok(())
+}

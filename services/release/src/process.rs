@@ -1,0 +1,51 @@
+//! The release service as a process: a Kubernetes client from a kubeconfig (or the ambient
+//! configuration) and the gRPC server.
+
+use std::path::Path;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{ReleaseService, server};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading kubeconfig {path}: {source}")]
+    Kubeconfig { path: String, source: kube::config::KubeconfigError },
+    #[error("Kubernetes client configuration: {0}")]
+    Config(#[from] kube::config::InferConfigError),
+    #[error("Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    #[error("serving gRPC: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// A client for the cluster named by `kubeconfig`, or the ambient one (in-cluster, `KUBECONFIG`,
+/// `~/.kube/config`) when `None`.
+pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Error> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Serves the release service on `listener` until `shutdown`.
+pub async fn run(client: kube::Client, listener: TcpListener, shutdown: CancellationToken) -> Result<(), Error> {
+    let router = berth_telemetry::grpc_server().add_service(server(ReleaseService::new(client)));
+    berth_telemetry::serve_router(
+        router,
+        listener,
+        berth_proto::FILE_DESCRIPTOR_SET,
+        &["berth.release.v1.Releases"],
+        shutdown,
+    )
+    .await?;
+    Ok(())
+}
