@@ -25,7 +25,8 @@ mod throttle;
 
 pub use binding_context::{BindingContext, ObjectAndFilterResult, Snapshots};
 pub use config::{
-    ConfigError, HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding, ThrottleSettings,
+    ConfigError, HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding,
+    ThrottleSettings, WatchEventType,
 };
 pub use discover::{DiscoverError, Discovery, discover, discover_all};
 pub use hook::{Hook, HookKind, ordered};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
-#[command(name = "berth", version, about = "berth: a Kubernetes package runtime", propagate_version = true)]
+#[command(name = "berth", version, about = "berth: a Kubernetes package runtime")]
 pub struct Cli {
     /// The gateway to talk to.
     #[arg(long, env = "BERTH_SERVER", default_value = "http://127.0.0.1:7070", global = true)]
@@ -111,4 +111,26 @@ pub enum Command {
     },
     /// List packages.
     List,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn update_takes_the_documented_flags() {
+        let cli = Cli::try_parse_from([
+            "berth", "update", "hello", "--package", "hello", "--repo", "examples/packages", "--version", "1.0.0",
+            "--settings", "s.yaml", "--namespace", "demo", "--kind", "app", "--wait",
+        ])
+        .unwrap();
+        let Command::Update { target, version, wait, .. } = cli.command else { panic!("not update") };
+        assert_eq!((target.name.as_str(), target.namespace.as_deref(), version.as_str(), wait), ("hello", Some("demo"), "1.0.0", true));
+    }
 }

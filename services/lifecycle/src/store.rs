@@ -46,14 +46,15 @@ pub struct PackageRow {
 
 /// A hook as Dump shows it.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct HookState {
     pub name: String,
     pub bindings: Vec<String>,
     #[serde(default)]
     pub runs: i64,
-    #[serde(default)]
+    #[serde(default, alias = "last_run")]
     pub last_run: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "last_error")]
     pub last_error: String,
 }
 

@@ -42,7 +42,9 @@ impl Values {
         let settings = berth_proto::json::from_opt_struct(cx.spec.settings.as_ref());
         let patches: json_patch::Patch = serde_json::from_str(&cx.spec.values_patch_json)
             .map_err(|e| TaskError::permanent(format!("stored values patch is not a JSON patch: {e}")))?;
-        let current = berth_package::compute_values(pkg, &settings, &patches)
+        // Stored patches replay leniently: a settings change may have removed a path an old
+        // patch touched, and that must not wedge the package.
+        let current = berth_package::rebuild_values(pkg, &settings, &patches)
             .map_err(|e| TaskError::retry(e.to_string()))?;
         let stored = patches.0.len();
         Ok(Values { settings, patches, current, stored })
@@ -60,10 +62,19 @@ impl Values {
         if patch.0.is_empty() {
             return Ok(false);
         }
+        // New operations apply strictly on top of the current values, then the result must
+        // still match the values schema.
+        let mut values = self.current.clone();
+        json_patch::patch(&mut values, &patch)
+            .map_err(|e| TaskError::retry(format!("values patch of hook {hook}: {e}")))?;
+        if let Some(schema) = &pkg.values_schema {
+            schema.validate(&values).map_err(|errors| {
+                let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                TaskError::retry(format!("values patch of hook {hook}: values do not match the values schema: {}", text.join("; ")))
+            })?;
+        }
         let mut all = self.patches.clone();
         all.0.extend(patch.0);
-        let values = berth_package::compute_values(pkg, &self.settings, &all)
-            .map_err(|e| TaskError::retry(format!("values patch of hook {hook}: {e}")))?;
         let changed = values != self.current;
         self.current = values;
         self.patches = all;

@@ -1,0 +1,73 @@
+//! Test harness: a Kubernetes API (the embedded dev cluster, or the real cluster named by
+//! `BERTH_TEST_KUBECONFIG`) and the release service served in-process on a loopback port.
+
+use anyhow::Context as _;
+use berth_proto::release::releases_client::ReleasesClient;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use std::time::Duration;
+use tonic::transport::Channel;
+
+pub struct Harness {
+    pub kube: kube::Client,
+    pub grpc: ReleasesClient<Channel>,
+    /// A namespace unique to this test, so tests can share a real cluster.
+    pub namespace: String,
+    _cluster: Option<berth_devcluster::DevCluster>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+async fn client_from(kubeconfig: Kubeconfig) -> anyhow::Result<kube::Client> {
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+pub async fn start() -> anyhow::Result<Harness> {
+    let (kube, cluster) = match std::env::var("BERTH_TEST_KUBECONFIG") {
+        Ok(path) if !path.is_empty() => {
+            let kc = Kubeconfig::read_from(&path).with_context(|| format!("reading {path}"))?;
+            (client_from(kc).await?, None)
+        }
+        _ => {
+            let cluster = berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig::default()).await?;
+            let kc = Kubeconfig::from_yaml(&cluster.kubeconfig_yaml())?;
+            (client_from(kc).await?, Some(cluster))
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let svc = berth_release::server(berth_release::ReleaseService::new(kube.clone()));
+    let server = tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        if let Err(e) = tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await {
+            eprintln!("release server stopped: {e}");
+        }
+    });
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(120))
+        .connect()
+        .await?;
+    let namespace = format!("rel-test-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    Ok(Harness { kube, grpc: ReleasesClient::new(channel), namespace, _cluster: cluster, _server: server })
+}
+
+/// A chart from `(path, content)` pairs plus a standard `Chart.yaml`.
+pub fn chart(files: &[(&str, &str)]) -> Vec<berth_proto::release::ChartFile> {
+    let mut out = vec![berth_proto::release::ChartFile {
+        path: "Chart.yaml".into(),
+        content: b"apiVersion: v2\nname: hello\nversion: 0.1.0\nappVersion: \"1.0\"\n".to_vec(),
+    }];
+    out.extend(files.iter().map(|(p, c)| berth_proto::release::ChartFile {
+        path: p.to_string(),
+        content: c.as_bytes().to_vec(),
+    }));
+    out
+}
+
+/// A ConfigMap template named `name`, optionally annotated `helm.sh/resource-policy: keep`.
+pub fn config_map(name: &str, keep: bool) -> String {
+    let annotations = if keep { "\n  annotations:\n    helm.sh/resource-policy: keep" } else { "" };
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}{annotations}\ndata:\n  release: {{{{ .Release.Name }}}}\n  greeting: {{{{ .Values.greeting | default \"hello\" | quote }}}}\n"
+    )
+}
