@@ -1,1 +1,18 @@
-//! berth-tests
+//! Test harness for berth's end-to-end journeys: starts the real binaries (ports chosen by the
+//! OS, announced on their first stdout line), a Kubernetes API (the embedded dev cluster, or the
+//! real cluster named by `BERTH_TEST_KUBECONFIG`), and offers gRPC and kube clients.
+//!
+//! The binaries must be built first (`cargo build --workspace --bins`, which the README's test
+//! command does).
+
+pub mod cluster;
+pub mod journey;
+pub mod process;
+
+pub use cluster::TestCluster;
+pub use process::{AllInOne, Proc, SplitTopology, binary};
+
+/// The example package repository shipped with berth.
+pub fn examples_repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/packages").canonicalize().expect("examples/packages exists")
+}

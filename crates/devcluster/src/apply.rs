@@ -16,7 +16,10 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::fieldset::{FieldPath, FieldSet, PathElem, all_keyed, display_path, get_path, item_key, list_key, remove_path};
+use crate::fieldset::{
+    FieldPath, FieldSet, PathElem, all_keyed, display_path, get_path, item_key, list_key,
+    remove_path,
+};
 use crate::status::ApiError;
 
 /// One `metadata.managedFields` entry.
@@ -54,7 +57,10 @@ impl ManagedEntry {
 /// Reads `metadata.managedFields` of an object; malformed entries are dropped, as the
 /// apiserver resets unparseable managed fields rather than failing the request.
 pub fn read_entries(object: &Value) -> Vec<ManagedEntry> {
-    let Some(items) = object.pointer("/metadata/managedFields").and_then(Value::as_array) else {
+    let Some(items) = object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
         return Vec::new();
     };
     items
@@ -63,9 +69,21 @@ pub fn read_entries(object: &Value) -> Vec<ManagedEntry> {
             Some(ManagedEntry {
                 manager: e.get("manager")?.as_str()?.to_string(),
                 operation: e.get("operation")?.as_str()?.to_string(),
-                api_version: e.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
-                time: e.get("time").and_then(Value::as_str).unwrap_or_default().to_string(),
-                subresource: e.get("subresource").and_then(Value::as_str).unwrap_or_default().to_string(),
+                api_version: e
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                time: e
+                    .get("time")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                subresource: e
+                    .get("subresource")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
                 fields: FieldSet::from_fields_v1(e.get("fieldsV1")?),
             })
         })
@@ -100,7 +118,11 @@ pub struct ApplyRequest<'a> {
 /// Applies `config` over `live` (None when the object does not exist yet) and returns
 /// the merged object with updated managedFields. Server-owned metadata (uid,
 /// resourceVersion, timestamps) is left for the store to fill in.
-pub fn apply(live: Option<&Value>, config: &Value, req: &ApplyRequest<'_>) -> Result<Value, ApiError> {
+pub fn apply(
+    live: Option<&Value>,
+    config: &Value,
+    req: &ApplyRequest<'_>,
+) -> Result<Value, ApiError> {
     let config = strip_server_fields(config);
     let empty = json!({});
     let live_obj = live.unwrap_or(&empty);
@@ -120,13 +142,21 @@ pub fn apply(live: Option<&Value>, config: &Value, req: &ApplyRequest<'_>) -> Re
     }
 
     let mut merged = live.cloned().unwrap_or_else(|| json!({}));
-    let mine = entries.iter().position(|e| e.same_owner(req.manager, "Apply", req.subresource));
+    let mine = entries
+        .iter()
+        .position(|e| e.same_owner(req.manager, "Apply", req.subresource));
     if let Some(i) = mine {
-        let dropped: Vec<FieldPath> = entries[i].fields.0.difference(&new_set.0).cloned().collect();
+        let dropped: Vec<FieldPath> = entries[i]
+            .fields
+            .0
+            .difference(&new_set.0)
+            .cloned()
+            .collect();
         for path in dropped.iter().rev() {
-            let owned_elsewhere = entries.iter().enumerate().any(|(j, e)| {
-                j != i && e.fields.0.iter().any(|p| p.starts_with(path))
-            });
+            let owned_elsewhere = entries
+                .iter()
+                .enumerate()
+                .any(|(j, e)| j != i && e.fields.0.iter().any(|p| p.starts_with(path)));
             if !owned_elsewhere {
                 remove_path(&mut merged, path);
             }
@@ -159,7 +189,10 @@ fn find_conflicts(
     req: &ApplyRequest<'_>,
 ) -> Vec<(FieldPath, String)> {
     let mut conflicts = Vec::new();
-    for e in entries.iter().filter(|e| !e.same_owner(req.manager, "Apply", req.subresource)) {
+    for e in entries
+        .iter()
+        .filter(|e| !e.same_owner(req.manager, "Apply", req.subresource))
+    {
         for path in e.fields.0.intersection(&new_set.0) {
             if matches!(path.last(), Some(PathElem::Key(_))) {
                 continue;
@@ -187,9 +220,17 @@ fn conflict_error(conflicts: &[(FieldPath, String)]) -> ApiError {
         .iter()
         .map(|(p, m)| format!("- conflict with \"{m}\": {}", display_path(p)))
         .collect();
-    let noun = if conflicts.len() == 1 { "conflict" } else { "conflicts" };
+    let noun = if conflicts.len() == 1 {
+        "conflict"
+    } else {
+        "conflicts"
+    };
     ApiError::apply_conflict(
-        format!("Apply failed with {} {noun}: {}", conflicts.len(), lines.join("\n")),
+        format!(
+            "Apply failed with {} {noun}: {}",
+            conflicts.len(),
+            lines.join("\n")
+        ),
         causes,
     )
 }
@@ -199,7 +240,15 @@ fn conflict_error(conflicts: &[(FieldPath, String)]) -> ApiError {
 fn strip_server_fields(config: &Value) -> Value {
     let mut c = config.clone();
     if let Some(meta) = c.get_mut("metadata").and_then(Value::as_object_mut) {
-        for f in ["managedFields", "uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp", "selfLink"] {
+        for f in [
+            "managedFields",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "resourceVersion",
+            "deletionTimestamp",
+            "selfLink",
+        ] {
             meta.remove(f);
         }
     }
@@ -266,10 +315,15 @@ pub fn track_update(
         .cloned()
         .collect();
     for e in entries.iter_mut() {
-        e.fields.0.retain(|p| get_path(new, p).is_some() && !changed.contains(p));
+        e.fields
+            .0
+            .retain(|p| get_path(new, p).is_some() && !changed.contains(p));
     }
     if !changed.is_empty() {
-        match entries.iter_mut().find(|e| e.same_owner(manager, "Update", subresource)) {
+        match entries
+            .iter_mut()
+            .find(|e| e.same_owner(manager, "Update", subresource))
+        {
             Some(e) => {
                 e.fields.0.extend(changed);
                 e.time = now.to_string();
@@ -321,7 +375,14 @@ mod tests {
     use super::*;
 
     fn req<'a>(manager: &'a str, force: bool) -> ApplyRequest<'a> {
-        ApplyRequest { manager, force, builtin: true, subresource: "", api_version: "v1", now: "2026-01-01T00:00:00Z" }
+        ApplyRequest {
+            manager,
+            force,
+            builtin: true,
+            subresource: "",
+            api_version: "v1",
+            now: "2026-01-01T00:00:00Z",
+        }
     }
 
     #[test]
@@ -331,7 +392,8 @@ mod tests {
         let mut with_z = live.clone();
         with_z["data"]["z"] = json!("3");
         track_update(Some(&live), &mut with_z, "other", true, "", "v1", "t");
-        let smaller = json!({ "metadata": { "name": "c", "labels": { "a": "1" } }, "data": { "x": "1" } });
+        let smaller =
+            json!({ "metadata": { "name": "c", "labels": { "a": "1" } }, "data": { "x": "1" } });
         let out = apply(Some(&with_z), &smaller, &req("m1", false)).expect("re-apply");
         assert_eq!(out["data"], json!({ "x": "1", "z": "3" }));
         assert_eq!(out["metadata"]["labels"], json!({ "a": "1" }));
@@ -346,10 +408,17 @@ mod tests {
         let other = json!({ "metadata": { "name": "c" }, "data": { "x": "2" } });
         let err = apply(Some(&live), &other, &req("m2", false)).expect_err("conflict");
         assert_eq!(err.code, 409);
-        assert!(err.message.contains("conflict with \"m1\": .data.x"), "{}", err.message);
+        assert!(
+            err.message.contains("conflict with \"m1\": .data.x"),
+            "{}",
+            err.message
+        );
         let forced = apply(Some(&live), &other, &req("m2", true)).expect("force");
         assert_eq!(forced["data"]["x"], "2");
-        let owners: Vec<String> = read_entries(&forced).into_iter().map(|e| e.manager).collect();
+        let owners: Vec<String> = read_entries(&forced)
+            .into_iter()
+            .map(|e| e.manager)
+            .collect();
         assert_eq!(owners, vec!["m2".to_string()]);
     }
 
@@ -359,7 +428,12 @@ mod tests {
         let b = json!({ "metadata": { "name": "d" }, "spec": { "template": { "spec": { "containers": [ { "name": "b", "image": "y" } ] } } } });
         let live = apply(None, &a, &req("m1", false)).expect("a");
         let live = apply(Some(&live), &b, &req("m2", false)).expect("b");
-        let names: Vec<&str> = live["spec"]["template"]["spec"]["containers"].as_array().expect("list").iter().filter_map(|c| c["name"].as_str()).collect();
+        let names: Vec<&str> = live["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
         assert_eq!(names, vec!["a", "b"]);
     }
 }

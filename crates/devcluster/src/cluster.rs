@@ -39,14 +39,24 @@ impl DevCluster {
         let store = Arc::new(Store::new(loaded, persist)?);
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .map_err(|source| Error::Bind { addr: config.listen, source })?;
-        let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.listen, source })?;
+            .map_err(|source| Error::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
         let url = format!("http://{addr}");
         let kubeconfig_path = match &config.data_dir {
             Some(dir) => {
                 let path = dir.join("kubeconfig");
-                std::fs::write(&path, kubeconfig::render(&url, config.token.as_deref()))
-                    .map_err(|source| Error::Kubeconfig { path: path.clone(), source })?;
+                std::fs::write(&path, kubeconfig::render(&url, config.token.as_deref())).map_err(
+                    |source| Error::Kubeconfig {
+                        path: path.clone(),
+                        source,
+                    },
+                )?;
                 Some(path)
             }
             None => None,
@@ -61,17 +71,29 @@ impl DevCluster {
         let mut tasks = JoinSet::new();
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            let serve = axum::serve(listener, router(app)).with_graceful_shutdown(async move { stop.cancelled().await });
+            let serve = axum::serve(listener, router(app))
+                .with_graceful_shutdown(async move { stop.cancelled().await });
             if let Err(e) = serve.await {
                 tracing::error!(error = %e, "dev cluster HTTP server failed");
             }
         });
         tasks.spawn(controllers::gc::run(store.clone(), shutdown.clone()));
         if config.simulate_workloads {
-            tasks.spawn(controllers::simulate::run(store.clone(), config.workload_delay, shutdown.clone()));
+            tasks.spawn(controllers::simulate::run(
+                store.clone(),
+                config.workload_delay,
+                shutdown.clone(),
+            ));
         }
         tracing::info!(url = %url, data_dir = ?config.data_dir, "dev cluster started");
-        Ok(DevCluster { url, token: config.token, kubeconfig_path, store, shutdown, tasks })
+        Ok(DevCluster {
+            url,
+            token: config.token,
+            kubeconfig_path,
+            store,
+            shutdown,
+            tasks,
+        })
     }
 
     /// Base URL, e.g. `http://127.0.0.1:41234`.

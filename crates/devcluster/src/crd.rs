@@ -9,24 +9,36 @@ use crate::status::ApiError;
 const CRD_GROUP: &str = "apiextensions.k8s.io";
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty())
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 /// The resource types a CRD makes servable, one per served version, preferred first.
 pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
     let name = str_at(crd, "/metadata/name").unwrap_or_default();
-    let invalid = |msg: &str| ApiError::invalid(CRD_GROUP, "CustomResourceDefinition", name, msg.to_string());
+    let invalid =
+        |msg: &str| ApiError::invalid(CRD_GROUP, "CustomResourceDefinition", name, msg.to_string());
     let group = str_at(crd, "/spec/group").ok_or_else(|| invalid("spec.group: Required value"))?;
-    let plural = str_at(crd, "/spec/names/plural").ok_or_else(|| invalid("spec.names.plural: Required value"))?;
-    let kind = str_at(crd, "/spec/names/kind").ok_or_else(|| invalid("spec.names.kind: Required value"))?;
+    let plural = str_at(crd, "/spec/names/plural")
+        .ok_or_else(|| invalid("spec.names.plural: Required value"))?;
+    let kind = str_at(crd, "/spec/names/kind")
+        .ok_or_else(|| invalid("spec.names.kind: Required value"))?;
     if name != format!("{plural}.{group}") {
-        return Err(invalid(&format!("metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group")));
+        return Err(invalid(&format!(
+            "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
+        )));
     }
     let scope = str_at(crd, "/spec/scope").unwrap_or("Namespaced");
     let strings = |pointer: &str| -> Vec<String> {
         crd.pointer(pointer)
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let versions = crd
@@ -42,9 +54,11 @@ pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
                 group: group.to_string(),
                 version: v.get("name")?.as_str()?.to_string(),
                 kind: kind.to_string(),
-                list_kind: str_at(crd, "/spec/names/listKind").map_or_else(|| format!("{kind}List"), String::from),
+                list_kind: str_at(crd, "/spec/names/listKind")
+                    .map_or_else(|| format!("{kind}List"), String::from),
                 plural: plural.to_string(),
-                singular: str_at(crd, "/spec/names/singular").map_or_else(|| kind.to_lowercase(), String::from),
+                singular: str_at(crd, "/spec/names/singular")
+                    .map_or_else(|| kind.to_lowercase(), String::from),
                 short_names: strings("/spec/names/shortNames"),
                 categories: strings("/spec/names/categories"),
                 namespaced: scope == "Namespaced",
@@ -61,9 +75,13 @@ pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
 /// Kubernetes version ordering: GA before beta before alpha, higher numbers first
 /// (`v2` > `v1` > `v1beta2` > `v1beta1` > `v1alpha1`), non-conforming names last.
 pub fn version_priority(v: &str) -> (u8, u32, u32) {
-    let Some(rest) = v.strip_prefix('v') else { return (0, 0, 0) };
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    let Ok(major) = digits.parse::<u32>() else { return (0, 0, 0) };
+    let Ok(major) = digits.parse::<u32>() else {
+        return (0, 0, 0);
+    };
     let tail = &rest[digits.len()..];
     let (stage, num) = if tail.is_empty() {
         (3, 0)
@@ -79,9 +97,7 @@ pub fn version_priority(v: &str) -> (u8, u32, u32) {
 
 /// The status an accepted CRD has: names accepted and Established.
 pub fn accepted_status(crd: &Value, now: &str) -> Value {
-    let condition = |t: &str, reason: &str, message: &str| {
-        json!({ "type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message })
-    };
+    let condition = |t: &str, reason: &str, message: &str| json!({ "type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message });
     let stored: Vec<Value> = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)

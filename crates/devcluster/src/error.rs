@@ -6,11 +6,17 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("binding {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("dev cluster persistence: {0}")]
     Persistence(#[from] crate::persistence::PersistError),
     #[error("loading stored objects: {0}")]
     Load(#[from] crate::status::ApiError),
     #[error("writing kubeconfig {path}: {source}")]
-    Kubeconfig { path: PathBuf, source: std::io::Error },
+    Kubeconfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }

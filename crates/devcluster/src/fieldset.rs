@@ -54,7 +54,10 @@ impl FieldSet {
                         if let Value::Object(meta) = v {
                             for (mk, mv) in meta {
                                 if !SERVER_METADATA.contains(&mk.as_str()) {
-                                    let mut path = vec![PathElem::Field(k.clone()), PathElem::Field(mk.clone())];
+                                    let mut path = vec![
+                                        PathElem::Field(k.clone()),
+                                        PathElem::Field(mk.clone()),
+                                    ];
                                     let mut names = vec![k.clone(), mk.clone()];
                                     collect(mv, &mut path, &mut names, builtin, &mut set);
                                 }
@@ -113,10 +116,8 @@ impl FieldSet {
 }
 
 fn walk_v1(map: &Map<String, Value>, path: &mut FieldPath, set: &mut BTreeSet<FieldPath>) {
-    if map.is_empty() || map.contains_key(".") {
-        if !path.is_empty() {
-            set.insert(path.clone());
-        }
+    if (map.is_empty() || map.contains_key(".")) && !path.is_empty() {
+        set.insert(path.clone());
     }
     for (key, child) in map {
         let elem = if let Some(f) = key.strip_prefix("f:") {
@@ -185,7 +186,10 @@ pub fn all_keyed(items: &[Value], key: &str) -> bool {
 /// Canonical JSON of an item's key, e.g. `{"name":"web"}`.
 pub fn item_key(item: &Value, key: &str) -> String {
     let mut m = Map::new();
-    m.insert(key.to_string(), item.get(key).cloned().unwrap_or(Value::Null));
+    m.insert(
+        key.to_string(),
+        item.get(key).cloned().unwrap_or(Value::Null),
+    );
     Value::Object(m).to_string()
 }
 
@@ -203,7 +207,9 @@ pub fn get_path<'a>(object: &'a Value, path: &[PathElem]) -> Option<&'a Value> {
 
 fn find_item<'a>(items: &'a [Value], key_json: &str) -> Option<&'a Value> {
     let key: Map<String, Value> = serde_json::from_str(key_json).ok()?;
-    items.iter().find(|i| key.iter().all(|(k, v)| i.get(k) == Some(v)))
+    items
+        .iter()
+        .find(|i| key.iter().all(|(k, v)| i.get(k) == Some(v)))
 }
 
 /// Removes the value at a path; returns whether something was removed. Maps left empty
@@ -227,12 +233,12 @@ pub fn remove_path(object: &mut Value, path: &[PathElem]) -> bool {
             _ => false,
         }
     };
-    if removed && parents.len() > 1 {
-        if let Some(Value::Object(m)) = get_path(object, parents) {
-            if m.is_empty() {
-                remove_path(object, parents);
-            }
-        }
+    if removed
+        && parents.len() > 1
+        && let Some(Value::Object(m)) = get_path(object, parents)
+        && m.is_empty()
+    {
+        remove_path(object, parents);
     }
     removed
 }
@@ -299,7 +305,11 @@ mod tests {
     #[test]
     fn removing_the_last_label_removes_the_map() {
         let mut obj = json!({ "metadata": { "name": "x", "labels": { "a": "1" } } });
-        let path = vec![PathElem::Field("metadata".into()), PathElem::Field("labels".into()), PathElem::Field("a".into())];
+        let path = vec![
+            PathElem::Field("metadata".into()),
+            PathElem::Field("labels".into()),
+            PathElem::Field("a".into()),
+        ];
         assert!(remove_path(&mut obj, &path));
         assert_eq!(obj, json!({ "metadata": { "name": "x" } }));
     }

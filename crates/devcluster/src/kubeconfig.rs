@@ -27,10 +27,18 @@ mod tests {
     fn kubeconfig_parses_as_yaml_with_token() {
         let text = render("http://127.0.0.1:1234", Some("s3cr\"et"));
         let v: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
-        assert_eq!(v["clusters"][0]["cluster"]["server"], "http://127.0.0.1:1234");
+        assert_eq!(
+            v["clusters"][0]["cluster"]["server"],
+            "http://127.0.0.1:1234"
+        );
         assert_eq!(v["users"][0]["user"]["token"], "s3cr\"et");
         assert_eq!(v["current-context"], NAME);
-        let anon: serde_json::Value = serde_saphyr::from_str(&render("http://x", None)).expect("yaml");
-        assert!(anon["users"][0]["user"].as_object().is_some_and(|m| m.is_empty()));
+        let anon: serde_json::Value =
+            serde_saphyr::from_str(&render("http://x", None)).expect("yaml");
+        assert!(
+            anon["users"][0]["user"]
+                .as_object()
+                .is_some_and(|m| m.is_empty())
+        );
     }
 }

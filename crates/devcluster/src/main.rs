@@ -37,7 +37,9 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
@@ -48,7 +50,9 @@ async fn main() -> anyhow::Result<()> {
         workload_delay: Duration::from_millis(args.workload_delay_ms),
         token: args.token,
     };
-    let cluster = DevCluster::start(config).await.context("starting the dev cluster")?;
+    let cluster = DevCluster::start(config)
+        .await
+        .context("starting the dev cluster")?;
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "listening on {}", cluster.url())?;

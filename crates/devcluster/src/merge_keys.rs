@@ -13,7 +13,12 @@ pub fn merge_key(path: &[String]) -> Option<&'static str> {
     let parent = path.len().checked_sub(2).map(|i| path[i].as_str());
     match last {
         "containers" | "initContainers" | "ephemeralContainers" => Some("name"),
-        "ports" if matches!(parent, Some("containers" | "initContainers" | "ephemeralContainers")) => {
+        "ports"
+            if matches!(
+                parent,
+                Some("containers" | "initContainers" | "ephemeralContainers")
+            ) =>
+        {
             Some("containerPort")
         }
         "ports" if parent == Some("spec") => Some("port"),
@@ -38,9 +43,15 @@ mod tests {
 
     #[test]
     fn container_ports_and_service_ports_use_different_keys() {
-        assert_eq!(merge_key(&p("spec.template.spec.containers.ports")), Some("containerPort"));
+        assert_eq!(
+            merge_key(&p("spec.template.spec.containers.ports")),
+            Some("containerPort")
+        );
         assert_eq!(merge_key(&p("spec.ports")), Some("port"));
-        assert_eq!(merge_key(&p("spec.template.spec.containers.env")), Some("name"));
+        assert_eq!(
+            merge_key(&p("spec.template.spec.containers.env")),
+            Some("name")
+        );
         assert_eq!(merge_key(&p("spec.template.spec.containers.args")), None);
     }
 }

@@ -46,20 +46,31 @@ pub fn apply_patch(kind: PatchKind, target: &Value, body: &[u8]) -> Result<Value
         PatchKind::Json => {
             let patch: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(&mut out, &patch)
-                .map_err(|e| ApiError::invalid("", "", "", format!("the JSON patch could not be applied: {e}")))?;
+            json_patch::patch(&mut out, &patch).map_err(|e| {
+                ApiError::invalid(
+                    "",
+                    "",
+                    "",
+                    format!("the JSON patch could not be applied: {e}"),
+                )
+            })?;
         }
         PatchKind::Strategic => {
             let patch: Value = parse_json(body)?;
             strategic_merge(&mut out, &patch, &mut Vec::new());
         }
-        PatchKind::Apply => return Err(ApiError::internal("apply patches are handled by server-side apply")),
+        PatchKind::Apply => {
+            return Err(ApiError::internal(
+                "apply patches are handled by server-side apply",
+            ));
+        }
     }
     Ok(out)
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch body: {e}")))
 }
 
 fn directive(v: &Value) -> Option<&str> {
@@ -93,8 +104,12 @@ pub fn strategic_merge(target: &mut Value, patch: &Value, names: &mut Vec<String
         }
         names.push(k.clone());
         match (t.get_mut(k), v) {
-            (Some(existing @ Value::Object(_)), Value::Object(_)) => strategic_merge(existing, v, names),
-            (Some(Value::Array(existing)), Value::Array(items)) => merge_list(existing, items, names),
+            (Some(existing @ Value::Object(_)), Value::Object(_)) => {
+                strategic_merge(existing, v, names)
+            }
+            (Some(Value::Array(existing)), Value::Array(items)) => {
+                merge_list(existing, items, names)
+            }
             _ => {
                 t.insert(k.clone(), strip_directives(v));
             }
@@ -104,13 +119,20 @@ pub fn strategic_merge(target: &mut Value, patch: &Value, names: &mut Vec<String
 }
 
 fn merge_list(existing: &mut Vec<Value>, patch: &[Value], names: &mut Vec<String>) {
-    let replace = patch.iter().any(|i| directive(i) == Some("replace") && i.as_object().is_some_and(|o| o.len() == 1));
-    let items: Vec<&Value> = patch.iter().filter(|i| !(directive(i).is_some() && i.as_object().is_some_and(|o| o.len() == 1))).collect();
+    let replace = patch
+        .iter()
+        .any(|i| directive(i) == Some("replace") && i.as_object().is_some_and(|o| o.len() == 1));
+    let items: Vec<&Value> = patch
+        .iter()
+        .filter(|i| !(directive(i).is_some() && i.as_object().is_some_and(|o| o.len() == 1)))
+        .collect();
     let key = merge_key(names).filter(|k| all_keyed(existing, k));
     match key {
         Some(key) if !replace => {
             for item in items {
-                let Some(wanted) = item.get(key) else { continue };
+                let Some(wanted) = item.get(key) else {
+                    continue;
+                };
                 let pos = existing.iter().position(|e| e.get(key) == Some(wanted));
                 match (pos, directive(item)) {
                     (Some(i), Some("delete")) => {
@@ -157,29 +179,66 @@ mod tests {
         let patch = json!({ "spec": { "template": { "spec": { "containers": [
             { "name": "web", "image": "nginx:2", "ports": [ { "containerPort": 443 } ], "env": [ { "name": "A", "value": "2" }, { "name": "B", "value": "3" } ] }
         ] } } } });
-        let out = apply_patch(PatchKind::Strategic, &deployment(), patch.to_string().as_bytes()).expect("patch");
+        let out = apply_patch(
+            PatchKind::Strategic,
+            &deployment(),
+            patch.to_string().as_bytes(),
+        )
+        .expect("patch");
         let c = &out["spec"]["template"]["spec"]["containers"];
         assert_eq!(c.as_array().map(Vec::len), Some(2), "sidecar kept");
         assert_eq!(c[0]["image"], "nginx:2");
-        assert_eq!(c[0]["ports"], json!([ { "containerPort": 80 }, { "containerPort": 443 } ]));
-        assert_eq!(c[0]["env"], json!([ { "name": "A", "value": "2" }, { "name": "B", "value": "3" } ]));
+        assert_eq!(
+            c[0]["ports"],
+            json!([ { "containerPort": 80 }, { "containerPort": 443 } ])
+        );
+        assert_eq!(
+            c[0]["env"],
+            json!([ { "name": "A", "value": "2" }, { "name": "B", "value": "3" } ])
+        );
     }
 
     #[test]
     fn strategic_delete_directive_and_null() {
         let patch = json!({ "spec": { "template": { "spec": { "containers": [ { "name": "side", "$patch": "delete" } ] } } } });
-        let out = apply_patch(PatchKind::Strategic, &deployment(), patch.to_string().as_bytes()).expect("patch");
-        assert_eq!(out["spec"]["template"]["spec"]["containers"].as_array().map(Vec::len), Some(1));
-        let out = apply_patch(PatchKind::Strategic, &out, br#"{"spec":{"template":null}}"#).expect("null");
+        let out = apply_patch(
+            PatchKind::Strategic,
+            &deployment(),
+            patch.to_string().as_bytes(),
+        )
+        .expect("patch");
+        assert_eq!(
+            out["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .map(Vec::len),
+            Some(1)
+        );
+        let out = apply_patch(PatchKind::Strategic, &out, br#"{"spec":{"template":null}}"#)
+            .expect("null");
         assert_eq!(out["spec"], json!({}));
     }
 
     #[test]
     fn merge_patch_replaces_lists_and_json_patch_reports_bad_paths() {
-        let out = apply_patch(PatchKind::Merge, &deployment(), br#"{"spec":{"template":{"spec":{"containers":[]}}}}"#).expect("merge");
+        let out = apply_patch(
+            PatchKind::Merge,
+            &deployment(),
+            br#"{"spec":{"template":{"spec":{"containers":[]}}}}"#,
+        )
+        .expect("merge");
         assert_eq!(out["spec"]["template"]["spec"]["containers"], json!([]));
-        let err = apply_patch(PatchKind::Json, &deployment(), br#"[{"op":"remove","path":"/nope"}]"#).expect_err("bad path");
+        let err = apply_patch(
+            PatchKind::Json,
+            &deployment(),
+            br#"[{"op":"remove","path":"/nope"}]"#,
+        )
+        .expect_err("bad path");
         assert_eq!(err.code, 422);
-        assert_eq!(PatchKind::from_content_type("text/plain").expect_err("415").code, 415);
+        assert_eq!(
+            PatchKind::from_content_type("text/plain")
+                .expect_err("415")
+                .code,
+            415
+        );
     }
 }

@@ -23,14 +23,29 @@ const LOCK: &str = "devcluster.lock";
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
     #[error("creating data directory {path}: {source}")]
-    CreateDir { path: PathBuf, source: std::io::Error },
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("reading {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("parsing {path} line {line}: {source}")]
-    Parse { path: PathBuf, line: usize, source: serde_json::Error },
+    Parse {
+        path: PathBuf,
+        line: usize,
+        source: serde_json::Error,
+    },
     #[error("writing {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
-    #[error("data directory {path} is in use by another dev cluster (pid {pid}); remove {path}/devcluster.lock if that process is gone")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "data directory {path} is in use by another dev cluster (pid {pid}); remove {path}/devcluster.lock if that process is gone"
+    )]
     Locked { path: PathBuf, pid: String },
 }
 
@@ -75,7 +90,10 @@ pub struct Persistence {
 impl Persistence {
     /// Takes the directory lock, loads snapshot + log, compacts, and opens the log for appends.
     pub fn open(dir: &Path) -> Result<(Persistence, Loaded), PersistError> {
-        fs::create_dir_all(dir).map_err(|source| PersistError::CreateDir { path: dir.into(), source })?;
+        fs::create_dir_all(dir).map_err(|source| PersistError::CreateDir {
+            path: dir.into(),
+            source,
+        })?;
         take_lock(dir)?;
         let loaded = load(dir)?;
         write_snapshot(dir, loaded.resource_version, &loaded.objects)?;
@@ -85,8 +103,17 @@ impl Persistence {
             .write(true)
             .truncate(true)
             .open(&log_path)
-            .map_err(|source| PersistError::Write { path: log_path, source })?;
-        Ok((Persistence { dir: dir.into(), log }, loaded))
+            .map_err(|source| PersistError::Write {
+                path: log_path,
+                source,
+            })?;
+        Ok((
+            Persistence {
+                dir: dir.into(),
+                log,
+            },
+            loaded,
+        ))
     }
 
     pub fn append(&mut self, record: &LogRecord) -> Result<(), PersistError> {
@@ -98,14 +125,24 @@ impl Persistence {
         self.log
             .write_all(&line)
             .and_then(|_| self.log.flush())
-            .map_err(|source| PersistError::Write { path: self.dir.join(LOG), source })
+            .map_err(|source| PersistError::Write {
+                path: self.dir.join(LOG),
+                source,
+            })
     }
 
     /// Writes a snapshot of the current state, truncates the log and releases the lock.
-    pub fn close(self, resource_version: u64, objects: &[StoredObject]) -> Result<(), PersistError> {
+    pub fn close(
+        self,
+        resource_version: u64,
+        objects: &[StoredObject],
+    ) -> Result<(), PersistError> {
         write_snapshot(&self.dir, resource_version, objects)?;
         let log_path = self.dir.join(LOG);
-        File::create(&log_path).map_err(|source| PersistError::Write { path: log_path, source })?;
+        File::create(&log_path).map_err(|source| PersistError::Write {
+            path: log_path,
+            source,
+        })?;
         let _ = fs::remove_file(self.dir.join(LOCK));
         Ok(())
     }
@@ -118,12 +155,19 @@ fn take_lock(dir: &Path) -> Result<(), PersistError> {
             .write_all(std::process::id().to_string().as_bytes())
             .map_err(|source| PersistError::Write { path, source }),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let pid = fs::read_to_string(&path).unwrap_or_default().trim().to_string();
+            let pid = fs::read_to_string(&path)
+                .unwrap_or_default()
+                .trim()
+                .to_string();
             if pid_alive(&pid) {
-                return Err(PersistError::Locked { path: dir.into(), pid });
+                return Err(PersistError::Locked {
+                    path: dir.into(),
+                    pid,
+                });
             }
             // A stale lock from a process that died without shutdown: take it over.
-            fs::write(&path, std::process::id().to_string()).map_err(|source| PersistError::Write { path, source })
+            fs::write(&path, std::process::id().to_string())
+                .map_err(|source| PersistError::Write { path, source })
         }
         Err(source) => Err(PersistError::Write { path, source }),
     }
@@ -137,22 +181,43 @@ fn pid_alive(pid: &str) -> bool {
 fn load(dir: &Path) -> Result<Loaded, PersistError> {
     let snap_path = dir.join(SNAPSHOT);
     let snapshot: Snapshot = match fs::read(&snap_path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|source| PersistError::Parse { path: snap_path.clone(), line: 1, source })?,
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| PersistError::Parse {
+            path: snap_path.clone(),
+            line: 1,
+            source,
+        })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Snapshot::default(),
-        Err(source) => return Err(PersistError::Read { path: snap_path, source }),
+        Err(source) => {
+            return Err(PersistError::Read {
+                path: snap_path,
+                source,
+            });
+        }
     };
     let mut objects: std::collections::BTreeMap<(String, String, String, String), Value> = snapshot
         .objects
         .into_iter()
-        .map(|o| ((o.group, o.resource, meta(&o.object, "namespace"), meta(&o.object, "name")), o.object))
+        .map(|o| {
+            (
+                (
+                    o.group,
+                    o.resource,
+                    meta(&o.object, "namespace"),
+                    meta(&o.object, "name"),
+                ),
+                o.object,
+            )
+        })
         .collect();
     let mut rv = snapshot.resource_version;
     let log_path = dir.join(LOG);
     match File::open(&log_path) {
         Ok(f) => {
             for (i, line) in BufReader::new(f).lines().enumerate() {
-                let line = line.map_err(|source| PersistError::Read { path: log_path.clone(), source })?;
+                let line = line.map_err(|source| PersistError::Read {
+                    path: log_path.clone(),
+                    source,
+                })?;
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -160,7 +225,13 @@ fn load(dir: &Path) -> Result<Loaded, PersistError> {
                     Ok(r) => r,
                     // A torn last line from a crash mid-append: everything before it is intact.
                     Err(_) if is_last_line(&log_path, i) => break,
-                    Err(source) => return Err(PersistError::Parse { path: log_path, line: i + 1, source }),
+                    Err(source) => {
+                        return Err(PersistError::Parse {
+                            path: log_path,
+                            line: i + 1,
+                            source,
+                        });
+                    }
                 };
                 rv = rv.max(rec.rv);
                 let key = (rec.group, rec.resource, rec.namespace, rec.name);
@@ -171,13 +242,25 @@ fn load(dir: &Path) -> Result<Loaded, PersistError> {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => return Err(PersistError::Read { path: log_path, source }),
+        Err(source) => {
+            return Err(PersistError::Read {
+                path: log_path,
+                source,
+            });
+        }
     }
     let objects = objects
         .into_iter()
-        .map(|((group, resource, _, _), object)| StoredObject { group, resource, object })
+        .map(|((group, resource, _, _), object)| StoredObject {
+            group,
+            resource,
+            object,
+        })
         .collect();
-    Ok(Loaded { resource_version: rv, objects })
+    Ok(Loaded {
+        resource_version: rv,
+        objects,
+    })
 }
 
 fn is_last_line(path: &Path, index: usize) -> bool {
@@ -197,13 +280,25 @@ fn meta(object: &Value, field: &str) -> String {
 
 /// Writes the snapshot to a temporary file and renames it, so a crash never leaves a
 /// half-written snapshot.
-fn write_snapshot(dir: &Path, resource_version: u64, objects: &[StoredObject]) -> Result<(), PersistError> {
+fn write_snapshot(
+    dir: &Path,
+    resource_version: u64,
+    objects: &[StoredObject],
+) -> Result<(), PersistError> {
     let path = dir.join(SNAPSHOT);
     let tmp = dir.join(format!("{SNAPSHOT}.tmp"));
-    let snapshot = Snapshot { resource_version, objects: objects.to_vec() };
-    let bytes = serde_json::to_vec(&snapshot)
-        .map_err(|e| PersistError::Write { path: path.clone(), source: std::io::Error::other(e) })?;
-    fs::write(&tmp, bytes).map_err(|source| PersistError::Write { path: tmp.clone(), source })?;
+    let snapshot = Snapshot {
+        resource_version,
+        objects: objects.to_vec(),
+    };
+    let bytes = serde_json::to_vec(&snapshot).map_err(|e| PersistError::Write {
+        path: path.clone(),
+        source: std::io::Error::other(e),
+    })?;
+    fs::write(&tmp, bytes).map_err(|source| PersistError::Write {
+        path: tmp.clone(),
+        source,
+    })?;
     fs::rename(&tmp, &path).map_err(|source| PersistError::Write { path, source })
 }
 
@@ -213,7 +308,14 @@ mod tests {
     use serde_json::json;
 
     fn record(rv: u64, name: &str, object: Option<Value>) -> LogRecord {
-        LogRecord { rv, group: String::new(), resource: "configmaps".into(), namespace: "ns".into(), name: name.into(), object }
+        LogRecord {
+            rv,
+            group: String::new(),
+            resource: "configmaps".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            object,
+        }
     }
 
     #[test]
@@ -226,12 +328,20 @@ mod tests {
         p.append(&record(2, "b", Some(obj("b")))).expect("append");
         p.append(&record(3, "a", None)).expect("append");
         drop(p); // crash: no close, lock file left behind by a process that is... still us
-        fs::remove_file(dir.path().join(LOCK)).expect("simulate the crashed process's lock going stale");
+        fs::remove_file(dir.path().join(LOCK))
+            .expect("simulate the crashed process's lock going stale");
         let (p, loaded) = Persistence::open(dir.path()).expect("reopen");
         assert_eq!(loaded.resource_version, 3);
-        let names: Vec<String> = loaded.objects.iter().map(|o| meta(&o.object, "name")).collect();
+        let names: Vec<String> = loaded
+            .objects
+            .iter()
+            .map(|o| meta(&o.object, "name"))
+            .collect();
         assert_eq!(names, vec!["b".to_string()]);
-        assert!(matches!(Persistence::open(dir.path()), Err(PersistError::Locked { .. })));
+        assert!(matches!(
+            Persistence::open(dir.path()),
+            Err(PersistError::Locked { .. })
+        ));
         p.close(3, &loaded.objects).expect("close");
     }
 }

@@ -186,7 +186,11 @@ impl Registry {
                 &mut self.groups[last]
             }
         };
-        let version = match group.versions.iter_mut().position(|(v, _)| *v == rt.version) {
+        let version = match group
+            .versions
+            .iter_mut()
+            .position(|(v, _)| *v == rt.version)
+        {
             Some(i) => &mut group.versions[i].1,
             None => {
                 group.versions.push((rt.version.clone(), BTreeMap::new()));
@@ -219,7 +223,10 @@ impl Registry {
         version: &str,
     ) -> Option<&BTreeMap<String, ResourceType>> {
         let g = self.groups.iter().find(|g| g.name == group)?;
-        g.versions.iter().find(|(v, _)| v == version).map(|(_, r)| r)
+        g.versions
+            .iter()
+            .find(|(v, _)| v == version)
+            .map(|(_, r)| r)
     }
 
     /// Named groups (everything except core) with their versions, preferred first.
@@ -254,7 +261,10 @@ mod tests {
     #[test]
     fn builtins_are_served_and_crd_types_can_be_removed() {
         let mut r = Registry::with_builtins();
-        assert_eq!(r.get("apps", "v1", "deployments").map(|d| d.kind.as_str()), Some("Deployment"));
+        assert_eq!(
+            r.get("apps", "v1", "deployments").map(|d| d.kind.as_str()),
+            Some("Deployment")
+        );
         assert!(r.get("", "v1", "nothings").is_none());
         let mut custom = r.get("", "v1", "configmaps").cloned().expect("configmaps");
         custom.group = "example.com".into();

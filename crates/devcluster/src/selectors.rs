@@ -38,7 +38,9 @@ impl LabelSelector {
                 continue;
             }
             requirements.push(parse_requirement(part).ok_or_else(|| {
-                ApiError::bad_request(format!("unable to parse requirement: {part:?} in labelSelector {input:?}"))
+                ApiError::bad_request(format!(
+                    "unable to parse requirement: {part:?} in labelSelector {input:?}"
+                ))
             })?);
         }
         Ok(LabelSelector { requirements })
@@ -82,7 +84,10 @@ fn split_top_level(input: &str) -> Vec<&str> {
 
 fn parse_requirement(part: &str) -> Option<Requirement> {
     if let Some(key) = part.strip_prefix('!') {
-        return valid_key(key.trim()).map(|key| Requirement { key, op: Op::NotExists });
+        return valid_key(key.trim()).map(|key| Requirement {
+            key,
+            op: Op::NotExists,
+        });
     }
     if let Some((key, value)) = part.split_once("!=") {
         return equality(key, value, false);
@@ -94,11 +99,18 @@ fn parse_requirement(part: &str) -> Option<Requirement> {
         if let Some((key, set)) = part.split_once(word) {
             let key = valid_key(key.trim())?;
             let values = parse_set(set.trim())?;
-            let op = if positive { Op::In(values) } else { Op::NotIn(values) };
+            let op = if positive {
+                Op::In(values)
+            } else {
+                Op::NotIn(values)
+            };
             return Some(Requirement { key, op });
         }
     }
-    valid_key(part).map(|key| Requirement { key, op: Op::Exists })
+    valid_key(part).map(|key| Requirement {
+        key,
+        op: Op::Exists,
+    })
 }
 
 fn equality(key: &str, value: &str, positive: bool) -> Option<Requirement> {
@@ -108,7 +120,11 @@ fn equality(key: &str, value: &str, positive: bool) -> Option<Requirement> {
         return None;
     }
     let values = vec![value.to_string()];
-    let op = if positive { Op::In(values) } else { Op::NotIn(values) };
+    let op = if positive {
+        Op::In(values)
+    } else {
+        Op::NotIn(values)
+    };
     Some(Requirement { key, op })
 }
 
@@ -123,12 +139,17 @@ fn valid_key(key: &str) -> Option<String> {
     let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
     let ok = !name.is_empty()
         && name.len() <= 63
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
     ok.then(|| key.to_string())
 }
 
 fn valid_value(value: &str) -> bool {
-    value.len() <= 63 && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 /// A parsed field selector: `path=value`, `path==value` or `path!=value` terms.
@@ -141,8 +162,19 @@ pub struct FieldSelector {
 fn field_supported(kind: &str, field: &str) -> bool {
     matches!(field, "metadata.name" | "metadata.namespace")
         || match kind {
-            "Pod" => matches!(field, "spec.nodeName" | "spec.restartPolicy" | "spec.schedulerName" | "spec.serviceAccountName" | "status.phase" | "status.podIP"),
-            "Event" => field.starts_with("involvedObject.") || matches!(field, "reason" | "reportingComponent" | "source" | "type"),
+            "Pod" => matches!(
+                field,
+                "spec.nodeName"
+                    | "spec.restartPolicy"
+                    | "spec.schedulerName"
+                    | "spec.serviceAccountName"
+                    | "status.phase"
+                    | "status.podIP"
+            ),
+            "Event" => {
+                field.starts_with("involvedObject.")
+                    || matches!(field, "reason" | "reportingComponent" | "source" | "type")
+            }
             "Secret" => field == "type",
             "Namespace" => field == "status.phase",
             "Job" => field == "status.successful",
@@ -159,7 +191,9 @@ impl FieldSelector {
             } else if let Some((f, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
                 (f, v, true)
             } else {
-                return Err(ApiError::bad_request(format!("invalid selector: {part:?}; can't understand {part:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: {part:?}; can't understand {part:?}"
+                )));
             };
             let field = field.trim();
             if !field_supported(kind, field) {
@@ -203,13 +237,37 @@ mod tests {
     #[test]
     fn all_label_operators() {
         let o = obj(json!({ "app": "web", "tier": "front" }));
-        let yes = ["app=web", "app==web", "app", "!missing", "app in (web,api)", "tier notin (back)", "missing!=x", "app=web,tier=front", ""];
-        let no = ["app=api", "!app", "missing", "app notin (web)", "app in (api)", "app!=web", "app=web,tier=back"];
+        let yes = [
+            "app=web",
+            "app==web",
+            "app",
+            "!missing",
+            "app in (web,api)",
+            "tier notin (back)",
+            "missing!=x",
+            "app=web,tier=front",
+            "",
+        ];
+        let no = [
+            "app=api",
+            "!app",
+            "missing",
+            "app notin (web)",
+            "app in (api)",
+            "app!=web",
+            "app=web,tier=back",
+        ];
         for s in yes {
-            assert!(LabelSelector::parse(s).expect(s).matches(&o), "{s} should match");
+            assert!(
+                LabelSelector::parse(s).expect(s).matches(&o),
+                "{s} should match"
+            );
         }
         for s in no {
-            assert!(!LabelSelector::parse(s).expect(s).matches(&o), "{s} should not match");
+            assert!(
+                !LabelSelector::parse(s).expect(s).matches(&o),
+                "{s} should not match"
+            );
         }
     }
 
@@ -224,8 +282,21 @@ mod tests {
     #[test]
     fn field_selectors_on_name_and_namespace() {
         let o = obj(json!({}));
-        assert!(FieldSelector::parse("metadata.name=a", "ConfigMap").expect("parse").matches(&o));
-        assert!(!FieldSelector::parse("metadata.namespace!=ns", "ConfigMap").expect("parse").matches(&o));
-        assert_eq!(FieldSelector::parse("spec.foo=1", "ConfigMap").expect_err("unsupported").code, 400);
+        assert!(
+            FieldSelector::parse("metadata.name=a", "ConfigMap")
+                .expect("parse")
+                .matches(&o)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.namespace!=ns", "ConfigMap")
+                .expect("parse")
+                .matches(&o)
+        );
+        assert_eq!(
+            FieldSelector::parse("spec.foo=1", "ConfigMap")
+                .expect_err("unsupported")
+                .code,
+            400
+        );
     }
 }

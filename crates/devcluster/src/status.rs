@@ -34,18 +34,30 @@ impl ApiError {
 
     /// `<resource>.<group> "<name>" not found`, with `kind` set to the plural as the apiserver does.
     pub fn not_found(group: &str, resource: &str, name: &str) -> ApiError {
-        ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(group, resource)))
-            .with_details(group, resource, name)
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(group, resource)),
+        )
+        .with_details(group, resource, name)
     }
 
     /// A URL that names no servable resource (unknown group, version or kind).
     pub fn no_route(path: &str) -> ApiError {
-        ApiError::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     pub fn already_exists(group: &str, resource: &str, name: &str) -> ApiError {
-        ApiError::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", qualified(group, resource)))
-            .with_details(group, resource, name)
+        ApiError::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", qualified(group, resource)),
+        )
+        .with_details(group, resource, name)
     }
 
     /// Optimistic-concurrency failure on a stale `metadata.resourceVersion`.
@@ -53,7 +65,10 @@ impl ApiError {
         ApiError::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", qualified(group, resource)),
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                qualified(group, resource)
+            ),
         )
         .with_details(group, resource, name)
     }
@@ -72,8 +87,12 @@ impl ApiError {
     /// A well-formed request whose object fails validation.
     pub fn invalid(group: &str, kind: &str, name: &str, message: impl Into<String>) -> ApiError {
         let message = message.into();
-        ApiError::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {message}"))
-            .with_details(group, kind, name)
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {message}"),
+        )
+        .with_details(group, kind, name)
     }
 
     pub fn forbidden(message: impl Into<String>) -> ApiError {
@@ -89,7 +108,13 @@ impl ApiError {
     }
 
     pub fn unsupported_media_type(content_type: &str) -> ApiError {
-        ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"))
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+            ),
+        )
     }
 
     /// 410 Gone: a watch or continue token from a resourceVersion the server no longer keeps.

@@ -77,7 +77,12 @@ pub struct WatchFilter {
 impl WatchFilter {
     pub fn matches(&self, object: &Value) -> bool {
         let ns_ok = match &self.namespace {
-            Some(ns) => object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns.as_str()),
+            Some(ns) => {
+                object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    == Some(ns.as_str())
+            }
             None => true,
         };
         ns_ok && self.labels.matches(object) && self.fields.matches(object)
@@ -99,7 +104,10 @@ impl WatchFilter {
             EventType::Deleted if now || before => EventType::Deleted,
             _ => return None,
         };
-        Some(WatchEvent { kind, object: event.object.clone() })
+        Some(WatchEvent {
+            kind,
+            object: event.object.clone(),
+        })
     }
 }
 
@@ -136,7 +144,10 @@ impl Hub {
     /// Whether continue tokens and watches from `rv` can still be served.
     pub fn check_rv(&self, rv: u64) -> Result<(), TooOld> {
         if rv < self.floor {
-            Err(TooOld { requested: rv, oldest: self.floor })
+            Err(TooOld {
+                requested: rv,
+                oldest: self.floor,
+            })
         } else {
             Ok(())
         }
@@ -145,14 +156,15 @@ impl Hub {
     /// Records an event and delivers it to live subscribers, dropping the ones that are
     /// full or gone.
     pub fn publish(&mut self, event: StoredEvent) {
-        self.subscribers.retain(|s| match s.filter.translate(&event) {
-            Some(e) => s.tx.try_send(e).is_ok(),
-            None => !s.tx.is_closed(),
-        });
-        if self.log.len() == EVENT_LOG_CAPACITY {
-            if let Some(evicted) = self.log.pop_front() {
-                self.floor = evicted.rv;
-            }
+        self.subscribers
+            .retain(|s| match s.filter.translate(&event) {
+                Some(e) => s.tx.try_send(e).is_ok(),
+                None => !s.tx.is_closed(),
+            });
+        if self.log.len() == EVENT_LOG_CAPACITY
+            && let Some(evicted) = self.log.pop_front()
+        {
+            self.floor = evicted.rv;
         }
         self.log.push_back(event);
     }
@@ -187,7 +199,10 @@ mod tests {
 
     fn filter(labels: &str) -> WatchFilter {
         WatchFilter {
-            gr: GroupResource { group: String::new(), resource: "configmaps".into() },
+            gr: GroupResource {
+                group: String::new(),
+                resource: "configmaps".into(),
+            },
             namespace: Some("ns".into()),
             labels: LabelSelector::parse(labels).expect("selector"),
             fields: FieldSelector::default(),
@@ -198,7 +213,10 @@ mod tests {
         let obj = |a: &str| json!({ "metadata": { "namespace": "ns", "name": "x", "labels": { "app": a } } });
         StoredEvent {
             rv,
-            gr: GroupResource { group: String::new(), resource: "configmaps".into() },
+            gr: GroupResource {
+                group: String::new(),
+                resource: "configmaps".into(),
+            },
             kind,
             object: obj(app),
             old: old_app.map(obj),
@@ -208,9 +226,20 @@ mod tests {
     #[test]
     fn selector_transitions_become_added_and_deleted() {
         let f = filter("app=web");
-        assert_eq!(f.translate(&event(1, EventType::Modified, "web", Some("api"))).map(|e| e.kind), Some(EventType::Added));
-        assert_eq!(f.translate(&event(2, EventType::Modified, "api", Some("web"))).map(|e| e.kind), Some(EventType::Deleted));
-        assert!(f.translate(&event(3, EventType::Modified, "api", Some("api"))).is_none());
+        assert_eq!(
+            f.translate(&event(1, EventType::Modified, "web", Some("api")))
+                .map(|e| e.kind),
+            Some(EventType::Added)
+        );
+        assert_eq!(
+            f.translate(&event(2, EventType::Modified, "api", Some("web")))
+                .map(|e| e.kind),
+            Some(EventType::Deleted)
+        );
+        assert!(
+            f.translate(&event(3, EventType::Modified, "api", Some("api")))
+                .is_none()
+        );
     }
 
     #[test]
@@ -220,7 +249,9 @@ mod tests {
             hub.publish(event(rv, EventType::Added, "web", None));
         }
         assert!(hub.subscribe(filter(""), Some(1)).is_err());
-        let (backlog, _rx) = hub.subscribe(filter(""), Some(EVENT_LOG_CAPACITY as u64)).expect("recent");
+        let (backlog, _rx) = hub
+            .subscribe(filter(""), Some(EVENT_LOG_CAPACITY as u64))
+            .expect("recent");
         assert_eq!(backlog.len(), 5);
     }
 
@@ -236,6 +267,9 @@ mod tests {
             received += 1;
         }
         assert_eq!(received, WATCHER_CHANNEL_CAPACITY);
-        assert!(matches!(rx.try_recv(), Err(mpsc::error::TryRecvError::Disconnected)));
+        assert!(matches!(
+            rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
     }
 }

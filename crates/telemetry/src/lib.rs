@@ -5,9 +5,11 @@
 mod context;
 mod init;
 mod serve;
+mod storage;
 
 pub use context::{TraceContext, current_traceparent, with_traceparent};
 pub use init::{LogFormat, TelemetryGuard, init};
+pub use storage::ensure_sqlite_dir;
 pub use serve::{GrpcServer, grpc_server, serve_router, shutdown_on_signal};
 
 /// Client channel type used between berth services: a tonic channel that injects the current

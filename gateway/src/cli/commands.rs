@@ -91,8 +91,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             let shutdown = CancellationToken::new();
             tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
             crate::up::run(config, shutdown, |running| {
+                // The first line is for scripts and tests; the rest for people.
+                println!("listening on {}", running.gateway);
                 println!("berth is up");
-                println!("  gRPC API:   {} (berth --server http://{0} ...)", running.gateway);
+                println!("  gRPC API:   http://{}", running.gateway);
                 println!("  kubeconfig: {}", running.kubeconfig.display());
             })
             .await

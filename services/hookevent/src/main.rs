@@ -22,6 +22,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = berth_telemetry::init("berth-hookevent", args.log_format);
+    berth_telemetry::ensure_sqlite_dir(&args.database)?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();

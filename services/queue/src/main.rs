@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     match args.command {
         Command::Serve { listen, database, lease_ttl_ms } => {
-            ensure_sqlite_dir(&database)?;
+            berth_telemetry::ensure_sqlite_dir(&database)?;
             let listener = tokio::net::TcpListener::bind(listen).await?;
             println!("listening on {}", listener.local_addr()?);
             let config = BrokerConfig { lease_ttl: Duration::from_millis(lease_ttl_ms), ..Default::default() };
@@ -88,19 +88,6 @@ async fn main() -> anyhow::Result<()> {
             }
             println!("worker {} started", config.id);
             berth_queue::process::work(&broker, tasks, config, shutdown).await?;
-        }
-    }
-    Ok(())
-}
-
-/// Creates the directory of a `sqlite://` database file.
-fn ensure_sqlite_dir(url: &str) -> std::io::Result<()> {
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        let path = path.split('?').next().unwrap_or(path);
-        if let Some(parent) = std::path::Path::new(path).parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent)?;
-            }
         }
     }
     Ok(())

@@ -6,17 +6,32 @@ use std::time::Duration;
 
 use berth_queue::broker::BrokerConfig;
 use serde_json::{Value, json};
-use support::{TestBroker, fast_config, hook_run, ids, sqlite_url, task};
+use support::{Db, TestBroker, fast_config, hook_run, ids, task};
 use tokio::time::Instant;
 
-async fn broker(config: BrokerConfig) -> (TestBroker, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    (TestBroker::start(&sqlite_url(&dir), config).await, dir)
+crate::on_both_backends!(
+    tasks_of_a_queue_run_in_enqueue_order_and_enqueue_is_idempotent,
+    one_task_per_queue_is_leased_and_queues_run_in_parallel,
+    lease_respects_max,
+    long_poll_wakes_when_a_task_is_enqueued,
+    failed_task_is_retried_with_backoff_without_delaying_other_queues,
+    allow_failure_and_permanent_failures_are_dropped_and_recorded,
+    supersede_drops_queued_tasks_and_cancels_running_ones,
+    stale_fence_is_rejected_and_an_expired_lease_is_redelivered,
+    heartbeat_keeps_a_lease_alive,
+    consecutive_runs_of_one_hook_are_compacted,
+    tasks_survive_a_broker_restart,
+    oversized_input_is_rejected_naming_the_limit,
+    dump_shows_each_queue_with_its_head_and_holder,
+);
+
+/// A broker over `db`; the database lives as long as the returned guard.
+async fn broker(db: Db, config: BrokerConfig) -> (TestBroker, Db) {
+    (TestBroker::start(&db.url(), config).await, db)
 }
 
-#[tokio::test]
-async fn tasks_of_a_queue_run_in_enqueue_order_and_enqueue_is_idempotent() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn tasks_of_a_queue_run_in_enqueue_order_and_enqueue_is_idempotent(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     assert_eq!(b.enqueue(vec![task("a", "q", "p"), task("b", "q", "p")]).await, 2);
     assert_eq!(b.enqueue(vec![task("c", "q", "p"), task("a", "q", "p")]).await, 1, "a is already queued");
     let mut order = Vec::new();
@@ -32,9 +47,8 @@ async fn tasks_of_a_queue_run_in_enqueue_order_and_enqueue_is_idempotent() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn one_task_per_queue_is_leased_and_queues_run_in_parallel() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn one_task_per_queue_is_leased_and_queues_run_in_parallel(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     b.enqueue(vec![task("a1", "p1", "p1"), task("a2", "p1", "p1"), task("b1", "p2", "p2"), task("c1", "p2/main", "p2")]).await;
     let leased = b.lease("w1", 10, 0).await;
     assert_eq!(ids(&leased), ["a1", "b1", "c1"], "the heads of three queues, oldest first");
@@ -44,18 +58,16 @@ async fn one_task_per_queue_is_leased_and_queues_run_in_parallel() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn lease_respects_max() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn lease_respects_max(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     b.enqueue((0..5).map(|i| task(&format!("t{i}"), &format!("q{i}"), "p")).collect()).await;
     assert_eq!(ids(&b.lease("w", 2, 0).await), ["t0", "t1"]);
     assert_eq!(ids(&b.lease("w", 10, 0).await), ["t2", "t3", "t4"]);
     b.stop().await;
 }
 
-#[tokio::test]
-async fn long_poll_wakes_when_a_task_is_enqueued() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn long_poll_wakes_when_a_task_is_enqueued(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     let client = b.client.clone();
     let waiting = tokio::spawn(async move {
         let mut client = client;
@@ -73,9 +85,8 @@ async fn long_poll_wakes_when_a_task_is_enqueued() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn failed_task_is_retried_with_backoff_without_delaying_other_queues() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn failed_task_is_retried_with_backoff_without_delaying_other_queues(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     b.enqueue(vec![task("bad", "p1", "p1"), task("next", "p1", "p1")]).await;
     b.enqueue(vec![task("other", "p2", "p2")]).await;
     let first = b.lease("w", 1, 0).await;
@@ -102,9 +113,8 @@ async fn failed_task_is_retried_with_backoff_without_delaying_other_queues() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn allow_failure_and_permanent_failures_are_dropped_and_recorded() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn allow_failure_and_permanent_failures_are_dropped_and_recorded(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     let optional = berth_proto::queue::Task { allow_failure: true, ..task("optional", "q", "p") };
     b.enqueue(vec![optional, task("fatal", "q", "p"), task("after", "q", "p")]).await;
 
@@ -122,9 +132,8 @@ async fn allow_failure_and_permanent_failures_are_dropped_and_recorded() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn supersede_drops_queued_tasks_and_cancels_running_ones() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn supersede_drops_queued_tasks_and_cancels_running_ones(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     b.enqueue(vec![task("run1", "p", "p"), task("run1b", "p", "p"), task("hook1", "p/main", "p"), task("other", "o", "o")]).await;
     let newer = berth_proto::queue::Task { generation: 2, ..task("run2", "p", "p") };
     b.enqueue(vec![newer]).await;
@@ -143,10 +152,9 @@ async fn supersede_drops_queued_tasks_and_cancels_running_ones() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn stale_fence_is_rejected_and_an_expired_lease_is_redelivered() {
+async fn stale_fence_is_rejected_and_an_expired_lease_is_redelivered(db: Db) {
     let config = BrokerConfig { lease_ttl: Duration::from_millis(300), ..fast_config() };
-    let (b, _dir) = broker(config).await;
+    let (b, _db) = broker(db, config).await;
     b.enqueue(vec![task("t", "q", "p"), task("u", "q", "p")]).await;
     let first = b.lease("dead-worker", 1, 0).await;
     assert_eq!(ids(&first), ["t"]);
@@ -172,10 +180,9 @@ async fn stale_fence_is_rejected_and_an_expired_lease_is_redelivered() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn heartbeat_keeps_a_lease_alive() {
+async fn heartbeat_keeps_a_lease_alive(db: Db) {
     let config = BrokerConfig { lease_ttl: Duration::from_millis(400), ..fast_config() };
-    let (b, _dir) = broker(config).await;
+    let (b, _db) = broker(db, config).await;
     b.enqueue(vec![task("t", "q", "p")]).await;
     let leased = b.lease("w", 1, 0).await;
     let until = Instant::now() + Duration::from_millis(1_200);
@@ -188,9 +195,8 @@ async fn heartbeat_keeps_a_lease_alive() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn consecutive_runs_of_one_hook_are_compacted() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn consecutive_runs_of_one_hook_are_compacted(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     b.enqueue(vec![
         hook_run("k1", "pkg/main", "hooks/a", "Kubernetes", 1),
         hook_run("k2", "pkg/main", "hooks/a", "Kubernetes", 2),
@@ -222,10 +228,8 @@ async fn consecutive_runs_of_one_hook_are_compacted() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn tasks_survive_a_broker_restart() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(&dir);
+async fn tasks_survive_a_broker_restart(db: Db) {
+    let url = db.url();
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let b = TestBroker::start(&url, fast_config()).await;
     let traced = berth_proto::queue::Task { traceparent: traceparent.into(), ..task("a", "q", "p") };
@@ -247,10 +251,9 @@ async fn tasks_survive_a_broker_restart() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn oversized_input_is_rejected_naming_the_limit() {
+async fn oversized_input_is_rejected_naming_the_limit(db: Db) {
     let config = BrokerConfig { max_enqueue_batch: 3, max_payload_bytes: 64, ..fast_config() };
-    let (b, _dir) = broker(config).await;
+    let (b, _db) = broker(db, config).await;
     let mut client = b.client.clone();
     let many = (0..4).map(|i| task(&format!("t{i}"), "q", "p")).collect();
     let err = client.enqueue(berth_proto::queue::EnqueueRequest { tasks: many }).await.expect_err("too many");
@@ -264,9 +267,8 @@ async fn oversized_input_is_rejected_naming_the_limit() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn dump_shows_each_queue_with_its_head_and_holder() {
-    let (b, _dir) = broker(fast_config()).await;
+async fn dump_shows_each_queue_with_its_head_and_holder(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     b.enqueue(vec![task("a", "q1", "p"), task("b", "q1", "p"), task("c", "q2", "p")]).await;
     b.lease("worker-7", 1, 0).await;
     let dump = b.dump().await;

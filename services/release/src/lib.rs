@@ -5,6 +5,7 @@
 //! `service` is the gRPC adapter that parses requests at the edge.
 
 pub mod apply;
+mod capabilities;
 pub mod manager;
 pub mod order;
 pub mod record;
@@ -25,7 +26,9 @@ pub struct ReleaseInfo {
 }
 
 /// The tonic server for [`ReleaseService`].
-pub fn server(svc: ReleaseService) -> berth_proto::release::releases_server::ReleasesServer<ReleaseService> {
+pub fn server(
+    svc: ReleaseService,
+) -> berth_proto::release::releases_server::ReleasesServer<ReleaseService> {
     berth_proto::release::releases_server::ReleasesServer::new(svc)
 }
 pub mod process;

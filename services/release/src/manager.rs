@@ -1,12 +1,14 @@
 //! Release operations: install/upgrade, uninstall, status. Knows kube (through `apply` and
 //! `record`) but not gRPC; `service` adapts it to the proto contract.
 
-use crate::apply::{ApplyError, Applier, ObjectKey, ready_reason};
+use crate::ReleaseInfo;
+use crate::apply::{Applier, ApplyError, ObjectKey, ready_reason};
 use crate::order::install_rank;
-use crate::record::format::{self, HelmRelease, Info, chart_record, hook_records, recorded_objects};
+use crate::record::format::{
+    self, HelmRelease, Info, chart_record, hook_records, recorded_objects,
+};
 use crate::record::{ReleaseStore, Status, StoreError};
 use crate::render::{self, Capabilities, RenderError, manifests};
-use crate::ReleaseInfo;
 use kube::Client;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -17,6 +19,9 @@ pub const HISTORY_MAX: usize = 10;
 
 /// How long one deleted object may take to disappear before uninstall/prune gives up.
 const DELETE_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a CRD from `crds/` may take to become Established.
+const CRD_WAIT: Duration = Duration::from_secs(60);
 
 /// Longest release name Helm accepts (it must fit in label values and Secret names).
 const MAX_NAME_LEN: usize = 53;
@@ -70,17 +75,26 @@ pub struct Observed {
 }
 
 /// Serializes operations on the same release; different releases proceed in parallel.
+type LockMap = HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>;
+
 #[derive(Clone, Default)]
 struct ReleaseLocks {
-    // Std mutex: only held to look up or insert a per-release lock.
-    inner: Arc<Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>>,
+    // Std mutex: only held to look up or insert a per-release lock, never across an await.
+    inner: Arc<Mutex<LockMap>>,
 }
 
 impl ReleaseLocks {
     fn get(&self, ns: &str, name: &str) -> Arc<tokio::sync::Mutex<()>> {
         match self.inner.lock() {
-            Ok(mut map) => map.entry((ns.to_string(), name.to_string())).or_default().clone(),
-            Err(poisoned) => poisoned.into_inner().entry((ns.to_string(), name.to_string())).or_default().clone(),
+            Ok(mut map) => map
+                .entry((ns.to_string(), name.to_string()))
+                .or_default()
+                .clone(),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .entry((ns.to_string(), name.to_string()))
+                .or_default()
+                .clone(),
         }
     }
 }
@@ -90,13 +104,16 @@ pub struct ReleaseManager {
     client: Client,
     applier: Applier,
     locks: ReleaseLocks,
+    capabilities: CapabilitiesCache,
 }
 
 /// Validates a release or namespace name: a DNS-1123 label.
 pub fn validate_name(what: &str, name: &str, max: usize) -> Result<(), ReleaseError> {
     let ok = !name.is_empty()
         && name.len() <= max
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
     if ok {
@@ -110,7 +127,11 @@ pub fn validate_name(what: &str, name: &str, max: usize) -> Result<(), ReleaseEr
 
 impl ReleaseManager {
     pub fn new(client: Client) -> Self {
-        ReleaseManager { applier: Applier::new(client.clone()), client, locks: ReleaseLocks::default() }
+        ReleaseManager {
+            applier: Applier::new(client.clone()),
+            client,
+            locks: ReleaseLocks::default(),
+        }
     }
 
     /// Installs the chart, or upgrades the release when a revision already exists.
@@ -140,14 +161,18 @@ impl ReleaseManager {
         let rendered = {
             let (files, values) = (files.clone(), values.clone());
             // Template execution is CPU-bound and recursive; keep it off the async workers.
-            tokio::task::spawn_blocking(move || render::render_release(&files, &values, &info, &caps))
-                .await
-                .map_err(|e| ReleaseError::Task(e.to_string()))??
+            tokio::task::spawn_blocking(move || {
+                render::render_release(&files, &values, &info, &caps)
+            })
+            .await
+            .map_err(|e| ReleaseError::Task(e.to_string()))??
         };
 
         self.applier.ensure_namespace(namespace).await?;
         let started = format::now();
-        let first_deployed = previous.as_ref().map_or(started.clone(), |p| p.info.first_deployed.clone());
+        let first_deployed = previous
+            .as_ref()
+            .map_or(started.clone(), |p| p.info.first_deployed.clone());
         let mut record = HelmRelease {
             name: name.to_string(),
             info: Info {
@@ -171,7 +196,10 @@ impl ReleaseManager {
             Ok(keys) => keys,
             Err(e) => {
                 record.info.status = Status::Failed.as_str().into();
-                record.info.description = format!("{} failed: {e}", if revision == 1 { "Install" } else { "Upgrade" });
+                record.info.description = format!(
+                    "{} failed: {e}",
+                    if revision == 1 { "Install" } else { "Upgrade" }
+                );
                 // Best effort: the apply error is what the caller needs to see.
                 if let Err(store_err) = store.create(&record).await {
                     tracing::warn!(error = %store_err, "could not record the failed revision");
@@ -182,7 +210,11 @@ impl ReleaseManager {
         if let Some(prev) = &previous {
             self.prune(namespace, prev, &objects).await?;
         }
-        record.info.description = if revision == 1 { "Install complete".into() } else { "Upgrade complete".into() };
+        record.info.description = if revision == 1 {
+            "Install complete".into()
+        } else {
+            "Upgrade complete".into()
+        };
         store.create(&record).await?;
         if let Some(prev) = &previous {
             store.set_status(prev, Status::Superseded).await?;
@@ -191,9 +223,17 @@ impl ReleaseManager {
         Ok(Installed { revision, objects })
     }
 
-    async fn apply_all(&self, name: &str, namespace: &str, rendered: &render::Rendered) -> Result<Vec<ObjectKey>, ReleaseError> {
+    async fn apply_all(
+        &self,
+        name: &str,
+        namespace: &str,
+        rendered: &render::Rendered,
+    ) -> Result<Vec<ObjectKey>, ReleaseError> {
         for crd in &rendered.crds {
-            self.applier.apply(&crd.object, name, namespace).await?;
+            let key = self.applier.apply(&crd.object, name, namespace).await?;
+            if key.kind == "CustomResourceDefinition" {
+                self.applier.wait_crd_established(&key.name, CRD_WAIT).await?;
+            }
         }
         let mut keys = Vec::with_capacity(rendered.manifests.len());
         for m in &rendered.manifests {
@@ -203,7 +243,12 @@ impl ReleaseManager {
     }
 
     /// Deletes what the previous revision had and this one no longer renders, except `keep`.
-    async fn prune(&self, namespace: &str, previous: &HelmRelease, current: &[ObjectKey]) -> Result<(), ReleaseError> {
+    async fn prune(
+        &self,
+        namespace: &str,
+        previous: &HelmRelease,
+        current: &[ObjectKey],
+    ) -> Result<(), ReleaseError> {
         let current: BTreeSet<&ObjectKey> = current.iter().collect();
         let mut stale = Vec::new();
         for object in recorded_objects(&previous.manifest) {
@@ -226,7 +271,11 @@ impl ReleaseManager {
     }
 
     /// Deletes the release's objects in reverse install order, then its records.
-    pub async fn uninstall(&self, name: &str, namespace: &str) -> Result<Uninstalled, ReleaseError> {
+    pub async fn uninstall(
+        &self,
+        name: &str,
+        namespace: &str,
+    ) -> Result<Uninstalled, ReleaseError> {
         validate_name("release name", name, MAX_NAME_LEN)?;
         validate_name("namespace", namespace, 63)?;
         let lock = self.locks.get(namespace, name);
@@ -242,7 +291,8 @@ impl ReleaseManager {
         objects.sort_by_key(|o| std::cmp::Reverse(install_rank(kind_of(o))));
         let mut deleted = Vec::new();
         for object in &objects {
-            if let Some((key, existed)) = self.applier.delete(object, namespace, DELETE_WAIT).await?
+            if let Some((key, existed)) =
+                self.applier.delete(object, namespace, DELETE_WAIT).await?
                 && existed
             {
                 deleted.push(key);
@@ -251,7 +301,10 @@ impl ReleaseManager {
         for rev in &history {
             store.delete(name, rev.version).await?;
         }
-        Ok(Uninstalled { found: true, deleted })
+        Ok(Uninstalled {
+            found: true,
+            deleted,
+        })
     }
 
     /// The latest revision's objects, whether each exists, and whether all are ready.
@@ -262,10 +315,18 @@ impl ReleaseManager {
         let Some(latest) = store.latest(name).await? else {
             return Ok(Observed::default());
         };
-        let mut out = Observed { found: true, revision: latest.version, ready: true, ..Default::default() };
+        let mut out = Observed {
+            found: true,
+            revision: latest.version,
+            ready: true,
+            ..Default::default()
+        };
         for object in recorded_objects(&latest.manifest) {
             let seen = self.applier.get(&object, namespace).await?;
-            let live = seen.object.as_ref().and_then(|o| serde_json::to_value(o).ok());
+            let live = seen
+                .object
+                .as_ref()
+                .and_then(|o| serde_json::to_value(o).ok());
             if let Some(reason) = ready_reason(&seen.key.kind, live.as_ref()) {
                 out.ready = false;
                 out.not_ready.push(format!("{}: {reason}", seen.key));
@@ -278,7 +339,8 @@ impl ReleaseManager {
     /// `.Capabilities` for renders: the cluster's version when it answers, defaults otherwise.
     async fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::default();
-        if let Ok(Ok(v)) = tokio::time::timeout(Duration::from_secs(10), self.client.apiserver_version()).await
+        if let Ok(Ok(v)) =
+            tokio::time::timeout(Duration::from_secs(10), self.client.apiserver_version()).await
             && !v.git_version.is_empty()
         {
             caps.kube_version = v.git_version;

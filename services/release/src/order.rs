@@ -56,8 +56,25 @@ mod tests {
 
     #[test]
     fn namespaces_before_workloads_and_unknown_last() {
-        let mut kinds = vec!["Deployment", "Widget", "Service", "Namespace", "Alpha", "CustomResourceDefinition"];
+        let mut kinds = vec![
+            "Deployment",
+            "Widget",
+            "Service",
+            "Namespace",
+            "Alpha",
+            "CustomResourceDefinition",
+        ];
         kinds.sort_by_key(|k| install_rank(k));
-        assert_eq!(kinds, vec!["Namespace", "CustomResourceDefinition", "Service", "Deployment", "Alpha", "Widget"]);
+        assert_eq!(
+            kinds,
+            vec![
+                "Namespace",
+                "CustomResourceDefinition",
+                "Service",
+                "Deployment",
+                "Alpha",
+                "Widget"
+            ]
+        );
     }
 }

@@ -19,20 +19,29 @@ pub struct ReleaseService {
 
 impl ReleaseService {
     pub fn new(client: kube::Client) -> Self {
-        ReleaseService { manager: ReleaseManager::new(client) }
+        ReleaseService {
+            manager: ReleaseManager::new(client),
+        }
     }
 }
 
 fn to_status(e: ReleaseError) -> Status {
     match &e {
-        ReleaseError::InvalidArgument(_) | ReleaseError::Render(_) => Status::invalid_argument(e.to_string()),
+        ReleaseError::InvalidArgument(_) | ReleaseError::Render(_) => {
+            Status::invalid_argument(e.to_string())
+        }
         _ if e.is_unavailable() => Status::unavailable(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
 }
 
 fn object_ref(k: ObjectKey) -> pb::ObjectRef {
-    pb::ObjectRef { api_version: k.api_version, kind: k.kind, namespace: k.namespace, name: k.name }
+    pb::ObjectRef {
+        api_version: k.api_version,
+        kind: k.kind,
+        namespace: k.namespace,
+        name: k.name,
+    }
 }
 
 fn depth(v: &serde_json::Value) -> usize {
@@ -49,15 +58,21 @@ fn parse_values(text: &str) -> Result<serde_json::Value, Status> {
         return Ok(serde_json::json!({}));
     }
     if text.len() > MAX_VALUES_BYTES {
-        return Err(Status::invalid_argument(format!("values_json is larger than {MAX_VALUES_BYTES} bytes")));
+        return Err(Status::invalid_argument(format!(
+            "values_json is larger than {MAX_VALUES_BYTES} bytes"
+        )));
     }
     let v: serde_json::Value = serde_json::from_str(text)
         .map_err(|e| Status::invalid_argument(format!("values_json: {e}")))?;
     if !v.is_object() {
-        return Err(Status::invalid_argument("values_json must be a JSON object"));
+        return Err(Status::invalid_argument(
+            "values_json must be a JSON object",
+        ));
     }
     if depth(&v) > MAX_VALUES_DEPTH {
-        return Err(Status::invalid_argument(format!("values_json nests deeper than {MAX_VALUES_DEPTH}")));
+        return Err(Status::invalid_argument(format!(
+            "values_json nests deeper than {MAX_VALUES_DEPTH}"
+        )));
     }
     Ok(v)
 }
@@ -65,12 +80,23 @@ fn parse_values(text: &str) -> Result<serde_json::Value, Status> {
 #[tonic::async_trait]
 impl pb::releases_server::Releases for ReleaseService {
     #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
-    async fn install(&self, request: Request<pb::InstallRequest>) -> Result<Response<pb::InstallResponse>, Status> {
+    async fn install(
+        &self,
+        request: Request<pb::InstallRequest>,
+    ) -> Result<Response<pb::InstallResponse>, Status> {
         let req = request.into_inner();
         let values = parse_values(&req.values_json)?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
-        let installed = self.manager.install(&req.name, &req.namespace, files, values).await.map_err(to_status)?;
-        tracing::info!(revision = installed.revision, objects = installed.objects.len(), "installed");
+        let installed = self
+            .manager
+            .install(&req.name, &req.namespace, files, values)
+            .await
+            .map_err(to_status)?;
+        tracing::info!(
+            revision = installed.revision,
+            objects = installed.objects.len(),
+            "installed"
+        );
         Ok(Response::new(pb::InstallResponse {
             revision: installed.revision,
             objects: installed.objects.into_iter().map(object_ref).collect(),
@@ -78,9 +104,16 @@ impl pb::releases_server::Releases for ReleaseService {
     }
 
     #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
-    async fn uninstall(&self, request: Request<pb::UninstallRequest>) -> Result<Response<pb::UninstallResponse>, Status> {
+    async fn uninstall(
+        &self,
+        request: Request<pb::UninstallRequest>,
+    ) -> Result<Response<pb::UninstallResponse>, Status> {
         let req = request.into_inner();
-        let done = self.manager.uninstall(&req.name, &req.namespace).await.map_err(to_status)?;
+        let done = self
+            .manager
+            .uninstall(&req.name, &req.namespace)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(pb::UninstallResponse {
             found: done.found,
             deleted: done.deleted.into_iter().map(object_ref).collect(),
@@ -88,9 +121,16 @@ impl pb::releases_server::Releases for ReleaseService {
     }
 
     #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
-    async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(
+        &self,
+        request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
         let req = request.into_inner();
-        let seen = self.manager.status(&req.name, &req.namespace).await.map_err(to_status)?;
+        let seen = self
+            .manager
+            .status(&req.name, &req.namespace)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(pb::StatusResponse {
             found: seen.found,
             revision: seen.revision,
@@ -108,9 +148,15 @@ mod tests {
     #[test]
     fn values_must_be_a_bounded_object() {
         assert!(parse_values("").is_ok());
-        assert_eq!(parse_values("[1]").err().map(|s| s.code()), Some(tonic::Code::InvalidArgument));
+        assert_eq!(
+            parse_values("[1]").err().map(|s| s.code()),
+            Some(tonic::Code::InvalidArgument)
+        );
         let deep = format!("{}{}", "{\"a\":".repeat(70), "}".repeat(70));
-        assert_eq!(parse_values(&deep).err().map(|s| s.code()), Some(tonic::Code::InvalidArgument));
+        assert_eq!(
+            parse_values(&deep).err().map(|s| s.code()),
+            Some(tonic::Code::InvalidArgument)
+        );
     }
 
     #[test]

@@ -10,13 +10,27 @@ use kube::api::ListParams;
 use std::io::Read as _;
 use support::{chart, config_map, start};
 
-fn install(h: &support::Harness, name: &str, files: Vec<berth_proto::release::ChartFile>, values: &str) -> InstallRequest {
-    InstallRequest { name: name.into(), namespace: h.namespace.clone(), files, values_json: values.into() }
+fn install(
+    h: &support::Harness,
+    name: &str,
+    files: Vec<berth_proto::release::ChartFile>,
+    values: &str,
+) -> InstallRequest {
+    InstallRequest {
+        name: name.into(),
+        namespace: h.namespace.clone(),
+        files,
+        values_json: values.into(),
+    }
 }
 
 /// Decodes a Helm release Secret the way Helm's storage driver does.
 fn decode_release(secret: &Secret) -> anyhow::Result<serde_json::Value> {
-    let data = secret.data.as_ref().and_then(|d| d.get("release")).ok_or_else(|| anyhow::anyhow!("no data.release"))?;
+    let data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("release"))
+        .ok_or_else(|| anyhow::anyhow!("no data.release"))?;
     let gz = base64::engine::general_purpose::STANDARD.decode(&data.0)?;
     let mut json = Vec::new();
     flate2::read::GzDecoder::new(gz.as_slice()).read_to_end(&mut json)?;
@@ -32,29 +46,65 @@ async fn install_creates_objects_and_a_helm_release_secret() -> anyhow::Result<(
         ("templates/configmap.yaml", &config_map("settings", false)),
         ("templates/service.yaml", svc),
     ]);
-    let resp = h.grpc.install(install(&h, "web", files, r#"{"greeting": "hi", "port": 8080}"#)).await?.into_inner();
+    let resp = h
+        .grpc
+        .install(install(
+            &h,
+            "web",
+            files,
+            r#"{"greeting": "hi", "port": 8080}"#,
+        ))
+        .await?
+        .into_inner();
     assert_eq!(resp.revision, 1);
     let kinds: Vec<&str> = resp.objects.iter().map(|o| o.kind.as_str()).collect();
     assert_eq!(kinds, vec!["ConfigMap", "Service"]);
     assert!(resp.objects.iter().all(|o| o.namespace == h.namespace));
 
-    let cm = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace).get("settings").await?;
+    let cm = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace)
+        .get("settings")
+        .await?;
     let data = cm.data.clone().unwrap_or_default();
     assert_eq!(data.get("greeting").map(String::as_str), Some("hi"));
     assert_eq!(data.get("release").map(String::as_str), Some("web"));
     let labels = cm.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("app.kubernetes.io/managed-by").map(String::as_str), Some("Helm"));
+    assert_eq!(
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("Helm")
+    );
     let annotations = cm.metadata.annotations.clone().unwrap_or_default();
-    assert_eq!(annotations.get("meta.helm.sh/release-name").map(String::as_str), Some("web"));
-    assert_eq!(annotations.get("meta.helm.sh/release-namespace"), Some(&h.namespace));
-    let svc = Api::<Service>::namespaced(h.kube.clone(), &h.namespace).get("web").await?;
-    let port = svc.spec.and_then(|s| s.ports).and_then(|p| p.first().map(|p| p.port));
+    assert_eq!(
+        annotations
+            .get("meta.helm.sh/release-name")
+            .map(String::as_str),
+        Some("web")
+    );
+    assert_eq!(
+        annotations.get("meta.helm.sh/release-namespace"),
+        Some(&h.namespace)
+    );
+    let svc = Api::<Service>::namespaced(h.kube.clone(), &h.namespace)
+        .get("web")
+        .await?;
+    let port = svc
+        .spec
+        .and_then(|s| s.ports)
+        .and_then(|p| p.first().map(|p| p.port));
     assert_eq!(port, Some(8080));
 
-    let secret = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace).get("sh.helm.release.v1.web.v1").await?;
+    let secret = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace)
+        .get("sh.helm.release.v1.web.v1")
+        .await?;
     assert_eq!(secret.type_.as_deref(), Some("helm.sh/release.v1"));
     let labels = secret.metadata.labels.clone().unwrap_or_default();
-    for (k, v) in [("owner", "helm"), ("name", "web"), ("status", "deployed"), ("version", "1")] {
+    for (k, v) in [
+        ("owner", "helm"),
+        ("name", "web"),
+        ("status", "deployed"),
+        ("version", "1"),
+    ] {
         assert_eq!(labels.get(k).map(String::as_str), Some(v), "label {k}");
     }
     let record = decode_release(&secret)?;
@@ -63,10 +113,21 @@ async fn install_creates_objects_and_a_helm_release_secret() -> anyhow::Result<(
     assert_eq!(record["version"], 1);
     assert_eq!(record["info"]["status"], "deployed");
     assert_eq!(record["chart"]["metadata"]["name"], "hello");
-    assert_eq!(record["config"], serde_json::json!({"greeting": "hi", "port": 8080}));
+    assert_eq!(
+        record["config"],
+        serde_json::json!({"greeting": "hi", "port": 8080})
+    );
     let manifest = record["manifest"].as_str().unwrap_or_default();
-    assert!(manifest.starts_with("---\n# Source: hello/templates/configmap.yaml\napiVersion: v1\nkind: ConfigMap"), "{manifest}");
-    assert!(manifest.contains("---\n# Source: hello/templates/service.yaml\n"), "{manifest}");
+    assert!(
+        manifest.starts_with(
+            "---\n# Source: hello/templates/configmap.yaml\napiVersion: v1\nkind: ConfigMap"
+        ),
+        "{manifest}"
+    );
+    assert!(
+        manifest.contains("---\n# Source: hello/templates/service.yaml\n"),
+        "{manifest}"
+    );
     Ok(())
 }
 
@@ -78,22 +139,53 @@ async fn upgrade_prunes_removed_objects_but_keeps_annotated_ones() -> anyhow::Re
         ("templates/b.yaml", &config_map("b", true)),
         ("templates/c.yaml", &config_map("c", false)),
     ]);
-    assert_eq!(h.grpc.install(install(&h, "app", v1, "")).await?.into_inner().revision, 1);
+    assert_eq!(
+        h.grpc
+            .install(install(&h, "app", v1, ""))
+            .await?
+            .into_inner()
+            .revision,
+        1
+    );
     let v2 = chart(&[("templates/a.yaml", &config_map("a", false))]);
-    let resp = h.grpc.install(install(&h, "app", v2, r#"{"greeting": "v2"}"#)).await?.into_inner();
+    let resp = h
+        .grpc
+        .install(install(&h, "app", v2, r#"{"greeting": "v2"}"#))
+        .await?
+        .into_inner();
     assert_eq!(resp.revision, 2);
 
     let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
-    assert!(cms.get_opt("c").await?.is_none(), "c was removed from the chart and must be pruned");
-    assert!(cms.get_opt("b").await?.is_some(), "b is annotated keep and must survive");
+    assert!(
+        cms.get_opt("c").await?.is_none(),
+        "c was removed from the chart and must be pruned"
+    );
+    assert!(
+        cms.get_opt("b").await?.is_some(),
+        "b is annotated keep and must survive"
+    );
     let a = cms.get("a").await?;
-    assert_eq!(a.data.unwrap_or_default().get("greeting").map(String::as_str), Some("v2"));
+    assert_eq!(
+        a.data
+            .unwrap_or_default()
+            .get("greeting")
+            .map(String::as_str),
+        Some("v2")
+    );
 
     let secrets = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace);
     let v1_record = decode_release(&secrets.get("sh.helm.release.v1.app.v1").await?)?;
     assert_eq!(v1_record["info"]["status"], "superseded");
     let v1_secret = secrets.get("sh.helm.release.v1.app.v1").await?;
-    assert_eq!(v1_secret.metadata.labels.unwrap_or_default().get("status").map(String::as_str), Some("superseded"));
+    assert_eq!(
+        v1_secret
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("status")
+            .map(String::as_str),
+        Some("superseded")
+    );
     let v2_record = decode_release(&secrets.get("sh.helm.release.v1.app.v2").await?)?;
     assert_eq!(v2_record["info"]["status"], "deployed");
     assert_eq!(v2_record["version"], 2);
@@ -103,11 +195,19 @@ async fn upgrade_prunes_removed_objects_but_keeps_annotated_ones() -> anyhow::Re
 #[tokio::test]
 async fn uninstall_removes_objects_and_records_and_twice_is_fine() -> anyhow::Result<()> {
     let mut h = start().await?;
-    let files = chart(&[("templates/a.yaml", &config_map("a", false)), ("templates/k.yaml", &config_map("k", true))]);
-    h.grpc.install(install(&h, "gone", files.clone(), "")).await?;
+    let files = chart(&[
+        ("templates/a.yaml", &config_map("a", false)),
+        ("templates/k.yaml", &config_map("k", true)),
+    ]);
+    h.grpc
+        .install(install(&h, "gone", files.clone(), ""))
+        .await?;
     h.grpc.install(install(&h, "gone", files, "")).await?;
 
-    let req = UninstallRequest { name: "gone".into(), namespace: h.namespace.clone() };
+    let req = UninstallRequest {
+        name: "gone".into(),
+        namespace: h.namespace.clone(),
+    };
     let resp = h.grpc.uninstall(req.clone()).await?.into_inner();
     assert!(resp.found);
     let deleted: Vec<&str> = resp.deleted.iter().map(|o| o.name.as_str()).collect();
@@ -115,10 +215,22 @@ async fn uninstall_removes_objects_and_records_and_twice_is_fine() -> anyhow::Re
 
     let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
     assert!(cms.get_opt("a").await?.is_none());
-    assert!(cms.get_opt("k").await?.is_some(), "keep-annotated objects survive uninstall");
+    assert!(
+        cms.get_opt("k").await?.is_some(),
+        "keep-annotated objects survive uninstall"
+    );
     let secrets = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace);
-    let left = secrets.list(&ListParams::default().labels("owner=helm,name=gone")).await?;
-    assert!(left.items.is_empty(), "release secrets remain: {:?}", left.items.iter().map(|s| s.metadata.name.clone()).collect::<Vec<_>>());
+    let left = secrets
+        .list(&ListParams::default().labels("owner=helm,name=gone"))
+        .await?;
+    assert!(
+        left.items.is_empty(),
+        "release secrets remain: {:?}",
+        left.items
+            .iter()
+            .map(|s| s.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
 
     let again = h.grpc.uninstall(req).await?.into_inner();
     assert!(!again.found);
@@ -129,35 +241,63 @@ async fn uninstall_removes_objects_and_records_and_twice_is_fine() -> anyhow::Re
 #[tokio::test]
 async fn status_reports_objects_and_missing_ones() -> anyhow::Result<()> {
     let mut h = start().await?;
-    let req = StatusRequest { name: "st".into(), namespace: h.namespace.clone() };
+    let req = StatusRequest {
+        name: "st".into(),
+        namespace: h.namespace.clone(),
+    };
     assert!(!h.grpc.status(req.clone()).await?.into_inner().found);
 
-    h.grpc.install(install(&h, "st", chart(&[("templates/a.yaml", &config_map("a", false))]), "")).await?;
+    h.grpc
+        .install(install(
+            &h,
+            "st",
+            chart(&[("templates/a.yaml", &config_map("a", false))]),
+            "",
+        ))
+        .await?;
     let status = h.grpc.status(req.clone()).await?.into_inner();
     assert!(status.found && status.ready, "{status:?}");
     assert_eq!(status.revision, 1);
     assert_eq!(status.objects.len(), 1);
 
-    Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace).delete("a", &Default::default()).await?;
+    Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace)
+        .delete("a", &Default::default())
+        .await?;
     let status = h.grpc.status(req).await?.into_inner();
     assert!(!status.ready);
     assert_eq!(status.not_ready.len(), 1);
-    assert!(status.not_ready[0].contains("not found"), "{:?}", status.not_ready);
+    assert!(
+        status.not_ready[0].contains("not found"),
+        "{:?}",
+        status.not_ready
+    );
     Ok(())
 }
 
 #[tokio::test]
 async fn render_errors_are_invalid_argument_naming_the_template() -> anyhow::Result<()> {
     let mut h = start().await?;
-    let bad = chart(&[("templates/bad.yaml", "kind: ConfigMap\nx: {{ required \"x is required\" .Values.x }}\n")]);
+    let bad = chart(&[(
+        "templates/bad.yaml",
+        "kind: ConfigMap\nx: {{ required \"x is required\" .Values.x }}\n",
+    )]);
     let err = match h.grpc.install(install(&h, "bad", bad, "")).await {
         Ok(r) => anyhow::bail!("expected an error, got {:?}", r.into_inner()),
         Err(e) => e,
     };
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().contains("hello/templates/bad.yaml") && err.message().contains("x is required"), "{}", err.message());
+    assert!(
+        err.message().contains("hello/templates/bad.yaml")
+            && err.message().contains("x is required"),
+        "{}",
+        err.message()
+    );
 
-    let err = h.grpc.install(install(&h, "Bad_Name", chart(&[]), "")).await.err();
+    let err = h
+        .grpc
+        .install(install(&h, "Bad_Name", chart(&[]), ""))
+        .await
+        .err();
     assert_eq!(err.map(|e| e.code()), Some(tonic::Code::InvalidArgument));
     Ok(())
 }

@@ -42,13 +42,19 @@ fn terminating(o: &Value) -> bool {
 }
 
 fn has_finalizer(o: &Value, f: &str) -> bool {
-    o.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x == f))
+    o.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|x| x == f))
 }
 
 fn owner_uids(o: &Value) -> Vec<String> {
     o.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
-        .map(|refs| refs.iter().filter_map(|r| r.get("uid")?.as_str().map(String::from)).collect())
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid")?.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -57,24 +63,46 @@ pub fn reconcile(store: &Store) {
     let registry = store.registry();
     let objects = store.snapshot();
     namespaces(store, &registry, &objects);
+    super::namespace_defaults::reconcile(store, &registry, &objects);
     owners(store, &registry, &objects);
 }
 
 fn delete(store: &Store, registry: &Registry, o: &StoredObject) {
-    let gr = GroupResource { group: o.group.clone(), resource: o.resource.clone() };
-    let Some(rt) = registry.any_version(&gr) else { return };
-    if let Err(e) = store.delete(rt, &meta_str(&o.object, "namespace"), &meta_str(&o.object, "name"), &DeleteOptions::default()) {
-        if e.code != 404 {
-            tracing::warn!(k8s.resource = %gr, error = %e, "garbage collection delete failed");
-        }
+    let gr = GroupResource {
+        group: o.group.clone(),
+        resource: o.resource.clone(),
+    };
+    let Some(rt) = registry.any_version(&gr) else {
+        return;
+    };
+    if let Err(e) = store.delete(
+        rt,
+        &meta_str(&o.object, "namespace"),
+        &meta_str(&o.object, "name"),
+        &DeleteOptions::default(),
+    ) && e.code != 404
+    {
+        tracing::warn!(k8s.resource = %gr, error = %e, "garbage collection delete failed");
     }
 }
 
 fn mutate(store: &Store, registry: &Registry, o: &StoredObject, f: impl FnOnce(&mut Value)) {
-    let gr = GroupResource { group: o.group.clone(), resource: o.resource.clone() };
-    let Some(rt) = registry.any_version(&gr) else { return };
+    let gr = GroupResource {
+        group: o.group.clone(),
+        resource: o.resource.clone(),
+    };
+    let Some(rt) = registry.any_version(&gr) else {
+        return;
+    };
     let ns = meta_str(&o.object, "namespace");
-    if let Err(e) = store.mutate(rt, &ns, &meta_str(&o.object, "name"), Part::Main, MANAGER, f) {
+    if let Err(e) = store.mutate(
+        rt,
+        &ns,
+        &meta_str(&o.object, "name"),
+        Part::Main,
+        MANAGER,
+        f,
+    ) {
         tracing::warn!(k8s.resource = %gr, error = %e, "garbage collection update failed");
     }
 }
@@ -90,7 +118,11 @@ fn namespaces(store: &Store, registry: &Registry, objects: &[StoredObject]) {
     }
     let mut remaining: HashMap<&str, usize> = HashMap::new();
     for o in objects {
-        let ns = o.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
+        let ns = o
+            .object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if doomed.contains(ns) {
             *remaining.entry(ns).or_default() += 1;
             if !terminating(&o.object) {
@@ -98,16 +130,22 @@ fn namespaces(store: &Store, registry: &Registry, objects: &[StoredObject]) {
             }
         }
     }
-    for o in objects.iter().filter(|o| o.group.is_empty() && o.resource == "namespaces" && terminating(&o.object)) {
+    for o in objects
+        .iter()
+        .filter(|o| o.group.is_empty() && o.resource == "namespaces" && terminating(&o.object))
+    {
         let name = meta_str(&o.object, "name");
         if remaining.get(name.as_str()).copied().unwrap_or(0) == 0 {
-            mutate(store, registry, o, |ns| ns["spec"]["finalizers"] = json!([]));
+            mutate(store, registry, o, |ns| {
+                ns["spec"]["finalizers"] = json!([])
+            });
         }
     }
 }
 
 fn owners(store: &Store, registry: &Registry, objects: &[StoredObject]) {
-    let by_uid: HashMap<String, &StoredObject> = objects.iter().map(|o| (uid(&o.object), o)).collect();
+    let by_uid: HashMap<String, &StoredObject> =
+        objects.iter().map(|o| (uid(&o.object), o)).collect();
     let mut has_dependents: HashSet<String> = HashSet::new();
     for o in objects {
         let refs = owner_uids(&o.object);
@@ -130,12 +168,18 @@ fn owners(store: &Store, registry: &Registry, objects: &[StoredObject]) {
         if !orphaning.is_empty() {
             mutate(store, registry, o, |d| {
                 if let Some(Value::Array(refs)) = d.pointer_mut("/metadata/ownerReferences") {
-                    refs.retain(|r| !r.get("uid").and_then(Value::as_str).is_some_and(|u| orphaning.iter().any(|x| x == u)));
+                    refs.retain(|r| {
+                        !r.get("uid")
+                            .and_then(Value::as_str)
+                            .is_some_and(|u| orphaning.iter().any(|x| x == u))
+                    });
                 }
             });
             continue;
         }
-        let foreground = live.iter().any(|owner| terminating(&owner.object) && has_finalizer(&owner.object, "foregroundDeletion"));
+        let foreground = live.iter().any(|owner| {
+            terminating(&owner.object) && has_finalizer(&owner.object, "foregroundDeletion")
+        });
         if foreground && !terminating(&o.object) {
             delete(store, registry, o);
         }

@@ -2,4 +2,5 @@
 //! collection and namespace cleanup always, workload status simulation when enabled.
 
 pub mod gc;
+mod namespace_defaults;
 pub mod simulate;

@@ -52,27 +52,46 @@ pub async fn run(store: Arc<Store>, delay: Duration, shutdown: CancellationToken
 }
 
 /// Schedules new work, writes what is due, and returns when the next item is due.
-fn pass(store: &Store, delay: Duration, pending: &mut HashMap<Key, (i64, Instant)>) -> Option<Instant> {
+fn pass(
+    store: &Store,
+    delay: Duration,
+    pending: &mut HashMap<Key, (i64, Instant)>,
+) -> Option<Instant> {
     let now_instant = Instant::now();
     let mut seen = Vec::new();
     for o in store.snapshot() {
         if !KINDS.iter().any(|(g, r)| *g == o.group && *r == o.resource) {
             continue;
         }
-        let key = (o.group.clone(), o.resource.clone(), meta_str(&o.object, "namespace"), meta_str(&o.object, "name"));
+        let key = (
+            o.group.clone(),
+            o.resource.clone(),
+            meta_str(&o.object, "namespace"),
+            meta_str(&o.object, "name"),
+        );
         if !needs_status(&o.resource, &o.object) {
             pending.remove(&key);
             continue;
         }
-        let generation = o.object.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
-        let entry = pending.entry(key.clone()).or_insert((generation, now_instant + delay));
+        let generation = o
+            .object
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let entry = pending
+            .entry(key.clone())
+            .or_insert((generation, now_instant + delay));
         if entry.0 != generation {
             *entry = (generation, now_instant + delay);
         }
         seen.push(key);
     }
     pending.retain(|k, _| seen.contains(k));
-    let due: Vec<Key> = pending.iter().filter(|(_, (_, at))| *at <= now_instant).map(|(k, _)| k.clone()).collect();
+    let due: Vec<Key> = pending
+        .iter()
+        .filter(|(_, (_, at))| *at <= now_instant)
+        .map(|(k, _)| k.clone())
+        .collect();
     for key in due {
         pending.remove(&key);
         write_status(store, &key);
@@ -88,12 +107,19 @@ fn needs_status(resource: &str, o: &Value) -> bool {
         let suspended = o.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true);
         return !suspended && o.pointer("/status/completionTime").is_none();
     }
-    let generation = o.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
-    o.pointer("/status/observedGeneration").and_then(Value::as_i64) != Some(generation)
+    let generation = o
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    o.pointer("/status/observedGeneration")
+        .and_then(Value::as_i64)
+        != Some(generation)
 }
 
 fn write_status(store: &Store, (group, resource, namespace, name): &Key) {
-    let Some(rt) = store.resolve(group, "v1", resource) else { return };
+    let Some(rt) = store.resolve(group, "v1", resource) else {
+        return;
+    };
     let result = store.mutate(&rt, namespace, name, Part::Status, MANAGER, |o| {
         let status = simulated_status(resource, o);
         o["status"] = status;
@@ -104,7 +130,9 @@ fn write_status(store: &Store, (group, resource, namespace, name): &Key) {
 }
 
 fn replicas(o: &Value) -> i64 {
-    o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+    o.pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
 }
 
 fn condition(kind: &str, reason: &str, message: &str, at: &str) -> Value {
@@ -113,7 +141,10 @@ fn condition(kind: &str, reason: &str, message: &str, at: &str) -> Value {
 
 /// The status a healthy controller would report for `o`.
 pub fn simulated_status(resource: &str, o: &Value) -> Value {
-    let generation = o.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+    let generation = o
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
     let at = now();
     let n = replicas(o);
     let name = meta_str(o, "name");
@@ -142,8 +173,15 @@ pub fn simulated_status(resource: &str, o: &Value) -> Value {
             "numberReady": 1, "numberAvailable": 1, "numberMisscheduled": 0,
         }),
         "jobs" => {
-            let completions = o.pointer("/spec/completions").and_then(Value::as_i64).unwrap_or(1);
-            let started = o.pointer("/status/startTime").and_then(Value::as_str).map(String::from).unwrap_or_else(|| at.clone());
+            let completions = o
+                .pointer("/spec/completions")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let started = o
+                .pointer("/status/startTime")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .unwrap_or_else(|| at.clone());
             json!({
                 "startTime": started, "completionTime": at,
                 "succeeded": completions, "active": 0, "ready": 0, "terminating": 0,
@@ -164,10 +202,17 @@ mod tests {
 
     #[test]
     fn deployment_status_reports_ready_replicas_for_its_generation() {
-        let d = json!({ "metadata": { "name": "web", "generation": 3 }, "spec": { "replicas": 2 } });
+        let d =
+            json!({ "metadata": { "name": "web", "generation": 3 }, "spec": { "replicas": 2 } });
         assert!(needs_status("deployments", &d));
         let s = simulated_status("deployments", &d);
-        assert_eq!((s["readyReplicas"].as_i64(), s["observedGeneration"].as_i64()), (Some(2), Some(3)));
+        assert_eq!(
+            (
+                s["readyReplicas"].as_i64(),
+                s["observedGeneration"].as_i64()
+            ),
+            (Some(2), Some(3))
+        );
         let mut done = d.clone();
         done["status"] = s;
         assert!(!needs_status("deployments", &done));

@@ -53,7 +53,10 @@ fn group_json(name: &str, versions: &[&str]) -> Value {
 }
 
 pub fn groups(registry: &Registry) -> Value {
-    let groups: Vec<Value> = registry.named_groups().map(|(n, vs)| group_json(n, &vs)).collect();
+    let groups: Vec<Value> = registry
+        .named_groups()
+        .map(|(n, vs)| group_json(n, &vs))
+        .collect();
     json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })
 }
 
@@ -102,17 +105,26 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
             list.push(status_json(rt));
         }
     }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list }))
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list }),
+    )
 }
 
 /// Whether `Accept` asks for aggregated discovery (`as=APIGroupDiscoveryList`, v2).
 pub fn wants_aggregated(accept: &str) -> bool {
-    accept.split(',').any(|m| m.contains("as=APIGroupDiscoveryList") && m.contains("v=v2") && !m.contains("v2beta1"))
+    accept.split(',').any(|m| {
+        m.contains("as=APIGroupDiscoveryList") && m.contains("v=v2") && !m.contains("v2beta1")
+    })
 }
 
 /// The aggregated discovery content type, which clients check before decoding.
-pub const AGGREGATED_CONTENT_TYPE: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const AGGREGATED_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 /// `APIGroupDiscoveryList` for `/api` (core = true) or `/apis`.
 pub fn aggregated(registry: &Registry, core: bool) -> Value {
@@ -170,14 +182,21 @@ mod tests {
     #[test]
     fn apps_v1_lists_deployments_with_status() {
         let r = resources(&Registry::with_builtins(), "apps", "v1").expect("apps/v1");
-        let names: Vec<&str> = r["resources"].as_array().expect("list").iter().filter_map(|x| x["name"].as_str()).collect();
+        let names: Vec<&str> = r["resources"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|x| x["name"].as_str())
+            .collect();
         assert!(names.contains(&"deployments") && names.contains(&"deployments/status"));
         assert!(resources(&Registry::with_builtins(), "apps", "v2").is_none());
     }
 
     #[test]
     fn aggregated_is_only_sent_when_asked_for_v2() {
-        assert!(wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"));
+        assert!(wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        ));
         assert!(!wants_aggregated("application/json"));
     }
 }

@@ -50,7 +50,12 @@ impl IntoResponse for ApiError {
 }
 
 pub fn json_response(code: StatusCode, body: &Value) -> Response {
-    (code, [(http::header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        code,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// With a token configured, every request needs `Authorization: Bearer <token>`.
@@ -73,21 +78,44 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn dispatch(State(app): State<App>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn dispatch(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let route = route::parse(uri.path());
     let result = match route {
         Route::Object(route) => {
-            let req = resource::Request { method: &method, route, query: query::parse(uri.query()), headers: &headers, body: &body };
+            let req = resource::Request {
+                method: &method,
+                route,
+                query: query::parse(uri.query()),
+                headers: &headers,
+                body: &body,
+            };
             resource::handle(&app, req).await
         }
         other if method == Method::GET => read_only(&app, other, &headers, uri.path()),
-        _ => Err(ApiError::method_not_allowed(format!("{method} is not supported on {}", uri.path()))),
+        _ => Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported on {}",
+            uri.path()
+        ))),
     };
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-fn read_only(app: &App, route: Route, headers: &HeaderMap, path: &str) -> Result<Response, ApiError> {
-    let accept = headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+fn read_only(
+    app: &App,
+    route: Route,
+    headers: &HeaderMap,
+    path: &str,
+) -> Result<Response, ApiError> {
+    let accept = headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let ok = |v: Value| Ok(json_response(StatusCode::OK, &v));
     match route {
         Route::Version => ok(discovery::version()),
@@ -96,9 +124,12 @@ fn read_only(app: &App, route: Route, headers: &HeaderMap, path: &str) -> Result
         Route::CoreVersions => ok(discovery::core_versions(&app.address)),
         Route::Groups if discovery::wants_aggregated(accept) => Ok(aggregated(app, false)),
         Route::Groups => ok(discovery::groups(&app.store.registry())),
-        Route::Group(g) => discovery::group(&app.store.registry(), &g).map_or_else(|| Err(ApiError::no_route(path)), ok),
-        Route::Resources { group, version } => discovery::resources(&app.store.registry(), &group, &version)
+        Route::Group(g) => discovery::group(&app.store.registry(), &g)
             .map_or_else(|| Err(ApiError::no_route(path)), ok),
+        Route::Resources { group, version } => {
+            discovery::resources(&app.store.registry(), &group, &version)
+                .map_or_else(|| Err(ApiError::no_route(path)), ok)
+        }
         Route::OpenApiV3(None) => ok(openapi::index(&app.store.registry())),
         Route::OpenApiV3(Some(gv)) => openapi::document_for_path(&app.store.registry(), &gv)
             .map_or_else(|| Err(ApiError::no_route(path)), ok),
@@ -109,7 +140,15 @@ fn read_only(app: &App, route: Route, headers: &HeaderMap, path: &str) -> Result
 
 fn aggregated(app: &App, core: bool) -> Response {
     let body = discovery::aggregated(&app.store.registry(), core);
-    (StatusCode::OK, [(http::header::CONTENT_TYPE, discovery::AGGREGATED_CONTENT_TYPE)], body.to_string()).into_response()
+    (
+        StatusCode::OK,
+        [(
+            http::header::CONTENT_TYPE,
+            discovery::AGGREGATED_CONTENT_TYPE,
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 #[cfg(test)]

@@ -17,7 +17,11 @@ use serde_json::{Map, Value, json};
 use crate::resources::{Registry, ResourceType};
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
 }
 
 /// The `/openapi/v3` index: one entry per served group/version.
@@ -30,8 +34,13 @@ pub fn index(registry: &Registry) -> Value {
             continue;
         }
         seen.push(p.clone());
-        let hash = document(registry, &rt.group, &rt.version).map(|d| content_hash(&d)).unwrap_or_default();
-        paths.insert(p.clone(), json!({ "serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}") }));
+        let hash = document(registry, &rt.group, &rt.version)
+            .map(|d| content_hash(&d))
+            .unwrap_or_default();
+        paths.insert(
+            p.clone(),
+            json!({ "serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}") }),
+        );
     }
     json!({ "paths": paths })
 }
@@ -102,10 +111,22 @@ mod tests {
     fn patch_operations_advertise_field_validation() {
         let r = Registry::with_builtins();
         let idx = index(&r);
-        assert!(idx["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().is_some_and(|u| u.starts_with("/openapi/v3/apis/apps/v1?hash=")));
+        assert!(
+            idx["paths"]["apis/apps/v1"]["serverRelativeURL"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("/openapi/v3/apis/apps/v1?hash="))
+        );
         let doc = document_for_path(&r, "apis/apps/v1").expect("apps/v1");
-        let patch = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
-        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Deployment");
-        assert!(patch["parameters"].as_array().is_some_and(|ps| ps.iter().any(|p| p["name"] == "fieldValidation")));
+        let patch =
+            &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"]["kind"],
+            "Deployment"
+        );
+        assert!(
+            patch["parameters"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["name"] == "fieldValidation"))
+        );
     }
 }

@@ -35,15 +35,13 @@ fn decode(s: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(h * 16 + l);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             b => out.push(b),
         }
         i += 1;
@@ -59,9 +57,16 @@ pub fn is_watch(q: &Query) -> bool {
     flag(q, "watch")
 }
 
-pub fn list_options(q: &Query, rt: &ResourceType, namespace: Option<&str>) -> Result<ListOptions, ApiError> {
+pub fn list_options(
+    q: &Query,
+    rt: &ResourceType,
+    namespace: Option<&str>,
+) -> Result<ListOptions, ApiError> {
     let limit = match q.get("limit") {
-        Some(l) => Some(l.parse::<usize>().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?),
+        Some(l) => Some(
+            l.parse::<usize>()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        ),
         None => None,
     };
     Ok(ListOptions {
@@ -88,26 +93,43 @@ pub fn watch_params(q: &Query) -> Result<WatchParams, ApiError> {
     let rv = q.get("resourceVersion").map(String::as_str).unwrap_or("");
     let start = if flag(q, "sendInitialEvents") {
         if q.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
-            return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "ListOptions",
+                "",
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
         }
         WatchStart::InitialEvents
     } else if rv.is_empty() || rv == "0" {
         WatchStart::Now
     } else {
-        WatchStart::After(rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?)
+        WatchStart::After(
+            rv.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?,
+        )
     };
     let timeout = match q.get("timeoutSeconds") {
-        Some(t) => Duration::from_secs(t.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?),
+        Some(t) => Duration::from_secs(
+            t.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
         None => DEFAULT_WATCH_TIMEOUT,
     };
-    Ok(WatchParams { start, bookmarks: flag(q, "allowWatchBookmarks"), timeout })
+    Ok(WatchParams {
+        start,
+        bookmarks: flag(q, "allowWatchBookmarks"),
+        timeout,
+    })
 }
 
 fn dry_run(q: &Query) -> Result<bool, ApiError> {
     match q.get("dryRun").map(String::as_str) {
         None | Some("") => Ok(false),
         Some("All") => Ok(true),
-        Some(other) => Err(ApiError::bad_request(format!("Invalid dry run value {other:?}: only \"All\" is supported"))),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Invalid dry run value {other:?}: only \"All\" is supported"
+        ))),
     }
 }
 
@@ -124,7 +146,11 @@ pub fn write_options(q: &Query, headers: &HeaderMap) -> Result<WriteOptions, Api
             .unwrap_or("unknown")
             .to_string(),
     };
-    Ok(WriteOptions { dry_run: dry_run(q)?, manager, force: flag(q, "force") })
+    Ok(WriteOptions {
+        dry_run: dry_run(q)?,
+        manager,
+        force: flag(q, "force"),
+    })
 }
 
 /// Delete options from the query and the optional `DeleteOptions` body.
@@ -132,25 +158,42 @@ pub fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError>
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions body: {e}")))?
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions body: {e}")))?
     };
     let policy = q
         .get("propagationPolicy")
         .map(String::as_str)
         .or_else(|| body.get("propagationPolicy").and_then(Value::as_str));
-    let orphan = q.get("orphanDependents").map(|v| v == "true").or_else(|| body.get("orphanDependents").and_then(Value::as_bool));
+    let orphan = q
+        .get("orphanDependents")
+        .map(|v| v == "true")
+        .or_else(|| body.get("orphanDependents").and_then(Value::as_bool));
     let propagation = match (policy, orphan) {
         (Some("Foreground"), _) => Propagation::Foreground,
         (Some("Orphan"), _) | (None, Some(true)) => Propagation::Orphan,
         (Some("Background") | None, _) => Propagation::Background,
-        (Some(other), _) => return Err(ApiError::bad_request(format!("invalid propagationPolicy {other:?}"))),
+        (Some(other), _) => {
+            return Err(ApiError::bad_request(format!(
+                "invalid propagationPolicy {other:?}"
+            )));
+        }
     };
-    let body_dry_run = body.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
+    let body_dry_run = body
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|v| v == "All"));
     Ok(DeleteOptions {
         dry_run: dry_run(q)? || body_dry_run,
         propagation,
-        precondition_uid: body.pointer("/preconditions/uid").and_then(Value::as_str).map(String::from),
-        precondition_rv: body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(String::from),
+        precondition_uid: body
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(String::from),
+        precondition_rv: body
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(String::from),
     })
 }
 
@@ -168,7 +211,11 @@ mod tests {
 
     #[test]
     fn delete_options_from_body() {
-        let d = delete_options(&Query::new(), br#"{"propagationPolicy":"Foreground","preconditions":{"uid":"u"}}"#).expect("parse");
+        let d = delete_options(
+            &Query::new(),
+            br#"{"propagationPolicy":"Foreground","preconditions":{"uid":"u"}}"#,
+        )
+        .expect("parse");
         assert_eq!(d.propagation, Propagation::Foreground);
         assert_eq!(d.precondition_uid.as_deref(), Some("u"));
     }

@@ -30,16 +30,26 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
         .resolve(&r.group, &r.version, &r.plural)
         .ok_or_else(|| ApiError::no_route(&format!("{} {}", r.plural, gv(&r.group, &r.version))))?;
     if r.namespace.is_some() && !rt.namespaced {
-        return Err(ApiError::no_route(&format!("{} is not namespaced", rt.qualified_name())));
+        return Err(ApiError::no_route(&format!(
+            "{} is not namespaced",
+            rt.qualified_name()
+        )));
     }
     let part = match r.subresource.as_deref() {
         None | Some("finalize") => Part::Main,
         Some("status") if rt.has_status => Part::Status,
-        Some(other) => return Err(ApiError::no_route(&format!("{}/{other}", rt.qualified_name()))),
+        Some(other) => {
+            return Err(ApiError::no_route(&format!(
+                "{}/{other}",
+                rt.qualified_name()
+            )));
+        }
     };
     let ns = r.namespace.clone().unwrap_or_default();
     match (req.method, r.name.clone()) {
-        (&Method::GET, None) if query::is_watch(&req.query) => watch_collection(app, &rt, &req, r.namespace.as_deref()),
+        (&Method::GET, None) if query::is_watch(&req.query) => {
+            watch_collection(app, &rt, &req, r.namespace.as_deref())
+        }
         (&Method::GET, None) => list(app, &rt, &req, r.namespace.as_deref()),
         (&Method::GET, Some(name)) => {
             let obj = app.store.get(&rt, &ns, &name)?;
@@ -47,7 +57,10 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
         }
         (&Method::POST, None) => {
             if rt.namespaced && r.namespace.is_none() {
-                return Err(ApiError::method_not_allowed(format!("create of {} requires a namespace in the URL", rt.qualified_name())));
+                return Err(ApiError::method_not_allowed(format!(
+                    "create of {} requires a namespace in the URL",
+                    rt.qualified_name()
+                )));
             }
             let body = parse_body(req.body)?;
             let opts = query::write_options(&req.query, req.headers)?;
@@ -61,14 +74,26 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
             Ok(json_response(StatusCode::OK, &obj))
         }
         (&Method::PATCH, Some(name)) => {
-            let content_type = req.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let content_type = req
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
             let kind = PatchKind::from_content_type(content_type)?;
             let opts = query::write_options(&req.query, req.headers)?;
             if opts.force && kind != PatchKind::Apply {
-                return Err(ApiError::bad_request("force: Forbidden: may not be specified for non-apply patch"));
+                return Err(ApiError::bad_request(
+                    "force: Forbidden: may not be specified for non-apply patch",
+                ));
             }
-            let (obj, created) = app.store.patch(&rt, &ns, &name, kind, req.body, part, &opts)?;
-            let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+            let (obj, created) = app
+                .store
+                .patch(&rt, &ns, &name, kind, req.body, part, &opts)?;
+            let code = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
             Ok(json_response(code, &obj))
         }
         (&Method::DELETE, Some(name)) => {
@@ -77,60 +102,124 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
             Ok(json_response(StatusCode::OK, &obj))
         }
         (&Method::DELETE, None) => delete_collection(app, &rt, &req, r.namespace.as_deref()),
-        (m, _) => Err(ApiError::method_not_allowed(format!("{m} is not supported on this path"))),
+        (m, _) => Err(ApiError::method_not_allowed(format!(
+            "{m} is not supported on this path"
+        ))),
     }
 }
 
 fn gv(group: &str, version: &str) -> String {
-    if group.is_empty() { version.to_string() } else { format!("{group}/{version}") }
+    if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    }
 }
 
 fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding request body as JSON: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding request body as JSON: {e}")))
 }
 
 /// JSON, or a Table when kubectl asks for server-side printing.
 fn render(req: &Request<'_>, code: StatusCode, obj: Value) -> Response {
-    let accept = req.headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = req
+        .headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if table::wants_table(accept) {
         let meta = json!({ "resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null) });
-        return json_response(code, &table::table(&[obj], meta, req.query.get("includeObject").map(String::as_str)));
+        return json_response(
+            code,
+            &table::table(
+                &[obj],
+                meta,
+                req.query.get("includeObject").map(String::as_str),
+            ),
+        );
     }
     json_response(code, &obj)
 }
 
-fn list(app: &App, rt: &ResourceType, req: &Request<'_>, namespace: Option<&str>) -> Result<Response, ApiError> {
+fn list(
+    app: &App,
+    rt: &ResourceType,
+    req: &Request<'_>,
+    namespace: Option<&str>,
+) -> Result<Response, ApiError> {
     let opts = query::list_options(&req.query, rt, namespace)?;
     let result = app.store.list(rt, &opts)?;
     let list = result.to_json(rt);
-    let accept = req.headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = req
+        .headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     if table::wants_table(accept) {
         let include = req.query.get("includeObject").map(String::as_str);
-        return Ok(json_response(StatusCode::OK, &table::table(&result.items, list["metadata"].clone(), include)));
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::table(&result.items, list["metadata"].clone(), include),
+        ));
     }
     Ok(json_response(StatusCode::OK, &list))
 }
 
-fn watch_collection(app: &App, rt: &ResourceType, req: &Request<'_>, namespace: Option<&str>) -> Result<Response, ApiError> {
+fn watch_collection(
+    app: &App,
+    rt: &ResourceType,
+    req: &Request<'_>,
+    namespace: Option<&str>,
+) -> Result<Response, ApiError> {
     let opts = query::list_options(&req.query, rt, namespace)?;
     let params = query::watch_params(&req.query)?;
-    let filter = WatchFilter { gr: rt.gr(), namespace: opts.namespace, labels: opts.labels, fields: opts.fields };
+    let filter = WatchFilter {
+        gr: rt.gr(),
+        namespace: opts.namespace,
+        labels: opts.labels,
+        fields: opts.fields,
+    };
     match app.store.watch(rt, filter, params.start) {
-        Ok(stream) => Ok(watch::stream(rt.clone(), app.store.clone(), stream, &params, app.shutdown.clone())),
+        Ok(stream) => Ok(watch::stream(
+            rt.clone(),
+            app.store.clone(),
+            stream,
+            &params,
+            app.shutdown.clone(),
+        )),
         Err(e) if e.code == 410 => Ok(watch::expired(rt, &e)),
         Err(e) => Err(e),
     }
 }
 
 /// DELETE on a collection: deletes every matching object, returning the deleted ones.
-fn delete_collection(app: &App, rt: &ResourceType, req: &Request<'_>, namespace: Option<&str>) -> Result<Response, ApiError> {
+fn delete_collection(
+    app: &App,
+    rt: &ResourceType,
+    req: &Request<'_>,
+    namespace: Option<&str>,
+) -> Result<Response, ApiError> {
     let opts = query::list_options(&req.query, rt, namespace)?;
     let del: DeleteOptions = query::delete_options(&req.query, req.body)?;
-    let matching = app.store.list(rt, &crate::store::ListOptions { limit: None, continue_token: None, ..opts })?;
+    let matching = app.store.list(
+        rt,
+        &crate::store::ListOptions {
+            limit: None,
+            continue_token: None,
+            ..opts
+        },
+    )?;
     let mut deleted = Vec::new();
     for obj in &matching.items {
-        let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
-        let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         match app.store.delete(rt, ns, name, &del) {
             Ok(o) => deleted.push(o),
             Err(e) if e.code == 404 => {}

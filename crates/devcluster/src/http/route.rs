@@ -15,7 +15,10 @@ pub enum Route {
     /// `/apis/{group}`.
     Group(String),
     /// `/api/v1` or `/apis/{group}/{version}`: the resource list.
-    Resources { group: String, version: String },
+    Resources {
+        group: String,
+        version: String,
+    },
     OpenApiV2,
     OpenApiV3(Option<String>),
     Health,
@@ -35,7 +38,11 @@ pub struct ObjectRoute {
 }
 
 pub fn parse(path: &str) -> Route {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     match segs.as_slice() {
         ["version"] => Route::Version,
         ["healthz" | "readyz" | "livez", ..] => Route::Health,
@@ -43,11 +50,17 @@ pub fn parse(path: &str) -> Route {
         ["openapi", "v3"] => Route::OpenApiV3(None),
         ["openapi", "v3", rest @ ..] => Route::OpenApiV3(Some(rest.join("/"))),
         ["api"] => Route::CoreVersions,
-        ["api", v] => Route::Resources { group: String::new(), version: v.to_string() },
+        ["api", v] => Route::Resources {
+            group: String::new(),
+            version: v.to_string(),
+        },
         ["api", v, rest @ ..] => object("", v, rest),
         ["apis"] => Route::Groups,
         ["apis", g] => Route::Group(g.to_string()),
-        ["apis", g, v] => Route::Resources { group: g.to_string(), version: v.to_string() },
+        ["apis", g, v] => Route::Resources {
+            group: g.to_string(),
+            version: v.to_string(),
+        },
         ["apis", g, v, rest @ ..] => object(g, v, rest),
         _ => Route::Unknown,
     }
@@ -57,7 +70,11 @@ fn object(group: &str, version: &str, rest: &[&str]) -> Route {
     let namespaced = rest.first() == Some(&"namespaces")
         && rest.len() >= 3
         && !(group.is_empty() && rest.len() == 3 && matches!(rest[2], "status" | "finalize"));
-    let (namespace, rest) = if namespaced { (Some(rest[1].to_string()), &rest[2..]) } else { (None, rest) };
+    let (namespace, rest) = if namespaced {
+        (Some(rest[1].to_string()), &rest[2..])
+    } else {
+        (None, rest)
+    };
     if rest.is_empty() || rest.len() > 3 {
         return Route::Unknown;
     }
@@ -85,14 +102,32 @@ mod tests {
     #[test]
     fn namespace_objects_and_namespaced_collections_are_told_apart() {
         let ns = obj(parse("/api/v1/namespaces/team"));
-        assert_eq!((ns.plural.as_str(), ns.name.as_deref(), ns.namespace), ("namespaces", Some("team"), None));
+        assert_eq!(
+            (ns.plural.as_str(), ns.name.as_deref(), ns.namespace),
+            ("namespaces", Some("team"), None)
+        );
         let status = obj(parse("/api/v1/namespaces/team/status"));
-        assert_eq!((status.name.as_deref(), status.subresource.as_deref()), (Some("team"), Some("status")));
+        assert_eq!(
+            (status.name.as_deref(), status.subresource.as_deref()),
+            (Some("team"), Some("status"))
+        );
         let cms = obj(parse("/api/v1/namespaces/team/configmaps"));
-        assert_eq!((cms.plural.as_str(), cms.namespace.as_deref(), cms.name), ("configmaps", Some("team"), None));
+        assert_eq!(
+            (cms.plural.as_str(), cms.namespace.as_deref(), cms.name),
+            ("configmaps", Some("team"), None)
+        );
         let dep = obj(parse("/apis/apps/v1/namespaces/a/deployments/web/status"));
-        assert_eq!((dep.group.as_str(), dep.subresource.as_deref()), ("apps", Some("status")));
-        assert_eq!(parse("/apis/apps/v1"), Route::Resources { group: "apps".into(), version: "v1".into() });
+        assert_eq!(
+            (dep.group.as_str(), dep.subresource.as_deref()),
+            ("apps", Some("status"))
+        );
+        assert_eq!(
+            parse("/apis/apps/v1"),
+            Route::Resources {
+                group: "apps".into(),
+                version: "v1".into()
+            }
+        );
         assert_eq!(parse("/nope"), Route::Unknown);
     }
 }

@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 
 /// Whether `Accept` asks for a Table.
 pub fn wants_table(accept: &str) -> bool {
-    accept.split(',').any(|m| m.contains("as=Table") && m.contains("g=meta.k8s.io"))
+    accept
+        .split(',')
+        .any(|m| m.contains("as=Table") && m.contains("g=meta.k8s.io"))
 }
 
 /// A Table of the given objects; `include_object` is the `includeObject` parameter.
@@ -15,7 +17,10 @@ pub fn table(items: &[Value], list_meta: Value, include_object: Option<&str>) ->
         .iter()
         .map(|o| {
             let name = o.pointer("/metadata/name").cloned().unwrap_or(Value::Null);
-            let created = o.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or_default();
+            let created = o
+                .pointer("/metadata/creationTimestamp")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             json!({ "cells": [name, age(created)], "object": row_object(o, include_object) })
         })
         .collect();
@@ -45,8 +50,12 @@ fn row_object(o: &Value, include: Option<&str>) -> Value {
 
 /// kubectl's short age format: `45s`, `12m`, `5h`, `3d`.
 fn age(created: &str) -> String {
-    let Ok(t) = chrono::DateTime::parse_from_rfc3339(created) else { return "<unknown>".into() };
-    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(created) else {
+        return "<unknown>".into();
+    };
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 3600 * 2 => format!("{}m", s / 60),
@@ -61,10 +70,20 @@ mod tests {
 
     #[test]
     fn table_rows_carry_name_and_metadata() {
-        let t = table(&[json!({ "metadata": { "name": "a", "creationTimestamp": "2000-01-01T00:00:00Z" } })], json!({}), None);
+        let t = table(
+            &[json!({ "metadata": { "name": "a", "creationTimestamp": "2000-01-01T00:00:00Z" } })],
+            json!({}),
+            None,
+        );
         assert_eq!(t["rows"][0]["cells"][0], "a");
-        assert!(t["rows"][0]["cells"][1].as_str().is_some_and(|s| s.ends_with('d')));
+        assert!(
+            t["rows"][0]["cells"][1]
+                .as_str()
+                .is_some_and(|s| s.ends_with('d'))
+        );
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
-        assert!(wants_table("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"));
+        assert!(wants_table(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ));
     }
 }

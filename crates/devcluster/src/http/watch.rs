@@ -37,7 +37,8 @@ fn line(rt: &ResourceType, event: &WatchEvent) -> Bytes {
         EventType::Error => event.object.clone(),
         _ => present(rt, &event.object),
     };
-    let mut bytes = serde_json::to_vec(&json!({ "type": event.kind.as_str(), "object": object })).unwrap_or_default();
+    let mut bytes = serde_json::to_vec(&json!({ "type": event.kind.as_str(), "object": object }))
+        .unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
 }
@@ -45,14 +46,16 @@ fn line(rt: &ResourceType, event: &WatchEvent) -> Bytes {
 /// A watch that could not start from its resourceVersion: 200 with one ERROR event,
 /// which is how kube-apiserver reports 410 Gone and what clients re-list on.
 pub fn expired(rt: &ResourceType, err: &ApiError) -> Response {
-    let event = WatchEvent { kind: EventType::Error, object: err.to_status() };
+    let event = WatchEvent {
+        kind: EventType::Error,
+        object: err.to_status(),
+    };
     respond(Body::from(line(rt, &event)))
 }
 
 fn respond(body: Body) -> Response {
     Response::builder()
         .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::TRANSFER_ENCODING, "chunked")
         .body(body)
         .unwrap_or_default()
 }
@@ -96,7 +99,13 @@ impl Pump {
     }
 }
 
-pub fn stream(rt: ResourceType, store: Arc<Store>, watch: WatchStream, params: &WatchParams, shutdown: CancellationToken) -> Response {
+pub fn stream(
+    rt: ResourceType,
+    store: Arc<Store>,
+    watch: WatchStream,
+    params: &WatchParams,
+    shutdown: CancellationToken,
+) -> Response {
     let initial: Vec<Bytes> = watch
         .initial
         .iter()
@@ -104,7 +113,10 @@ pub fn stream(rt: ResourceType, store: Arc<Store>, watch: WatchStream, params: &
         .map(|e| line(&rt, e))
         .collect();
     let bookmarks = params.bookmarks.then(|| {
-        let mut i = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
+        let mut i = tokio::time::interval_at(
+            tokio::time::Instant::now() + BOOKMARK_INTERVAL,
+            BOOKMARK_INTERVAL,
+        );
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         i
     });
@@ -117,6 +129,8 @@ pub fn stream(rt: ResourceType, store: Arc<Store>, watch: WatchStream, params: &
         shutdown,
     };
     let live = futures::stream::unfold(pump, |mut p| async move { p.next().await.map(|b| (b, p)) });
-    let body = futures::stream::iter(initial).chain(live).map(Ok::<Bytes, std::convert::Infallible>);
+    let body = futures::stream::iter(initial)
+        .chain(live)
+        .map(Ok::<Bytes, std::convert::Infallible>);
     respond(Body::from_stream(body))
 }

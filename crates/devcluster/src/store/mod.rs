@@ -17,7 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::persistence::{LogRecord, Loaded, Persistence, StoredObject};
+use crate::persistence::{Loaded, LogRecord, Persistence, StoredObject};
 use crate::resources::{GroupResource, Registry, ResourceType};
 use crate::status::ApiError;
 use crate::watch::{EventType, Hub, StoredEvent};
@@ -59,8 +59,14 @@ impl Store {
             persist,
         };
         for o in loaded.objects {
-            let gr = GroupResource { group: o.group, resource: o.resource };
-            let key = (meta_str(&o.object, "namespace"), meta_str(&o.object, "name"));
+            let gr = GroupResource {
+                group: o.group,
+                resource: o.resource,
+            };
+            let key = (
+                meta_str(&o.object, "namespace"),
+                meta_str(&o.object, "name"),
+            );
             if crate::crd::is_crd_gr(&gr) {
                 for rt in crate::crd::resource_types(&o.object)? {
                     state.registry.insert(rt);
@@ -69,18 +75,29 @@ impl Store {
             state.objects.entry(gr).or_default().insert(key, o.object);
         }
         let (changed, _) = watch::channel(state.rv);
-        let store = Store { state: Mutex::new(state), changed };
+        let store = Store {
+            state: Mutex::new(state),
+            changed,
+        };
         store.ensure_system_namespaces()?;
         Ok(store)
     }
 
     fn ensure_system_namespaces(&self) -> Result<(), ApiError> {
-        let ns_type = self.resolve("", "v1", "namespaces").ok_or_else(|| ApiError::internal("namespaces type missing"))?;
+        let ns_type = self
+            .resolve("", "v1", "namespaces")
+            .ok_or_else(|| ApiError::internal("namespaces type missing"))?;
         for ns in SYSTEM_NAMESPACES {
             let mut st = self.lock();
             if st.get(&ns_type.gr(), "", ns).is_none() {
                 let body = serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } });
-                st.create(&ns_type, None, body, &WriteOptions::internal("kube-apiserver"), &self.changed)?;
+                st.create(
+                    &ns_type,
+                    None,
+                    body,
+                    &WriteOptions::internal("kube-apiserver"),
+                    &self.changed,
+                )?;
             }
         }
         Ok(())
@@ -134,14 +151,20 @@ impl State {
         let mut out = Vec::new();
         for (gr, coll) in &self.objects {
             for obj in coll.values() {
-                out.push(StoredObject { group: gr.group.clone(), resource: gr.resource.clone(), object: obj.clone() });
+                out.push(StoredObject {
+                    group: gr.group.clone(),
+                    resource: gr.resource.clone(),
+                    object: obj.clone(),
+                });
             }
         }
         out
     }
 
     fn get(&self, gr: &GroupResource, namespace: &str, name: &str) -> Option<&Value> {
-        self.objects.get(gr)?.get(&(namespace.to_string(), name.to_string()))
+        self.objects
+            .get(gr)?
+            .get(&(namespace.to_string(), name.to_string()))
     }
 
     /// Commits a put (`new` is Some) or a delete (`new` is None, `old` is the object):
@@ -160,7 +183,11 @@ impl State {
             (None, Some(o)) => (EventType::Deleted, o.clone()),
             (None, None) => return Err(ApiError::internal("commit without an object")),
         };
-        set_meta(&mut object, "resourceVersion", Value::String(rv.to_string()));
+        set_meta(
+            &mut object,
+            "resourceVersion",
+            Value::String(rv.to_string()),
+        );
         let namespace = meta_str(&object, "namespace");
         let name = meta_str(&object, "name");
         if let Some(p) = self.persist.as_mut() {
@@ -172,7 +199,9 @@ impl State {
                 name: name.clone(),
                 object: (kind != EventType::Deleted).then(|| object.clone()),
             };
-            p.append(&record).map_err(|e| ApiError::internal(format!("persisting {gr} {namespace}/{name}: {e}")))?;
+            p.append(&record).map_err(|e| {
+                ApiError::internal(format!("persisting {gr} {namespace}/{name}: {e}"))
+            })?;
         }
         self.rv = rv;
         let coll = self.objects.entry(gr.clone()).or_default();
@@ -181,7 +210,13 @@ impl State {
         } else {
             coll.insert((namespace, name), object.clone());
         }
-        self.hub.publish(StoredEvent { rv, gr: gr.clone(), kind, object: object.clone(), old });
+        self.hub.publish(StoredEvent {
+            rv,
+            gr: gr.clone(),
+            kind,
+            object: object.clone(),
+            old,
+        });
         changed.send_replace(rv);
         Ok(object)
     }

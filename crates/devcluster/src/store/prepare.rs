@@ -17,7 +17,9 @@ pub fn now() -> String {
 /// Checks (and fills in when absent) apiVersion and kind against the URL's type.
 pub fn check_type(rt: &ResourceType, object: &mut Value) -> Result<(), ApiError> {
     if !object.is_object() {
-        return Err(ApiError::bad_request("the request body must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
     }
     let expected = rt.api_version();
     match object.get("apiVersion").and_then(Value::as_str) {
@@ -48,7 +50,12 @@ pub fn resolve_name(rt: &ResourceType, object: &mut Value) -> Result<String, Api
     if name.is_empty() {
         let prefix = meta_str(object, "generateName");
         if prefix.is_empty() {
-            return Err(ApiError::invalid(&rt.group, &rt.kind, "", "metadata.name: Required value: name or generateName is required"));
+            return Err(ApiError::invalid(
+                &rt.group,
+                &rt.kind,
+                "",
+                "metadata.name: Required value: name or generateName is required",
+            ));
         }
         name = format!("{prefix}{}", random_suffix());
         set_meta(object, "name", Value::String(name.clone()));
@@ -71,14 +78,27 @@ fn random_suffix() -> String {
 /// segments (they use `system:` names), everything else is a DNS subdomain.
 pub fn validate_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
     let ok = if rt.group == "rbac.authorization.k8s.io" {
-        !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('%')
+        !name.is_empty()
+            && name != "."
+            && name != ".."
+            && !name.contains('/')
+            && !name.contains('%')
     } else {
-        let max = if rt.kind == "Namespace" && !rt.custom { 63 } else { 253 };
+        let max = if rt.kind == "Namespace" && !rt.custom {
+            63
+        } else {
+            253
+        };
         let label_only = max == 63;
         name.len() <= max
             && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
             && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (c == '.' && !label_only))
+            && name.chars().all(|c| {
+                c.is_ascii_lowercase()
+                    || c.is_ascii_digit()
+                    || c == '-'
+                    || (c == '.' && !label_only)
+            })
     };
     if ok {
         Ok(())
@@ -87,33 +107,53 @@ pub fn validate_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
             &rt.group,
             &rt.kind,
             name,
-            format!("metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 name must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"),
+            format!(
+                "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 name must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+            ),
         ))
     }
 }
 
 /// Server-owned metadata of a new object.
 pub fn init_server_fields(rt: &ResourceType, object: &mut Value, now: &str) {
-    set_meta(object, "uid", Value::String(uuid::Uuid::new_v4().to_string()));
+    set_meta(
+        object,
+        "uid",
+        Value::String(uuid::Uuid::new_v4().to_string()),
+    );
     set_meta(object, "creationTimestamp", Value::String(now.to_string()));
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        for f in ["deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion", "selfLink", "generation"] {
+        for f in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "resourceVersion",
+            "selfLink",
+            "generation",
+        ] {
             meta.remove(f);
         }
     }
     if rt.tracks_generation {
         set_meta(object, "generation", json!(1));
     }
-    if rt.has_status {
-        if let Some(m) = object.as_object_mut() {
-            m.remove("status");
-        }
+    if rt.has_status
+        && let Some(m) = object.as_object_mut()
+    {
+        m.remove("status");
     }
 }
 
 /// Keeps the server-owned metadata of `old` on an update.
 pub fn carry_server_fields(old: &Value, new: &mut Value) {
-    for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "name", "namespace"] {
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "name",
+        "namespace",
+    ] {
         match old.get("metadata").and_then(|m| m.get(f)) {
             Some(v) => set_meta(new, f, v.clone()),
             None => {
@@ -178,8 +218,15 @@ pub fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
         }
         c
     };
-    let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
-    let next = if spec_of(old) != spec_of(new) { generation + 1 } else { generation };
+    let generation = old
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let next = if spec_of(old) != spec_of(new) {
+        generation + 1
+    } else {
+        generation
+    };
     set_meta(new, "generation", json!(next));
 }
 
@@ -202,7 +249,12 @@ pub fn same_content(a: &Value, b: &Value) -> bool {
 }
 
 /// Per-kind behaviour a client can observe on write.
-pub fn kind_defaults(rt: &ResourceType, object: &mut Value, created: bool, now: &str) -> Result<(), ApiError> {
+pub fn kind_defaults(
+    rt: &ResourceType,
+    object: &mut Value,
+    created: bool,
+    now: &str,
+) -> Result<(), ApiError> {
     if rt.custom {
         return Ok(());
     }
@@ -225,17 +277,24 @@ pub fn kind_defaults(rt: &ResourceType, object: &mut Value, created: bool, now: 
 
 /// `stringData` is write-only: it is base64-encoded into `data` and never stored.
 fn secret_string_data(object: &mut Value) {
-    let Some(m) = object.as_object_mut() else { return };
+    let Some(m) = object.as_object_mut() else {
+        return;
+    };
     if !m.contains_key("type") {
         m.insert("type".into(), Value::String("Opaque".into()));
     }
-    let Some(Value::Object(string_data)) = m.remove("stringData") else { return };
+    let Some(Value::Object(string_data)) = m.remove("stringData") else {
+        return;
+    };
     let data = m.entry("data").or_insert_with(|| json!({}));
     if !data.is_object() {
         *data = json!({});
     }
     for (k, v) in string_data {
-        let text = v.as_str().map(String::from).unwrap_or_else(|| v.to_string());
+        let text = v
+            .as_str()
+            .map(String::from)
+            .unwrap_or_else(|| v.to_string());
         data[k] = Value::String(base64::engine::general_purpose::STANDARD.encode(text));
     }
 }
@@ -246,7 +305,11 @@ mod tests {
     use crate::resources::Registry;
 
     fn rt(group: &str, plural: &str) -> ResourceType {
-        Registry::with_builtins().all().find(|r| r.group == group && r.plural == plural).cloned().expect("type")
+        Registry::with_builtins()
+            .all()
+            .find(|r| r.group == group && r.plural == plural)
+            .cloned()
+            .expect("type")
     }
 
     #[test]
@@ -274,8 +337,15 @@ mod tests {
     #[test]
     fn names_are_validated_per_kind() {
         assert!(validate_name(&rt("", "configmaps"), "a.b-c").is_ok());
-        assert_eq!(validate_name(&rt("", "configmaps"), "Bad").expect_err("upper").code, 422);
+        assert_eq!(
+            validate_name(&rt("", "configmaps"), "Bad")
+                .expect_err("upper")
+                .code,
+            422
+        );
         assert!(validate_name(&rt("", "namespaces"), "a.b").is_err());
-        assert!(validate_name(&rt("rbac.authorization.k8s.io", "clusterroles"), "system:x").is_ok());
+        assert!(
+            validate_name(&rt("rbac.authorization.k8s.io", "clusterroles"), "system:x").is_ok()
+        );
     }
 }

@@ -101,7 +101,11 @@ impl Store {
 
     pub fn list(&self, rt: &ResourceType, opts: &ListOptions) -> Result<ListResult, ApiError> {
         let st = self.lock();
-        let token = opts.continue_token.as_deref().map(ContinueToken::decode).transpose()?;
+        let token = opts
+            .continue_token
+            .as_deref()
+            .map(ContinueToken::decode)
+            .transpose()?;
         let snapshot_rv = match &token {
             Some(t) => {
                 st.hub.check_rv(t.rv).map_err(|_| {
@@ -128,20 +132,37 @@ impl Store {
             .collect();
         let limit = opts.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
         let page = matching.len().min(limit);
-        let items = matching[..page].iter().map(|(_, o)| present(rt, o)).collect();
+        let items = matching[..page]
+            .iter()
+            .map(|(_, o)| present(rt, o))
+            .collect();
         let (continue_token, remaining) = match matching.get(page.wrapping_sub(1)) {
             Some(((namespace, name), _)) if matching.len() > page => {
-                let token = ContinueToken { rv: snapshot_rv, namespace: namespace.clone(), name: name.clone() };
+                let token = ContinueToken {
+                    rv: snapshot_rv,
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                };
                 (Some(token.encode()), Some(matching.len() - page))
             }
             _ => (None, None),
         };
-        Ok(ListResult { items, resource_version: snapshot_rv, continue_token, remaining })
+        Ok(ListResult {
+            items,
+            resource_version: snapshot_rv,
+            continue_token,
+            remaining,
+        })
     }
 
     /// Starts a watch; the initial events and the subscription are taken under one lock,
     /// so nothing committed in between is lost or duplicated.
-    pub fn watch(&self, rt: &ResourceType, filter: WatchFilter, start: WatchStart) -> Result<WatchStream, ApiError> {
+    pub fn watch(
+        &self,
+        rt: &ResourceType,
+        filter: WatchFilter,
+        start: WatchStart,
+    ) -> Result<WatchStream, ApiError> {
         let mut st = self.lock();
         let current = st.rv;
         let initial_objects = |st: &super::State| -> Vec<WatchEvent> {
@@ -150,23 +171,44 @@ impl Store {
                 .into_iter()
                 .flat_map(|c| c.values())
                 .filter(|o| filter.matches(o))
-                .map(|o| WatchEvent { kind: EventType::Added, object: o.clone() })
+                .map(|o| WatchEvent {
+                    kind: EventType::Added,
+                    object: o.clone(),
+                })
                 .collect()
         };
         let (initial, live) = match start {
             WatchStart::Now | WatchStart::InitialEvents => {
                 let mut initial = initial_objects(&st);
-                let (_, rx) = st.hub.subscribe(filter.clone(), None).map_err(|_| ApiError::internal("subscribe"))?;
+                let (_, rx) = st
+                    .hub
+                    .subscribe(filter.clone(), None)
+                    .map_err(|_| ApiError::internal("subscribe"))?;
                 if start == WatchStart::InitialEvents {
-                    initial.push(WatchEvent { kind: EventType::Bookmark, object: initial_events_end(current) });
+                    initial.push(WatchEvent {
+                        kind: EventType::Bookmark,
+                        object: initial_events_end(current),
+                    });
                 }
                 (initial, rx)
             }
-            WatchStart::After(rv) => st.hub.subscribe(filter.clone(), Some(rv)).map_err(|too_old| {
-                ApiError::gone(format!("too old resource version: {} ({})", too_old.requested, too_old.oldest + 1))
-            })?,
+            WatchStart::After(rv) => {
+                st.hub
+                    .subscribe(filter.clone(), Some(rv))
+                    .map_err(|too_old| {
+                        ApiError::gone(format!(
+                            "too old resource version: {} ({})",
+                            too_old.requested,
+                            too_old.oldest + 1
+                        ))
+                    })?
+            }
         };
-        Ok(WatchStream { initial, live, resource_version: current })
+        Ok(WatchStream {
+            initial,
+            live,
+            resource_version: current,
+        })
     }
 }
 

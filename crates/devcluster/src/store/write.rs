@@ -4,8 +4,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::prepare::{
-    bump_generation, carry_server_fields, check_type, init_server_fields, kind_defaults, now, resolve_name,
-    same_content, separate_status,
+    bump_generation, carry_server_fields, check_type, init_server_fields, kind_defaults, now,
+    resolve_name, same_content, separate_status,
 };
 use super::{State, Store, meta_str, present, set_meta};
 use crate::apply::{ApplyRequest, apply, restrict_config, track_update};
@@ -27,7 +27,11 @@ pub struct WriteOptions {
 
 impl WriteOptions {
     pub fn internal(manager: &str) -> WriteOptions {
-        WriteOptions { dry_run: false, manager: manager.to_string(), force: false }
+        WriteOptions {
+            dry_run: false,
+            manager: manager.to_string(),
+            force: false,
+        }
     }
 }
 
@@ -57,12 +61,26 @@ pub enum Part {
 
 impl Store {
     /// POST: creates an object; 409 AlreadyExists when the name is taken.
-    pub fn create(&self, rt: &ResourceType, namespace: Option<&str>, body: Value, opts: &WriteOptions) -> Result<Value, ApiError> {
+    pub fn create(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
         self.lock().create(rt, namespace, body, opts, &self.changed)
     }
 
     /// PUT: replaces an object; 409 Conflict on a stale resourceVersion.
-    pub fn update(&self, rt: &ResourceType, namespace: &str, name: &str, body: Value, part: Part, opts: &WriteOptions) -> Result<Value, ApiError> {
+    pub fn update(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        body: Value,
+        part: Part,
+        opts: &WriteOptions,
+    ) -> Result<Value, ApiError> {
         let mut st = self.lock();
         let mut body = body;
         check_type(rt, &mut body)?;
@@ -75,13 +93,25 @@ impl Store {
 
     /// PATCH in any of the four formats. Returns the object and whether it was created
     /// (only server-side apply creates).
-    pub fn patch(&self, rt: &ResourceType, namespace: &str, name: &str, kind: PatchKind, body: &[u8], part: Part, opts: &WriteOptions) -> Result<(Value, bool), ApiError> {
+    #[allow(clippy::too_many_arguments)] // mirrors the REST call: object, format, body, subresource, options
+    pub fn patch(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        kind: PatchKind,
+        body: &[u8],
+        part: Part,
+        opts: &WriteOptions,
+    ) -> Result<(Value, bool), ApiError> {
         let mut st = self.lock();
         if kind == PatchKind::Apply {
             return st.server_side_apply(rt, namespace, name, body, part, opts, &self.changed);
         }
         if kind == PatchKind::Strategic && rt.custom {
-            return Err(ApiError::unsupported_media_type("application/strategic-merge-patch+json (not supported for custom resources)"));
+            return Err(ApiError::unsupported_media_type(
+                "application/strategic-merge-patch+json (not supported for custom resources)",
+            ));
         }
         let old = st.existing(rt, namespace, name)?;
         let mut new = apply_patch(kind, &present(rt, &old), body)?;
@@ -89,31 +119,68 @@ impl Store {
         check_identity(rt, &new, namespace, name)?;
         check_rv_precondition(rt, &old, &new)?;
         let new = separate_status(rt, &old, new, part == Part::Status);
-        Ok((st.finish_update(rt, old, new, part, opts, true, &self.changed)?, false))
+        Ok((
+            st.finish_update(rt, old, new, part, opts, true, &self.changed)?,
+            false,
+        ))
     }
 
     /// Changes an object with a function (controllers). Returns None when it is gone.
-    pub fn mutate(&self, rt: &ResourceType, namespace: &str, name: &str, part: Part, manager: &str, f: impl FnOnce(&mut Value)) -> Result<Option<Value>, ApiError> {
+    pub fn mutate(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        part: Part,
+        manager: &str,
+        f: impl FnOnce(&mut Value),
+    ) -> Result<Option<Value>, ApiError> {
         let mut st = self.lock();
-        let Some(old) = st.get(&rt.gr(), namespace, name).cloned() else { return Ok(None) };
+        let Some(old) = st.get(&rt.gr(), namespace, name).cloned() else {
+            return Ok(None);
+        };
         let mut new = old.clone();
         f(&mut new);
         let new = separate_status(rt, &old, new, part == Part::Status);
-        st.finish_update(rt, old, new, part, &WriteOptions::internal(manager), true, &self.changed).map(Some)
+        st.finish_update(
+            rt,
+            old,
+            new,
+            part,
+            &WriteOptions::internal(manager),
+            true,
+            &self.changed,
+        )
+        .map(Some)
     }
 
     /// DELETE: removes the object, or marks it with deletionTimestamp while finalizers remain.
-    pub fn delete(&self, rt: &ResourceType, namespace: &str, name: &str, opts: &DeleteOptions) -> Result<Value, ApiError> {
+    pub fn delete(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Value, ApiError> {
         self.lock().delete(rt, namespace, name, opts, &self.changed)
     }
 }
 
 impl State {
     fn existing(&self, rt: &ResourceType, namespace: &str, name: &str) -> Result<Value, ApiError> {
-        self.get(&rt.gr(), namespace, name).cloned().ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+        self.get(&rt.gr(), namespace, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
     }
 
-    pub(super) fn create(&mut self, rt: &ResourceType, namespace: Option<&str>, mut obj: Value, opts: &WriteOptions, changed: &watch::Sender<u64>) -> Result<Value, ApiError> {
+    pub(super) fn create(
+        &mut self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        mut obj: Value,
+        opts: &WriteOptions,
+        changed: &watch::Sender<u64>,
+    ) -> Result<Value, ApiError> {
         check_type(rt, &mut obj)?;
         let name = resolve_name(rt, &mut obj)?;
         let namespace = self.scope_namespace(rt, namespace, &mut obj)?;
@@ -123,11 +190,25 @@ impl State {
         let now = now();
         init_server_fields(rt, &mut obj, &now);
         kind_defaults(rt, &mut obj, true, &now)?;
-        track_update(None, &mut obj, &opts.manager, !rt.custom, "", &rt.api_version(), &now);
+        track_update(
+            None,
+            &mut obj,
+            &opts.manager,
+            !rt.custom,
+            "",
+            &rt.api_version(),
+            &now,
+        );
         self.commit_create(rt, obj, opts, changed)
     }
 
-    fn commit_create(&mut self, rt: &ResourceType, obj: Value, opts: &WriteOptions, changed: &watch::Sender<u64>) -> Result<Value, ApiError> {
+    fn commit_create(
+        &mut self,
+        rt: &ResourceType,
+        obj: Value,
+        opts: &WriteOptions,
+        changed: &watch::Sender<u64>,
+    ) -> Result<Value, ApiError> {
         if opts.dry_run {
             return Ok(present(rt, &obj));
         }
@@ -140,7 +221,12 @@ impl State {
 
     /// Validates the namespace of a create: namespaced kinds need an existing, active
     /// namespace that matches the body's; cluster-scoped kinds have none.
-    fn scope_namespace(&self, rt: &ResourceType, url_ns: Option<&str>, obj: &mut Value) -> Result<String, ApiError> {
+    fn scope_namespace(
+        &self,
+        rt: &ResourceType,
+        url_ns: Option<&str>,
+        obj: &mut Value,
+    ) -> Result<String, ApiError> {
         if !rt.namespaced {
             if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.remove("namespace");
@@ -150,20 +236,29 @@ impl State {
         let body_ns = meta_str(obj, "namespace");
         let ns = url_ns.map(String::from).unwrap_or_else(|| body_ns.clone());
         if ns.is_empty() {
-            return Err(ApiError::bad_request("the namespace of the object must be set"));
+            return Err(ApiError::bad_request(
+                "the namespace of the object must be set",
+            ));
         }
         if !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
         }
         set_meta(obj, "namespace", Value::String(ns.clone()));
-        let ns_gr = GroupResource { group: String::new(), resource: "namespaces".into() };
+        let ns_gr = GroupResource {
+            group: String::new(),
+            resource: "namespaces".into(),
+        };
         match self.get(&ns_gr, "", &ns) {
             None => Err(ApiError::not_found("", "namespaces", &ns)),
-            Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(ApiError::forbidden(format!(
-                "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                rt.qualified_name(),
-                meta_str(obj, "name")
-            ))),
+            Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
+                Err(ApiError::forbidden(format!(
+                    "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    rt.qualified_name(),
+                    meta_str(obj, "name")
+                )))
+            }
             Some(_) => Ok(ns),
         }
     }
@@ -171,13 +266,30 @@ impl State {
     /// Completes any update: server fields, managed fields, generation, finalizer-driven
     /// removal, no-op detection, commit.
     #[allow(clippy::too_many_arguments)]
-    fn finish_update(&mut self, rt: &ResourceType, old: Value, mut new: Value, part: Part, opts: &WriteOptions, track: bool, changed: &watch::Sender<u64>) -> Result<Value, ApiError> {
+    fn finish_update(
+        &mut self,
+        rt: &ResourceType,
+        old: Value,
+        mut new: Value,
+        part: Part,
+        opts: &WriteOptions,
+        track: bool,
+        changed: &watch::Sender<u64>,
+    ) -> Result<Value, ApiError> {
         let now = now();
         carry_server_fields(&old, &mut new);
         kind_defaults(rt, &mut new, false, &now)?;
         if track {
             let sub = if part == Part::Status { "status" } else { "" };
-            track_update(Some(&old), &mut new, &opts.manager, !rt.custom, sub, &rt.api_version(), &now);
+            track_update(
+                Some(&old),
+                &mut new,
+                &opts.manager,
+                !rt.custom,
+                sub,
+                &rt.api_version(),
+                &now,
+            );
         }
         bump_generation(rt, &old, &mut new);
         let terminating = old.pointer("/metadata/deletionTimestamp").is_some();
@@ -186,7 +298,11 @@ impl State {
                 return Ok(present(rt, &new));
             }
             let mut gone = new;
-            set_meta(&mut gone, "resourceVersion", old["metadata"]["resourceVersion"].clone());
+            set_meta(
+                &mut gone,
+                "resourceVersion",
+                old["metadata"]["resourceVersion"].clone(),
+            );
             let removed = self.commit(&rt.gr(), None, Some(gone), changed)?;
             self.after_delete(rt, &removed, changed)?;
             return Ok(present(rt, &removed));
@@ -203,14 +319,35 @@ impl State {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn server_side_apply(&mut self, rt: &ResourceType, namespace: &str, name: &str, body: &[u8], part: Part, opts: &WriteOptions, changed: &watch::Sender<u64>) -> Result<(Value, bool), ApiError> {
+    fn server_side_apply(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        body: &[u8],
+        part: Part,
+        opts: &WriteOptions,
+        changed: &watch::Sender<u64>,
+    ) -> Result<(Value, bool), ApiError> {
         if opts.manager.is_empty() {
-            return Err(ApiError::bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+            return Err(ApiError::bad_request(
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            ));
         }
         let mut config: Value = serde_saphyr::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-        if config.get("apiVersion").and_then(Value::as_str).is_none_or(str::is_empty) || config.get("kind").and_then(Value::as_str).is_none_or(str::is_empty) {
-            return Err(ApiError::bad_request("apiVersion and kind must be set in an apply configuration"));
+        if config
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+            || config
+                .get("kind")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        {
+            return Err(ApiError::bad_request(
+                "apiVersion and kind must be set in an apply configuration",
+            ));
         }
         check_type(rt, &mut config)?;
         check_identity(rt, &config, namespace, name)?;
@@ -242,22 +379,45 @@ impl State {
                 check_rv_precondition(rt, &old, &config)?;
                 let new = apply(Some(&old), &config, &req)?;
                 let new = separate_status(rt, &old, new, part == Part::Status);
-                Ok((self.finish_update(rt, old, new, part, opts, false, changed)?, false))
+                Ok((
+                    self.finish_update(rt, old, new, part, opts, false, changed)?,
+                    false,
+                ))
             }
         }
     }
 
-    pub(super) fn delete(&mut self, rt: &ResourceType, namespace: &str, name: &str, opts: &DeleteOptions, changed: &watch::Sender<u64>) -> Result<Value, ApiError> {
+    pub(super) fn delete(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        changed: &watch::Sender<u64>,
+    ) -> Result<Value, ApiError> {
         let old = self.existing(rt, namespace, name)?;
-        if let Some(uid) = &opts.precondition_uid {
-            if meta_str(&old, "uid") != *uid {
-                return Err(ApiError::conflict(&rt.group, &rt.plural, name, &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&old, "uid"))));
-            }
+        if let Some(uid) = &opts.precondition_uid
+            && meta_str(&old, "uid") != *uid
+        {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&old, "uid")
+                ),
+            ));
         }
-        if let Some(rv) = &opts.precondition_rv {
-            if meta_str(&old, "resourceVersion") != *rv {
-                return Err(ApiError::conflict(&rt.group, &rt.plural, name, "the object has been modified; please apply your changes to the latest version and try again"));
-            }
+        if let Some(rv) = &opts.precondition_rv
+            && meta_str(&old, "resourceVersion") != *rv
+        {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
         }
         let mut obj = old.clone();
         let extra = match opts.propagation {
@@ -283,7 +443,10 @@ impl State {
             if opts.dry_run || same_content(&old, &obj) {
                 return Ok(present(rt, &obj));
             }
-            return Ok(present(rt, &self.commit(&rt.gr(), Some(obj), Some(old), changed)?));
+            return Ok(present(
+                rt,
+                &self.commit(&rt.gr(), Some(obj), Some(old), changed)?,
+            ));
         }
         if opts.dry_run {
             return Ok(present(rt, &obj));
@@ -294,14 +457,34 @@ impl State {
     }
 
     /// A deleted CRD takes its custom resources and its types with it.
-    fn after_delete(&mut self, rt: &ResourceType, removed: &Value, changed: &watch::Sender<u64>) -> Result<(), ApiError> {
+    fn after_delete(
+        &mut self,
+        rt: &ResourceType,
+        removed: &Value,
+        changed: &watch::Sender<u64>,
+    ) -> Result<(), ApiError> {
         if !crd::is_crd(rt) {
             return Ok(());
         }
-        let group = removed.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default().to_string();
-        let plural = removed.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or_default().to_string();
-        let gr = GroupResource { group: group.clone(), resource: plural.clone() };
-        let doomed: Vec<Value> = self.objects.get(&gr).map(|c| c.values().cloned().collect()).unwrap_or_default();
+        let group = removed
+            .pointer("/spec/group")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let plural = removed
+            .pointer("/spec/names/plural")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let gr = GroupResource {
+            group: group.clone(),
+            resource: plural.clone(),
+        };
+        let doomed: Vec<Value> = self
+            .objects
+            .get(&gr)
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default();
         for obj in doomed {
             self.commit(&gr, None, Some(obj), changed)?;
         }
@@ -325,7 +508,10 @@ impl State {
 /// for its `spec.finalizers` (the namespace controller's "kubernetes").
 fn ready_to_remove(rt: &ResourceType, obj: &Value) -> bool {
     let spec_done = !is_namespace(rt)
-        || obj.pointer("/spec/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        || obj
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
     finalizers(obj).is_empty() && spec_done
 }
 
@@ -337,7 +523,12 @@ fn is_namespace(rt: &ResourceType) -> bool {
 pub fn finalizers(obj: &Value) -> Vec<String> {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -346,14 +537,23 @@ fn validate_new(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
 }
 
 /// The body's name and namespace must match the URL's.
-fn check_identity(rt: &ResourceType, body: &Value, namespace: &str, name: &str) -> Result<(), ApiError> {
+fn check_identity(
+    rt: &ResourceType,
+    body: &Value,
+    namespace: &str,
+    name: &str,
+) -> Result<(), ApiError> {
     let body_name = meta_str(body, "name");
     if !body_name.is_empty() && body_name != name {
-        return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
     }
     let body_ns = meta_str(body, "namespace");
     if rt.namespaced && !body_ns.is_empty() && body_ns != namespace {
-        return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
     }
     Ok(())
 }

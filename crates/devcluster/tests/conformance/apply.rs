@@ -17,23 +17,81 @@ async fn apply_creates_updates_and_prunes_own_fields() {
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
     let pp = PatchParams::apply("berth-test");
 
-    let created = api.patch("cfg", &pp, &Patch::Apply(config(&ns, json!({ "a": "1", "b": "2" }), json!({ "x": "1" })))).await.expect("apply creates");
-    let managers: Vec<String> = created.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
+    let created = api
+        .patch(
+            "cfg",
+            &pp,
+            &Patch::Apply(config(
+                &ns,
+                json!({ "a": "1", "b": "2" }),
+                json!({ "x": "1" }),
+            )),
+        )
+        .await
+        .expect("apply creates");
+    let managers: Vec<String> = created
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
     assert_eq!(managers, vec!["berth-test"]);
-    assert_eq!(created.metadata.managed_fields.as_ref().and_then(|m| m[0].operation.clone()).as_deref(), Some("Apply"));
+    assert_eq!(
+        created
+            .metadata
+            .managed_fields
+            .as_ref()
+            .and_then(|m| m[0].operation.clone())
+            .as_deref(),
+        Some("Apply")
+    );
 
     // Another writer adds a key with an ordinary merge patch; it now owns that key.
-    api.patch("cfg", &PatchParams { field_manager: Some("editor".into()), ..Default::default() }, &Patch::Merge(json!({ "data": { "c": "3" } }))).await.expect("merge patch");
+    api.patch(
+        "cfg",
+        &PatchParams {
+            field_manager: Some("editor".into()),
+            ..Default::default()
+        },
+        &Patch::Merge(json!({ "data": { "c": "3" } })),
+    )
+    .await
+    .expect("merge patch");
 
-    let smaller = api.patch("cfg", &pp, &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({})))).await.expect("re-apply smaller");
+    let smaller = api
+        .patch(
+            "cfg",
+            &pp,
+            &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({}))),
+        )
+        .await
+        .expect("re-apply smaller");
     let data = smaller.data.expect("data");
     assert_eq!(data.get("a").map(String::as_str), Some("1"));
-    assert!(!data.contains_key("b"), "a field the applier stopped setting is removed");
-    assert_eq!(data.get("c").map(String::as_str), Some("3"), "another manager's field stays");
+    assert!(
+        !data.contains_key("b"),
+        "a field the applier stopped setting is removed"
+    );
+    assert_eq!(
+        data.get("c").map(String::as_str),
+        Some("3"),
+        "another manager's field stays"
+    );
     assert!(smaller.metadata.labels.unwrap_or_default().is_empty());
 
-    let again = api.patch("cfg", &pp, &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({})))).await.expect("idempotent");
-    assert_eq!(again.metadata.resource_version, smaller.metadata.resource_version, "a no-op apply does not write");
+    let again = api
+        .patch(
+            "cfg",
+            &pp,
+            &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({}))),
+        )
+        .await
+        .expect("idempotent");
+    assert_eq!(
+        again.metadata.resource_version, smaller.metadata.resource_version,
+        "a no-op apply does not write"
+    );
 }
 
 #[tokio::test]
@@ -41,18 +99,63 @@ async fn conflicting_apply_needs_force() {
     let t = target().await;
     let ns = namespace(&t.client, "ssac").await;
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
-    api.patch("cfg", &PatchParams::apply("owner"), &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({})))).await.expect("owner applies");
+    api.patch(
+        "cfg",
+        &PatchParams::apply("owner"),
+        &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({}))),
+    )
+    .await
+    .expect("owner applies");
 
-    let same = api.patch("cfg", &PatchParams::apply("sharer"), &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({})))).await.expect("same value is shared");
+    let same = api
+        .patch(
+            "cfg",
+            &PatchParams::apply("sharer"),
+            &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({}))),
+        )
+        .await
+        .expect("same value is shared");
     assert_eq!(same.metadata.managed_fields.map(|m| m.len()), Some(2));
 
-    let err = api.patch("cfg", &PatchParams::apply("rival"), &Patch::Apply(config(&ns, json!({ "a": "2" }), json!({})))).await.expect_err("conflict");
+    let err = api
+        .patch(
+            "cfg",
+            &PatchParams::apply("rival"),
+            &Patch::Apply(config(&ns, json!({ "a": "2" }), json!({}))),
+        )
+        .await
+        .expect_err("conflict");
     assert_eq!(code(&err), 409);
     if let kube::Error::Api(s) = &err {
-        assert!(s.message.contains("conflict") && s.message.contains(".data.a"), "{}", s.message);
+        assert!(
+            s.message.contains("conflict") && s.message.contains(".data.a"),
+            "{}",
+            s.message
+        );
     }
-    let forced = api.patch("cfg", &PatchParams::apply("rival").force(), &Patch::Apply(config(&ns, json!({ "a": "2" }), json!({})))).await.expect("force");
-    assert_eq!(forced.data.and_then(|d| d.get("a").cloned()).as_deref(), Some("2"));
-    let owners: Vec<String> = forced.metadata.managed_fields.iter().flatten().filter(|m| m.fields_v1.as_ref().is_some_and(|f| f.0.pointer("/f:data/f:a").is_some())).filter_map(|m| m.manager.clone()).collect();
+    let forced = api
+        .patch(
+            "cfg",
+            &PatchParams::apply("rival").force(),
+            &Patch::Apply(config(&ns, json!({ "a": "2" }), json!({}))),
+        )
+        .await
+        .expect("force");
+    assert_eq!(
+        forced.data.and_then(|d| d.get("a").cloned()).as_deref(),
+        Some("2")
+    );
+    let owners: Vec<String> = forced
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:data/f:a").is_some())
+        })
+        .filter_map(|m| m.manager.clone())
+        .collect();
     assert_eq!(owners, vec!["rival"], "force moves ownership");
 }

@@ -30,7 +30,9 @@ pub fn real_cluster() -> Option<PathBuf> {
 
 pub async fn client_for(kubeconfig_yaml: &str) -> Client {
     let kc = Kubeconfig::from_yaml(kubeconfig_yaml).expect("kubeconfig parses");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig is usable");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is usable");
     Client::try_from(config).expect("client builds")
 }
 
@@ -43,7 +45,12 @@ pub async fn target_with(mut config: DevClusterConfig) -> Target {
     let dir = tempfile::tempdir().expect("tempdir");
     if let Some(path) = real_cluster() {
         let yaml = std::fs::read_to_string(&path).expect("BERTH_TEST_KUBECONFIG is readable");
-        return Target { client: client_for(&yaml).await, kubeconfig: path, dev: None, _dir: dir };
+        return Target {
+            client: client_for(&yaml).await,
+            kubeconfig: path,
+            dev: None,
+            _dir: dir,
+        };
     }
     if config.data_dir.is_none() {
         config.data_dir = Some(dir.path().join("data"));
@@ -51,7 +58,12 @@ pub async fn target_with(mut config: DevClusterConfig) -> Target {
     let dev = DevCluster::start(config).await.expect("dev cluster starts");
     let kubeconfig = dev.kubeconfig_path().expect("kubeconfig written");
     let client = client_for(&dev.kubeconfig_yaml()).await;
-    Target { client, kubeconfig, dev: Some(dev), _dir: dir }
+    Target {
+        client,
+        kubeconfig,
+        dev: Some(dev),
+        _dir: dir,
+    }
 }
 
 /// A dev-cluster-only target; None (test skipped) against a real cluster.
@@ -65,9 +77,16 @@ pub async fn dev_only(reason: &str, config: DevClusterConfig) -> Option<Target> 
 
 /// Creates a uniquely named namespace for one test.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
-    let name = format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let ns: Namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).expect("namespace");
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace created");
+    let name = format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let ns: Namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))
+        .expect("namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace created");
     name
 }
 
@@ -82,7 +101,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

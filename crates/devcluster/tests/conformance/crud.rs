@@ -8,7 +8,10 @@ use serde_json::json;
 use crate::common::{code, eventually, namespace, reason, target};
 
 fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
-    serde_json::from_value(json!({ "metadata": { "name": name, "labels": labels }, "data": { "k": "v" } })).expect("configmap")
+    serde_json::from_value(
+        json!({ "metadata": { "name": name, "labels": labels }, "data": { "k": "v" } }),
+    )
+    .expect("configmap")
 }
 
 #[tokio::test]
@@ -17,25 +20,51 @@ async fn configmap_round_trip_and_status_codes() {
     let ns = namespace(&t.client, "crud").await;
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
 
-    let created = api.create(&PostParams::default(), &cm("a", json!({}))).await.expect("create");
+    let created = api
+        .create(&PostParams::default(), &cm("a", json!({})))
+        .await
+        .expect("create");
     let meta = &created.metadata;
-    assert!(meta.uid.is_some() && meta.creation_timestamp.is_some() && meta.resource_version.is_some());
+    assert!(
+        meta.uid.is_some() && meta.creation_timestamp.is_some() && meta.resource_version.is_some()
+    );
     assert_eq!(api.get("a").await.expect("get").data, created.data);
 
-    let dup = api.create(&PostParams::default(), &cm("a", json!({}))).await.expect_err("duplicate");
+    let dup = api
+        .create(&PostParams::default(), &cm("a", json!({})))
+        .await
+        .expect_err("duplicate");
     assert_eq!((code(&dup), reason(&dup).as_str()), (409, "AlreadyExists"));
 
     let mut changed = created.clone();
     changed.data = Some([("k".to_string(), "v2".to_string())].into());
-    let updated = api.replace("a", &PostParams::default(), &changed).await.expect("update");
-    assert_ne!(updated.metadata.resource_version, created.metadata.resource_version);
-    let stale = api.replace("a", &PostParams::default(), &changed).await.expect_err("stale resourceVersion");
+    let updated = api
+        .replace("a", &PostParams::default(), &changed)
+        .await
+        .expect("update");
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let stale = api
+        .replace("a", &PostParams::default(), &changed)
+        .await
+        .expect_err("stale resourceVersion");
     assert_eq!((code(&stale), reason(&stale).as_str()), (409, "Conflict"));
 
-    api.delete("a", &DeleteParams::default()).await.expect("delete");
+    api.delete("a", &DeleteParams::default())
+        .await
+        .expect("delete");
     let gone = api.get("a").await.expect_err("deleted");
     assert_eq!((code(&gone), reason(&gone).as_str()), (404, "NotFound"));
-    assert_eq!(code(&api.delete("a", &DeleteParams::default()).await.expect_err("delete again")), 404);
+    assert_eq!(
+        code(
+            &api.delete("a", &DeleteParams::default())
+                .await
+                .expect_err("delete again")
+        ),
+        404
+    );
 }
 
 #[tokio::test]
@@ -43,13 +72,32 @@ async fn label_and_field_selectors() {
     let t = target().await;
     let ns = namespace(&t.client, "sel").await;
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
-    for (name, labels) in [("web", json!({ "app": "web", "tier": "front" })), ("api", json!({ "app": "api" })), ("bare", json!({}))] {
-        api.create(&PostParams::default(), &cm(name, labels)).await.expect("create");
+    // Every object carries `suite=sel`, so objects the cluster puts in each namespace
+    // (kube-root-ca.crt) never match.
+    for (name, labels) in [
+        (
+            "web",
+            json!({ "suite": "sel", "app": "web", "tier": "front" }),
+        ),
+        ("api", json!({ "suite": "sel", "app": "api" })),
+        ("bare", json!({ "suite": "sel" })),
+    ] {
+        api.create(&PostParams::default(), &cm(name, labels))
+            .await
+            .expect("create");
     }
     let names = |sel: &'static str| {
         let api = api.clone();
         async move {
-            let mut n: Vec<String> = api.list(&ListParams::default().labels(sel)).await.expect(sel).items.into_iter().filter_map(|c| c.metadata.name).collect();
+            let scoped = format!("suite=sel,{sel}");
+            let mut n: Vec<String> = api
+                .list(&ListParams::default().labels(&scoped))
+                .await
+                .expect(sel)
+                .items
+                .into_iter()
+                .filter_map(|c| c.metadata.name)
+                .collect();
             n.sort();
             n
         }
@@ -60,10 +108,20 @@ async fn label_and_field_selectors() {
     assert_eq!(names("!app").await, vec!["bare"]);
     assert_eq!(names("tier").await, vec!["web"]);
     assert_eq!(names("app!=api").await, vec!["bare", "web"]);
-    let by_name = api.list(&ListParams::default().fields("metadata.name=api")).await.expect("field selector");
+    let by_name = api
+        .list(&ListParams::default().fields("metadata.name=api"))
+        .await
+        .expect("field selector");
     assert_eq!(by_name.items.len(), 1);
     let all_ns: Api<ConfigMap> = Api::all(t.client.clone());
-    let in_ns = all_ns.list(&ListParams::default().fields(&format!("metadata.namespace={ns}"))).await.expect("namespace selector");
+    let in_ns = all_ns
+        .list(
+            &ListParams::default()
+                .fields(&format!("metadata.namespace={ns}"))
+                .labels("suite=sel"),
+        )
+        .await
+        .expect("namespace selector");
     assert_eq!(in_ns.items.len(), 3);
 }
 
@@ -73,15 +131,28 @@ async fn limit_and_continue_page_through_a_list() {
     let ns = namespace(&t.client, "page").await;
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
     for i in 0..5 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"), json!({}))).await.expect("create");
+        api.create(
+            &PostParams::default(),
+            &cm(&format!("c{i}"), json!({ "suite": "page" })),
+        )
+        .await
+        .expect("create");
     }
-    let first = api.list(&ListParams::default().limit(2)).await.expect("page 1");
+    let lp = ListParams::default().labels("suite=page").limit(2);
+    let first = api.list(&lp).await.expect("page 1");
     assert_eq!(first.items.len(), 2);
     let token = first.metadata.continue_.clone().expect("continue token");
-    let mut seen: Vec<String> = first.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
+    let mut seen: Vec<String> = first
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
     let mut token = Some(token);
     while let Some(t) = token.take() {
-        let page = api.list(&ListParams::default().limit(2).continue_token(&t)).await.expect("next page");
+        let page = api
+            .list(&lp.clone().continue_token(&t))
+            .await
+            .expect("next page");
         seen.extend(page.items.iter().filter_map(|c| c.metadata.name.clone()));
         token = page.metadata.continue_.filter(|c| !c.is_empty());
     }
@@ -98,14 +169,38 @@ async fn generation_moves_on_spec_changes_only() {
         "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "web" } },
             "template": { "metadata": { "labels": { "app": "web" } }, "spec": { "containers": [ { "name": "web", "image": "nginx:1" } ] } } }
     })).expect("deployment");
-    let created = api.create(&PostParams::default(), &d).await.expect("create");
+    let created = api
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create");
     assert_eq!(created.metadata.generation, Some(1));
     let pp = PatchParams::default();
-    let labelled = api.patch("web", &pp, &Patch::Merge(json!({ "metadata": { "labels": { "x": "y" } } }))).await.expect("label");
+    let labelled = api
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({ "metadata": { "labels": { "x": "y" } } })),
+        )
+        .await
+        .expect("label");
     assert_eq!(labelled.metadata.generation, Some(1));
-    let scaled = api.patch("web", &pp, &Patch::Merge(json!({ "spec": { "replicas": 3 } }))).await.expect("scale");
+    let scaled = api
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({ "spec": { "replicas": 3 } })),
+        )
+        .await
+        .expect("scale");
     assert_eq!(scaled.metadata.generation, Some(2));
-    let status = api.patch_status("web", &pp, &Patch::Merge(json!({ "status": { "observedGeneration": 2 } }))).await.expect("status");
+    let status = api
+        .patch_status(
+            "web",
+            &pp,
+            &Patch::Merge(json!({ "status": { "observedGeneration": 2 } })),
+        )
+        .await
+        .expect("status");
     assert_eq!(status.metadata.generation, Some(2));
     assert_eq!(status.status.and_then(|s| s.observed_generation), Some(2));
 }
@@ -117,12 +212,32 @@ async fn finalizers_hold_deletion_until_removed() {
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
     let mut c = cm("held", json!({}));
     c.metadata.finalizers = Some(vec!["example.com/hold".into()]);
-    api.create(&PostParams::default(), &c).await.expect("create");
-    api.delete("held", &DeleteParams::default()).await.expect("delete");
+    api.create(&PostParams::default(), &c)
+        .await
+        .expect("create");
+    api.delete("held", &DeleteParams::default())
+        .await
+        .expect("delete");
     let held = api.get("held").await.expect("still there");
     assert!(held.metadata.deletion_timestamp.is_some());
-    api.patch("held", &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(json!([{ "op": "remove", "path": "/metadata/finalizers" }])).expect("patch"))).await.expect("remove finalizer");
-    eventually("the object to be gone", || async { api.get_opt("held").await.expect("get").is_none().then_some(()) }).await;
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([{ "op": "remove", "path": "/metadata/finalizers" }]))
+                .expect("patch"),
+        ),
+    )
+    .await
+    .expect("remove finalizer");
+    eventually("the object to be gone", || async {
+        api.get_opt("held")
+            .await
+            .expect("get")
+            .is_none()
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -136,20 +251,55 @@ async fn patches_merge_json_and_strategic() {
             "template": { "metadata": { "labels": { "app": "web" } }, "spec": { "containers": [
                 { "name": "web", "image": "nginx:1", "env": [ { "name": "A", "value": "1" } ] },
                 { "name": "side", "image": "busybox" } ] } } }
-    })).expect("deployment");
-    api.create(&PostParams::default(), &d).await.expect("create");
+    }))
+    .expect("deployment");
+    api.create(&PostParams::default(), &d)
+        .await
+        .expect("create");
     let pp = PatchParams::default();
     let patched = api.patch("web", &pp, &Patch::Strategic(json!({ "spec": { "template": { "spec": { "containers": [ { "name": "web", "image": "nginx:2", "env": [ { "name": "B", "value": "2" } ] } ] } } } }))).await.expect("strategic");
-    let containers = patched.spec.template.spec.map(|s| s.containers).expect("containers");
+    let containers = patched
+        .spec
+        .template
+        .spec
+        .map(|s| s.containers)
+        .expect("containers");
     assert_eq!(containers.len(), 2, "strategic merge keeps the sidecar");
     assert_eq!(containers[0].image.as_deref(), Some("nginx:2"));
-    assert_eq!(containers[0].env.as_ref().map(Vec::len), Some(2), "env merged by name");
+    assert_eq!(
+        containers[0].env.as_ref().map(Vec::len),
+        Some(2),
+        "env merged by name"
+    );
 
     let s: Api<Secret> = Api::namespaced(t.client.clone(), &ns);
-    let secret: Secret = serde_json::from_value(json!({ "metadata": { "name": "s" }, "stringData": { "password": "hunter2" } })).expect("secret");
-    let created = s.create(&PostParams::default(), &secret).await.expect("secret");
-    assert_eq!(created.data.and_then(|d| d.get("password").map(|b| b.0.clone())), Some(b"hunter2".to_vec()));
-    let bad = api.patch("web", &pp, &Patch::Json::<()>(serde_json::from_value(json!([{ "op": "test", "path": "/metadata/name", "value": "other" }])).expect("patch"))).await.expect_err("failed test op");
+    let secret: Secret = serde_json::from_value(
+        json!({ "metadata": { "name": "s" }, "stringData": { "password": "hunter2" } }),
+    )
+    .expect("secret");
+    let created = s
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
+    assert_eq!(
+        created
+            .data
+            .and_then(|d| d.get("password").map(|b| b.0.clone())),
+        Some(b"hunter2".to_vec())
+    );
+    let bad = api
+        .patch(
+            "web",
+            &pp,
+            &Patch::Json::<()>(
+                serde_json::from_value(
+                    json!([{ "op": "test", "path": "/metadata/name", "value": "other" }]),
+                )
+                .expect("patch"),
+            ),
+        )
+        .await
+        .expect_err("failed test op");
     assert_eq!(code(&bad), 422, "{bad:?}");
 }
 
@@ -158,8 +308,14 @@ async fn dry_run_stores_nothing() {
     let t = target().await;
     let ns = namespace(&t.client, "dry").await;
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
-    let pp = PostParams { dry_run: true, ..Default::default() };
-    let shown = api.create(&pp, &cm("ghost", json!({}))).await.expect("dry-run create");
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let shown = api
+        .create(&pp, &cm("ghost", json!({})))
+        .await
+        .expect("dry-run create");
     assert_eq!(shown.metadata.name.as_deref(), Some("ghost"));
     assert!(api.get_opt("ghost").await.expect("get").is_none());
 }

@@ -15,12 +15,22 @@ use crate::common::{client_for, code, dev_only, eventually, namespace};
 #[tokio::test]
 async fn objects_survive_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = DevClusterConfig { data_dir: Some(dir.path().to_path_buf()), ..Default::default() };
-    let Some(t) = dev_only("persistence is a dev cluster property", config.clone()).await else { return };
+    let config = DevClusterConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    let Some(t) = dev_only("persistence is a dev cluster property", config.clone()).await else {
+        return;
+    };
     let ns = namespace(&t.client, "persist").await;
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
-    let c: ConfigMap = serde_json::from_value(json!({ "metadata": { "name": "kept" }, "data": { "k": "v" } })).expect("cm");
-    let created = api.create(&PostParams::default(), &c).await.expect("create");
+    let c: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "kept" }, "data": { "k": "v" } }))
+            .expect("cm");
+    let created = api
+        .create(&PostParams::default(), &c)
+        .await
+        .expect("create");
     t.dev.expect("dev cluster").shutdown().await;
 
     let again = DevCluster::start(config).await.expect("restart");
@@ -29,16 +39,37 @@ async fn objects_survive_a_restart() {
     let kept = api.get("kept").await.expect("still there after restart");
     assert_eq!(kept.metadata.uid, created.metadata.uid);
     assert_eq!(kept.data, created.data);
-    let newer = api.create(&PostParams::default(), &serde_json::from_value(json!({ "metadata": { "name": "newer" } })).expect("cm")).await.expect("create");
-    let rv = |o: &ConfigMap| o.metadata.resource_version.as_deref().and_then(|r| r.parse::<u64>().ok()).expect("numeric rv");
-    assert!(rv(&newer) > rv(&kept), "resourceVersions keep increasing across restarts");
+    let newer = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "newer" } })).expect("cm"),
+        )
+        .await
+        .expect("create");
+    let rv = |o: &ConfigMap| {
+        o.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|r| r.parse::<u64>().ok())
+            .expect("numeric rv")
+    };
+    assert!(
+        rv(&newer) > rv(&kept),
+        "resourceVersions keep increasing across restarts"
+    );
     again.shutdown().await;
 }
 
 #[tokio::test]
 async fn deployments_become_ready_when_simulated() {
-    let config = DevClusterConfig { simulate_workloads: true, workload_delay: Duration::from_millis(200), ..Default::default() };
-    let Some(t) = dev_only("a real cluster runs real controllers", config).await else { return };
+    let config = DevClusterConfig {
+        simulate_workloads: true,
+        workload_delay: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let Some(t) = dev_only("a real cluster runs real controllers", config).await else {
+        return;
+    };
     let ns = namespace(&t.client, "sim").await;
     let api: Api<Deployment> = Api::namespaced(t.client.clone(), &ns);
     let d: Deployment = serde_json::from_value(json!({
@@ -46,26 +77,42 @@ async fn deployments_become_ready_when_simulated() {
         "spec": { "replicas": 2, "selector": { "matchLabels": { "app": "web" } },
             "template": { "metadata": { "labels": { "app": "web" } }, "spec": { "containers": [ { "name": "web", "image": "nginx" } ] } } }
     })).expect("deployment");
-    let created = api.create(&PostParams::default(), &d).await.expect("create");
+    let created = api
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create");
     assert!(created.status.is_none(), "not ready at creation");
     let status = eventually("the deployment to be ready", || async {
         let s = api.get("web").await.expect("get").status?;
         (s.ready_replicas == Some(2) && s.observed_generation == Some(1)).then_some(s)
     })
     .await;
-    let available = status.conditions.unwrap_or_default().into_iter().any(|c| c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True"));
+    let available =
+        status.conditions.unwrap_or_default().into_iter().any(|c| {
+            c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
+        });
     assert!(available);
 }
 
 #[tokio::test]
 async fn token_is_required_when_configured() {
-    let config = DevClusterConfig { token: Some("s3cret".into()), ..Default::default() };
-    let Some(t) = dev_only("the token is the dev cluster's own", config).await else { return };
+    let config = DevClusterConfig {
+        token: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let Some(t) = dev_only("the token is the dev cluster's own", config).await else {
+        return;
+    };
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
-    api.list(&Default::default()).await.expect("the kubeconfig carries the token");
+    api.list(&Default::default())
+        .await
+        .expect("the kubeconfig carries the token");
     let url = t.dev.as_ref().expect("dev").url();
     let anonymous = client_for(&format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n")).await;
-    let err = Api::<ConfigMap>::namespaced(anonymous, "default").list(&Default::default()).await.expect_err("no token");
+    let err = Api::<ConfigMap>::namespaced(anonymous, "default")
+        .list(&Default::default())
+        .await
+        .expect_err("no token");
     assert_eq!(code(&err), 401);
 }
 
@@ -86,12 +133,76 @@ async fn binary_prints_its_address_and_serves() {
     .await
     .expect("join")
     .expect("first line");
-    let url = line.trim().strip_prefix("listening on ").expect("`listening on URL` first line").to_string();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("`listening on URL` first line")
+        .to_string();
     let client = client_for(&format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n")).await;
-    let listed = Api::<ConfigMap>::all(client).list(&Default::default()).await;
+    let listed = Api::<ConfigMap>::all(client)
+        .list(&Default::default())
+        .await;
     // SIGTERM the child we started, by its pid, and wait for it.
-    let _ = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
     let status = child.wait().expect("child exits");
     listed.expect("the separate process serves the API");
     assert!(status.success(), "clean exit on SIGTERM: {status:?}");
+}
+
+#[tokio::test]
+async fn watch_from_before_a_restart_is_gone() {
+    use futures::TryStreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = DevClusterConfig {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    // A real apiserver keeps minutes of history in etcd; only here can a test reliably
+    // age a resourceVersion out (a restart starts the event history afresh).
+    let Some(t) = dev_only(
+        "ageing out history needs control of the server",
+        config.clone(),
+    )
+    .await
+    else {
+        return;
+    };
+    let ns = namespace(&t.client, "gone").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let first = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "a" } })).expect("cm"),
+        )
+        .await
+        .expect("create");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({ "metadata": { "name": "b" } })).expect("cm"),
+    )
+    .await
+    .expect("create");
+    t.dev.expect("dev").shutdown().await;
+    let again = DevCluster::start(config).await.expect("restart");
+    let api: Api<ConfigMap> = Api::namespaced(client_for(&again.kubeconfig_yaml()).await, &ns);
+    let old_rv = first.metadata.resource_version.expect("rv");
+    let mut events = Box::pin(
+        api.watch(&WatchParams::default().timeout(5), &old_rv)
+            .await
+            .expect("watch opens"),
+    );
+    let event = tokio::time::timeout(crate::common::DEADLINE, events.try_next())
+        .await
+        .expect("in time")
+        .expect("stream ok")
+        .expect("an event");
+    match event {
+        WatchEvent::Error(status) => assert_eq!(status.code, 410),
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+    again.shutdown().await;
 }

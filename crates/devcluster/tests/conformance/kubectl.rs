@@ -9,8 +9,17 @@ use crate::common::{namespace, target};
 const KUBECTL: &str = "/usr/bin/kubectl";
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = Command::new(KUBECTL).arg("--kubeconfig").arg(kubeconfig).args(args).output().expect("kubectl runs");
-    assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(KUBECTL)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -33,15 +42,49 @@ async fn kubectl_get_and_apply() {
     let path = manifest.to_str().expect("utf-8 path").to_string();
     write("nginx:1");
     let (kc2, p2) = (kc.clone(), path.clone());
-    let first = tokio::task::spawn_blocking(move || kubectl(&kc2, &["apply", "-f", &p2])).await.expect("join");
-    assert!(first.contains("configmap/settings created") && first.contains("deployment.apps/web created"), "{first}");
+    let first = tokio::task::spawn_blocking(move || kubectl(&kc2, &["apply", "-f", &p2]))
+        .await
+        .expect("join");
+    assert!(
+        first.contains("configmap/settings created")
+            && first.contains("deployment.apps/web created"),
+        "{first}"
+    );
     write("nginx:2");
     let (kc2, p2) = (kc.clone(), path.clone());
-    let second = tokio::task::spawn_blocking(move || kubectl(&kc2, &["apply", "-f", &p2])).await.expect("join");
-    assert!(second.contains("configmap/settings unchanged") && second.contains("deployment.apps/web configured"), "{second}");
+    let second = tokio::task::spawn_blocking(move || kubectl(&kc2, &["apply", "-f", &p2]))
+        .await
+        .expect("join");
+    assert!(
+        second.contains("configmap/settings unchanged")
+            && second.contains("deployment.apps/web configured"),
+        "{second}"
+    );
     let (kc2, ns2) = (kc.clone(), ns.clone());
-    let image = tokio::task::spawn_blocking(move || kubectl(&kc2, &["get", "deployment", "web", "-n", &ns2, "-o", "jsonpath={.spec.template.spec.containers[0].image}"])).await.expect("join");
+    let image = tokio::task::spawn_blocking(move || {
+        kubectl(
+            &kc2,
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-n",
+                &ns2,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].image}",
+            ],
+        )
+    })
+    .await
+    .expect("join");
     assert_eq!(image, "nginx:2");
-    let listing = tokio::task::spawn_blocking(move || kubectl(&kc, &["get", "configmaps", "-A"])).await.expect("join");
-    assert!(listing.lines().any(|l| l.contains(&ns) && l.contains("settings")), "{listing}");
+    let listing = tokio::task::spawn_blocking(move || kubectl(&kc, &["get", "configmaps", "-A"]))
+        .await
+        .expect("join");
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.contains(&ns) && l.contains("settings")),
+        "{listing}"
+    );
 }

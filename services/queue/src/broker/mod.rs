@@ -4,13 +4,15 @@
 //! [`compaction`] are pure rules; [`convert`] validates and maps proto messages; [`service`]
 //! is the thin gRPC adapter that adds long polling.
 //!
-//! No background task is needed: lease expiry (redelivery) and the removal of cancelled tasks
+//! Over PostgreSQL, [`BrokerService::new`] spawns one task that LISTENs for other brokers'
+//! changes (see `listen`). Nothing else runs in the background: lease expiry (redelivery) and the removal of cancelled tasks
 //! whose holder vanished happen lazily inside Lease, and a waiting Lease wakes up by itself
 //! when the next retry delay ends or the next lease expires.
 
 mod backoff;
 mod compaction;
 mod convert;
+mod listen;
 mod model;
 mod service;
 mod store;
@@ -22,7 +24,7 @@ pub use compaction::HOOK_RUN_KIND;
 pub use convert::InvalidTask;
 pub use model::{FailOutcome, HistoryEntry, LeaseBatch, LeasedTask, NewTask, Outcome, QueueSummary};
 pub use service::BrokerService;
-pub use store::{Dialect, HISTORY_LIMIT, LeaseRef, Store, StoreError, Superseded};
+pub use store::{CHANGE_CHANNEL, Dialect, HISTORY_LIMIT, LeaseRef, Store, StoreError, Superseded};
 
 /// Tunables of a broker. [`Default`] gives the production values.
 #[derive(Debug, Clone)]

@@ -6,13 +6,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use berth_proto::queue as pb;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::convert::{self, saturate};
 use super::model::{FailOutcome, LeaseBatch};
 use super::store::{Store, StoreError};
-use super::BrokerConfig;
+use super::store::Dialect;
+use super::{BrokerConfig, listen};
 
 /// The broker. Cheap to clone; clones share the store and the wake-up signal.
 #[derive(Clone)]
@@ -24,14 +26,28 @@ struct Inner {
     store: Store,
     config: BrokerConfig,
     /// Wakes waiting Lease calls when something may have become ready (Enqueue, Complete, Fail,
-    /// Supersede). A `Notify` rather than a channel: waiters only need "look again", never a
-    /// payload, so nothing can pile up.
-    wake: Notify,
+    /// Supersede, here or on another broker). A `Notify` rather than a channel: waiters only
+    /// need "look again", never a payload, so nothing can pile up.
+    wake: Arc<Notify>,
+    /// Stops the PostgreSQL LISTEN task when the last clone of the service is dropped.
+    _stop_listener: DropGuard,
 }
 
 impl BrokerService {
+    /// Wraps `store`. Over PostgreSQL this also spawns (on the current tokio runtime) the task
+    /// that relays other brokers' change notifications; it ends when the service is dropped.
     pub fn new(store: Store, config: BrokerConfig) -> Self {
-        Self { inner: Arc::new(Inner { store, config, wake: Notify::new() }) }
+        let wake = Arc::new(Notify::new());
+        let stop = CancellationToken::new();
+        if store.dialect() == Dialect::Postgres {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(listen::relay(store.database_url().into(), wake.clone(), stop.clone()));
+                }
+                Err(_) => tracing::warn!("no tokio runtime: Lease will not wake on other brokers' changes"),
+            }
+        }
+        Self { inner: Arc::new(Inner { store, config, wake, _stop_listener: stop.drop_guard() }) }
     }
 
     pub fn config(&self) -> &BrokerConfig {

@@ -1,6 +1,8 @@
 //! Test harness: a real broker served over gRPC on 127.0.0.1:0, plus task builders.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod postgres;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -93,6 +95,43 @@ impl TestBroker {
 
 pub fn lease_ref(task: &pb::Task) -> pb::LeaseRef {
     pb::LeaseRef { task_id: task.id.clone(), fence: task.fence }
+}
+
+/// A fresh, empty queue database; dropping it deletes it.
+pub enum Db {
+    Sqlite(tempfile::TempDir),
+    Postgres(postgres::PgServer),
+}
+
+impl Db {
+    pub fn sqlite() -> Db {
+        Db::Sqlite(tempfile::tempdir().expect("temp dir"))
+    }
+
+    pub async fn postgres() -> Db {
+        Db::Postgres(postgres::PgServer::start().await)
+    }
+
+    pub fn url(&self) -> String {
+        match self {
+            Db::Sqlite(dir) => sqlite_url(dir),
+            Db::Postgres(server) => server.url(),
+        }
+    }
+}
+
+/// Runs each named `async fn(Db)` scenario once over SQLite and once over PostgreSQL, as
+/// `sqlite::<name>` and `postgres::<name>`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $name() { super::$name(crate::support::Db::sqlite()).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(crate::support::Db::postgres().await).await })*
+        }
+    };
 }
 
 /// A `sqlite://` URL for a fresh database file in `dir`.

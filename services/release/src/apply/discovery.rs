@@ -3,8 +3,8 @@
 
 use super::ApplyError;
 use kube::Client;
-use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::api::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,16 +34,29 @@ impl DiscoveryCache {
         if let Some(hit) = self.lookup(&gvk) {
             return Ok(hit);
         }
-        let found = tokio::time::timeout(DISCOVERY_TIMEOUT, kube::discovery::pinned_kind(client, &gvk))
-            .await
-            .map_err(|_| ApplyError::Timeout { op: "discover", object: format!("{api_version}/{kind}") })?;
+        let found = tokio::time::timeout(
+            DISCOVERY_TIMEOUT,
+            kube::discovery::pinned_kind(client, &gvk),
+        )
+        .await
+        .map_err(|_| ApplyError::Timeout {
+            op: "discover",
+            object: format!("{api_version}/{kind}"),
+        })?;
         let (ar, caps): (ApiResource, ApiCapabilities) = match found {
             Ok(v) => v,
             Err(e) if is_missing(&e) => {
-                return Err(ApplyError::UnknownKind { api_version: api_version.into(), kind: kind.into() });
+                return Err(ApplyError::UnknownKind {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                });
             }
             Err(source) => {
-                return Err(ApplyError::Kube { op: "discover", object: format!("{api_version}/{kind}"), source });
+                return Err(ApplyError::Kube {
+                    op: "discover",
+                    object: format!("{api_version}/{kind}"),
+                    source,
+                });
             }
         };
         let entry = (ar, matches!(caps.scope, Scope::Namespaced));

@@ -74,7 +74,10 @@ pub struct Observed {
 
 impl Applier {
     pub fn new(client: Client) -> Self {
-        Applier { client, discovery: DiscoveryCache::default() }
+        Applier {
+            client,
+            discovery: DiscoveryCache::default(),
+        }
     }
 
     async fn call<T>(
@@ -84,14 +87,25 @@ impl Applier {
     ) -> Result<T, ApplyError> {
         match tokio::time::timeout(CALL_TIMEOUT, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(source)) => Err(ApplyError::Kube { op, object: object.to_string(), source }),
-            Err(_) => Err(ApplyError::Timeout { op, object: object.to_string() }),
+            Ok(Err(source)) => Err(ApplyError::Kube {
+                op,
+                object: object.to_string(),
+                source,
+            }),
+            Err(_) => Err(ApplyError::Timeout {
+                op,
+                object: object.to_string(),
+            }),
         }
     }
 
     /// Resolves an object's key: its kind's API resource and, for namespaced kinds, its
     /// namespace (the release namespace when the manifest names none).
-    pub async fn key_for(&self, object: &Value, default_ns: &str) -> Result<(ObjectKey, ApiResource), ApplyError> {
+    pub async fn key_for(
+        &self,
+        object: &Value,
+        default_ns: &str,
+    ) -> Result<(ObjectKey, ApiResource), ApplyError> {
         let api_version = str_at(object, "/apiVersion");
         let kind = str_at(object, "/kind");
         let name = str_at(object, "/metadata/name");
@@ -101,7 +115,10 @@ impl Applier {
                 reason: "apiVersion, kind and metadata.name are required".into(),
             });
         }
-        let (ar, namespaced) = self.discovery.resolve(&self.client, api_version, kind).await?;
+        let (ar, namespaced) = self
+            .discovery
+            .resolve(&self.client, api_version, kind)
+            .await?;
         let namespace = if namespaced {
             let ns = str_at(object, "/metadata/namespace");
             if ns.is_empty() { default_ns } else { ns }
@@ -129,28 +146,64 @@ impl Applier {
     pub async fn ensure_namespace(&self, namespace: &str) -> Result<(), ApplyError> {
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
         let label = format!("namespace {namespace}");
-        if Self::call("get", &label, api.get_opt(namespace)).await?.is_some() {
+        if Self::call("get", &label, api.get_opt(namespace))
+            .await?
+            .is_some()
+        {
             return Ok(());
         }
         let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        Self::call("create", &label, api.patch(namespace, &pp, &Patch::Apply(&ns))).await?;
+        Self::call(
+            "create",
+            &label,
+            api.patch(namespace, &pp, &Patch::Apply(&ns)),
+        )
+        .await?;
         Ok(())
     }
 
     /// Server-side applies one object, stamped as belonging to the release. Returns its key.
-    pub async fn apply(&self, object: &Value, release: &str, release_ns: &str) -> Result<ObjectKey, ApplyError> {
+    pub async fn apply(
+        &self,
+        object: &Value,
+        release: &str,
+        release_ns: &str,
+    ) -> Result<ObjectKey, ApplyError> {
         let (key, ar) = self.key_for(object, release_ns).await?;
         let mut obj = object.clone();
         let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
         stamp(&mut obj, release, release_ns, ns);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        Self::call("apply", &key, self.api(&key, &ar).patch(&key.name, &pp, &Patch::Apply(&obj))).await?;
+        Self::call(
+            "apply",
+            &key,
+            self.api(&key, &ar)
+                .patch(&key.name, &pp, &Patch::Apply(&obj)),
+        )
+        .await?;
         if key.kind == "CustomResourceDefinition" {
             // New kinds become resolvable; drop cached misses and stale entries.
             self.discovery.clear();
         }
         Ok(key)
+    }
+
+    /// Waits, up to `wait`, until the named CRD reports `Established`, so objects of its kind
+    /// can be applied right after it.
+    pub async fn wait_crd_established(&self, name: &str, wait: Duration) -> Result<(), ApplyError> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let cond = kube::runtime::wait::conditions::is_crd_established();
+        let object = format!("CustomResourceDefinition {name}");
+        match tokio::time::timeout(wait, kube::runtime::wait::await_condition(api, name, cond)).await {
+            Ok(Ok(_)) => {
+                self.discovery.clear();
+                Ok(())
+            }
+            Ok(Err(e)) => Err(ApplyError::Invalid { object, reason: format!("watching for Established: {e}") }),
+            Err(_) => Err(ApplyError::Timeout { op: "wait for Established on", object }),
+        }
     }
 
     /// Reads an object; `None` when it does not exist (or its kind no longer does).
@@ -175,7 +228,12 @@ impl Applier {
     /// Deletes an object (background propagation) and waits, up to `wait`, until it is gone.
     /// Returns the key and whether the object existed. Objects annotated `keep` are skipped
     /// and reported as `None`.
-    pub async fn delete(&self, object: &Value, release_ns: &str, wait: Duration) -> Result<Option<(ObjectKey, bool)>, ApplyError> {
+    pub async fn delete(
+        &self,
+        object: &Value,
+        release_ns: &str,
+        wait: Duration,
+    ) -> Result<Option<(ObjectKey, bool)>, ApplyError> {
         if is_kept(object) {
             return Ok(None);
         }
@@ -194,22 +252,41 @@ impl Applier {
             Err(e) => return Err(e),
         };
         let api = self.api(&key, &ar);
-        let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
+        let dp = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
         let uid = match Self::call("delete", &key, api.delete(&key.name, &dp)).await {
             Ok(either) => either.left().and_then(|o| o.metadata.uid),
-            Err(ApplyError::Kube { source: kube::Error::Api(s), .. }) if s.is_not_found() => {
+            Err(ApplyError::Kube {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.is_not_found() => {
                 return Ok(Some((key, false)));
             }
             Err(e) => return Err(e),
         };
         if let Some(uid) = uid {
             let cond = kube::runtime::wait::conditions::is_deleted(&uid);
-            match tokio::time::timeout(wait, kube::runtime::wait::await_condition(api, &key.name, cond)).await {
+            match tokio::time::timeout(
+                wait,
+                kube::runtime::wait::await_condition(api, &key.name, cond),
+            )
+            .await
+            {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
-                    return Err(ApplyError::Invalid { object: key.to_string(), reason: format!("watching deletion: {e}") });
+                    return Err(ApplyError::Invalid {
+                        object: key.to_string(),
+                        reason: format!("watching deletion: {e}"),
+                    });
                 }
-                Err(_) => return Err(ApplyError::Timeout { op: "wait for deletion of", object: key.to_string() }),
+                Err(_) => {
+                    return Err(ApplyError::Timeout {
+                        op: "wait for deletion of",
+                        object: key.to_string(),
+                    });
+                }
             }
         }
         Ok(Some((key, true)))

@@ -23,13 +23,19 @@ impl std::fmt::Display for ObjectKey {
         if self.namespace.is_empty() {
             write!(f, "{}/{} {}", self.api_version, self.kind, self.name)
         } else {
-            write!(f, "{}/{} {}/{}", self.api_version, self.kind, self.namespace, self.name)
+            write!(
+                f,
+                "{}/{} {}/{}",
+                self.api_version, self.kind, self.namespace, self.name
+            )
         }
     }
 }
 
 pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// True for objects annotated `helm.sh/resource-policy: keep`.
@@ -43,9 +49,15 @@ pub fn is_kept(object: &Value) -> bool {
 
 /// Adds the labels and annotations that let Helm adopt the object, and the namespace.
 pub fn stamp(object: &mut Value, release: &str, release_namespace: &str, namespace: Option<&str>) {
-    let Some(obj) = object.as_object_mut() else { return };
-    let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
-    let Some(meta) = meta.as_object_mut() else { return };
+    let Some(obj) = object.as_object_mut() else {
+        return;
+    };
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Some(meta) = meta.as_object_mut() else {
+        return;
+    };
     match namespace {
         Some(ns) => {
             meta.insert("namespace".into(), Value::String(ns.to_string()));
@@ -56,11 +68,18 @@ pub fn stamp(object: &mut Value, release: &str, release_namespace: &str, namespa
     }
     insert_into(meta, "labels", MANAGED_BY.0, MANAGED_BY.1);
     insert_into(meta, "annotations", RELEASE_NAME_ANNOTATION, release);
-    insert_into(meta, "annotations", RELEASE_NAMESPACE_ANNOTATION, release_namespace);
+    insert_into(
+        meta,
+        "annotations",
+        RELEASE_NAMESPACE_ANNOTATION,
+        release_namespace,
+    );
 }
 
 fn insert_into(meta: &mut serde_json::Map<String, Value>, field: &str, key: &str, value: &str) {
-    let map = meta.entry(field).or_insert_with(|| Value::Object(Default::default()));
+    let map = meta
+        .entry(field)
+        .or_insert_with(|| Value::Object(Default::default()));
     if !map.is_object() {
         *map = Value::Object(Default::default());
     }
@@ -87,6 +106,8 @@ mod tests {
             }})
         );
         assert!(!is_kept(&o));
-        assert!(is_kept(&json!({"metadata": {"annotations": {"helm.sh/resource-policy": "keep"}}})));
+        assert!(is_kept(
+            &json!({"metadata": {"annotations": {"helm.sh/resource-policy": "keep"}}})
+        ));
     }
 }

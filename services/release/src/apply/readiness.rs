@@ -6,16 +6,32 @@ use serde_json::Value;
 
 /// `None` when ready, otherwise why not.
 pub fn ready_reason(kind: &str, object: Option<&Value>) -> Option<String> {
-    let Some(o) = object else { return Some("not found".into()) };
+    let Some(o) = object else {
+        return Some("not found".into());
+    };
     match kind {
         "Deployment" | "StatefulSet" => {
-            let generation = o.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
-            let observed = o.pointer("/status/observedGeneration").and_then(Value::as_i64).unwrap_or(0);
+            let generation = o
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let observed = o
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             if observed < generation {
-                return Some(format!("observed generation {observed} < generation {generation}"));
+                return Some(format!(
+                    "observed generation {observed} < generation {generation}"
+                ));
             }
-            let want = o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
-            let ready = o.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
+            let want = o
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let ready = o
+                .pointer("/status/readyReplicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             (ready < want).then(|| format!("{ready}/{want} replicas ready"))
         }
         _ => None,
@@ -32,7 +48,10 @@ mod tests {
         let pending = json!({"metadata": {"generation": 2}, "spec": {"replicas": 2}, "status": {"observedGeneration": 1, "readyReplicas": 2}});
         assert!(ready_reason("Deployment", Some(&pending)).is_some());
         let partial = json!({"metadata": {"generation": 2}, "spec": {"replicas": 2}, "status": {"observedGeneration": 2, "readyReplicas": 1}});
-        assert_eq!(ready_reason("Deployment", Some(&partial)).as_deref(), Some("1/2 replicas ready"));
+        assert_eq!(
+            ready_reason("Deployment", Some(&partial)).as_deref(),
+            Some("1/2 replicas ready")
+        );
         let done = json!({"metadata": {"generation": 2}, "spec": {"replicas": 2}, "status": {"observedGeneration": 2, "readyReplicas": 2}});
         assert_eq!(ready_reason("Deployment", Some(&done)), None);
         assert!(ready_reason("ConfigMap", None).is_some());

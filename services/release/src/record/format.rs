@@ -104,7 +104,10 @@ pub struct FileRecord {
 
 impl FileRecord {
     pub fn new(name: &str, bytes: &[u8]) -> Self {
-        FileRecord { name: name.to_string(), data: base64::engine::general_purpose::STANDARD.encode(bytes) }
+        FileRecord {
+            name: name.to_string(),
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+        }
     }
 }
 
@@ -153,7 +156,11 @@ pub fn secret_name(release: &str, version: i32) -> String {
 }
 
 /// Builds the `chart` part of the record from the chart's files.
-pub fn chart_record(files: &[(String, Vec<u8>)], metadata: &serde_json::Value, values: &serde_json::Value) -> ChartRecord {
+pub fn chart_record(
+    files: &[(String, Vec<u8>)],
+    metadata: &serde_json::Value,
+    values: &serde_json::Value,
+) -> ChartRecord {
     let templates = files
         .iter()
         .filter(|(p, _)| p.starts_with("templates/"))
@@ -234,9 +241,14 @@ mod tests {
     fn record_round_trips_through_gzip_and_base64() {
         let r = sample();
         let encoded = r.encode().unwrap_or_default();
-        let raw = base64::engine::general_purpose::STANDARD.decode(&encoded).unwrap_or_default();
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(&encoded)
+            .unwrap_or_default();
         assert_eq!(&raw[..2], &[0x1f, 0x8b], "gzip magic");
-        assert_eq!(HelmRelease::decode(encoded.as_bytes()).ok(), Some(r.clone()));
+        assert_eq!(
+            HelmRelease::decode(encoded.as_bytes()).ok(),
+            Some(r.clone())
+        );
         assert_eq!(r.secret_name(), "sh.helm.release.v1.rel.v3");
     }
 
@@ -244,8 +256,17 @@ mod tests {
     fn json_uses_helm_field_names() {
         let json = serde_json::to_value(sample()).unwrap_or_default();
         assert!(json.pointer("/info/first_deployed").is_some());
-        assert_eq!(json.pointer("/info/deleted"), Some(&serde_json::json!(GO_ZERO_TIME)));
-        assert_eq!(json.pointer("/chart/metadata/name"), Some(&serde_json::json!("hello")));
-        assert_eq!(json.pointer("/chart/templates/0/data"), Some(&serde_json::json!("a2luZDogQ29uZmlnTWFw")));
+        assert_eq!(
+            json.pointer("/info/deleted"),
+            Some(&serde_json::json!(GO_ZERO_TIME))
+        );
+        assert_eq!(
+            json.pointer("/chart/metadata/name"),
+            Some(&serde_json::json!("hello"))
+        );
+        assert_eq!(
+            json.pointer("/chart/templates/0/data"),
+            Some(&serde_json::json!("a2luZDogQ29uZmlnTWFw"))
+        );
     }
 }

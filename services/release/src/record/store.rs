@@ -60,7 +60,10 @@ pub struct Stored {
 
 impl ReleaseStore {
     pub fn new(client: Client, namespace: &str) -> Self {
-        ReleaseStore { api: Api::namespaced(client, namespace), namespace: namespace.to_string() }
+        ReleaseStore {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+        }
     }
 
     async fn call<T>(
@@ -70,8 +73,15 @@ impl ReleaseStore {
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(CALL_TIMEOUT, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(source)) => Err(StoreError::Kube { op, namespace: self.namespace.clone(), source }),
-            Err(_) => Err(StoreError::Timeout { op, namespace: self.namespace.clone() }),
+            Ok(Err(source)) => Err(StoreError::Kube {
+                op,
+                namespace: self.namespace.clone(),
+                source,
+            }),
+            Err(_) => Err(StoreError::Timeout {
+                op,
+                namespace: self.namespace.clone(),
+            }),
         }
     }
 
@@ -82,9 +92,13 @@ impl ReleaseStore {
         let mut out = Vec::new();
         for secret in list.items {
             let secret_name = secret.metadata.name.clone().unwrap_or_default();
-            let Some(data) = secret.data.as_ref().and_then(|d| d.get("release")) else { continue };
-            let release = HelmRelease::decode(&data.0)
-                .map_err(|source| StoreError::Format { secret: secret_name, source })?;
+            let Some(data) = secret.data.as_ref().and_then(|d| d.get("release")) else {
+                continue;
+            };
+            let release = HelmRelease::decode(&data.0).map_err(|source| StoreError::Format {
+                secret: secret_name,
+                source,
+            })?;
             out.push(release);
         }
         out.sort_by_key(|r| r.version);
@@ -98,23 +112,38 @@ impl ReleaseStore {
 
     /// Writes a new revision.
     pub async fn create(&self, release: &HelmRelease) -> Result<(), StoreError> {
-        let secret = to_secret(release, &[("createdAt", chrono::Utc::now().timestamp().to_string())])?;
-        self.call("create", self.api.create(&PostParams::default(), &secret)).await?;
+        let secret = to_secret(
+            release,
+            &[("createdAt", chrono::Utc::now().timestamp().to_string())],
+        )?;
+        self.call("create", self.api.create(&PostParams::default(), &secret))
+            .await?;
         Ok(())
     }
 
     /// Rewrites an existing revision with a new status (label and record both).
-    pub async fn set_status(&self, release: &HelmRelease, status: Status) -> Result<(), StoreError> {
+    pub async fn set_status(
+        &self,
+        release: &HelmRelease,
+        status: Status,
+    ) -> Result<(), StoreError> {
         let mut updated = release.clone();
         updated.info.status = status.as_str().to_string();
-        let secret = to_secret(&updated, &[("modifiedAt", chrono::Utc::now().timestamp().to_string())])?;
+        let secret = to_secret(
+            &updated,
+            &[("modifiedAt", chrono::Utc::now().timestamp().to_string())],
+        )?;
         let patch = serde_json::json!({
             "metadata": { "labels": secret.metadata.labels },
             "data": secret.data,
         });
         self.call(
             "update",
-            self.api.patch(&updated.secret_name(), &PatchParams::default(), &Patch::Merge(&patch)),
+            self.api.patch(
+                &updated.secret_name(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            ),
         )
         .await?;
         Ok(())
@@ -123,9 +152,15 @@ impl ReleaseStore {
     /// Deletes one revision's Secret; a missing one is not an error.
     pub async fn delete(&self, name: &str, version: i32) -> Result<(), StoreError> {
         let secret = super::format::secret_name(name, version);
-        match self.call("delete", self.api.delete(&secret, &DeleteParams::default())).await {
+        match self
+            .call("delete", self.api.delete(&secret, &DeleteParams::default()))
+            .await
+        {
             Ok(_) => Ok(()),
-            Err(StoreError::Kube { source: kube::Error::Api(s), .. }) if s.is_not_found() => Ok(()),
+            Err(StoreError::Kube {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.is_not_found() => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -142,9 +177,10 @@ impl ReleaseStore {
 }
 
 fn to_secret(release: &HelmRelease, extra_labels: &[(&str, String)]) -> Result<Secret, StoreError> {
-    let encoded = release
-        .encode()
-        .map_err(|source| StoreError::Format { secret: release.secret_name(), source })?;
+    let encoded = release.encode().map_err(|source| StoreError::Format {
+        secret: release.secret_name(),
+        source,
+    })?;
     let mut labels: BTreeMap<String, String> = [
         ("owner", "helm".to_string()),
         ("name", release.name.clone()),

@@ -25,19 +25,27 @@ pub struct Chart {
 impl Chart {
     /// The chart's `name` from `Chart.yaml`.
     pub fn name(&self) -> &str {
-        self.metadata.get("name").and_then(|v| v.as_str()).unwrap_or_default()
+        self.metadata
+            .get("name")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
     }
 
     /// A `Chart.yaml` string field, empty when absent.
     pub fn meta_str(&self, key: &str) -> &str {
-        self.metadata.get(key).and_then(|v| v.as_str()).unwrap_or_default()
+        self.metadata
+            .get(key)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
     }
 
     /// Builds a chart from `(path, bytes)` pairs relative to the chart root. A single leading
     /// directory (as in `helm package` archives: `hello/Chart.yaml`) is stripped.
     pub fn load(files: &[(String, Vec<u8>)]) -> Result<Chart, RenderError> {
-        let files: Vec<(String, &[u8])> =
-            files.iter().map(|(p, b)| (normalize(p), b.as_slice())).collect();
+        let files: Vec<(String, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (normalize(p), b.as_slice()))
+            .collect();
         let has_root_chart = files.iter().any(|(p, _)| p == "Chart.yaml");
         let prefix = if has_root_chart {
             String::new()
@@ -67,13 +75,15 @@ impl Chart {
         let mut sub_files: BTreeMap<String, Vec<(String, &[u8])>> = BTreeMap::new();
         for (path, bytes) in files {
             let text = || {
-                String::from_utf8(bytes.to_vec()).map_err(|_| {
-                    RenderError::Chart(format!("{at}{path} is not valid UTF-8"))
-                })
+                String::from_utf8(bytes.to_vec())
+                    .map_err(|_| RenderError::Chart(format!("{at}{path} is not valid UTF-8")))
             };
             if let Some(rest) = path.strip_prefix("charts/") {
                 if let Some((name, inner)) = rest.split_once('/') {
-                    sub_files.entry(name.to_string()).or_default().push((inner.to_string(), bytes));
+                    sub_files
+                        .entry(name.to_string())
+                        .or_default()
+                        .push((inner.to_string(), bytes));
                 }
                 // Packed subcharts (`charts/x.tgz`) are not unpacked here.
                 continue;
@@ -108,7 +118,9 @@ impl Chart {
             }
         }
         if !chart.metadata.is_object() || chart.name().is_empty() {
-            return Err(RenderError::Chart(format!("{at}Chart.yaml is missing or has no name")));
+            return Err(RenderError::Chart(format!(
+                "{at}Chart.yaml is missing or has no name"
+            )));
         }
         for (dir, files) in sub_files {
             if !files.iter().any(|(p, _)| p == "Chart.yaml") {
@@ -122,5 +134,7 @@ impl Chart {
 }
 
 fn normalize(p: &str) -> String {
-    p.trim_start_matches("./").trim_start_matches('/').to_string()
+    p.trim_start_matches("./")
+        .trim_start_matches('/')
+        .to_string()
 }

@@ -52,7 +52,12 @@ impl Default for Capabilities {
 }
 
 fn entries<const N: usize>(pairs: [(&str, Value); N]) -> Value {
-    map_value(pairs.into_iter().map(|(k, v)| (Arc::<str>::from(k), v)).collect())
+    map_value(
+        pairs
+            .into_iter()
+            .map(|(k, v)| (Arc::<str>::from(k), v))
+            .collect(),
+    )
 }
 
 fn s(v: &str) -> Value {
@@ -73,17 +78,29 @@ pub fn release(r: &ReleaseInfo) -> Value {
 /// `Chart.yaml` with Go field names (`appVersion` → `AppVersion`, `apiVersion` → `APIVersion`);
 /// absent string fields read as "" like Go's zero values.
 pub fn chart(c: &Chart) -> Value {
-    let mut m: BTreeMap<Arc<str>, Value> = ["Name", "Version", "AppVersion", "APIVersion", "Description", "Type", "KubeVersion", "Home", "Icon"]
-        .iter()
-        .map(|k| (Arc::<str>::from(*k), s("")))
-        .collect();
+    let mut m: BTreeMap<Arc<str>, Value> = [
+        "Name",
+        "Version",
+        "AppVersion",
+        "APIVersion",
+        "Description",
+        "Type",
+        "KubeVersion",
+        "Home",
+        "Icon",
+    ]
+    .iter()
+    .map(|k| (Arc::<str>::from(*k), s("")))
+    .collect();
     if let Some(obj) = c.metadata.as_object() {
         for (k, v) in obj {
             let go_name = match k.as_str() {
                 "apiVersion" => "APIVersion".to_string(),
                 other => {
                     let mut cs = other.chars();
-                    cs.next().map(|f| f.to_uppercase().chain(cs).collect()).unwrap_or_default()
+                    cs.next()
+                        .map(|f| f.to_uppercase().chain(cs).collect())
+                        .unwrap_or_default()
                 }
             };
             m.insert(go_name.into(), from_json(v));
@@ -105,7 +122,10 @@ pub fn capabilities(caps: &Capabilities) -> Value {
     ]);
     entries([
         ("KubeVersion", kube),
-        ("APIVersions", Value::List(caps.api_versions.iter().map(|v| s(v)).collect())),
+        (
+            "APIVersions",
+            Value::List(caps.api_versions.iter().map(|v| s(v)).collect()),
+        ),
         ("HelmVersion", entries([("Version", s("v3.16.0"))])),
     ])
 }
@@ -139,7 +159,13 @@ impl TemplateData<'_> {
             ("Chart", self.chart),
             ("Capabilities", self.capabilities.clone()),
             ("Files", self.files),
-            ("Template", entries([("Name", s(self.template_name)), ("BasePath", s(self.base_path))])),
+            (
+                "Template",
+                entries([
+                    ("Name", s(self.template_name)),
+                    ("BasePath", s(self.base_path)),
+                ]),
+            ),
         ])
     }
 }

@@ -2,13 +2,13 @@
 //! ones, the way Helm's engine does. `include` and `tpl` need that set while it executes, so
 //! they hold a weak handle that is filled in once parsing is done.
 
+use super::RenderError;
 use super::chart::Chart;
 use super::context::{self, Capabilities, TemplateData};
 use super::funcs::{self, fail, string};
 use super::methods;
 use super::value::strval;
 use super::values::{self, Scope};
-use super::RenderError;
 use crate::ReleaseInfo;
 use gotmpl::parse::Parser;
 use gotmpl::{FuncMap, Result as TplResult, Template, TemplateError, Value};
@@ -59,7 +59,10 @@ pub fn render_files(
         let src = methods::rewrite(e.source);
         let (tree, defines) = Parser::with_name(Some(&e.name), &src, "{{", "}}")
             .and_then(Parser::parse)
-            .map_err(|err| RenderError::Parse { template: e.name.clone(), message: err.to_string() })?;
+            .map_err(|err| RenderError::Parse {
+                template: e.name.clone(),
+                message: err.to_string(),
+            })?;
         template = template.add_parse_tree(&e.name, tree);
         for d in defines {
             template = template.add_parse_tree(d.name.as_str(), d.body);
@@ -67,7 +70,9 @@ pub fn render_files(
     }
     let _ = set.set(template);
     let Some(template) = set.get() else {
-        return Err(RenderError::Chart("template set was not initialised".into()));
+        return Err(RenderError::Chart(
+            "template set was not initialised".into(),
+        ));
     };
 
     let release_v = context::release(release);
@@ -86,8 +91,14 @@ pub fn render_files(
         .build();
         let text = template
             .execute_template_to_string(&e.name, &data)
-            .map_err(|err| RenderError::Execute { template: e.name.clone(), message: err.to_string() })?;
-        out.push(RenderedFile { name: e.name.clone(), text: text.replace("<no value>", "") });
+            .map_err(|err| RenderError::Execute {
+                template: e.name.clone(),
+                message: err.to_string(),
+            })?;
+        out.push(RenderedFile {
+            name: e.name.clone(),
+            text: text.replace("<no value>", ""),
+        });
     }
     // Helm orders rendered files by full path before sorting objects by kind.
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -115,10 +126,19 @@ fn function_map(set: Weak<OnceLock<Template>>) -> FuncMap {
     let mut fm = funcs::sprig();
     let depth = Arc::new(AtomicUsize::new(0));
     let (s, d) = (set.clone(), depth.clone());
-    fm.insert("include".into(), Arc::new(move |args: &[Value]| include(&s, &d, args)));
+    fm.insert(
+        "include".into(),
+        Arc::new(move |args: &[Value]| include(&s, &d, args)),
+    );
     let (s, d) = (set, depth);
-    fm.insert("tpl".into(), Arc::new(move |args: &[Value]| tpl(&s, &d, args)));
-    fm.insert("lookup".into(), Arc::new(|_: &[Value]| Ok(Value::Map(Arc::default()))));
+    fm.insert(
+        "tpl".into(),
+        Arc::new(move |args: &[Value]| tpl(&s, &d, args)),
+    );
+    fm.insert(
+        "lookup".into(),
+        Arc::new(|_: &[Value]| Ok(Value::Map(Arc::default()))),
+    );
     super::files::register(&mut fm);
     fm
 }
@@ -130,7 +150,10 @@ impl<'a> DepthGuard<'a> {
     fn enter(name: &str, depth: &'a AtomicUsize) -> TplResult<Self> {
         if depth.fetch_add(1, Ordering::SeqCst) >= MAX_INCLUDE_DEPTH {
             depth.fetch_sub(1, Ordering::SeqCst);
-            return Err(fail(name, format!("nesting deeper than {MAX_INCLUDE_DEPTH}")));
+            return Err(fail(
+                name,
+                format!("nesting deeper than {MAX_INCLUDE_DEPTH}"),
+            ));
         }
         Ok(DepthGuard(depth))
     }
@@ -142,14 +165,25 @@ impl Drop for DepthGuard<'_> {
     }
 }
 
-fn with_set<T>(set: &Weak<OnceLock<Template>>, f: impl FnOnce(&Template) -> TplResult<T>) -> TplResult<T> {
-    let strong = set.upgrade().ok_or_else(|| TemplateError::Exec("template set is gone".into()))?;
-    let t = strong.get().ok_or_else(|| TemplateError::Exec("template set is not ready".into()))?;
+fn with_set<T>(
+    set: &Weak<OnceLock<Template>>,
+    f: impl FnOnce(&Template) -> TplResult<T>,
+) -> TplResult<T> {
+    let strong = set
+        .upgrade()
+        .ok_or_else(|| TemplateError::Exec("template set is gone".into()))?;
+    let t = strong
+        .get()
+        .ok_or_else(|| TemplateError::Exec("template set is not ready".into()))?;
     f(t)
 }
 
 /// `include name data`: executes a named template and returns its output as a string.
-fn include(set: &Weak<OnceLock<Template>>, depth: &AtomicUsize, args: &[Value]) -> TplResult<Value> {
+fn include(
+    set: &Weak<OnceLock<Template>>,
+    depth: &AtomicUsize,
+    args: &[Value],
+) -> TplResult<Value> {
     let name = strval(args.first().unwrap_or(&Value::Nil));
     let data = args.get(1).cloned().unwrap_or(Value::Nil);
     let _guard = DepthGuard::enter("include", depth)?;

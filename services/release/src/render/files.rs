@@ -1,7 +1,7 @@
 //! `.Files` and `.Capabilities.APIVersions` methods, exposed as hidden functions that
 //! `render::methods` rewrites the method calls into. The receiver comes first.
 
-use super::funcs::{fail, string};
+use super::funcs::{Builtin, fail, register_all, string};
 use super::goyaml;
 use super::value::strval;
 use base64::Engine as _;
@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub fn register(fm: &mut FuncMap) {
-    let funcs: &[(&str, fn(&[Value]) -> Result<Value>)] = &[
+    let funcs: &[(&str, Builtin)] = &[
         ("__filesGet", get),
         ("__filesGetBytes", get),
         ("__filesLines", lines),
@@ -19,9 +19,7 @@ pub fn register(fm: &mut FuncMap) {
         ("__filesAsSecrets", |a| as_map("AsSecrets", a, true)),
         ("__apiVersionsHas", api_versions_has),
     ];
-    for (name, f) in funcs {
-        fm.insert((*name).to_string(), Arc::new(*f));
-    }
+    register_all(fm, funcs);
 }
 
 fn files_arg<'a>(name: &str, args: &'a [Value]) -> Result<&'a BTreeMap<Arc<str>, Value>> {
@@ -35,7 +33,10 @@ fn files_arg<'a>(name: &str, args: &'a [Value]) -> Result<&'a BTreeMap<Arc<str>,
 fn get(args: &[Value]) -> Result<Value> {
     let files = files_arg("Files.Get", args)?;
     let path = strval(args.get(1).unwrap_or(&Value::Nil));
-    Ok(files.get(path.as_str()).cloned().unwrap_or_else(|| string("")))
+    Ok(files
+        .get(path.as_str())
+        .cloned()
+        .unwrap_or_else(|| string("")))
 }
 
 fn lines(args: &[Value]) -> Result<Value> {
@@ -51,7 +52,10 @@ fn glob(args: &[Value]) -> Result<Value> {
     let files = files_arg("Files.Glob", args)?;
     let pattern = strval(args.get(1).unwrap_or(&Value::Nil));
     let pat = glob::Pattern::new(&pattern).map_err(|e| fail("Files.Glob", e))?;
-    let opts = glob::MatchOptions { require_literal_separator: true, ..Default::default() };
+    let opts = glob::MatchOptions {
+        require_literal_separator: true,
+        ..Default::default()
+    };
     let matched: BTreeMap<Arc<str>, Value> = files
         .iter()
         .filter(|(p, _)| pat.matches_with(p, opts))
@@ -67,7 +71,11 @@ fn as_map(name: &str, args: &[Value], encode: bool) -> Result<Value> {
     for (path, content) in files {
         let base = path.rsplit('/').next().unwrap_or(path).to_string();
         let text = strval(content);
-        let v = if encode { base64::engine::general_purpose::STANDARD.encode(text) } else { text };
+        let v = if encode {
+            base64::engine::general_purpose::STANDARD.encode(text)
+        } else {
+            text
+        };
         out.insert(base, serde_json::Value::String(v));
     }
     if out.is_empty() {

@@ -262,10 +262,10 @@ fn double_quoted(s: &str) -> String {
 /// string (bool, null, int, float, YAML 1.1 sexagesimal), which forces double quotes.
 fn resolves_to_non_string(s: &str) -> bool {
     const WORDS: &[&str] = &[
-        "", "~", "null", "Null", "NULL", "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No",
-        "NO", "true", "True", "TRUE", "false", "False", "FALSE", "on", "On", "ON", "off", "Off",
-        "OFF", ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF",
-        "-.inf", "-.Inf", "-.INF", "<<",
+        "", "~", "null", "Null", "NULL", "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
+        "true", "True", "TRUE", "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
+        ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf",
+        "-.Inf", "-.INF", "<<",
     ];
     if WORDS.contains(&s) {
         return true;
@@ -309,9 +309,7 @@ fn looks_like_float(s: &str) -> bool {
         None => (body, None),
     };
     let mantissa_ok = match mantissa.split_once('.') {
-        Some((int, frac)) if int.is_empty() => {
-            !frac.is_empty() && frac.chars().all(|c| c.is_ascii_digit())
-        }
+        Some(("", frac)) => !frac.is_empty() && frac.chars().all(|c| c.is_ascii_digit()),
         Some((int, frac)) => {
             int.chars().all(|c| c.is_ascii_digit()) && frac.chars().all(|c| c.is_ascii_digit())
         }
@@ -366,7 +364,11 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
             return ar[i].cmp(&br[i]);
         }
         if al || bl {
-            return if bl { Ordering::Less } else { Ordering::Greater };
+            return if bl {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
         }
         let (mut an, mut bn) = (0i64, 0i64);
         if ar[i] == '0' || br[i] == '0' {
@@ -382,12 +384,16 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
         }
         let mut ai = i;
         while ai < ar.len() && ar[ai].is_ascii_digit() {
-            an = an.saturating_mul(10).saturating_add(i64::from(ar[ai] as u8 - b'0'));
+            an = an
+                .saturating_mul(10)
+                .saturating_add(i64::from(ar[ai] as u8 - b'0'));
             ai += 1;
         }
         let mut bi = i;
         while bi < br.len() && br[bi].is_ascii_digit() {
-            bn = bn.saturating_mul(10).saturating_add(i64::from(br[bi] as u8 - b'0'));
+            bn = bn
+                .saturating_mul(10)
+                .saturating_add(i64::from(br[bi] as u8 - b'0'));
             bi += 1;
         }
         if an != bn {
@@ -409,13 +415,16 @@ mod tests {
     #[test]
     fn nested_maps_and_lists_use_go_yaml_layout() {
         let v = json!({"b": {"y": [1, 2], "x": "s"}, "a": [{"k": "v", "j": true}, ["q"]], "e": {}, "f": []});
-        let want = "a:\n- j: true\n  k: v\n- - q\nb:\n  x: s\n  \"y\":\n  - 1\n  - 2\ne: {}\nf: []\n";
+        let want =
+            "a:\n- j: true\n  k: v\n- - q\nb:\n  x: s\n  \"y\":\n  - 1\n  - 2\ne: {}\nf: []\n";
         assert_eq!(to_yaml(&v), want);
     }
 
     #[test]
     fn strings_that_read_back_as_other_types_are_double_quoted() {
-        for s in ["true", "yes", "on", "123", "0x1F", "1.5", "1e3", "", "null", "~", "1:20", "0777"] {
+        for s in [
+            "true", "yes", "on", "123", "0x1F", "1.5", "1e3", "", "null", "~", "1:20", "0777",
+        ] {
             assert_eq!(to_yaml(&json!(s)), format!("\"{s}\"\n"), "for {s:?}");
         }
         assert_eq!(to_yaml(&json!("1.2.3")), "1.2.3\n");
@@ -443,7 +452,10 @@ mod tests {
 
     #[test]
     fn numbers_print_like_json_numbers() {
-        assert_eq!(to_yaml(&json!({"a": 1.0, "b": 0.5, "c": 1000000})), "a: 1\nb: 0.5\nc: 1000000\n");
+        assert_eq!(
+            to_yaml(&json!({"a": 1.0, "b": 0.5, "c": 1000000})),
+            "a: 1\nb: 0.5\nc: 1000000\n"
+        );
     }
 
     #[test]

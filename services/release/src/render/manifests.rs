@@ -9,8 +9,7 @@ use regex::Regex;
 use std::sync::LazyLock;
 
 /// Helm's document separator: `---` at the start of a line, with trailing whitespace.
-static SEPARATOR: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"(?:^|\s*\n)---\s*").ok());
+static SEPARATOR: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"(?:^|\s*\n)---\s*").ok());
 
 /// Splits one file into trimmed, non-empty documents.
 pub fn split_documents(text: &str) -> Vec<String> {
@@ -19,7 +18,11 @@ pub fn split_documents(text: &str) -> Vec<String> {
         Some(re) => re.split(trimmed).collect(),
         None => vec![trimmed],
     };
-    docs.into_iter().map(str::trim).filter(|d| !d.is_empty()).map(String::from).collect()
+    docs.into_iter()
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Objects from the rendered files: `(manifests in install order, hooks)`.
@@ -42,8 +45,15 @@ pub fn objects(files: &[RenderedFile]) -> Result<(Vec<Manifest>, Vec<Manifest>),
                     });
                 }
             }
-            let m = Manifest { source: file.name.clone(), object, text: doc };
-            if m.object.pointer("/metadata/annotations/helm.sh~1hook").is_some() {
+            let m = Manifest {
+                source: file.name.clone(),
+                object,
+                text: doc,
+            };
+            if m.object
+                .pointer("/metadata/annotations/helm.sh~1hook")
+                .is_some()
+            {
                 hooks.push(m);
             } else {
                 manifests.push(m);
@@ -57,7 +67,10 @@ pub fn objects(files: &[RenderedFile]) -> Result<(Vec<Manifest>, Vec<Manifest>),
 
 /// The release's `manifest` text as Helm records it.
 pub fn manifest_text(manifests: &[Manifest]) -> String {
-    manifests.iter().map(|m| format!("---\n# Source: {}\n{}\n", m.source, m.text)).collect()
+    manifests
+        .iter()
+        .map(|m| format!("---\n# Source: {}\n{}\n", m.source, m.text))
+        .collect()
 }
 
 #[cfg(test)]

@@ -25,7 +25,10 @@ static REWRITES: LazyLock<Vec<Rewrite>> = LazyLock::new(|| {
             r"\(([^()]*\.Files\.Glob\s[^()]*)\)\.(AsConfig|AsSecrets)\b".to_string(),
             "(__files${2} (${1}))",
         ),
-        (format!(r"{RECEIVER}\.Files\.(Get|GetBytes|Glob|Lines)\b"), "__files${2} ${1}.Files"),
+        (
+            format!(r"{RECEIVER}\.Files\.(Get|GetBytes|Glob|Lines)\b"),
+            "__files${2} ${1}.Files",
+        ),
         (
             format!(r"{RECEIVER}\.Capabilities\.APIVersions\.Has\b"),
             "__apiVersionsHas ${1}.Capabilities.APIVersions",
@@ -37,7 +40,12 @@ static REWRITES: LazyLock<Vec<Rewrite>> = LazyLock::new(|| {
     ];
     specs
         .into_iter()
-        .filter_map(|(p, r)| Regex::new(&p).ok().map(|pattern| Rewrite { pattern, replacement: r }))
+        .filter_map(|(p, r)| {
+            Regex::new(&p).ok().map(|pattern| Rewrite {
+                pattern,
+                replacement: r,
+            })
+        })
         .collect()
 });
 
@@ -46,7 +54,9 @@ pub fn rewrite(src: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let mut rest = src;
     while let Some(start) = rest.find("{{") {
-        let Some(len) = rest[start..].find("}}") else { break };
+        let Some(len) = rest[start..].find("}}") else {
+            break;
+        };
         let end = start + len + 2;
         out.push_str(&rest[..start]);
         let mut action = rest[start..end].to_string();

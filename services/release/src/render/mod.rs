@@ -30,7 +30,10 @@ pub struct Manifest {
 
 impl Manifest {
     pub fn kind(&self) -> &str {
-        self.object.get("kind").and_then(|v| v.as_str()).unwrap_or_default()
+        self.object
+            .get("kind")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
     }
 }
 
@@ -87,17 +90,30 @@ pub fn render_release(
     let (manifests, hooks) = manifests::objects(&rendered)?;
     let crds = crd_manifests(&chart, &format!("{}/", chart.name()))?;
     let scope = values::scope(&chart, chart.name(), values);
-    Ok(Rendered { crds, manifests, hooks, chart_metadata: chart.metadata.clone(), values: scope.values })
+    Ok(Rendered {
+        crds,
+        manifests,
+        hooks,
+        chart_metadata: chart.metadata.clone(),
+        values: scope.values,
+    })
 }
 
 fn crd_manifests(chart: &Chart, prefix: &str) -> Result<Vec<Manifest>, RenderError> {
     let mut out = Vec::new();
     for (path, text) in &chart.crds {
         for doc in manifests::split_documents(text) {
-            let object = funcs::encoding::parse_yaml(&doc)
-                .map_err(|message| RenderError::Yaml { template: format!("{prefix}{path}"), message })?;
+            let object =
+                funcs::encoding::parse_yaml(&doc).map_err(|message| RenderError::Yaml {
+                    template: format!("{prefix}{path}"),
+                    message,
+                })?;
             if object.is_object() {
-                out.push(Manifest { source: format!("{prefix}{path}"), object, text: doc });
+                out.push(Manifest {
+                    source: format!("{prefix}{path}"),
+                    object,
+                    text: doc,
+                });
             }
         }
     }

@@ -19,14 +19,23 @@ fn chart(extra: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
         "Chart.yaml".to_string(),
         b"apiVersion: v2\nname: hello\nversion: 0.1.0\nappVersion: \"1.16.0\"\n".to_vec(),
     )];
-    files.extend(extra.iter().map(|(p, c)| (p.to_string(), c.as_bytes().to_vec())));
+    files.extend(
+        extra
+            .iter()
+            .map(|(p, c)| (p.to_string(), c.as_bytes().to_vec())),
+    );
     files
 }
 
 /// Renders and returns the text of the single document the chart produces.
 fn render_one(extra: &[(&str, &str)], values: serde_json::Value) -> String {
     match render_release(&chart(extra), &values, &release(), &Capabilities::default()) {
-        Ok(r) => r.manifests.iter().map(|m| m.text.clone()).collect::<Vec<_>>().join("\n---\n"),
+        Ok(r) => r
+            .manifests
+            .iter()
+            .map(|m| m.text.clone())
+            .collect::<Vec<_>>()
+            .join("\n---\n"),
         Err(e) => panic!("render failed: {e}"),
     }
 }
@@ -41,15 +50,25 @@ fn render_err(extra: &[(&str, &str)], values: serde_json::Value) -> RenderError 
 #[test]
 fn whitespace_trimming_markers_remove_surrounding_space() {
     let t = "kind: ConfigMap\ndata:\n  {{- if true }}\n  a: \"1\"\n  {{- end }}\n  b: {{ \"x\" -}}   \n  \n";
-    assert_eq!(render_one(&[("templates/cm.yaml", t)], json!({})), "kind: ConfigMap\ndata:\n  a: \"1\"\n  b: x");
+    assert_eq!(
+        render_one(&[("templates/cm.yaml", t)], json!({})),
+        "kind: ConfigMap\ndata:\n  a: \"1\"\n  b: x"
+    );
 }
 
 #[test]
 fn include_with_nindent_indents_a_named_template() {
     let helpers = "{{- define \"hello.labels\" -}}\napp: {{ .Chart.Name }}\nrelease: {{ .Release.Name }}\n{{- end }}";
-    let t = "kind: ConfigMap\nmetadata:\n  labels:\n    {{- include \"hello.labels\" . | nindent 4 }}";
+    let t =
+        "kind: ConfigMap\nmetadata:\n  labels:\n    {{- include \"hello.labels\" . | nindent 4 }}";
     assert_eq!(
-        render_one(&[("templates/_helpers.tpl", helpers), ("templates/cm.yaml", t)], json!({})),
+        render_one(
+            &[
+                ("templates/_helpers.tpl", helpers),
+                ("templates/cm.yaml", t)
+            ],
+            json!({})
+        ),
         "kind: ConfigMap\nmetadata:\n  labels:\n    app: hello\n    release: rel"
     );
 }
@@ -87,8 +106,15 @@ fn required_reports_the_message_and_the_template() {
 #[test]
 fn fail_aborts_the_render() {
     let t = "{{ if not .Values.ok }}{{ fail \"not ok\" }}{{ end }}kind: ConfigMap";
-    assert!(render_err(&[("templates/x.yaml", t)], json!({})).to_string().contains("not ok"));
-    assert_eq!(render_one(&[("templates/x.yaml", t)], json!({"ok": true})), "kind: ConfigMap");
+    assert!(
+        render_err(&[("templates/x.yaml", t)], json!({}))
+            .to_string()
+            .contains("not ok")
+    );
+    assert_eq!(
+        render_one(&[("templates/x.yaml", t)], json!({"ok": true})),
+        "kind: ConfigMap"
+    );
 }
 
 #[test]
@@ -114,7 +140,10 @@ fn quote_escapes_like_go_and_squote_does_not() {
 #[test]
 fn missing_values_render_as_empty_text() {
     let t = "kind: ConfigMap\na: \"{{ .Values.nope }}\"\nb: \"{{ .Values.deep.nope }}\"";
-    assert_eq!(render_one(&[("templates/x.yaml", t)], json!({})), "kind: ConfigMap\na: \"\"\nb: \"\"");
+    assert_eq!(
+        render_one(&[("templates/x.yaml", t)], json!({})),
+        "kind: ConfigMap\na: \"\"\nb: \"\""
+    );
 }
 
 #[test]
@@ -122,7 +151,10 @@ fn user_values_are_merged_over_the_chart_defaults() {
     let values_yaml = "image:\n  repository: nginx\n  tag: stable\nreplicas: 1\n";
     let t = "kind: Deployment\nimage: {{ .Values.image.repository }}:{{ .Values.image.tag }}\nreplicas: {{ .Values.replicas }}";
     assert_eq!(
-        render_one(&[("values.yaml", values_yaml), ("templates/d.yaml", t)], json!({"image": {"tag": "1.2"}})),
+        render_one(
+            &[("values.yaml", values_yaml), ("templates/d.yaml", t)],
+            json!({"image": {"tag": "1.2"}})
+        ),
         "kind: Deployment\nimage: nginx:1.2\nreplicas: 1"
     );
 }
@@ -141,32 +173,58 @@ fn release_chart_capabilities_and_template_objects_are_visible() {
 fn tpl_renders_values_as_templates() {
     let t = "kind: ConfigMap\nhost: {{ tpl .Values.host . }}";
     let values = json!({"host": "{{ .Release.Name }}.example.com"});
-    assert_eq!(render_one(&[("templates/x.yaml", t)], values), "kind: ConfigMap\nhost: rel.example.com");
+    assert_eq!(
+        render_one(&[("templates/x.yaml", t)], values),
+        "kind: ConfigMap\nhost: rel.example.com"
+    );
 }
 
 #[test]
 fn set_on_a_variable_is_visible_afterwards() {
     let t = "{{- $ctx := dict \"a\" 1 }}{{- $_ := set $ctx \"b\" 2 }}kind: ConfigMap\nv: {{ $ctx.b }}\nkeys: {{ keys $ctx | sortAlpha | join \",\" }}";
-    assert_eq!(render_one(&[("templates/x.yaml", t)], json!({})), "kind: ConfigMap\nv: 2\nkeys: a,b");
+    assert_eq!(
+        render_one(&[("templates/x.yaml", t)], json!({})),
+        "kind: ConfigMap\nv: 2\nkeys: a,b"
+    );
 }
 
 #[test]
 fn files_get_and_glob_as_config() {
     let t = "kind: ConfigMap\ndata:\n  one: {{ .Files.Get \"conf/a.txt\" | quote }}\n  {{- (.Files.Glob \"conf/*.txt\").AsConfig | nindent 2 }}";
     let out = render_one(
-        &[("templates/x.yaml", t), ("conf/a.txt", "alpha"), ("conf/b.txt", "beta\n"), ("conf/c.md", "no")],
+        &[
+            ("templates/x.yaml", t),
+            ("conf/a.txt", "alpha"),
+            ("conf/b.txt", "beta\n"),
+            ("conf/c.md", "no"),
+        ],
         json!({}),
     );
-    assert_eq!(out, "kind: ConfigMap\ndata:\n  one: \"alpha\"\n  a.txt: alpha\n  b.txt: |\n    beta");
+    assert_eq!(
+        out,
+        "kind: ConfigMap\ndata:\n  one: \"alpha\"\n  a.txt: alpha\n  b.txt: |\n    beta"
+    );
 }
 
 #[test]
 fn partials_and_notes_produce_no_objects_and_output_is_in_install_order() {
     let files = chart(&[
-        ("templates/_helpers.tpl", "{{ define \"x\" }}kind: Secret{{ end }}"),
-        ("templates/NOTES.txt", "Thanks for installing {{ .Release.Name }}"),
-        ("templates/a-deploy.yaml", "kind: Deployment\nmetadata:\n  name: d"),
-        ("templates/b-svc.yaml", "kind: Service\nmetadata:\n  name: s\n---\n# only a comment\n---\nkind: Namespace\nmetadata:\n  name: n"),
+        (
+            "templates/_helpers.tpl",
+            "{{ define \"x\" }}kind: Secret{{ end }}",
+        ),
+        (
+            "templates/NOTES.txt",
+            "Thanks for installing {{ .Release.Name }}",
+        ),
+        (
+            "templates/a-deploy.yaml",
+            "kind: Deployment\nmetadata:\n  name: d",
+        ),
+        (
+            "templates/b-svc.yaml",
+            "kind: Service\nmetadata:\n  name: s\n---\n# only a comment\n---\nkind: Namespace\nmetadata:\n  name: n",
+        ),
     ]);
     let out = render_chart(&files, &json!({}), &release()).unwrap_or_default();
     let kinds: Vec<&str> = out.iter().map(|m| m.kind()).collect();
@@ -177,8 +235,14 @@ fn partials_and_notes_produce_no_objects_and_output_is_in_install_order() {
 #[test]
 fn subcharts_get_their_section_globals_and_conditions() {
     let mut files = chart(&[
-        ("values.yaml", "global:\n  domain: example.com\nsub:\n  enabled: true\n  greeting: hi\ndisabled:\n  enabled: false\n"),
-        ("templates/cm.yaml", "kind: ConfigMap\nmetadata:\n  name: parent"),
+        (
+            "values.yaml",
+            "global:\n  domain: example.com\nsub:\n  enabled: true\n  greeting: hi\ndisabled:\n  enabled: false\n",
+        ),
+        (
+            "templates/cm.yaml",
+            "kind: ConfigMap\nmetadata:\n  name: parent",
+        ),
     ]);
     files[0].1.extend_from_slice(b"dependencies:\n- name: sub\n  condition: sub.enabled\n- name: disabled\n  condition: disabled.enabled\n");
     files.extend([
@@ -207,21 +271,34 @@ fn subcharts_get_their_section_globals_and_conditions() {
 
 #[test]
 fn parse_errors_name_the_template_and_line() {
-    let err = render_err(&[("templates/bad.yaml", "kind: ConfigMap\n{{ if }}")], json!({}));
+    let err = render_err(
+        &[("templates/bad.yaml", "kind: ConfigMap\n{{ if }}")],
+        json!({}),
+    );
     let text = err.to_string();
     assert!(matches!(err, RenderError::Parse { .. }), "{text}");
-    assert!(text.contains("hello/templates/bad.yaml") && text.contains(":2:"), "{text}");
+    assert!(
+        text.contains("hello/templates/bad.yaml") && text.contains(":2:"),
+        "{text}"
+    );
 }
 
 #[test]
 fn recursive_include_is_stopped() {
     let t = "{{ define \"loop\" }}{{ include \"loop\" . }}{{ end }}kind: ConfigMap\nx: {{ include \"loop\" . }}";
-    assert!(render_err(&[("templates/x.yaml", t)], json!({})).to_string().contains("nesting"));
+    assert!(
+        render_err(&[("templates/x.yaml", t)], json!({}))
+            .to_string()
+            .contains("nesting")
+    );
 }
 
 #[test]
 fn manifest_text_has_helm_source_headers() {
-    let files = chart(&[("templates/cm.yaml", "kind: ConfigMap\nmetadata:\n  name: a\n")]);
+    let files = chart(&[(
+        "templates/cm.yaml",
+        "kind: ConfigMap\nmetadata:\n  name: a\n",
+    )]);
     let out = render_chart(&files, &json!({}), &release()).unwrap_or_default();
     assert_eq!(
         manifests::manifest_text(&out),

@@ -23,7 +23,9 @@ pub fn from_json(v: &serde_json::Value) -> Value {
         serde_json::Value::String(s) => Value::String(s.as_str().into()),
         serde_json::Value::Array(a) => Value::List(a.iter().map(from_json).collect()),
         serde_json::Value::Object(m) => Value::Map(Arc::new(
-            m.iter().map(|(k, v)| (Arc::<str>::from(k.as_str()), from_json(v))).collect(),
+            m.iter()
+                .map(|(k, v)| (Arc::<str>::from(k.as_str()), from_json(v)))
+                .collect(),
         )),
     }
 }
@@ -41,9 +43,9 @@ pub fn to_json(v: &Value) -> serde_json::Value {
             .unwrap_or(serde_json::Value::Null),
         Value::String(s) => serde_json::Value::String(s.to_string()),
         Value::List(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
-        Value::Map(m) => serde_json::Value::Object(
-            m.iter().map(|(k, v)| (k.to_string(), to_json(v))).collect(),
-        ),
+        Value::Map(m) => {
+            serde_json::Value::Object(m.iter().map(|(k, v)| (k.to_string(), to_json(v))).collect())
+        }
     }
 }
 
@@ -68,7 +70,11 @@ pub fn go_float(f: f64) -> String {
         return "NaN".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 { "+Inf".into() } else { "-Inf".into() };
+        return if f > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
     }
     let abs = f.abs();
     if abs != 0.0 && !(1e-4..1e21).contains(&abs) {

@@ -45,7 +45,10 @@ pub fn coalesce(base: &Value, over: &Value) -> Value {
 fn strip_nulls(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
-            m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), strip_nulls(v))).collect(),
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), strip_nulls(v)))
+                .collect(),
         ),
         other => other.clone(),
     }
@@ -65,7 +68,10 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Scope<'a> {
         if !enabled(dep, &values) {
             continue;
         }
-        let mut sub_supplied = values.get(&sub_name).cloned().unwrap_or(Value::Object(Map::new()));
+        let mut sub_supplied = values
+            .get(&sub_name)
+            .cloned()
+            .unwrap_or(Value::Object(Map::new()));
         if let Some(global) = values.get("global")
             && let Value::Object(m) = &mut sub_supplied
         {
@@ -78,7 +84,12 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Scope<'a> {
         }
         subcharts.push(sub_scope);
     }
-    Scope { chart, name: name.to_string(), values, subcharts }
+    Scope {
+        chart,
+        name: name.to_string(),
+        values,
+        subcharts,
+    }
 }
 
 fn dependency_for<'c>(chart: &'c Chart, name: &str) -> Option<&'c Map<String, Value>> {
@@ -107,8 +118,10 @@ fn enabled(dep: Option<&Map<String, Value>>, values: &Value) -> bool {
         .and_then(Value::as_array)
         .map(|t| t.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let settings: Vec<bool> =
-        tags.iter().filter_map(|t| values.get("tags")?.get(*t)?.as_bool()).collect();
+    let settings: Vec<bool> = tags
+        .iter()
+        .filter_map(|t| values.get("tags")?.get(*t)?.as_bool())
+        .collect();
     settings.is_empty() || settings.iter().any(|b| *b)
 }
 

@@ -17,7 +17,8 @@ pub struct Harness {
 }
 
 async fn client_from(kubeconfig: Kubeconfig) -> anyhow::Result<kube::Client> {
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -28,7 +29,9 @@ pub async fn start() -> anyhow::Result<Harness> {
             (client_from(kc).await?, None)
         }
         _ => {
-            let cluster = berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig::default()).await?;
+            let cluster =
+                berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig::default())
+                    .await?;
             let kc = Kubeconfig::from_yaml(&cluster.kubeconfig_yaml())?;
             (client_from(kc).await?, Some(cluster))
         }
@@ -38,7 +41,11 @@ pub async fn start() -> anyhow::Result<Harness> {
     let svc = berth_release::server(berth_release::ReleaseService::new(kube.clone()));
     let server = tokio::spawn(async move {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        if let Err(e) = tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await {
+        if let Err(e) = tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming(incoming)
+            .await
+        {
             eprintln!("release server stopped: {e}");
         }
     });
@@ -47,8 +54,17 @@ pub async fn start() -> anyhow::Result<Harness> {
         .timeout(Duration::from_secs(120))
         .connect()
         .await?;
-    let namespace = format!("rel-test-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    Ok(Harness { kube, grpc: ReleasesClient::new(channel), namespace, _cluster: cluster, _server: server })
+    let namespace = format!(
+        "rel-test-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    Ok(Harness {
+        kube,
+        grpc: ReleasesClient::new(channel),
+        namespace,
+        _cluster: cluster,
+        _server: server,
+    })
 }
 
 /// A chart from `(path, content)` pairs plus a standard `Chart.yaml`.
@@ -66,7 +82,11 @@ pub fn chart(files: &[(&str, &str)]) -> Vec<berth_proto::release::ChartFile> {
 
 /// A ConfigMap template named `name`, optionally annotated `helm.sh/resource-policy: keep`.
 pub fn config_map(name: &str, keep: bool) -> String {
-    let annotations = if keep { "\n  annotations:\n    helm.sh/resource-policy: keep" } else { "" };
+    let annotations = if keep {
+        "\n  annotations:\n    helm.sh/resource-policy: keep"
+    } else {
+        ""
+    };
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}{annotations}\ndata:\n  release: {{{{ .Release.Name }}}}\n  greeting: {{{{ .Values.greeting | default \"hello\" | quote }}}}\n"
     )

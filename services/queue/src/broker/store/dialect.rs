@@ -9,6 +9,9 @@ use sqlx::migrate::Migrator;
 
 use super::StoreError;
 
+/// The PostgreSQL NOTIFY channel that [`Dialect::change_signal`] uses.
+pub const CHANGE_CHANNEL: &str = "berth_queue";
+
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -83,6 +86,17 @@ impl Dialect {
         }
     }
 
+    /// A statement that, run inside a transaction, tells every broker listening on the same
+    /// database (PostgreSQL LISTEN) that tasks may have become ready once it commits. SQLite
+    /// serves a single broker, whose in-process wake-up suffices.
+    pub fn change_signal(self) -> Option<&'static str> {
+        match self {
+            Dialect::Sqlite => None,
+            // The channel must be CHANGE_CHANNEL (checked by a test).
+            Dialect::Postgres => Some("NOTIFY berth_queue"),
+        }
+    }
+
     /// Picks the statement for this engine: `sqlite` has no row locks, `postgres` adds
     /// `FOR UPDATE [SKIP LOCKED]` so concurrent brokers never hand out the same row.
     pub fn pick(self, sqlite: &'static str, postgres: &'static str) -> &'static str {
@@ -103,6 +117,12 @@ mod tests {
         assert_eq!(Dialect::from_url("sqlite:///tmp/q.db?mode=rwc").ok(), Some(Dialect::Sqlite));
         assert_eq!(Dialect::from_url("postgres://u@h/db").ok(), Some(Dialect::Postgres));
         assert!(matches!(Dialect::from_url("mysql://x"), Err(StoreError::UnsupportedUrl { .. })));
+    }
+
+    #[test]
+    fn change_signal_uses_the_listened_channel() {
+        assert_eq!(Dialect::Postgres.change_signal(), Some(format!("NOTIFY {CHANGE_CHANNEL}").as_str()));
+        assert_eq!(Dialect::Sqlite.change_signal(), None);
     }
 
     #[test]

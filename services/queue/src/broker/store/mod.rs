@@ -17,7 +17,7 @@ use std::time::Duration;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Executor};
 
-pub use dialect::Dialect;
+pub use dialect::{CHANGE_CHANNEL, Dialect};
 pub use settle::LeaseRef;
 pub use write::Superseded;
 
@@ -63,6 +63,8 @@ pub(crate) fn query_failed(op: &'static str) -> impl FnOnce(sqlx::Error) -> Stor
 pub struct Store {
     pool: AnyPool,
     dialect: Dialect,
+    /// Kept for connections outside the pool (the PostgreSQL LISTEN connection).
+    database_url: std::sync::Arc<str>,
 }
 
 impl Store {
@@ -86,11 +88,15 @@ impl Store {
             .await
             .map_err(|source| StoreError::Connect { dialect, source })?;
         dialect.migrator().run(&pool).await.map_err(StoreError::Migrate)?;
-        Ok(Store { pool, dialect })
+        Ok(Store { pool, dialect, database_url: database_url.into() })
     }
 
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    pub fn database_url(&self) -> &str {
+        &self.database_url
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {
@@ -100,6 +106,14 @@ impl Store {
     /// Starts a transaction that will write (see [`Dialect::begin_write`]).
     async fn begin(&self, op: &'static str) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
         self.pool.begin_with(self.dialect.begin_write()).await.map_err(query_failed(op))
+    }
+
+    /// Tells other brokers on the same database to look for ready tasks once `tx` commits.
+    async fn signal_change(&self, tx: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
+        if let Some(statement) = self.dialect.change_signal() {
+            tx.execute(statement).await.map_err(query_failed("signal change"))?;
+        }
+        Ok(())
     }
 
     /// Closes the pool, waiting for connections to be returned.

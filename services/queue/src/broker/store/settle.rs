@@ -71,6 +71,7 @@ impl Store {
         };
         history::record(&mut tx, finished, now_ms).await?;
         history::trim(&mut tx).await?;
+        self.signal_change(&mut tx).await?;
         tx.commit().await.map_err(query_failed("commit complete"))
     }
 
@@ -124,6 +125,7 @@ impl Store {
             history::trim(&mut tx).await?;
             FailOutcome::Dropped
         };
+        self.signal_change(&mut tx).await?;
         tx.commit().await.map_err(query_failed("commit fail"))?;
         Ok(outcome)
     }

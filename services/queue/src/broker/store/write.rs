@@ -48,6 +48,9 @@ impl Store {
             .map_err(query_failed("insert task"))?;
             accepted += result.rows_affected();
         }
+        if accepted > 0 {
+            self.signal_change(&mut tx).await?;
+        }
         tx.commit().await.map_err(query_failed("commit enqueue"))?;
         Ok(accepted)
     }
@@ -92,6 +95,9 @@ impl Store {
         .map_err(query_failed("cancel superseded tasks"))?
         .rows_affected();
         history::trim(&mut tx).await?;
+        if dropped > 0 {
+            self.signal_change(&mut tx).await?;
+        }
         tx.commit().await.map_err(query_failed("commit supersede"))?;
         Ok(Superseded { dropped, cancelled })
     }

@@ -23,7 +23,11 @@ pub fn exact(name: &str, args: &[Value], n: usize) -> Result<()> {
     if args.len() == n {
         Ok(())
     } else {
-        Err(TemplateError::ArgCount { name: name.to_string(), expected: n, got: args.len() })
+        Err(TemplateError::ArgCount {
+            name: name.to_string(),
+            expected: n,
+            got: args.len(),
+        })
     }
 }
 
@@ -35,4 +39,14 @@ pub fn fail(name: &str, msg: impl std::fmt::Display) -> TemplateError {
 
 pub fn string(s: impl Into<std::sync::Arc<str>>) -> Value {
     Value::String(s.into())
+}
+
+/// A stateless template function.
+pub type Builtin = fn(&[Value]) -> Result<Value>;
+
+/// Adds `(name, function)` pairs to a function map.
+pub fn register_all(fm: &mut gotmpl::FuncMap, funcs: &[(&str, Builtin)]) {
+    for (name, f) in funcs {
+        fm.insert((*name).to_string(), std::sync::Arc::new(*f));
+    }
 }

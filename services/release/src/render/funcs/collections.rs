@@ -5,7 +5,7 @@
 //! rewrites the common `$_ := set $d ...` idiom into `$d = set $d ...` so the update is seen
 //! (see `render::methods`).
 
-use super::args::{arg, exact, fail, str_arg, string};
+use super::args::{Builtin, arg, exact, fail, register_all, str_arg, string};
 use crate::render::value::{is_empty, strval, to_i64};
 use gotmpl::{FuncMap, Result, Value};
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 type Dict = BTreeMap<Arc<str>, Value>;
 
 pub fn register(fm: &mut FuncMap) {
-    let funcs: &[(&str, fn(&[Value]) -> Result<Value>)] = &[
+    let funcs: &[(&str, Builtin)] = &[
         ("list", |a| Ok(Value::List(a.iter().cloned().collect()))),
         ("tuple", |a| Ok(Value::List(a.iter().cloned().collect()))),
         ("dict", dict),
@@ -31,17 +31,31 @@ pub fn register(fm: &mut FuncMap) {
         ("omit", |a| pick_omit("omit", a, false)),
         ("deepCopy", |a| arg("deepCopy", a, 0).cloned()),
         ("dig", dig),
-        ("first", |a| list_part("first", a, |l| l.first().cloned().unwrap_or(Value::Nil))),
-        ("last", |a| list_part("last", a, |l| l.last().cloned().unwrap_or(Value::Nil))),
-        ("rest", |a| list_part("rest", a, |l| Value::List(l.iter().skip(1).cloned().collect()))),
+        ("first", |a| {
+            list_part("first", a, |l| l.first().cloned().unwrap_or(Value::Nil))
+        }),
+        ("last", |a| {
+            list_part("last", a, |l| l.last().cloned().unwrap_or(Value::Nil))
+        }),
+        ("rest", |a| {
+            list_part("rest", a, |l| {
+                Value::List(l.iter().skip(1).cloned().collect())
+            })
+        }),
         ("initial", |a| {
             list_part("initial", a, |l| {
                 Value::List(l.iter().take(l.len().saturating_sub(1)).cloned().collect())
             })
         }),
-        ("reverse", |a| list_part("reverse", a, |l| Value::List(l.iter().rev().cloned().collect()))),
+        ("reverse", |a| {
+            list_part("reverse", a, |l| {
+                Value::List(l.iter().rev().cloned().collect())
+            })
+        }),
         ("compact", |a| {
-            list_part("compact", a, |l| Value::List(l.iter().filter(|v| !is_empty(v)).cloned().collect()))
+            list_part("compact", a, |l| {
+                Value::List(l.iter().filter(|v| !is_empty(v)).cloned().collect())
+            })
         }),
         ("uniq", |a| list_part("uniq", a, uniq)),
         ("sortAlpha", |a| list_part("sortAlpha", a, sort_alpha)),
@@ -55,15 +69,16 @@ pub fn register(fm: &mut FuncMap) {
         ("untilStep", until_step),
         ("seq", seq),
     ];
-    for (name, f) in funcs {
-        fm.insert((*name).to_string(), Arc::new(*f));
-    }
+    register_all(fm, funcs);
 }
 
 fn dict_arg<'a>(name: &str, args: &'a [Value], i: usize) -> Result<&'a Dict> {
     match arg(name, args, i)? {
         Value::Map(m) => Ok(m),
-        other => Err(fail(name, format!("expected a dict, got {}", other.type_name()))),
+        other => Err(fail(
+            name,
+            format!("expected a dict, got {}", other.type_name()),
+        )),
     }
 }
 
@@ -88,7 +103,9 @@ fn dict(args: &[Value]) -> Result<Value> {
 fn get(args: &[Value]) -> Result<Value> {
     exact("get", args, 2)?;
     let m = dict_arg("get", args, 0)?;
-    Ok(m.get(str_arg("get", args, 1)?.as_str()).cloned().unwrap_or_else(|| string("")))
+    Ok(m.get(str_arg("get", args, 1)?.as_str())
+        .cloned()
+        .unwrap_or_else(|| string("")))
 }
 
 fn set(args: &[Value]) -> Result<Value> {
@@ -108,7 +125,9 @@ fn unset(args: &[Value]) -> Result<Value> {
 fn has_key(args: &[Value]) -> Result<Value> {
     exact("hasKey", args, 2)?;
     let m = dict_arg("hasKey", args, 0)?;
-    Ok(Value::Bool(m.contains_key(str_arg("hasKey", args, 1)?.as_str())))
+    Ok(Value::Bool(
+        m.contains_key(str_arg("hasKey", args, 1)?.as_str()),
+    ))
 }
 
 /// `keys` of one or more dicts. Go's map order is random, so charts sort the result; a sorted
@@ -116,14 +135,20 @@ fn has_key(args: &[Value]) -> Result<Value> {
 fn keys(args: &[Value]) -> Result<Value> {
     let mut out = Vec::new();
     for i in 0..args.len() {
-        out.extend(dict_arg("keys", args, i)?.keys().map(|k| Value::String(k.clone())));
+        out.extend(
+            dict_arg("keys", args, i)?
+                .keys()
+                .map(|k| Value::String(k.clone())),
+        );
     }
     Ok(Value::List(out.into()))
 }
 
 fn values(args: &[Value]) -> Result<Value> {
     exact("values", args, 1)?;
-    Ok(Value::List(dict_arg("values", args, 0)?.values().cloned().collect()))
+    Ok(Value::List(
+        dict_arg("values", args, 0)?.values().cloned().collect(),
+    ))
 }
 
 fn pluck(args: &[Value]) -> Result<Value> {
@@ -203,7 +228,10 @@ fn list_part(name: &str, args: &[Value], f: impl Fn(&[Value]) -> Value) -> Resul
     match &args[0] {
         Value::List(items) => Ok(f(items)),
         Value::Nil => Ok(f(&[])),
-        other => Err(fail(name, format!("cannot use {} as a list", other.type_name()))),
+        other => Err(fail(
+            name,
+            format!("cannot use {} as a list", other.type_name()),
+        )),
     }
 }
 
@@ -244,7 +272,9 @@ fn concat(args: &[Value]) -> Result<Value> {
 fn without(args: &[Value]) -> Result<Value> {
     let items = list_items(arg("without", args, 0)?);
     let drop = &args[1..];
-    Ok(Value::List(items.into_iter().filter(|v| !drop.contains(v)).collect()))
+    Ok(Value::List(
+        items.into_iter().filter(|v| !drop.contains(v)).collect(),
+    ))
 }
 
 /// `has needle list`.
@@ -258,12 +288,22 @@ const MAX_RANGE: i64 = 100_000;
 
 fn until(args: &[Value]) -> Result<Value> {
     exact("until", args, 1)?;
-    step_range("until", 0, to_i64(&args[0]), if to_i64(&args[0]) < 0 { -1 } else { 1 })
+    step_range(
+        "until",
+        0,
+        to_i64(&args[0]),
+        if to_i64(&args[0]) < 0 { -1 } else { 1 },
+    )
 }
 
 fn until_step(args: &[Value]) -> Result<Value> {
     exact("untilStep", args, 3)?;
-    step_range("untilStep", to_i64(&args[0]), to_i64(&args[1]), to_i64(&args[2]))
+    step_range(
+        "untilStep",
+        to_i64(&args[0]),
+        to_i64(&args[1]),
+        to_i64(&args[2]),
+    )
 }
 
 /// `seq` like the Unix tool: `seq end`, `seq start end`, `seq start step end`, inclusive.
@@ -287,7 +327,10 @@ fn step_range(name: &str, start: i64, stop: i64, step: i64) -> Result<Value> {
     }
     let count = (stop - start).abs() / step.abs();
     if count > MAX_RANGE {
-        return Err(fail(name, format!("range of {count} items exceeds the limit of {MAX_RANGE}")));
+        return Err(fail(
+            name,
+            format!("range of {count} items exceeds the limit of {MAX_RANGE}"),
+        ));
     }
     let mut out = Vec::new();
     let mut i = start;
@@ -303,19 +346,31 @@ mod tests {
     use super::*;
 
     fn m(pairs: &[(&str, Value)]) -> Dict {
-        pairs.iter().map(|(k, v)| (Arc::from(*k), v.clone())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (Arc::from(*k), v.clone()))
+            .collect()
     }
 
     #[test]
     fn merge_keeps_destination_values_and_fills_missing() {
-        let mut dst = m(&[("a", Value::Int(1)), ("n", Value::Map(Arc::new(m(&[("x", Value::Int(1))]))))]);
+        let mut dst = m(&[
+            ("a", Value::Int(1)),
+            ("n", Value::Map(Arc::new(m(&[("x", Value::Int(1))])))),
+        ]);
         let src = m(&[
             ("a", Value::Int(2)),
             ("b", Value::Int(3)),
-            ("n", Value::Map(Arc::new(m(&[("x", Value::Int(9)), ("y", Value::Int(2))])))),
+            (
+                "n",
+                Value::Map(Arc::new(m(&[("x", Value::Int(9)), ("y", Value::Int(2))]))),
+            ),
         ]);
         deep_merge(&mut dst, &src, false);
-        assert_eq!(Value::Map(Arc::new(dst)).to_string(), "map[a:1 b:3 n:map[x:1 y:2]]");
+        assert_eq!(
+            Value::Map(Arc::new(dst)).to_string(),
+            "map[a:1 b:3 n:map[x:1 y:2]]"
+        );
     }
 
     #[test]

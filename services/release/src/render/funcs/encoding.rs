@@ -1,41 +1,48 @@
 //! Serialization, encoding, hashing and random functions (`toYaml`, `b64enc`, `sha256sum`, ...).
 
-use super::args::{arg, exact, fail, str_arg, string};
+use super::args::{Builtin, arg, exact, fail, register_all, str_arg, string};
 use crate::render::goyaml;
 use crate::render::value::{from_json, to_i64, to_json};
 use base64::Engine as _;
 use gotmpl::{FuncMap, Result, Value};
 use rand::Rng as _;
 use sha2::Digest as _;
-use std::sync::Arc;
 
 pub fn register(fm: &mut FuncMap) {
-    let funcs: &[(&str, fn(&[Value]) -> Result<Value>)] = &[
+    let funcs: &[(&str, Builtin)] = &[
         ("toYaml", to_yaml),
         ("toJson", |a| json_out("toJson", a, false)),
         ("toRawJson", |a| json_out("toRawJson", a, false)),
         ("toPrettyJson", |a| json_out("toPrettyJson", a, true)),
         ("fromYaml", |a| parse_doc("fromYaml", a, parse_yaml, false)),
-        ("fromYamlArray", |a| parse_doc("fromYamlArray", a, parse_yaml, true)),
+        ("fromYamlArray", |a| {
+            parse_doc("fromYamlArray", a, parse_yaml, true)
+        }),
         ("fromJson", |a| parse_doc("fromJson", a, parse_json, false)),
-        ("fromJsonArray", |a| parse_doc("fromJsonArray", a, parse_json, true)),
+        ("fromJsonArray", |a| {
+            parse_doc("fromJsonArray", a, parse_json, true)
+        }),
         ("b64enc", |a| {
             exact("b64enc", a, 1)?;
-            Ok(string(base64::engine::general_purpose::STANDARD.encode(str_arg("b64enc", a, 0)?)))
+            Ok(string(
+                base64::engine::general_purpose::STANDARD.encode(str_arg("b64enc", a, 0)?),
+            ))
         }),
         ("b64dec", b64dec),
         ("sha256sum", |a| {
             exact("sha256sum", a, 1)?;
-            Ok(string(hex::encode(sha2::Sha256::digest(str_arg("sha256sum", a, 0)?))))
+            Ok(string(hex::encode(sha2::Sha256::digest(str_arg(
+                "sha256sum",
+                a,
+                0,
+            )?))))
         }),
         ("uuidv4", |_| Ok(string(uuid::Uuid::new_v4().to_string()))),
         ("randAlphaNum", |a| random("randAlphaNum", a, ALNUM)),
         ("randAlpha", |a| random("randAlpha", a, &ALNUM[10..])),
         ("randNumeric", |a| random("randNumeric", a, &ALNUM[..10])),
     ];
-    for (name, f) in funcs {
-        fm.insert((*name).to_string(), Arc::new(*f));
-    }
+    register_all(fm, funcs);
 }
 
 /// Helm's `toYaml`: go-yaml output without the final newline; errors render as "".
@@ -50,8 +57,12 @@ fn to_yaml(args: &[Value]) -> Result<Value> {
 fn json_out(name: &str, args: &[Value], pretty: bool) -> Result<Value> {
     exact(name, args, 1)?;
     let json = to_json(&args[0]);
-    let text = if pretty { serde_json::to_string_pretty(&json) } else { serde_json::to_string(&json) }
-        .map_err(|e| fail(name, e))?;
+    let text = if pretty {
+        serde_json::to_string_pretty(&json)
+    } else {
+        serde_json::to_string(&json)
+    }
+    .map_err(|e| fail(name, e))?;
     if name == "toRawJson" {
         return Ok(string(text));
     }
@@ -103,10 +114,12 @@ fn b64dec(args: &[Value]) -> Result<Value> {
     exact("b64dec", args, 1)?;
     let text = str_arg("b64dec", args, 0)?;
     // Sprig returns the error text as the result instead of failing.
-    Ok(string(match base64::engine::general_purpose::STANDARD.decode(text.as_bytes()) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(e) => e.to_string(),
-    }))
+    Ok(string(
+        match base64::engine::general_purpose::STANDARD.decode(text.as_bytes()) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => e.to_string(),
+        },
+    ))
 }
 
 const ALNUM: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -134,7 +147,9 @@ mod tests {
     #[test]
     fn to_json_escapes_html_like_go() {
         let v = from_json(&serde_json::json!({"b": "<a&b>", "a": 1}));
-        let out = json_out("toJson", &[v], false).map(|v| strval(&v)).unwrap_or_default();
+        let out = json_out("toJson", &[v], false)
+            .map(|v| strval(&v))
+            .unwrap_or_default();
         assert_eq!(out, r#"{"a":1,"b":"\u003ca\u0026b\u003e"}"#);
     }
 
@@ -142,7 +157,8 @@ mod tests {
     fn from_yaml_reports_errors_in_the_map() {
         let bad = parse_doc("fromYaml", &[string("a: [")], parse_yaml, false).unwrap_or(Value::Nil);
         assert!(bad.field("Error").is_some(), "got {bad}");
-        let good = parse_doc("fromYaml", &[string("a: 1")], parse_yaml, false).unwrap_or(Value::Nil);
+        let good =
+            parse_doc("fromYaml", &[string("a: 1")], parse_yaml, false).unwrap_or(Value::Nil);
         assert_eq!(good.to_string(), "map[a:1]");
     }
 }

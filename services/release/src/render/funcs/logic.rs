@@ -1,31 +1,55 @@
 //! Defaults, conditionals, failures, type conversion, arithmetic and regular expressions.
 
-use super::args::{arg, exact, fail, str_arg, string};
+use super::args::{Builtin, arg, exact, fail, register_all, str_arg, string};
 use crate::render::value::{is_empty, strval, to_f64, to_i64};
 use gotmpl::{FuncMap, Result, TemplateError, Value};
-use std::sync::Arc;
 
 pub fn register(fm: &mut FuncMap) {
-    let funcs: &[(&str, fn(&[Value]) -> Result<Value>)] = &[
+    let funcs: &[(&str, Builtin)] = &[
         ("default", default),
         ("empty", |a| Ok(Value::Bool(a.first().is_none_or(is_empty)))),
-        ("coalesce", |a| Ok(a.iter().find(|v| !is_empty(v)).cloned().unwrap_or(Value::Nil))),
+        ("coalesce", |a| {
+            Ok(a.iter()
+                .find(|v| !is_empty(v))
+                .cloned()
+                .unwrap_or(Value::Nil))
+        }),
         ("ternary", ternary),
         ("fail", |a| Err(TemplateError::Exec(str_arg("fail", a, 0)?))),
         ("required", required),
         ("int", |a| Ok(Value::Int(to_i64(arg("int", a, 0)?)))),
         ("int64", |a| Ok(Value::Int(to_i64(arg("int64", a, 0)?)))),
-        ("atoi", |a| Ok(Value::Int(str_arg("atoi", a, 0)?.trim().parse().unwrap_or(0)))),
-        ("float64", |a| Ok(Value::Float(to_f64(arg("float64", a, 0)?)))),
+        ("atoi", |a| {
+            Ok(Value::Int(
+                str_arg("atoi", a, 0)?.trim().parse().unwrap_or(0),
+            ))
+        }),
+        ("float64", |a| {
+            Ok(Value::Float(to_f64(arg("float64", a, 0)?)))
+        }),
         ("toStrings", to_strings),
-        ("add", |a| Ok(Value::Int(a.iter().map(to_i64).fold(0i64, i64::wrapping_add)))),
-        ("add1", |a| Ok(Value::Int(to_i64(arg("add1", a, 0)?).wrapping_add(1)))),
+        ("add", |a| {
+            Ok(Value::Int(
+                a.iter().map(to_i64).fold(0i64, i64::wrapping_add),
+            ))
+        }),
+        ("add1", |a| {
+            Ok(Value::Int(to_i64(arg("add1", a, 0)?).wrapping_add(1)))
+        }),
         ("sub", |a| int2("sub", a, |x, y| Some(x.wrapping_sub(y)))),
-        ("mul", |a| Ok(Value::Int(a.iter().map(to_i64).fold(1i64, i64::wrapping_mul)))),
+        ("mul", |a| {
+            Ok(Value::Int(
+                a.iter().map(to_i64).fold(1i64, i64::wrapping_mul),
+            ))
+        }),
         ("div", |a| int2("div", a, i64::checked_div)),
         ("mod", |a| int2("mod", a, i64::checked_rem)),
-        ("max", |a| Ok(Value::Int(a.iter().map(to_i64).max().unwrap_or(0)))),
-        ("min", |a| Ok(Value::Int(a.iter().map(to_i64).min().unwrap_or(0)))),
+        ("max", |a| {
+            Ok(Value::Int(a.iter().map(to_i64).max().unwrap_or(0)))
+        }),
+        ("min", |a| {
+            Ok(Value::Int(a.iter().map(to_i64).min().unwrap_or(0)))
+        }),
         ("kindOf", |a| Ok(string(kind_of(arg("kindOf", a, 0)?)))),
         ("kindIs", |a| {
             exact("kindIs", a, 2)?;
@@ -43,13 +67,15 @@ pub fn register(fm: &mut FuncMap) {
         ("regexMatch", regex_match),
         ("regexFind", regex_find),
         ("regexFindAll", regex_find_all),
-        ("regexReplaceAll", |a| regex_replace("regexReplaceAll", a, true)),
-        ("regexReplaceAllLiteral", |a| regex_replace("regexReplaceAllLiteral", a, false)),
+        ("regexReplaceAll", |a| {
+            regex_replace("regexReplaceAll", a, true)
+        }),
+        ("regexReplaceAllLiteral", |a| {
+            regex_replace("regexReplaceAllLiteral", a, false)
+        }),
         ("regexSplit", regex_split),
     ];
-    for (name, f) in funcs {
-        fm.insert((*name).to_string(), Arc::new(*f));
-    }
+    register_all(fm, funcs);
 }
 
 /// `default d v`: `v` unless it is empty (missing, nil, false, 0, "", empty list/map).
@@ -63,7 +89,11 @@ fn default(args: &[Value]) -> Result<Value> {
 
 fn ternary(args: &[Value]) -> Result<Value> {
     exact("ternary", args, 3)?;
-    Ok(if args[2].is_truthy() { args[0].clone() } else { args[1].clone() })
+    Ok(if args[2].is_truthy() {
+        args[0].clone()
+    } else {
+        args[1].clone()
+    })
 }
 
 /// Helm's `required msg v`: fails with `msg` when `v` is nil or the empty string.
@@ -145,7 +175,12 @@ fn regex_find_all(args: &[Value]) -> Result<Value> {
     let s = str_arg("regexFindAll", args, 1)?;
     let n = to_i64(&args[2]);
     let limit = if n < 0 { usize::MAX } else { n as usize };
-    Ok(Value::List(re.find_iter(&s).take(limit).map(|m| string(m.as_str())).collect()))
+    Ok(Value::List(
+        re.find_iter(&s)
+            .take(limit)
+            .map(|m| string(m.as_str()))
+            .collect(),
+    ))
 }
 
 /// `regexReplaceAll regex s repl`; `$1`-style references expand as in Go's `Expand`.
@@ -181,14 +216,23 @@ mod tests {
 
     #[test]
     fn default_replaces_only_empty_values() {
-        let pick = |v: Value| default(&[string("d"), v]).map(|v| strval(&v)).unwrap_or_default();
+        let pick = |v: Value| {
+            default(&[string("d"), v])
+                .map(|v| strval(&v))
+                .unwrap_or_default()
+        };
         assert_eq!(pick(Value::Nil), "d");
         assert_eq!(pick(string("")), "d");
         assert_eq!(pick(Value::Int(0)), "d");
         assert_eq!(pick(Value::Bool(false)), "d");
         assert_eq!(pick(Value::Int(5)), "5");
         assert_eq!(pick(string("x")), "x");
-        assert_eq!(default(&[string("d")]).map(|v| strval(&v)).unwrap_or_default(), "d");
+        assert_eq!(
+            default(&[string("d")])
+                .map(|v| strval(&v))
+                .unwrap_or_default(),
+            "d"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod logic;
 mod semver_fn;
 mod strings;
 
-pub use args::{fail, string};
+pub use args::{Builtin, fail, register_all, string};
 
 use gotmpl::FuncMap;
 

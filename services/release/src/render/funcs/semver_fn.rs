@@ -22,8 +22,11 @@ fn semver_compare(args: &[Value]) -> Result<Value> {
     exact("semverCompare", args, 2)?;
     let constraint = str_arg("semverCompare", args, 0)?;
     let version = str_arg("semverCompare", args, 1)?;
-    let v = parse_version(&version).ok_or_else(|| fail("semverCompare", "Invalid Semantic Version"))?;
-    matches(&constraint, &v).map(Value::Bool).map_err(|e| fail("semverCompare", e))
+    let v =
+        parse_version(&version).ok_or_else(|| fail("semverCompare", "Invalid Semantic Version"))?;
+    matches(&constraint, &v)
+        .map(Value::Bool)
+        .map_err(|e| fail("semverCompare", e))
 }
 
 fn semver_parse(args: &[Value]) -> Result<Value> {
@@ -38,7 +41,12 @@ fn semver_parse(args: &[Value]) -> Result<Value> {
         ("Metadata", Value::String(v.build.as_str().into())),
         ("Original", Value::String(text.as_str().into())),
     ];
-    Ok(Value::Map(Arc::new(entries.into_iter().map(|(k, v)| (Arc::from(k), v)).collect())))
+    Ok(Value::Map(Arc::new(
+        entries
+            .into_iter()
+            .map(|(k, v)| (Arc::from(k), v))
+            .collect(),
+    )))
 }
 
 /// A lenient version: `v1.2`, `1`, `1.2.3-rc.1+b`. Missing parts are 0.
@@ -81,7 +89,9 @@ fn parse_partial(s: &str) -> Option<(Version, bool)> {
 fn given_parts(s: &str) -> usize {
     let core = s.trim().trim_start_matches(['v', 'V']);
     let core = core.split(['-', '+']).next().unwrap_or("");
-    core.split('.').take_while(|p| !matches!(*p, "x" | "X" | "*" | "")).count()
+    core.split('.')
+        .take_while(|p| !matches!(*p, "x" | "X" | "*" | ""))
+        .count()
 }
 
 fn matches(constraint: &str, v: &Version) -> std::result::Result<bool, String> {
@@ -96,7 +106,10 @@ fn matches(constraint: &str, v: &Version) -> std::result::Result<bool, String> {
 /// Splits a conjunction into `op version` terms, joining an operator written apart from its
 /// version (`>= 1.2`) and recognising hyphen ranges (`1.2 - 1.4`).
 fn all_match(alternative: &str, v: &Version) -> std::result::Result<bool, String> {
-    let tokens: Vec<&str> = alternative.split([',', ' ']).filter(|t| !t.is_empty()).collect();
+    let tokens: Vec<&str> = alternative
+        .split([',', ' '])
+        .filter(|t| !t.is_empty())
+        .collect();
     let mut terms: Vec<String> = Vec::new();
     let mut i = 0;
     while i < tokens.len() {
@@ -129,7 +142,9 @@ fn all_match(alternative: &str, v: &Version) -> std::result::Result<bool, String
 }
 
 fn term_matches(term: &str, v: &Version) -> std::result::Result<bool, String> {
-    let op_len = term.find(|c: char| !"=!<>~^".contains(c)).unwrap_or(term.len());
+    let op_len = term
+        .find(|c: char| !"=!<>~^".contains(c))
+        .unwrap_or(term.len());
     let (op, ver) = term.split_at(op_len);
     let (c, wild) = parse_partial(ver).ok_or_else(|| format!("improper constraint: {term}"))?;
     let parts = given_parts(ver);
@@ -169,7 +184,10 @@ fn term_matches(term: &str, v: &Version) -> std::result::Result<bool, String> {
 }
 
 fn cmp_no_build(a: &Version, b: &Version) -> std::cmp::Ordering {
-    let strip = |v: &Version| Version { build: semver::BuildMetadata::EMPTY, ..v.clone() };
+    let strip = |v: &Version| Version {
+        build: semver::BuildMetadata::EMPTY,
+        ..v.clone()
+    };
     strip(a).cmp(&strip(b))
 }
 
@@ -178,7 +196,9 @@ mod tests {
     use super::*;
 
     fn check(c: &str, v: &str) -> bool {
-        parse_version(v).map(|v| matches(c, &v).unwrap_or(false)).unwrap_or(false)
+        parse_version(v)
+            .map(|v| matches(c, &v).unwrap_or(false))
+            .unwrap_or(false)
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! Sprig's string functions.
 
-use super::args::{arg, exact, fail, str_arg, string};
+use super::args::{Builtin, arg, exact, fail, register_all, str_arg, string};
 use crate::render::value::{go_quote, strval, to_i64};
 use gotmpl::{FuncMap, Result, Value};
 use std::sync::Arc;
 
 pub fn register(fm: &mut FuncMap) {
-    let simple: &[(&str, fn(&[Value]) -> Result<Value>)] = &[
+    let funcs: &[(&str, Builtin)] = &[
         ("quote", quote),
         ("squote", squote),
         ("trim", |a| unary("trim", a, |s| s.trim().to_string())),
@@ -14,14 +14,36 @@ pub fn register(fm: &mut FuncMap) {
         ("lower", |a| unary("lower", a, |s| s.to_lowercase())),
         ("title", |a| unary("title", a, title)),
         ("untitle", |a| unary("untitle", a, untitle)),
-        ("nospace", |a| unary("nospace", a, |s| s.chars().filter(|c| !c.is_whitespace()).collect())),
+        ("nospace", |a| {
+            unary("nospace", a, |s| {
+                s.chars().filter(|c| !c.is_whitespace()).collect()
+            })
+        }),
         ("toString", |a| unary("toString", a, |s| s.to_string())),
-        ("trimSuffix", |a| binary("trimSuffix", a, |suf, s| s.strip_suffix(suf).unwrap_or(s).to_string())),
-        ("trimPrefix", |a| binary("trimPrefix", a, |pre, s| s.strip_prefix(pre).unwrap_or(s).to_string())),
-        ("trimAll", |a| binary("trimAll", a, |cut, s| s.trim_matches(|c| cut.contains(c)).to_string())),
-        ("contains", |a| predicate("contains", a, |sub, s| s.contains(sub))),
-        ("hasPrefix", |a| predicate("hasPrefix", a, |p, s| s.starts_with(p))),
-        ("hasSuffix", |a| predicate("hasSuffix", a, |p, s| s.ends_with(p))),
+        ("trimSuffix", |a| {
+            binary("trimSuffix", a, |suf, s| {
+                s.strip_suffix(suf).unwrap_or(s).to_string()
+            })
+        }),
+        ("trimPrefix", |a| {
+            binary("trimPrefix", a, |pre, s| {
+                s.strip_prefix(pre).unwrap_or(s).to_string()
+            })
+        }),
+        ("trimAll", |a| {
+            binary("trimAll", a, |cut, s| {
+                s.trim_matches(|c| cut.contains(c)).to_string()
+            })
+        }),
+        ("contains", |a| {
+            predicate("contains", a, |sub, s| s.contains(sub))
+        }),
+        ("hasPrefix", |a| {
+            predicate("hasPrefix", a, |p, s| s.starts_with(p))
+        }),
+        ("hasSuffix", |a| {
+            predicate("hasSuffix", a, |p, s| s.ends_with(p))
+        }),
         ("replace", replace),
         ("indent", |a| indent("indent", a, false)),
         ("nindent", |a| indent("nindent", a, true)),
@@ -32,13 +54,15 @@ pub fn register(fm: &mut FuncMap) {
         ("splitList", split_list),
         ("split", split_map),
         ("join", join),
-        ("snakecase", |a| unary("snakecase", a, |s| separate_words(s, '_'))),
-        ("kebabcase", |a| unary("kebabcase", a, |s| separate_words(s, '-'))),
+        ("snakecase", |a| {
+            unary("snakecase", a, |s| separate_words(s, '_'))
+        }),
+        ("kebabcase", |a| {
+            unary("kebabcase", a, |s| separate_words(s, '-'))
+        }),
         ("camelcase", |a| unary("camelcase", a, camelcase)),
     ];
-    for (name, f) in simple {
-        fm.insert((*name).to_string(), Arc::new(*f));
-    }
+    register_all(fm, funcs);
 }
 
 fn unary(name: &str, args: &[Value], f: impl Fn(&str) -> String) -> Result<Value> {
@@ -48,12 +72,18 @@ fn unary(name: &str, args: &[Value], f: impl Fn(&str) -> String) -> Result<Value
 
 fn binary(name: &str, args: &[Value], f: impl Fn(&str, &str) -> String) -> Result<Value> {
     exact(name, args, 2)?;
-    Ok(string(f(&str_arg(name, args, 0)?, &str_arg(name, args, 1)?)))
+    Ok(string(f(
+        &str_arg(name, args, 0)?,
+        &str_arg(name, args, 1)?,
+    )))
 }
 
 fn predicate(name: &str, args: &[Value], f: impl Fn(&str, &str) -> bool) -> Result<Value> {
     exact(name, args, 2)?;
-    Ok(Value::Bool(f(&str_arg(name, args, 0)?, &str_arg(name, args, 1)?)))
+    Ok(Value::Bool(f(
+        &str_arg(name, args, 0)?,
+        &str_arg(name, args, 1)?,
+    )))
 }
 
 /// `quote` skips nil arguments and `%q`-quotes the rest, joined by spaces.
@@ -78,8 +108,11 @@ fn squote(args: &[Value]) -> Result<Value> {
 
 fn replace(args: &[Value]) -> Result<Value> {
     exact("replace", args, 3)?;
-    let (old, new, s) =
-        (str_arg("replace", args, 0)?, str_arg("replace", args, 1)?, str_arg("replace", args, 2)?);
+    let (old, new, s) = (
+        str_arg("replace", args, 0)?,
+        str_arg("replace", args, 1)?,
+        str_arg("replace", args, 2)?,
+    );
     Ok(string(s.replace(&old, &new)))
 }
 
@@ -89,7 +122,11 @@ fn indent(name: &str, args: &[Value], leading_newline: bool) -> Result<Value> {
     let pad = " ".repeat(n);
     let s = str_arg(name, args, 1)?;
     let body = format!("{pad}{}", s.replace('\n', &format!("\n{pad}")));
-    Ok(string(if leading_newline { format!("\n{body}") } else { body }))
+    Ok(string(if leading_newline {
+        format!("\n{body}")
+    } else {
+        body
+    }))
 }
 
 /// `trunc n s`: the first n characters, or with negative n the last -n.
@@ -146,14 +183,20 @@ fn repeat(args: &[Value]) -> Result<Value> {
     const MAX_OUTPUT: usize = 1 << 20;
     let n = usize::try_from(n).unwrap_or(0);
     if s.len().saturating_mul(n) > MAX_OUTPUT {
-        return Err(fail("repeat", format!("result would exceed {MAX_OUTPUT} bytes")));
+        return Err(fail(
+            "repeat",
+            format!("result would exceed {MAX_OUTPUT} bytes"),
+        ));
     }
     Ok(string(s.repeat(n)))
 }
 
 fn cat(args: &[Value]) -> Result<Value> {
-    let parts: Vec<String> =
-        args.iter().filter(|v| !matches!(v, Value::Nil)).map(strval).collect();
+    let parts: Vec<String> = args
+        .iter()
+        .filter(|v| !matches!(v, Value::Nil))
+        .map(strval)
+        .collect();
     Ok(string(parts.join(" ")))
 }
 
@@ -161,7 +204,9 @@ fn split_list(args: &[Value]) -> Result<Value> {
     exact("splitList", args, 2)?;
     let sep = str_arg("splitList", args, 0)?;
     let s = str_arg("splitList", args, 1)?;
-    Ok(Value::List(go_split(&s, &sep).into_iter().map(string).collect()))
+    Ok(Value::List(
+        go_split(&s, &sep).into_iter().map(string).collect(),
+    ))
 }
 
 /// `split` returns a map `_0`, `_1`, ... of the parts.
@@ -237,7 +282,8 @@ fn separate_words(s: &str, sep: char) -> String {
         let next = chars.get(i + 1).copied();
         if c.is_uppercase() {
             let after_lower = prev.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit());
-            let ends_run = prev.is_some_and(char::is_uppercase) && next.is_some_and(char::is_lowercase);
+            let ends_run =
+                prev.is_some_and(char::is_uppercase) && next.is_some_and(char::is_lowercase);
             if (after_lower || ends_run) && !out.ends_with(sep) {
                 out.push(sep);
             }
@@ -257,7 +303,9 @@ fn camelcase(s: &str) -> String {
         .filter(|w| !w.is_empty())
         .map(|w| {
             let mut cs = w.chars();
-            cs.next().map(|f| f.to_uppercase().chain(cs).collect::<String>()).unwrap_or_default()
+            cs.next()
+                .map(|f| f.to_uppercase().chain(cs).collect::<String>())
+                .unwrap_or_default()
         })
         .collect()
 }

@@ -1,0 +1,145 @@
+//! The walking-skeleton journey: install the example package through the public API, see its
+//! objects, change its settings, validate bad settings, remove it — asserting what a user sees.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use berth_proto::v1::packages_client::PackagesClient;
+use berth_proto::v1::{self, PackageKind, PackageRef};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+
+/// Longest a package may take to converge. Generous: hooks and the cluster are real.
+const CONVERGE_DEADLINE: Duration = Duration::from_secs(120);
+
+pub type Client = PackagesClient<tonic::transport::Channel>;
+
+pub async fn connect(endpoint: &str) -> anyhow::Result<Client> {
+    Ok(PackagesClient::connect(endpoint.to_owned()).await?)
+}
+
+pub fn hello(namespace: &str) -> PackageRef {
+    PackageRef { kind: PackageKind::App as i32, name: "hello".into(), namespace: namespace.into() }
+}
+
+fn settings(v: Value) -> Option<prost_types::Struct> {
+    Some(berth_proto::json::to_struct(&v))
+}
+
+/// Follows Watch until `generation` is Running; fails on a reported task error.
+pub async fn wait_running(client: &mut Client, r: &PackageRef, generation: i64) -> anyhow::Result<v1::Package> {
+    let follow = async {
+        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        while let Some(p) = stream.next().await {
+            let p = p?;
+            if !p.last_error.is_empty() {
+                bail!("package failed: {}", p.last_error);
+            }
+            if p.phase == "Running" && p.observed_generation >= generation {
+                return Ok(p);
+            }
+        }
+        bail!("watch ended before the package was Running")
+    };
+    tokio::time::timeout(CONVERGE_DEADLINE, follow).await.context("package did not become Running in time")?
+}
+
+/// Follows Watch until the package is gone (NotFound).
+pub async fn wait_gone(client: &mut Client, r: &PackageRef) -> anyhow::Result<()> {
+    let follow = async {
+        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(_) => continue,
+                Err(s) if s.code() == tonic::Code::NotFound => return Ok(()),
+                Err(s) => bail!("watch failed: {s}"),
+            }
+        }
+        bail!("watch ended while the package still existed")
+    };
+    tokio::time::timeout(CONVERGE_DEADLINE, follow).await.context("package was not removed in time")?
+}
+
+/// Runs the whole journey against the gateway at `endpoint`, in a fresh namespace of `kube`.
+pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
+    let namespace = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let mut client = connect(endpoint).await?;
+    let r = hello(&namespace);
+    let repo = crate::examples_repo().display().to_string();
+    let update = |s: Value| v1::UpdateRequest {
+        r#ref: Some(r.clone()),
+        repository: repo.clone(),
+        package: String::new(),
+        version: "1.0.0".into(),
+        settings: settings(s),
+    };
+
+    // Install.
+    let accepted = client.update(update(json!({"message": "world", "replicas": 2}))).await?.into_inner();
+    assert_eq!(accepted.key, format!("{namespace}.hello"));
+    let running = wait_running(&mut client, &r, accepted.generation).await?;
+    assert!(running.conditions.iter().any(|c| c.r#type == "Ready" && c.status == "True"), "{running:?}");
+
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &namespace);
+    let deployments: Api<Deployment> = Api::namespaced(kube.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(kube.clone(), &namespace);
+    let cm = cms.get("hello").await.context("ConfigMap hello")?;
+    let data = cm.data.unwrap_or_default();
+    assert_eq!(data.get("message").map(String::as_str), Some("world"), "settings reach the templates");
+    assert_eq!(data.get("greeting").map(String::as_str), Some("Hello, world!"), "the beforeHelm hook's values reach the templates");
+    let d = deployments.get("hello").await.context("Deployment hello")?;
+    assert_eq!(d.spec.replicas, Some(2));
+    services.get("hello").await.context("Service hello")?;
+
+    // Settings change: the objects follow.
+    let changed = client.update(update(json!({"message": "berth", "replicas": 3}))).await?.into_inner();
+    assert!(changed.generation > accepted.generation);
+    wait_running(&mut client, &r, changed.generation).await?;
+    let data = cms.get("hello").await?.data.unwrap_or_default();
+    assert_eq!(data.get("greeting").map(String::as_str), Some("Hello, berth!"));
+    let d = deployments.get("hello").await?;
+    assert_eq!(d.spec.replicas, Some(3));
+
+    // Bad settings are refused, naming the field, and change nothing.
+    let bad = v1::ValidateSettingsRequest { r#ref: Some(r.clone()), settings: settings(json!({"message": "x", "replicas": "many"})) };
+    let err = client.validate_settings(bad).await.expect_err("bad settings must be refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("replicas"), "error names the field: {}", err.message());
+    let err = client.update(update(json!({"replicas": 1}))).await.expect_err("missing required setting");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("message"), "error names the field: {}", err.message());
+    let p = client.get(v1::GetRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+    assert_eq!(p.generation, changed.generation, "a refused Update changes nothing");
+
+    // Dump shows the package with its phase, settings, values and hooks.
+    let dump = client.dump(v1::DumpRequest {}).await?.into_inner().yaml;
+    for needle in [format!("key: {namespace}.hello"), "phase: Running".into(), "greeting: Hello, berth!".into(), "10-greeting.sh".into()] {
+        ensure!(dump.contains(&needle), "dump lacks {needle:?}:\n{dump}");
+    }
+
+    // Remove: everything goes.
+    let removed = client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+    assert!(removed.found);
+    wait_gone(&mut client, &r).await?;
+    let err = client.get(v1::GetRequest { r#ref: Some(r.clone()) }).await.expect_err("removed package");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert!(cms.get_opt("hello").await?.is_none(), "ConfigMap deleted");
+    assert!(deployments.get_opt("hello").await?.is_none(), "Deployment deleted");
+    assert!(services.get_opt("hello").await?.is_none(), "Service deleted");
+    let secrets: Api<Secret> = Api::namespaced(kube.clone(), &namespace);
+    let records = secrets.list(&ListParams::default().labels("owner=helm,name=hello")).await?;
+    assert!(records.items.is_empty(), "release records deleted");
+
+    // A second Remove is a no-op.
+    let again = client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+    assert!(!again.found);
+
+    // Leave a real cluster as we found it.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(kube);
+    let _ = namespaces.delete(&namespace, &Default::default()).await;
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! Real berth processes for tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long a process may take to announce itself. Generous: the machine may be busy compiling.
+const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Path of a workspace binary, next to the test executable's `deps/` directory.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first with `cargo build --workspace --bins`",
+        path.display()
+    );
+    path
+}
+
+/// A running berth process; killed when dropped.
+pub struct Proc {
+    pub name: String,
+    /// The address it announced (`listening on ADDR`), if it serves one.
+    pub addr: Option<String>,
+    child: Child,
+}
+
+impl Proc {
+    /// Starts `name` with `args` and waits for its announcement line: `listening on ADDR` for
+    /// servers, or any line starting with `announce` for the others.
+    pub async fn start(name: &str, args: &[&str], announce: &str) -> anyhow::Result<Proc> {
+        let mut child = Command::new(binary(name))
+            .args(args)
+            .env("BERTH_LOG", std::env::var("BERTH_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(STARTUP_DEADLINE, async {
+            while let Some(line) = lines.next_line().await? {
+                if line.starts_with(announce) {
+                    return Ok::<_, std::io::Error>(Some(line));
+                }
+            }
+            Ok(None)
+        })
+        .await
+        .with_context(|| format!("{name} did not announce itself within {STARTUP_DEADLINE:?}"))??;
+        let Some(line) = first else { bail!("{name} exited before announcing itself") };
+        // Keep draining stdout so the process never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let addr = line.strip_prefix("listening on ").map(|a| a.trim().to_owned());
+        Ok(Proc { name: name.to_owned(), addr, child })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr.as_deref().expect("a serving process"))
+    }
+
+    /// Stops the process with SIGTERM and waits for it to exit; SIGKILL after a grace period.
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await.is_err() {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+fn sqlite(dir: &Path, name: &str) -> String {
+    format!("sqlite://{}", dir.join(name).display())
+}
+
+/// Every service as its own process, wired over gRPC on OS-chosen ports.
+pub struct SplitTopology {
+    pub gateway: Proc,
+    others: Vec<Proc>,
+}
+
+impl SplitTopology {
+    pub async fn start(kubeconfig: &Path, dir: &Path) -> anyhow::Result<SplitTopology> {
+        let any = "127.0.0.1:0";
+        let broker = Proc::start("berth-queue", &["serve", "--listen", any, "--database", &sqlite(dir, "queue.db")], "listening on ").await?;
+        let b = broker.endpoint();
+        let lifecycle = Proc::start(
+            "berth-lifecycle",
+            &["--listen", any, "--database", &sqlite(dir, "lifecycle.db"), "--broker", &b],
+            "listening on ",
+        )
+        .await?;
+        let hookevent = Proc::start(
+            "berth-hookevent",
+            &["--listen", any, "--database", &sqlite(dir, "hookevent.db"), "--broker", &b],
+            "listening on ",
+        )
+        .await?;
+        let kc = kubeconfig.display().to_string();
+        let release = Proc::start("berth-release", &["--listen", any, "--kubeconfig", &kc], "listening on ").await?;
+        let cache = dir.join("packages").display().to_string();
+        let worker = Proc::start(
+            "berth-queue",
+            &[
+                "work", "--broker", &b, "--lifecycle", &lifecycle.endpoint(), "--release", &release.endpoint(),
+                "--hookevent", &hookevent.endpoint(), "--cache-dir", &cache,
+            ],
+            "worker ",
+        )
+        .await?;
+        let gateway = Proc::start("berth-gateway", &["--listen", any, "--lifecycle", &lifecycle.endpoint()], "listening on ").await?;
+        Ok(SplitTopology { gateway, others: vec![worker, release, hookevent, lifecycle, broker] })
+    }
+
+    pub async fn stop(self) {
+        self.gateway.stop().await;
+        for p in self.others {
+            p.stop().await;
+        }
+    }
+}
+
+/// `berth up` as one process.
+pub struct AllInOne {
+    pub proc: Proc,
+    pub kubeconfig: PathBuf,
+}
+
+impl AllInOne {
+    /// Starts `berth up` in `data_dir`, against `kubeconfig` or its own embedded dev cluster.
+    pub async fn start(data_dir: &Path, kubeconfig: Option<&Path>) -> anyhow::Result<AllInOne> {
+        let dd = data_dir.display().to_string();
+        let mut args = vec!["up", "--listen", "127.0.0.1:0", "--data-dir", &dd];
+        let kc;
+        if let Some(k) = kubeconfig {
+            kc = k.display().to_string();
+            args.extend(["--kubeconfig", &kc]);
+        }
+        let proc = Proc::start("berth", &args, "listening on ").await?;
+        let kubeconfig = kubeconfig.map(Path::to_path_buf).unwrap_or_else(|| data_dir.join("kubeconfig"));
+        Ok(AllInOne { proc, kubeconfig })
+    }
+}
