@@ -25,9 +25,12 @@
 //!   and Jobs report ready after a delay, like kwok).
 //!
 //! Known limits, by design:
-//! - no schema validation or defaulting beyond a few observable cases (Secret
-//!   `stringData`, namespace finalizers, CRD status); objects are served at every version
-//!   of their group/resource with only `apiVersion` rewritten (no conversion);
+//! - custom resources are pruned, defaulted and validated against their CRD schema
+//!   (types, required, enum, bounds; not `pattern`, `format`, CEL rules); built-in kinds
+//!   get no schema validation or defaulting beyond a few observable cases (Secret
+//!   `stringData`, namespace finalizers, CRD status, namespace defaults);
+//! - objects are served at every version of their group/resource with only
+//!   `apiVersion` rewritten (no conversion webhooks or schema conversion);
 //! - no OpenAPI documents (`/openapi/v2` and `/openapi/v3` return 404): kubectl then uses
 //!   its compiled-in schemas for client-side apply and skips server-side field
 //!   validation, and helm does the same;
@@ -51,6 +54,7 @@ mod merge_keys;
 mod patch;
 mod persistence;
 mod resources;
+mod schema;
 mod selectors;
 mod status;
 mod store;

@@ -2,7 +2,6 @@
 
 use chrono::{DateTime, Utc};
 use croner::Cron;
-use croner::parser::{CronParser, Seconds, Year};
 
 /// A schedule binding of one hook of one package.
 #[derive(Clone, Debug)]
@@ -17,20 +16,9 @@ pub struct Schedule {
     pub cron: Cron,
 }
 
-/// Parses a crontab as shell-operator does: 5 fields (minute first) or 6 fields (seconds first).
-/// Day-of-month and day-of-week combine with OR, 0 and 7 are Sunday (Vixie cron semantics).
+/// Parses a crontab exactly as hook configs are validated at Load.
 pub fn parse_crontab(crontab: &str) -> Result<Cron, String> {
-    let fields = crontab.split_whitespace().count();
-    if fields != 5 && fields != 6 {
-        return Err(format!("crontab {crontab:?}: expected 5 fields, or 6 with seconds first; got {fields}"));
-    }
-    let seconds = if fields == 6 { Seconds::Required } else { Seconds::Disallowed };
-    CronParser::builder()
-        .seconds(seconds)
-        .year(Year::Disallowed)
-        .build()
-        .parse(crontab)
-        .map_err(|e| format!("crontab {crontab:?}: {e}"))
+    berth_hooks::config::parse_crontab(crontab)
 }
 
 impl Schedule {
@@ -91,7 +79,7 @@ mod tests {
 
     #[test]
     fn bad_crontabs_name_the_problem() {
-        assert!(parse_crontab("* * *").unwrap_err().contains("expected 5 fields"));
+        assert!(parse_crontab("* * *").unwrap_err().contains("expected 5"));
         assert!(parse_crontab("61 * * * *").unwrap_err().contains("61 * * * *"));
     }
 }

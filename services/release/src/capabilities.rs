@@ -22,6 +22,11 @@ pub struct CapabilitiesCache {
 }
 
 impl CapabilitiesCache {
+    /// Forgets the cached answer, e.g. after CRDs were installed.
+    pub async fn invalidate(&self) {
+        *self.inner.lock().await = None;
+    }
+
     pub async fn get(&self, client: &Client) -> Capabilities {
         let mut slot = self.inner.lock().await;
         if let Some((at, caps)) = slot.as_ref()

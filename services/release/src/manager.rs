@@ -3,6 +3,7 @@
 
 use crate::ReleaseInfo;
 use crate::apply::{Applier, ApplyError, ObjectKey, ready_reason};
+use crate::capabilities::CapabilitiesCache;
 use crate::order::install_rank;
 use crate::record::format::{
     self, HelmRelease, Info, chart_record, hook_records, recorded_objects,
@@ -131,6 +132,7 @@ impl ReleaseManager {
             applier: Applier::new(client.clone()),
             client,
             locks: ReleaseLocks::default(),
+            capabilities: CapabilitiesCache::default(),
         }
     }
 
@@ -157,6 +159,13 @@ impl ReleaseManager {
             is_install: previous.is_none(),
             is_upgrade: previous.is_some(),
         };
+        // Like Helm: CRDs first, so the render's `.Capabilities` already lists their kinds.
+        self.applier.ensure_namespace(namespace).await?;
+        let crds = render::chart_crds(&files, &values)?;
+        self.apply_crds(name, namespace, &crds).await?;
+        if !crds.is_empty() {
+            self.capabilities.invalidate().await;
+        }
         let caps = self.capabilities().await;
         let rendered = {
             let (files, values) = (files.clone(), values.clone());
@@ -168,7 +177,6 @@ impl ReleaseManager {
             .map_err(|e| ReleaseError::Task(e.to_string()))??
         };
 
-        self.applier.ensure_namespace(namespace).await?;
         let started = format::now();
         let first_deployed = previous
             .as_ref()
@@ -223,18 +231,29 @@ impl ReleaseManager {
         Ok(Installed { revision, objects })
     }
 
+    /// Applies `crds/` objects and waits until each CRD is Established. CRDs are not part of
+    /// the release: Helm neither records nor deletes them.
+    async fn apply_crds(
+        &self,
+        name: &str,
+        namespace: &str,
+        crds: &[render::Manifest],
+    ) -> Result<(), ReleaseError> {
+        for crd in crds {
+            let key = self.applier.apply(&crd.object, name, namespace).await?;
+            if key.kind == "CustomResourceDefinition" {
+                self.applier.wait_crd_established(&key.name, CRD_WAIT).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn apply_all(
         &self,
         name: &str,
         namespace: &str,
         rendered: &render::Rendered,
     ) -> Result<Vec<ObjectKey>, ReleaseError> {
-        for crd in &rendered.crds {
-            let key = self.applier.apply(&crd.object, name, namespace).await?;
-            if key.kind == "CustomResourceDefinition" {
-                self.applier.wait_crd_established(&key.name, CRD_WAIT).await?;
-            }
-        }
         let mut keys = Vec::with_capacity(rendered.manifests.len());
         for m in &rendered.manifests {
             keys.push(self.applier.apply(&m.object, name, namespace).await?);
@@ -336,16 +355,10 @@ impl ReleaseManager {
         Ok(out)
     }
 
-    /// `.Capabilities` for renders: the cluster's version when it answers, defaults otherwise.
+    /// `.Capabilities` for renders, from the cluster (cached briefly); defaults for whatever
+    /// the cluster does not answer.
     async fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::default();
-        if let Ok(Ok(v)) =
-            tokio::time::timeout(Duration::from_secs(10), self.client.apiserver_version()).await
-            && !v.git_version.is_empty()
-        {
-            caps.kube_version = v.git_version;
-        }
-        caps
+        self.capabilities.get(&self.client).await
     }
 }
 

@@ -190,6 +190,7 @@ impl State {
         let now = now();
         init_server_fields(rt, &mut obj, &now);
         kind_defaults(rt, &mut obj, true, &now)?;
+        self.check_schema(rt, &mut obj)?;
         track_update(
             None,
             &mut obj,
@@ -279,6 +280,7 @@ impl State {
         let now = now();
         carry_server_fields(&old, &mut new);
         kind_defaults(rt, &mut new, false, &now)?;
+        self.check_schema(rt, &mut new)?;
         if track {
             let sub = if part == Part::Status { "status" } else { "" };
             track_update(
@@ -373,6 +375,7 @@ impl State {
                 validate_new(rt, name)?;
                 init_server_fields(rt, &mut obj, &created_at);
                 kind_defaults(rt, &mut obj, true, &created_at)?;
+                self.check_schema(rt, &mut obj)?;
                 Ok((self.commit_create(rt, obj, opts, changed)?, true))
             }
             Some(old) => {
@@ -490,6 +493,43 @@ impl State {
         }
         self.registry.remove_custom(&group, &plural);
         Ok(())
+    }
+
+    /// Prunes, defaults and validates a custom resource against its CRD's schema for
+    /// the version being written.
+    fn check_schema(&self, rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+        if !rt.custom {
+            return Ok(());
+        }
+        let crd_gr = GroupResource {
+            group: "apiextensions.k8s.io".into(),
+            resource: "customresourcedefinitions".into(),
+        };
+        let Some(crd_obj) = self.get(&crd_gr, "", &format!("{}.{}", rt.plural, rt.group)) else {
+            return Ok(());
+        };
+        let schema = crd_obj
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .and_then(|vs| {
+                vs.iter()
+                    .find(|v| v.get("name").and_then(Value::as_str) == Some(rt.version.as_str()))
+            })
+            .and_then(|v| v.pointer("/schema/openAPIV3Schema"));
+        let Some(schema) = schema else { return Ok(()) };
+        crate::schema::apply(schema, obj).map_err(|errors| {
+            let message = if errors.len() == 1 {
+                errors.join("")
+            } else {
+                format!("[{}]", errors.join(", "))
+            };
+            ApiError::invalid(
+                &rt.group,
+                &format!("{}.{}", rt.kind, rt.group),
+                &meta_str(obj, "name"),
+                message,
+            )
+        })
     }
 
     fn register_crd(&mut self, crd_obj: &Value) -> Result<(), ApiError> {

@@ -3,6 +3,7 @@
 
 mod apply;
 mod common;
+mod crd;
 mod crud;
 mod devonly;
 mod discovery;

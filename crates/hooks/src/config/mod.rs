@@ -18,7 +18,7 @@ pub use batch::{BatchConfig, BatchHookEntry};
 pub use duration::parse_go_duration;
 pub use kubernetes::{KubernetesBinding, WatchEventType};
 pub use lifecycle::LifecycleBinding;
-pub use schedule::{ScheduleBinding, crontab_parser};
+pub use schedule::{ScheduleBinding, crontab_parser, parse_crontab};
 pub use selectors::{
     FieldRequirement, FieldSelector, FieldSelectorOperator, LabelRequirement, LabelSelector,
     LabelSelectorOperator, NameSelector, NamespaceSelector,

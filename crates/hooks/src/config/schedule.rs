@@ -64,8 +64,10 @@ pub fn crontab_parser() -> CronParser {
         .build()
 }
 
-/// Checks a crontab at config time so a typo fails Load, not the scheduler.
-pub(crate) fn validate_crontab(crontab: &str) -> Result<(), String> {
+/// Parses a crontab as shell-operator does: 5 fields, 6 with seconds first, or a macro such as
+/// `@hourly`. Used both at config time (so a typo fails Load, not the scheduler) and by the
+/// scheduler that fires it, so the two can never disagree.
+pub fn parse_crontab(crontab: &str) -> Result<croner::Cron, String> {
     let fields = crontab.split_whitespace().count();
     let macro_form = crontab.trim_start().starts_with('@');
     if !macro_form && !(5..=6).contains(&fields) {
@@ -75,8 +77,11 @@ pub(crate) fn validate_crontab(crontab: &str) -> Result<(), String> {
     }
     crontab_parser()
         .parse(crontab)
-        .map(|_| ())
         .map_err(|e| format!("{crontab:?} is not a valid crontab: {e}"))
+}
+
+pub(crate) fn validate_crontab(crontab: &str) -> Result<(), String> {
+    parse_crontab(crontab).map(|_| ())
 }
 
 pub(crate) fn non_empty(value: Option<String>) -> Option<String> {

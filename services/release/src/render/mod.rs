@@ -88,8 +88,8 @@ pub fn render_release(
     let chart = Chart::load(files)?;
     let rendered = engine::render_files(&chart, values, release, caps)?;
     let (manifests, hooks) = manifests::objects(&rendered)?;
-    let crds = crd_manifests(&chart, &format!("{}/", chart.name()))?;
     let scope = values::scope(&chart, chart.name(), values);
+    let crds = crd_manifests(&scope, &format!("{}/", chart.name()))?;
     Ok(Rendered {
         crds,
         manifests,
@@ -99,29 +99,32 @@ pub fn render_release(
     })
 }
 
-fn crd_manifests(chart: &Chart, prefix: &str) -> Result<Vec<Manifest>, RenderError> {
+/// The objects in `crds/` of the chart and its enabled subcharts, which Helm applies before
+/// rendering (so templates can test for their kinds in `.Capabilities`).
+pub fn chart_crds(
+    files: &[(String, Vec<u8>)],
+    values: &serde_json::Value,
+) -> Result<Vec<Manifest>, RenderError> {
+    let chart = Chart::load(files)?;
+    let scope = values::scope(&chart, chart.name(), values);
+    crd_manifests(&scope, &format!("{}/", chart.name()))
+}
+
+fn crd_manifests(scope: &values::Scope<'_>, prefix: &str) -> Result<Vec<Manifest>, RenderError> {
     let mut out = Vec::new();
-    for (path, text) in &chart.crds {
+    for (path, text) in &scope.chart.crds {
         for doc in manifests::split_documents(text) {
-            let object =
-                funcs::encoding::parse_yaml(&doc).map_err(|message| RenderError::Yaml {
-                    template: format!("{prefix}{path}"),
-                    message,
-                })?;
+            let object = funcs::encoding::parse_yaml(&doc).map_err(|message| RenderError::Yaml {
+                template: format!("{prefix}{path}"),
+                message,
+            })?;
             if object.is_object() {
-                out.push(Manifest {
-                    source: format!("{prefix}{path}"),
-                    object,
-                    text: doc,
-                });
+                out.push(Manifest { source: format!("{prefix}{path}"), object, text: doc });
             }
         }
     }
-    for (dir, sub) in &chart.subcharts {
-        out.extend(crd_manifests(sub, &format!("{prefix}charts/{dir}/"))?);
+    for sub in &scope.subcharts {
+        out.extend(crd_manifests(sub, &format!("{prefix}charts/{}/", sub.name))?);
     }
     Ok(out)
 }
-
-#[cfg(test)]
-mod tests;
