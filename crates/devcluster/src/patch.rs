@@ -13,6 +13,8 @@ use crate::fieldset::all_keyed;
 use crate::merge_keys::merge_key;
 use crate::status::ApiError;
 
+const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json";
+
 /// The PATCH body formats, by Content-Type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchKind {
@@ -30,7 +32,7 @@ impl PatchKind {
             "application/json-patch+json" => Ok(PatchKind::Json),
             "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
             "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchKind::Apply),
-            other => Err(ApiError::unsupported_media_type(other)),
+            other => Err(ApiError::unsupported_media_type(other, ACCEPTED)),
         }
     }
 }

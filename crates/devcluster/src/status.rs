@@ -107,13 +107,12 @@ impl ApiError {
         ApiError::new(405, "MethodNotAllowed", message)
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> ApiError {
+    /// A body in a format this endpoint does not take; `accepted` lists the ones it does.
+    pub fn unsupported_media_type(content_type: &str, accepted: &str) -> ApiError {
         ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
-            ),
+            format!("the body of the request was in an unknown format - accepted media types include: {accepted} (got {content_type:?})"),
         )
     }
 

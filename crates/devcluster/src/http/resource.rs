@@ -62,13 +62,13 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                     rt.qualified_name()
                 )));
             }
-            let body = parse_body(req.body)?;
+            let body = parse_body(req.headers, req.body)?;
             let opts = query::write_options(&req.query, req.headers)?;
             let obj = app.store.create(&rt, r.namespace.as_deref(), body, &opts)?;
             Ok(json_response(StatusCode::CREATED, &obj))
         }
         (&Method::PUT, Some(name)) => {
-            let body = parse_body(req.body)?;
+            let body = parse_body(req.headers, req.body)?;
             let opts = query::write_options(&req.query, req.headers)?;
             let obj = app.store.update(&rt, &ns, &name, body, part, &opts)?;
             Ok(json_response(StatusCode::OK, &obj))
@@ -116,9 +116,19 @@ fn gv(group: &str, version: &str) -> String {
     }
 }
 
-fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding request body as JSON: {e}")))
+/// Decodes a create/update body. JSON and YAML are accepted; protobuf and CBOR (which
+/// kubectl and client-go try first for built-in kinds) get 415, on which client-go
+/// retries the request as JSON.
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    match media {
+        "application/json" | "" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body as JSON: {e}"))),
+        "application/yaml" => serde_saphyr::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body as YAML: {e}"))),
+        other => Err(ApiError::unsupported_media_type(other, "application/json, application/yaml")),
+    }
 }
 
 /// JSON, or a Table when kubectl asks for server-side printing.

@@ -110,7 +110,8 @@ impl Store {
         }
         if kind == PatchKind::Strategic && rt.custom {
             return Err(ApiError::unsupported_media_type(
-                "application/strategic-merge-patch+json (not supported for custom resources)",
+                "application/strategic-merge-patch+json",
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
             ));
         }
         let old = st.existing(rt, namespace, name)?;
