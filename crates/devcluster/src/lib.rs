@@ -31,15 +31,22 @@
 //!   `stringData`, namespace finalizers, CRD status, namespace defaults);
 //! - objects are served at every version of their group/resource with only
 //!   `apiVersion` rewritten (no conversion webhooks or schema conversion);
-//! - no OpenAPI documents (`/openapi/v2` and `/openapi/v3` return 404): kubectl then uses
-//!   its compiled-in schemas for client-side apply and skips server-side field
-//!   validation, and helm does the same;
+//! - OpenAPI v3 documents list operations and parameters but no schemas, and there is
+//!   no `/openapi/v2`: enough for `kubectl apply` to use server-side field validation
+//!   and its compiled-in types for patches (see `http::openapi`), not for `kubectl explain`;
+//! - request bodies must be JSON or YAML: protobuf bodies get 415, so kubectl's
+//!   imperative typed commands (`kubectl create configmap …`, `kubectl scale`) fail,
+//!   while `kubectl apply`, `create -f`, `edit`, `label`, `patch`, `delete` and all reads
+//!   work;
+//! - built-in defaulting covers the commonly read fields only (`store::defaults`), and
+//!   there is no admission (no LimitRanges, quotas, webhooks, service-account tokens);
 //! - merge keys for strategic merge patch and server-side apply come from a small table
 //!   (`merge_keys`) instead of OpenAPI extensions;
 //! - `kubectl get` receives a generic Name/Age table, not per-kind columns;
 //! - list `resourceVersion`/`resourceVersionMatch` are answered from the latest state;
-//! - no authorization, admission webhooks, pods that run, or HTTPS (use the token only on
-//!   loopback).
+//! - no authorization, pods that run, or HTTPS (use the token only on loopback);
+//! - one process owns a data directory (a pid lock file enforces it); any number of
+//!   clients may connect.
 
 mod apply;
 mod cluster;

@@ -31,10 +31,10 @@ fn preserves(schema: &Value) -> bool {
 }
 
 fn default_field(map: &mut Map<String, Value>, key: &str, schema: &Value) {
-    if !map.contains_key(key) {
-        if let Some(d) = schema.get("default") {
-            map.insert(key.to_string(), d.clone());
-        }
+    if !map.contains_key(key)
+        && let Some(d) = schema.get("default")
+    {
+        map.insert(key.to_string(), d.clone());
     }
 }
 
@@ -175,14 +175,14 @@ fn validate(schema: &Value, value: &Value, path: &str, errors: &mut Vec<String>)
             return;
         }
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
-            errors.push(format!(
-                "{path}: Unsupported value: {value}: supported values: {}",
-                list.join(", ")
-            ));
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        errors.push(format!(
+            "{path}: Unsupported value: {value}: supported values: {}",
+            list.join(", ")
+        ));
     }
     bounds(schema, value, path, errors);
     match value {

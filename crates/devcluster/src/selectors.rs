@@ -218,11 +218,6 @@ impl FieldSelector {
         })
     }
 
-    /// The single `metadata.name=` value, when the selector pins one name (kube-rs
-    /// `watch_object` and kubectl `get -w NAME` do this).
-    pub fn is_empty(&self) -> bool {
-        self.terms.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -112,7 +112,9 @@ impl ApiError {
         ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: {accepted} (got {content_type:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted} (got {content_type:?})"
+            ),
         )
     }
 

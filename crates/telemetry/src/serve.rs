@@ -34,16 +34,20 @@ pub async fn serve_router(
     reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(descriptor_set)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .expect("berth's own descriptor set is valid");
+    // Both reflection versions: grpcurl and older tools still ask v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(descriptor_set)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().expect("berth's own descriptor set is valid");
+    let reflection_v1alpha = reflection().build_v1alpha().expect("berth's own descriptor set is valid");
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::debug!(?addr, "serving gRPC");
     router
         .add_service(health)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
         .await
 }

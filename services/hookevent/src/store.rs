@@ -23,6 +23,13 @@ pub struct Store {
 }
 
 impl Store {
+    /// A write transaction. SQLite's default deferred transaction starts as a reader and fails
+    /// with "database is locked" (without waiting) when it later needs to write while another
+    /// connection wrote meanwhile; taking the write lock up front makes it wait its turn instead.
+    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
     pub async fn open(url: &str) -> Result<Store, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|source| StoreError::Open { url: url.to_owned(), source })?
@@ -40,7 +47,7 @@ impl Store {
 
     /// Replaces a package's bindings in one transaction.
     pub async fn replace(&self, package: &str, schedules: &[Schedule]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM schedule_bindings WHERE package = ?").bind(package).execute(&mut *tx).await?;
         for s in schedules {
             sqlx::query(

@@ -81,6 +81,13 @@ pub struct UpdateOutcome {
 }
 
 impl Store {
+    /// A write transaction. SQLite's default deferred transaction starts as a reader and fails
+    /// with "database is locked" (without waiting) when it later needs to write while another
+    /// connection wrote meanwhile; taking the write lock up front makes it wait its turn instead.
+    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
     /// Opens (creating if needed) and migrates the database at `url` (`sqlite://PATH` or
     /// `sqlite::memory:`).
     pub async fn open(url: &str) -> Result<Store, StoreError> {
@@ -107,7 +114,7 @@ impl Store {
         plan: impl FnOnce(Option<&PackageRow>, &str, i64) -> (Phase, Vec<Value>),
     ) -> Result<UpdateOutcome, StoreError> {
         let key = spec.id.key();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let previous = fetch(&mut *tx, &key).await?;
         let generation = next_generation(&mut tx, &key).await?;
         let (phase, outbox) = plan(previous.as_ref(), &key, generation);
@@ -143,7 +150,7 @@ impl Store {
         key: &str,
         plan: impl FnOnce(&PackageRow, i64) -> Vec<Value>,
     ) -> Result<Option<i64>, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let Some(row) = fetch(&mut *tx, key).await? else {
             return Ok(None);
         };
@@ -179,7 +186,7 @@ impl Store {
         generation: i64,
         change: impl FnOnce(&mut PackageRow) -> Vec<Value>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let Some(mut row) = fetch(&mut *tx, key).await? else {
             return Ok(false);
         };

@@ -68,7 +68,9 @@ async fn discover(client: &Client) -> Capabilities {
             versions.dedup();
             caps.api_versions = versions;
         }
-        Ok(Err(e)) => tracing::warn!(error = %e, "API discovery failed; using default capabilities"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "API discovery failed; using default capabilities")
+        }
         Err(_) => tracing::warn!("API discovery timed out; using default capabilities"),
     }
     caps

@@ -108,22 +108,38 @@ pub struct ReleaseManager {
     capabilities: CapabilitiesCache,
 }
 
-/// Validates a release or namespace name: a DNS-1123 label.
-pub fn validate_name(what: &str, name: &str, max: usize) -> Result<(), ReleaseError> {
-    let ok = !name.is_empty()
-        && name.len() <= max
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+/// Validates a release name (DNS-1123 subdomain, at most 53 characters, as Helm requires) or
+/// a namespace (`dots: false`: DNS-1123 label, at most 63).
+pub fn validate_name(what: &str, name: &str, max: usize, dots: bool) -> Result<(), ReleaseError> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && l.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && l.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    let ok = name.len() <= max
+        && if dots {
+            name.split('.').all(label_ok)
+        } else {
+            label_ok(name)
+        };
     if ok {
-        Ok(())
-    } else {
-        Err(ReleaseError::InvalidArgument(format!(
-            "{what} {name:?} must be 1-{max} lower-case letters, digits, '-' or '.', starting and ending alphanumeric"
-        )))
+        return Ok(());
     }
+    let allowed = if dots {
+        "lower-case letters, digits, '-' and '.'"
+    } else {
+        "lower-case letters, digits and '-'"
+    };
+    Err(ReleaseError::InvalidArgument(format!(
+        "{what} {name:?} must be 1-{max} characters of {allowed}, each part starting and ending alphanumeric"
+    )))
+}
+
+fn validate_release(name: &str, namespace: &str) -> Result<(), ReleaseError> {
+    validate_name("release name", name, MAX_NAME_LEN, true)?;
+    validate_name("namespace", namespace, 63, false)
 }
 
 impl ReleaseManager {
@@ -144,8 +160,7 @@ impl ReleaseManager {
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
     ) -> Result<Installed, ReleaseError> {
-        validate_name("release name", name, MAX_NAME_LEN)?;
-        validate_name("namespace", namespace, 63)?;
+        validate_release(name, namespace)?;
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
 
@@ -242,7 +257,9 @@ impl ReleaseManager {
         for crd in crds {
             let key = self.applier.apply(&crd.object, name, namespace).await?;
             if key.kind == "CustomResourceDefinition" {
-                self.applier.wait_crd_established(&key.name, CRD_WAIT).await?;
+                self.applier
+                    .wait_crd_established(&key.name, CRD_WAIT)
+                    .await?;
             }
         }
         Ok(())
@@ -295,8 +312,7 @@ impl ReleaseManager {
         name: &str,
         namespace: &str,
     ) -> Result<Uninstalled, ReleaseError> {
-        validate_name("release name", name, MAX_NAME_LEN)?;
-        validate_name("namespace", namespace, 63)?;
+        validate_release(name, namespace)?;
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
 
@@ -328,8 +344,7 @@ impl ReleaseManager {
 
     /// The latest revision's objects, whether each exists, and whether all are ready.
     pub async fn status(&self, name: &str, namespace: &str) -> Result<Observed, ReleaseError> {
-        validate_name("release name", name, MAX_NAME_LEN)?;
-        validate_name("namespace", namespace, 63)?;
+        validate_release(name, namespace)?;
         let store = ReleaseStore::new(self.client.clone(), namespace);
         let Some(latest) = store.latest(name).await? else {
             return Ok(Observed::default());
@@ -375,4 +390,18 @@ fn chart_values(files: &[(String, Vec<u8>)]) -> serde_json::Value {
         .and_then(|t| render::funcs::encoding::parse_yaml(t).ok())
         .filter(|v| v.is_object())
         .unwrap_or_else(|| serde_json::json!({}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_release;
+
+    #[test]
+    fn names_follow_helm_rules() {
+        assert!(validate_release("my-app.v2", "team-a").is_ok());
+        assert!(validate_release("My_App", "ns").is_err());
+        assert!(validate_release("app", "team.a").is_err());
+        assert!(validate_release(&"a".repeat(54), "ns").is_err());
+        assert!(validate_release("app-", "ns").is_err());
+    }
 }

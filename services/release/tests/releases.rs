@@ -313,22 +313,44 @@ async fn crds_are_applied_first_and_their_kinds_are_in_capabilities() -> anyhow:
     let widget = format!(
         "{{{{- if .Capabilities.APIVersions.Has \"{group}/v1/Widget\" }}}}\napiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n{{{{- end }}}}\n"
     );
-    let files = chart(&[("crds/widget.yaml", &crd), ("templates/widget.yaml", &widget)]);
-    let resp = h.grpc.install(install(&h, "wid", files, "")).await?.into_inner();
+    let files = chart(&[
+        ("crds/widget.yaml", &crd),
+        ("templates/widget.yaml", &widget),
+    ]);
+    let resp = h
+        .grpc
+        .install(install(&h, "wid", files, ""))
+        .await?
+        .into_inner();
     let kinds: Vec<&str> = resp.objects.iter().map(|o| o.kind.as_str()).collect();
-    assert_eq!(kinds, vec!["Widget"], "the template saw the CRD's kind in .Capabilities");
+    assert_eq!(
+        kinds,
+        vec!["Widget"],
+        "the template saw the CRD's kind in .Capabilities"
+    );
 
-    let ar = kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(&group, "v1", "Widget"));
-    let widgets: Api<kube::api::DynamicObject> = Api::namespaced_with(h.kube.clone(), &h.namespace, &ar);
+    let ar = kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        &group, "v1", "Widget",
+    ));
+    let widgets: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(h.kube.clone(), &h.namespace, &ar);
     let w = widgets.get("w1").await?;
     assert_eq!(w.data.pointer("/spec/size"), Some(&serde_json::json!(3)));
 
-    h.grpc.uninstall(UninstallRequest { name: "wid".into(), namespace: h.namespace.clone() }).await?;
+    h.grpc
+        .uninstall(UninstallRequest {
+            name: "wid".into(),
+            namespace: h.namespace.clone(),
+        })
+        .await?;
     assert!(widgets.get_opt("w1").await?.is_none());
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(h.kube.clone());
     let name = format!("widgets.{group}");
-    assert!(crds.get_opt(&name).await?.is_some(), "Helm never deletes crds/ objects");
+    assert!(
+        crds.get_opt(&name).await?.is_some(),
+        "Helm never deletes crds/ objects"
+    );
     crds.delete(&name, &Default::default()).await?;
     Ok(())
 }

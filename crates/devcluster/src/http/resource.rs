@@ -120,14 +120,22 @@ fn gv(group: &str, version: &str) -> String {
 /// kubectl and client-go try first for built-in kinds) get 415, on which client-go
 /// retries the request as JSON.
 fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
-    let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
     let media = content_type.split(';').next().unwrap_or_default().trim();
     match media {
-        "application/json" | "" => serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding request body as JSON: {e}"))),
-        "application/yaml" => serde_saphyr::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding request body as YAML: {e}"))),
-        other => Err(ApiError::unsupported_media_type(other, "application/json, application/yaml")),
+        "application/json" | "" => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("error decoding request body as JSON: {e}"))
+        }),
+        "application/yaml" => serde_saphyr::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("error decoding request body as YAML: {e}"))
+        }),
+        other => Err(ApiError::unsupported_media_type(
+            other,
+            "application/json, application/yaml",
+        )),
     }
 }
 

@@ -7,6 +7,7 @@
 //! an `.await`. The persistence append (a buffered write to a local file) happens under
 //! the lock too, so the log order is the commit order.
 
+mod defaults;
 mod prepare;
 mod read;
 mod write;

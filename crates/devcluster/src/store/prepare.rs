@@ -258,6 +258,7 @@ pub fn kind_defaults(
     if rt.custom {
         return Ok(());
     }
+    super::defaults::apply(rt, object);
     match (rt.group.as_str(), rt.kind.as_str()) {
         ("", "Secret") => secret_string_data(object),
         ("", "Namespace") if created => {

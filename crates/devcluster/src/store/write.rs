@@ -191,6 +191,7 @@ impl State {
         let now = now();
         init_server_fields(rt, &mut obj, &now);
         kind_defaults(rt, &mut obj, true, &now)?;
+        self.allocate(rt, &mut obj);
         self.check_schema(rt, &mut obj)?;
         track_update(
             None,
@@ -280,6 +281,7 @@ impl State {
     ) -> Result<Value, ApiError> {
         let now = now();
         carry_server_fields(&old, &mut new);
+        keep_cluster_ip(rt, &old, &mut new);
         kind_defaults(rt, &mut new, false, &now)?;
         self.check_schema(rt, &mut new)?;
         if track {
@@ -376,6 +378,7 @@ impl State {
                 validate_new(rt, name)?;
                 init_server_fields(rt, &mut obj, &created_at);
                 kind_defaults(rt, &mut obj, true, &created_at)?;
+                self.allocate(rt, &mut obj);
                 self.check_schema(rt, &mut obj)?;
                 Ok((self.commit_create(rt, obj, opts, changed)?, true))
             }
@@ -496,6 +499,25 @@ impl State {
         Ok(())
     }
 
+    /// Gives a new Service its clusterIP (the allocator a real apiserver runs on create).
+    fn allocate(&self, rt: &ResourceType, obj: &mut Value) {
+        if rt.custom || !rt.group.is_empty() || rt.kind != "Service" {
+            return;
+        }
+        let used = self
+            .objects
+            .get(&rt.gr())
+            .into_iter()
+            .flat_map(|c| c.values())
+            .filter_map(|s| {
+                s.pointer("/spec/clusterIP")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+            })
+            .collect();
+        super::defaults::allocate_cluster_ip(obj, &used);
+    }
+
     /// Prunes, defaults and validates a custom resource against its CRD's schema for
     /// the version being written.
     fn check_schema(&self, rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
@@ -542,6 +564,21 @@ impl State {
             self.registry.insert(t);
         }
         Ok(())
+    }
+}
+
+/// A Service's clusterIP is immutable; an update that omits it keeps the allocated one.
+fn keep_cluster_ip(rt: &ResourceType, old: &Value, new: &mut Value) {
+    if rt.custom || !rt.group.is_empty() || rt.kind != "Service" {
+        return;
+    }
+    for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+        if let (Some(v), Some(spec)) = (
+            old.pointer(&format!("/spec/{field}")),
+            new.get_mut("spec").and_then(Value::as_object_mut),
+        ) {
+            spec.entry(field.to_string()).or_insert_with(|| v.clone());
+        }
     }
 }
 

@@ -319,3 +319,43 @@ async fn dry_run_stores_nothing() {
     assert_eq!(shown.metadata.name.as_deref(), Some("ghost"));
     assert!(api.get_opt("ghost").await.expect("get").is_none());
 }
+
+#[tokio::test]
+async fn server_defaults_are_filled_in() {
+    let t = target().await;
+    let ns = namespace(&t.client, "defaults").await;
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(t.client.clone(), &ns);
+    let svc = serde_json::from_value(json!({ "metadata": { "name": "web" }, "spec": { "selector": { "app": "web" }, "ports": [ { "port": 80 } ] } })).expect("service");
+    let created = svcs
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("service");
+    let spec = created.spec.expect("spec");
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert!(
+        spec.cluster_ip
+            .as_deref()
+            .is_some_and(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok()),
+        "{:?}",
+        spec.cluster_ip
+    );
+    let port = &spec.ports.expect("ports")[0];
+    assert_eq!(port.protocol.as_deref(), Some("TCP"));
+    let deployments: Api<Deployment> = Api::namespaced(t.client.clone(), &ns);
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": { "selector": { "matchLabels": { "app": "web" } },
+            "template": { "metadata": { "labels": { "app": "web" } }, "spec": { "containers": [ { "name": "web", "image": "nginx:1.27" } ] } } }
+    })).expect("deployment");
+    let d = deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("deployment");
+    assert_eq!(d.spec.replicas, Some(1));
+    let pod = d.spec.template.spec.expect("pod spec");
+    assert_eq!(pod.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(
+        pod.containers[0].image_pull_policy.as_deref(),
+        Some("IfNotPresent")
+    );
+}

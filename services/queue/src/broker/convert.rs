@@ -78,7 +78,7 @@ pub fn lease_ref(lease: Option<pb::LeaseRef>) -> Result<LeaseRef, InvalidTask> {
 }
 
 pub fn leased_task(leased: LeasedTask) -> pb::Task {
-    let LeasedTask { task, attempts, last_error, fence } = leased;
+    let LeasedTask { task, attempts, last_error, fence, ready_since_ms: _, redelivered: _, compacted: _ } = leased;
     let NewTask { id, queue, package, generation, kind, payload_json, traceparent, allow_failure } = task;
     pb::Task {
         id,

@@ -13,6 +13,7 @@ mod backoff;
 mod compaction;
 mod convert;
 mod listen;
+mod metrics;
 mod model;
 mod service;
 mod store;
@@ -22,7 +23,8 @@ use std::time::Duration;
 pub use backoff::Backoff;
 pub use compaction::HOOK_RUN_KIND;
 pub use convert::InvalidTask;
-pub use model::{FailOutcome, HistoryEntry, LeaseBatch, LeasedTask, NewTask, Outcome, QueueSummary};
+pub use metrics::BrokerMetrics;
+pub use model::{FailOutcome, HistoryEntry, LeaseBatch, LeasedTask, NewTask, Outcome, QueueSummary, Settled};
 pub use service::BrokerService;
 pub use store::{CHANGE_CHANNEL, Dialect, HISTORY_LIMIT, LeaseRef, Store, StoreError, Superseded};
 
@@ -63,6 +65,23 @@ impl Default for BrokerConfig {
 impl BrokerConfig {
     pub fn backoff(&self) -> Backoff {
         Backoff { base: self.retry_base, max: self.retry_max }
+    }
+}
+
+/// Background upkeep of a broker until `shutdown`: refreshes the queue-depth metrics every
+/// `period` (15 s is a good default). Queue semantics do not depend on it (see the module
+/// docs), so a broker without it is correct, only its depth gauges stay empty.
+pub async fn run_maintenance(svc: BrokerService, period: Duration, shutdown: tokio_util::sync::CancellationToken) {
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        if let Err(err) = svc.refresh_metrics().await {
+            tracing::warn!(error = &err as &dyn std::error::Error, "cannot refresh queue metrics");
+        }
     }
 }
 

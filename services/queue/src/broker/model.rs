@@ -22,6 +22,13 @@ pub struct LeasedTask {
     pub last_error: String,
     /// Fencing token of this lease; Complete, Fail and Heartbeat must present it.
     pub fence: i64,
+    /// When the task became ready to run (enqueued, or its retry delay ended), ms since the
+    /// epoch; the wait-time metric starts here.
+    pub ready_since_ms: i64,
+    /// The task had been leased before and that lease expired (its worker vanished).
+    pub redelivered: bool,
+    /// How many later tasks compaction merged into this one.
+    pub compacted: u64,
 }
 
 /// The result of one Lease attempt.
@@ -31,6 +38,16 @@ pub struct LeaseBatch {
     /// When nothing was ready: the earliest time (ms since the epoch) at which a queue head may
     /// become ready without any new call (a retry delay ends or a lease expires).
     pub next_due_ms: Option<i64>,
+}
+
+/// Facts about a settled lease, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub kind: String,
+    /// From lease to settlement, in milliseconds.
+    pub ran_ms: i64,
+    /// The task had been cancelled by Supersede while it ran.
+    pub cancelled: bool,
 }
 
 /// What Fail did with the task.

@@ -13,6 +13,7 @@ use tracing::instrument;
 use super::convert::{self, saturate};
 use super::model::{FailOutcome, LeaseBatch};
 use super::store::{Store, StoreError};
+use super::metrics::BrokerMetrics;
 use super::store::Dialect;
 use super::{BrokerConfig, listen};
 
@@ -29,6 +30,7 @@ struct Inner {
     /// Supersede, here or on another broker). A `Notify` rather than a channel: waiters only
     /// need "look again", never a payload, so nothing can pile up.
     wake: Arc<Notify>,
+    metrics: BrokerMetrics,
     /// Stops the PostgreSQL LISTEN task when the last clone of the service is dropped.
     _stop_listener: DropGuard,
 }
@@ -47,7 +49,20 @@ impl BrokerService {
                 Err(_) => tracing::warn!("no tokio runtime: Lease will not wake on other brokers' changes"),
             }
         }
-        Self { inner: Arc::new(Inner { store, config, wake, _stop_listener: stop.drop_guard() }) }
+        let metrics = BrokerMetrics::default();
+        Self { inner: Arc::new(Inner { store, config, wake, metrics, _stop_listener: stop.drop_guard() }) }
+    }
+
+    /// The broker's metrics; register them once with [`BrokerMetrics::register`].
+    pub fn metrics(&self) -> &BrokerMetrics {
+        &self.inner.metrics
+    }
+
+    /// Refreshes the snapshot metrics (queue depths) from the store.
+    pub async fn refresh_metrics(&self) -> Result<(), StoreError> {
+        let queues = self.inner.store.dump(now_ms()).await?;
+        self.inner.metrics.set_depths(&queues);
+        Ok(())
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -73,8 +88,12 @@ impl BrokerService {
             let notified = self.inner.wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let leased_at = now_ms();
             let LeaseBatch { tasks, next_due_ms } =
-                self.inner.store.lease(worker, max, self.inner.config.lease_ttl, now_ms()).await?;
+                self.inner.store.lease(worker, max, self.inner.config.lease_ttl, leased_at).await?;
+            for task in &tasks {
+                self.inner.metrics.leased(task, leased_at);
+            }
             let now = Instant::now();
             if !tasks.is_empty() || now >= deadline {
                 return Ok(tasks.into_iter().map(convert::leased_task).collect());
@@ -123,6 +142,7 @@ impl pb::broker_server::Broker for BrokerService {
         let tasks = convert::new_tasks(request.into_inner().tasks, &self.inner.config)?;
         let accepted = self.inner.store.enqueue(&tasks, now_ms()).await.map_err(status)?;
         if accepted > 0 {
+            self.inner.metrics.enqueued(accepted);
             self.wake_waiters();
         }
         Ok(Response::new(pb::EnqueueResponse { accepted: saturate(accepted) }))
@@ -135,6 +155,7 @@ impl pb::broker_server::Broker for BrokerService {
             return Err(convert::InvalidTask::Missing("package").into());
         }
         let done = self.inner.store.supersede(&package, generation, now_ms()).await.map_err(status)?;
+        self.inner.metrics.superseded(done.dropped, done.cancelled);
         if done.dropped > 0 {
             self.wake_waiters();
         }
@@ -175,7 +196,8 @@ impl pb::broker_server::Broker for BrokerService {
     async fn complete(&self, request: Request<pb::CompleteRequest>) -> Result<Response<pb::CompleteResponse>, Status> {
         let lease = convert::lease_ref(request.into_inner().lease)?;
         tracing::Span::current().record("task.id", lease.task_id.as_str());
-        self.inner.store.complete(&lease, now_ms()).await.map_err(status)?;
+        let settled = self.inner.store.complete(&lease, now_ms()).await.map_err(status)?;
+        self.inner.metrics.settled(&settled, None);
         self.wake_waiters();
         Ok(Response::new(pb::CompleteResponse {}))
     }
@@ -188,7 +210,8 @@ impl pb::broker_server::Broker for BrokerService {
         // The error is stored and shown in Dump; bound it like a payload.
         let error = truncate(error, self.inner.config.max_payload_bytes);
         let backoff = self.inner.config.backoff();
-        let outcome = self.inner.store.fail(&lease, &error, retry, &backoff, now_ms()).await.map_err(status)?;
+        let (outcome, settled) = self.inner.store.fail(&lease, &error, retry, &backoff, now_ms()).await.map_err(status)?;
+        self.inner.metrics.settled(&settled, Some(outcome));
         // Dropping the head frees its queue; a retried head needs no wake-up (the waiters'
         // timers already cover its due time once they look again).
         self.wake_waiters();

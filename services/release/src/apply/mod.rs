@@ -2,6 +2,7 @@
 //! existence/readiness reads behind Status.
 
 mod discovery;
+pub mod kstatus;
 pub mod object;
 mod readiness;
 
@@ -196,13 +197,21 @@ impl Applier {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         let cond = kube::runtime::wait::conditions::is_crd_established();
         let object = format!("CustomResourceDefinition {name}");
-        match tokio::time::timeout(wait, kube::runtime::wait::await_condition(api, name, cond)).await {
+        match tokio::time::timeout(wait, kube::runtime::wait::await_condition(api, name, cond))
+            .await
+        {
             Ok(Ok(_)) => {
                 self.discovery.clear();
                 Ok(())
             }
-            Ok(Err(e)) => Err(ApplyError::Invalid { object, reason: format!("watching for Established: {e}") }),
-            Err(_) => Err(ApplyError::Timeout { op: "wait for Established on", object }),
+            Ok(Err(e)) => Err(ApplyError::Invalid {
+                object,
+                reason: format!("watching for Established: {e}"),
+            }),
+            Err(_) => Err(ApplyError::Timeout {
+                op: "wait for Established on",
+                object,
+            }),
         }
     }
 

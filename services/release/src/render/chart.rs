@@ -73,6 +73,7 @@ impl Chart {
             subcharts: BTreeMap::new(),
         };
         let mut sub_files: BTreeMap<String, Vec<(String, &[u8])>> = BTreeMap::new();
+        let mut packed: Vec<(String, &[u8])> = Vec::new();
         for (path, bytes) in files {
             let text = || {
                 String::from_utf8(bytes.to_vec())
@@ -84,8 +85,9 @@ impl Chart {
                         .entry(name.to_string())
                         .or_default()
                         .push((inner.to_string(), bytes));
+                } else if rest.ends_with(".tgz") || rest.ends_with(".tar.gz") {
+                    packed.push((format!("{at}{path}"), bytes));
                 }
-                // Packed subcharts (`charts/x.tgz`) are not unpacked here.
                 continue;
             }
             match path.as_str() {
@@ -121,6 +123,12 @@ impl Chart {
             return Err(RenderError::Chart(format!(
                 "{at}Chart.yaml is missing or has no name"
             )));
+        }
+        for (archive, bytes) in packed {
+            let (dir, files) = super::archive::unpack(&archive, bytes)?;
+            let borrowed: Vec<(String, &[u8])> = files.iter().map(|(p, b)| (p.clone(), b.as_slice())).collect();
+            let sub = Self::from_rooted(&borrowed, &format!("{at}charts/{dir}/"))?;
+            chart.subcharts.insert(dir, sub);
         }
         for (dir, files) in sub_files {
             if !files.iter().any(|(p, _)| p == "Chart.yaml") {

@@ -2,6 +2,7 @@
 //! function pack, Helm's values coalescing and template data, and Helm's manifest splitting
 //! and ordering.
 
+mod archive;
 pub mod chart;
 mod context;
 mod engine;
@@ -114,17 +115,28 @@ fn crd_manifests(scope: &values::Scope<'_>, prefix: &str) -> Result<Vec<Manifest
     let mut out = Vec::new();
     for (path, text) in &scope.chart.crds {
         for doc in manifests::split_documents(text) {
-            let object = funcs::encoding::parse_yaml(&doc).map_err(|message| RenderError::Yaml {
-                template: format!("{prefix}{path}"),
-                message,
-            })?;
+            let object =
+                funcs::encoding::parse_yaml(&doc).map_err(|message| RenderError::Yaml {
+                    template: format!("{prefix}{path}"),
+                    message,
+                })?;
             if object.is_object() {
-                out.push(Manifest { source: format!("{prefix}{path}"), object, text: doc });
+                out.push(Manifest {
+                    source: format!("{prefix}{path}"),
+                    object,
+                    text: doc,
+                });
             }
         }
     }
     for sub in &scope.subcharts {
-        out.extend(crd_manifests(sub, &format!("{prefix}charts/{}/", sub.name))?);
+        out.extend(crd_manifests(
+            sub,
+            &format!("{prefix}charts/{}/", sub.name),
+        )?);
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

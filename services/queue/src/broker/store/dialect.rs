@@ -93,7 +93,7 @@ impl Dialect {
         match self {
             Dialect::Sqlite => None,
             // The channel must be CHANGE_CHANNEL (checked by a test).
-            Dialect::Postgres => None,
+            Dialect::Postgres => Some("NOTIFY berth_queue"),
         }
     }
 

@@ -48,7 +48,7 @@ impl Store {
         let mut batch = LeaseBatch::default();
         for row in &heads {
             let (seq, mut task) = leased_task(row).map_err(query_failed("decode task"))?;
-            task.fence = take_lease(&mut tx, seq, worker, lease_until).await?;
+            task.fence = take_lease(&mut tx, seq, worker, now_ms, lease_until).await?;
             if task.task.kind == HOOK_RUN_KIND {
                 compact(&mut tx, seq, &mut task, now_ms).await?;
             }
@@ -62,10 +62,13 @@ impl Store {
     }
 }
 
-async fn take_lease(conn: &mut AnyConnection, seq: i64, worker: &str, lease_until: i64) -> Result<i64, StoreError> {
-    let row = sqlx::query("UPDATE tasks SET lease_holder = $1, lease_until = $2, fence = fence + 1 WHERE seq = $3 RETURNING fence")
+async fn take_lease(conn: &mut AnyConnection, seq: i64, worker: &str, now_ms: i64, lease_until: i64) -> Result<i64, StoreError> {
+    let row = sqlx::query(
+        "UPDATE tasks SET lease_holder = $1, lease_until = $2, leased_at = $3, fence = fence + 1 WHERE seq = $4 RETURNING fence",
+    )
         .bind(worker)
         .bind(lease_until)
+        .bind(now_ms)
         .bind(seq)
         .fetch_one(&mut *conn)
         .await
@@ -146,6 +149,7 @@ async fn compact(conn: &mut AnyConnection, seq: i64, head: &mut LeasedTask, now_
         .await
         .map_err(query_failed("delete compacted tasks"))?;
     head.task.payload_json = merged.into_json();
+    head.compacted = absorbed.len() as u64;
     sqlx::query("UPDATE tasks SET payload = $1 WHERE seq = $2")
         .bind(&head.task.payload_json)
         .bind(seq)

@@ -9,7 +9,8 @@ use crate::broker::model::{LeasedTask, NewTask};
 /// The columns [`leased_task`] reads, in a form to paste into a SELECT or RETURNING list.
 macro_rules! task_columns {
     () => {
-        "seq, id, queue, package, generation, kind, payload, traceparent, allow_failure, attempts, last_error, fence"
+        "seq, id, queue, package, generation, kind, payload, traceparent, allow_failure, attempts, last_error, fence, \
+         enqueued_at, not_before, lease_holder"
     };
 }
 pub(crate) use task_columns;
@@ -30,6 +31,9 @@ pub(crate) fn leased_task(row: &AnyRow) -> Result<(i64, LeasedTask), sqlx::Error
         attempts: row.try_get("attempts")?,
         last_error: row.try_get("last_error")?,
         fence: row.try_get("fence")?,
+        ready_since_ms: row.try_get::<i64, _>("enqueued_at")?.max(row.try_get("not_before")?),
+        redelivered: !row.try_get::<String, _>("lease_holder")?.is_empty(),
+        compacted: 0,
     };
     Ok((row.try_get("seq")?, leased))
 }

@@ -7,7 +7,7 @@ use sqlx::{AnyConnection, Row};
 use super::history::{self, Finished};
 use super::{Store, StoreError, query_failed};
 use crate::broker::backoff::Backoff;
-use crate::broker::model::{FailOutcome, Outcome};
+use crate::broker::model::{FailOutcome, Outcome, Settled};
 
 /// A lease as its holder names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,13 @@ struct Removed {
     kind: String,
     attempts: i64,
     cancelled: bool,
+    leased_at: i64,
+}
+
+impl Removed {
+    fn settled(&self, now_ms: i64) -> Settled {
+        Settled { kind: self.kind.clone(), ran_ms: now_ms.saturating_sub(self.leased_at).max(0), cancelled: self.cancelled }
+    }
 }
 
 impl Store {
@@ -56,7 +63,7 @@ impl Store {
 
     /// Settles a lease successfully: the task is removed and the next one in its queue becomes
     /// ready.
-    pub async fn complete(&self, lease: &LeaseRef, now_ms: i64) -> Result<(), StoreError> {
+    pub async fn complete(&self, lease: &LeaseRef, now_ms: i64) -> Result<Settled, StoreError> {
         let mut tx = self.begin("complete").await?;
         let removed = remove_leased(&mut tx, lease).await?;
         let outcome = if removed.cancelled { Outcome::Cancelled } else { Outcome::Done };
@@ -72,17 +79,27 @@ impl Store {
         history::record(&mut tx, finished, now_ms).await?;
         history::trim(&mut tx).await?;
         self.signal_change(&mut tx).await?;
-        tx.commit().await.map_err(query_failed("commit complete"))
+        tx.commit().await.map_err(query_failed("commit complete"))?;
+        Ok(removed.settled(now_ms))
     }
 
     /// Settles a lease with an error. A task that allows failure, failed permanently
     /// (`retry == false`) or was cancelled is removed; any other stays at the head of its queue
     /// and is retried after a backoff delay.
-    pub async fn fail(&self, lease: &LeaseRef, error: &str, retry: bool, backoff: &Backoff, now_ms: i64) -> Result<FailOutcome, StoreError> {
+    pub async fn fail(
+        &self,
+        lease: &LeaseRef,
+        error: &str,
+        retry: bool,
+        backoff: &Backoff,
+        now_ms: i64,
+    ) -> Result<(FailOutcome, Settled), StoreError> {
         let mut tx = self.begin("fail").await?;
         let row = sqlx::query(self.dialect().pick(
-            "SELECT attempts, allow_failure, cancelled FROM tasks WHERE id = $1 AND fence = $2 AND lease_holder <> ''",
-            "SELECT attempts, allow_failure, cancelled FROM tasks WHERE id = $1 AND fence = $2 AND lease_holder <> '' FOR UPDATE",
+            "SELECT kind, attempts, allow_failure, cancelled, leased_at FROM tasks \
+             WHERE id = $1 AND fence = $2 AND lease_holder <> ''",
+            "SELECT kind, attempts, allow_failure, cancelled, leased_at FROM tasks \
+             WHERE id = $1 AND fence = $2 AND lease_holder <> '' FOR UPDATE",
         ))
         .bind(&lease.task_id)
         .bind(lease.fence)
@@ -93,6 +110,8 @@ impl Store {
         let decode = |column: &str| row.try_get::<i64, _>(column).map_err(query_failed("decode failed task"));
         let attempts = decode("attempts")? + 1;
         let keep = retry && decode("allow_failure")? == 0 && decode("cancelled")? == 0;
+        let kind: String = row.try_get("kind").map_err(query_failed("decode failed task"))?;
+        let settled = Settled { kind, ran_ms: now_ms.saturating_sub(decode("leased_at")?).max(0), cancelled: decode("cancelled")? != 0 };
         let outcome = if keep {
             let delay = backoff.delay(attempts);
             let delay_ms = delay.as_millis() as i64;
@@ -127,7 +146,7 @@ impl Store {
         };
         self.signal_change(&mut tx).await?;
         tx.commit().await.map_err(query_failed("commit fail"))?;
-        Ok(outcome)
+        Ok((outcome, settled))
     }
 }
 
@@ -140,7 +159,7 @@ fn stale(lease: &LeaseRef) -> StoreError {
 async fn remove_leased(conn: &mut AnyConnection, lease: &LeaseRef) -> Result<Removed, StoreError> {
     let row = sqlx::query(
         "DELETE FROM tasks WHERE id = $1 AND fence = $2 AND lease_holder <> '' \
-         RETURNING queue, package, kind, attempts, cancelled",
+         RETURNING queue, package, kind, attempts, cancelled, leased_at",
     )
     .bind(&lease.task_id)
     .bind(lease.fence)
@@ -155,6 +174,7 @@ async fn remove_leased(conn: &mut AnyConnection, lease: &LeaseRef) -> Result<Rem
             kind: row.try_get("kind")?,
             attempts: row.try_get("attempts")?,
             cancelled: row.try_get::<i64, _>("cancelled")? != 0,
+            leased_at: row.try_get("leased_at")?,
         })
     };
     decode().map_err(query_failed("decode settled task"))

@@ -68,6 +68,14 @@ pub fn register(fm: &mut FuncMap) {
         ("until", until),
         ("untilStep", until_step),
         ("seq", seq),
+        ("chunk", chunk),
+        ("shuffle", |a| {
+            // Sprig shuffles characters of a string.
+            use rand::seq::SliceRandom as _;
+            let mut chars: Vec<char> = str_arg("shuffle", a, 0)?.chars().collect();
+            chars.shuffle(&mut rand::rng());
+            Ok(string(chars.into_iter().collect::<String>()))
+        }),
     ];
     register_all(fm, funcs);
 }
@@ -274,6 +282,19 @@ fn without(args: &[Value]) -> Result<Value> {
     let drop = &args[1..];
     Ok(Value::List(
         items.into_iter().filter(|v| !drop.contains(v)).collect(),
+    ))
+}
+
+/// `chunk size list`: the list cut into lists of at most `size`.
+fn chunk(args: &[Value]) -> Result<Value> {
+    exact("chunk", args, 2)?;
+    let size = usize::try_from(to_i64(&args[0])).unwrap_or(0).max(1);
+    let items = list_items(&args[1]);
+    Ok(Value::List(
+        items
+            .chunks(size)
+            .map(|c| Value::List(c.to_vec().into()))
+            .collect(),
     ))
 }
 

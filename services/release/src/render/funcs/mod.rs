@@ -6,8 +6,10 @@ mod args;
 pub mod collections;
 pub mod encoding;
 mod logic;
+mod math;
 mod semver_fn;
 mod strings;
+mod time;
 
 pub use args::{Builtin, fail, register_all, string};
 
@@ -21,5 +23,55 @@ pub fn sprig() -> FuncMap {
     encoding::register(&mut fm);
     logic::register(&mut fm);
     semver_fn::register(&mut fm);
+    math::register(&mut fm);
+    time::register(&mut fm);
+    add_must_aliases(&mut fm);
     fm
+}
+
+/// Sprig's `mustX` variants return errors where `X` would swallow them; the functions here
+/// already report errors, so each `mustX` is the same function.
+fn add_must_aliases(fm: &mut FuncMap) {
+    const MUST: &[&str] = &[
+        "toJson",
+        "toPrettyJson",
+        "toRawJson",
+        "regexMatch",
+        "regexFind",
+        "regexFindAll",
+        "regexReplaceAll",
+        "regexReplaceAllLiteral",
+        "regexSplit",
+        "merge",
+        "mergeOverwrite",
+        "deepCopy",
+        "append",
+        "push",
+        "prepend",
+        "first",
+        "last",
+        "rest",
+        "initial",
+        "reverse",
+        "uniq",
+        "without",
+        "has",
+        "compact",
+        "dateModify",
+        "toDate",
+    ];
+    for name in MUST {
+        if let Some(f) = fm.get(*name).cloned() {
+            let mut must = String::from("must");
+            must.push_str(&name[..1].to_uppercase());
+            must.push_str(&name[1..]);
+            fm.insert(must, f);
+        }
+    }
+    if let Some(f) = fm.get("trimAll").cloned() {
+        fm.insert("trimall".into(), f);
+    }
+    if let Some(f) = fm.get("max").cloned() {
+        fm.insert("biggest".into(), f);
+    }
 }

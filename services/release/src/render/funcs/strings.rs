@@ -61,6 +61,33 @@ pub fn register(fm: &mut FuncMap) {
             unary("kebabcase", a, |s| separate_words(s, '-'))
         }),
         ("camelcase", |a| unary("camelcase", a, camelcase)),
+        ("swapcase", |a| unary("swapcase", a, swapcase)),
+        ("initials", |a| {
+            unary("initials", a, |s| {
+                s.split_whitespace()
+                    .filter_map(|w| w.chars().next())
+                    .collect()
+            })
+        }),
+        ("abbrev", abbrev),
+        ("plural", plural),
+        ("wrap", |a| {
+            exact("wrap", a, 2)?;
+            let width = usize::try_from(to_i64(&a[0])).unwrap_or(0);
+            Ok(string(wrap(&str_arg("wrap", a, 1)?, width, "\n")))
+        }),
+        ("wrapWith", |a| {
+            exact("wrapWith", a, 3)?;
+            let width = usize::try_from(to_i64(&a[0])).unwrap_or(0);
+            Ok(string(wrap(
+                &str_arg("wrapWith", a, 2)?,
+                width,
+                &str_arg("wrapWith", a, 1)?,
+            )))
+        }),
+        ("regexQuoteMeta", |a| {
+            unary("regexQuoteMeta", a, regex::escape)
+        }),
     ];
     register_all(fm, funcs);
 }
@@ -297,6 +324,62 @@ fn separate_words(s: &str, sep: char) -> String {
     out
 }
 
+fn swapcase(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_uppercase() {
+                c.to_lowercase().collect::<Vec<_>>()
+            } else {
+                c.to_uppercase().collect::<Vec<_>>()
+            }
+        })
+        .collect()
+}
+
+/// `abbrev width s`: truncates with `...` when longer than `width` (width < 4 leaves `s`).
+fn abbrev(args: &[Value]) -> Result<Value> {
+    exact("abbrev", args, 2)?;
+    let width = usize::try_from(to_i64(&args[0])).unwrap_or(0);
+    let s = str_arg("abbrev", args, 1)?;
+    if width < 4 || s.chars().count() <= width {
+        return Ok(string(s));
+    }
+    let head: String = s.chars().take(width - 3).collect();
+    Ok(string(format!("{head}...")))
+}
+
+/// `plural one many count`.
+fn plural(args: &[Value]) -> Result<Value> {
+    exact("plural", args, 3)?;
+    let n = to_i64(&args[2]);
+    str_arg("plural", args, if n == 1 { 0 } else { 1 }).map(string)
+}
+
+/// Word wrap at `width` columns, breaking only at spaces (long words stay whole).
+fn wrap(s: &str, width: usize, newline: &str) -> String {
+    let width = width.max(1);
+    let mut out = String::with_capacity(s.len());
+    for (i, line) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push_str(newline);
+        }
+        let mut col = 0;
+        for (j, word) in line.split(' ').filter(|w| !w.is_empty()).enumerate() {
+            let len = word.chars().count();
+            if j > 0 && col + 1 + len > width {
+                out.push_str(newline);
+                col = 0;
+            } else if j > 0 {
+                out.push(' ');
+                col += 1;
+            }
+            out.push_str(word);
+            col += len;
+        }
+    }
+    out
+}
+
 /// CamelCase from `snake_case` / `kebab-case` / spaced words.
 fn camelcase(s: &str) -> String {
     s.split(['_', '-', ' '])
@@ -325,6 +408,23 @@ mod tests {
         assert_eq!(strval(&r), "def");
         let r = trunc(&[Value::Int(63), string("short")]).unwrap_or(Value::Nil);
         assert_eq!(strval(&r), "short");
+    }
+
+    #[test]
+    fn abbrev_wrap_and_plural() {
+        let a = abbrev(&[Value::Int(5), string("hello world")]).map(|v| strval(&v));
+        assert_eq!(a.unwrap_or_default(), "he...");
+        assert_eq!(
+            wrap("the quick brown fox", 10, "\n"),
+            "the quick\nbrown fox"
+        );
+        let p = plural(&[
+            string("one anchovy"),
+            string("many anchovies"),
+            Value::Int(2),
+        ]);
+        assert_eq!(p.map(|v| strval(&v)).unwrap_or_default(), "many anchovies");
+        assert_eq!(swapcase("aB c"), "Ab C");
     }
 
     #[test]
