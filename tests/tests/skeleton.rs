@@ -24,3 +24,55 @@ async fn all_in_one_journey() -> anyhow::Result<()> {
     up.proc.stop().await;
     result
 }
+
+/// hookevent fires a schedule binding, a worker runs the hook with a Schedule binding context,
+/// and the run shows up on the package; after Remove, the schedule stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_hooks_fire_until_removed() -> anyhow::Result<()> {
+    use berth_proto::v1;
+    use futures::StreamExt;
+
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let topology = SplitTopology::start(&cluster.kubeconfig, dir.path()).await?;
+    let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+    let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "ticker".into(), namespace: String::new() };
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages");
+    let accepted = client
+        .update(v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: repo.display().to_string(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    journey::wait_running(&mut client, &r, accepted.generation).await?;
+
+    let runs = |p: &v1::Package| p.hooks.iter().find(|h| h.name == "tick.sh").map(|h| (h.runs, h.last_error.clone()));
+    let fired = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        while let Some(p) = stream.next().await {
+            let p = p?;
+            if let Some((n, error)) = runs(&p) {
+                anyhow::ensure!(error.is_empty(), "the hook failed: {error}");
+                if n >= 2 {
+                    return Ok(n);
+                }
+            }
+        }
+        anyhow::bail!("watch ended")
+    })
+    .await;
+    let result = match fired {
+        Ok(Ok(_)) => {
+            client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+            journey::wait_gone(&mut client, &r).await
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(anyhow::anyhow!("the schedule hook did not run twice within 30 s")),
+    };
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}

@@ -62,3 +62,52 @@ pub(crate) fn span_for_request(req: &http::Request<()>) -> tracing::Span {
     let _ = span.set_parent(cx);
     span
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::TracerProvider as _;
+    use tonic::service::Interceptor;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    fn with_tracing<T>(f: impl FnOnce() -> T) -> T {
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, f)
+    }
+
+    fn trace_id(traceparent: &str) -> &str {
+        traceparent.split('-').nth(1).unwrap_or_default()
+    }
+
+    #[test]
+    fn grpc_calls_carry_the_current_trace() {
+        with_tracing(|| {
+            let span = tracing::info_span!("request");
+            let _guard = span.enter();
+            let expected = current_traceparent();
+            assert_eq!(expected.split('-').count(), 4, "traceparent {expected:?}");
+            let req = TraceContext.call(tonic::Request::new(())).unwrap();
+            let sent = req.metadata().get("traceparent").unwrap().to_str().unwrap();
+            assert_eq!(sent, expected);
+        });
+    }
+
+    #[test]
+    fn a_stored_traceparent_continues_its_trace() {
+        with_tracing(|| {
+            let stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let span = with_traceparent(tracing::info_span!("task"), stored);
+            let _guard = span.enter();
+            assert_eq!(trace_id(&current_traceparent()), "4bf92f3577b34da6a3ce929d0e0e4736");
+        });
+    }
+
+    #[test]
+    fn no_trace_means_no_header() {
+        let req = TraceContext.call(tonic::Request::new(())).unwrap();
+        assert!(req.metadata().get("traceparent").is_none());
+        assert_eq!(current_traceparent(), "");
+    }
+}

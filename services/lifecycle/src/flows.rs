@@ -75,3 +75,76 @@ pub fn remove(key: &str, generation: i64) -> Vec<Value> {
 pub fn rerun(key: &str, generation: i64) -> Vec<Value> {
     vec![task(key, generation, TaskKind::Run, json!({"reason": "values changed by a hook"}))]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Kind, PackageId, Phase};
+
+    fn row(version: &str, loaded: bool, removing: bool) -> PackageRow {
+        PackageRow {
+            id: PackageId::new(Kind::App, "hello", "").unwrap(),
+            key: "default.hello".into(),
+            repository: "/repo".into(),
+            package: "hello".into(),
+            version: version.into(),
+            generation: 1,
+            observed_generation: 1,
+            settings: serde_json::json!({}),
+            phase: Phase::Running,
+            conditions: vec![],
+            values: serde_json::json!({}),
+            values_patch: vec![],
+            settings_schema: loaded.then_some(None),
+            schema_version: None,
+            hooks: vec![],
+            last_error: String::new(),
+            removing,
+        }
+    }
+
+    fn kinds(out: &[Value]) -> Vec<String> {
+        out.iter()
+            .map(|v| match v["op"].as_str() {
+                Some("supersede") => "Supersede".to_owned(),
+                _ => v["task"]["kind"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect()
+    }
+
+    const NEW: NewSpec<'static> = NewSpec { repository: "/repo", package: "hello", version: "1.0.0" };
+
+    #[test]
+    fn a_new_package_installs_from_scratch() {
+        let (restart, out) = update(None, "default.hello", 1, &NEW);
+        assert!(restart);
+        assert_eq!(kinds(&out), ["Supersede", "Download", "Load", "ApplySettings", "Startup", "Run"]);
+    }
+
+    #[test]
+    fn a_settings_change_only_reapplies_and_runs() {
+        let (restart, out) = update(Some(&row("1.0.0", true, false)), "default.hello", 2, &NEW);
+        assert!(!restart);
+        assert_eq!(kinds(&out), ["Supersede", "ApplySettings", "Run"]);
+        assert!(out[1..].iter().all(|t| t["task"]["generation"] == 2));
+    }
+
+    #[test]
+    fn a_version_change_disables_first() {
+        let (_, out) = update(Some(&row("0.9.0", true, false)), "default.hello", 2, &NEW);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load", "ApplySettings", "Startup", "Run"]);
+    }
+
+    #[test]
+    fn an_update_during_removal_or_before_load_starts_over() {
+        let (restart, _) = update(Some(&row("1.0.0", true, true)), "default.hello", 3, &NEW);
+        assert!(restart);
+        let (restart, _) = update(Some(&row("1.0.0", false, false)), "default.hello", 3, &NEW);
+        assert!(restart);
+    }
+
+    #[test]
+    fn remove_disables_uninstalls_and_cleans_up() {
+        assert_eq!(kinds(&remove("default.hello", 4)), ["Supersede", "Disable", "Uninstall", "Cleanup"]);
+    }
+}

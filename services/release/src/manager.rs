@@ -2,7 +2,8 @@
 //! `record`) but not gRPC; `service` adapts it to the proto contract.
 
 use crate::ReleaseInfo;
-use crate::apply::{Applier, ApplyError, ObjectKey, ready_reason};
+use crate::apply::kstatus::{self, Status as ObjectStatus};
+use crate::apply::{Applier, ApplyError, ObjectKey};
 use crate::capabilities::CapabilitiesCache;
 use crate::order::install_rank;
 use crate::record::format::{
@@ -56,6 +57,8 @@ impl ReleaseError {
 pub struct Installed {
     pub revision: i32,
     pub objects: Vec<ObjectKey>,
+    /// True when the render matched the deployed revision and no new revision was written.
+    pub unchanged: bool,
 }
 
 /// What Uninstall did.
@@ -165,7 +168,9 @@ impl ReleaseManager {
         let _held = lock.lock().await;
 
         let store = ReleaseStore::new(self.client.clone(), namespace);
-        let previous = store.latest(name).await?;
+        let stored = store.stored(name).await?.pop();
+        let previous_checksum = stored.as_ref().and_then(|s| s.checksum.clone());
+        let previous = stored.map(|s| s.release);
         let revision = previous.as_ref().map_or(1, |p| p.version + 1);
         let info = ReleaseInfo {
             name: name.to_string(),
@@ -191,6 +196,17 @@ impl ReleaseManager {
             .await
             .map_err(|e| ReleaseError::Task(e.to_string()))??
         };
+
+        let checksum = render_checksum(&rendered);
+        if let Some(prev) = &previous
+            && prev.info.status == Status::Deployed.as_str()
+            && previous_checksum.as_deref() == Some(checksum.as_str())
+        {
+            // Same render as the deployed revision: re-apply in place (heals deleted or edited
+            // objects) without writing a new revision.
+            let objects = self.apply_all(name, namespace, &rendered).await?;
+            return Ok(Installed { revision: prev.version, objects, unchanged: true });
+        }
 
         let started = format::now();
         let first_deployed = previous
@@ -224,7 +240,7 @@ impl ReleaseManager {
                     if revision == 1 { "Install" } else { "Upgrade" }
                 );
                 // Best effort: the apply error is what the caller needs to see.
-                if let Err(store_err) = store.create(&record).await {
+                if let Err(store_err) = store.create(&record, &checksum).await {
                     tracing::warn!(error = %store_err, "could not record the failed revision");
                 }
                 return Err(e);
@@ -238,12 +254,12 @@ impl ReleaseManager {
         } else {
             "Upgrade complete".into()
         };
-        store.create(&record).await?;
+        store.create(&record, &checksum).await?;
         if let Some(prev) = &previous {
             store.set_status(prev, Status::Superseded).await?;
         }
         store.trim_history(name, HISTORY_MAX).await?;
-        Ok(Installed { revision, objects })
+        Ok(Installed { revision, objects, unchanged: false })
     }
 
     /// Applies `crds/` objects and waits until each CRD is Established. CRDs are not part of
@@ -355,18 +371,34 @@ impl ReleaseManager {
             ready: true,
             ..Default::default()
         };
+        let mut statuses = Vec::new();
+        let now = chrono::Utc::now();
         for object in recorded_objects(&latest.manifest) {
             let seen = self.applier.get(&object, namespace).await?;
-            let live = seen
-                .object
-                .as_ref()
-                .and_then(|o| serde_json::to_value(o).ok());
-            if let Some(reason) = ready_reason(&seen.key.kind, live.as_ref()) {
-                out.ready = false;
-                out.not_ready.push(format!("{}: {reason}", seen.key));
+            let outcome = match seen.object.as_ref().map(serde_json::to_value) {
+                None => Ok(kstatus::Outcome {
+                    status: ObjectStatus::NotFound,
+                    reason: String::new(),
+                    message: "Resource not found".into(),
+                }),
+                Some(Ok(live)) => kstatus::compute(&live, now),
+                Some(Err(e)) => Err(e.to_string()),
+            };
+            let outcome = outcome.unwrap_or_else(|e| kstatus::Outcome {
+                status: ObjectStatus::Unknown,
+                reason: String::new(),
+                message: e,
+            });
+            if outcome.status != ObjectStatus::Current {
+                out.not_ready.push(format!(
+                    "{}: {:?} {} {}",
+                    seen.key, outcome.status, outcome.reason, outcome.message
+                ));
             }
+            statuses.push(outcome.status);
             out.objects.push(seen.key);
         }
+        out.ready = kstatus::aggregate(&statuses, ObjectStatus::Current) == ObjectStatus::Current;
         Ok(out)
     }
 
@@ -379,6 +411,23 @@ impl ReleaseManager {
 
 fn kind_of(o: &serde_json::Value) -> &str {
     o.get("kind").and_then(|k| k.as_str()).unwrap_or_default()
+}
+
+/// A digest of what a render would put on the cluster and in the record: chart identity,
+/// manifests and hooks. 32 hex digits, so it fits a label value.
+fn render_checksum(r: &render::Rendered) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for key in ["name", "version", "appVersion"] {
+        h.update(r.chart_metadata.get(key).map(|v| v.to_string()).unwrap_or_default());
+        h.update([0]);
+    }
+    h.update(manifests::manifest_text(&r.manifests));
+    h.update([0]);
+    h.update(manifests::manifest_text(&r.hooks));
+    let mut hex = hex::encode(h.finalize());
+    hex.truncate(32);
+    hex
 }
 
 /// The chart's own `values.yaml`, for the record's `chart.values`.

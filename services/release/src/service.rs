@@ -94,6 +94,7 @@ impl pb::releases_server::Releases for ReleaseService {
             .map_err(to_status)?;
         tracing::info!(
             revision = installed.revision,
+            unchanged = installed.unchanged,
             objects = installed.objects.len(),
             "installed"
         );

@@ -354,3 +354,22 @@ async fn crds_are_applied_first_and_their_kinds_are_in_capabilities() -> anyhow:
     crds.delete(&name, &Default::default()).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_unchanged_render_heals_objects_without_a_new_revision() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = chart(&[("templates/a.yaml", &config_map("a", false))]);
+    assert_eq!(h.grpc.install(install(&h, "same", files.clone(), "")).await?.into_inner().revision, 1);
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    cms.delete("a", &Default::default()).await?;
+
+    let again = h.grpc.install(install(&h, "same", files.clone(), "")).await?.into_inner();
+    assert_eq!(again.revision, 1, "identical render must not write a revision");
+    assert!(cms.get_opt("a").await?.is_some(), "the deleted object was re-applied");
+    let secrets = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace);
+    assert!(secrets.get_opt("sh.helm.release.v1.same.v2").await?.is_none());
+
+    let changed = h.grpc.install(install(&h, "same", files, r#"{"greeting": "new"}"#)).await?.into_inner();
+    assert_eq!(changed.revision, 2);
+    Ok(())
+}

@@ -78,7 +78,7 @@ async fn bench(args: &Args, database: &str) -> anyhow::Result<()> {
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(broker::server(service.clone()))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.clone().cancelled_owned()),
+            .serve_with_incoming_shutdown(incoming(listener), shutdown.clone().cancelled_owned()),
     );
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
         .connect_timeout(Duration::from_secs(5))
@@ -139,6 +139,16 @@ async fn bench(args: &Args, database: &str) -> anyhow::Result<()> {
     shutdown.cancel();
     server.await??;
     Ok(())
+}
+
+/// Accepted connections with Nagle's algorithm off, as tonic's own listener would set them.
+fn incoming(listener: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
 }
 
 fn rate(n: usize, took: Duration) -> f64 {

@@ -25,7 +25,11 @@ pub struct Outcome {
 }
 
 fn outcome(status: Status, reason: &str, message: impl Into<String>) -> Result<Outcome, String> {
-    Ok(Outcome { status, reason: reason.to_string(), message: message.into() })
+    Ok(Outcome {
+        status,
+        reason: reason.to_string(),
+        message: message.into(),
+    })
 }
 
 fn in_progress(reason: &str, message: impl Into<String>) -> Result<Outcome, String> {
@@ -38,7 +42,9 @@ fn current(message: impl Into<String>) -> Result<Outcome, String> {
 
 /// Integer at `pointer`, or `default` when absent or not an integer.
 fn int(o: &Value, pointer: &str, default: i64) -> i64 {
-    o.pointer(pointer).and_then(Value::as_i64).unwrap_or(default)
+    o.pointer(pointer)
+        .and_then(Value::as_i64)
+        .unwrap_or(default)
 }
 
 fn string<'a>(o: &'a Value, pointer: &str) -> Option<&'a str> {
@@ -50,12 +56,18 @@ fn string<'a>(o: &'a Value, pointer: &str) -> Option<&'a str> {
 fn strict_int(o: &Value, pointer: &str) -> Result<Option<i64>, String> {
     match o.pointer(pointer) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_i64().map(Some).ok_or_else(|| format!("{pointer} is not an integer")),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| format!("{pointer} is not an integer")),
     }
 }
 
 fn conditions(o: &Value) -> Vec<&Value> {
-    o.pointer("/status/conditions").and_then(Value::as_array).map(|c| c.iter().collect()).unwrap_or_default()
+    o.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().collect())
+        .unwrap_or_default()
 }
 
 fn cond_field<'a>(c: &'a Value, f: &str) -> &'a str {
@@ -63,7 +75,9 @@ fn cond_field<'a>(c: &'a Value, f: &str) -> &'a str {
 }
 
 fn find_condition<'a>(o: &'a Value, kind: &str) -> Option<&'a Value> {
-    conditions(o).into_iter().find(|c| cond_field(c, "type") == kind)
+    conditions(o)
+        .into_iter()
+        .find(|c| cond_field(c, "type") == kind)
 }
 
 /// Computes the status of one object observed at `now`.
@@ -88,11 +102,19 @@ pub fn compute(o: &Value, now: DateTime<Utc>) -> Result<Outcome, String> {
         }
         match cond_field(c, "type") {
             "Reconciling" => return in_progress(cond_field(c, "reason"), cond_field(c, "message")),
-            "Stalled" => return outcome(Status::Failed, cond_field(c, "reason"), cond_field(c, "message")),
+            "Stalled" => {
+                return outcome(
+                    Status::Failed,
+                    cond_field(c, "reason"),
+                    cond_field(c, "message"),
+                );
+            }
             _ => {}
         }
     }
-    let group = string(o, "/apiVersion").and_then(|v| v.split_once('/')).map_or("", |(g, _)| g);
+    let group = string(o, "/apiVersion")
+        .and_then(|v| v.split_once('/'))
+        .map_or("", |(g, _)| g);
     if let Some(result) = kind_rule(group, kind, o, now) {
         return result;
     }
@@ -106,12 +128,18 @@ pub fn compute(o: &Value, now: DateTime<Utc>) -> Result<Outcome, String> {
     current("Resource is current")
 }
 
-fn kind_rule(group: &str, kind: &str, o: &Value, now: DateTime<Utc>) -> Option<Result<Outcome, String>> {
+fn kind_rule(
+    group: &str,
+    kind: &str,
+    o: &Value,
+    now: DateTime<Utc>,
+) -> Option<Result<Outcome, String>> {
     let workloads = matches!(group, "apps" | "extensions");
     Some(match (group, kind) {
-        ("", "ConfigMap") | ("", "Secret") | ("batch", "CronJob") | ("policy", "PodDisruptionBudget") => {
-            current("Resource is always ready")
-        }
+        ("", "ConfigMap")
+        | ("", "Secret")
+        | ("batch", "CronJob")
+        | ("policy", "PodDisruptionBudget") => current("Resource is always ready"),
         ("", "Service") => service(o),
         ("", "PersistentVolumeClaim") => pvc(o),
         ("", "Pod") => pod(o, now),
@@ -128,7 +156,10 @@ fn kind_rule(group: &str, kind: &str, o: &Value, now: DateTime<Utc>) -> Option<R
 fn service(o: &Value) -> Result<Outcome, String> {
     let kind = string(o, "/spec/type").unwrap_or("ClusterIP");
     if kind == "LoadBalancer" && string(o, "/spec/clusterIP").is_none_or(str::is_empty) {
-        return in_progress("NoIPAssigned", "ClusterIP not set. Service type: LoadBalancer");
+        return in_progress(
+            "NoIPAssigned",
+            "ClusterIP not set. Service type: LoadBalancer",
+        );
     }
     current("Service is ready")
 }
@@ -169,8 +200,9 @@ fn pod(o: &Value, now: DateTime<Utc>) -> Result<Outcome, String> {
             in_progress("PodRunningNotReady", "Pod is running but is not Ready")
         }
         "Pending" => {
-            let unschedulable = find_condition(o, "PodScheduled")
-                .is_some_and(|c| cond_field(c, "status") == "False" && cond_field(c, "reason") == "Unschedulable");
+            let unschedulable = find_condition(o, "PodScheduled").is_some_and(|c| {
+                cond_field(c, "status") == "False" && cond_field(c, "reason") == "Unschedulable"
+            });
             if unschedulable {
                 let created = string(o, "/metadata/creationTimestamp")
                     .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
@@ -179,7 +211,11 @@ fn pod(o: &Value, now: DateTime<Utc>) -> Result<Outcome, String> {
                 return if young {
                     in_progress("PodNotScheduled", "Pod has not been scheduled")
                 } else {
-                    outcome(Status::Failed, "PodUnschedulable", "Pod could not be scheduled")
+                    outcome(
+                        Status::Failed,
+                        "PodUnschedulable",
+                        "Pod could not be scheduled",
+                    )
                 };
             }
             in_progress("PodPending", "Pod is in the Pending phase")
@@ -201,9 +237,15 @@ fn job(o: &Value) -> Result<Outcome, String> {
             }
             "Failed" if is_true => {
                 let f = int(o, "/status/failed", 0);
-                return outcome(Status::Failed, "JobFailed", format!("Job Failed. failed: {f}/{completions}"));
+                return outcome(
+                    Status::Failed,
+                    "JobFailed",
+                    format!("Job Failed. failed: {f}/{completions}"),
+                );
             }
-            "Suspended" if is_true && o.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) => {
+            "Suspended"
+                if is_true && o.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) =>
+            {
                 return current("Job is suspended");
             }
             _ => {}
@@ -237,7 +279,11 @@ fn deployment(o: &Value) -> Result<Outcome, String> {
     let mut progressing = deadline == i64::from(i32::MAX);
     let mut available = false;
     for c in conditions(o) {
-        let (kind, status, reason) = (cond_field(c, "type"), cond_field(c, "status"), cond_field(c, "reason"));
+        let (kind, status, reason) = (
+            cond_field(c, "type"),
+            cond_field(c, "status"),
+            cond_field(c, "reason"),
+        );
         if kind == "Progressing" && reason == "ProgressDeadlineExceeded" {
             return outcome(Status::Failed, reason, "Progress deadline exceeded");
         }
@@ -260,7 +306,10 @@ fn deployment(o: &Value) -> Result<Outcome, String> {
         return in_progress("LessUpdated", format!("Updated: {updated}/{spec}"));
     }
     if status > spec {
-        return in_progress("ExtraPods", format!("Pending termination: {}", status - spec));
+        return in_progress(
+            "ExtraPods",
+            format!("Pending termination: {}", status - spec),
+        );
     }
     if updated > avail {
         return in_progress("LessAvailable", format!("Available: {avail}/{updated}"));
@@ -293,7 +342,10 @@ fn stateful_set(o: &Value) -> Result<Outcome, String> {
         return in_progress("LessReady", format!("Ready: {ready}/{spec}"));
     }
     if status > spec {
-        return in_progress("ExtraPods", format!("Pending termination: {}", status - spec));
+        return in_progress(
+            "ExtraPods",
+            format!("Pending termination: {}", status - spec),
+        );
     }
     let partition = int(o, "/spec/updateStrategy/rollingUpdate/partition", -1);
     if partition != -1 {
@@ -307,9 +359,14 @@ fn stateful_set(o: &Value) -> Result<Outcome, String> {
         return in_progress("LessCurrent", format!("current: {current_replicas}/{spec}"));
     }
     if string(o, "/status/currentRevision") != string(o, "/status/updateRevision") {
-        return in_progress("RevisionMismatch", "Waiting for updated revision to match current");
+        return in_progress(
+            "RevisionMismatch",
+            "Waiting for updated revision to match current",
+        );
     }
-    current(format!("All replicas scheduled as expected. Replicas: {status}"))
+    current(format!(
+        "All replicas scheduled as expected. Replicas: {status}"
+    ))
 }
 
 fn daemon_set(o: &Value) -> Result<Outcome, String> {
@@ -335,7 +392,9 @@ fn daemon_set(o: &Value) -> Result<Outcome, String> {
             return in_progress(reason, format!("{label}: {n}/{desired}"));
         }
     }
-    current(format!("All replicas scheduled as expected. Replicas: {desired}"))
+    current(format!(
+        "All replicas scheduled as expected. Replicas: {desired}"
+    ))
 }
 
 fn replica_set(o: &Value) -> Result<Outcome, String> {
@@ -356,7 +415,10 @@ fn replica_set(o: &Value) -> Result<Outcome, String> {
     }
     let status = int(o, "/status/replicas", 0);
     if status > spec {
-        return in_progress("ExtraPods", format!("Pending termination: {}", status - spec));
+        return in_progress(
+            "ExtraPods",
+            format!("Pending termination: {}", status - spec),
+        );
     }
     current(format!("ReplicaSet is available. Replicas: {status}"))
 }

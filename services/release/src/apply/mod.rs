@@ -4,10 +4,8 @@
 mod discovery;
 pub mod kstatus;
 pub mod object;
-mod readiness;
 
 pub use object::ObjectKey;
-pub use readiness::ready_reason;
 
 use discovery::DiscoveryCache;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};

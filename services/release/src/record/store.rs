@@ -52,10 +52,15 @@ pub struct ReleaseStore {
     namespace: String,
 }
 
-/// A decoded release record.
+/// Label holding a digest of the rendered release, so an unchanged render can be recognised
+/// without a new revision (the name Deckhouse uses for the same purpose).
+pub const CHECKSUM_LABEL: &str = "packageChecksum";
+
+/// A decoded release record with the checksum label of its Secret.
 #[derive(Debug, Clone)]
 pub struct Stored {
     pub release: HelmRelease,
+    pub checksum: Option<String>,
 }
 
 impl ReleaseStore {
@@ -87,6 +92,11 @@ impl ReleaseStore {
 
     /// Every revision of `name`, oldest first.
     pub async fn history(&self, name: &str) -> Result<Vec<HelmRelease>, StoreError> {
+        Ok(self.stored(name).await?.into_iter().map(|s| s.release).collect())
+    }
+
+    /// Every revision of `name` with its Secret's checksum label, oldest first.
+    pub async fn stored(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
         let lp = ListParams::default().labels(&format!("owner=helm,name={name}"));
         let list = self.call("list", self.api.list(&lp)).await?;
         let mut out = Vec::new();
@@ -99,9 +109,10 @@ impl ReleaseStore {
                 secret: secret_name,
                 source,
             })?;
-            out.push(release);
+            let checksum = secret.metadata.labels.as_ref().and_then(|l| l.get(CHECKSUM_LABEL)).cloned();
+            out.push(Stored { release, checksum });
         }
-        out.sort_by_key(|r| r.version);
+        out.sort_by_key(|s| s.release.version);
         Ok(out)
     }
 
@@ -110,11 +121,14 @@ impl ReleaseStore {
         Ok(self.history(name).await?.pop())
     }
 
-    /// Writes a new revision.
-    pub async fn create(&self, release: &HelmRelease) -> Result<(), StoreError> {
+    /// Writes a new revision, labelled with the render's checksum.
+    pub async fn create(&self, release: &HelmRelease, checksum: &str) -> Result<(), StoreError> {
         let secret = to_secret(
             release,
-            &[("createdAt", chrono::Utc::now().timestamp().to_string())],
+            &[
+                ("createdAt", chrono::Utc::now().timestamp().to_string()),
+                (CHECKSUM_LABEL, checksum.to_string()),
+            ],
         )?;
         self.call("create", self.api.create(&PostParams::default(), &secret))
             .await?;

@@ -11,8 +11,11 @@ const MAX_ENTRIES: usize = 10_000;
 /// Most bytes one packed subchart may unpack to.
 const MAX_UNPACKED: u64 = 64 << 20;
 
+/// A chart directory name and its files relative to the chart root.
+pub type Unpacked = (String, Vec<(String, Vec<u8>)>);
+
 /// The archive's files relative to its chart root, and the chart's directory name.
-pub fn unpack(archive_name: &str, bytes: &[u8]) -> Result<(String, Vec<(String, Vec<u8>)>), RenderError> {
+pub fn unpack(archive_name: &str, bytes: &[u8]) -> Result<Unpacked, RenderError> {
     let bad = |why: String| RenderError::Chart(format!("{archive_name}: {why}"));
     let gz = flate2::read::GzDecoder::new(bytes);
     let mut tar = tar::Archive::new(std::io::Read::take(gz, MAX_UNPACKED + 1));
@@ -29,11 +32,18 @@ pub fn unpack(archive_name: &str, bytes: &[u8]) -> Result<(String, Vec<(String, 
         if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
             continue;
         }
-        let path = entry.path().map_err(|e| bad(e.to_string()))?.to_string_lossy().replace('\\', "/");
+        let path = entry
+            .path()
+            .map_err(|e| bad(e.to_string()))?
+            .to_string_lossy()
+            .replace('\\', "/");
         if !kind.is_file() {
             return Err(bad(format!("{path} is not a regular file")));
         }
-        let (dir, rel) = path.trim_start_matches("./").split_once('/').ok_or_else(|| bad(format!("{path} is outside a chart directory")))?;
+        let (dir, rel) = path
+            .trim_start_matches("./")
+            .split_once('/')
+            .ok_or_else(|| bad(format!("{path} is outside a chart directory")))?;
         if rel.split('/').any(|p| p == ".." || p.is_empty()) {
             return Err(bad(format!("{path} is not a clean relative path")));
         }
@@ -69,12 +79,18 @@ pub mod tests {
             header.set_entry_type(tar::EntryType::Regular);
             let _ = builder.append_data(&mut header, path, content.as_bytes());
         }
-        builder.into_inner().and_then(|gz| gz.finish()).unwrap_or_default()
+        builder
+            .into_inner()
+            .and_then(|gz| gz.finish())
+            .unwrap_or_default()
     }
 
     #[test]
     fn unpacks_under_the_top_directory() {
-        let bytes = tgz(&[("redis/Chart.yaml", "name: redis"), ("redis/templates/a.yaml", "x")]);
+        let bytes = tgz(&[
+            ("redis/Chart.yaml", "name: redis"),
+            ("redis/templates/a.yaml", "x"),
+        ]);
         let (top, files) = unpack("charts/redis-1.0.0.tgz", &bytes).unwrap_or_default();
         assert_eq!(top, "redis");
         let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();

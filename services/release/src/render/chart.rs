@@ -126,7 +126,10 @@ impl Chart {
         }
         for (archive, bytes) in packed {
             let (dir, files) = super::archive::unpack(&archive, bytes)?;
-            let borrowed: Vec<(String, &[u8])> = files.iter().map(|(p, b)| (p.clone(), b.as_slice())).collect();
+            let borrowed: Vec<(String, &[u8])> = files
+                .iter()
+                .map(|(p, b)| (p.clone(), b.as_slice()))
+                .collect();
             let sub = Self::from_rooted(&borrowed, &format!("{at}charts/{dir}/"))?;
             chart.subcharts.insert(dir, sub);
         }

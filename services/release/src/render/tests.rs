@@ -310,13 +310,22 @@ fn manifest_text_has_helm_source_headers() {
 fn packed_subcharts_are_unpacked_and_rendered() {
     let mut files = chart(&[("values.yaml", "redis:\n  port: 6380\n")]);
     let archive = archive::tests::tgz(&[
-        ("redis/Chart.yaml", "apiVersion: v2\nname: redis\nversion: 17.0.0\n"),
+        (
+            "redis/Chart.yaml",
+            "apiVersion: v2\nname: redis\nversion: 17.0.0\n",
+        ),
         ("redis/values.yaml", "port: 6379\nimage: redis\n"),
-        ("redis/templates/svc.yaml", "kind: Service\nmetadata:\n  name: {{ .Release.Name }}-redis\nport: {{ .Values.port }}\nimage: {{ .Values.image }}"),
+        (
+            "redis/templates/svc.yaml",
+            "kind: Service\nmetadata:\n  name: {{ .Release.Name }}-redis\nport: {{ .Values.port }}\nimage: {{ .Values.image }}",
+        ),
     ]);
     files.push(("charts/redis-17.0.0.tgz".to_string(), archive));
     let out = render_chart(&files, &json!({}), &release()).unwrap_or_default();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].source, "hello/charts/redis/templates/svc.yaml");
-    assert_eq!(out[0].text, "kind: Service\nmetadata:\n  name: rel-redis\nport: 6380\nimage: redis");
+    assert_eq!(
+        out[0].text,
+        "kind: Service\nmetadata:\n  name: rel-redis\nport: 6380\nimage: redis"
+    );
 }

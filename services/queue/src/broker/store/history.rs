@@ -16,10 +16,15 @@ pub(crate) struct Finished<'a> {
     pub error: &'a str,
 }
 
+/// Trim the history on every this-many-th record: trimming on each insert would double the
+/// statements of every Complete, and the table may exceed the limit by this much at most.
+const TRIM_EVERY: i64 = 128;
+
+/// Records a finished task (and now and then trims the table).
 pub(crate) async fn record(conn: &mut AnyConnection, row: Finished<'_>, now_ms: i64) -> Result<(), StoreError> {
-    sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
     )
     .bind(row.id)
     .bind(row.queue)
@@ -29,9 +34,13 @@ pub(crate) async fn record(conn: &mut AnyConnection, row: Finished<'_>, now_ms: 
     .bind(row.attempts)
     .bind(row.error)
     .bind(now_ms)
-    .execute(&mut *conn)
+    .fetch_one(&mut *conn)
     .await
     .map_err(query_failed("record history"))?;
+    let seq: i64 = inserted.try_get("seq").map_err(query_failed("decode history seq"))?;
+    if seq % TRIM_EVERY == 0 {
+        trim(conn).await?;
+    }
     Ok(())
 }
 

@@ -156,7 +156,7 @@ async fn compact(conn: &mut AnyConnection, seq: i64, head: &mut LeasedTask, now_
         .execute(&mut *conn)
         .await
         .map_err(query_failed("store compacted payload"))?;
-    history::trim(conn).await
+    Ok(())
 }
 
 /// The earliest moment a queue head may become ready without any call: the end of a retry

@@ -21,8 +21,8 @@ pub use dialect::{CHANGE_CHANNEL, Dialect};
 pub use settle::LeaseRef;
 pub use write::Superseded;
 
-/// Upper bound on the finished tasks kept in `task_history`; it is also the window in which a
-/// re-sent Enqueue of an already finished task id is recognised and ignored.
+/// Finished tasks kept in `task_history` (give or take a trimming interval); it is also the
+/// window in which a re-sent Enqueue of an already finished task id is recognised and ignored.
 pub const HISTORY_LIMIT: i64 = 10_000;
 
 /// How long opening the database may take before we give up (covers a PostgreSQL server that

@@ -77,7 +77,6 @@ impl Store {
             error: "",
         };
         history::record(&mut tx, finished, now_ms).await?;
-        history::trim(&mut tx).await?;
         self.signal_change(&mut tx).await?;
         tx.commit().await.map_err(query_failed("commit complete"))?;
         Ok(removed.settled(now_ms))
@@ -141,7 +140,6 @@ impl Store {
                 error,
             };
             history::record(&mut tx, finished, now_ms).await?;
-            history::trim(&mut tx).await?;
             FailOutcome::Dropped
         };
         self.signal_change(&mut tx).await?;
