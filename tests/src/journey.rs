@@ -94,6 +94,9 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let d = deployments.get("hello").await.context("Deployment hello")?;
     assert_eq!(d.spec.replicas, Some(2));
     services.get("hello").await.context("Service hello")?;
+    let secrets: Api<Secret> = Api::namespaced(kube.clone(), &namespace);
+    let records = secrets.list(&ListParams::default().labels("owner=helm,name=hello")).await?;
+    assert_eq!(records.items.len(), 1, "one Helm release record after the install");
 
     // Settings change: the objects follow.
     let changed = client.update(update(json!({"message": "berth", "replicas": 3}))).await?.into_inner();
@@ -130,7 +133,6 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     assert!(cms.get_opt("hello").await?.is_none(), "ConfigMap deleted");
     assert!(deployments.get_opt("hello").await?.is_none(), "Deployment deleted");
     assert!(services.get_opt("hello").await?.is_none(), "Service deleted");
-    let secrets: Api<Secret> = Api::namespaced(kube.clone(), &namespace);
     let records = secrets.list(&ListParams::default().labels("owner=helm,name=hello")).await?;
     assert!(records.items.is_empty(), "release records deleted");
 
