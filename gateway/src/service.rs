@@ -20,13 +20,11 @@ impl Gateway {
     }
 }
 
-/// Lifecycle's answer as the caller's: a transport failure becomes `Unavailable` naming the
-/// lifecycle service; everything else passes through unchanged.
+/// Lifecycle's answer as the caller's. `Unavailable` is prefixed with the service that failed, so
+/// a caller can tell "lifecycle is down" from anything lifecycle itself answered.
 fn upstream(status: Status) -> Status {
     match status.code() {
-        tonic::Code::Unavailable | tonic::Code::Unknown if status.message().contains("transport") || status.message().contains("connect") => {
-            Status::unavailable(format!("lifecycle service unavailable: {}", status.message()))
-        }
+        tonic::Code::Unavailable => Status::unavailable(format!("lifecycle service unavailable: {}", status.message())),
         _ => status,
     }
 }
