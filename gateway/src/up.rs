@@ -113,7 +113,7 @@ pub async fn run(
     let lc = berth_lifecycle::Config { database_url: sqlite(&data, "lifecycle.db"), broker_endpoint: broker.clone() };
     services.spawn(async move { ("lifecycle", berth_lifecycle::run(lc, lifecycle_listener, sd).await.map_err(|e| e.to_string())) });
     let sd = shutdown.clone();
-    let he = berth_hookevent::Config { database_url: sqlite(&data, "hookevent.db"), broker_endpoint: broker.clone() };
+    let he = berth_hookevent::Config { database_url: sqlite(&data, "hookevent.db"), broker_endpoint: broker.clone(), kubeconfig: Some(kubeconfig.clone()) };
     services.spawn(async move { ("hookevent", berth_hookevent::run(he, hookevent_listener, sd).await.map_err(|e| e.to_string())) });
     let sd = shutdown.clone();
     services.spawn(async move { ("release", berth_release::process::run(client, release_listener, sd).await.map_err(|e| e.to_string())) });

@@ -100,13 +100,13 @@ impl SplitTopology {
             "listening on ",
         )
         .await?;
+        let kc = kubeconfig.display().to_string();
         let hookevent = Proc::start(
             "berth-hookevent",
-            &["--listen", any, "--database", &sqlite(dir, "hookevent.db"), "--broker", &b],
+            &["--listen", any, "--database", &sqlite(dir, "hookevent.db"), "--broker", &b, "--kubeconfig", &kc],
             "listening on ",
         )
         .await?;
-        let kc = kubeconfig.display().to_string();
         let release = Proc::start("berth-release", &["--listen", any, "--kubeconfig", &kc], "listening on ").await?;
         let cache = dir.join("packages").display().to_string();
         let worker = Proc::start(

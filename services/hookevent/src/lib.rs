@@ -1,16 +1,26 @@
-//! The hookevent service: holds the schedule bindings packages register at Load and turns their
-//! fires into HookRun tasks on the package's queue. (Kubernetes watch bindings come next; see
-//! ARCHITECTURE.md.)
+//! The hookevent service: holds the bindings packages register at Load and turns them into
+//! HookRun tasks on the package's queues — schedules fired from crontabs, and `kubernetes`
+//! bindings served by shared watches ([`kube::KubeManager`]) with jq filters, checksum dedupe,
+//! snapshots, and events held until the binding's Synchronization ran. It also executes the
+//! Kubernetes object operations hooks request, since it owns the cluster connection and the kind
+//! resolution for hooks.
 
+mod enqueue;
+mod jq;
+pub mod kube;
 mod schedule;
 mod service;
 mod store;
+
+use std::path::PathBuf;
 
 use berth_proto::hookevent::hook_events_server::HookEventsServer;
 use berth_proto::queue::broker_client::BrokerClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use enqueue::Enqueuer;
+pub use jq::{JqError, JqProgram};
 pub use schedule::parse_crontab;
 pub use service::HookEventService;
 pub use store::{Store, StoreError};
@@ -20,6 +30,9 @@ pub struct Config {
     /// `sqlite://PATH` or `sqlite::memory:`.
     pub database_url: String,
     pub broker_endpoint: String,
+    /// The cluster kubernetes bindings watch. `None`: the ambient configuration (in-cluster or
+    /// `KUBECONFIG`); when there is none, kubernetes bindings are refused.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -28,8 +41,30 @@ pub enum Error {
     Store(#[from] StoreError),
     #[error("broker endpoint {endpoint}: {source}")]
     Broker { endpoint: String, source: tonic::transport::Error },
+    #[error("kubeconfig {path}: {reason}")]
+    Kubeconfig { path: String, reason: String },
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
+}
+
+/// A client for `kubeconfig`, or the ambient cluster; `Ok(None)` when there is none.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Option<::kube::Client>, Error> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let error = |reason: String| Error::Kubeconfig { path: path.display().to_string(), reason };
+            let kc = ::kube::config::Kubeconfig::read_from(path).map_err(|e| error(e.to_string()))?;
+            ::kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.map_err(|e| error(e.to_string()))?
+        }
+        None => match ::kube::Config::infer().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "no Kubernetes configuration; kubernetes bindings are disabled");
+                return Ok(None);
+            }
+        },
+    };
+    let client = ::kube::Client::try_from(config).map_err(|e| Error::Kubeconfig { path: "(ambient)".into(), reason: e.to_string() })?;
+    Ok(Some(client))
 }
 
 /// Runs the service on `listener` until `shutdown` fires.
@@ -37,8 +72,14 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let store = Store::open(&config.database_url).await?;
     let channel = berth_telemetry::connect_lazy(&config.broker_endpoint)
         .map_err(|source| Error::Broker { endpoint: config.broker_endpoint.clone(), source })?;
-    let service = HookEventService::new(store).await?;
-    let scheduler = tokio::spawn(service.clone().run_scheduler(BrokerClient::new(channel), shutdown.clone()));
+    let enqueuer = Enqueuer::start(BrokerClient::new(channel), shutdown.clone());
+    let kube = kube_client(config.kubeconfig.as_deref())
+        .await?
+        .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone()));
+    let service = HookEventService::new(store, enqueuer, kube).await?;
+    let scheduler = tokio::spawn(service.clone().run_scheduler(shutdown.clone()));
+    let restore = service.clone();
+    tokio::spawn(async move { restore.restore().await });
     let router = berth_telemetry::grpc_server().add_service(HookEventsServer::new(service));
     let served = berth_telemetry::serve_router(
         router,

@@ -14,6 +14,9 @@ struct Args {
     /// The queue broker's gRPC endpoint.
     #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
     broker: String,
+    /// Kubeconfig of the cluster kubernetes bindings watch; default: in-cluster or `KUBECONFIG`.
+    #[arg(long, env = "BERTH_KUBECONFIG")]
+    kubeconfig: Option<std::path::PathBuf>,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -28,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     berth_hookevent::run(
-        berth_hookevent::Config { database_url: args.database, broker_endpoint: args.broker },
+        berth_hookevent::Config { database_url: args.database, broker_endpoint: args.broker, kubeconfig: args.kubeconfig },
         listener,
         shutdown,
     )

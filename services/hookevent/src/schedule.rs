@@ -13,6 +13,10 @@ pub struct Schedule {
     pub crontab: String,
     pub allow_failure: bool,
     pub queue: String,
+    /// Kubernetes bindings of the hook whose snapshots the context carries.
+    pub include_snapshots_from: Vec<String>,
+    /// Non-empty: a Group context.
+    pub group: String,
     pub cron: Cron,
 }
 
@@ -51,6 +55,8 @@ mod tests {
             crontab: crontab.into(),
             allow_failure: false,
             queue: String::new(),
+            include_snapshots_from: vec![],
+            group: String::new(),
             cron: parse_crontab(crontab).unwrap(),
         }
     }

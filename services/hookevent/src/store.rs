@@ -51,8 +51,8 @@ impl Store {
         sqlx::query("DELETE FROM schedule_bindings WHERE package = ?").bind(package).execute(&mut *tx).await?;
         for s in schedules {
             sqlx::query(
-                "INSERT INTO schedule_bindings (package, generation, hook, binding, crontab, allow_failure, queue)
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO schedule_bindings (package, generation, hook, binding, crontab, allow_failure, queue, include_snapshots_from, grp)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&s.package)
             .bind(s.generation)
@@ -61,11 +61,47 @@ impl Store {
             .bind(&s.crontab)
             .bind(s.allow_failure as i64)
             .bind(&s.queue)
+            .bind(serde_json::to_string(&s.include_snapshots_from).unwrap_or_else(|_| "[]".into()))
+            .bind(&s.group)
             .execute(&mut *tx)
             .await?;
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Records (or with `None`, forgets) the kubernetes registration of a package.
+    pub async fn set_registration(&self, package: &str, request: Option<&[u8]>) -> Result<(), StoreError> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query("DELETE FROM kubernetes_registrations WHERE package = ?").bind(package).execute(&mut *tx).await?;
+        if let Some(request) = request {
+            sqlx::query("INSERT INTO kubernetes_registrations (package, request) VALUES (?, ?)")
+                .bind(package)
+                .bind(request)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Raises the generation of a package's stored schedules (never lowers it).
+    pub async fn adopt_generation(&self, package: &str, generation: i64) -> Result<(), StoreError> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query("UPDATE schedule_bindings SET generation = ? WHERE package = ? AND generation < ?")
+            .bind(generation)
+            .bind(package)
+            .bind(generation)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every stored kubernetes registration, protobuf-encoded.
+    pub async fn registrations(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let rows = sqlx::query("SELECT package, request FROM kubernetes_registrations").fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(|r| (r.get("package"), r.get("request"))).collect())
     }
 
     /// Every stored binding; rows whose crontab no longer parses are skipped with a warning.
@@ -86,6 +122,8 @@ impl Store {
                     crontab,
                     allow_failure: r.get::<i64, _>("allow_failure") != 0,
                     queue: r.get("queue"),
+                    include_snapshots_from: serde_json::from_str(&r.get::<String, _>("include_snapshots_from")).unwrap_or_default(),
+                    group: r.get("grp"),
                     cron,
                 })
             })

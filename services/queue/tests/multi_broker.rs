@@ -18,8 +18,17 @@ async fn a_waiting_lease_wakes_when_another_broker_enqueues() {
     let mut client = b.client.clone();
     let waiting = tokio::spawn(async move {
         let started = Instant::now();
-        let request = berth_proto::queue::LeaseRequest { worker: "w".into(), max: 1, wait_ms: 10_000 };
-        let tasks = client.lease(request).await.expect("lease").into_inner().tasks;
+        let request = berth_proto::queue::LeaseRequest {
+            worker: "w".into(),
+            max: 1,
+            wait_ms: 10_000,
+        };
+        let tasks = client
+            .lease(request)
+            .await
+            .expect("lease")
+            .into_inner()
+            .tasks;
         (tasks, started.elapsed())
     });
     // Enqueue only once the poll on broker b is parked.
@@ -27,7 +36,10 @@ async fn a_waiting_lease_wakes_when_another_broker_enqueues() {
     a.enqueue(vec![task("t", "q", "p")]).await;
     let (tasks, waited) = waiting.await.expect("lease task");
     assert_eq!(ids(&tasks), ["t"]);
-    assert!(waited < Duration::from_secs(5), "woke after {waited:?}: NOTIFY did not reach broker b");
+    assert!(
+        waited < Duration::from_secs(5),
+        "woke after {waited:?}: NOTIFY did not reach broker b"
+    );
     a.stop().await;
     b.stop().await;
 }
@@ -37,7 +49,10 @@ async fn concurrent_workers_on_two_brokers_never_run_two_tasks_of_one_queue() {
     const QUEUES: usize = 6;
     const PER_QUEUE: usize = 5;
     let db = Db::postgres().await;
-    let brokers = [TestBroker::start(&db.url(), fast_config()).await, TestBroker::start(&db.url(), fast_config()).await];
+    let brokers = [
+        TestBroker::start(&db.url(), fast_config()).await,
+        TestBroker::start(&db.url(), fast_config()).await,
+    ];
     let tasks = (0..PER_QUEUE)
         .flat_map(|n| (0..QUEUES).map(move |q| task(&format!("q{q}-{n}"), &format!("q{q}"), "p")))
         .collect();
@@ -53,19 +68,48 @@ async fn concurrent_workers_on_two_brokers_never_run_two_tasks_of_one_queue() {
         workers.spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(20);
             while Instant::now() < deadline {
-                let request = berth_proto::queue::LeaseRequest { worker: format!("w{w}"), max: 2, wait_ms: 200 };
-                let leased = client.lease(request).await.expect("lease").into_inner().tasks;
-                if leased.is_empty() && order.lock().expect("lock").values().map(Vec::len).sum::<usize>() == QUEUES * PER_QUEUE {
+                let request = berth_proto::queue::LeaseRequest {
+                    worker: format!("w{w}"),
+                    max: 2,
+                    wait_ms: 200,
+                };
+                let leased = client
+                    .lease(request)
+                    .await
+                    .expect("lease")
+                    .into_inner()
+                    .tasks;
+                if leased.is_empty()
+                    && order
+                        .lock()
+                        .expect("lock")
+                        .values()
+                        .map(Vec::len)
+                        .sum::<usize>()
+                        == QUEUES * PER_QUEUE
+                {
                     return;
                 }
                 for t in leased {
-                    assert!(in_hand.lock().expect("lock").insert(t.queue.clone()), "queue {} leased twice at once", t.queue);
-                    order.lock().expect("lock").entry(t.queue.clone()).or_default().push(t.id.clone());
+                    assert!(
+                        in_hand.lock().expect("lock").insert(t.queue.clone()),
+                        "queue {} leased twice at once",
+                        t.queue
+                    );
+                    order
+                        .lock()
+                        .expect("lock")
+                        .entry(t.queue.clone())
+                        .or_default()
+                        .push(t.id.clone());
                     tokio::task::yield_now().await;
                     // Out of hand before the completion can let another lease see the queue free.
                     in_hand.lock().expect("lock").remove(&t.queue);
                     let lease = Some(support::lease_ref(&t));
-                    client.complete(berth_proto::queue::CompleteRequest { lease }).await.expect("complete");
+                    client
+                        .complete(berth_proto::queue::CompleteRequest { lease })
+                        .await
+                        .expect("complete");
                 }
             }
             panic!("worker w{w} did not finish in time");
@@ -77,7 +121,11 @@ async fn concurrent_workers_on_two_brokers_never_run_two_tasks_of_one_queue() {
     let order = order.lock().expect("lock").clone();
     for q in 0..QUEUES {
         let expected: Vec<String> = (0..PER_QUEUE).map(|n| format!("q{q}-{n}")).collect();
-        assert_eq!(order[&format!("q{q}")], expected, "each task once, in order");
+        assert_eq!(
+            order[&format!("q{q}")],
+            expected,
+            "each task once, in order"
+        );
     }
     for b in brokers {
         b.stop().await;

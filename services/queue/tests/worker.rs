@@ -24,7 +24,8 @@ enum Event {
 }
 
 /// Test handler. By task kind: `Work` takes `hold` then succeeds; `Block` waits for its
-/// cancellation; `Flaky` fails on its first attempt; `Broken` fails permanently.
+/// cancellation; `Stubborn` ignores it; `Flaky` fails on its first attempt; `Broken` fails
+/// permanently.
 struct Recorder {
     hold: Duration,
     running: AtomicUsize,
@@ -37,7 +38,13 @@ struct Recorder {
 impl Recorder {
     fn new(hold: Duration) -> (Arc<Self>, mpsc::Receiver<Event>) {
         let (events, rx) = mpsc::channel(64);
-        let recorder = Recorder { hold, running: AtomicUsize::new(0), max_running: AtomicUsize::new(0), log: Mutex::default(), events };
+        let recorder = Recorder {
+            hold,
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+            log: Mutex::default(),
+            events,
+        };
         (Arc::new(recorder), rx)
     }
 
@@ -48,7 +55,15 @@ impl Recorder {
 
     fn finished(&self) -> Vec<String> {
         let log = self.log.lock().expect("log lock");
-        log.iter().filter_map(|e| if let Event::Finished(id) = e { Some(id.clone()) } else { None }).collect()
+        log.iter()
+            .filter_map(|e| {
+                if let Event::Finished(id) = e {
+                    Some(id.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 }
 
@@ -67,6 +82,11 @@ impl Handler for Recorder {
                     () = tokio::time::sleep(Duration::from_secs(30)) => Err(TaskError::retry("never cancelled")),
                 }
             }
+            "Stubborn" => {
+                // Ignores its cancellation token.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(())
+            }
             "Flaky" if task.attempts == 0 => Err(TaskError::retry("flaky first attempt")),
             "Broken" => Err(TaskError::permanent("cannot ever work")),
             _ => {
@@ -82,29 +102,49 @@ impl Handler for Recorder {
     }
 }
 
-fn start_worker(b: &TestBroker, handler: Arc<Recorder>, config: WorkerConfig) -> (CancellationToken, JoinHandle<Result<(), worker::WorkerError>>) {
+fn start_worker(
+    b: &TestBroker,
+    handler: Arc<Recorder>,
+    config: WorkerConfig,
+) -> (
+    CancellationToken,
+    JoinHandle<Result<(), worker::WorkerError>>,
+) {
     let shutdown = CancellationToken::new();
     let run = worker::run(b.client.clone(), handler, config, shutdown.clone());
     (shutdown, tokio::spawn(run))
 }
 
 fn config(concurrency: usize) -> WorkerConfig {
-    WorkerConfig { id: "test-worker".into(), concurrency, lease_wait: Duration::from_millis(500), ..Default::default() }
+    WorkerConfig {
+        id: "test-worker".into(),
+        concurrency,
+        lease_wait: Duration::from_millis(500),
+        ..Default::default()
+    }
 }
 
 async fn wait_until_idle(b: &TestBroker) {
-    eventually(Duration::from_secs(10), "all queues empty", || async { b.dump().await.is_empty().then_some(()) }).await;
+    eventually(Duration::from_secs(10), "all queues empty", || async {
+        b.dump().await.is_empty().then_some(())
+    })
+    .await;
 }
 
 async fn next_event(events: &mut mpsc::Receiver<Event>, limit: Duration) -> Event {
-    tokio::time::timeout(limit, events.recv()).await.expect("handler event in time").expect("handler alive")
+    tokio::time::timeout(limit, events.recv())
+        .await
+        .expect("handler event in time")
+        .expect("handler alive")
 }
 
 #[tokio::test]
 async fn worker_runs_queues_in_parallel_up_to_its_concurrency_and_each_queue_in_order() {
     let dir = tempfile::tempdir().expect("temp dir");
     let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
-    let tasks = (0..4).flat_map(|q| (1..=2).map(move |n| task(&format!("q{q}-{n}"), &format!("q{q}"), "p"))).collect();
+    let tasks = (0..4)
+        .flat_map(|q| (1..=2).map(move |n| task(&format!("q{q}-{n}"), &format!("q{q}"), "p")))
+        .collect();
     b.enqueue(tasks).await;
     let (handler, _events) = Recorder::new(Duration::from_millis(150));
     let (shutdown, worker) = start_worker(&b, handler.clone(), config(2));
@@ -113,12 +153,23 @@ async fn worker_runs_queues_in_parallel_up_to_its_concurrency_and_each_queue_in_
     shutdown.cancel();
     worker.await.expect("worker task").expect("worker result");
 
-    assert_eq!(handler.max_running.load(Ordering::SeqCst), 2, "two tasks at once, no more");
+    assert_eq!(
+        handler.max_running.load(Ordering::SeqCst),
+        2,
+        "two tasks at once, no more"
+    );
     let finished = handler.finished();
     assert_eq!(finished.len(), 8, "{finished:?}");
-    let position: HashMap<&str, usize> = finished.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+    let position: HashMap<&str, usize> = finished
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
     for q in 0..4 {
-        assert!(position[format!("q{q}-1").as_str()] < position[format!("q{q}-2").as_str()], "queue q{q} out of order: {finished:?}");
+        assert!(
+            position[format!("q{q}-1").as_str()] < position[format!("q{q}-2").as_str()],
+            "queue q{q} out of order: {finished:?}"
+        );
     }
     b.stop().await;
 }
@@ -127,21 +178,38 @@ async fn worker_runs_queues_in_parallel_up_to_its_concurrency_and_each_queue_in_
 async fn superseded_running_task_is_cancelled_within_a_second() {
     let dir = tempfile::tempdir().expect("temp dir");
     let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
-    b.enqueue(vec![pb::Task { kind: "Block".into(), ..task("old", "p", "p") }]).await;
+    b.enqueue(vec![pb::Task {
+        kind: "Block".into(),
+        ..task("old", "p", "p")
+    }])
+    .await;
     let (handler, mut events) = Recorder::new(Duration::ZERO);
     let (shutdown, worker) = start_worker(&b, handler, config(1));
-    assert_eq!(next_event(&mut events, Duration::from_secs(5)).await, Event::Started("old".into()));
+    assert_eq!(
+        next_event(&mut events, Duration::from_secs(5)).await,
+        Event::Started("old".into())
+    );
 
     let superseded_at = Instant::now();
     let answer = b.supersede("p", 2).await;
     assert_eq!((answer.dropped, answer.cancelled), (0, 1));
-    assert_eq!(next_event(&mut events, Duration::from_secs(5)).await, Event::Cancelled("old".into()));
+    assert_eq!(
+        next_event(&mut events, Duration::from_secs(5)).await,
+        Event::Cancelled("old".into())
+    );
     let took = superseded_at.elapsed();
-    assert!(took < Duration::from_secs(1), "cancellation reached the task after {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "cancellation reached the task after {took:?}"
+    );
 
     wait_until_idle(&b).await;
     let history = b.service.store().history(1).await.expect("history");
-    assert_eq!((history[0].id.as_str(), history[0].outcome.as_str()), ("old", "cancelled"), "removed, not retried");
+    assert_eq!(
+        (history[0].id.as_str(), history[0].outcome.as_str()),
+        ("old", "cancelled"),
+        "removed, not retried"
+    );
     shutdown.cancel();
     worker.await.expect("worker task").expect("worker result");
     b.stop().await;
@@ -151,16 +219,36 @@ async fn superseded_running_task_is_cancelled_within_a_second() {
 async fn failed_tasks_are_retried_and_permanent_failures_dropped() {
     let dir = tempfile::tempdir().expect("temp dir");
     let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
-    b.enqueue(vec![pb::Task { kind: "Flaky".into(), ..task("flaky", "q1", "p") }]).await;
-    b.enqueue(vec![pb::Task { kind: "Broken".into(), ..task("broken", "q2", "p") }]).await;
+    b.enqueue(vec![pb::Task {
+        kind: "Flaky".into(),
+        ..task("flaky", "q1", "p")
+    }])
+    .await;
+    b.enqueue(vec![pb::Task {
+        kind: "Broken".into(),
+        ..task("broken", "q2", "p")
+    }])
+    .await;
     let (handler, _events) = Recorder::new(Duration::ZERO);
     let (shutdown, worker) = start_worker(&b, handler.clone(), config(2));
     wait_until_idle(&b).await;
 
     let history = b.service.store().history(10).await.expect("history");
-    let outcome = |id: &str| history.iter().find(|h| h.id == id).map(|h| (h.outcome.clone(), h.attempts, h.error.clone()));
-    assert_eq!(outcome("flaky"), Some(("done".into(), 1, String::new())), "succeeded on the second attempt");
-    assert_eq!(outcome("broken"), Some(("dropped".into(), 1, "cannot ever work".into())));
+    let outcome = |id: &str| {
+        history
+            .iter()
+            .find(|h| h.id == id)
+            .map(|h| (h.outcome.clone(), h.attempts, h.error.clone()))
+    };
+    assert_eq!(
+        outcome("flaky"),
+        Some(("done".into(), 1, String::new())),
+        "succeeded on the second attempt"
+    );
+    assert_eq!(
+        outcome("broken"),
+        Some(("dropped".into(), 1, "cannot ever work".into()))
+    );
     assert_eq!(handler.finished(), ["flaky"]);
     shutdown.cancel();
     worker.await.expect("worker task").expect("worker result");
@@ -171,22 +259,57 @@ async fn failed_tasks_are_retried_and_permanent_failures_dropped() {
 async fn shutdown_lets_tasks_finish_then_cancels_them_after_the_grace_period() {
     let dir = tempfile::tempdir().expect("temp dir");
     let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
-    b.enqueue(vec![pb::Task { kind: "Block".into(), ..task("stuck", "q", "p") }]).await;
+    b.enqueue(vec![pb::Task {
+        kind: "Block".into(),
+        ..task("stuck", "q", "p")
+    }])
+    .await;
     let (handler, mut events) = Recorder::new(Duration::ZERO);
     let grace = Duration::from_millis(300);
-    let (shutdown, worker) = start_worker(&b, handler, WorkerConfig { shutdown_grace: grace, ..config(1) });
-    assert_eq!(next_event(&mut events, Duration::from_secs(5)).await, Event::Started("stuck".into()));
+    let (shutdown, worker) = start_worker(
+        &b,
+        handler,
+        WorkerConfig {
+            shutdown_grace: grace,
+            ..config(1)
+        },
+    );
+    assert_eq!(
+        next_event(&mut events, Duration::from_secs(5)).await,
+        Event::Started("stuck".into())
+    );
 
     let stopping = Instant::now();
     shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(5), worker).await.expect("worker stops").expect("worker task").expect("worker result");
+    tokio::time::timeout(Duration::from_secs(5), worker)
+        .await
+        .expect("worker stops")
+        .expect("worker task")
+        .expect("worker result");
     let took = stopping.elapsed();
-    assert!(took >= grace, "cancelled before the grace period ended ({took:?})");
-    assert_eq!(next_event(&mut events, Duration::from_secs(1)).await, Event::Cancelled("stuck".into()));
+    assert!(
+        took >= grace,
+        "cancelled before the grace period ended ({took:?})"
+    );
+    assert_eq!(
+        next_event(&mut events, Duration::from_secs(1)).await,
+        Event::Cancelled("stuck".into())
+    );
 
     let dump = b.dump().await;
-    assert_eq!(dump.len(), 1, "the interrupted task stays queued for another worker");
-    assert_eq!((dump[0].head_attempts, dump[0].head_last_error.as_str(), dump[0].lease_holder.as_str()), (1, "cancelled", ""));
+    assert_eq!(
+        dump.len(),
+        1,
+        "the interrupted task stays queued for another worker"
+    );
+    assert_eq!(
+        (
+            dump[0].head_attempts,
+            dump[0].head_last_error.as_str(),
+            dump[0].lease_holder.as_str()
+        ),
+        (1, "cancelled", "")
+    );
     b.stop().await;
 }
 
@@ -199,13 +322,18 @@ async fn worker_reconnects_when_the_broker_comes_back() {
     let (handler, mut events) = Recorder::new(Duration::ZERO);
     let (shutdown, worker) = start_worker(&b, handler.clone(), config(1));
     b.enqueue(vec![task("before", "q", "p")]).await;
-    assert_eq!(next_event(&mut events, Duration::from_secs(5)).await, Event::Started("before".into()));
+    assert_eq!(
+        next_event(&mut events, Duration::from_secs(5)).await,
+        Event::Started("before".into())
+    );
     wait_until_idle(&b).await;
     b.stop().await;
 
     // Let the worker notice the broker is gone before it comes back on the same address.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let listener = tokio::net::TcpListener::bind(addr).await.expect("rebind the broker address");
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .expect("rebind the broker address");
     let b = TestBroker::start_on(listener, &url, fast_config()).await;
     b.enqueue(vec![task("after", "q", "p")]).await;
     wait_until_idle(&b).await;
@@ -220,7 +348,96 @@ async fn invalid_config_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
     let (handler, _events) = Recorder::new(Duration::ZERO);
-    let err = worker::run(b.client.clone(), handler, config(0), CancellationToken::new()).await.expect_err("concurrency 0");
+    let err = worker::run(
+        b.client.clone(),
+        handler,
+        config(0),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("concurrency 0");
     assert!(err.to_string().contains("concurrency"), "{err}");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_is_cancelled_when_its_lease_cannot_be_renewed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = berth_queue::broker::BrokerConfig {
+        lease_ttl: Duration::from_secs(1),
+        ..fast_config()
+    };
+    let b = TestBroker::start(&sqlite_url(&dir), config).await;
+    b.enqueue(vec![pb::Task {
+        kind: "Block".into(),
+        ..task("orphan", "q", "p")
+    }])
+    .await;
+    let (handler, mut events) = Recorder::new(Duration::ZERO);
+    let (shutdown, worker) = start_worker(&b, handler, config_with_timeout(1));
+    assert_eq!(
+        next_event(&mut events, Duration::from_secs(5)).await,
+        Event::Started("orphan".into())
+    );
+
+    // With the broker gone, the lease runs out and another worker may get the task: this copy
+    // must stop by itself.
+    let lost_at = Instant::now();
+    b.stop().await;
+    assert_eq!(
+        next_event(&mut events, Duration::from_secs(5)).await,
+        Event::Cancelled("orphan".into())
+    );
+    assert!(
+        lost_at.elapsed() < Duration::from_secs(3),
+        "cancelled {:?} after the broker went away",
+        lost_at.elapsed()
+    );
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), worker)
+        .await
+        .expect("worker stops")
+        .expect("worker task")
+        .expect("worker result");
+}
+
+/// Like [`config`], with short call timeouts so an unreachable broker is noticed quickly.
+fn config_with_timeout(concurrency: usize) -> WorkerConfig {
+    WorkerConfig {
+        call_timeout: Duration::from_millis(500),
+        ..config(concurrency)
+    }
+}
+
+#[tokio::test]
+async fn shutdown_aborts_a_task_that_ignores_cancellation() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
+    b.enqueue(vec![pb::Task {
+        kind: "Stubborn".into(),
+        ..task("stubborn", "q", "p")
+    }])
+    .await;
+    let (handler, mut events) = Recorder::new(Duration::ZERO);
+    let grace = Duration::from_millis(200);
+    let (shutdown, worker) = start_worker(
+        &b,
+        handler,
+        WorkerConfig {
+            shutdown_grace: grace,
+            ..config(1)
+        },
+    );
+    assert_eq!(
+        next_event(&mut events, Duration::from_secs(5)).await,
+        Event::Started("stubborn".into())
+    );
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), worker)
+        .await
+        .expect("worker stops although its task never returns")
+        .expect("worker task")
+        .expect("worker result");
+    assert_eq!(b.dump().await[0].head_id, "stubborn", "left for redelivery");
     b.stop().await;
 }

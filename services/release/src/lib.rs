@@ -1,11 +1,14 @@
 //! berth-release: renders Helm charts, applies them with server-side apply, records each
 //! revision as a Helm release Secret, reports status and uninstalls.
 //!
-//! `render` knows neither tonic nor kube; `apply` and `record` are the kube adapters;
-//! `service` is the gRPC adapter that parses requests at the edge.
+//! `render` knows neither tonic nor kube; `apply` (SSA, delete, kstatus, lookup) and `record`
+//! (Helm release Secrets) are the kube adapters; `manager` runs install/upgrade, uninstall and
+//! status over them (with `helm_hooks`); `service` is the gRPC adapter that parses requests at
+//! the edge. See ROLLBACK.md for the planned Rollback RPC.
 
 pub mod apply;
 mod capabilities;
+pub mod helm_hooks;
 pub mod manager;
 pub mod order;
 pub mod record;

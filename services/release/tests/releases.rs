@@ -359,17 +359,282 @@ async fn crds_are_applied_first_and_their_kinds_are_in_capabilities() -> anyhow:
 async fn an_unchanged_render_heals_objects_without_a_new_revision() -> anyhow::Result<()> {
     let mut h = start().await?;
     let files = chart(&[("templates/a.yaml", &config_map("a", false))]);
-    assert_eq!(h.grpc.install(install(&h, "same", files.clone(), "")).await?.into_inner().revision, 1);
+    assert_eq!(
+        h.grpc
+            .install(install(&h, "same", files.clone(), ""))
+            .await?
+            .into_inner()
+            .revision,
+        1
+    );
     let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
     cms.delete("a", &Default::default()).await?;
 
-    let again = h.grpc.install(install(&h, "same", files.clone(), "")).await?.into_inner();
-    assert_eq!(again.revision, 1, "identical render must not write a revision");
-    assert!(cms.get_opt("a").await?.is_some(), "the deleted object was re-applied");
+    let again = h
+        .grpc
+        .install(install(&h, "same", files.clone(), ""))
+        .await?
+        .into_inner();
+    assert_eq!(
+        again.revision, 1,
+        "identical render must not write a revision"
+    );
+    assert!(
+        cms.get_opt("a").await?.is_some(),
+        "the deleted object was re-applied"
+    );
     let secrets = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace);
-    assert!(secrets.get_opt("sh.helm.release.v1.same.v2").await?.is_none());
+    assert!(
+        secrets
+            .get_opt("sh.helm.release.v1.same.v2")
+            .await?
+            .is_none()
+    );
 
-    let changed = h.grpc.install(install(&h, "same", files, r#"{"greeting": "new"}"#)).await?.into_inner();
+    let changed = h
+        .grpc
+        .install(install(&h, "same", files, r#"{"greeting": "new"}"#))
+        .await?
+        .into_inner();
     assert_eq!(changed.revision, 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn lookup_reads_the_cluster_so_generated_secrets_survive_upgrades() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    // The common chart idiom: keep an existing generated password instead of rolling a new one.
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\ndata:\n  {{- $old := lookup \"v1\" \"Secret\" .Release.Namespace \"creds\" }}\n  {{- if $old }}\n  password: {{ index $old.data \"password\" }}\n  {{- else }}\n  password: {{ randAlphaNum 16 | b64enc }}\n  {{- end }}\nstringData:\n  rev: \"{{ .Release.Revision }}\"\n";
+    let files = chart(&[("templates/secret.yaml", secret)]);
+    h.grpc.install(install(&h, "pw", files.clone(), "")).await?;
+    let secrets = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace);
+    let first = secrets
+        .get("creds")
+        .await?
+        .data
+        .unwrap_or_default()
+        .get("password")
+        .cloned();
+    assert!(first.as_ref().is_some_and(|p| p.0.len() == 16), "{first:?}");
+
+    let second = h
+        .grpc
+        .install(install(&h, "pw", files, ""))
+        .await?
+        .into_inner();
+    assert_eq!(second.revision, 2, "the revision number changes the render");
+    let after = secrets
+        .get("creds")
+        .await?
+        .data
+        .unwrap_or_default()
+        .get("password")
+        .cloned();
+    assert_eq!(after, first, "lookup found the existing password");
+    Ok(())
+}
+
+fn hook_job(name: &str, event: &str, policy: &str) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n  annotations:\n    helm.sh/hook: {event}\n    helm.sh/hook-delete-policy: {policy}\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: busybox:1.36\n        command: [\"true\"]\n"
+    )
+}
+
+fn hook_config_map(name: &str, event: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  annotations:\n    helm.sh/hook: {event}\ndata:\n  rev: \"{{{{ .Release.Revision }}}}\"\n"
+    )
+}
+
+#[tokio::test]
+async fn hooks_run_around_install_upgrade_and_uninstall() -> anyhow::Result<()> {
+    let mut h = support::start_with(true).await?;
+    let files = chart(&[
+        ("templates/a.yaml", &config_map("a", false)),
+        (
+            "templates/migrate.yaml",
+            &hook_job("migrate", "pre-install,pre-upgrade", "before-hook-creation"),
+        ),
+        (
+            "templates/cleanup.yaml",
+            &hook_job("once", "post-install", "hook-succeeded"),
+        ),
+        (
+            "templates/post.yaml",
+            &hook_config_map("post", "post-install,post-upgrade"),
+        ),
+        ("templates/bye.yaml", &hook_config_map("bye", "pre-delete")),
+    ]);
+    let resp = h
+        .grpc
+        .install(install(&h, "hk", files.clone(), ""))
+        .await?
+        .into_inner();
+    let names: Vec<&str> = resp.objects.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, vec!["a"], "hooks are not release objects");
+
+    let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(h.kube.clone(), &h.namespace);
+    let migrate = jobs.get("migrate").await?;
+    let complete = migrate
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Complete" && c.status == "True");
+    assert!(
+        complete,
+        "install waited for the pre-install Job to complete"
+    );
+    assert!(
+        jobs.get_opt("once").await?.is_none(),
+        "hook-succeeded deletes the hook after it ran"
+    );
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    assert_eq!(
+        cms.get("post")
+            .await?
+            .data
+            .unwrap_or_default()
+            .get("rev")
+            .map(String::as_str),
+        Some("1")
+    );
+    assert!(
+        cms.get_opt("bye").await?.is_none(),
+        "pre-delete hooks wait for uninstall"
+    );
+
+    let secret = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace)
+        .get("sh.helm.release.v1.hk.v1")
+        .await?;
+    let record = decode_release(&secret)?;
+    let hook_names: Vec<&str> = record["hooks"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(hook_names.len(), 4, "{hook_names:?}");
+    assert!(
+        !record["manifest"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("migrate"),
+        "hooks stay out of the manifest"
+    );
+
+    let old_uid = jobs.get("migrate").await?.metadata.uid;
+    let up = h
+        .grpc
+        .install(install(&h, "hk", files, r#"{"greeting": "x"}"#))
+        .await?
+        .into_inner();
+    assert_eq!(up.revision, 2);
+    assert_ne!(
+        jobs.get("migrate").await?.metadata.uid,
+        old_uid,
+        "before-hook-creation recreated the pre-upgrade Job"
+    );
+    assert_eq!(
+        cms.get("post")
+            .await?
+            .data
+            .unwrap_or_default()
+            .get("rev")
+            .map(String::as_str),
+        Some("2")
+    );
+
+    h.grpc
+        .uninstall(UninstallRequest {
+            name: "hk".into(),
+            namespace: h.namespace.clone(),
+        })
+        .await?;
+    assert!(
+        cms.get_opt("bye").await?.is_some(),
+        "the pre-delete hook ran"
+    );
+    assert!(cms.get_opt("a").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_crd_in_templates_is_established_before_its_resources_are_applied() -> anyhow::Result<()>
+{
+    let mut h = start().await?;
+    let group = format!("t{}.example.org", &h.namespace[9..]);
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gadgets.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names:\n    plural: gadgets\n    singular: gadget\n    kind: Gadget\n    listKind: GadgetList\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n"
+    );
+    let gadget =
+        format!("apiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: g1\nspec:\n  n: 1\n");
+    let files = chart(&[
+        ("templates/crd.yaml", &crd),
+        ("templates/gadget.yaml", &gadget),
+    ]);
+    let resp = h
+        .grpc
+        .install(install(&h, "gad", files, ""))
+        .await?
+        .into_inner();
+    let kinds: Vec<&str> = resp.objects.iter().map(|o| o.kind.as_str()).collect();
+    assert_eq!(kinds, vec!["CustomResourceDefinition", "Gadget"]);
+    let resp = h
+        .grpc
+        .uninstall(UninstallRequest {
+            name: "gad".into(),
+            namespace: h.namespace.clone(),
+        })
+        .await?
+        .into_inner();
+    let deleted: Vec<&str> = resp.deleted.iter().map(|o| o.kind.as_str()).collect();
+    assert_eq!(
+        deleted,
+        vec!["Gadget", "CustomResourceDefinition"],
+        "reverse install order"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn status_follows_kstatus_for_a_rolled_out_deployment() -> anyhow::Result<()> {
+    let mut h = support::start_with(true).await?;
+    let deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n";
+    h.grpc
+        .install(install(
+            &h,
+            "dep",
+            chart(&[("templates/d.yaml", deploy)]),
+            "",
+        ))
+        .await?;
+
+    // Wait (bounded) until the Deployment controller reports the rollout done.
+    let api =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(h.kube.clone(), &h.namespace);
+    let available = |d: Option<&k8s_openapi::api::apps::v1::Deployment>| {
+        d.and_then(|d| d.status.as_ref()).is_some_and(|s| {
+            s.ready_replicas == Some(2)
+                && s.updated_replicas == Some(2)
+                && s.conditions.iter().flatten().any(|c| {
+                    c.type_.as_deref() == Some("Available") && c.status.as_deref() == Some("True")
+                })
+        })
+    };
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        kube::runtime::wait::await_condition(api, "web", available),
+    )
+    .await??;
+
+    let status = h
+        .grpc
+        .status(StatusRequest {
+            name: "dep".into(),
+            namespace: h.namespace.clone(),
+        })
+        .await?
+        .into_inner();
+    assert!(status.ready, "{:?}", status.not_ready);
+    assert!(status.not_ready.is_empty());
     Ok(())
 }

@@ -19,7 +19,10 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
-#[command(name = "queue-bench", about = "no-op task throughput of the berth queue")]
+#[command(
+    name = "queue-bench",
+    about = "no-op task throughput of the berth queue"
+)]
 struct Args {
     /// Queue database URL; default: a new SQLite file in the temp dir, deleted afterwards.
     #[arg(long)]
@@ -58,7 +61,8 @@ async fn main() -> anyhow::Result<()> {
     let database = match &args.database {
         Some(url) => url.clone(),
         None => {
-            std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+            std::fs::create_dir_all(&scratch)
+                .with_context(|| format!("creating {}", scratch.display()))?;
             format!("sqlite://{}/queue.db", scratch.display())
         }
     };
@@ -70,7 +74,9 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn bench(args: &Args, database: &str) -> anyhow::Result<()> {
-    let store = Store::open(database).await.with_context(|| format!("opening {database}"))?;
+    let store = Store::open(database)
+        .await
+        .with_context(|| format!("opening {database}"))?;
     let service = BrokerService::new(store, BrokerConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -99,27 +105,58 @@ async fn bench(args: &Args, database: &str) -> anyhow::Result<()> {
         })
         .collect();
     for chunk in tasks.chunks(args.batch.max(1)) {
-        client.clone().enqueue(pb::EnqueueRequest { tasks: chunk.to_vec() }).await.context("enqueue")?;
+        client
+            .clone()
+            .enqueue(pb::EnqueueRequest {
+                tasks: chunk.to_vec(),
+            })
+            .await
+            .context("enqueue")?;
     }
     let enqueued = started.elapsed();
-    println!("enqueued {} tasks in {:.2?}: {:.0} tasks/s", args.tasks, enqueued, rate(args.tasks, enqueued));
+    println!(
+        "enqueued {} tasks in {:.2?}: {:.0} tasks/s",
+        args.tasks,
+        enqueued,
+        rate(args.tasks, enqueued)
+    );
 
     let handler = Arc::new(NoOp(AtomicU64::new(0)));
     let stop_workers = CancellationToken::new();
     let workers: Vec<_> = (0..args.workers)
         .map(|w| {
-            let config = WorkerConfig { id: format!("bench-{w}"), concurrency: args.concurrency, ..Default::default() };
-            tokio::spawn(worker::run(client.clone(), handler.clone(), config, stop_workers.clone()))
+            let config = WorkerConfig {
+                id: format!("bench-{w}"),
+                concurrency: args.concurrency,
+                ..Default::default()
+            };
+            tokio::spawn(worker::run(
+                client.clone(),
+                handler.clone(),
+                config,
+                stop_workers.clone(),
+            ))
         })
         .collect();
     let processing = Instant::now();
     let deadline = processing + Duration::from_secs(args.timeout);
     loop {
-        let queues = client.clone().dump(pb::DumpRequest {}).await.context("dump")?.into_inner().queues;
+        let queues = client
+            .clone()
+            .dump(pb::DumpRequest {})
+            .await
+            .context("dump")?
+            .into_inner()
+            .queues;
         if queues.is_empty() {
             break;
         }
-        anyhow::ensure!(Instant::now() < deadline, "not done after {} s: {} queues left", args.timeout, queues.len());
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "not done after {} s: {} queues left",
+            args.timeout,
+            queues.len()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let processed = processing.elapsed();
@@ -142,7 +179,9 @@ async fn bench(args: &Args, database: &str) -> anyhow::Result<()> {
 }
 
 /// Accepted connections with Nagle's algorithm off, as tonic's own listener would set them.
-fn incoming(listener: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+fn incoming(
+    listener: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     use futures::StreamExt;
     TcpListenerStream::new(listener).map(|conn| {
         let conn = conn?;

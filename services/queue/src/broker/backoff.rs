@@ -40,7 +40,10 @@ mod tests {
     use super::*;
 
     fn policy() -> Backoff {
-        Backoff { base: Duration::from_millis(100), max: Duration::from_secs(1) }
+        Backoff {
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+        }
     }
 
     #[test]
@@ -59,7 +62,10 @@ mod tests {
             let ceiling = p.ceiling(attempts);
             for _ in 0..50 {
                 let d = p.delay(attempts);
-                assert!(d >= ceiling / 2 && d <= ceiling, "attempt {attempts}: {d:?} vs {ceiling:?}");
+                assert!(
+                    d >= ceiling / 2 && d <= ceiling,
+                    "attempt {attempts}: {d:?} vs {ceiling:?}"
+                );
             }
         }
     }

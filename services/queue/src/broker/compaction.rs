@@ -43,7 +43,11 @@ impl HookRunPayload {
             None | Some(Value::Null) => Vec::new(),
             Some(_) => return None,
         };
-        Some(Self { key: MergeKey { hook, binding_type }, fields, contexts })
+        Some(Self {
+            key: MergeKey { hook, binding_type },
+            fields,
+            contexts,
+        })
     }
 
     /// Appends the binding contexts of a later task with the same key.
@@ -54,13 +58,19 @@ impl HookRunPayload {
     /// The merged payload as JSON, with same-group neighbours reduced to the last one.
     pub fn into_json(self) -> String {
         let mut fields = self.fields;
-        fields.insert("binding_contexts".into(), Value::Array(collapse_groups(self.contexts)));
+        fields.insert(
+            "binding_contexts".into(),
+            Value::Array(collapse_groups(self.contexts)),
+        );
         Value::Object(fields).to_string()
     }
 }
 
 fn group_of(context: &Value) -> Option<&str> {
-    context.get("group").and_then(Value::as_str).filter(|g| !g.is_empty())
+    context
+        .get("group")
+        .and_then(Value::as_str)
+        .filter(|g| !g.is_empty())
 }
 
 /// Keeps only the last of each run of adjacent contexts that share a non-empty `group`.
@@ -97,7 +107,10 @@ mod tests {
         assert_eq!(merged.key, later.key);
         merged.absorb(later);
         let out: Value = serde_json::from_str(&merged.into_json()).expect("valid JSON");
-        assert_eq!(out["binding_contexts"], json!([{"n": 1}, {"n": 2}, {"n": 3}]));
+        assert_eq!(
+            out["binding_contexts"],
+            json!([{"n": 1}, {"n": 2}, {"n": 3}])
+        );
         assert_eq!(out["extra"], json!(7));
     }
 
@@ -121,7 +134,10 @@ mod tests {
     fn payloads_without_hook_or_with_bad_contexts_are_not_mergeable() {
         assert!(HookRunPayload::parse("not json").is_none());
         assert!(HookRunPayload::parse(r#"{"binding_type": "Schedule"}"#).is_none());
-        assert!(HookRunPayload::parse(r#"{"hook": "h", "binding_type": "S", "binding_contexts": 3}"#).is_none());
+        assert!(
+            HookRunPayload::parse(r#"{"hook": "h", "binding_type": "S", "binding_contexts": 3}"#)
+                .is_none()
+        );
         assert!(HookRunPayload::parse(r#"{"hook": "h", "binding_type": "S"}"#).is_some());
     }
 }

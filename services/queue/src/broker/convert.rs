@@ -15,9 +15,19 @@ pub enum InvalidTask {
     #[error("too many tasks in one Enqueue: {count} > limit {limit}")]
     TooMany { count: usize, limit: usize },
     #[error("task {index} ({id:?}): field {field} is empty")]
-    Empty { index: usize, id: String, field: &'static str },
+    Empty {
+        index: usize,
+        id: String,
+        field: &'static str,
+    },
     #[error("task {index} ({id:?}): field {field} is {len} bytes > limit {limit}")]
-    TooLong { index: usize, id: String, field: &'static str, len: usize, limit: usize },
+    TooLong {
+        index: usize,
+        id: String,
+        field: &'static str,
+        len: usize,
+        limit: usize,
+    },
     #[error("task {index} ({id:?}): payload_json is not JSON: {source}")]
     PayloadNotJson {
         index: usize,
@@ -37,22 +47,51 @@ impl From<InvalidTask> for tonic::Status {
 
 pub fn new_tasks(tasks: Vec<pb::Task>, config: &BrokerConfig) -> Result<Vec<NewTask>, InvalidTask> {
     if tasks.len() > config.max_enqueue_batch {
-        return Err(InvalidTask::TooMany { count: tasks.len(), limit: config.max_enqueue_batch });
+        return Err(InvalidTask::TooMany {
+            count: tasks.len(),
+            limit: config.max_enqueue_batch,
+        });
     }
     // An id repeated within one call is accepted once, like an id sent again later.
-    tasks.into_iter().enumerate().map(|(index, task)| new_task(index, task, config)).collect()
+    tasks
+        .into_iter()
+        .enumerate()
+        .map(|(index, task)| new_task(index, task, config))
+        .collect()
 }
 
 fn new_task(index: usize, task: pb::Task, config: &BrokerConfig) -> Result<NewTask, InvalidTask> {
     // Exhaustive destructuring: a new proto field breaks the build here, where it must be handled.
     // attempts, last_error and fence are the broker's to fill, so a caller's values are ignored.
-    let pb::Task { id, queue, package, generation, kind, payload_json, traceparent, allow_failure, attempts: _, last_error: _, fence: _ } = task;
+    let pb::Task {
+        id,
+        queue,
+        package,
+        generation,
+        kind,
+        payload_json,
+        traceparent,
+        allow_failure,
+        attempts: _,
+        last_error: _,
+        fence: _,
+    } = task;
     let check = |field: &'static str, value: &str, limit: usize, required: bool| {
         if required && value.is_empty() {
-            return Err(InvalidTask::Empty { index, id: id.clone(), field });
+            return Err(InvalidTask::Empty {
+                index,
+                id: id.clone(),
+                field,
+            });
         }
         if value.len() > limit {
-            return Err(InvalidTask::TooLong { index, id: id.clone(), field, len: value.len(), limit });
+            return Err(InvalidTask::TooLong {
+                index,
+                id: id.clone(),
+                field,
+                len: value.len(),
+                limit,
+            });
         }
         Ok(())
     };
@@ -61,12 +100,30 @@ fn new_task(index: usize, task: pb::Task, config: &BrokerConfig) -> Result<NewTa
     check("package", &package, MAX_NAME_BYTES, true)?;
     check("kind", &kind, MAX_NAME_BYTES, true)?;
     check("traceparent", &traceparent, MAX_NAME_BYTES, false)?;
-    check("payload_json", &payload_json, config.max_payload_bytes, false)?;
-    let payload_json = if payload_json.is_empty() { "{}".to_owned() } else { payload_json };
+    check(
+        "payload_json",
+        &payload_json,
+        config.max_payload_bytes,
+        false,
+    )?;
+    let payload_json = if payload_json.is_empty() {
+        "{}".to_owned()
+    } else {
+        payload_json
+    };
     if let Err(source) = serde_json::from_str::<serde::de::IgnoredAny>(&payload_json) {
         return Err(InvalidTask::PayloadNotJson { index, id, source });
     }
-    Ok(NewTask { id, queue, package, generation, kind, payload_json, traceparent, allow_failure })
+    Ok(NewTask {
+        id,
+        queue,
+        package,
+        generation,
+        kind,
+        payload_json,
+        traceparent,
+        allow_failure,
+    })
 }
 
 pub fn lease_ref(lease: Option<pb::LeaseRef>) -> Result<LeaseRef, InvalidTask> {
@@ -78,8 +135,25 @@ pub fn lease_ref(lease: Option<pb::LeaseRef>) -> Result<LeaseRef, InvalidTask> {
 }
 
 pub fn leased_task(leased: LeasedTask) -> pb::Task {
-    let LeasedTask { task, attempts, last_error, fence, ready_since_ms: _, redelivered: _, compacted: _ } = leased;
-    let NewTask { id, queue, package, generation, kind, payload_json, traceparent, allow_failure } = task;
+    let LeasedTask {
+        task,
+        attempts,
+        last_error,
+        fence,
+        ready_since_ms: _,
+        redelivered: _,
+        compacted: _,
+    } = leased;
+    let NewTask {
+        id,
+        queue,
+        package,
+        generation,
+        kind,
+        payload_json,
+        traceparent,
+        allow_failure,
+    } = task;
     pb::Task {
         id,
         queue,
@@ -96,7 +170,15 @@ pub fn leased_task(leased: LeasedTask) -> pb::Task {
 }
 
 pub fn queue_info(summary: QueueSummary) -> pb::QueueInfo {
-    let QueueSummary { name, length, head_kind, head_id, head_attempts, head_last_error, lease_holder } = summary;
+    let QueueSummary {
+        name,
+        length,
+        head_kind,
+        head_id,
+        head_attempts,
+        head_last_error,
+        lease_holder,
+    } = summary;
     pb::QueueInfo {
         name,
         length: saturate(length),
@@ -118,26 +200,54 @@ mod tests {
     use super::*;
 
     fn task(id: &str) -> pb::Task {
-        pb::Task { id: id.into(), queue: "q".into(), package: "p".into(), kind: "Run".into(), ..Default::default() }
+        pb::Task {
+            id: id.into(),
+            queue: "q".into(),
+            package: "p".into(),
+            kind: "Run".into(),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn limits_are_named_in_errors() {
-        let config = BrokerConfig { max_enqueue_batch: 2, max_payload_bytes: 8, ..Default::default() };
-        let err = new_tasks(vec![task("a"), task("b"), task("c")], &config).expect_err("batch too big");
+        let config = BrokerConfig {
+            max_enqueue_batch: 2,
+            max_payload_bytes: 8,
+            ..Default::default()
+        };
+        let err =
+            new_tasks(vec![task("a"), task("b"), task("c")], &config).expect_err("batch too big");
         assert!(err.to_string().contains("limit 2"), "{err}");
         let mut big = task("a");
         big.payload_json = r#"{"k": "0123456789"}"#.into();
         let err = new_tasks(vec![big], &config).expect_err("payload too big");
-        assert!(err.to_string().contains("payload_json") && err.to_string().contains("limit 8"), "{err}");
+        assert!(
+            err.to_string().contains("payload_json") && err.to_string().contains("limit 8"),
+            "{err}"
+        );
     }
 
     #[test]
     fn rejects_empty_fields_and_bad_json() {
         let config = BrokerConfig::default();
-        let err = new_tasks(vec![pb::Task { queue: String::new(), ..task("a") }], &config).expect_err("empty queue");
+        let err = new_tasks(
+            vec![pb::Task {
+                queue: String::new(),
+                ..task("a")
+            }],
+            &config,
+        )
+        .expect_err("empty queue");
         assert!(err.to_string().contains("queue"), "{err}");
-        let err = new_tasks(vec![pb::Task { payload_json: "{".into(), ..task("a") }], &config).expect_err("bad json");
+        let err = new_tasks(
+            vec![pb::Task {
+                payload_json: "{".into(),
+                ..task("a")
+            }],
+            &config,
+        )
+        .expect_err("bad json");
         assert!(matches!(err, InvalidTask::PayloadNotJson { .. }), "{err}");
         let ok = new_tasks(vec![task("a")], &config).expect("valid task");
         assert_eq!(ok[0].payload_json, "{}");

@@ -38,8 +38,12 @@ pub(super) async fn relay(database_url: Arc<str>, wake: Arc<Notify>, stop: Cance
                     tracing::warn!(error = %err, "PostgreSQL LISTEN connection failed; reconnecting");
                 }
             }
-            Ok(Err(err)) => tracing::warn!(error = %err, "cannot LISTEN for queue changes on PostgreSQL"),
-            Err(_) => tracing::warn!(timeout = ?CONNECT_TIMEOUT, "LISTEN for queue changes timed out"),
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "cannot LISTEN for queue changes on PostgreSQL")
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?CONNECT_TIMEOUT, "LISTEN for queue changes timed out")
+            }
         }
         if stop.is_cancelled() {
             return;
@@ -59,7 +63,11 @@ async fn subscribe(database_url: &str) -> Result<PgListener, sqlx::Error> {
 }
 
 /// Forwards notifications until the connection fails (an error) or `stop` fires (Ok).
-async fn forward(listener: &mut PgListener, wake: &Notify, stop: &CancellationToken) -> Result<(), sqlx::Error> {
+async fn forward(
+    listener: &mut PgListener,
+    wake: &Notify,
+    stop: &CancellationToken,
+) -> Result<(), sqlx::Error> {
     loop {
         tokio::select! {
             () = stop.cancelled() => return Ok(()),

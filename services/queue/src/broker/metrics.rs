@@ -71,23 +71,67 @@ impl Default for BrokerMetrics {
 }
 
 fn kind(kind: &str) -> KindLabel {
-    KindLabel { kind: kind.to_owned() }
+    KindLabel {
+        kind: kind.to_owned(),
+    }
 }
 
 impl BrokerMetrics {
     /// Adds every metric to `registry` under the `berth_queue_` prefix.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("berth_queue");
-        r.register("depth", "Tasks in each queue, queued or running", self.depth.clone());
-        r.register("enqueued", "Tasks accepted by Enqueue", self.enqueued.clone());
-        r.register_with_unit("wait", "Time from a task becoming ready to its lease", Unit::Seconds, self.wait.clone());
-        r.register_with_unit("run", "Time from lease to Complete or Fail", Unit::Seconds, self.run.clone());
-        r.register("finished", "Tasks that left the queue after running, by outcome", self.finished.clone());
-        r.register("retries", "Failures that were scheduled for a retry", self.retries.clone());
-        r.register("superseded", "Queued tasks dropped by Supersede", self.superseded.clone());
-        r.register("cancellations", "Running tasks cancelled by Supersede", self.cancellations.clone());
-        r.register("redeliveries", "Leases of tasks whose previous lease expired", self.redeliveries.clone());
-        r.register("compacted", "HookRun tasks merged into an earlier one", self.compacted.clone());
+        r.register(
+            "depth",
+            "Tasks in each queue, queued or running",
+            self.depth.clone(),
+        );
+        r.register(
+            "enqueued",
+            "Tasks accepted by Enqueue",
+            self.enqueued.clone(),
+        );
+        r.register_with_unit(
+            "wait",
+            "Time from a task becoming ready to its lease",
+            Unit::Seconds,
+            self.wait.clone(),
+        );
+        r.register_with_unit(
+            "run",
+            "Time from lease to Complete or Fail",
+            Unit::Seconds,
+            self.run.clone(),
+        );
+        r.register(
+            "finished",
+            "Tasks that left the queue after running, by outcome",
+            self.finished.clone(),
+        );
+        r.register(
+            "retries",
+            "Failures that were scheduled for a retry",
+            self.retries.clone(),
+        );
+        r.register(
+            "superseded",
+            "Queued tasks dropped by Supersede",
+            self.superseded.clone(),
+        );
+        r.register(
+            "cancellations",
+            "Running tasks cancelled by Supersede",
+            self.cancellations.clone(),
+        );
+        r.register(
+            "redeliveries",
+            "Leases of tasks whose previous lease expired",
+            self.redeliveries.clone(),
+        );
+        r.register(
+            "compacted",
+            "HookRun tasks merged into an earlier one",
+            self.compacted.clone(),
+        );
     }
 
     pub(crate) fn enqueued(&self, accepted: u64) {
@@ -96,7 +140,9 @@ impl BrokerMetrics {
 
     pub(crate) fn leased(&self, task: &LeasedTask, now_ms: i64) {
         let waited = now_ms.saturating_sub(task.ready_since_ms).max(0) as f64 / 1000.0;
-        self.wait.get_or_create(&kind(&task.task.kind)).observe(waited);
+        self.wait
+            .get_or_create(&kind(&task.task.kind))
+            .observe(waited);
         if task.redelivered {
             self.redeliveries.inc();
         }
@@ -104,7 +150,9 @@ impl BrokerMetrics {
     }
 
     pub(crate) fn settled(&self, settled: &Settled, failed: Option<FailOutcome>) {
-        self.run.get_or_create(&kind(&settled.kind)).observe(settled.ran_ms as f64 / 1000.0);
+        self.run
+            .get_or_create(&kind(&settled.kind))
+            .observe(settled.ran_ms as f64 / 1000.0);
         let outcome = match failed {
             Some(FailOutcome::RetryIn(_)) => {
                 self.retries.get_or_create(&kind(&settled.kind)).inc();
@@ -114,7 +162,12 @@ impl BrokerMetrics {
             Some(FailOutcome::Dropped) => "dropped",
             None => "done",
         };
-        self.finished.get_or_create(&FinishLabels { kind: settled.kind.clone(), outcome: outcome.to_owned() }).inc();
+        self.finished
+            .get_or_create(&FinishLabels {
+                kind: settled.kind.clone(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     pub(crate) fn superseded(&self, dropped: u64, cancelled: u64) {
@@ -126,7 +179,11 @@ impl BrokerMetrics {
     pub(crate) fn set_depths(&self, queues: &[QueueSummary]) {
         self.depth.clear();
         for queue in queues {
-            self.depth.get_or_create(&QueueLabel { queue: queue.name.clone() }).set(queue.length);
+            self.depth
+                .get_or_create(&QueueLabel {
+                    queue: queue.name.clone(),
+                })
+                .set(queue.length);
         }
     }
 }
@@ -147,7 +204,11 @@ mod tests {
     #[test]
     fn settlements_are_counted_by_outcome() {
         let m = BrokerMetrics::default();
-        let settled = |cancelled| Settled { kind: "Run".into(), ran_ms: 1500, cancelled };
+        let settled = |cancelled| Settled {
+            kind: "Run".into(),
+            ran_ms: 1500,
+            cancelled,
+        };
         m.settled(&settled(false), None);
         m.settled(&settled(false), Some(FailOutcome::RetryIn(100)));
         m.settled(&settled(false), Some(FailOutcome::Dropped));
@@ -180,6 +241,9 @@ mod tests {
         m.set_depths(&[queue("b", 2)]);
         let text = render(&m);
         assert!(text.contains(r#"berth_queue_depth{queue="b"} 2"#), "{text}");
-        assert!(!text.contains(r#"queue="a""#), "an emptied queue disappears:\n{text}");
+        assert!(
+            !text.contains(r#"queue="a""#),
+            "an emptied queue disappears:\n{text}"
+        );
     }
 }

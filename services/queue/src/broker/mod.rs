@@ -1,13 +1,23 @@
 //! The queue broker: durable storage plus the `berth.queue.v1.Broker` gRPC service.
 //!
-//! Layout: [`store`] owns the SQL (one code path for SQLite and PostgreSQL); [`backoff`] and
-//! [`compaction`] are pure rules; [`convert`] validates and maps proto messages; [`service`]
-//! is the thin gRPC adapter that adds long polling.
+//! Layout: `store` owns the SQL (one code path for SQLite and PostgreSQL); `backoff` and
+//! `compaction` are pure rules; `convert` validates and maps proto messages; `service` is the
+//! thin gRPC adapter that adds long polling; `metrics` and `listen` (PostgreSQL LISTEN) are
+//! the cross-cutting parts.
+//!
+//! Retries never give up: a failing task is retried with capped backoff until it succeeds, is
+//! superseded, or fails with `retry = false` (like Deckhouse packages, unlike the library default
+//! that silently dropped tasks after 15 minutes).
+//!
+//! Deadlines (retry times, lease expiry) are wall-clock milliseconds taken by the broker that
+//! writes them, so several brokers over one PostgreSQL database need synchronised clocks (NTP);
+//! a skew shortens or stretches leases by that much.
 //!
 //! Over PostgreSQL, [`BrokerService::new`] spawns one task that LISTENs for other brokers'
-//! changes (see `listen`). Nothing else runs in the background: lease expiry (redelivery) and the removal of cancelled tasks
-//! whose holder vanished happen lazily inside Lease, and a waiting Lease wakes up by itself
-//! when the next retry delay ends or the next lease expires.
+//! changes (see `listen`). Nothing else is needed in the background for correctness: lease
+//! expiry (redelivery) and the removal of cancelled tasks whose holder vanished happen lazily
+//! inside Lease, and a waiting Lease wakes up by itself when the next retry delay ends or the
+//! next lease expires. [`run_maintenance`] only refreshes the depth metrics.
 
 mod backoff;
 mod compaction;
@@ -24,9 +34,13 @@ pub use backoff::Backoff;
 pub use compaction::HOOK_RUN_KIND;
 pub use convert::InvalidTask;
 pub use metrics::BrokerMetrics;
-pub use model::{FailOutcome, HistoryEntry, LeaseBatch, LeasedTask, NewTask, Outcome, QueueSummary, Settled};
+pub use model::{
+    FailOutcome, HistoryEntry, LeaseBatch, LeasedTask, NewTask, Outcome, QueueSummary, Settled,
+};
 pub use service::BrokerService;
-pub use store::{CHANGE_CHANNEL, Dialect, HISTORY_LIMIT, LeaseRef, Store, StoreError, Superseded};
+pub use store::{
+    CHANGE_CHANNEL, Dialect, HISTORY_LIMIT, LeaseLimits, LeaseRef, Store, StoreError, Superseded,
+};
 
 /// Tunables of a broker. [`Default`] gives the production values.
 #[derive(Debug, Clone)]
@@ -46,6 +60,9 @@ pub struct BrokerConfig {
     pub max_lease_wait: Duration,
     /// Most tasks handed out by one Lease call. Default 64; larger requests are clamped.
     pub max_lease_batch: usize,
+    /// Payload bytes after which a Lease response takes no further task. Default 4 MiB, the
+    /// default decoding limit of a tonic client.
+    pub max_lease_bytes: usize,
 }
 
 impl Default for BrokerConfig {
@@ -58,20 +75,28 @@ impl Default for BrokerConfig {
             max_payload_bytes: 1 << 20,
             max_lease_wait: Duration::from_secs(30),
             max_lease_batch: 64,
+            max_lease_bytes: 4 << 20,
         }
     }
 }
 
 impl BrokerConfig {
     pub fn backoff(&self) -> Backoff {
-        Backoff { base: self.retry_base, max: self.retry_max }
+        Backoff {
+            base: self.retry_base,
+            max: self.retry_max,
+        }
     }
 }
 
 /// Background upkeep of a broker until `shutdown`: refreshes the queue-depth metrics every
 /// `period` (15 s is a good default). Queue semantics do not depend on it (see the module
 /// docs), so a broker without it is correct, only its depth gauges stay empty.
-pub async fn run_maintenance(svc: BrokerService, period: Duration, shutdown: tokio_util::sync::CancellationToken) {
+pub async fn run_maintenance(
+    svc: BrokerService,
+    period: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -80,13 +105,22 @@ pub async fn run_maintenance(svc: BrokerService, period: Duration, shutdown: tok
             _ = ticker.tick() => {}
         }
         if let Err(err) = svc.refresh_metrics().await {
-            tracing::warn!(error = &err as &dyn std::error::Error, "cannot refresh queue metrics");
+            tracing::warn!(
+                error = &err as &dyn std::error::Error,
+                "cannot refresh queue metrics"
+            );
         }
     }
 }
 
 /// The tonic service for `svc`, with a decoding limit that admits a full Enqueue batch.
-pub fn server(svc: BrokerService) -> berth_proto::queue::broker_server::BrokerServer<BrokerService> {
-    let limit = svc.config().max_enqueue_batch.saturating_mul(svc.config().max_payload_bytes).clamp(4 << 20, 64 << 20);
+pub fn server(
+    svc: BrokerService,
+) -> berth_proto::queue::broker_server::BrokerServer<BrokerService> {
+    let limit = svc
+        .config()
+        .max_enqueue_batch
+        .saturating_mul(svc.config().max_payload_bytes)
+        .clamp(4 << 20, 64 << 20);
     berth_proto::queue::broker_server::BrokerServer::new(svc).max_decoding_message_size(limit)
 }

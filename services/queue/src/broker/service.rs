@@ -11,10 +11,9 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::convert::{self, saturate};
-use super::model::{FailOutcome, LeaseBatch};
-use super::store::{Store, StoreError};
 use super::metrics::BrokerMetrics;
-use super::store::Dialect;
+use super::model::{FailOutcome, LeaseBatch};
+use super::store::{Dialect, LeaseLimits, Store, StoreError};
 use super::{BrokerConfig, listen};
 
 /// The broker. Cheap to clone; clones share the store and the wake-up signal.
@@ -44,13 +43,27 @@ impl BrokerService {
         if store.dialect() == Dialect::Postgres {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    runtime.spawn(listen::relay(store.database_url().into(), wake.clone(), stop.clone()));
+                    runtime.spawn(listen::relay(
+                        store.database_url().into(),
+                        wake.clone(),
+                        stop.clone(),
+                    ));
                 }
-                Err(_) => tracing::warn!("no tokio runtime: Lease will not wake on other brokers' changes"),
+                Err(_) => tracing::warn!(
+                    "no tokio runtime: Lease will not wake on other brokers' changes"
+                ),
             }
         }
         let metrics = BrokerMetrics::default();
-        Self { inner: Arc::new(Inner { store, config, wake, metrics, _stop_listener: stop.drop_guard() }) }
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                config,
+                wake,
+                metrics,
+                _stop_listener: stop.drop_guard(),
+            }),
+        }
     }
 
     /// The broker's metrics; register them once with [`BrokerMetrics::register`].
@@ -80,7 +93,19 @@ impl BrokerService {
     }
 
     /// Leases, waiting until `wait` has passed for a task to become ready.
-    async fn lease_waiting(&self, worker: &str, max: i64, wait: Duration) -> Result<Vec<pb::Task>, StoreError> {
+    async fn lease_waiting(
+        &self,
+        worker: &str,
+        max: i64,
+        wait: Duration,
+    ) -> Result<Vec<pb::Task>, StoreError> {
+        let config = &self.inner.config;
+        let limits = LeaseLimits {
+            ttl: config.lease_ttl,
+            max_tasks: max,
+            response_bytes: config.max_lease_bytes,
+            merged_payload_bytes: config.max_payload_bytes,
+        };
         let deadline = Instant::now() + wait;
         loop {
             // Register interest before looking, so a wake-up between the query and the wait is
@@ -90,7 +115,7 @@ impl BrokerService {
             notified.as_mut().enable();
             let leased_at = now_ms();
             let LeaseBatch { tasks, next_due_ms } =
-                self.inner.store.lease(worker, max, self.inner.config.lease_ttl, leased_at).await?;
+                retrying(|| self.inner.store.lease(worker, limits, leased_at)).await?;
             for task in &tasks {
                 self.inner.metrics.leased(task, leased_at);
             }
@@ -99,7 +124,8 @@ impl BrokerService {
                 return Ok(tasks.into_iter().map(convert::leased_task).collect());
             }
             let until = match next_due_ms {
-                Some(due) => deadline.min(now + Duration::from_millis(due.saturating_sub(now_ms()).max(1) as u64)),
+                Some(due) => deadline
+                    .min(now + Duration::from_millis(due.saturating_sub(now_ms()).max(1) as u64)),
                 None => deadline,
             };
             tokio::select! {
@@ -110,16 +136,43 @@ impl BrokerService {
     }
 }
 
+/// Attempts of one store call when it fails with a transient error.
+const TRANSIENT_ATTEMPTS: usize = 3;
+
+/// Runs `call`, again when it failed transiently (see [`StoreError::is_transient`]).
+async fn retrying<T, F, Fut>(mut call: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(err) if err.is_transient() && attempt < TRANSIENT_ATTEMPTS => {
+                tracing::debug!(error = %err, attempt, "transient store failure; retrying");
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch: the time base of every stored deadline.
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 fn status(err: StoreError) -> Status {
     match err {
         StoreError::StaleLease { .. } => Status::failed_precondition(err.to_string()),
         other => {
-            tracing::error!(error = &other as &dyn std::error::Error, "queue store failed");
+            tracing::error!(
+                error = &other as &dyn std::error::Error,
+                "queue store failed"
+            );
             Status::unavailable(format!("{other}: {}", source_chain(&other)))
         }
     }
@@ -138,46 +191,80 @@ fn source_chain(err: &dyn std::error::Error) -> String {
 #[tonic::async_trait]
 impl pb::broker_server::Broker for BrokerService {
     #[instrument(skip_all, fields(tasks = request.get_ref().tasks.len()))]
-    async fn enqueue(&self, request: Request<pb::EnqueueRequest>) -> Result<Response<pb::EnqueueResponse>, Status> {
+    async fn enqueue(
+        &self,
+        request: Request<pb::EnqueueRequest>,
+    ) -> Result<Response<pb::EnqueueResponse>, Status> {
         let tasks = convert::new_tasks(request.into_inner().tasks, &self.inner.config)?;
-        let accepted = self.inner.store.enqueue(&tasks, now_ms()).await.map_err(status)?;
+        let accepted = retrying(|| self.inner.store.enqueue(&tasks, now_ms()))
+            .await
+            .map_err(status)?;
         if accepted > 0 {
             self.inner.metrics.enqueued(accepted);
             self.wake_waiters();
         }
-        Ok(Response::new(pb::EnqueueResponse { accepted: saturate(accepted) }))
+        Ok(Response::new(pb::EnqueueResponse {
+            accepted: saturate(accepted),
+        }))
     }
 
     #[instrument(skip_all, fields(package.key = %request.get_ref().package, package.generation = request.get_ref().generation))]
-    async fn supersede(&self, request: Request<pb::SupersedeRequest>) -> Result<Response<pb::SupersedeResponse>, Status> {
-        let pb::SupersedeRequest { package, generation } = request.into_inner();
+    async fn supersede(
+        &self,
+        request: Request<pb::SupersedeRequest>,
+    ) -> Result<Response<pb::SupersedeResponse>, Status> {
+        let pb::SupersedeRequest {
+            package,
+            generation,
+        } = request.into_inner();
         if package.is_empty() {
             return Err(convert::InvalidTask::Missing("package").into());
         }
-        let done = self.inner.store.supersede(&package, generation, now_ms()).await.map_err(status)?;
+        let done = retrying(|| self.inner.store.supersede(&package, generation, now_ms()))
+            .await
+            .map_err(status)?;
         self.inner.metrics.superseded(done.dropped, done.cancelled);
         if done.dropped > 0 {
             self.wake_waiters();
         }
-        Ok(Response::new(pb::SupersedeResponse { dropped: saturate(done.dropped), cancelled: saturate(done.cancelled) }))
+        Ok(Response::new(pb::SupersedeResponse {
+            dropped: saturate(done.dropped),
+            cancelled: saturate(done.cancelled),
+        }))
     }
 
     #[instrument(skip_all, fields(worker = %request.get_ref().worker))]
-    async fn lease(&self, request: Request<pb::LeaseRequest>) -> Result<Response<pb::LeaseResponse>, Status> {
-        let pb::LeaseRequest { worker, max, wait_ms } = request.into_inner();
+    async fn lease(
+        &self,
+        request: Request<pb::LeaseRequest>,
+    ) -> Result<Response<pb::LeaseResponse>, Status> {
+        let pb::LeaseRequest {
+            worker,
+            max,
+            wait_ms,
+        } = request.into_inner();
         if worker.is_empty() {
             return Err(convert::InvalidTask::Missing("worker").into());
         }
         let config = &self.inner.config;
         let max = (max.max(1) as usize).min(config.max_lease_batch) as i64;
         let wait = Duration::from_millis(wait_ms.max(0) as u64).min(config.max_lease_wait);
-        let tasks = self.lease_waiting(&worker, max, wait).await.map_err(status)?;
+        let tasks = self
+            .lease_waiting(&worker, max, wait)
+            .await
+            .map_err(status)?;
         let lease_ttl_ms = saturate(config.lease_ttl.as_millis() as i64);
-        Ok(Response::new(pb::LeaseResponse { tasks, lease_ttl_ms }))
+        Ok(Response::new(pb::LeaseResponse {
+            tasks,
+            lease_ttl_ms,
+        }))
     }
 
     #[instrument(skip_all, fields(worker = %request.get_ref().worker, leases = request.get_ref().leases.len()))]
-    async fn heartbeat(&self, request: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let pb::HeartbeatRequest { worker, leases } = request.into_inner();
         if leases.len() > self.inner.config.max_enqueue_batch {
             return Err(Status::invalid_argument(format!(
@@ -186,31 +273,54 @@ impl pb::broker_server::Broker for BrokerService {
                 self.inner.config.max_enqueue_batch
             )));
         }
-        let leases = leases.into_iter().map(|l| convert::lease_ref(Some(l))).collect::<Result<Vec<_>, _>>()?;
-        let cancelled =
-            self.inner.store.heartbeat(&worker, &leases, self.inner.config.lease_ttl, now_ms()).await.map_err(status)?;
+        let leases = leases
+            .into_iter()
+            .map(|l| convert::lease_ref(Some(l)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ttl = self.inner.config.lease_ttl;
+        let cancelled = retrying(|| self.inner.store.heartbeat(&worker, &leases, ttl, now_ms()))
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::HeartbeatResponse { cancelled }))
     }
 
     #[instrument(skip_all, fields(task.id = tracing::field::Empty))]
-    async fn complete(&self, request: Request<pb::CompleteRequest>) -> Result<Response<pb::CompleteResponse>, Status> {
+    async fn complete(
+        &self,
+        request: Request<pb::CompleteRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
         let lease = convert::lease_ref(request.into_inner().lease)?;
         tracing::Span::current().record("task.id", lease.task_id.as_str());
-        let settled = self.inner.store.complete(&lease, now_ms()).await.map_err(status)?;
+        let settled = retrying(|| self.inner.store.complete(&lease, now_ms()))
+            .await
+            .map_err(status)?;
         self.inner.metrics.settled(&settled, None);
         self.wake_waiters();
         Ok(Response::new(pb::CompleteResponse {}))
     }
 
     #[instrument(skip_all, fields(task.id = tracing::field::Empty))]
-    async fn fail(&self, request: Request<pb::FailRequest>) -> Result<Response<pb::FailResponse>, Status> {
-        let pb::FailRequest { lease, error, retry } = request.into_inner();
+    async fn fail(
+        &self,
+        request: Request<pb::FailRequest>,
+    ) -> Result<Response<pb::FailResponse>, Status> {
+        let pb::FailRequest {
+            lease,
+            error,
+            retry,
+        } = request.into_inner();
         let lease = convert::lease_ref(lease)?;
         tracing::Span::current().record("task.id", lease.task_id.as_str());
         // The error is stored and shown in Dump; bound it like a payload.
         let error = truncate(error, self.inner.config.max_payload_bytes);
         let backoff = self.inner.config.backoff();
-        let (outcome, settled) = self.inner.store.fail(&lease, &error, retry, &backoff, now_ms()).await.map_err(status)?;
+        let (outcome, settled) = retrying(|| {
+            self.inner
+                .store
+                .fail(&lease, &error, retry, &backoff, now_ms())
+        })
+        .await
+        .map_err(status)?;
         self.inner.metrics.settled(&settled, Some(outcome));
         // Dropping the head frees its queue; a retried head needs no wake-up (the waiters'
         // timers already cover its due time once they look again).
@@ -223,9 +333,14 @@ impl pb::broker_server::Broker for BrokerService {
     }
 
     #[instrument(skip_all)]
-    async fn dump(&self, _request: Request<pb::DumpRequest>) -> Result<Response<pb::DumpResponse>, Status> {
+    async fn dump(
+        &self,
+        _request: Request<pb::DumpRequest>,
+    ) -> Result<Response<pb::DumpResponse>, Status> {
         let queues = self.inner.store.dump(now_ms()).await.map_err(status)?;
-        Ok(Response::new(pb::DumpResponse { queues: queues.into_iter().map(convert::queue_info).collect() }))
+        Ok(Response::new(pb::DumpResponse {
+            queues: queues.into_iter().map(convert::queue_info).collect(),
+        }))
     }
 }
 

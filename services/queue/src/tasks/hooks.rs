@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use berth_hooks::{Hook, LifecycleBinding, RunOutput, RunRequest};
+use berth_hooks::binding_context::{self, BindingContext};
+use berth_hooks::{Hook, LifecycleBinding, RunOutput, RunRequest, Throttle};
 use berth_package::Package;
 use serde_json::Value;
 
+use super::bindings::{self, hook_snapshots};
 use super::context::TaskContext;
 use super::local::Values;
 use crate::worker::TaskError;
@@ -22,6 +24,9 @@ const HOOK_CACHE_ENTRIES: usize = 256;
 #[derive(Default)]
 pub struct HookCache {
     entries: Mutex<HashMap<PathBuf, Arc<Vec<Hook>>>>,
+    /// Token buckets of hooks with `settings` (executionMinInterval/executionBurst), by
+    /// `<package>/<hook>`. Per worker: several workers each allow the configured rate.
+    throttles: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Throttle>>>>,
 }
 
 impl HookCache {
@@ -43,6 +48,22 @@ impl HookCache {
         }
         entries.insert(dir, hooks.clone());
         Ok(hooks)
+    }
+
+    /// Waits until the hook's `settings` throttle lets it run (at once without settings).
+    pub async fn throttle(&self, package: &str, hook: &Hook, cancel: &tokio_util::sync::CancellationToken) -> Result<(), TaskError> {
+        let Some(settings) = hook.config.settings else { return Ok(()) };
+        let bucket = {
+            let mut all = self.throttles.lock().unwrap_or_else(|p| p.into_inner());
+            if all.len() >= HOOK_CACHE_ENTRIES * 8 {
+                all.clear();
+            }
+            all.entry(format!("{package}/{}", hook.name)).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Throttle::new(settings)))).clone()
+        };
+        tokio::select! {
+            _ = async { bucket.lock().await.acquire().await } => Ok(()),
+            _ = cancel.cancelled() => Err(TaskError::permanent("cancelled while throttled")),
+        }
     }
 
     pub fn forget(&self, dir_prefix: &std::path::Path) {
@@ -77,22 +98,44 @@ pub async fn run_hook(
     .map_err(|e| TaskError::retry(e.to_string()))
 }
 
-/// Runs the hooks bound to a lifecycle binding in order, applying each one's values patch before
-/// the next runs. Returns whether the values changed.
+/// Runs the hooks bound to a lifecycle binding in order, applying each one's outputs before
+/// the next runs. Hooks other than onStartup see all their kubernetes snapshots. Returns
+/// whether the values changed.
 pub async fn run_lifecycle(
     cx: &TaskContext<'_>,
     pkg: &Package,
     hooks: &[Hook],
     binding: LifecycleBinding,
-    name: &str,
+    _name: &str,
     values: &mut Values,
 ) -> Result<bool, TaskError> {
-    let mut changed = false;
-    for hook in berth_hooks::ordered(hooks, binding) {
-        let output = run_hook(cx, hook, serde_json::json!([{"binding": name}]), values).await?;
-        report_run(cx, &hook.name, "").await;
-        changed |= values.apply(pkg, &hook.name, output.values_patch)?;
+    let bound = berth_hooks::ordered(hooks, binding);
+    if bound.is_empty() {
+        return Ok(false);
     }
+    let snapshots = if binding == LifecycleBinding::OnStartup { Default::default() } else { bindings::snapshots(cx, hooks, false).await? };
+    let mut changed = false;
+    for hook in bound {
+        let context = BindingContext::lifecycle(binding, &hook.config, &hook_snapshots(&snapshots, &hook.name));
+        let output = run_hook(cx, hook, binding_context::to_json(&[context]), values).await?;
+        changed |= apply_outputs(cx, pkg, hook, output, values).await?;
+        report_run(cx, &hook.name, "").await;
+    }
+    Ok(changed)
+}
+
+/// Applies a successful run's outputs: the values patch (strict, schema-checked), then the
+/// object operations as one batch, then the metrics. Returns whether the values changed.
+pub async fn apply_outputs(
+    cx: &TaskContext<'_>,
+    pkg: &Package,
+    hook: &Hook,
+    output: RunOutput,
+    values: &mut Values,
+) -> Result<bool, TaskError> {
+    let changed = values.apply(pkg, &hook.name, output.values_patch)?;
+    bindings::apply_operations(cx, &hook.name, &output.kubernetes_operations).await?;
+    super::metrics::record(cx.key(), &hook.name, &output.metrics);
     Ok(changed)
 }
 

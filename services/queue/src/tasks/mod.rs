@@ -4,20 +4,22 @@
 //! | task | effect | delivered twice |
 //! |---|---|---|
 //! | Download | copy the package version into this worker's cache | second copy is skipped (same digest) |
-//! | Load | read the package, discover hooks, report schema and hooks, register schedules | same report, bindings replaced |
-//! | ApplySettings | validate settings, compute values, report them | same values |
-//! | Startup | run onStartup hooks | hooks run again (hooks must be idempotent, as in shell-operator) |
+//! | Load | read the package, discover hooks, report schema and hooks, register schedule and kubernetes bindings | same report, bindings replaced |
+//! | ApplySettings | bindings adopt the generation; validate settings, compute values, report them | same values |
+//! | Startup | Synchronization runs of kubernetes bindings, release their events, then onStartup hooks | hooks run again (hooks must be idempotent, as in shell-operator) |
 //! | Run | beforeHelm hooks → release install/upgrade → afterHelm hooks → wait ready | server-side apply is idempotent |
-//! | HookRun | run one hook with its binding contexts | the hook runs again |
+//! | HookRun | run one hook with its binding contexts, apply its outputs | the hook runs again |
 //! | Disable | remove the package's bindings | no-op |
 //! | Uninstall | beforeDeleteHelm → release uninstall → afterDeleteHelm | uninstall of a missing release is a no-op |
 //! | Cleanup | forget the package's state and cached files | no-op |
 //!
 //! A task of a generation older than the package's current one is skipped: it was superseded.
 
+mod bindings;
 mod context;
 mod hooks;
 mod local;
+pub mod metrics;
 mod run;
 
 use std::path::PathBuf;

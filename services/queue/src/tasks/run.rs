@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use berth_hooks::LifecycleBinding;
-use berth_proto::hookevent::{RemoveBindingsRequest, ScheduleBinding, SetBindingsRequest};
+use berth_hooks::binding_context::{self, BindingContext};
+use berth_proto::hookevent::RemoveBindingsRequest;
 use berth_proto::lifecycle::{HookInfo, ReportRequest};
 use berth_proto::queue::Task;
 use berth_proto::release::{ChartFile, InstallRequest, StatusRequest, UninstallRequest};
@@ -11,7 +12,8 @@ use berth_proto::tasks::TaskKind;
 use serde_json::Value;
 
 use super::context::{TaskContext, rpc_error};
-use super::hooks::{report_run, run_hook, run_lifecycle};
+use super::bindings::{self, hook_snapshots};
+use super::hooks::{apply_outputs, report_run, run_hook, run_lifecycle};
 use super::local::{Values, ensure};
 use crate::worker::TaskError;
 
@@ -49,24 +51,14 @@ async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             return Err(e);
         }
     };
-    let mut schedules = vec![];
-    for hook in hooks.iter() {
-        for s in &hook.config.schedule {
-            schedules.push(ScheduleBinding {
-                hook: hook.name.clone(),
-                binding: s.name.clone(),
-                crontab: s.crontab.clone(),
-                allow_failure: s.allow_failure,
-                queue: s.queue.clone().unwrap_or_default(),
-            });
+    let request = bindings::set_bindings_request(cx, &hooks);
+    if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
+        // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
+        if status.code() == tonic::Code::InvalidArgument {
+            cx.progress("", &[("Loaded", "False", "BindingInvalid", status.message())]).await?;
         }
+        return Err(rpc_error("hookevent SetBindings", status));
     }
-    cx.services
-        .hookevent
-        .clone()
-        .set_bindings(SetBindingsRequest { package: cx.key().to_owned(), generation: cx.spec.generation, schedules })
-        .await
-        .map_err(|s| rpc_error("hookevent SetBindings", s))?;
     cx.report(ReportRequest {
         phase: "Loaded".to_owned(),
         conditions: vec![condition("Loaded", "True", "Loaded", "")],
@@ -89,6 +81,15 @@ fn condition(t: &str, s: &str, r: &str, m: &str) -> berth_proto::lifecycle::Cond
 
 async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
+    // A settings-only Update keeps the registered bindings: their runs must carry this
+    // generation from now on, or workers would skip them as superseded. (After a Load the
+    // bindings already carry it; adopting is then a no-op.)
+    cx.services
+        .hookevent
+        .clone()
+        .adopt_generation(berth_proto::hookevent::AdoptGenerationRequest { package: cx.key().to_owned(), generation: cx.spec.generation })
+        .await
+        .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
     match Values::compute(&pkg, cx) {
         Ok(values) => {
             cx.report(ReportRequest {
@@ -110,8 +111,52 @@ async fn startup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
     let hooks = cx.hooks.get(&pkg, cx).await?;
     let mut values = Values::compute(&pkg, cx)?;
+    // Decision (ARCHITECTURE.md): Synchronization runs before onStartup, as in the Deckhouse
+    // runtime.
+    synchronize(cx, &pkg, &hooks, &mut values).await?;
     run_lifecycle(cx, &pkg, &hooks, LifecycleBinding::OnStartup, "onStartup", &mut values).await?;
     report_values(cx, &values, true).await
+}
+
+/// Runs the Synchronization of every kubernetes binding that package start waits for
+/// (`waitForSynchronization`, the default), hooks in name order, bindings in config order; then
+/// tells hookevent to release the events it held meanwhile. Bindings that do not wait were
+/// synchronized by hookevent on their own queue.
+async fn synchronize(cx: &TaskContext<'_>, pkg: &berth_package::Package, hooks: &[berth_hooks::Hook], values: &mut Values) -> Result<(), TaskError> {
+    let all = bindings::snapshots(cx, hooks, true).await?;
+    if all.is_empty() {
+        return Ok(());
+    }
+    let mut ordered: Vec<&berth_hooks::Hook> = hooks.iter().collect();
+    ordered.sort_by(|a, b| a.name.cmp(&b.name));
+    for hook in ordered {
+        let snapshots = hook_snapshots(&all, &hook.name);
+        for k in &hook.config.kubernetes {
+            if !k.wait_for_synchronization || !k.execute_hook_on_synchronization {
+                continue;
+            }
+            let Some(b) = all.get(&hook.name).and_then(|h| h.get(&k.name)) else { continue };
+            if b.synchronized {
+                continue;
+            }
+            let context = BindingContext::synchronization(k, &b.objects, &hook.config, &snapshots);
+            let output = match run_hook(cx, hook, binding_context::to_json(&[context]), values).await {
+                Ok(o) => o,
+                Err(e) if k.allow_failure => {
+                    tracing::warn!(hook = %hook.name, binding = %k.name, error = %e.message, "Synchronization failed; allowed");
+                    report_run(cx, &hook.name, &e.message).await;
+                    continue;
+                }
+                Err(e) => {
+                    report_run(cx, &hook.name, &e.message).await;
+                    return Err(e);
+                }
+            };
+            apply_outputs(cx, pkg, hook, output, values).await?;
+            report_run(cx, &hook.name, "").await;
+        }
+    }
+    bindings::synchronization_done(cx).await
 }
 
 async fn report_values(cx: &TaskContext<'_>, values: &Values, inside_run: bool) -> Result<(), TaskError> {
@@ -234,14 +279,15 @@ async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
         .find(|h| h.name == name)
         .ok_or_else(|| TaskError::permanent(format!("package {} has no hook {name:?}", cx.key())))?;
     let mut values = Values::compute(&pkg, cx)?;
-    let output = match run_hook(cx, hook, contexts, &values).await {
-        Ok(o) => o,
-        Err(e) => {
-            report_run(cx, name, &e.message).await;
-            return Err(e);
-        }
+    cx.hooks.throttle(cx.key(), hook, &cx.cancel).await?;
+    let result = match run_hook(cx, hook, contexts, &values).await {
+        Ok(output) => apply_outputs(cx, &pkg, hook, output, &mut values).await,
+        Err(e) => Err(e),
     };
-    values.apply(&pkg, name, output.values_patch)?;
+    if let Err(e) = result {
+        report_run(cx, name, &e.message).await;
+        return Err(e);
+    }
     cx.report(ReportRequest {
         values: Some(berth_proto::json::to_struct(&values.current)),
         values_patch_json: values.new_ops_json(),

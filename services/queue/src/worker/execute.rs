@@ -36,7 +36,10 @@ pub(crate) async fn execute<H: Handler>(
     );
     let span = berth_telemetry::with_traceparent(span, &task.traceparent);
     async move {
-        let lease = pb::LeaseRef { task_id: task.id.clone(), fence: task.fence };
+        let lease = pb::LeaseRef {
+            task_id: task.id.clone(),
+            fence: task.fence,
+        };
         // A panicking handler must not leave the lease dangling until it expires: report it as
         // a retryable failure like any other error.
         let result = AssertUnwindSafe(handler.handle(task, cancel.clone()))
@@ -50,18 +53,35 @@ pub(crate) async fn execute<H: Handler>(
     .await
 }
 
-async fn report(mut broker: BrokerClient<Channel>, config: &WorkerConfig, lease: pb::LeaseRef, result: Result<(), TaskError>, cancelled: bool) {
+async fn report(
+    mut broker: BrokerClient<Channel>,
+    config: &WorkerConfig,
+    lease: pb::LeaseRef,
+    result: Result<(), TaskError>,
+    cancelled: bool,
+) {
     match &result {
         Ok(()) => tracing::debug!("task done"),
-        Err(err) if cancelled => tracing::info!(error = %err.message, "task stopped after cancellation"),
+        Err(err) if cancelled => {
+            tracing::info!(error = %err.message, "task stopped after cancellation")
+        }
         Err(err) => tracing::warn!(error = %err.message, retry = err.retry, "task failed"),
     }
     for attempt in 1..=REPORT_ATTEMPTS {
         let call = async {
             match &result {
-                Ok(()) => broker.complete(pb::CompleteRequest { lease: Some(lease.clone()) }).await.map(|_| ()),
+                Ok(()) => broker
+                    .complete(pb::CompleteRequest {
+                        lease: Some(lease.clone()),
+                    })
+                    .await
+                    .map(|_| ()),
                 Err(err) => {
-                    let request = pb::FailRequest { lease: Some(lease.clone()), error: err.message.clone(), retry: err.retry };
+                    let request = pb::FailRequest {
+                        lease: Some(lease.clone()),
+                        error: err.message.clone(),
+                        retry: err.retry,
+                    };
                     broker.fail(request).await.map(|_| ())
                 }
             }
@@ -70,13 +90,22 @@ async fn report(mut broker: BrokerClient<Channel>, config: &WorkerConfig, lease:
             Ok(Ok(())) => return,
             Ok(Err(status)) if status.code() == tonic::Code::FailedPrecondition => {
                 // Someone else holds the task now (our lease expired); their result counts.
-                tracing::warn!(message = status.message(), "lease was lost before the result was reported");
+                tracing::warn!(
+                    message = status.message(),
+                    "lease was lost before the result was reported"
+                );
                 return;
             }
-            Ok(Err(status)) => tracing::warn!(attempt, code = ?status.code(), message = status.message(), "reporting the task result failed"),
-            Err(_) => tracing::warn!(attempt, timeout = ?config.call_timeout, "reporting the task result timed out"),
+            Ok(Err(status)) => {
+                tracing::warn!(attempt, code = ?status.code(), message = status.message(), "reporting the task result failed")
+            }
+            Err(_) => {
+                tracing::warn!(attempt, timeout = ?config.call_timeout, "reporting the task result timed out")
+            }
         }
         tokio::time::sleep(config.heartbeat).await;
     }
-    tracing::error!("could not report the task result; the broker will redeliver the task after its lease expires");
+    tracing::error!(
+        "could not report the task result; the broker will redeliver the task after its lease expires"
+    );
 }

@@ -16,7 +16,13 @@ use super::held::HeldLeases;
 /// A task is cancelled when the broker names it (superseded, or the lease was lost), and also
 /// when heartbeats have failed for longer than its lease: the broker will then redeliver it, so
 /// this copy must stop to keep "one running task per queue".
-pub(crate) async fn run(mut broker: BrokerClient<Channel>, held: HeldLeases, config: WorkerConfig, ttl: Duration, stop: CancellationToken) {
+pub(crate) async fn run(
+    mut broker: BrokerClient<Channel>,
+    held: HeldLeases,
+    config: WorkerConfig,
+    ttl: Duration,
+    stop: CancellationToken,
+) {
     let mut ticker = tokio::time::interval(config.heartbeat);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -31,7 +37,13 @@ pub(crate) async fn run(mut broker: BrokerClient<Channel>, held: HeldLeases, con
         let sent_at = Instant::now();
         let request = pb::HeartbeatRequest {
             worker: config.id.clone(),
-            leases: leases.iter().map(|(task_id, fence)| pb::LeaseRef { task_id: task_id.clone(), fence: *fence }).collect(),
+            leases: leases
+                .iter()
+                .map(|(task_id, fence)| pb::LeaseRef {
+                    task_id: task_id.clone(),
+                    fence: *fence,
+                })
+                .collect(),
         };
         match tokio::time::timeout(config.call_timeout, broker.heartbeat(request)).await {
             Ok(Ok(response)) => {
@@ -43,7 +55,9 @@ pub(crate) async fn run(mut broker: BrokerClient<Channel>, held: HeldLeases, con
                 }
                 held.confirm(&leases, ttl, sent_at);
             }
-            Ok(Err(status)) => tracing::warn!(code = ?status.code(), message = status.message(), "heartbeat failed"),
+            Ok(Err(status)) => {
+                tracing::warn!(code = ?status.code(), message = status.message(), "heartbeat failed")
+            }
             Err(_) => tracing::warn!(timeout = ?config.call_timeout, "heartbeat timed out"),
         }
         for task_id in held.cancel_expired(Instant::now()) {

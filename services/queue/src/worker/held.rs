@@ -28,12 +28,24 @@ impl HeldLeases {
     fn map(&self) -> MutexGuard<'_, HashMap<String, Lease>> {
         // A panic while holding this lock cannot leave the map half-updated (single inserts and
         // removes), so a poisoned lock is safe to keep using.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn insert(&self, task_id: String, fence: i64, ttl: Duration, sent_at: Instant) -> CancellationToken {
+    pub fn insert(
+        &self,
+        task_id: String,
+        fence: i64,
+        ttl: Duration,
+        sent_at: Instant,
+    ) -> CancellationToken {
         let cancel = CancellationToken::new();
-        let lease = Lease { fence, cancel: cancel.clone(), valid_until: sent_at + ttl };
+        let lease = Lease {
+            fence,
+            cancel: cancel.clone(),
+            valid_until: sent_at + ttl,
+        };
         self.map().insert(task_id, lease);
         cancel
     }
@@ -51,7 +63,10 @@ impl HeldLeases {
 
     /// (task id, fence) of every lease, for a heartbeat.
     pub fn snapshot(&self) -> Vec<(String, i64)> {
-        self.map().iter().map(|(id, l)| (id.clone(), l.fence)).collect()
+        self.map()
+            .iter()
+            .map(|(id, l)| (id.clone(), l.fence))
+            .collect()
     }
 
     /// Records that the broker extended these leases at `sent_at` for `ttl`.
@@ -65,9 +80,10 @@ impl HeldLeases {
     }
 
     /// Cancels the task holding `task_id` with `fence` (a lease the broker says is over).
+    /// True when this call cancelled it (not when it already was).
     pub fn cancel(&self, task_id: &str, fence: i64) -> bool {
         match self.map().get(task_id) {
-            Some(lease) if lease.fence == fence => {
+            Some(lease) if lease.fence == fence && !lease.cancel.is_cancelled() => {
                 lease.cancel.cancel();
                 true
             }
@@ -107,6 +123,7 @@ mod tests {
         assert!(!token.is_cancelled());
         assert!(held.cancel("t", 2));
         assert!(token.is_cancelled());
+        assert!(!held.cancel("t", 2), "reported once");
     }
 
     #[test]

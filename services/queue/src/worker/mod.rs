@@ -27,7 +27,16 @@ pub trait Handler: Send + Sync + 'static {
     /// Runs one task. `cancel` fires when the task was superseded, its lease was lost, or the
     /// worker's shutdown grace period ended; the handler should then stop promptly (kill its
     /// processes) and return.
-    fn handle(&self, task: pb::Task, cancel: CancellationToken) -> impl Future<Output = Result<(), TaskError>> + Send;
+    ///
+    /// A `HookRun` task may arrive compacted: its `binding_contexts` then hold the contexts of
+    /// several queued runs of the same hook and binding type, oldest first. `task.attempts`
+    /// counts earlier failures; `task.traceparent` is already the parent of the span the
+    /// handler runs in.
+    fn handle(
+        &self,
+        task: pb::Task,
+        cancel: CancellationToken,
+    ) -> impl Future<Output = Result<(), TaskError>> + Send;
 }
 
 /// A task's failure. `retry == false` marks errors that retrying cannot fix: the broker records
@@ -42,12 +51,18 @@ pub struct TaskError {
 impl TaskError {
     /// A failure worth retrying after a backoff.
     pub fn retry(message: impl Into<String>) -> Self {
-        Self { message: message.into(), retry: true }
+        Self {
+            message: message.into(),
+            retry: true,
+        }
     }
 
     /// A failure that retrying cannot fix.
     pub fn permanent(message: impl Into<String>) -> Self {
-        Self { message: message.into(), retry: false }
+        Self {
+            message: message.into(),
+            retry: false,
+        }
     }
 }
 
@@ -85,7 +100,10 @@ impl Default for WorkerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     #[error("invalid worker config: {field} {problem}")]
-    Config { field: &'static str, problem: &'static str },
+    Config {
+        field: &'static str,
+        problem: &'static str,
+    },
 }
 
 impl WorkerConfig {
@@ -107,6 +125,10 @@ impl WorkerConfig {
     }
 }
 
+/// Largest Lease response the worker decodes: the broker's default response budget (4 MiB)
+/// plus a generous allowance for the one task that may exceed it.
+const LEASE_RESPONSE_LIMIT: usize = 64 << 20;
+
 /// Lease TTL assumed until the broker's first answer names the real one.
 const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 
@@ -124,6 +146,9 @@ pub async fn run<H: Handler>(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     config.validate()?;
+    // A Lease answer holds up to the broker's response budget plus one task that may exceed
+    // it (a payload of up to the broker's payload limit, or a compacted hook run).
+    let broker = broker.max_decoding_message_size(LEASE_RESPONSE_LIMIT);
     let held = HeldLeases::default();
     let mut running = JoinSet::new();
     let mut ttl = DEFAULT_LEASE_TTL;
@@ -156,11 +181,24 @@ pub async fn run<H: Handler>(
                 }
                 // Started once the lease TTL is known.
                 heartbeat.get_or_insert_with(|| {
-                    tokio::spawn(heartbeat::run(broker.clone(), held.clone(), config.clone(), ttl, stop_heartbeat.clone()))
+                    tokio::spawn(heartbeat::run(
+                        broker.clone(),
+                        held.clone(),
+                        config.clone(),
+                        ttl,
+                        stop_heartbeat.clone(),
+                    ))
                 });
                 for task in response.tasks {
                     let cancel = held.insert(task.id.clone(), task.fence, ttl, sent_at);
-                    let run = execute::execute(handler.clone(), broker.clone(), held.clone(), config.clone(), task, cancel);
+                    let run = execute::execute(
+                        handler.clone(),
+                        broker.clone(),
+                        held.clone(),
+                        config.clone(),
+                        task,
+                        cancel,
+                    );
                     running.spawn(run);
                 }
             }
@@ -193,7 +231,11 @@ enum LeaseError {
     Timeout(Duration),
 }
 
-async fn lease(broker: &BrokerClient<Channel>, config: &WorkerConfig, free: usize) -> Result<pb::LeaseResponse, LeaseError> {
+async fn lease(
+    broker: &BrokerClient<Channel>,
+    config: &WorkerConfig,
+    free: usize,
+) -> Result<pb::LeaseResponse, LeaseError> {
     let request = pb::LeaseRequest {
         worker: config.id.clone(),
         max: i32::try_from(free).unwrap_or(i32::MAX),
@@ -208,17 +250,36 @@ async fn lease(broker: &BrokerClient<Channel>, config: &WorkerConfig, free: usiz
     }
 }
 
-/// Lets running tasks finish for the grace period, then cancels them and waits for their
-/// reports (each bounded by the report timeouts).
+/// Lets running tasks finish for the grace period, then cancels them and gives them one more
+/// grace period to stop and report; a handler that ignores cancellation even then is aborted
+/// (its lease expires and the broker redelivers the task).
 async fn drain(running: &mut JoinSet<()>, held: &HeldLeases, config: &WorkerConfig) {
     if running.is_empty() {
         return;
     }
     tracing::info!(tasks = running.len(), grace = ?config.shutdown_grace, "waiting for running tasks");
-    let finished = tokio::time::timeout(config.shutdown_grace, async { while running.join_next().await.is_some() {} }).await;
-    if finished.is_err() {
-        tracing::warn!(tasks = held.len(), "shutdown grace period over; cancelling running tasks");
-        held.cancel_all();
-        while running.join_next().await.is_some() {}
+    if join_all_within(running, config.shutdown_grace).await {
+        return;
     }
+    tracing::warn!(
+        tasks = held.len(),
+        "shutdown grace period over; cancelling running tasks"
+    );
+    held.cancel_all();
+    if !join_all_within(running, config.shutdown_grace).await {
+        tracing::error!(
+            tasks = running.len(),
+            "tasks ignored cancellation; aborting them"
+        );
+        running.shutdown().await;
+    }
+}
+
+/// Waits for every task in `running`; false when `limit` passed first.
+async fn join_all_within(running: &mut JoinSet<()>, limit: Duration) -> bool {
+    tokio::time::timeout(limit, async {
+        while running.join_next().await.is_some() {}
+    })
+    .await
+    .is_ok()
 }

@@ -29,72 +29,148 @@ pub struct TestBroker {
 impl TestBroker {
     /// Opens `database_url` and serves it on a free port.
     pub async fn start(database_url: &str, config: BrokerConfig) -> TestBroker {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a free loopback port");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a free loopback port");
         Self::start_on(listener, database_url, config).await
     }
 
     /// Serves on `listener` (to restart a broker on the address a worker already uses).
-    pub async fn start_on(listener: TcpListener, database_url: &str, config: BrokerConfig) -> TestBroker {
+    pub async fn start_on(
+        listener: TcpListener,
+        database_url: &str,
+        config: BrokerConfig,
+    ) -> TestBroker {
         let addr = listener.local_addr().expect("listener address");
-        let store = Store::open(database_url).await.expect("open the queue store");
+        let store = Store::open(database_url)
+            .await
+            .expect("open the queue store");
         let service = BrokerService::new(store, config);
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(broker::server(service.clone()))
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.clone().cancelled_owned()),
+                .serve_with_incoming_shutdown(
+                    TcpListenerStream::new(listener),
+                    shutdown.clone().cancelled_owned(),
+                ),
         );
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .expect("endpoint URL")
             .connect_timeout(Duration::from_secs(5))
             .connect_lazy();
-        TestBroker { addr, client: BrokerClient::new(channel), service, shutdown, server }
+        TestBroker {
+            addr,
+            client: BrokerClient::new(channel),
+            service,
+            shutdown,
+            server,
+        }
     }
 
     /// Stops serving and closes the database.
     pub async fn stop(self) {
         self.shutdown.cancel();
-        self.server.await.expect("server task").expect("server stopped cleanly");
+        self.server
+            .await
+            .expect("server task")
+            .expect("server stopped cleanly");
         self.service.store().close().await;
     }
 
     pub async fn enqueue(&self, tasks: Vec<pb::Task>) -> i32 {
-        let response = self.client.clone().enqueue(pb::EnqueueRequest { tasks }).await.expect("enqueue");
+        let response = self
+            .client
+            .clone()
+            .enqueue(pb::EnqueueRequest { tasks })
+            .await
+            .expect("enqueue");
         response.into_inner().accepted
     }
 
     pub async fn lease(&self, worker: &str, max: i32, wait_ms: i32) -> Vec<pb::Task> {
-        let request = pb::LeaseRequest { worker: worker.into(), max, wait_ms };
-        self.client.clone().lease(request).await.expect("lease").into_inner().tasks
+        let request = pb::LeaseRequest {
+            worker: worker.into(),
+            max,
+            wait_ms,
+        };
+        self.client
+            .clone()
+            .lease(request)
+            .await
+            .expect("lease")
+            .into_inner()
+            .tasks
     }
 
     pub async fn complete(&self, task: &pb::Task) -> Result<(), tonic::Status> {
-        let request = pb::CompleteRequest { lease: Some(lease_ref(task)) };
+        let request = pb::CompleteRequest {
+            lease: Some(lease_ref(task)),
+        };
         self.client.clone().complete(request).await.map(|_| ())
     }
 
-    pub async fn fail(&self, task: &pb::Task, error: &str, retry: bool) -> Result<i64, tonic::Status> {
-        let request = pb::FailRequest { lease: Some(lease_ref(task)), error: error.into(), retry };
-        self.client.clone().fail(request).await.map(|r| r.into_inner().retry_in_ms)
+    pub async fn fail(
+        &self,
+        task: &pb::Task,
+        error: &str,
+        retry: bool,
+    ) -> Result<i64, tonic::Status> {
+        let request = pb::FailRequest {
+            lease: Some(lease_ref(task)),
+            error: error.into(),
+            retry,
+        };
+        self.client
+            .clone()
+            .fail(request)
+            .await
+            .map(|r| r.into_inner().retry_in_ms)
     }
 
     pub async fn heartbeat(&self, worker: &str, tasks: &[&pb::Task]) -> Vec<String> {
-        let request = pb::HeartbeatRequest { worker: worker.into(), leases: tasks.iter().map(|t| lease_ref(t)).collect() };
-        self.client.clone().heartbeat(request).await.expect("heartbeat").into_inner().cancelled
+        let request = pb::HeartbeatRequest {
+            worker: worker.into(),
+            leases: tasks.iter().map(|t| lease_ref(t)).collect(),
+        };
+        self.client
+            .clone()
+            .heartbeat(request)
+            .await
+            .expect("heartbeat")
+            .into_inner()
+            .cancelled
     }
 
     pub async fn supersede(&self, package: &str, generation: i64) -> pb::SupersedeResponse {
-        let request = pb::SupersedeRequest { package: package.into(), generation };
-        self.client.clone().supersede(request).await.expect("supersede").into_inner()
+        let request = pb::SupersedeRequest {
+            package: package.into(),
+            generation,
+        };
+        self.client
+            .clone()
+            .supersede(request)
+            .await
+            .expect("supersede")
+            .into_inner()
     }
 
     pub async fn dump(&self) -> Vec<pb::QueueInfo> {
-        self.client.clone().dump(pb::DumpRequest {}).await.expect("dump").into_inner().queues
+        self.client
+            .clone()
+            .dump(pb::DumpRequest {})
+            .await
+            .expect("dump")
+            .into_inner()
+            .queues
     }
 }
 
 pub fn lease_ref(task: &pb::Task) -> pb::LeaseRef {
-    pb::LeaseRef { task_id: task.id.clone(), fence: task.fence }
+    pb::LeaseRef {
+        task_id: task.id.clone(),
+        fence: task.fence,
+    }
 }
 
 /// A fresh, empty queue database; dropping it deletes it.
@@ -126,10 +202,10 @@ impl Db {
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::Db::sqlite()).await })*
+            $(#[tokio::test] async fn $name() { super::$name($crate::support::Db::sqlite()).await })*
         }
         mod postgres {
-            $(#[tokio::test] async fn $name() { super::$name(crate::support::Db::postgres().await).await })*
+            $(#[tokio::test] async fn $name() { super::$name($crate::support::Db::postgres().await).await })*
         }
     };
 }
@@ -155,7 +231,11 @@ pub fn task(id: &str, queue: &str, package: &str) -> pb::Task {
 /// A HookRun task with one binding context `{"n": n}`.
 pub fn hook_run(id: &str, queue: &str, hook: &str, binding_type: &str, n: i64) -> pb::Task {
     let payload = serde_json::json!({"hook": hook, "binding_type": binding_type, "binding_contexts": [{"n": n}]});
-    pb::Task { kind: "HookRun".into(), payload_json: payload.to_string(), ..task(id, queue, "pkg") }
+    pb::Task {
+        kind: "HookRun".into(),
+        payload_json: payload.to_string(),
+        ..task(id, queue, "pkg")
+    }
 }
 
 pub fn ids(tasks: &[pb::Task]) -> Vec<&str> {
@@ -173,7 +253,10 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -29,11 +29,14 @@ impl PgServer {
     /// Initialises a cluster and starts a server on a free port; panics with the server's
     /// output when it cannot.
     pub async fn start() -> PgServer {
-        let bin = PathBuf::from(std::env::var("BERTH_TEST_PG_BIN").unwrap_or_else(|_| DEFAULT_BIN.to_owned()));
+        let bin = PathBuf::from(
+            std::env::var("BERTH_TEST_PG_BIN").unwrap_or_else(|_| DEFAULT_BIN.to_owned()),
+        );
         let dir = tempfile::tempdir().expect("temp dir for PostgreSQL");
         let run_as = server_user();
         if let Some((uid, gid)) = run_as {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).expect("hand the temp dir to the postgres user");
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .expect("hand the temp dir to the postgres user");
         }
         let data = dir.path().join("data");
         initdb(&bin, &data, run_as.is_some()).await;
@@ -43,7 +46,11 @@ impl PgServer {
             let log = dir.path().join(format!("postgres-{port}.log"));
             let mut child = spawn_postgres(&bin, &data, port, &log, run_as.is_some());
             if wait_ready(port, &mut child).await {
-                return PgServer { port, child, _dir: dir };
+                return PgServer {
+                    port,
+                    child,
+                    _dir: dir,
+                };
             }
             let _ = child.kill().await;
             last_log = std::fs::read_to_string(&log).unwrap_or_default();
@@ -62,7 +69,10 @@ impl Drop for PgServer {
         // SIGQUIT is PostgreSQL's immediate shutdown: it stops its backends too, which a
         // SIGKILL of the postmaster would leave running for a moment.
         if let Some(pid) = self.child.id() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGQUIT);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGQUIT,
+            );
         }
     }
 }
@@ -76,7 +86,8 @@ fn server_user() -> Option<(u32, u32)> {
     if id(&["-u"]) != Some(0) {
         return None;
     }
-    let user = |flag| id(&[flag, "postgres"]).expect("running the tests as root needs a `postgres` user");
+    let user =
+        |flag| id(&[flag, "postgres"]).expect("running the tests as root needs a `postgres` user");
     Some((user("-u"), user("-g")))
 }
 
@@ -86,7 +97,13 @@ fn command(bin: &Path, program: &str, as_postgres: bool) -> Command {
         // setpriv execs the program (runuser would stay in between as the parent), so the
         // child's pid is the postmaster's and signals reach it directly.
         let mut cmd = Command::new("setpriv");
-        cmd.args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]).arg(program);
+        cmd.args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--",
+        ])
+        .arg(program);
         cmd
     } else {
         Command::new(program)
@@ -97,7 +114,16 @@ async fn initdb(bin: &Path, data: &Path, as_postgres: bool) {
     let out = command(bin, "initdb", as_postgres)
         .arg("-D")
         .arg(data)
-        .args(["-U", "berth", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"])
+        .args([
+            "-U",
+            "berth",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        ])
         .output()
         .await
         .expect("run initdb (is PostgreSQL installed? set BERTH_TEST_PG_BIN)");
@@ -122,8 +148,22 @@ fn spawn_postgres(bin: &Path, data: &Path, port: u16, log: &Path, as_postgres: b
         .arg(data)
         .args(["-p", &port.to_string(), "-h", "127.0.0.1"])
         // TCP only, no durability (throwaway data), small memory: many servers run at once.
-        .args(["-c", "unix_socket_directories=", "-c", "fsync=off", "-c", "synchronous_commit=off"])
-        .args(["-c", "full_page_writes=off", "-c", "shared_buffers=16MB", "-c", "max_connections=50"])
+        .args([
+            "-c",
+            "unix_socket_directories=",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+        ])
+        .args([
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "shared_buffers=16MB",
+            "-c",
+            "max_connections=50",
+        ])
         .stdout(Stdio::from(log_file))
         .stderr(Stdio::from(err_file))
         .kill_on_drop(true)
@@ -139,7 +179,9 @@ async fn wait_ready(port: u16, child: &mut Child) -> bool {
         if let Ok(Some(_exited)) = child.try_wait() {
             return false;
         }
-        if let Ok(Ok(conn)) = tokio::time::timeout(Duration::from_secs(2), sqlx::PgConnection::connect(&url)).await {
+        if let Ok(Ok(conn)) =
+            tokio::time::timeout(Duration::from_secs(2), sqlx::PgConnection::connect(&url)).await
+        {
             let _ = conn.close().await;
             return true;
         }

@@ -3,8 +3,10 @@
 
 mod discovery;
 pub mod kstatus;
+mod lookup;
 pub mod object;
 
+pub use lookup::KubeLookup;
 pub use object::ObjectKey;
 
 use discovery::DiscoveryCache;
@@ -36,6 +38,8 @@ pub enum ApplyError {
     },
     #[error("{op} {object}: timed out")]
     Timeout { op: &'static str, object: String },
+    #[error("hook {object} failed: {reason}")]
+    HookFailed { object: String, reason: String },
 }
 
 impl ApplyError {
@@ -55,6 +59,35 @@ pub fn kube_unavailable(e: &kube::Error) -> bool {
         kube::Error::Api(s) => s.code == 503 || s.code == 504,
         _ => false,
     }
+}
+
+/// `Some(Ok)` when a Job or Pod finished successfully, `Some(Err)` when it failed, `None` while
+/// it runs. (`data` holds everything but metadata: `spec`, `status`.)
+fn completion(data: &Value) -> Option<Result<(), String>> {
+    if let Some(phase) = data.pointer("/status/phase").and_then(Value::as_str) {
+        return match phase {
+            "Succeeded" => Some(Ok(())),
+            "Failed" => Some(Err("pod failed".into())),
+            _ => None,
+        };
+    }
+    let conditions = data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)?;
+    conditions.iter().find_map(|c| {
+        let is_true = c.get("status").and_then(Value::as_str) == Some("True");
+        match c.get("type").and_then(Value::as_str) {
+            Some("Complete") if is_true => Some(Ok(())),
+            Some("Failed") if is_true => {
+                let msg = c
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("job failed");
+                Some(Err(msg.to_string()))
+            }
+            _ => None,
+        }
+    })
 }
 
 /// Applies, deletes and reads objects for releases.
@@ -209,6 +242,49 @@ impl Applier {
             Err(_) => Err(ApplyError::Timeout {
                 op: "wait for Established on",
                 object,
+            }),
+        }
+    }
+
+    /// Waits, up to `wait`, until a hook object has finished: a Job until `Complete` (error on
+    /// `Failed`), a Pod until `Succeeded` (error on `Failed`); other kinds are done once they
+    /// exist.
+    pub async fn wait_complete(
+        &self,
+        object: &Value,
+        release_ns: &str,
+        wait: Duration,
+    ) -> Result<(), ApplyError> {
+        let (key, ar) = self.key_for(object, release_ns).await?;
+        if key.kind != "Job" && key.kind != "Pod" {
+            return Ok(());
+        }
+        let finished = |o: Option<&DynamicObject>| o.is_some_and(|o| completion(&o.data).is_some());
+        let watch = kube::runtime::wait::await_condition(self.api(&key, &ar), &key.name, finished);
+        let last = match tokio::time::timeout(wait, watch).await {
+            Ok(Ok(last)) => last,
+            Ok(Err(e)) => {
+                return Err(ApplyError::Invalid {
+                    object: key.to_string(),
+                    reason: format!("watching hook: {e}"),
+                });
+            }
+            Err(_) => {
+                return Err(ApplyError::Timeout {
+                    op: "wait for hook",
+                    object: key.to_string(),
+                });
+            }
+        };
+        match last.as_ref().and_then(|o| completion(&o.data)) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(reason)) => Err(ApplyError::HookFailed {
+                object: key.to_string(),
+                reason,
+            }),
+            None => Err(ApplyError::HookFailed {
+                object: key.to_string(),
+                reason: "deleted while running".into(),
             }),
         }
     }

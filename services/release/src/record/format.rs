@@ -1,7 +1,6 @@
 //! Helm's release record (the `release.Release` Go struct as JSON) and its storage encoding:
 //! JSON, gzip, base64, placed in a Secret's `data.release` (which Kubernetes base64s again).
 
-use crate::render::Manifest;
 use base64::Engine as _;
 use flate2::Compression;
 use flate2::read::GzDecoder;
@@ -76,7 +75,8 @@ pub struct Info {
     pub notes: String,
 }
 
-fn zero_time() -> String {
+/// Go's zero time, Helm's `info.deleted` for releases that are not deleted.
+pub fn zero_time() -> String {
     GO_ZERO_TIME.to_string()
 }
 
@@ -183,26 +183,6 @@ pub fn recorded_objects(manifest: &str) -> Vec<serde_json::Value> {
         .iter()
         .filter_map(|doc| crate::render::funcs::encoding::parse_yaml(doc).ok())
         .filter(|v| v.is_object())
-        .collect()
-}
-
-/// Hooks are kept in the record as Helm's `Hook` objects, minimally.
-pub fn hook_records(hooks: &[Manifest]) -> Vec<serde_json::Value> {
-    hooks
-        .iter()
-        .map(|h| {
-            serde_json::json!({
-                "name": h.object.pointer("/metadata/name").cloned().unwrap_or_default(),
-                "kind": h.kind(),
-                "path": h.source,
-                "manifest": h.text,
-                "events": h.object.pointer("/metadata/annotations/helm.sh~1hook")
-                    .and_then(|v| v.as_str())
-                    .map(|s| s.split(',').map(|e| e.trim().to_string()).collect::<Vec<_>>())
-                    .unwrap_or_default(),
-                "last_run": {"started_at": "", "completed_at": "", "phase": ""},
-            })
-        })
         .collect()
 }
 

@@ -92,7 +92,12 @@ impl ReleaseStore {
 
     /// Every revision of `name`, oldest first.
     pub async fn history(&self, name: &str) -> Result<Vec<HelmRelease>, StoreError> {
-        Ok(self.stored(name).await?.into_iter().map(|s| s.release).collect())
+        Ok(self
+            .stored(name)
+            .await?
+            .into_iter()
+            .map(|s| s.release)
+            .collect())
     }
 
     /// Every revision of `name` with its Secret's checksum label, oldest first.
@@ -109,7 +114,12 @@ impl ReleaseStore {
                 secret: secret_name,
                 source,
             })?;
-            let checksum = secret.metadata.labels.as_ref().and_then(|l| l.get(CHECKSUM_LABEL)).cloned();
+            let checksum = secret
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(CHECKSUM_LABEL))
+                .cloned();
             out.push(Stored { release, checksum });
         }
         out.sort_by_key(|s| s.release.version);

@@ -20,6 +20,8 @@ pub struct Chart {
     pub files: BTreeMap<String, Vec<u8>>,
     /// Subcharts by directory name.
     pub subcharts: BTreeMap<String, Chart>,
+    /// `values.schema.json`, if the chart has one.
+    pub schema: Option<Vec<u8>>,
 }
 
 impl Chart {
@@ -71,10 +73,19 @@ impl Chart {
             crds: BTreeMap::new(),
             files: BTreeMap::new(),
             subcharts: BTreeMap::new(),
+            schema: None,
         };
+        let ignore = files
+            .iter()
+            .find(|(p, _)| p == ".helmignore")
+            .map(|(_, b)| super::helmignore::HelmIgnore::parse(&String::from_utf8_lossy(b)))
+            .unwrap_or_default();
         let mut sub_files: BTreeMap<String, Vec<(String, &[u8])>> = BTreeMap::new();
         let mut packed: Vec<(String, &[u8])> = Vec::new();
         for (path, bytes) in files {
+            if ignore.ignores(path) {
+                continue;
+            }
             let text = || {
                 String::from_utf8(bytes.to_vec())
                     .map_err(|_| RenderError::Chart(format!("{at}{path} is not valid UTF-8")))
@@ -108,6 +119,9 @@ impl Chart {
                         }
                     };
                 }
+                "values.schema.json" => chart.schema = Some(bytes.to_vec()),
+                // Lock files and the Helm 2 dependency list are chart metadata, not `.Files`.
+                "Chart.lock" | "requirements.yaml" | "requirements.lock" | ".helmignore" => {}
                 p if p.starts_with("templates/") => {
                     chart.templates.insert(path.clone(), text()?);
                 }

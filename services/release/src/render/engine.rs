@@ -2,13 +2,12 @@
 //! ones, the way Helm's engine does. `include` and `tpl` need that set while it executes, so
 //! they hold a weak handle that is filled in once parsing is done.
 
-use super::RenderError;
-use super::chart::Chart;
 use super::context::{self, Capabilities, TemplateData};
-use super::funcs::{self, fail, string};
+use super::funcs::{self, fail, message, string};
 use super::methods;
 use super::value::strval;
-use super::values::{self, Scope};
+use super::values::Scope;
+use super::{Lookup, RenderError};
 use crate::ReleaseInfo;
 use gotmpl::parse::Parser;
 use gotmpl::{FuncMap, Result as TplResult, Template, TemplateError, Value};
@@ -35,19 +34,18 @@ struct Entry<'a> {
     executable: bool,
 }
 
-/// Renders every template of `chart` with `values` supplied by the user.
+/// Renders every template of the chart tree `root` (charts with their coalesced values).
 pub fn render_files(
-    chart: &Chart,
-    values: &serde_json::Value,
+    root: &Scope<'_>,
     release: &ReleaseInfo,
     caps: &Capabilities,
+    lookup: Option<Arc<dyn Lookup>>,
 ) -> Result<Vec<RenderedFile>, RenderError> {
-    let root = values::scope(chart, chart.name(), values);
     let mut entries = Vec::new();
-    collect(&root, &format!("{}/", chart.name()), &mut entries);
+    collect(root, &format!("{}/", root.name), true, &mut entries);
 
     let set: Arc<OnceLock<Template>> = Arc::new(OnceLock::new());
-    let mut template = Template::new("").funcs(function_map(Arc::downgrade(&set)));
+    let mut template = Template::new("").funcs(function_map(Arc::downgrade(&set), lookup));
     // Helm parses deeper paths first and, within a depth, in reverse name order; a later
     // `define` of the same name wins, so the parent chart's definitions override subcharts'.
     let mut order: Vec<&Entry> = entries.iter().collect();
@@ -93,7 +91,7 @@ pub fn render_files(
             .execute_template_to_string(&e.name, &data)
             .map_err(|err| RenderError::Execute {
                 template: e.name.clone(),
-                message: err.to_string(),
+                message: message(&err),
             })?;
         out.push(RenderedFile {
             name: e.name.clone(),
@@ -105,24 +103,27 @@ pub fn render_files(
     Ok(out)
 }
 
-fn collect<'a>(scope: &'a Scope<'a>, prefix: &str, out: &mut Vec<Entry<'a>>) {
+/// Lists the chart tree's templates. Partials (`_*`) only provide definitions; `NOTES.txt` is
+/// rendered for the top chart only (Helm's default), and kept apart from the manifests.
+fn collect<'a>(scope: &'a Scope<'a>, prefix: &str, top: bool, out: &mut Vec<Entry<'a>>) {
     for (path, source) in &scope.chart.templates {
         let base = path.rsplit('/').next().unwrap_or(path);
+        let notes = base == "NOTES.txt";
         out.push(Entry {
             name: format!("{prefix}{path}"),
             base_path: format!("{prefix}templates"),
             source,
             scope,
-            executable: !base.starts_with('_') && base != "NOTES.txt",
+            executable: !base.starts_with('_') && (!notes || top),
         });
     }
     for sub in &scope.subcharts {
-        collect(sub, &format!("{prefix}charts/{}/", sub.name), out);
+        collect(sub, &format!("{prefix}charts/{}/", sub.name), false, out);
     }
 }
 
 /// Sprig plus the functions bound to this render's template set.
-fn function_map(set: Weak<OnceLock<Template>>) -> FuncMap {
+fn function_map(set: Weak<OnceLock<Template>>, lookup: Option<Arc<dyn Lookup>>) -> FuncMap {
     let mut fm = funcs::sprig();
     let depth = Arc::new(AtomicUsize::new(0));
     let (s, d) = (set.clone(), depth.clone());
@@ -137,10 +138,33 @@ fn function_map(set: Weak<OnceLock<Template>>) -> FuncMap {
     );
     fm.insert(
         "lookup".into(),
-        Arc::new(|_: &[Value]| Ok(Value::Map(Arc::default()))),
+        Arc::new(move |args: &[Value]| lookup_fn(lookup.as_deref(), args)),
     );
     super::files::register(&mut fm);
     fm
+}
+
+/// Helm's `lookup apiVersion kind namespace name`: the object, the list (`items`) when `name`
+/// is empty, or an empty map when it does not exist or no cluster is attached.
+fn lookup_fn(lookup: Option<&dyn Lookup>, args: &[Value]) -> TplResult<Value> {
+    if args.len() != 4 {
+        return Err(TemplateError::ArgCount {
+            name: "lookup".into(),
+            expected: 4,
+            got: args.len(),
+        });
+    }
+    let Some(lookup) = lookup else {
+        return Ok(Value::Map(Arc::default()));
+    };
+    let [api_version, kind, namespace, name] = [0, 1, 2, 3].map(|i| strval(&args[i]));
+    let found = lookup
+        .lookup(&api_version, &kind, &namespace, &name)
+        .map_err(|e| fail("lookup", e))?;
+    Ok(match found {
+        Some(v) => super::value::from_json(&v),
+        None => Value::Map(Arc::default()),
+    })
 }
 
 /// Counts one level of `include`/`tpl` nesting for as long as it lives.
@@ -190,7 +214,7 @@ fn include(
     with_set(set, |t| {
         t.execute_template_to_string(&name, &data)
             .map(string)
-            .map_err(|e| fail("include", format!("template {name:?}: {e}")))
+            .map_err(|e| TemplateError::Exec(format!("include {name:?}: {}", message(&e))))
     })
 }
 
@@ -204,7 +228,7 @@ fn tpl(set: &Weak<OnceLock<Template>>, depth: &AtomicUsize, args: &[Value]) -> T
             .clone()
             .parse(&methods::rewrite(&text))
             .and_then(|t| t.execute_to_string(&data))
-            .map_err(|e| fail("tpl", e))?;
+            .map_err(|e| TemplateError::Exec(format!("tpl: {}", message(&e))))?;
         Ok(string(out.replace("<no value>", "")))
     })
 }

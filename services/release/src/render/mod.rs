@@ -9,8 +9,10 @@ mod engine;
 mod files;
 pub mod funcs;
 pub mod goyaml;
+mod helmignore;
 pub mod manifests;
 mod methods;
+mod schema;
 pub mod value;
 pub mod values;
 
@@ -51,6 +53,8 @@ pub struct Rendered {
     pub chart_metadata: serde_json::Value,
     /// The values the templates saw (`.Values` of the top chart).
     pub values: serde_json::Value,
+    /// The top chart's rendered `templates/NOTES.txt` (empty without one).
+    pub notes: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,20 +80,47 @@ pub fn render_chart(
     render_release(files, values, release, &Capabilities::default()).map(|r| r.manifests)
 }
 
+/// Read access to the cluster for Helm's `lookup`. Called from the (blocking) render thread.
+pub trait Lookup: Send + Sync {
+    /// The object (or, with an empty `name`, the list) as JSON; `None` when it does not exist.
+    fn lookup(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, String>;
+}
+
 /// Renders a chart with the given cluster capabilities, returning CRDs and hooks as well.
+/// `lookup` finds nothing, as in `helm template`.
 pub fn render_release(
     files: &[(String, Vec<u8>)],
     values: &serde_json::Value,
     release: &ReleaseInfo,
     caps: &Capabilities,
 ) -> Result<Rendered, RenderError> {
+    render_release_with_lookup(files, values, release, caps, None)
+}
+
+/// Like [`render_release`], with `lookup` answered from a cluster.
+pub fn render_release_with_lookup(
+    files: &[(String, Vec<u8>)],
+    values: &serde_json::Value,
+    release: &ReleaseInfo,
+    caps: &Capabilities,
+    lookup: Option<std::sync::Arc<dyn Lookup>>,
+) -> Result<Rendered, RenderError> {
     if !(values.is_object() || values.is_null()) {
         return Err(RenderError::Values("the top level must be a map".into()));
     }
     let chart = Chart::load(files)?;
-    let rendered = engine::render_files(&chart, values, release, caps)?;
+    let scope = values::scope(&chart, chart.name(), values)?;
+    schema::validate(&scope)?;
+    let (notes, rendered): (Vec<_>, Vec<_>) = engine::render_files(&scope, release, caps, lookup)?
+        .into_iter()
+        .partition(|f| f.name.ends_with("/templates/NOTES.txt"));
     let (manifests, hooks) = manifests::objects(&rendered)?;
-    let scope = values::scope(&chart, chart.name(), values);
     let crds = crd_manifests(&scope, &format!("{}/", chart.name()))?;
     Ok(Rendered {
         crds,
@@ -97,6 +128,7 @@ pub fn render_release(
         hooks,
         chart_metadata: chart.metadata.clone(),
         values: scope.values,
+        notes: notes.into_iter().map(|f| f.text).collect(),
     })
 }
 
@@ -107,7 +139,7 @@ pub fn chart_crds(
     values: &serde_json::Value,
 ) -> Result<Vec<Manifest>, RenderError> {
     let chart = Chart::load(files)?;
-    let scope = values::scope(&chart, chart.name(), values);
+    let scope = values::scope(&chart, chart.name(), values)?;
     crd_manifests(&scope, &format!("{}/", chart.name()))
 }
 

@@ -329,3 +329,103 @@ fn packed_subcharts_are_unpacked_and_rendered() {
         "kind: Service\nmetadata:\n  name: rel-redis\nport: 6380\nimage: redis"
     );
 }
+
+#[test]
+fn lookup_without_a_cluster_finds_nothing() {
+    let t = "kind: ConfigMap\nfound: {{ if lookup \"v1\" \"Secret\" \"ns\" \"x\" }}yes{{ else }}no{{ end }}";
+    assert_eq!(
+        render_one(&[("templates/x.yaml", t)], json!({})),
+        "kind: ConfigMap\nfound: no"
+    );
+}
+
+#[test]
+fn values_are_validated_against_the_chart_schema() {
+    let schema = r#"{"type": "object", "required": ["image"], "properties": {
+        "replicas": {"type": "integer", "minimum": 1},
+        "image": {"type": "object", "properties": {"tag": {"type": "string"}}}}}"#;
+    let files = [
+        ("values.schema.json", schema),
+        ("values.yaml", "replicas: 1\nimage:\n  tag: v1\n"),
+        ("templates/x.yaml", "kind: ConfigMap"),
+    ];
+    assert_eq!(
+        render_one(&files, json!({"replicas": 2})),
+        "kind: ConfigMap"
+    );
+    let err = render_err(&files, json!({"replicas": "two", "image": {"tag": 5}}));
+    let text = err.to_string();
+    assert!(matches!(err, RenderError::Values(_)), "{text}");
+    assert!(
+        text.contains("hello: /replicas:") && text.contains("hello: /image/tag:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn declared_but_missing_dependencies_are_reported_unless_disabled() {
+    let mut files = chart(&[("templates/x.yaml", "kind: ConfigMap")]);
+    files[0]
+        .1
+        .extend_from_slice(b"dependencies:\n- name: redis\n  condition: redis.enabled\n");
+    let err = render_chart(&files, &json!({}), &release())
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        err.as_deref()
+            .is_some_and(|e| e.contains("\"redis\"") && e.contains("charts/")),
+        "{err:?}"
+    );
+    assert!(render_chart(&files, &json!({"redis": {"enabled": false}}), &release()).is_ok());
+}
+
+#[test]
+fn helmignore_hides_files_from_the_chart() {
+    let t = "kind: ConfigMap\nx: {{ .Files.Get \"notes/a.txt\" | quote }}\ny: {{ .Files.Get \"b.txt\" | quote }}";
+    let files = [
+        (".helmignore", "notes/\n"),
+        ("notes/a.txt", "secret"),
+        ("b.txt", "ok"),
+        ("templates/x.yaml", t),
+    ];
+    assert_eq!(
+        render_one(&files, json!({})),
+        "kind: ConfigMap\nx: \"\"\ny: \"ok\""
+    );
+}
+
+#[test]
+fn fail_messages_reach_the_user_verbatim() {
+    let helpers = "{{ define \"check\" }}{{ fail \"replicas must be odd\" }}{{ end }}";
+    let err = render_err(
+        &[
+            ("templates/_h.tpl", helpers),
+            ("templates/x.yaml", "{{ include \"check\" . }}"),
+        ],
+        json!({}),
+    );
+    assert_eq!(
+        err.to_string(),
+        "execution error in hello/templates/x.yaml: include \"check\": replicas must be odd"
+    );
+}
+
+#[test]
+fn notes_are_rendered_for_the_top_chart_apart_from_manifests() {
+    let files = chart(&[
+        ("templates/NOTES.txt", "Installed {{ .Release.Name }}."),
+        ("templates/x.yaml", "kind: ConfigMap"),
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 1.0.0\n",
+        ),
+        ("charts/sub/templates/NOTES.txt", "sub notes"),
+    ]);
+    let out = render_release(&files, &json!({}), &release(), &Capabilities::default());
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(out.notes, "Installed rel.");
+    assert_eq!(out.manifests.len(), 1);
+}

@@ -2,6 +2,7 @@
 //! user `null` deleting a default, each subchart seeing its own section plus `global`, and
 //! subcharts switched off by their dependency `condition` or `tags`.
 
+use super::RenderError;
 use super::chart::Chart;
 use serde_json::{Map, Value};
 
@@ -54,9 +55,11 @@ fn strip_nulls(v: &Value) -> Value {
     }
 }
 
-/// Builds the scope tree for `chart` given the values supplied for it.
-pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Scope<'a> {
+/// Builds the scope tree for `chart` given the values supplied for it. An enabled dependency
+/// that is declared in `Chart.yaml` but not present under `charts/` is an error, as in Helm.
+pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope<'a>, RenderError> {
     let mut values = coalesce(&chart.values, supplied);
+    check_vendored(chart, name, &values)?;
     let mut subcharts = Vec::new();
     for sub in chart.subcharts.values() {
         let dep = dependency_for(chart, sub.name());
@@ -78,18 +81,32 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Scope<'a> {
             let merged = coalesce(m.get("global").unwrap_or(&Value::Null), global);
             m.insert("global".into(), merged);
         }
-        let sub_scope = scope(sub, &sub_name, &sub_supplied);
+        let sub_scope = scope(sub, &sub_name, &sub_supplied)?;
         if let Value::Object(m) = &mut values {
             m.insert(sub_name.clone(), sub_scope.values.clone());
         }
         subcharts.push(sub_scope);
     }
-    Scope {
+    Ok(Scope {
         chart,
         name: name.to_string(),
         values,
         subcharts,
+    })
+}
+
+fn check_vendored(chart: &Chart, name: &str, values: &Value) -> Result<(), RenderError> {
+    let deps = chart.metadata.get("dependencies").and_then(Value::as_array);
+    for dep in deps.into_iter().flatten().filter_map(Value::as_object) {
+        let dep_name = dep.get("name").and_then(Value::as_str).unwrap_or_default();
+        let present = chart.subcharts.values().any(|s| s.name() == dep_name);
+        if !present && enabled(Some(dep), values) {
+            return Err(RenderError::Chart(format!(
+                "{name}: dependency {dep_name:?} is declared in Chart.yaml but missing from charts/"
+            )));
+        }
     }
+    Ok(())
 }
 
 fn dependency_for<'c>(chart: &'c Chart, name: &str) -> Option<&'c Map<String, Value>> {

@@ -23,15 +23,24 @@ async fn client_from(kubeconfig: Kubeconfig) -> anyhow::Result<kube::Client> {
 }
 
 pub async fn start() -> anyhow::Result<Harness> {
+    start_with(false).await
+}
+
+/// Like [`start`]; with `simulate_workloads` the dev cluster completes Jobs and readies
+/// Deployments the way their controllers would (a real cluster does that anyway).
+pub async fn start_with(simulate_workloads: bool) -> anyhow::Result<Harness> {
     let (kube, cluster) = match std::env::var("BERTH_TEST_KUBECONFIG") {
         Ok(path) if !path.is_empty() => {
             let kc = Kubeconfig::read_from(&path).with_context(|| format!("reading {path}"))?;
             (client_from(kc).await?, None)
         }
         _ => {
-            let cluster =
-                berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig::default())
-                    .await?;
+            let config = berth_devcluster::DevClusterConfig {
+                simulate_workloads,
+                workload_delay: Duration::from_millis(100),
+                ..Default::default()
+            };
+            let cluster = berth_devcluster::DevCluster::start(config).await?;
             let kc = Kubeconfig::from_yaml(&cluster.kubeconfig_yaml())?;
             (client_from(kc).await?, Some(cluster))
         }

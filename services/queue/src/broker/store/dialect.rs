@@ -29,7 +29,9 @@ impl Dialect {
         match scheme {
             "sqlite" => Ok(Dialect::Sqlite),
             "postgres" | "postgresql" => Ok(Dialect::Postgres),
-            _ => Err(StoreError::UnsupportedUrl { scheme: scheme.to_owned() }),
+            _ => Err(StoreError::UnsupportedUrl {
+                scheme: scheme.to_owned(),
+            }),
         }
     }
 
@@ -74,6 +76,16 @@ impl Dialect {
         }
     }
 
+    /// How long a pooled connection may live. SQLite keeps its one connection forever: an
+    /// in-memory database lives exactly as long as its connection, so recycling it would
+    /// silently empty the queue. PostgreSQL connections are recycled as usual.
+    pub fn connection_lifetime(self) -> Option<std::time::Duration> {
+        match self {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some(std::time::Duration::from_secs(30 * 60)),
+        }
+    }
+
     /// Statements run once on each new connection.
     pub fn connection_setup(self) -> &'static [&'static str] {
         match self {
@@ -81,7 +93,11 @@ impl Dialect {
             // (a second broker or an operator's sqlite3 shell) holding the lock briefly.
             // synchronous=NORMAL in WAL mode survives any process crash; only an OS crash or
             // power loss can drop the last commits.
-            Dialect::Sqlite => &["PRAGMA journal_mode = WAL", "PRAGMA busy_timeout = 5000", "PRAGMA synchronous = NORMAL"],
+            Dialect::Sqlite => &[
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA busy_timeout = 5000",
+                "PRAGMA synchronous = NORMAL",
+            ],
             Dialect::Postgres => &[],
         }
     }
@@ -94,6 +110,21 @@ impl Dialect {
             Dialect::Sqlite => None,
             // The channel must be CHANGE_CHANNEL (checked by a test).
             Dialect::Postgres => Some("NOTIFY berth_queue"),
+        }
+    }
+
+    /// A statement that serialises Enqueue per queue (`$1` is the queue name) until commit.
+    ///
+    /// PostgreSQL hands out `seq` values when rows are inserted, not when they commit. Two
+    /// concurrent Enqueues into one queue could commit out of order: the later-numbered task
+    /// becomes visible first, is leased, and then the earlier one appears as the queue's head
+    /// and is leased too, breaking "one running task per queue". Holding a per-queue lock from
+    /// insert to commit makes `seq` order equal commit order within a queue. SQLite writers are
+    /// serialised anyway.
+    pub fn queue_lock(self) -> Option<&'static str> {
+        match self {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"),
         }
     }
 
@@ -113,23 +144,50 @@ mod tests {
 
     #[test]
     fn scheme_selects_the_engine() {
-        assert_eq!(Dialect::from_url("sqlite::memory:").ok(), Some(Dialect::Sqlite));
-        assert_eq!(Dialect::from_url("sqlite:///tmp/q.db?mode=rwc").ok(), Some(Dialect::Sqlite));
-        assert_eq!(Dialect::from_url("postgres://u@h/db").ok(), Some(Dialect::Postgres));
-        assert!(matches!(Dialect::from_url("mysql://x"), Err(StoreError::UnsupportedUrl { .. })));
+        assert_eq!(
+            Dialect::from_url("sqlite::memory:").ok(),
+            Some(Dialect::Sqlite)
+        );
+        assert_eq!(
+            Dialect::from_url("sqlite:///tmp/q.db?mode=rwc").ok(),
+            Some(Dialect::Sqlite)
+        );
+        assert_eq!(
+            Dialect::from_url("postgres://u@h/db").ok(),
+            Some(Dialect::Postgres)
+        );
+        assert!(matches!(
+            Dialect::from_url("mysql://x"),
+            Err(StoreError::UnsupportedUrl { .. })
+        ));
     }
 
     #[test]
     fn change_signal_uses_the_listened_channel() {
-        assert_eq!(Dialect::Postgres.change_signal(), Some(format!("NOTIFY {CHANGE_CHANNEL}").as_str()));
+        assert_eq!(
+            Dialect::Postgres.change_signal(),
+            Some(format!("NOTIFY {CHANGE_CHANNEL}").as_str())
+        );
         assert_eq!(Dialect::Sqlite.change_signal(), None);
     }
 
     #[test]
     fn sqlite_files_are_created_unless_a_mode_is_given() {
-        assert_eq!(Dialect::Sqlite.connect_url("sqlite://q.db"), "sqlite://q.db?mode=rwc");
-        assert_eq!(Dialect::Sqlite.connect_url("sqlite://q.db?cache=shared"), "sqlite://q.db?cache=shared&mode=rwc");
-        assert_eq!(Dialect::Sqlite.connect_url("sqlite://q.db?mode=ro"), "sqlite://q.db?mode=ro");
-        assert_eq!(Dialect::Sqlite.connect_url("sqlite::memory:"), "sqlite::memory:");
+        assert_eq!(
+            Dialect::Sqlite.connect_url("sqlite://q.db"),
+            "sqlite://q.db?mode=rwc"
+        );
+        assert_eq!(
+            Dialect::Sqlite.connect_url("sqlite://q.db?cache=shared"),
+            "sqlite://q.db?cache=shared&mode=rwc"
+        );
+        assert_eq!(
+            Dialect::Sqlite.connect_url("sqlite://q.db?mode=ro"),
+            "sqlite://q.db?mode=ro"
+        );
+        assert_eq!(
+            Dialect::Sqlite.connect_url("sqlite::memory:"),
+            "sqlite::memory:"
+        );
     }
 }

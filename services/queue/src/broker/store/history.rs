@@ -21,7 +21,11 @@ pub(crate) struct Finished<'a> {
 const TRIM_EVERY: i64 = 128;
 
 /// Records a finished task (and now and then trims the table).
-pub(crate) async fn record(conn: &mut AnyConnection, row: Finished<'_>, now_ms: i64) -> Result<(), StoreError> {
+pub(crate) async fn record(
+    conn: &mut AnyConnection,
+    row: Finished<'_>,
+    now_ms: i64,
+) -> Result<(), StoreError> {
     let inserted = sqlx::query(
         "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
@@ -37,7 +41,9 @@ pub(crate) async fn record(conn: &mut AnyConnection, row: Finished<'_>, now_ms: 
     .fetch_one(&mut *conn)
     .await
     .map_err(query_failed("record history"))?;
-    let seq: i64 = inserted.try_get("seq").map_err(query_failed("decode history seq"))?;
+    let seq: i64 = inserted
+        .try_get("seq")
+        .map_err(query_failed("decode history seq"))?;
     if seq % TRIM_EVERY == 0 {
         trim(conn).await?;
     }

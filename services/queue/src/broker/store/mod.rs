@@ -18,6 +18,7 @@ use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Executor};
 
 pub use dialect::{CHANGE_CHANNEL, Dialect};
+pub use lease::LeaseLimits;
 pub use settle::LeaseRef;
 pub use write::Superseded;
 
@@ -49,8 +50,27 @@ pub enum StoreError {
     },
     /// The caller's lease is gone: another worker holds the task now, it finished, or it was
     /// never leased with this fence.
-    #[error("task {task_id:?}: no lease with fence {fence} (stale, expired and re-leased, or already settled)")]
+    #[error(
+        "task {task_id:?}: no lease with fence {fence} (stale, expired and re-leased, or already settled)"
+    )]
     StaleLease { task_id: String, fence: i64 },
+}
+
+impl StoreError {
+    /// A failure that the same call, retried at once, would likely not hit: PostgreSQL aborted
+    /// the transaction to break a deadlock (40P01) or a serialization conflict (40001). The
+    /// transaction was rolled back entirely, so retrying is safe.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Query {
+                source: sqlx::Error::Database(db),
+                ..
+            } => {
+                matches!(db.code().as_deref(), Some("40P01" | "40001"))
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Attaches the failed operation's name to a sqlx error.
@@ -75,6 +95,8 @@ impl Store {
         install_default_drivers();
         let pool = AnyPoolOptions::new()
             .max_connections(dialect.max_connections())
+            .idle_timeout(dialect.connection_lifetime())
+            .max_lifetime(dialect.connection_lifetime())
             .acquire_timeout(CONNECT_TIMEOUT)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
@@ -87,8 +109,16 @@ impl Store {
             .connect(&dialect.connect_url(database_url))
             .await
             .map_err(|source| StoreError::Connect { dialect, source })?;
-        dialect.migrator().run(&pool).await.map_err(StoreError::Migrate)?;
-        Ok(Store { pool, dialect, database_url: database_url.into() })
+        dialect
+            .migrator()
+            .run(&pool)
+            .await
+            .map_err(StoreError::Migrate)?;
+        Ok(Store {
+            pool,
+            dialect,
+            database_url: database_url.into(),
+        })
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -104,14 +134,22 @@ impl Store {
     }
 
     /// Starts a transaction that will write (see [`Dialect::begin_write`]).
-    async fn begin(&self, op: &'static str) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
-        self.pool.begin_with(self.dialect.begin_write()).await.map_err(query_failed(op))
+    async fn begin(
+        &self,
+        op: &'static str,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        self.pool
+            .begin_with(self.dialect.begin_write())
+            .await
+            .map_err(query_failed(op))
     }
 
     /// Tells other brokers on the same database to look for ready tasks once `tx` commits.
     async fn signal_change(&self, tx: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
         if let Some(statement) = self.dialect.change_signal() {
-            tx.execute(statement).await.map_err(query_failed("signal change"))?;
+            tx.execute(statement)
+                .await
+                .map_err(query_failed("signal change"))?;
         }
         Ok(())
     }
@@ -119,5 +157,83 @@ impl Store {
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::broker::model::NewTask;
+
+    fn task(id: &str) -> NewTask {
+        NewTask {
+            id: id.into(),
+            queue: "q".into(),
+            package: "p".into(),
+            generation: 1,
+            kind: "Run".into(),
+            payload_json: "{}".into(),
+            traceparent: String::new(),
+            allow_failure: false,
+        }
+    }
+
+    fn limits() -> LeaseLimits {
+        LeaseLimits {
+            ttl: Duration::from_secs(10),
+            max_tasks: 10,
+            response_bytes: 1 << 20,
+            merged_payload_bytes: 1 << 20,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_in_memory_database_keeps_its_tasks_between_calls() {
+        let store = Store::open("sqlite::memory:")
+            .await
+            .expect("open in-memory store");
+        assert_eq!(
+            store
+                .enqueue(&[task("a"), task("b")], 1_000)
+                .await
+                .expect("enqueue"),
+            2
+        );
+        let batch = store.lease("w", limits(), 2_000).await.expect("lease");
+        assert_eq!(batch.tasks.len(), 1);
+        let lease = LeaseRef {
+            task_id: "a".into(),
+            fence: batch.tasks[0].fence,
+        };
+        let settled = store.complete(&lease, 2_500).await.expect("complete");
+        assert_eq!((settled.kind.as_str(), settled.ran_ms), ("Run", 500));
+        let next = store.lease("w", limits(), 3_000).await.expect("lease");
+        assert_eq!(next.tasks[0].task.id, "b");
+        assert_eq!(
+            next.tasks[0].ready_since_ms, 1_000,
+            "waiting since it was enqueued"
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_ready_reports_when_the_next_head_becomes_due() {
+        let store = Store::open("sqlite::memory:")
+            .await
+            .expect("open in-memory store");
+        store.enqueue(&[task("a")], 1_000).await.expect("enqueue");
+        let leased = store.lease("w", limits(), 1_000).await.expect("lease");
+        let idle = store.lease("w", limits(), 1_001).await.expect("lease");
+        assert!(idle.tasks.is_empty());
+        assert_eq!(
+            idle.next_due_ms,
+            Some(11_000),
+            "the lease expires at 1 000 + 10 000"
+        );
+        let expired = store.lease("w2", limits(), 11_000).await.expect("lease");
+        assert_eq!(expired.tasks.len(), 1, "redelivered once the lease expired");
+        assert!(expired.tasks[0].redelivered);
+        assert!(expired.tasks[0].fence > leased.tasks[0].fence);
     }
 }

@@ -31,7 +31,9 @@ pub(crate) fn leased_task(row: &AnyRow) -> Result<(i64, LeasedTask), sqlx::Error
         attempts: row.try_get("attempts")?,
         last_error: row.try_get("last_error")?,
         fence: row.try_get("fence")?,
-        ready_since_ms: row.try_get::<i64, _>("enqueued_at")?.max(row.try_get("not_before")?),
+        ready_since_ms: row
+            .try_get::<i64, _>("enqueued_at")?
+            .max(row.try_get("not_before")?),
         redelivered: !row.try_get::<String, _>("lease_holder")?.is_empty(),
         compacted: 0,
     };

@@ -28,14 +28,24 @@ struct Removed {
 
 impl Removed {
     fn settled(&self, now_ms: i64) -> Settled {
-        Settled { kind: self.kind.clone(), ran_ms: now_ms.saturating_sub(self.leased_at).max(0), cancelled: self.cancelled }
+        Settled {
+            kind: self.kind.clone(),
+            ran_ms: now_ms.saturating_sub(self.leased_at).max(0),
+            cancelled: self.cancelled,
+        }
     }
 }
 
 impl Store {
     /// Extends the leases `worker` still holds. Returns the task ids the worker must stop:
     /// cancelled by Supersede, or lost (finished, re-leased after expiry, or unknown fence).
-    pub async fn heartbeat(&self, worker: &str, leases: &[LeaseRef], ttl: Duration, now_ms: i64) -> Result<Vec<String>, StoreError> {
+    pub async fn heartbeat(
+        &self,
+        worker: &str,
+        leases: &[LeaseRef],
+        ttl: Duration,
+        now_ms: i64,
+    ) -> Result<Vec<String>, StoreError> {
         let lease_until = now_ms.saturating_add(ttl.as_millis() as i64);
         let mut tx = self.begin("heartbeat").await?;
         let mut stop = Vec::new();
@@ -57,7 +67,9 @@ impl Store {
                 stop.push(lease.task_id.clone());
             }
         }
-        tx.commit().await.map_err(query_failed("commit heartbeat"))?;
+        tx.commit()
+            .await
+            .map_err(query_failed("commit heartbeat"))?;
         Ok(stop)
     }
 
@@ -66,7 +78,11 @@ impl Store {
     pub async fn complete(&self, lease: &LeaseRef, now_ms: i64) -> Result<Settled, StoreError> {
         let mut tx = self.begin("complete").await?;
         let removed = remove_leased(&mut tx, lease).await?;
-        let outcome = if removed.cancelled { Outcome::Cancelled } else { Outcome::Done };
+        let outcome = if removed.cancelled {
+            Outcome::Cancelled
+        } else {
+            Outcome::Done
+        };
         let finished = Finished {
             id: &lease.task_id,
             queue: &removed.queue,
@@ -106,11 +122,20 @@ impl Store {
         .await
         .map_err(query_failed("read failed task"))?
         .ok_or_else(|| stale(lease))?;
-        let decode = |column: &str| row.try_get::<i64, _>(column).map_err(query_failed("decode failed task"));
+        let decode = |column: &str| {
+            row.try_get::<i64, _>(column)
+                .map_err(query_failed("decode failed task"))
+        };
         let attempts = decode("attempts")? + 1;
         let keep = retry && decode("allow_failure")? == 0 && decode("cancelled")? == 0;
-        let kind: String = row.try_get("kind").map_err(query_failed("decode failed task"))?;
-        let settled = Settled { kind, ran_ms: now_ms.saturating_sub(decode("leased_at")?).max(0), cancelled: decode("cancelled")? != 0 };
+        let kind: String = row
+            .try_get("kind")
+            .map_err(query_failed("decode failed task"))?;
+        let settled = Settled {
+            kind,
+            ran_ms: now_ms.saturating_sub(decode("leased_at")?).max(0),
+            cancelled: decode("cancelled")? != 0,
+        };
         let outcome = if keep {
             let delay = backoff.delay(attempts);
             let delay_ms = delay.as_millis() as i64;
@@ -129,7 +154,11 @@ impl Store {
             FailOutcome::RetryIn(delay_ms)
         } else {
             let removed = remove_leased(&mut tx, lease).await?;
-            let outcome = if removed.cancelled { Outcome::Cancelled } else { Outcome::Dropped };
+            let outcome = if removed.cancelled {
+                Outcome::Cancelled
+            } else {
+                Outcome::Dropped
+            };
             let finished = Finished {
                 id: &lease.task_id,
                 queue: &removed.queue,
@@ -149,7 +178,10 @@ impl Store {
 }
 
 fn stale(lease: &LeaseRef) -> StoreError {
-    StoreError::StaleLease { task_id: lease.task_id.clone(), fence: lease.fence }
+    StoreError::StaleLease {
+        task_id: lease.task_id.clone(),
+        fence: lease.fence,
+    }
 }
 
 /// Deletes the task if `lease` still holds it. The DELETE itself checks the fence, so a lease

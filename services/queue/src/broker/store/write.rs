@@ -25,6 +25,18 @@ impl Store {
     /// finished is skipped. Returns how many were new.
     pub async fn enqueue(&self, tasks: &[NewTask], now_ms: i64) -> Result<u64, StoreError> {
         let mut tx = self.begin("enqueue").await?;
+        if let Some(lock) = self.dialect().queue_lock() {
+            // Sorted, so concurrent Enqueues take shared queues' locks in one order (no deadlock).
+            let queues: std::collections::BTreeSet<&str> =
+                tasks.iter().map(|t| t.queue.as_str()).collect();
+            for queue in queues {
+                sqlx::query(lock)
+                    .bind(queue)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_failed("lock queue"))?;
+            }
+        }
         let mut accepted = 0;
         for task in tasks {
             if contains(&mut tx, &task.id).await? {
@@ -58,7 +70,12 @@ impl Store {
     /// Removes the queued tasks of `package` older than `generation` (in every queue of the
     /// package) and marks its running ones cancelled. Set-based statements keep it quick however
     /// many tasks are affected.
-    pub async fn supersede(&self, package: &str, generation: i64, now_ms: i64) -> Result<Superseded, StoreError> {
+    pub async fn supersede(
+        &self,
+        package: &str,
+        generation: i64,
+        now_ms: i64,
+    ) -> Result<Superseded, StoreError> {
         let mut tx = self.begin("supersede").await?;
         sqlx::query(concat!(
             "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
@@ -98,7 +115,9 @@ impl Store {
         if dropped > 0 {
             self.signal_change(&mut tx).await?;
         }
-        tx.commit().await.map_err(query_failed("commit supersede"))?;
+        tx.commit()
+            .await
+            .map_err(query_failed("commit supersede"))?;
         Ok(Superseded { dropped, cancelled })
     }
 }

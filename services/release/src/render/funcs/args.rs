@@ -50,3 +50,12 @@ pub fn register_all(fm: &mut gotmpl::FuncMap, funcs: &[(&str, Builtin)]) {
         fm.insert((*name).to_string(), std::sync::Arc::new(*f));
     }
 }
+
+/// An error's text without the engine's generic `execution error:` prefix, so messages from
+/// `fail`/`required` reach the user as the chart author wrote them.
+pub fn message(e: &TemplateError) -> String {
+    match e {
+        TemplateError::Exec(m) => m.clone(),
+        other => other.to_string(),
+    }
+}

@@ -11,7 +11,7 @@ mod semver_fn;
 mod strings;
 mod time;
 
-pub use args::{Builtin, fail, register_all, string};
+pub use args::{Builtin, fail, message, register_all, string};
 
 use gotmpl::FuncMap;
 

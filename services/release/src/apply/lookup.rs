@@ -1,0 +1,91 @@
+//! Helm's `lookup` against the cluster. Templates execute on a blocking thread, so each
+//! lookup blocks that thread on the async kube call (never a runtime worker thread).
+
+use super::{Applier, ApplyError, ObjectKey};
+use crate::render::Lookup;
+use kube::Api;
+use kube::api::{DynamicObject, ListParams};
+use std::time::Duration;
+
+/// Bound on one lookup call.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub struct KubeLookup {
+    applier: Applier,
+    handle: tokio::runtime::Handle,
+}
+
+impl KubeLookup {
+    /// Must be created inside the runtime whose blocking pool will run the render.
+    pub fn new(applier: Applier) -> Self {
+        KubeLookup {
+            applier,
+            handle: tokio::runtime::Handle::current(),
+        }
+    }
+
+    async fn find(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, ApplyError> {
+        let (ar, namespaced) = match self
+            .applier
+            .discovery
+            .resolve(&self.applier.client, api_version, kind)
+            .await
+        {
+            Ok(v) => v,
+            // Helm returns an empty map for kinds the cluster does not serve.
+            Err(ApplyError::UnknownKind { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let client = self.applier.client.clone();
+        let api: Api<DynamicObject> = match (namespaced, namespace.is_empty()) {
+            (true, false) => Api::namespaced_with(client, namespace, &ar),
+            _ => Api::all_with(client, &ar),
+        };
+        let key = ObjectKey {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        // The object came from JSON, so turning it back cannot fail in practice.
+        let to_json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+        if name.is_empty() {
+            let list = Applier::call("list", &key, api.list(&ListParams::default())).await?;
+            let items: Vec<serde_json::Value> = list.items.iter().map(to_json).collect();
+            return Ok(Some(serde_json::json!({
+                "apiVersion": api_version,
+                "kind": format!("{kind}List"),
+                "items": items,
+            })));
+        }
+        let found = Applier::call("get", &key, api.get_opt(name)).await?;
+        Ok(found.as_ref().map(to_json))
+    }
+}
+
+impl Lookup for KubeLookup {
+    fn lookup(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, String> {
+        let fut = self.find(api_version, kind, namespace, name);
+        match self
+            .handle
+            .block_on(tokio::time::timeout(LOOKUP_TIMEOUT, fut))
+        {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!(
+                "lookup of {api_version}/{kind} {namespace}/{name} timed out"
+            )),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Release operations: install/upgrade, uninstall, status. Knows kube (through `apply` and
+//! `record`) but not gRPC; `service` adapts it to the proto contract. Each operation lives in
+//! its own file; this one holds the shared types, limits and per-release locking.
+
+mod hooks;
+mod install;
+mod status;
+mod uninstall;
+
+use crate::ReleaseInfo;
+use crate::apply::kstatus::{self, Status as ObjectStatus};
+use crate::apply::{Applier, ApplyError, KubeLookup, ObjectKey};
+use crate::capabilities::CapabilitiesCache;
+use crate::helm_hooks::{self, DeletePolicy, Hook, HookEvent};
+use crate::order::install_rank;
+use crate::record::format::{self, HelmRelease, Info, chart_record, recorded_objects};
+use crate::record::{ReleaseStore, Status, StoreError};
+use crate::render::{self, Capabilities, RenderError, manifests};
+use kube::Client;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Revisions kept per release (Helm's `--history-max` default).
+pub const HISTORY_MAX: usize = 10;
+
+/// How long one deleted object may take to disappear before uninstall/prune gives up.
+const DELETE_WAIT: Duration = Duration::from_secs(60);
+
+/// How long one hook (a Job, typically) may run; Helm's default `--timeout`.
+const HOOK_WAIT: Duration = Duration::from_secs(300);
+
+/// How long a CRD from `crds/` may take to become Established.
+const CRD_WAIT: Duration = Duration::from_secs(60);
+
+/// Longest release name Helm accepts (it must fit in label values and Secret names).
+const MAX_NAME_LEN: usize = 53;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("rendering task failed: {0}")]
+    Task(String),
+}
+
+impl ReleaseError {
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            ReleaseError::Apply(e) => e.is_unavailable(),
+            ReleaseError::Store(e) => e.is_unavailable(),
+            _ => false,
+        }
+    }
+}
+
+/// What Install did.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    pub revision: i32,
+    pub objects: Vec<ObjectKey>,
+    /// True when the render matched the deployed revision and no new revision was written.
+    pub unchanged: bool,
+}
+
+/// What Uninstall did.
+#[derive(Debug, Clone, Default)]
+pub struct Uninstalled {
+    pub found: bool,
+    pub deleted: Vec<ObjectKey>,
+}
+
+/// What Status saw.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub found: bool,
+    pub revision: i32,
+    pub objects: Vec<ObjectKey>,
+    pub ready: bool,
+    pub not_ready: Vec<String>,
+}
+
+/// One lock per (namespace, release). Entries are never removed: there is one per release
+/// ever touched by this process, which is small next to the releases' own records.
+type LockMap = HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>;
+
+/// Serializes operations on the same release; different releases proceed in parallel.
+#[derive(Clone, Default)]
+struct ReleaseLocks {
+    // Std mutex: only held to look up or insert a per-release lock, never across an await.
+    inner: Arc<Mutex<LockMap>>,
+}
+
+impl ReleaseLocks {
+    fn get(&self, ns: &str, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        match self.inner.lock() {
+            Ok(mut map) => map
+                .entry((ns.to_string(), name.to_string()))
+                .or_default()
+                .clone(),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .entry((ns.to_string(), name.to_string()))
+                .or_default()
+                .clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ReleaseManager {
+    client: Client,
+    applier: Applier,
+    locks: ReleaseLocks,
+    capabilities: CapabilitiesCache,
+}
+
+/// Validates a release name (DNS-1123 subdomain, at most 53 characters, as Helm requires) or
+/// a namespace (`dots: false`: DNS-1123 label, at most 63).
+pub fn validate_name(what: &str, name: &str, max: usize, dots: bool) -> Result<(), ReleaseError> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && l.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && l.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    let ok = name.len() <= max
+        && if dots {
+            name.split('.').all(label_ok)
+        } else {
+            label_ok(name)
+        };
+    if ok {
+        return Ok(());
+    }
+    let allowed = if dots {
+        "lower-case letters, digits, '-' and '.'"
+    } else {
+        "lower-case letters, digits and '-'"
+    };
+    Err(ReleaseError::InvalidArgument(format!(
+        "{what} {name:?} must be 1-{max} characters of {allowed}, each part starting and ending alphanumeric"
+    )))
+}
+
+fn validate_release(name: &str, namespace: &str) -> Result<(), ReleaseError> {
+    validate_name("release name", name, MAX_NAME_LEN, true)?;
+    validate_name("namespace", namespace, 63, false)
+}
+impl ReleaseManager {
+    pub fn new(client: Client) -> Self {
+        ReleaseManager {
+            applier: Applier::new(client.clone()),
+            client,
+            locks: ReleaseLocks::default(),
+            capabilities: CapabilitiesCache::default(),
+        }
+    }
+
+    /// `.Capabilities` for renders, from the cluster (cached briefly); defaults for whatever
+    /// the cluster does not answer.
+    async fn capabilities(&self) -> Capabilities {
+        self.capabilities.get(&self.client).await
+    }
+}
+
+fn kind_of(o: &serde_json::Value) -> &str {
+    o.get("kind").and_then(|k| k.as_str()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_release;
+
+    #[test]
+    fn names_follow_helm_rules() {
+        assert!(validate_release("my-app.v2", "team-a").is_ok());
+        assert!(validate_release("My_App", "ns").is_err());
+        assert!(validate_release("app", "team.a").is_err());
+        assert!(validate_release(&"a".repeat(54), "ns").is_err());
+        assert!(validate_release("app-", "ns").is_err());
+    }
+}

@@ -1,0 +1,49 @@
+//! Status: the latest revision's objects and their kstatus readiness.
+
+use super::*;
+
+impl ReleaseManager {
+    /// The latest revision's objects, whether each exists, and whether all are ready.
+    pub async fn status(&self, name: &str, namespace: &str) -> Result<Observed, ReleaseError> {
+        validate_release(name, namespace)?;
+        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let Some(latest) = store.latest(name).await? else {
+            return Ok(Observed::default());
+        };
+        let mut out = Observed {
+            found: true,
+            revision: latest.version,
+            ready: true,
+            ..Default::default()
+        };
+        let mut statuses = Vec::new();
+        let now = chrono::Utc::now();
+        for object in recorded_objects(&latest.manifest) {
+            let seen = self.applier.get(&object, namespace).await?;
+            let outcome = match seen.object.as_ref().map(serde_json::to_value) {
+                None => Ok(kstatus::Outcome {
+                    status: ObjectStatus::NotFound,
+                    reason: String::new(),
+                    message: "Resource not found".into(),
+                }),
+                Some(Ok(live)) => kstatus::compute(&live, now),
+                Some(Err(e)) => Err(e.to_string()),
+            };
+            let outcome = outcome.unwrap_or_else(|e| kstatus::Outcome {
+                status: ObjectStatus::Unknown,
+                reason: String::new(),
+                message: e,
+            });
+            if outcome.status != ObjectStatus::Current {
+                out.not_ready.push(format!(
+                    "{}: {:?} {} {}",
+                    seen.key, outcome.status, outcome.reason, outcome.message
+                ));
+            }
+            statuses.push(outcome.status);
+            out.objects.push(seen.key);
+        }
+        out.ready = kstatus::aggregate(&statuses, ObjectStatus::Current) == ObjectStatus::Current;
+        Ok(out)
+    }
+}
