@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -71,6 +72,14 @@ impl DevCluster {
         let mut tasks = JoinSet::new();
         let stop = shutdown.clone();
         tasks.spawn(async move {
+            // TCP_NODELAY: watch events and small responses are written as they happen;
+            // with Nagle's algorithm a second small write waits for the client's delayed
+            // ACK, which showed as a 40 ms floor on 1-2 % of create→event latencies.
+            let listener = listener.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                }
+            });
             let serve = axum::serve(listener, router(app))
                 .with_graceful_shutdown(async move { stop.cancelled().await });
             if let Err(e) = serve.await {

@@ -217,7 +217,6 @@ impl FieldSelector {
             (actual == *value) == *positive
         })
     }
-
 }
 
 #[cfg(test)]

@@ -108,6 +108,16 @@ impl ApiError {
     }
 
     /// A body in a format this endpoint does not take; `accepted` lists the ones it does.
+    /// 415 for a media type that is understood only for some bodies, saying why this one
+    /// was not.
+    pub fn unsupported_media_type_because(content_type: &str, why: &str) -> ApiError {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request in {content_type:?} cannot be used: {why}"),
+        )
+    }
+
     pub fn unsupported_media_type(content_type: &str, accepted: &str) -> ApiError {
         ApiError::new(
             415,

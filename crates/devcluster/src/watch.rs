@@ -10,6 +10,9 @@
 //! closing a slow watch, the client re-watches from the last resourceVersion it saw.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -54,15 +57,44 @@ pub struct StoredEvent {
     pub rv: u64,
     pub gr: GroupResource,
     pub kind: EventType,
-    pub object: Value,
-    pub old: Option<Value>,
+    pub object: Arc<Value>,
+    pub old: Option<Arc<Value>>,
+    /// The event's wire line, rendered by the first watcher that sends it unchanged and
+    /// reused by the others (see [`RenderedLine`]).
+    pub rendered: Arc<RenderedLine>,
+}
+
+/// One event's serialized watch line, keyed by the apiVersion it was rendered at:
+/// watchers of the same resource at the same version send identical bytes, so fifty
+/// watchers cost one serialization, not fifty.
+#[derive(Debug, Default)]
+pub struct RenderedLine(OnceLock<(String, Bytes)>);
+
+impl RenderedLine {
+    /// The line at `api_version`, rendering it with `render` unless it is cached at
+    /// that version (a watcher at another version renders its own).
+    pub fn get_or_render(&self, api_version: &str, render: impl FnOnce() -> Bytes) -> Bytes {
+        if let Some((v, bytes)) = self.0.get() {
+            if v == api_version {
+                return bytes.clone();
+            }
+            return render();
+        }
+        let bytes = render();
+        let _ = self.0.set((api_version.to_string(), bytes.clone()));
+        bytes
+    }
 }
 
 /// An event as a watcher receives it.
 #[derive(Debug, Clone)]
 pub struct WatchEvent {
     pub kind: EventType,
-    pub object: Value,
+    /// Shared with the store and the other watchers (see `store::Collection`).
+    pub object: Arc<Value>,
+    /// Set when the event reaches this watcher as committed (same type), so the line
+    /// can be shared with the other watchers.
+    pub rendered: Option<Arc<RenderedLine>>,
 }
 
 /// What one watch is interested in.
@@ -107,6 +139,7 @@ impl WatchFilter {
         Some(WatchEvent {
             kind,
             object: event.object.clone(),
+            rendered: (kind == event.kind).then(|| event.rendered.clone()),
         })
     }
 }
@@ -218,8 +251,9 @@ mod tests {
                 resource: "configmaps".into(),
             },
             kind,
-            object: obj(app),
-            old: old_app.map(obj),
+            object: Arc::new(obj(app)),
+            old: old_app.map(|a| Arc::new(obj(a))),
+            rendered: Arc::default(),
         }
     }
 

@@ -3,4 +3,5 @@
 
 pub mod gc;
 mod namespace_defaults;
+mod rollout;
 pub mod simulate;

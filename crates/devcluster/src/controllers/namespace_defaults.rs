@@ -9,8 +9,8 @@ use std::collections::HashSet;
 
 use serde_json::json;
 
-use crate::persistence::StoredObject;
 use crate::resources::Registry;
+use crate::store::SharedObject as StoredObject;
 use crate::store::{Store, WriteOptions, meta_str};
 
 const MANAGER: &str = "kube-controller-manager";

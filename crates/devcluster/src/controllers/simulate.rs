@@ -1,6 +1,7 @@
 //! Workload simulation, in the manner of kwok: Deployments, ReplicaSets, StatefulSets,
 //! DaemonSets and Jobs get the status their controllers would write once their pods
-//! were running, `delay` after each spec change. No pods are created; DaemonSets act as
+//! were running, `delay` after each spec change; Deployments also get their current
+//! ReplicaSet (see the `rollout` module). No pods are created; DaemonSets act as
 //! if the cluster had one node.
 //!
 //! An object needs simulating while `status.observedGeneration` lags
@@ -18,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::store::{Part, Store, meta_str, now};
 
-const MANAGER: &str = "berth-devcluster-simulator";
+pub(super) const MANAGER: &str = "berth-devcluster-simulator";
 
 /// The simulated kinds, all in `apps/v1` except Job.
 const KINDS: &[(&str, &str)] = &[
@@ -36,6 +37,7 @@ pub async fn run(store: Arc<Store>, delay: Duration, shutdown: CancellationToken
     // (generation, when it is due) per object awaiting its status.
     let mut pending: HashMap<Key, (i64, Instant)> = HashMap::new();
     loop {
+        changes.borrow_and_update();
         let next_due = pass(&store, delay, &mut pending);
         let sleep = async {
             match next_due {
@@ -45,11 +47,25 @@ pub async fn run(store: Arc<Store>, delay: Duration, shutdown: CancellationToken
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            changed = changes.changed() => if changed.is_err() { return },
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                // Let a burst of writes land before looking at the whole store again
+                // (the same trade as the garbage collector's `SETTLE`).
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(SETTLE) => {}
+                }
+            }
             _ = sleep => {}
         }
     }
 }
+
+/// After a change, how long the simulator waits for more before its next pass over the
+/// store: one pass per burst instead of one per write.
+const SETTLE: Duration = Duration::from_millis(20);
 
 /// Schedules new work, writes what is due, and returns when the next item is due.
 fn pass(
@@ -59,7 +75,7 @@ fn pass(
 ) -> Option<Instant> {
     let now_instant = Instant::now();
     let mut seen = Vec::new();
-    for o in store.snapshot() {
+    for o in store.shared_snapshot() {
         if !KINDS.iter().any(|(g, r)| *g == o.group && *r == o.resource) {
             continue;
         }
@@ -120,6 +136,16 @@ fn write_status(store: &Store, (group, resource, namespace, name): &Key) {
     let Some(rt) = store.resolve(group, "v1", resource) else {
         return;
     };
+    if resource == "deployments" {
+        // The Deployment's ReplicaSets first, so a client that sees the Deployment ready
+        // also finds its current ReplicaSet ready (see `rollout`).
+        let synced = store
+            .get(&rt, namespace, name)
+            .and_then(|d| super::rollout::sync(store, &d));
+        if let Err(e) = synced {
+            tracing::warn!(k8s.name = %name, error = %e, "simulating the Deployment's ReplicaSet failed");
+        }
+    }
     let result = store.mutate(&rt, namespace, name, Part::Status, MANAGER, |o| {
         let status = simulated_status(resource, o);
         o["status"] = status;

@@ -104,6 +104,17 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
         if rt.has_status {
             list.push(status_json(rt));
         }
+        if super::scale::has_scale(rt) {
+            list.push(json!({
+                "name": format!("{}/scale", rt.plural),
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
     }
     let gv = if group.is_empty() {
         version.to_string()
@@ -165,12 +176,23 @@ fn aggregated_resource(rt: &ResourceType) -> Value {
     if !rt.categories.is_empty() {
         r["categories"] = json!(rt.categories);
     }
+    let mut subresources = Vec::new();
     if rt.has_status {
-        r["subresources"] = json!([{
+        subresources.push(json!({
             "subresource": "status",
             "responseKind": { "group": rt.group, "version": rt.version, "kind": rt.kind },
             "verbs": ["get", "patch", "update"],
-        }]);
+        }));
+    }
+    if super::scale::has_scale(rt) {
+        subresources.push(json!({
+            "subresource": "scale",
+            "responseKind": super::scale::scale_kind(),
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if !subresources.is_empty() {
+        r["subresources"] = json!(subresources);
     }
     r
 }

@@ -6,6 +6,7 @@ mod openapi;
 mod query;
 mod resource;
 mod route;
+mod scale;
 mod table;
 mod watch;
 
@@ -85,6 +86,16 @@ async fn dispatch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // One line per request at debug level (`RUST_LOG=berth_devcluster=debug`): the way
+    // to see what a client such as helm or kubectl actually sends.
+    tracing::debug!(
+        http.method = %method,
+        http.path = uri.path(),
+        http.query = uri.query().unwrap_or(""),
+        http.content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or(""),
+        http.accept = headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or(""),
+        "request"
+    );
     let route = route::parse(uri.path());
     let result = match route {
         Route::Object(route) => {
@@ -103,7 +114,9 @@ async fn dispatch(
             uri.path()
         ))),
     };
-    result.unwrap_or_else(IntoResponse::into_response)
+    let response = result.unwrap_or_else(IntoResponse::into_response);
+    tracing::debug!(http.method = %method, http.path = uri.path(), http.status = response.status().as_u16(), "response");
+    response
 }
 
 fn read_only(

@@ -157,6 +157,9 @@ pub fn write_options(q: &Query, headers: &HeaderMap) -> Result<WriteOptions, Api
 pub fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
+    } else if crate::protobuf::is_protobuf(body) {
+        crate::protobuf::decode(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions body: {e}")))?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions body: {e}")))?

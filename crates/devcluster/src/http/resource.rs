@@ -7,11 +7,12 @@ use serde_json::{Value, json};
 
 use super::query::{self, Query};
 use super::route::ObjectRoute;
-use super::{App, json_response, table, watch};
+use super::{App, json_response, scale, table, watch};
 use crate::patch::PatchKind;
+use crate::protobuf::{self, ProtobufError};
 use crate::resources::ResourceType;
 use crate::status::{ApiError, success_status};
-use crate::store::{DeleteOptions, Part};
+use crate::store::{DeleteOptions, Part, present};
 use crate::watch::WatchFilter;
 
 /// One request on a resource path.
@@ -35,6 +36,12 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
             rt.qualified_name()
         )));
     }
+    let ns = r.namespace.clone().unwrap_or_default();
+    if let (Some("scale"), Some(name)) = (r.subresource.as_deref(), r.name.as_deref())
+        && scale::has_scale(&rt)
+    {
+        return scale::handle(app, &rt, &req, &ns, name);
+    }
     let part = match r.subresource.as_deref() {
         None | Some("finalize") => Part::Main,
         Some("status") if rt.has_status => Part::Status,
@@ -45,7 +52,6 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
             )));
         }
     };
-    let ns = r.namespace.clone().unwrap_or_default();
     match (req.method, r.name.clone()) {
         (&Method::GET, None) if query::is_watch(&req.query) => {
             watch_collection(app, &rt, &req, r.namespace.as_deref())
@@ -116,10 +122,10 @@ fn gv(group: &str, version: &str) -> String {
     }
 }
 
-/// Decodes a create/update body. JSON and YAML are accepted; protobuf and CBOR (which
-/// kubectl and client-go try first for built-in kinds) get 415, on which client-go
-/// retries the request as JSON.
-fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+/// Decodes a create/update body: JSON, YAML, or Kubernetes protobuf for the kinds
+/// [`crate::protobuf`] converts (client-go sends built-in kinds as protobuf when asked
+/// to, and has no fallback to JSON). CBOR gets 415, on which client-go retries as JSON.
+pub(super) fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let content_type = headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -132,9 +138,15 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
         "application/yaml" => serde_saphyr::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("error decoding request body as YAML: {e}"))
         }),
+        protobuf::CONTENT_TYPE => protobuf::decode(body).map_err(|e| match e {
+            ProtobufError::UnsupportedKind { .. } => {
+                ApiError::unsupported_media_type_because(media, &e.to_string())
+            }
+            other => ApiError::bad_request(format!("error decoding request body: {other}")),
+        }),
         other => Err(ApiError::unsupported_media_type(
             other,
-            "application/json, application/yaml",
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf",
         )),
     }
 }
@@ -168,7 +180,6 @@ fn list(
 ) -> Result<Response, ApiError> {
     let opts = query::list_options(&req.query, rt, namespace)?;
     let result = app.store.list(rt, &opts)?;
-    let list = result.to_json(rt);
     let accept = req
         .headers
         .get(http::header::ACCEPT)
@@ -176,12 +187,18 @@ fn list(
         .unwrap_or("");
     if table::wants_table(accept) {
         let include = req.query.get("includeObject").map(String::as_str);
+        let items: Vec<Value> = result.items.iter().map(|o| present(rt, o)).collect();
         return Ok(json_response(
             StatusCode::OK,
-            &table::table(&result.items, list["metadata"].clone(), include),
+            &table::table(&items, result.list_meta(), include),
         ));
     }
-    Ok(json_response(StatusCode::OK, &list))
+    Ok((
+        StatusCode::OK,
+        [(http::header::CONTENT_TYPE, "application/json")],
+        result.to_bytes(rt),
+    )
+        .into_response())
 }
 
 fn watch_collection(

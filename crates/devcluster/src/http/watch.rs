@@ -11,14 +11,14 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::query::WatchParams;
 use crate::resources::ResourceType;
 use crate::status::ApiError;
-use crate::store::{Store, WatchStream, present};
+use crate::store::{Presented, Store, WatchStream};
 use crate::watch::{EventType, WatchEvent};
 
 /// How often an idle watch with `allowWatchBookmarks` gets a bookmark. kube-apiserver
@@ -26,19 +26,42 @@ use crate::watch::{EventType, WatchEvent};
 /// points fresh at negligible cost.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(10);
 
+/// One `{"type":…,"object":…}` line, serialized straight from the shared object (each
+/// watcher renders its own line, so copying the object here would cost one deep copy
+/// per watcher per event).
 fn line(rt: &ResourceType, event: &WatchEvent) -> Bytes {
-    let object = match event.kind {
-        EventType::Bookmark => {
-            let mut o = event.object.clone();
-            o["apiVersion"] = Value::String(rt.api_version());
-            o["kind"] = Value::String(rt.kind.clone());
-            o
-        }
-        EventType::Error => event.object.clone(),
-        _ => present(rt, &event.object),
+    match &event.rendered {
+        Some(shared) => shared.get_or_render(&rt.api_version(), || render(rt, event)),
+        None => render(rt, event),
+    }
+}
+
+fn render(rt: &ResourceType, event: &WatchEvent) -> Bytes {
+    #[derive(serde::Serialize)]
+    struct Line<'a, O: serde::Serialize> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        object: O,
+    }
+    let kind = event.kind.as_str();
+    let api_version = rt.api_version();
+    let result = match event.kind {
+        // A Status is sent as it is, not as an object of the watched kind.
+        EventType::Error => serde_json::to_vec(&Line {
+            kind,
+            object: &*event.object,
+        }),
+        _ => serde_json::to_vec(&Line {
+            kind,
+            object: Presented {
+                api_version: &api_version,
+                kind: &rt.kind,
+                object: &event.object,
+            },
+        }),
     };
-    let mut bytes = serde_json::to_vec(&json!({ "type": event.kind.as_str(), "object": object }))
-        .unwrap_or_default();
+    // Serializing a tree of strings, numbers and maps cannot fail.
+    let mut bytes = result.unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
 }
@@ -48,7 +71,8 @@ fn line(rt: &ResourceType, event: &WatchEvent) -> Bytes {
 pub fn expired(rt: &ResourceType, err: &ApiError) -> Response {
     let event = WatchEvent {
         kind: EventType::Error,
-        object: err.to_status(),
+        object: Arc::new(err.to_status()),
+        rendered: None,
     };
     respond(Body::from(line(rt, &event)))
 }
@@ -90,8 +114,8 @@ impl Pump {
                     // may resume from `rv`.
                     let rv = self.store.resource_version();
                     if self.live.is_empty() {
-                        let object = json!({ "metadata": { "resourceVersion": rv.to_string() } });
-                        return Some(line(&self.rt, &WatchEvent { kind: EventType::Bookmark, object }));
+                        let object = Arc::new(json!({ "metadata": { "resourceVersion": rv.to_string() } }));
+                        return Some(line(&self.rt, &WatchEvent { kind: EventType::Bookmark, object, rendered: None }));
                     }
                 }
             }

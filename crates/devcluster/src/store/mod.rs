@@ -13,7 +13,7 @@ mod read;
 mod write;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -28,7 +28,20 @@ pub use read::{ListOptions, WatchStart, WatchStream};
 pub use write::{DeleteOptions, Part, Propagation, WriteOptions};
 
 /// Objects of one group/resource, ordered by (namespace, name) like etcd keys.
-type Collection = BTreeMap<(String, String), Value>;
+///
+/// Objects are immutable once committed and shared (`Arc`) between the store, the
+/// watch event log, every watcher's queue and controller snapshots: a commit that 50
+/// watches see costs 50 reference counts, not 50 deep copies, and a controller pass over
+/// the whole store copies pointers only.
+type Collection = BTreeMap<(String, String), Arc<Value>>;
+
+/// An object as controllers see it in a [`Store::shared_snapshot`].
+#[derive(Debug, Clone)]
+pub struct SharedObject {
+    pub group: String,
+    pub resource: String,
+    pub object: Arc<Value>,
+}
 
 pub(crate) struct State {
     registry: Registry,
@@ -36,6 +49,9 @@ pub(crate) struct State {
     rv: u64,
     hub: Hub,
     persist: Option<Persistence>,
+    /// Bumped by commits the garbage collector may have to act on (see
+    /// [`gc_relevant`]), so that it need not look at the store after every write.
+    gc_changed: watch::Sender<u64>,
 }
 
 /// The shared store. Cheap to share behind an `Arc`.
@@ -58,6 +74,7 @@ impl Store {
             rv: loaded.resource_version,
             hub: Hub::new(loaded.resource_version),
             persist,
+            gc_changed: watch::channel(loaded.resource_version).0,
         };
         for o in loaded.objects {
             let gr = GroupResource {
@@ -73,7 +90,11 @@ impl Store {
                     state.registry.insert(rt);
                 }
             }
-            state.objects.entry(gr).or_default().insert(key, o.object);
+            state
+                .objects
+                .entry(gr)
+                .or_default()
+                .insert(key, Arc::new(o.object));
         }
         let (changed, _) = watch::channel(state.rv);
         let store = Store {
@@ -131,9 +152,26 @@ impl Store {
         self.changed.subscribe()
     }
 
-    /// Every stored object with its group/resource (controllers and persistence).
-    pub fn snapshot(&self) -> Vec<StoredObject> {
-        self.lock().snapshot()
+    /// A receiver that changes whenever something the garbage collector and namespace
+    /// controller react to is committed: deletions, terminating objects, namespaces, and
+    /// objects with owners. Plain creates and updates of ownerless objects do not count.
+    pub fn subscribe_gc_changes(&self) -> watch::Receiver<u64> {
+        self.lock().gc_changed.subscribe()
+    }
+
+    /// Every stored object with its group/resource, shared rather than copied, for
+    /// controller passes.
+    pub fn shared_snapshot(&self) -> Vec<SharedObject> {
+        let st = self.lock();
+        let mut out = Vec::new();
+        for (gr, coll) in &st.objects {
+            out.extend(coll.values().map(|obj| SharedObject {
+                group: gr.group.clone(),
+                resource: gr.resource.clone(),
+                object: obj.clone(),
+            }));
+        }
+        out
     }
 
     /// Compacts persistence and releases the data directory.
@@ -155,7 +193,7 @@ impl State {
                 out.push(StoredObject {
                     group: gr.group.clone(),
                     resource: gr.resource.clone(),
-                    object: obj.clone(),
+                    object: Value::clone(obj),
                 });
             }
         }
@@ -166,6 +204,7 @@ impl State {
         self.objects
             .get(gr)?
             .get(&(namespace.to_string(), name.to_string()))
+            .map(|o| &**o)
     }
 
     /// Commits a put (`new` is Some) or a delete (`new` is None, `old` is the object):
@@ -205,22 +244,41 @@ impl State {
             })?;
         }
         self.rv = rv;
+        if gc_relevant(gr, kind, &object) {
+            self.gc_changed.send_replace(rv);
+        }
+        let shared = Arc::new(object);
         let coll = self.objects.entry(gr.clone()).or_default();
         if kind == EventType::Deleted {
             coll.remove(&(namespace, name));
         } else {
-            coll.insert((namespace, name), object.clone());
+            coll.insert((namespace, name), shared.clone());
         }
         self.hub.publish(StoredEvent {
             rv,
             gr: gr.clone(),
             kind,
-            object: object.clone(),
-            old,
+            object: shared.clone(),
+            old: old.map(Arc::new),
+            rendered: Arc::default(),
         });
+        let object = Arc::unwrap_or_clone(shared);
         changed.send_replace(rv);
         Ok(object)
     }
+}
+
+/// Whether a commit can give the garbage collector or namespace controller work: a
+/// deletion (dependents may be orphaned, a namespace may now be empty or miss its
+/// defaults), an object being deleted (finalizers, namespace termination), any
+/// namespace change (new namespaces get defaults), or an object with owners (its owner
+/// may already be gone).
+fn gc_relevant(gr: &GroupResource, kind: EventType, object: &Value) -> bool {
+    kind == EventType::Deleted
+        || (gr.group.is_empty() && gr.resource == "namespaces")
+        || object.get("metadata").is_some_and(|m| {
+            m.get("deletionTimestamp").is_some() || m.get("ownerReferences").is_some()
+        })
 }
 
 /// A string field of `metadata`, or empty.
@@ -239,6 +297,33 @@ pub fn set_meta(object: &mut Value, field: &str, value: Value) {
         object["metadata"] = Value::Object(Default::default());
     }
     object["metadata"][field] = value;
+}
+
+/// Serializes an object as served at some version (see [`present`]) without copying
+/// it: lists of thousands of objects and watch events fanned out to many watchers are
+/// written straight from the shared stored objects.
+pub struct Presented<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub object: &'a Value,
+}
+
+impl serde::Serialize for Presented<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(fields) = self.object else {
+            return self.object.serialize(s);
+        };
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("apiVersion", self.api_version)?;
+        map.serialize_entry("kind", self.kind)?;
+        for (k, v) in fields {
+            if k != "apiVersion" && k != "kind" {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// The object as served at `rt`'s version: objects are shared across the versions of a

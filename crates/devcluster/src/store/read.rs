@@ -1,5 +1,7 @@
 //! Reads: get, list (selectors, limit/continue) and starting a watch.
 
+use std::sync::Arc;
+
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -24,15 +26,46 @@ pub struct ListOptions {
 /// One page of a list.
 #[derive(Debug)]
 pub struct ListResult {
-    pub items: Vec<Value>,
+    /// Shared with the store; rendered at the requested version by [`ListResult::to_bytes`].
+    pub items: Vec<Arc<Value>>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
 }
 
 impl ListResult {
-    /// The `<Kind>List` body.
-    pub fn to_json(&self, rt: &ResourceType) -> Value {
+    /// The `<Kind>List` body, serialized straight from the shared objects (no copy of
+    /// the items; see [`super::Presented`]).
+    pub fn to_bytes(&self, rt: &ResourceType) -> Vec<u8> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Body<'a> {
+            api_version: String,
+            kind: &'a str,
+            metadata: Value,
+            items: Vec<super::Presented<'a>>,
+        }
+        let api_version = rt.api_version();
+        let body = Body {
+            api_version: api_version.clone(),
+            kind: &rt.list_kind,
+            metadata: self.list_meta(),
+            items: self
+                .items
+                .iter()
+                .map(|o| super::Presented {
+                    api_version: &api_version,
+                    kind: &rt.kind,
+                    object: o,
+                })
+                .collect(),
+        };
+        // Serializing a tree of strings, numbers and maps cannot fail.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+
+    /// The list's `metadata` (resourceVersion, continue, remainingItemCount).
+    pub fn list_meta(&self) -> Value {
         let mut metadata = json!({ "resourceVersion": self.resource_version.to_string() });
         if let Some(c) = &self.continue_token {
             metadata["continue"] = Value::String(c.clone());
@@ -40,12 +73,7 @@ impl ListResult {
         if let Some(r) = self.remaining {
             metadata["remainingItemCount"] = json!(r);
         }
-        json!({
-            "apiVersion": rt.api_version(),
-            "kind": rt.list_kind,
-            "metadata": metadata,
-            "items": self.items,
-        })
+        metadata
     }
 }
 
@@ -122,7 +150,7 @@ impl Store {
             fields: opts.fields.clone(),
         };
         let after = token.map(|t| (t.namespace, t.name));
-        let matching: Vec<(&(String, String), &Value)> = st
+        let matching: Vec<(&(String, String), &Arc<Value>)> = st
             .objects
             .get(&rt.gr())
             .into_iter()
@@ -134,7 +162,7 @@ impl Store {
         let page = matching.len().min(limit);
         let items = matching[..page]
             .iter()
-            .map(|(_, o)| present(rt, o))
+            .map(|(_, o)| Arc::clone(o))
             .collect();
         let (continue_token, remaining) = match matching.get(page.wrapping_sub(1)) {
             Some(((namespace, name), _)) if matching.len() > page => {
@@ -174,6 +202,7 @@ impl Store {
                 .map(|o| WatchEvent {
                     kind: EventType::Added,
                     object: o.clone(),
+                    rendered: None,
                 })
                 .collect()
         };
@@ -187,7 +216,8 @@ impl Store {
                 if start == WatchStart::InitialEvents {
                     initial.push(WatchEvent {
                         kind: EventType::Bookmark,
-                        object: initial_events_end(current),
+                        object: std::sync::Arc::new(initial_events_end(current)),
+                        rendered: None,
                     });
                 }
                 (initial, rx)

@@ -490,7 +490,7 @@ impl State {
         let doomed: Vec<Value> = self
             .objects
             .get(&gr)
-            .map(|c| c.values().cloned().collect())
+            .map(|c| c.values().map(|o| Value::clone(o)).collect())
             .unwrap_or_default();
         for obj in doomed {
             self.commit(&gr, None, Some(obj), changed)?;
