@@ -36,7 +36,15 @@ impl Proc {
     /// Starts `name` with `args` and waits for its announcement line: `listening on ADDR` for
     /// servers, or any line starting with `announce` for the others.
     pub async fn start(name: &str, args: &[&str], announce: &str) -> anyhow::Result<Proc> {
-        let mut child = Command::new(binary(name))
+        Proc::start_path(&binary(name), args, announce).await
+    }
+
+    /// Like [`Proc::start`], for the executable at `path` (e.g. a release build next to a
+    /// benchmark binary).
+    pub async fn start_path(path: &Path, args: &[&str], announce: &str) -> anyhow::Result<Proc> {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = name.as_str();
+        let mut child = Command::new(path)
             .args(args)
             .env("BERTH_LOG", std::env::var("BERTH_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
@@ -62,6 +70,11 @@ impl Proc {
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let addr = line.strip_prefix("listening on ").map(|a| a.trim().to_owned());
         Ok(Proc { name: name.to_owned(), addr, child })
+    }
+
+    /// The OS process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     pub fn endpoint(&self) -> String {
@@ -91,6 +104,12 @@ pub struct SplitTopology {
 
 impl SplitTopology {
     pub async fn start(kubeconfig: &Path, dir: &Path) -> anyhow::Result<SplitTopology> {
+        SplitTopology::start_with(kubeconfig, dir, &[]).await
+    }
+
+    /// Like [`SplitTopology::start`], with `worker_args` appended to the worker's command line
+    /// (e.g. `["--hook-timeout", "2"]`).
+    pub async fn start_with(kubeconfig: &Path, dir: &Path, worker_args: &[&str]) -> anyhow::Result<SplitTopology> {
         let any = "127.0.0.1:0";
         let broker = Proc::start("berth-queue", &["serve", "--listen", any, "--database", &sqlite(dir, "queue.db")], "listening on ").await?;
         let b = broker.endpoint();
@@ -109,15 +128,10 @@ impl SplitTopology {
         .await?;
         let release = Proc::start("berth-release", &["--listen", any, "--kubeconfig", &kc], "listening on ").await?;
         let cache = dir.join("packages").display().to_string();
-        let worker = Proc::start(
-            "berth-queue",
-            &[
-                "work", "--broker", &b, "--lifecycle", &lifecycle.endpoint(), "--release", &release.endpoint(),
-                "--hookevent", &hookevent.endpoint(), "--cache-dir", &cache,
-            ],
-            "worker ",
-        )
-        .await?;
+        let (l, r, h) = (lifecycle.endpoint(), release.endpoint(), hookevent.endpoint());
+        let mut args = vec!["work", "--broker", &b, "--lifecycle", &l, "--release", &r, "--hookevent", &h, "--cache-dir", &cache];
+        args.extend_from_slice(worker_args);
+        let worker = Proc::start("berth-queue", &args, "worker ").await?;
         let gateway = Proc::start("berth-gateway", &["--listen", any, "--lifecycle", &lifecycle.endpoint()], "listening on ").await?;
         Ok(SplitTopology { gateway, others: vec![worker, release, hookevent, lifecycle, broker] })
     }

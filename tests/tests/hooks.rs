@@ -38,22 +38,49 @@ fn seen(p: &v1::Package) -> Vec<String> {
 
 /// Follows the package until `done(seen)` holds; fails on a hook error.
 async fn wait_seen(client: &mut journey::Client, r: &v1::PackageRef, what: &str, done: impl Fn(&[String]) -> bool) -> anyhow::Result<Vec<String>> {
+    let p = wait_package(client, r, what, |p| done(&seen(p))).await?;
+    Ok(seen(&p))
+}
+
+/// The package's values as JSON.
+fn values(p: &v1::Package) -> Value {
+    p.values.as_ref().map(berth_proto::json::from_struct).unwrap_or(Value::Null)
+}
+
+/// Follows the package until `done(package)` holds; fails on a hook error.
+async fn wait_package(client: &mut journey::Client, r: &v1::PackageRef, what: &str, done: impl Fn(&v1::Package) -> bool) -> anyhow::Result<v1::Package> {
     let follow = async {
         let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
-        let mut last = vec![];
+        let mut last = Value::Null;
         while let Some(p) = stream.next().await {
             let p = p?;
             if let Some(h) = p.hooks.iter().find(|h| !h.last_error.is_empty()) {
                 bail!("hook {} failed: {}", h.name, h.last_error);
             }
-            last = seen(&p);
-            if done(&last) {
-                return Ok(last);
+            if done(&p) {
+                return Ok(p);
             }
+            last = values(&p);
         }
-        bail!("watch ended; seen so far: {last:?}")
+        bail!("watch ended; values so far: {last}")
     };
     tokio::time::timeout(REACT_DEADLINE, follow).await.with_context(|| format!("waiting for {what}"))?
+}
+
+/// Follows the package until it reports an error, and returns it.
+async fn wait_error(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<String> {
+    tokio::time::timeout(REACT_DEADLINE, async {
+        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        while let Some(p) = stream.next().await {
+            let p = p?;
+            if !p.last_error.is_empty() {
+                return Ok(p.last_error);
+            }
+        }
+        bail!("watch ended without an error")
+    })
+    .await
+    .context("waiting for the package to report an error")?
 }
 
 /// Polls the cluster until `check` holds (bounded).
@@ -173,18 +200,7 @@ async fn invalid_object_operations_apply_nothing() -> anyhow::Result<()> {
         client
             .update(v1::UpdateRequest { r#ref: Some(r.clone()), repository: fixtures(), version: "1.0.0".into(), ..Default::default() })
             .await?;
-        let error = tokio::time::timeout(REACT_DEADLINE, async {
-            let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
-            while let Some(p) = stream.next().await {
-                let p = p?;
-                if !p.last_error.is_empty() {
-                    return Ok(p.last_error);
-                }
-            }
-            bail!("watch ended without an error")
-        })
-        .await
-        .context("waiting for the hook failure")??;
+        let error = wait_error(&mut client, &r).await?;
         assert!(error.contains("bad.sh") && error.contains("colour"), "the error names the hook and the key: {error}");
         let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
         assert!(cms.get_opt("must-not-exist").await?.is_none(), "nothing of the batch was applied");
@@ -197,4 +213,283 @@ async fn invalid_object_operations_apply_nothing() -> anyhow::Result<()> {
     topology.stop().await;
     cluster.stop().await;
     result
+}
+
+/// Starts a cluster and the split topology (the worker with `worker_args`), runs `journey` with
+/// the gateway endpoint and a kube client, and stops everything whatever the outcome.
+async fn with_topology<F, Fut>(worker_args: &[&str], journey: F) -> anyhow::Result<()>
+where
+    F: FnOnce(String, kube::Client) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let topology = SplitTopology::start_with(&cluster.kubeconfig, dir.path(), worker_args).await?;
+    let result = journey(topology.gateway.endpoint(), cluster.client.clone()).await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}
+
+fn app(name: &str, ns: &str) -> v1::PackageRef {
+    v1::PackageRef { kind: v1::PackageKind::App as i32, name: name.into(), namespace: ns.into() }
+}
+
+/// An Update of the fixture package `package` as the instance `r`.
+fn update(r: &v1::PackageRef, repository: &str, package: &str, settings: Option<Value>) -> v1::UpdateRequest {
+    v1::UpdateRequest {
+        r#ref: Some(r.clone()),
+        repository: repository.to_owned(),
+        package: package.to_owned(),
+        version: "1.0.0".into(),
+        settings: settings.as_ref().map(berth_proto::json::to_struct),
+    }
+}
+
+/// Removes the package and its namespace (best effort for the namespace: a real cluster keeps
+/// it terminating for a while).
+async fn remove(client: &mut journey::Client, r: &v1::PackageRef, kube: kube::Client) -> anyhow::Result<()> {
+    client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+    journey::wait_gone(client, r).await?;
+    let _ = Api::<Namespace>::all(kube).delete(&r.namespace, &DeleteParams::default()).await;
+    Ok(())
+}
+
+/// Whether any live (not zombie) process is in process group `pgid`, from `/proc`.
+fn group_alive(pgid: i32) -> anyhow::Result<bool> {
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        // A process may exit between read_dir and read: that is "not alive".
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if let [state, _ppid, pgrp, ..] = fields[..]
+            && pgrp == pgid.to_string()
+            && state != "Z"
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Polls until process group `pgid` is gone; returns how long that took from `since`.
+async fn wait_group_gone(pgid: i32, since: tokio::time::Instant, limit: Duration) -> anyhow::Result<Duration> {
+    while group_alive(pgid)? {
+        if since.elapsed() > limit {
+            bail!("process group {pgid} still alive {:?} after it should have been killed", since.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(since.elapsed())
+}
+
+/// The pids the sleeper hook recorded, one per run.
+fn recorded_pids(path: &std::path::Path) -> anyhow::Result<Vec<i32>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(e.into()),
+    };
+    text.lines().map(|l| l.trim().parse::<i32>().with_context(|| format!("pid line {l:?}"))).collect()
+}
+
+/// Waits until the sleeper hook has recorded at least `n` runs.
+async fn wait_pids(path: &std::path::Path, n: usize) -> anyhow::Result<Vec<i32>> {
+    let deadline = tokio::time::Instant::now() + REACT_DEADLINE;
+    loop {
+        let pids = recorded_pids(path)?;
+        if pids.len() >= n {
+            return Ok(pids);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("the hook recorded {} runs, expected {n}, within {REACT_DEADLINE:?}", pids.len());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A hook that never exits is killed at the worker's `--hook-timeout`: the package reports the
+/// timeout naming the hook, and the hook's whole process group (the hook and its child) is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_hook_is_killed_at_its_timeout() -> anyhow::Result<()> {
+    with_topology(&["--hook-timeout", "2"], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let pids = tempfile::tempdir()?;
+        let pid_file = pids.path().join("pids");
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("sleeper", &ns);
+        let settings = json!({"pidFile": pid_file.display().to_string(), "mode": "hang"});
+        client.update(update(&r, &fixtures(), "", Some(settings))).await?;
+        let started = wait_pids(&pid_file, 1).await?;
+        let error = wait_error(&mut client, &r).await?;
+        assert!(error.contains("hang.sh") && error.contains("timed out after 2s"), "the error names the hook and the timeout: {error}");
+        // The group was killed before the failure was reported; allow the kernel a moment to reap.
+        wait_group_gone(started[0], tokio::time::Instant::now(), Duration::from_secs(1)).await?;
+        remove(&mut client, &r, kube).await
+    })
+    .await
+}
+
+/// An Update while a hook of the previous generation is running cancels it: the hook's process
+/// group is gone within one second of the Update returning, and the new generation converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_cancels_a_running_hook_within_one_second() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let pids = tempfile::tempdir()?;
+        let pid_file = pids.path().join("pids");
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("sleeper", &ns);
+        let settings = |mode: &str| json!({"pidFile": pid_file.display().to_string(), "mode": mode});
+        let first = client.update(update(&r, &fixtures(), "", Some(settings("hang")))).await?.into_inner();
+        let hung = wait_pids(&pid_file, 1).await?[0];
+        assert!(group_alive(hung)?, "the hung hook is running");
+
+        let second = client.update(update(&r, &fixtures(), "", Some(settings("pass")))).await?.into_inner();
+        let returned = tokio::time::Instant::now();
+        assert!(second.generation > first.generation);
+        let took = wait_group_gone(hung, returned, Duration::from_secs(5)).await?;
+        eprintln!("the running hook's process group was gone {took:?} after the Update returned");
+        assert!(took <= Duration::from_secs(1), "the running hook was cancelled {took:?} after the Update (limit 1s)");
+
+        let running = journey::wait_running(&mut client, &r, second.generation).await?;
+        assert_eq!(values(&running)["passed"], json!(true), "the new generation's hook ran: {:?}", values(&running));
+        let all = recorded_pids(&pid_file)?;
+        assert_eq!(all.len(), 2, "one cancelled run and one passing run: {all:?}");
+        remove(&mut client, &r, kube).await
+    })
+    .await
+}
+
+/// A schedule with `includeSnapshotsFrom` sees the current snapshot of a kubernetes binding that
+/// never runs the hook itself; a group of two kubernetes bindings gives Group contexts carrying
+/// the snapshots of both, whichever binding fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_with_snapshots_and_group_bindings() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let pp = PostParams::default();
+        cms.create(&pp, &configmap("snap-a", json!({"app": "snap"}), json!({}))?).await?;
+        cms.create(&pp, &configmap("other", json!({"app": "other"}), json!({}))?).await?;
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("snapshots", &ns);
+        let accepted = client.update(update(&r, &fixtures(), "", None)).await?.into_inner();
+        journey::wait_running(&mut client, &r, accepted.generation).await?;
+
+        let at = |key: &'static str, want: &'static str| move |p: &v1::Package| values(p)[key] == json!(want);
+        wait_package(&mut client, &r, "a schedule run with the snapshot", at("schedule", "tick:snap-a")).await?;
+        wait_package(&mut client, &r, "the group's Synchronization", at("group", "g:cms=snap-a;secrets=")).await?;
+
+        // A new ConfigMap reaches the schedule only through the snapshot, and fires the group.
+        cms.create(&pp, &configmap("snap-b", json!({"app": "snap"}), json!({}))?).await?;
+        wait_package(&mut client, &r, "a schedule run with the new snapshot", at("schedule", "tick:snap-a,snap-b")).await?;
+        wait_package(&mut client, &r, "a Group run after the ConfigMap event", at("group", "g:cms=snap-a,snap-b;secrets=")).await?;
+
+        // An event of the other binding of the group carries both snapshots.
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(json!({"metadata": {"name": "snap-s", "labels": {"app": "snap"}}, "stringData": {"k": "v"}}))?;
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(kube.clone(), &ns).create(&pp, &secret).await?;
+        wait_package(&mut client, &r, "a Group run after the Secret event", at("group", "g:cms=snap-a,snap-b;secrets=snap-s")).await?;
+        remove(&mut client, &r, kube).await
+    })
+    .await
+}
+
+/// afterHelm, beforeDeleteHelm and afterDeleteHelm each run the hook bound to them: each run's
+/// object operation leaves its marker ConfigMap, and afterHelm's values patch reaches the values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_helm_and_delete_bindings_run() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("lifecycle", &ns);
+        let accepted = client.update(update(&r, &fixtures(), "", None)).await?.into_inner();
+        let running = journey::wait_running(&mut client, &r, accepted.generation).await?;
+        assert_eq!(values(&running)["ran"], json!("afterHelm"), "{:?}", values(&running));
+        let marker = |name: &str| {
+            let cms = cms.clone();
+            let name = name.to_owned();
+            move || {
+                let (cms, name) = (cms.clone(), name.clone());
+                async move { Ok(cms.get_opt(&name).await?.is_some()) }
+            }
+        };
+        wait_cluster("afterhelm-marker", marker("afterhelm-marker")).await?;
+        assert!(cms.get_opt("beforedeletehelm-marker").await?.is_none(), "no delete hook ran before the Remove");
+
+        client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+        journey::wait_gone(&mut client, &r).await?;
+        for name in ["beforedeletehelm-marker", "afterdeletehelm-marker"] {
+            let cm = cms.get_opt(name).await?.with_context(|| format!("{name}: the delete hook's object operation was applied"))?;
+            let binding = cm.data.unwrap_or_default().remove("binding").unwrap_or_default();
+            assert_eq!(binding.to_lowercase() + "-marker", name, "the hook saw its own binding");
+        }
+        let _ = Api::<Namespace>::all(kube).delete(&ns, &DeleteParams::default()).await;
+        Ok(())
+    })
+    .await
+}
+
+/// A hook whose values patch removes a missing path, and a hook that exits non-zero after
+/// writing valid outputs, each fail the package with an error naming the hook and the cause;
+/// neither applies anything (values, object operations).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_values_patch_and_non_zero_exit_apply_nothing() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let mut client = journey::connect(&endpoint).await?;
+        for (fail, cause) in [("patch", "/no/such/path"), ("exit", "exit code 3")] {
+            let ns = namespace(&kube).await?;
+            let r = app("badout", &ns);
+            client.update(update(&r, &fixtures(), "", Some(json!({"fail": fail})))).await?;
+            let error = wait_error(&mut client, &r).await?;
+            assert!(error.contains("bad.py") && error.contains(cause), "fail={fail}: the error names the hook and {cause:?}: {error}");
+            let p = client.get(v1::GetRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+            assert!(values(&p).get("applied").is_none(), "fail={fail}: the values patch was not applied: {}", values(&p));
+            let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+            assert!(cms.get_opt("must-not-exist").await?.is_none(), "fail={fail}: the object operation was not applied");
+            remove(&mut client, &r, kube.clone()).await?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// A module-sdk style batch binary (`hook list` / `hook config` / `hook run N`) is discovered
+/// as two hooks: its onStartup hook runs, and its kubernetes hook gets Group contexts (group
+/// `main`) with its snapshot, on Synchronization and on events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_hook_binary_serves_its_hooks() -> anyhow::Result<()> {
+    // The repository: the fixture's package.yaml plus the freshly built binary as its only hook.
+    let repo = tempfile::tempdir()?;
+    let pkg = repo.path().join("batch/1.0.0");
+    std::fs::create_dir_all(pkg.join("hooks"))?;
+    std::fs::copy(std::path::Path::new(&fixtures()).join("batch/1.0.0/package.yaml"), pkg.join("package.yaml"))?;
+    std::fs::copy(env!("CARGO_BIN_EXE_batch-hook"), pkg.join("hooks/batch-hook")).context("copying the batch-hook binary")?;
+    let repository = repo.path().display().to_string();
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let pp = PostParams::default();
+        cms.create(&pp, &configmap("batch-a", json!({"app": "batch"}), json!({}))?).await?;
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("batch", &ns);
+        let accepted = client.update(update(&r, &repository, "", None)).await?.into_inner();
+        let running = journey::wait_running(&mut client, &r, accepted.generation).await?;
+        assert_eq!(values(&running)["batchStartup"], json!(true), "{:?}", values(&running));
+        assert_eq!(values(&running)["batchCms"], json!("batch-a"), "Synchronization saw the snapshot: {:?}", values(&running));
+        let names: Vec<String> = running.hooks.iter().map(|h| h.name.clone()).collect();
+        assert_eq!(names.len(), 2, "one binary, two hooks: {names:?}");
+
+        cms.create(&pp, &configmap("batch-b", json!({"app": "batch"}), json!({}))?).await?;
+        wait_package(&mut client, &r, "the batch hook's event run", |p| values(p)["batchCms"] == json!("batch-a,batch-b")).await?;
+        remove(&mut client, &r, kube).await
+    })
+    .await
 }

@@ -97,6 +97,8 @@ pub enum Command {
     },
     /// Print a YAML snapshot of every package and queue.
     Dump,
+    /// List the task queues: length, head task, its attempts and last error, lease holder.
+    Queues,
     /// Check settings against a package's settings schema without applying them.
     Validate {
         #[command(flatten)]
@@ -111,6 +113,10 @@ pub enum Command {
     },
     /// List packages.
     List,
+    /// Render a chart locally and print its manifests, as `helm template [NAME] CHART` does.
+    Render(super::release::RenderArgs),
+    /// Inspect, plan and roll back releases through the release service (not the gateway).
+    Release(super::release::ReleaseArgs),
 }
 
 #[cfg(test)]

@@ -135,9 +135,16 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Render(args) => super::release::render(args),
+        Command::Release(args) => super::release::release(args).await,
         Command::Dump => {
             let dump = connect(&cli).await?.dump(v1::DumpRequest {}).await.map_err(call_error)?.into_inner();
             print!("{}", dump.yaml);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Queues => {
+            let dump = connect(&cli).await?.dump(v1::DumpRequest {}).await.map_err(call_error)?.into_inner();
+            print!("{}", super::queues::table(&dump.yaml)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate { target, settings } => {

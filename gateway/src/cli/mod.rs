@@ -3,6 +3,8 @@
 mod args;
 mod commands;
 mod output;
+mod queues;
+mod release;
 
 use std::process::ExitCode;
 

@@ -7,6 +7,7 @@
 //! - [`worker`] is the generic runtime that leases tasks from a broker over gRPC, runs them on a
 //!   [`worker::Handler`], heartbeats their leases and reports the outcome.
 
+pub mod admin;
 pub mod broker;
 pub mod worker;
 pub mod tasks;

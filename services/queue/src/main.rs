@@ -9,9 +9,18 @@ use berth_queue::worker::WorkerConfig;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "berth-queue", about = "berth task queue: the broker and its workers")]
+#[command(
+    name = "berth-queue",
+    about = "berth task queue: the broker and its workers"
+)]
 struct Args {
-    #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    #[arg(
+        long,
+        env = "BERTH_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
     log_format: berth_telemetry::LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -24,11 +33,19 @@ enum Command {
         #[arg(long, env = "BERTH_QUEUE_LISTEN", default_value = "127.0.0.1:7071")]
         listen: std::net::SocketAddr,
         /// `sqlite://PATH` of the queue database.
-        #[arg(long, env = "BERTH_QUEUE_DATABASE", default_value = "sqlite://.berth/queue.db")]
+        #[arg(
+            long,
+            env = "BERTH_QUEUE_DATABASE",
+            default_value = "sqlite://.berth/queue.db"
+        )]
         database: String,
         /// Lease time-to-live in milliseconds: a dead worker's task is redelivered after it.
         #[arg(long, env = "BERTH_QUEUE_LEASE_TTL_MS", default_value_t = 10_000)]
         lease_ttl_ms: u64,
+        /// Serve Prometheus metrics at `http://ADDR/metrics` (off unless given; port 0 picks a
+        /// free one). The address is printed as `metrics on ADDR`.
+        #[arg(long, env = "BERTH_QUEUE_METRICS_LISTEN")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Run a worker that leases and executes tasks.
     Work {
@@ -65,14 +82,45 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     match args.command {
-        Command::Serve { listen, database, lease_ttl_ms } => {
+        Command::Serve {
+            listen,
+            database,
+            lease_ttl_ms,
+            metrics_listen,
+        } => {
             berth_telemetry::ensure_sqlite_dir(&database)?;
+            // The metrics line comes first: harnesses wait for `listening on` and may stop
+            // reading after it.
+            let metrics = match metrics_listen {
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(addr).await?;
+                    println!("metrics on {}", listener.local_addr()?);
+                    Some(listener)
+                }
+                None => None,
+            };
             let listener = tokio::net::TcpListener::bind(listen).await?;
             println!("listening on {}", listener.local_addr()?);
-            let config = BrokerConfig { lease_ttl: Duration::from_millis(lease_ttl_ms), ..Default::default() };
-            berth_queue::process::serve(&database, config, listener, shutdown).await?;
+            let config = BrokerConfig {
+                lease_ttl: Duration::from_millis(lease_ttl_ms),
+                ..Default::default()
+            };
+            berth_queue::process::serve_with_metrics(
+                &database, config, listener, metrics, shutdown,
+            )
+            .await?;
         }
-        Command::Work { broker, lifecycle, release, hookevent, cache_dir, concurrency, hook_timeout, ready_timeout, id } => {
+        Command::Work {
+            broker,
+            lifecycle,
+            release,
+            hookevent,
+            cache_dir,
+            concurrency,
+            hook_timeout,
+            ready_timeout,
+            id,
+        } => {
             std::fs::create_dir_all(&cache_dir)?;
             let tasks = TaskConfig {
                 lifecycle_endpoint: lifecycle,
@@ -82,7 +130,10 @@ async fn main() -> anyhow::Result<()> {
                 hook_timeout: Duration::from_secs(hook_timeout),
                 ready_timeout: Duration::from_secs(ready_timeout),
             };
-            let mut config = WorkerConfig { concurrency, ..Default::default() };
+            let mut config = WorkerConfig {
+                concurrency,
+                ..Default::default()
+            };
             if let Some(id) = id {
                 config.id = id;
             }

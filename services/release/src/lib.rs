@@ -1,10 +1,13 @@
 //! berth-release: renders Helm charts, applies them with server-side apply, records each
 //! revision as a Helm release Secret, reports status and uninstalls.
 //!
-//! `render` knows neither tonic nor kube; `apply` (SSA, delete, kstatus, lookup) and `record`
-//! (Helm release Secrets) are the kube adapters; `manager` runs install/upgrade, uninstall and
-//! status over them (with `helm_hooks`); `service` is the gRPC adapter that parses requests at
-//! the edge. See ROLLBACK.md for the planned Rollback RPC.
+//! `render` knows neither tonic nor kube; `template` is the `helm template` front end over it
+//! (chart from disk, `-f`/`--set`, Helm's output layout) used by `berth render` and the
+//! compatibility oracle (`tests/oracle.rs`); `apply` (SSA, dry-run, watch, delete, kstatus,
+//! lookup) and `record` (Helm release Secrets) are the kube adapters; `manager` runs
+//! install/upgrade, uninstall, status, plan, history, rollback and drift repair over them
+//! (with `helm_hooks`); `service` is the gRPC adapter that parses requests at the edge.
+//! ROLLBACK.md describes rollback's semantics.
 
 pub mod apply;
 mod capabilities;
@@ -14,6 +17,7 @@ pub mod order;
 pub mod record;
 pub mod render;
 pub mod service;
+pub mod template;
 
 pub use render::{Manifest, RenderError, render_chart};
 pub use service::ReleaseService;

@@ -3,7 +3,7 @@
 //! cluster is retryable, everything else is internal).
 
 use crate::apply::ObjectKey;
-use crate::manager::{ReleaseError, ReleaseManager};
+use crate::manager::{PlanAction, ReleaseError, ReleaseManager};
 use berth_proto::release as pb;
 use tonic::{Request, Response, Status};
 
@@ -23,6 +23,12 @@ impl ReleaseService {
             manager: ReleaseManager::new(client),
         }
     }
+
+    /// Switches drift repair (on by default) on or off; see `manager::drift`.
+    pub fn with_drift_repair(mut self, on: bool) -> Self {
+        self.manager = self.manager.with_drift_repair(on);
+        self
+    }
 }
 
 fn to_status(e: ReleaseError) -> Status {
@@ -30,6 +36,7 @@ fn to_status(e: ReleaseError) -> Status {
         ReleaseError::InvalidArgument(_) | ReleaseError::Render(_) => {
             Status::invalid_argument(e.to_string())
         }
+        ReleaseError::NotFound(_) => Status::failed_precondition(e.to_string()),
         _ if e.is_unavailable() => Status::unavailable(e.to_string()),
         _ => Status::internal(e.to_string()),
     }
@@ -64,6 +71,7 @@ fn parse_values(text: &str) -> Result<serde_json::Value, Status> {
     }
     let v: serde_json::Value = serde_json::from_str(text)
         .map_err(|e| Status::invalid_argument(format!("values_json: {e}")))?;
+    let v = crate::render::values::as_go_numbers(v);
     if !v.is_object() {
         return Err(Status::invalid_argument(
             "values_json must be a JSON object",
@@ -137,7 +145,112 @@ impl pb::releases_server::Releases for ReleaseService {
             revision: seen.revision,
             objects: seen.objects.into_iter().map(object_ref).collect(),
             ready: seen.ready,
+            drift: seen
+                .drift
+                .into_iter()
+                .map(|d| pb::DriftEvent {
+                    object: Some(object_ref(d.object)),
+                    kind: d.kind.as_str().into(),
+                    fields: d.fields,
+                    at: d.at,
+                    repaired: d.repaired,
+                    error: d.error,
+                })
+                .collect(),
             not_ready: seen.not_ready,
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
+    async fn render(
+        &self,
+        request: Request<pb::RenderRequest>,
+    ) -> Result<Response<pb::RenderResponse>, Status> {
+        let req = request.into_inner();
+        let values = parse_values(&req.values_json)?;
+        let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
+        let rendered = self
+            .manager
+            .render_for_cluster(&req.name, &req.namespace, files, values)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::RenderResponse {
+            manifest: crate::template::output(&rendered, req.include_crds),
+            notes: rendered.notes,
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
+    async fn plan(
+        &self,
+        request: Request<pb::InstallRequest>,
+    ) -> Result<Response<pb::PlanResponse>, Status> {
+        let req = request.into_inner();
+        let values = parse_values(&req.values_json)?;
+        let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
+        let changes = self
+            .manager
+            .plan(&req.name, &req.namespace, files, values)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::PlanResponse {
+            changes: changes
+                .into_iter()
+                .map(|c| pb::PlannedChange {
+                    object: Some(object_ref(c.key)),
+                    action: match c.action {
+                        PlanAction::Create => pb::PlanAction::Create,
+                        PlanAction::Update => pb::PlanAction::Update,
+                        PlanAction::Delete => pb::PlanAction::Delete,
+                        PlanAction::Unchanged => pb::PlanAction::Unchanged,
+                    } as i32,
+                    changed: c.changed,
+                })
+                .collect(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
+    async fn history(
+        &self,
+        request: Request<pb::HistoryRequest>,
+    ) -> Result<Response<pb::HistoryResponse>, Status> {
+        let req = request.into_inner();
+        let revisions = self
+            .manager
+            .history(&req.name, &req.namespace)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::HistoryResponse {
+            revisions: revisions
+                .into_iter()
+                .map(|r| pb::Revision {
+                    revision: r.revision,
+                    status: r.status,
+                    chart: r.chart,
+                    app_version: r.app_version,
+                    description: r.description,
+                    updated: r.updated,
+                })
+                .collect(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
+    async fn rollback(
+        &self,
+        request: Request<pb::RollbackRequest>,
+    ) -> Result<Response<pb::InstallResponse>, Status> {
+        let req = request.into_inner();
+        let done = self
+            .manager
+            .rollback(&req.name, &req.namespace, req.revision)
+            .await
+            .map_err(to_status)?;
+        tracing::info!(revision = done.revision, "rolled back");
+        Ok(Response::new(pb::InstallResponse {
+            revision: done.revision,
+            objects: done.objects.into_iter().map(object_ref).collect(),
         }))
     }
 }

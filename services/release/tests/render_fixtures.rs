@@ -1,43 +1,22 @@
 //! Renders the charts under `tests/fixtures/` and compares with the manifest `helm template`
 //! prints for them (`<chart>.expected.yaml`, values from `<chart>.values.json`).
 
-use berth_release::ReleaseInfo;
-use berth_release::render::manifests::manifest_text;
+use berth_release::template::{self, TemplateOptions};
 use std::path::Path;
 
-fn read_chart(dir: &Path, root: &Path, out: &mut Vec<(String, Vec<u8>)>) -> anyhow::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            read_chart(&path, root, out)?;
-        } else {
-            let rel = path
-                .strip_prefix(root)?
-                .to_string_lossy()
-                .replace('\\', "/");
-            out.push((rel, std::fs::read(&path)?));
-        }
-    }
-    Ok(())
-}
-
+/// `helm template demo <chart> -f <chart>.values.json` as berth prints it, and the stored
+/// output of helm 4 for the same command.
 fn render_fixture(name: &str) -> anyhow::Result<(String, String)> {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let mut files = Vec::new();
-    read_chart(&base.join(name), &base.join(name), &mut files)?;
-    let values: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
-        base.join(format!("{name}.values.json")),
-    )?)?;
-    let release = ReleaseInfo {
-        name: "demo".into(),
+    let opts = TemplateOptions {
+        release_name: "demo".into(),
         namespace: "default".into(),
-        revision: 1,
-        is_install: true,
-        is_upgrade: false,
+        values_files: vec![base.join(format!("{name}.values.json"))],
+        ..TemplateOptions::default()
     };
-    let manifests = berth_release::render_chart(&files, &values, &release)?;
+    let got = template::template(&base.join(name), &opts)?;
     let expected = std::fs::read_to_string(base.join(format!("{name}.expected.yaml")))?;
-    Ok((manifest_text(&manifests), expected))
+    Ok((got, expected))
 }
 
 #[test]

@@ -21,6 +21,7 @@
 
 mod backoff;
 mod compaction;
+mod completer;
 mod convert;
 mod listen;
 mod metrics;

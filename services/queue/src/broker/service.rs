@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
+use super::completer::Completer;
 use super::convert::{self, saturate};
 use super::metrics::BrokerMetrics;
 use super::model::{FailOutcome, LeaseBatch};
@@ -30,30 +31,38 @@ struct Inner {
     /// need "look again", never a payload, so nothing can pile up.
     wake: Arc<Notify>,
     metrics: BrokerMetrics,
+    /// Settles Complete calls in groups; `None` without a tokio runtime at construction, when
+    /// each Complete is its own transaction.
+    completer: Option<Completer>,
     /// Stops the PostgreSQL LISTEN task when the last clone of the service is dropped.
     _stop_listener: DropGuard,
 }
 
 impl BrokerService {
-    /// Wraps `store`. Over PostgreSQL this also spawns (on the current tokio runtime) the task
-    /// that relays other brokers' change notifications; it ends when the service is dropped.
+    /// Wraps `store`. This spawns (on the current tokio runtime) the task that settles Complete
+    /// calls in groups (see `completer`) and, over PostgreSQL, the task that relays other
+    /// brokers' change notifications; both end when the service is dropped.
     pub fn new(store: Store, config: BrokerConfig) -> Self {
         let wake = Arc::new(Notify::new());
         let stop = CancellationToken::new();
+        let runtime = tokio::runtime::Handle::try_current().ok();
         if store.dialect() == Dialect::Postgres {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
+            match &runtime {
+                Some(runtime) => {
                     runtime.spawn(listen::relay(
                         store.database_url().into(),
                         wake.clone(),
                         stop.clone(),
                     ));
                 }
-                Err(_) => tracing::warn!(
+                None => tracing::warn!(
                     "no tokio runtime: Lease will not wake on other brokers' changes"
                 ),
             }
         }
+        let completer = runtime
+            .as_ref()
+            .map(|runtime| Completer::spawn(runtime, store.clone(), now_ms, status, stop.clone()));
         let metrics = BrokerMetrics::default();
         Self {
             inner: Arc::new(Inner {
@@ -61,6 +70,7 @@ impl BrokerService {
                 config,
                 wake,
                 metrics,
+                completer,
                 _stop_listener: stop.drop_guard(),
             }),
         }
@@ -291,9 +301,15 @@ impl pb::broker_server::Broker for BrokerService {
     ) -> Result<Response<pb::CompleteResponse>, Status> {
         let lease = convert::lease_ref(request.into_inner().lease)?;
         tracing::Span::current().record("task.id", lease.task_id.as_str());
-        let settled = retrying(|| self.inner.store.complete(&lease, now_ms()))
-            .await
-            .map_err(status)?;
+        let settled = match &self.inner.completer {
+            Some(completer) => completer
+                .complete(lease)
+                .await
+                .map_err(|stopped| Status::unavailable(stopped.to_string()))??,
+            None => retrying(|| self.inner.store.complete(&lease, now_ms()))
+                .await
+                .map_err(status)?,
+        };
         self.inner.metrics.settled(&settled, None);
         self.wake_waiters();
         Ok(Response::new(pb::CompleteResponse {}))

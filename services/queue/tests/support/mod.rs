@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod postgres;
+pub mod process;
 
 use std::future::Future;
 use std::net::SocketAddr;

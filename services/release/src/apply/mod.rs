@@ -2,9 +2,11 @@
 //! existence/readiness reads behind Status.
 
 mod discovery;
+pub mod dry_run;
 pub mod kstatus;
 mod lookup;
 pub mod object;
+mod watch;
 
 pub use lookup::KubeLookup;
 pub use object::ObjectKey;

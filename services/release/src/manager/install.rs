@@ -15,6 +15,8 @@ impl ReleaseManager {
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
 
+        // The new revision's watches replace the old ones once it is applied.
+        self.drift.pause(name, namespace);
         let store = ReleaseStore::new(self.client.clone(), namespace);
         let stored = store.stored(name).await?.pop();
         let previous_checksum = stored.as_ref().and_then(|s| s.checksum.clone());
@@ -55,6 +57,7 @@ impl ReleaseManager {
             // Same render as the deployed revision: re-apply in place (heals deleted or edited
             // objects) without writing a new revision.
             let objects = self.apply_all(name, namespace, &rendered).await?;
+            self.watch_drift(name, namespace, &rendered);
             return Ok(Installed {
                 revision: prev.version,
                 objects,
@@ -125,11 +128,25 @@ impl ReleaseManager {
             store.set_status(prev, Status::Superseded).await?;
         }
         store.trim_history(name, HISTORY_MAX).await?;
+        self.watch_drift(name, namespace, &rendered);
         Ok(Installed {
             revision,
             objects,
             unchanged: false,
         })
+    }
+
+    /// Watches the rendered objects for drift from now on.
+    fn watch_drift(&self, name: &str, namespace: &str, rendered: &render::Rendered) {
+        if !self.repair_drift {
+            return;
+        }
+        let objects = rendered
+            .manifests
+            .iter()
+            .map(|m| m.object.clone())
+            .collect();
+        self.drift.watch(&self.applier, name, namespace, objects);
     }
 
     /// Applies `crds/` objects and waits until each CRD is Established. CRDs are not part of

@@ -2,10 +2,18 @@
 //! `record`) but not gRPC; `service` adapts it to the proto contract. Each operation lives in
 //! its own file; this one holds the shared types, limits and per-release locking.
 
+mod drift;
+mod history;
 mod hooks;
 mod install;
+mod plan;
+mod rollback;
 mod status;
 mod uninstall;
+
+pub use drift::{DriftEvent, DriftKind};
+pub use history::RevisionSummary;
+pub use plan::{PlanAction, PlannedChange};
 
 use crate::ReleaseInfo;
 use crate::apply::kstatus::{self, Status as ObjectStatus};
@@ -48,6 +56,8 @@ pub enum ReleaseError {
     Store(#[from] StoreError),
     #[error("rendering task failed: {0}")]
     Task(String),
+    #[error("not found: {0}")]
+    NotFound(String),
 }
 
 impl ReleaseError {
@@ -84,6 +94,8 @@ pub struct Observed {
     pub objects: Vec<ObjectKey>,
     pub ready: bool,
     pub not_ready: Vec<String>,
+    /// Drift seen (and repaired) since this process installed the release, oldest first.
+    pub drift: Vec<DriftEvent>,
 }
 
 /// One lock per (namespace, release). Entries are never removed: there is one per release
@@ -119,6 +131,9 @@ pub struct ReleaseManager {
     applier: Applier,
     locks: ReleaseLocks,
     capabilities: CapabilitiesCache,
+    drift: drift::DriftMonitor,
+    /// Whether installed objects are watched and repaired (see `drift`).
+    repair_drift: bool,
 }
 
 /// Validates a release name (DNS-1123 subdomain, at most 53 characters, as Helm requires) or
@@ -161,7 +176,16 @@ impl ReleaseManager {
             client,
             locks: ReleaseLocks::default(),
             capabilities: CapabilitiesCache::default(),
+            drift: drift::DriftMonitor::default(),
+            repair_drift: true,
         }
+    }
+
+    /// Switches drift repair on or off (on by default). Off, deleted or edited objects stay
+    /// as they are until the next install.
+    pub fn with_drift_repair(mut self, on: bool) -> Self {
+        self.repair_drift = on;
+        self
     }
 
     /// `.Capabilities` for renders, from the cluster (cached briefly); defaults for whatever

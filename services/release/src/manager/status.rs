@@ -44,6 +44,7 @@ impl ReleaseManager {
             out.objects.push(seen.key);
         }
         out.ready = kstatus::aggregate(&statuses, ObjectStatus::Current) == ObjectStatus::Current;
+        out.drift = self.drift.events(name, namespace);
         Ok(out)
     }
 }

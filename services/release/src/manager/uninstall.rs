@@ -18,6 +18,8 @@ impl ReleaseManager {
         let Some(latest) = history.last() else {
             return Ok(Uninstalled::default());
         };
+        // Stop repairing before deleting, or the watches would bring the objects back.
+        self.drift.stop(name, namespace);
         store.set_status(latest, Status::Uninstalling).await?;
         let hooks = helm_hooks::from_record(latest);
         self.run_hooks(&hooks, HookEvent::PreDelete, name, namespace)

@@ -123,7 +123,10 @@ impl HelmRelease {
     }
 
     pub fn encode(&self) -> Result<String, FormatError> {
-        let json = serde_json::to_vec(self)?;
+        // Values hold Go-style float64 numbers; write whole ones as Go's encoder does (`8080`).
+        let json = serde_json::to_vec(&crate::render::values::go_json_numbers(
+            serde_json::to_value(self)?,
+        ))?;
         let mut gz = GzEncoder::new(Vec::new(), Compression::default());
         gz.write_all(&json).map_err(FormatError::Gzip)?;
         let compressed = gz.finish().map_err(FormatError::Gzip)?;

@@ -111,7 +111,7 @@ impl Chart {
                         .map_err(|e| RenderError::Chart(format!("{at}values.yaml: {e}")))?
                     {
                         serde_json::Value::Null => serde_json::Value::Object(Default::default()),
-                        v @ serde_json::Value::Object(_) => v,
+                        v @ serde_json::Value::Object(_) => super::values::as_go_numbers(v),
                         _ => {
                             return Err(RenderError::Chart(format!(
                                 "{at}values.yaml: top level must be a map"

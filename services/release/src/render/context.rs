@@ -77,7 +77,7 @@ pub fn release(r: &ReleaseInfo) -> Value {
 
 /// `Chart.yaml` with Go field names (`appVersion` → `AppVersion`, `apiVersion` → `APIVersion`);
 /// absent string fields read as "" like Go's zero values.
-pub fn chart(c: &Chart) -> Value {
+fn chart_from_metadata(metadata: &serde_json::Value) -> Value {
     let mut m: BTreeMap<Arc<str>, Value> = [
         "Name",
         "Version",
@@ -92,7 +92,7 @@ pub fn chart(c: &Chart) -> Value {
     .iter()
     .map(|k| (Arc::<str>::from(*k), s("")))
     .collect();
-    if let Some(obj) = c.metadata.as_object() {
+    if let Some(obj) = metadata.as_object() {
         for (k, v) in obj {
             let go_name = match k.as_str() {
                 "apiVersion" => "APIVersion".to_string(),
@@ -107,6 +107,27 @@ pub fn chart(c: &Chart) -> Value {
         }
     }
     map_value(m)
+}
+
+/// `.Chart` as a chart sees it inside a release: an aliased subchart is named by its alias,
+/// and dependencies switched off by `condition`/`tags` are gone from `.Chart.Dependencies`
+/// (Helm rewrites the metadata the same way before rendering).
+pub fn chart_in_scope(scope: &super::values::Scope<'_>) -> Value {
+    let mut metadata = scope.chart.metadata.clone();
+    if let Some(obj) = metadata.as_object_mut() {
+        obj.insert("name".into(), serde_json::Value::String(scope.name.clone()));
+        if let Some(deps) = obj.get_mut("dependencies").and_then(|d| d.as_array_mut()) {
+            deps.retain(|d| {
+                let known_as = d
+                    .get("alias")
+                    .or_else(|| d.get("name"))
+                    .and_then(|n| n.as_str())
+                    .unwrap_or_default();
+                scope.subcharts.iter().any(|s| s.name == known_as)
+            });
+        }
+    }
+    chart_from_metadata(&metadata)
 }
 
 pub fn capabilities(caps: &Capabilities) -> Value {

@@ -76,13 +76,27 @@ pub fn render_files(
     let release_v = context::release(release);
     let caps_v = context::capabilities(caps);
     let mut out = Vec::new();
+    // `.Values`, `.Chart` and `.Files` are the same for every template of a chart; convert
+    // them once per chart (values are large, and template values share by reference).
+    let mut per_chart: std::collections::HashMap<*const Scope<'_>, (Value, Value, Value)> =
+        std::collections::HashMap::new();
     for e in entries.iter().filter(|e| e.executable) {
+        let (values, chart, files) = per_chart
+            .entry(std::ptr::from_ref(e.scope))
+            .or_insert_with(|| {
+                (
+                    super::value::from_json(&e.scope.values),
+                    context::chart_in_scope(e.scope),
+                    context::files(e.scope.chart),
+                )
+            })
+            .clone();
         let data = TemplateData {
-            values: super::value::from_json(&e.scope.values),
+            values,
             release: &release_v,
             capabilities: &caps_v,
-            chart: context::chart(e.scope.chart),
-            files: context::files(e.scope.chart),
+            chart,
+            files,
             template_name: &e.name,
             base_path: &e.base_path,
         }

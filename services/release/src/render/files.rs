@@ -44,6 +44,8 @@ fn lines(args: &[Value]) -> Result<Value> {
     if text.is_empty() {
         return Ok(Value::List(Arc::from([])));
     }
+    // Helm drops one final newline first, so a file's last line is not followed by "".
+    let text = text.strip_suffix('\n').unwrap_or(&text);
     Ok(Value::List(text.split('\n').map(string).collect()))
 }
 

@@ -16,6 +16,7 @@ mod schema;
 pub mod value;
 pub mod values;
 
+pub use archive::unpack as unpack_chart;
 pub use chart::Chart;
 pub use context::Capabilities;
 
@@ -45,6 +46,9 @@ impl Manifest {
 pub struct Rendered {
     /// Objects from `crds/`, applied first and never templated.
     pub crds: Vec<Manifest>,
+    /// The `crds/` files as written (path with chart prefix, text), as `helm template
+    /// --include-crds` prints them: one block per file, not per document.
+    pub crd_files: Vec<(String, String)>,
     /// Objects from templates, in Helm's install order.
     pub manifests: Vec<Manifest>,
     /// Objects annotated `helm.sh/hook` (not applied yet; kept for the record).
@@ -122,8 +126,11 @@ pub fn render_release_with_lookup(
         .partition(|f| f.name.ends_with("/templates/NOTES.txt"));
     let (manifests, hooks) = manifests::objects(&rendered)?;
     let crds = crd_manifests(&scope, &format!("{}/", chart.name()))?;
+    let mut crd_files = Vec::new();
+    collect_crd_files(&scope, &format!("{}/", chart.name()), &mut crd_files);
     Ok(Rendered {
         crds,
+        crd_files,
         manifests,
         hooks,
         chart_metadata: chart.metadata.clone(),
@@ -141,6 +148,15 @@ pub fn chart_crds(
     let chart = Chart::load(files)?;
     let scope = values::scope(&chart, chart.name(), values)?;
     crd_manifests(&scope, &format!("{}/", chart.name()))
+}
+
+fn collect_crd_files(scope: &values::Scope<'_>, prefix: &str, out: &mut Vec<(String, String)>) {
+    for (path, text) in &scope.chart.crds {
+        out.push((format!("{prefix}{path}"), text.clone()));
+    }
+    for sub in &scope.subcharts {
+        collect_crd_files(sub, &format!("{prefix}charts/{}/", sub.name), out);
+    }
 }
 
 fn crd_manifests(scope: &values::Scope<'_>, prefix: &str) -> Result<Vec<Manifest>, RenderError> {

@@ -38,6 +38,11 @@ pub fn to_json(v: &Value) -> serde_json::Value {
         Value::Bool(b) => serde_json::Value::Bool(*b),
         Value::Int(i) => serde_json::Value::from(*i),
         Value::Uint(u) => serde_json::Value::from(*u),
+        // Go's encoding/json writes whole floats below 1e21 without a fraction (`5432`, not
+        // `5432.0`); values from files are floats in Helm, so this is the common case.
+        Value::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => {
+            serde_json::Value::from(*f as i64)
+        }
         Value::Float(f) => serde_json::Number::from_f64(*f)
             .map(serde_json::Value::Number)
             .unwrap_or(serde_json::Value::Null),
@@ -59,7 +64,28 @@ pub fn strval(v: &Value) -> String {
     match v {
         Value::String(s) => s.to_string(),
         Value::Nil => String::new(),
+        other => go_sprint(other),
+    }
+}
+
+/// Go's `fmt.Sprint` of a value: floats in `%v` form, lists as `[a b]`, maps as
+/// `map[k:v]` (keys sorted, as Go prints them), nil inside containers as `<nil>`.
+pub fn go_sprint(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.to_string(),
+        Value::Nil => "<nil>".into(),
         Value::Float(f) => go_float(*f),
+        Value::List(items) => {
+            let parts: Vec<String> = items.iter().map(go_sprint).collect();
+            format!("[{}]", parts.join(" "))
+        }
+        Value::Map(m) => {
+            let parts: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{k}:{}", go_sprint(v)))
+                .collect();
+            format!("map[{}]", parts.join(" "))
+        }
         other => other.to_string(),
     }
 }
@@ -76,8 +102,10 @@ pub fn go_float(f: f64) -> String {
             "-Inf".into()
         };
     }
+    // Go's %v is %g with the shortest digits, which switches to an exponent below 1e-4 and
+    // from 1e6 up (so `{{ .Values.n }}` of 1000000 read from a values file prints `1e+06`).
     let abs = f.abs();
-    if abs != 0.0 && !(1e-4..1e21).contains(&abs) {
+    if abs != 0.0 && !(1e-4..1e6).contains(&abs) {
         let s = format!("{f:e}");
         // Rust writes `1e21`/`1e-5`; Go writes `1e+21`/`1e-05`.
         if let Some((m, e)) = s.split_once('e') {
@@ -172,6 +200,9 @@ mod tests {
         assert_eq!(go_float(1.5), "1.5");
         assert_eq!(go_float(3.0), "3");
         assert_eq!(go_float(1e21), "1e+21");
+        assert_eq!(go_float(1e6), "1e+06");
+        assert_eq!(go_float(1234567.0), "1.234567e+06");
+        assert_eq!(go_float(999999.0), "999999");
         assert_eq!(go_float(1e-5), "1e-05");
     }
 }

@@ -43,6 +43,43 @@ pub fn coalesce(base: &Value, over: &Value) -> Value {
     }
 }
 
+/// Numbers as Helm's values carry them: Helm reads values files (and the JSON values a
+/// client sends) through a JSON decoder, so every number is a float64 — `{{ .Values.n }}` of
+/// 1000000 prints `1e+06` and `typeOf` says `float64`. Only `--set` produces int64, which is
+/// why this is applied per source rather than in [`coalesce`].
+pub fn as_go_numbers(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        Value::Number(n) if !n.is_f64() => n
+            .as_f64()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .unwrap_or(Value::Number(n)),
+        Value::Array(items) => Value::Array(items.into_iter().map(as_go_numbers).collect()),
+        Value::Object(m) => {
+            Value::Object(m.into_iter().map(|(k, v)| (k, as_go_numbers(v))).collect())
+        }
+        other => other,
+    }
+}
+
+/// The inverse of [`as_go_numbers`] for output: whole floats become integers, which is how
+/// Go's `encoding/json` writes a float64 such as 8080 (and what Helm stores in a release).
+pub fn go_json_numbers(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(go_json_numbers).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, go_json_numbers(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 fn strip_nulls(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
@@ -61,6 +98,7 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope
     let mut values = coalesce(&chart.values, supplied);
     check_vendored(chart, name, &values)?;
     let mut subcharts = Vec::new();
+    let mut imported = Value::Object(Map::new());
     for sub in chart.subcharts.values() {
         let dep = dependency_for(chart, sub.name());
         let sub_name = dep
@@ -85,7 +123,15 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope
         if let Value::Object(m) = &mut values {
             m.insert(sub_name.clone(), sub_scope.values.clone());
         }
+        if let Some(dep) = dep {
+            collect_imports(dep, &sub_scope.values, &mut imported);
+        }
         subcharts.push(sub_scope);
+    }
+    // Imported values rank below the parent's own: a parent can import a whole section and
+    // override parts of it.
+    if imported.as_object().is_some_and(|m| !m.is_empty()) {
+        values = coalesce(&imported, &values);
     }
     Ok(Scope {
         chart,
@@ -93,6 +139,41 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope
         values,
         subcharts,
     })
+}
+
+/// A dependency's `import-values`: `"name"` copies the child's `exports.name` map into the
+/// parent's top level; `{child: a.b, parent: c.d}` copies the child's `a.b` map to `c.d`.
+/// Paths that do not lead to a map are skipped, as Helm does (it only logs them).
+fn collect_imports(dep: &Map<String, Value>, child_values: &Value, into: &mut Value) {
+    let Some(list) = dep.get("import-values").and_then(Value::as_array) else {
+        return;
+    };
+    for entry in list {
+        let (child, parent) = match entry {
+            Value::String(name) => (format!("exports.{name}"), ".".to_string()),
+            Value::Object(m) => (
+                m.get("child")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                m.get("parent")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            _ => continue,
+        };
+        let Some(found @ Value::Object(_)) = lookup(child_values, &child) else {
+            continue;
+        };
+        let mut placed = found.clone();
+        for key in parent.split('.').rev().filter(|k| !k.is_empty()) {
+            let mut m = Map::new();
+            m.insert(key.to_string(), placed);
+            placed = Value::Object(m);
+        }
+        *into = coalesce(into, &placed);
+    }
 }
 
 fn check_vendored(chart: &Chart, name: &str, values: &Value) -> Result<(), RenderError> {

@@ -1,5 +1,7 @@
 //! Test harness: a Kubernetes API (the embedded dev cluster, or the real cluster named by
 //! `BERTH_TEST_KUBECONFIG`) and the release service served in-process on a loopback port.
+// Each test binary includes this module and uses a different part of it.
+#![allow(dead_code)]
 
 use anyhow::Context as _;
 use berth_proto::release::releases_client::ReleasesClient;
@@ -26,9 +28,18 @@ pub async fn start() -> anyhow::Result<Harness> {
     start_with(false).await
 }
 
+/// Like [`start`], with drift repair off: for tests that observe objects staying deleted.
+pub async fn start_without_drift_repair() -> anyhow::Result<Harness> {
+    start_full(false, false).await
+}
+
 /// Like [`start`]; with `simulate_workloads` the dev cluster completes Jobs and readies
 /// Deployments the way their controllers would (a real cluster does that anyway).
 pub async fn start_with(simulate_workloads: bool) -> anyhow::Result<Harness> {
+    start_full(simulate_workloads, true).await
+}
+
+async fn start_full(simulate_workloads: bool, drift_repair: bool) -> anyhow::Result<Harness> {
     let (kube, cluster) = match std::env::var("BERTH_TEST_KUBECONFIG") {
         Ok(path) if !path.is_empty() => {
             let kc = Kubeconfig::read_from(&path).with_context(|| format!("reading {path}"))?;
@@ -47,7 +58,9 @@ pub async fn start_with(simulate_workloads: bool) -> anyhow::Result<Harness> {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let svc = berth_release::server(berth_release::ReleaseService::new(kube.clone()));
+    let svc = berth_release::server(
+        berth_release::ReleaseService::new(kube.clone()).with_drift_repair(drift_repair),
+    );
     let server = tokio::spawn(async move {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         if let Err(e) = tonic::transport::Server::builder()
@@ -74,6 +87,19 @@ pub async fn start_with(simulate_workloads: bool) -> anyhow::Result<Harness> {
         _cluster: cluster,
         _server: server,
     })
+}
+
+impl Harness {
+    /// A kubeconfig for the cluster under test, for external tools such as helm.
+    pub fn kubeconfig_yaml(&self) -> anyhow::Result<String> {
+        match (&self._cluster, std::env::var("BERTH_TEST_KUBECONFIG")) {
+            (Some(cluster), _) => Ok(cluster.kubeconfig_yaml()),
+            (None, Ok(path)) => {
+                Ok(std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?)
+            }
+            (None, Err(_)) => anyhow::bail!("no cluster"),
+        }
+    }
 }
 
 /// A chart from `(path, content)` pairs plus a standard `Chart.yaml`.

@@ -218,6 +218,56 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_stale_lease_in_a_completion_group_fails_alone() {
+        let store = Store::open("sqlite::memory:")
+            .await
+            .expect("open in-memory store");
+        let mut a = task("a");
+        a.queue = "qa".into();
+        let mut b = task("b");
+        b.queue = "qb".into();
+        store.enqueue(&[a, b], 1_000).await.expect("enqueue");
+        let batch = store.lease("w", limits(), 2_000).await.expect("lease");
+        let fence = |id: &str| {
+            batch
+                .tasks
+                .iter()
+                .find(|t| t.task.id == id)
+                .map(|t| t.fence)
+                .expect("both queues' heads are leased")
+        };
+        let leases = [
+            LeaseRef {
+                task_id: "a".into(),
+                fence: fence("a"),
+            },
+            LeaseRef {
+                task_id: "b".into(),
+                fence: fence("b") + 1,
+            },
+        ];
+        let answers = store
+            .complete_many(&leases, 2_500)
+            .await
+            .expect("group commits");
+        assert!(answers[0].is_ok(), "{:?}", answers[0]);
+        assert!(
+            matches!(answers[1], Err(StoreError::StaleLease { .. })),
+            "{:?}",
+            answers[1]
+        );
+        let history = store.history(10).await.expect("history");
+        let done: Vec<&str> = history.iter().map(|h| h.id.as_str()).collect();
+        assert_eq!(done, ["a"], "only the valid lease was settled");
+        let queues = store.dump(3_000).await.expect("dump");
+        assert_eq!(
+            queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(),
+            ["qb"],
+            "the stale lease's task is still there"
+        );
+    }
+
+    #[tokio::test]
     async fn nothing_ready_reports_when_the_next_head_becomes_due() {
         let store = Store::open("sqlite::memory:")
             .await

@@ -69,6 +69,7 @@ pub fn register(fm: &mut FuncMap) {
         ("untilStep", until_step),
         ("seq", seq),
         ("chunk", chunk),
+        ("slice", slice),
         ("shuffle", |a| {
             // Sprig shuffles characters of a string.
             use rand::seq::SliceRandom as _;
@@ -360,6 +361,48 @@ fn step_range(name: &str, start: i64, stop: i64, step: i64) -> Result<Value> {
         i += step;
     }
     Ok(Value::List(out.into()))
+}
+
+/// Sprig's `slice list [start [end]]`, which replaces Go's builtin and takes lists only.
+fn slice(args: &[Value]) -> Result<Value> {
+    let list = match arg("slice", args, 0)? {
+        Value::List(items) => items,
+        other => {
+            return Err(fail(
+                "slice",
+                format!(
+                    "list should be type of slice or array but {}",
+                    kind_name(other)
+                ),
+            ));
+        }
+    };
+    let bound = |i: usize, default: usize| -> Result<usize> {
+        match args.get(i) {
+            None => Ok(default),
+            Some(v) => usize::try_from(to_i64(v))
+                .ok()
+                .filter(|n| *n <= list.len())
+                .ok_or_else(|| fail("slice", "slice index out of range")),
+        }
+    };
+    let start = bound(1, 0)?;
+    let end = bound(2, list.len())?;
+    if start > end {
+        return Err(fail("slice", "slice bounds out of range"));
+    }
+    Ok(Value::List(list[start..end].to_vec().into()))
+}
+
+fn kind_name(v: &Value) -> &'static str {
+    match v {
+        Value::String(_) => "string",
+        Value::Map(_) => "map",
+        Value::Int(_) | Value::Uint(_) => "int64",
+        Value::Float(_) => "float64",
+        Value::Bool(_) => "bool",
+        _ => "invalid",
+    }
 }
 
 #[cfg(test)]

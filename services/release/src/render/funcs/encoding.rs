@@ -29,6 +29,27 @@ pub fn register(fm: &mut FuncMap) {
             ))
         }),
         ("b64dec", b64dec),
+        ("sha1sum", |a| {
+            exact("sha1sum", a, 1)?;
+            Ok(string(hex::encode(sha1::Sha1::digest(str_arg(
+                "sha1sum", a, 0,
+            )?))))
+        }),
+        ("sha512sum", |a| {
+            exact("sha512sum", a, 1)?;
+            Ok(string(hex::encode(sha2::Sha512::digest(str_arg(
+                "sha512sum",
+                a,
+                0,
+            )?))))
+        }),
+        ("b32enc", |a| {
+            exact("b32enc", a, 1)?;
+            Ok(string(
+                data_encoding::BASE32.encode(str_arg("b32enc", a, 0)?.as_bytes()),
+            ))
+        }),
+        ("b32dec", b32dec),
         ("sha256sum", |a| {
             exact("sha256sum", a, 1)?;
             Ok(string(hex::encode(sha2::Sha256::digest(str_arg(
@@ -80,7 +101,14 @@ pub fn parse_yaml(text: &str) -> std::result::Result<serde_json::Value, String> 
     if text.trim().is_empty() {
         return Ok(serde_json::Value::Null);
     }
-    serde_saphyr::from_str::<serde_json::Value>(text).map_err(|e| e.to_string())
+    // Helm (and Kubernetes) read YAML with go-yaml's YAML 1.1 rules: `0644` is octal (420),
+    // `yes`/`off` are booleans.
+    let mut options = serde_saphyr::Options::default();
+    options.legacy_octal_numbers = true;
+    // Comments are never read back; not capturing them saves allocation per document.
+    options.emit_comments = false;
+    serde_saphyr::from_str_with_options::<serde_json::Value>(text, options)
+        .map_err(|e| e.to_string())
 }
 
 fn parse_json(text: &str) -> std::result::Result<serde_json::Value, String> {
@@ -137,6 +165,18 @@ fn random(name: &str, args: &[Value], alphabet: &[u8]) -> Result<Value> {
         .map(|_| char::from(alphabet[rng.random_range(0..alphabet.len())]))
         .collect();
     Ok(string(s))
+}
+
+/// Sprig's `b32dec`: like `b64dec`, a decoding failure renders the error text.
+fn b32dec(args: &[Value]) -> Result<Value> {
+    exact("b32dec", args, 1)?;
+    let input = str_arg("b32dec", args, 0)?;
+    Ok(string(
+        match data_encoding::BASE32.decode(input.as_bytes()) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => e.to_string(),
+        },
+    ))
 }
 
 #[cfg(test)]

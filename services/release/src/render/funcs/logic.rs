@@ -8,6 +8,14 @@ pub fn register(fm: &mut FuncMap) {
     let funcs: &[(&str, Builtin)] = &[
         ("default", default),
         ("empty", |a| Ok(Value::Bool(a.first().is_none_or(is_empty)))),
+        ("all", |a| Ok(Value::Bool(a.iter().all(|v| !is_empty(v))))),
+        ("any", |a| Ok(Value::Bool(a.iter().any(|v| !is_empty(v))))),
+        ("typeIsLike", |a| {
+            exact("typeIsLike", a, 2)?;
+            let want = str_arg("typeIsLike", a, 0)?;
+            let got = type_of(arg("typeIsLike", a, 1)?);
+            Ok(Value::Bool(got == want || format!("*{got}") == want))
+        }),
         ("coalesce", |a| {
             Ok(a.iter()
                 .find(|v| !is_empty(v))
@@ -129,7 +137,9 @@ fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Nil => "invalid",
         Value::Bool(_) => "bool",
-        Value::Int(_) => "int64",
+        // Template literals are Go `int`; only `--set` yields int64, and the two share one
+        // representation here, so the far more common literal wins.
+        Value::Int(_) => "int",
         Value::Uint(_) => "uint64",
         Value::Float(_) => "float64",
         Value::String(_) => "string",

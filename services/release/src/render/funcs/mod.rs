@@ -7,6 +7,7 @@ pub mod collections;
 pub mod encoding;
 mod logic;
 mod math;
+mod paths;
 mod semver_fn;
 mod strings;
 mod time;
@@ -25,8 +26,29 @@ pub fn sprig() -> FuncMap {
     semver_fn::register(&mut fm);
     math::register(&mut fm);
     time::register(&mut fm);
+    paths::register(&mut fm);
     add_must_aliases(&mut fm);
+    fm.insert(
+        PRINT_HOOK.to_string(),
+        std::sync::Arc::new(|args: &[gotmpl::Value]| Ok(go_printable(args))),
+    );
     fm
+}
+
+/// The hidden function `render::methods::rewrite` appends to every output action, because
+/// `gotmpl` prints floats, lists and maps in Rust's form and Go's differs (`1e+06`,
+/// `map[a:1]`).
+pub const PRINT_HOOK: &str = "__goprint";
+
+fn go_printable(args: &[gotmpl::Value]) -> gotmpl::Value {
+    use gotmpl::Value;
+    match args.last() {
+        None => Value::Nil,
+        Some(v @ (Value::Float(_) | Value::List(_) | Value::Map(_))) => {
+            Value::String(crate::render::value::go_sprint(v).into())
+        }
+        Some(other) => other.clone(),
+    }
 }
 
 /// Sprig's `mustX` variants return errors where `X` would swallow them; the functions here
@@ -59,6 +81,10 @@ fn add_must_aliases(fm: &mut FuncMap) {
         "compact",
         "dateModify",
         "toDate",
+        "fromJson",
+        "toYaml",
+        "slice",
+        "chunk",
     ];
     for name in MUST {
         if let Some(f) = fm.get(*name).cloned() {

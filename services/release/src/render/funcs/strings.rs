@@ -53,6 +53,7 @@ pub fn register(fm: &mut FuncMap) {
         ("cat", cat),
         ("splitList", split_list),
         ("split", split_map),
+        ("splitn", splitn),
         ("join", join),
         ("snakecase", |a| {
             unary("snakecase", a, |s| separate_words(s, '_'))
@@ -391,6 +392,43 @@ fn camelcase(s: &str) -> String {
                 .unwrap_or_default()
         })
         .collect()
+}
+
+/// `splitn sep n s`: at most `n` pieces as a `_0`, `_1`, ... map, like `split`.
+fn splitn(args: &[Value]) -> Result<Value> {
+    exact("splitn", args, 3)?;
+    let sep = str_arg("splitn", args, 0)?;
+    let n = to_i64(&args[1]);
+    let s = str_arg("splitn", args, 2)?;
+    // Go's strings.SplitN: n == 0 yields nothing, n < 0 means no limit.
+    let parts: Vec<String> = match n {
+        0 => Vec::new(),
+        n if n < 0 => go_split(&s, &sep),
+        n if sep.is_empty() => {
+            let limit = usize::try_from(n).unwrap_or(usize::MAX);
+            let chars: Vec<char> = s.chars().collect();
+            let mut out: Vec<String> = chars
+                .iter()
+                .take(limit.saturating_sub(1))
+                .map(|c| c.to_string())
+                .collect();
+            let rest: String = chars.iter().skip(limit.saturating_sub(1)).collect();
+            if !rest.is_empty() {
+                out.push(rest);
+            }
+            out
+        }
+        n => s
+            .splitn(usize::try_from(n).unwrap_or(usize::MAX), sep.as_str())
+            .map(String::from)
+            .collect(),
+    };
+    let entries = parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (Arc::<str>::from(format!("_{i}")), string(p)))
+        .collect();
+    Ok(Value::Map(Arc::new(entries)))
 }
 
 #[cfg(test)]

@@ -1,0 +1,360 @@
+//! `berth render` and `berth release ...`.
+//!
+//! `berth render` is `helm template` without a server: it renders in this process with the
+//! release service's renderer (`berth_release::template`), so what the compatibility oracle
+//! proves for that renderer holds for this command.
+//!
+//! `berth release history|status|rollback|plan` talk to the release service directly
+//! (`--release-server`, env `BERTH_RELEASE`) rather than through the gateway. Releases are an
+//! implementation detail of packages, so the gateway's public API does not expose them; these
+//! commands are an operator's view of that layer (like `helm history`), for debugging and
+//! recovery, and need network access to the release service.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use berth_proto::release::releases_client::ReleasesClient;
+use berth_proto::release::{self as pb, PlanAction};
+use berth_release::template::{self, TemplateOptions};
+
+/// How long to wait for the release service to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one release call may take (a rollback applies and prunes a whole release).
+const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// `berth render [NAME] CHART`, taking `helm template`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct RenderArgs {
+    /// `[NAME] CHART`: the release name (default `release-name`) and the chart directory or
+    /// packed `.tgz`; with one argument it is the chart.
+    #[arg(num_args = 1..=2, value_name = "[NAME] CHART", required = true)]
+    pub positional: Vec<String>,
+    /// Namespace the release is rendered for (`.Release.Namespace`).
+    #[arg(long, short = 'n', default_value = "default")]
+    pub namespace: String,
+    /// Values files (YAML or JSON); later ones win. Repeatable, or comma-separated.
+    #[arg(long = "values", short = 'f', value_delimiter = ',')]
+    pub values: Vec<PathBuf>,
+    /// `key=value` assignments (`a.b=c,list={x,y}`), applied after the files. Repeatable.
+    #[arg(long)]
+    pub set: Vec<String>,
+    /// Print the chart's `crds/` objects first.
+    #[arg(long)]
+    pub include_crds: bool,
+    /// Kubernetes version for `.Capabilities.KubeVersion`, e.g. `v1.31.0`.
+    #[arg(long)]
+    pub kube_version: Option<String>,
+}
+
+impl RenderArgs {
+    /// The release name and chart path from the one or two positional arguments.
+    fn name_and_chart(&self) -> Result<(String, PathBuf), String> {
+        match self.positional.as_slice() {
+            [chart] => Ok(("release-name".into(), PathBuf::from(chart))),
+            [name, chart] => Ok((name.clone(), PathBuf::from(chart))),
+            _ => Err("render takes [NAME] CHART".into()),
+        }
+    }
+}
+
+/// Renders and prints the manifests exactly as `helm template` would.
+pub fn render(args: &RenderArgs) -> Result<ExitCode, String> {
+    let (release_name, chart) = args.name_and_chart()?;
+    let opts = TemplateOptions {
+        release_name,
+        namespace: args.namespace.clone(),
+        values_files: args.values.clone(),
+        set: args.set.clone(),
+        include_crds: args.include_crds,
+        kube_version: args.kube_version.clone(),
+    };
+    let text = template::template(&chart, &opts).map_err(|e| e.to_string())?;
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth release ...`: the release service's view of one release.
+#[derive(clap::Args, Debug)]
+pub struct ReleaseArgs {
+    /// The release service (the `berth-release` process; `berth up` serves it on a loopback
+    /// port of its own).
+    #[arg(long, env = "BERTH_RELEASE", default_value = "http://127.0.0.1:7074")]
+    pub release_server: String,
+    #[command(subcommand)]
+    pub command: ReleaseCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ReleaseCommand {
+    /// List the release's revisions, oldest first (`helm history`).
+    History {
+        name: String,
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+    },
+    /// Show the deployed revision, its objects and whether they are ready.
+    Status {
+        name: String,
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+    },
+    /// Re-apply an earlier revision as a new one (default: the revision before the latest).
+    Rollback {
+        name: String,
+        revision: Option<i32>,
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+    },
+    /// Show what installing CHART with these values would change, without changing anything.
+    Plan {
+        name: String,
+        chart: PathBuf,
+        #[arg(long, short = 'n', default_value = "default")]
+        namespace: String,
+        #[arg(long = "values", short = 'f', value_delimiter = ',')]
+        values: Vec<PathBuf>,
+        #[arg(long)]
+        set: Vec<String>,
+    },
+}
+
+/// Runs one `berth release` command.
+pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
+    let channel = tonic::transport::Endpoint::from_shared(args.release_server.clone())
+        .map_err(|e| format!("--release-server {}: {e}", args.release_server))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(CALL_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot reach the release service at {}: {e}",
+                args.release_server
+            )
+        })?;
+    let mut client = ReleasesClient::new(channel);
+    let failed = |e: tonic::Status| format!("{:?}: {}", e.code(), e.message());
+    match &args.command {
+        ReleaseCommand::History { name, namespace } => {
+            let history = client
+                .history(pb::HistoryRequest {
+                    name: name.clone(),
+                    namespace: namespace.clone(),
+                })
+                .await
+                .map_err(failed)?
+                .into_inner();
+            if history.revisions.is_empty() {
+                return Err(format!(
+                    "release {name:?} not found in namespace {namespace:?}"
+                ));
+            }
+            print!("{}", history_table(&history.revisions));
+        }
+        ReleaseCommand::Status { name, namespace } => {
+            let status = client
+                .status(pb::StatusRequest {
+                    name: name.clone(),
+                    namespace: namespace.clone(),
+                })
+                .await
+                .map_err(failed)?
+                .into_inner();
+            if !status.found {
+                return Err(format!(
+                    "release {name:?} not found in namespace {namespace:?}"
+                ));
+            }
+            println!(
+                "NAME: {name}\nNAMESPACE: {namespace}\nREVISION: {}\nREADY: {}",
+                status.revision, status.ready
+            );
+            for o in &status.objects {
+                println!("  {}", object_name(o));
+            }
+            for reason in &status.not_ready {
+                println!("NOT READY: {reason}");
+            }
+        }
+        ReleaseCommand::Rollback {
+            name,
+            revision,
+            namespace,
+        } => {
+            let done = client
+                .rollback(pb::RollbackRequest {
+                    name: name.clone(),
+                    namespace: namespace.clone(),
+                    revision: revision.unwrap_or(0),
+                })
+                .await
+                .map_err(failed)?
+                .into_inner();
+            println!(
+                "Rollback was a success: {name} is now at revision {}",
+                done.revision
+            );
+        }
+        ReleaseCommand::Plan {
+            name,
+            chart,
+            namespace,
+            values,
+            set,
+        } => {
+            let opts = TemplateOptions {
+                values_files: values.clone(),
+                set: set.clone(),
+                ..TemplateOptions::default()
+            };
+            let values = template::user_values(&opts).map_err(|e| e.to_string())?;
+            let files = template::read_chart(chart).map_err(|e| e.to_string())?;
+            let plan = client
+                .plan(pb::InstallRequest {
+                    name: name.clone(),
+                    namespace: namespace.clone(),
+                    files: files
+                        .into_iter()
+                        .map(|(path, content)| pb::ChartFile { path, content })
+                        .collect(),
+                    values_json: values.to_string(),
+                })
+                .await
+                .map_err(failed)?
+                .into_inner();
+            print!("{}", plan_lines(&plan.changes));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn object_name(o: &pb::ObjectRef) -> String {
+    if o.namespace.is_empty() {
+        format!("{}/{}", o.kind, o.name)
+    } else {
+        format!("{}/{} (namespace {})", o.kind, o.name, o.namespace)
+    }
+}
+
+/// `helm history`'s columns.
+fn history_table(revisions: &[pb::Revision]) -> String {
+    let mut rows = vec![
+        [
+            "REVISION",
+            "UPDATED",
+            "STATUS",
+            "CHART",
+            "APP VERSION",
+            "DESCRIPTION",
+        ]
+        .map(String::from),
+    ];
+    for r in revisions {
+        rows.push([
+            r.revision.to_string(),
+            r.updated.clone(),
+            r.status.clone(),
+            r.chart.clone(),
+            r.app_version.clone(),
+            r.description.clone(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let cells: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            format!("{}\n", cells.join("\t").trim_end())
+        })
+        .collect()
+}
+
+/// One line per object: `+` create, `~` update (with the changed fields), `-` delete, `=`
+/// unchanged.
+fn plan_lines(changes: &[pb::PlannedChange]) -> String {
+    changes
+        .iter()
+        .map(|c| {
+            let name = c.object.as_ref().map(object_name).unwrap_or_default();
+            match c.action() {
+                PlanAction::Create => format!("+ create    {name}\n"),
+                PlanAction::Update => format!("~ update    {name}: {}\n", c.changed.join(", ")),
+                PlanAction::Delete => format!("- delete    {name}\n"),
+                PlanAction::Unchanged => format!("= unchanged {name}\n"),
+                PlanAction::Unspecified => format!("? unknown   {name}\n"),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: RenderArgs,
+    }
+
+    #[test]
+    fn takes_helm_template_arguments() {
+        let w = Wrapper::try_parse_from([
+            "x",
+            "demo",
+            "./chart",
+            "-n",
+            "ns",
+            "-f",
+            "a.yaml,b.yaml",
+            "--values",
+            "c.yaml",
+            "--set",
+            "a=1",
+            "--set",
+            "b=2",
+        ])
+        .expect("valid arguments");
+        assert_eq!(
+            w.args.name_and_chart(),
+            Ok(("demo".to_string(), PathBuf::from("./chart")))
+        );
+        assert_eq!(w.args.values.len(), 3);
+        assert_eq!(w.args.set, vec!["a=1".to_string(), "b=2".to_string()]);
+        let one = Wrapper::try_parse_from(["x", "./chart"]).expect("chart only");
+        assert_eq!(
+            one.args.name_and_chart(),
+            Ok(("release-name".to_string(), PathBuf::from("./chart")))
+        );
+    }
+
+    #[test]
+    fn plan_lines_mark_each_action() {
+        let change = |name: &str, action: PlanAction, changed: &[&str]| pb::PlannedChange {
+            object: Some(pb::ObjectRef {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: String::new(),
+                name: name.into(),
+            }),
+            action: action as i32,
+            changed: changed.iter().map(|s| s.to_string()).collect(),
+        };
+        let text = plan_lines(&[
+            change("a", PlanAction::Create, &[]),
+            change("b", PlanAction::Update, &["data", "metadata"]),
+            change("c", PlanAction::Delete, &[]),
+        ]);
+        assert_eq!(
+            text,
+            "+ create    ConfigMap/a\n~ update    ConfigMap/b: data, metadata\n- delete    ConfigMap/c\n"
+        );
+    }
+}

@@ -1,0 +1,148 @@
+//! `berth release history|status|plan|rollback` against a release service (served in this
+//! test on a loopback port, managing the embedded dev cluster), reading what a user sees.
+
+use berth_proto::release::releases_client::ReleasesClient;
+use berth_proto::release::{ChartFile, InstallRequest};
+use std::process::Command;
+use std::time::Duration;
+
+fn chart(greeting: &str, extra: bool) -> Vec<ChartFile> {
+    let mut files = vec![
+        (
+            "Chart.yaml",
+            "apiVersion: v2\nname: shop\nversion: 0.2.0\nappVersion: \"3.1\"\n".to_string(),
+        ),
+        (
+            "templates/cm.yaml",
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  greeting: {greeting}\n"
+            ),
+        ),
+    ];
+    if extra {
+        files.push((
+            "templates/extra.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n".into(),
+        ));
+    }
+    files
+        .into_iter()
+        .map(|(p, c)| ChartFile {
+            path: p.into(),
+            content: c.into_bytes(),
+        })
+        .collect()
+}
+
+/// Runs `berth release --release-server URL ARGS...`; stdout, or the failure with stderr.
+async fn berth(server: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = tokio::process::Command::from({
+        let mut c = Command::new(env!("CARGO_BIN_EXE_berth"));
+        c.args(["release", "--release-server", server]).args(args);
+        c
+    })
+    .kill_on_drop(true)
+    .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out).await??;
+    anyhow::ensure!(
+        out.status.success(),
+        "berth {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+#[tokio::test]
+async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Result<()> {
+    let cluster =
+        berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig::default()).await?;
+    let dir = std::env::temp_dir().join(format!("berth-release-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, cluster.kubeconfig_yaml())?;
+    let client = berth_release::process::kube_client(Some(&kubeconfig)).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = format!("http://{}", listener.local_addr()?);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(berth_release::process::run(
+        client,
+        listener,
+        shutdown.clone(),
+    ));
+
+    let mut grpc = ReleasesClient::connect(server.clone()).await?;
+    for (greeting, extra) in [("one", true), ("two", false)] {
+        grpc.install(InstallRequest {
+            name: "shop".into(),
+            namespace: "cli".into(),
+            files: chart(greeting, extra),
+            values_json: String::new(),
+        })
+        .await?;
+    }
+
+    let history = berth(&server, &["history", "shop", "-n", "cli"]).await?;
+    let lines: Vec<&str> = history.lines().collect();
+    assert!(lines[0].starts_with("REVISION"), "{history}");
+    assert!(
+        lines[1].starts_with('1')
+            && lines[1].contains("superseded")
+            && lines[1].contains("shop-0.2.0"),
+        "{history}"
+    );
+    assert!(
+        lines[2].starts_with('2')
+            && lines[2].contains("deployed")
+            && lines[2].contains("Upgrade complete"),
+        "{history}"
+    );
+
+    let status = berth(&server, &["status", "shop", "-n", "cli"]).await?;
+    assert!(
+        status.contains("REVISION: 2") && status.contains("ConfigMap/settings"),
+        "{status}"
+    );
+
+    // The chart on disk for `plan`: greeting three, plus the extra object again.
+    let chart_dir = dir.join("chart");
+    for f in chart("three", true) {
+        let path = chart_dir.join(&f.path);
+        std::fs::create_dir_all(path.parent().unwrap_or(&chart_dir))?;
+        std::fs::write(path, f.content)?;
+    }
+    let plan = berth(
+        &server,
+        &[
+            "plan",
+            "shop",
+            chart_dir.to_str().unwrap_or_default(),
+            "-n",
+            "cli",
+        ],
+    )
+    .await?;
+    assert!(
+        plan.contains("~ update    ConfigMap/settings (namespace cli): data"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("+ create    ConfigMap/extra (namespace cli)"),
+        "{plan}"
+    );
+
+    let rolled = berth(&server, &["rollback", "shop", "1", "-n", "cli"]).await?;
+    assert!(rolled.contains("revision 3"), "{rolled}");
+    let history = berth(&server, &["history", "shop", "-n", "cli"]).await?;
+    assert!(
+        history
+            .lines()
+            .nth(3)
+            .is_some_and(|l| l.contains("Rollback to 1")),
+        "{history}"
+    );
+
+    shutdown.cancel();
+    serving.await??;
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}

@@ -1,0 +1,47 @@
+//! The broker's admin port: its Prometheus metrics over plain HTTP (`GET /metrics`).
+//!
+//! Separate from the gRPC port so it can be exposed to a scraper (or kept on loopback) without
+//! exposing the Broker API, and so a scrape never competes with the gRPC server's settings.
+
+use std::sync::Arc;
+
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Content type of the OpenMetrics text format that `prometheus_client` writes.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Serves `registry` at `/metrics` on `listener` until `shutdown`.
+pub async fn serve_metrics(
+    registry: Registry,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let registry = Arc::new(registry);
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let registry = registry.clone();
+            async move { render(&registry) }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+fn render(registry: &Registry) -> axum::response::Response {
+    let mut body = String::new();
+    match encode(&mut body, registry) {
+        Ok(()) => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode metrics: {err}"),
+        )
+            .into_response(),
+    }
+}

@@ -1,0 +1,117 @@
+//! Group commit of Complete calls.
+//!
+//! Each Complete is a small write transaction, and the commit (plus, on SQLite, the hop to the
+//! connection's thread for every statement) costs far more than the statements themselves. So
+//! Complete calls are queued to one task that settles whatever has gathered in one transaction
+//! ([`Store::complete_many`]). Nothing waits for a group to fill: a lone call is settled at once,
+//! and calls that arrive while a transaction runs form the next group, so the grouping appears
+//! exactly when load makes it pay.
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::model::Settled;
+use super::store::{LeaseRef, Store, StoreError};
+
+/// Most Complete calls settled in one transaction; bounds the transaction's length (and so how
+/// long it holds SQLite's write lock).
+const MAX_GROUP: usize = 64;
+
+/// Complete calls waiting for the settling task. Bounded: when the store is slower than the
+/// callers, they wait to enqueue here, which is the backpressure we want; 1024 absorbs the burst
+/// of many workers finishing at once.
+const QUEUE_CAPACITY: usize = 1024;
+
+/// Attempts of one group when the store fails transiently (as the service's other calls).
+const TRANSIENT_ATTEMPTS: usize = 3;
+
+/// One caller's answer: its settlement, or the gRPC error to report.
+pub(super) type Answer = Result<Settled, tonic::Status>;
+
+/// Maps a store error to the caller's status (the service's mapping, which also logs).
+pub(super) type ToStatus = fn(StoreError) -> tonic::Status;
+
+struct Pending {
+    lease: LeaseRef,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// The handle the service keeps; the settling task ends when it is dropped or `stop` fires.
+#[derive(Clone)]
+pub(super) struct Completer {
+    queue: mpsc::Sender<Pending>,
+}
+
+/// Why a Complete got no answer from the settling task.
+#[derive(Debug, thiserror::Error)]
+#[error("the broker's completion task stopped")]
+pub(super) struct Stopped;
+
+impl Completer {
+    /// Spawns the settling task on `runtime`.
+    pub(super) fn spawn(
+        runtime: &tokio::runtime::Handle,
+        store: Store,
+        now_ms: fn() -> i64,
+        to_status: ToStatus,
+        stop: CancellationToken,
+    ) -> Completer {
+        let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        runtime.spawn(settle(store, receiver, now_ms, to_status, stop));
+        Completer { queue }
+    }
+
+    /// Settles `lease` (as part of whatever group is next).
+    pub(super) async fn complete(&self, lease: LeaseRef) -> Result<Answer, Stopped> {
+        let (answer, answered) = oneshot::channel();
+        self.queue
+            .send(Pending { lease, answer })
+            .await
+            .map_err(|_| Stopped)?;
+        answered.await.map_err(|_| Stopped)
+    }
+}
+
+async fn settle(
+    store: Store,
+    mut receiver: mpsc::Receiver<Pending>,
+    now_ms: fn() -> i64,
+    to_status: ToStatus,
+    stop: CancellationToken,
+) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    loop {
+        let received = tokio::select! {
+            () = stop.cancelled() => 0,
+            n = receiver.recv_many(&mut group, MAX_GROUP) => n,
+        };
+        if received == 0 {
+            return;
+        }
+        let leases: Vec<LeaseRef> = group.iter().map(|p| p.lease.clone()).collect();
+        let mut attempt = 1;
+        let answers = loop {
+            match store.complete_many(&leases, now_ms()).await {
+                Err(err) if err.is_transient() && attempt < TRANSIENT_ATTEMPTS => {
+                    tracing::debug!(error = %err, attempt, "transient store failure; retrying");
+                    attempt += 1;
+                }
+                result => break result,
+            }
+        };
+        match answers {
+            Ok(answers) => {
+                for (pending, answer) in group.drain(..).zip(answers) {
+                    // A caller that went away (its call was cancelled) needs no answer.
+                    let _ = pending.answer.send(answer.map_err(to_status));
+                }
+            }
+            Err(err) => {
+                let status = to_status(err);
+                for pending in group.drain(..) {
+                    let _ = pending.answer.send(Err(status.clone()));
+                }
+            }
+        }
+    }
+}

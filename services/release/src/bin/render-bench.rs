@@ -1,0 +1,222 @@
+//! `render-bench`: whole-process render time of berth against `helm template`, on a small
+//! chart (the oracle corpus' `basics`) and a generated large one, printed as a table.
+//!
+//! Each tool is run as a fresh process per iteration (startup included, as a user or CI job
+//! would run it) and the median wall time is reported. berth is the `berth render` binary when
+//! found next to this one (build it with `cargo build --release -p berth-gateway --bin berth`),
+//! else this binary's own `--render-once` mode, which runs the same renderer and printer.
+//!
+//! `cargo run --release -p berth-release --bin render-bench -- [--iterations N]`
+
+use anyhow::Context as _;
+use berth_release::template::{self, TemplateOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Both tools are told the same Kubernetes version so `.Capabilities` output agrees.
+const KUBE_VERSION: &str = "v1.31.0";
+
+/// Templates in the generated large chart.
+const LARGE_TEMPLATES: usize = 300;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(pos) = args.iter().position(|a| a == "--render-once") {
+        // `--render-once CHART [--kube-version V]`: the version is fixed below.
+        let chart = args.get(pos + 1).context("--render-once CHART")?;
+        let opts = TemplateOptions {
+            release_name: "bench".into(),
+            kube_version: Some(KUBE_VERSION.into()),
+            ..TemplateOptions::default()
+        };
+        print!("{}", template::template(Path::new(chart), &opts)?);
+        return Ok(());
+    }
+    let iterations: usize = match args.iter().position(|a| a == "--iterations") {
+        Some(i) => args.get(i + 1).context("--iterations N")?.parse()?,
+        None => 15,
+    };
+    let helm = find_helm().context("helm not found on PATH or in target/ci-tools")?;
+    let (berth_cmd, berth_label) = berth_command()?;
+
+    let small = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/basics");
+    let large_dir = TempDir::new()?;
+    let large = large_dir.0.join("large");
+    write_large_chart(&large)?;
+
+    println!(
+        "berth: {berth_label}\nhelm:  {}\niterations: {iterations} (median wall time per run)\n",
+        helm.display()
+    );
+    println!("| chart | objects | berth | helm template | speed-up |");
+    println!("|---|---|---|---|---|");
+    for (label, chart) in [("small (basics)", &small), ("large (generated)", &large)] {
+        let chart_s = chart.display().to_string();
+        let mut berth = berth_cmd.clone();
+        berth.extend([
+            chart_s.clone(),
+            "--kube-version".into(),
+            KUBE_VERSION.into(),
+        ]);
+        let helm_cmd = vec![
+            helm.display().to_string(),
+            "template".into(),
+            "bench".into(),
+            chart_s,
+            "--kube-version".into(),
+            KUBE_VERSION.into(),
+        ];
+        let (b_time, b_out) = median(&berth, iterations)?;
+        let (h_time, h_out) = median(&helm_cmd, iterations)?;
+        anyhow::ensure!(
+            b_out == h_out,
+            "outputs differ for {label}; the comparison would be meaningless"
+        );
+        let objects = b_out.matches("# Source: ").count();
+        println!(
+            "| {label} | {objects} | {:.1} ms | {:.1} ms | {:.1}x |",
+            ms(b_time),
+            ms(h_time),
+            h_time.as_secs_f64() / b_time.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// A scratch directory removed when dropped, also when the run fails.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("render-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Runs `cmd` `n` times; the median wall time and the (last) output.
+fn median(cmd: &[String], n: usize) -> anyhow::Result<(Duration, String)> {
+    let mut times = Vec::with_capacity(n);
+    let mut out = String::new();
+    for _ in 0..n.max(1) {
+        let start = Instant::now();
+        let o = Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {}", cmd[0]))?;
+        times.push(start.elapsed());
+        anyhow::ensure!(
+            o.status.success(),
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out = String::from_utf8(o.stdout)?;
+    }
+    times.sort();
+    Ok((times[times.len() / 2], out))
+}
+
+fn berth_command() -> anyhow::Result<(Vec<String>, String)> {
+    let me = std::env::current_exe()?;
+    let sibling = me.with_file_name("berth");
+    if sibling.is_file() {
+        let s = sibling.display().to_string();
+        return Ok((
+            vec![s.clone(), "render".into(), "bench".into()],
+            format!("{s} render"),
+        ));
+    }
+    let s = me.display().to_string();
+    Ok((
+        vec![s.clone(), "--render-once".into()],
+        format!("{s} --render-once (berth binary not built)"),
+    ))
+}
+
+fn find_helm() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("helm"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        let ci = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ci-tools/helm");
+        ci.is_file().then_some(ci)
+    })
+}
+
+/// A chart shaped like real large ones: shared helpers, per-component values, and templates
+/// using include/nindent/toYaml/range/with/quote/default.
+fn write_large_chart(root: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(root.join("templates"))?;
+    std::fs::write(
+        root.join("Chart.yaml"),
+        "apiVersion: v2\nname: large\nversion: 1.0.0\nappVersion: \"2.0\"\n",
+    )?;
+    std::fs::write(
+        root.join("templates/_helpers.tpl"),
+        r#"{{- define "large.fullname" -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- define "large.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+"#,
+    )?;
+    let mut values = String::from("components:\n");
+    for i in 0..LARGE_TEMPLATES {
+        values.push_str(&format!(
+            "  c{i}:\n    replicas: {}\n    image: registry.example.com/app{i}:1.{i}.0\n    env:\n      LOG_LEVEL: info\n      COMPONENT: c{i}\n      FEATURE_{i}: \"true\"\n    resources:\n      limits: {{cpu: 200m, memory: 256Mi}}\n      requests: {{cpu: 100m, memory: 128Mi}}\n",
+            i % 5 + 1
+        ));
+    }
+    std::fs::write(root.join("values.yaml"), values)?;
+    for i in 0..LARGE_TEMPLATES {
+        let t = format!(
+            r#"{{{{- with .Values.components.c{i} }}}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{{{ include "large.fullname" $ }}}}-c{i}
+  labels:
+    {{{{- include "large.labels" $ | nindent 4 }}}}
+spec:
+  replicas: {{{{ .replicas | default 1 }}}}
+  selector:
+    matchLabels:
+      component: c{i}
+  template:
+    metadata:
+      labels:
+        component: c{i}
+        {{{{- include "large.labels" $ | nindent 8 }}}}
+    spec:
+      containers:
+        - name: main
+          image: {{{{ .image | quote }}}}
+          env:
+            {{{{- range $k, $v := .env }}}}
+            - name: {{{{ $k }}}}
+              value: {{{{ $v | quote }}}}
+            {{{{- end }}}}
+          resources:
+            {{{{- toYaml .resources | nindent 12 }}}}
+{{{{- end }}}}
+"#
+        );
+        std::fs::write(root.join(format!("templates/c{i}.yaml")), t)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,50 @@
+//! History: the release's revisions as `helm history` lists them.
+
+use super::*;
+
+/// One revision, as `helm history` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RevisionSummary {
+    pub revision: i32,
+    pub status: String,
+    /// `<chart name>-<chart version>`.
+    pub chart: String,
+    pub app_version: String,
+    pub description: String,
+    pub updated: String,
+}
+
+impl ReleaseManager {
+    /// Every stored revision, oldest first; empty when the release does not exist.
+    pub async fn history(
+        &self,
+        name: &str,
+        namespace: &str,
+    ) -> Result<Vec<RevisionSummary>, ReleaseError> {
+        validate_release(name, namespace)?;
+        let store = ReleaseStore::new(self.client.clone(), namespace);
+        Ok(store
+            .history(name)
+            .await?
+            .iter()
+            .map(|r| {
+                let meta = |k: &str| {
+                    r.chart
+                        .metadata
+                        .get(k)
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                RevisionSummary {
+                    revision: r.version,
+                    status: r.info.status.clone(),
+                    chart: format!("{}-{}", meta("name"), meta("version")),
+                    app_version: meta("appVersion"),
+                    description: r.info.description.clone(),
+                    updated: r.info.last_deployed.clone(),
+                }
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,94 @@
+//! Rollback: re-apply an earlier revision's recorded manifest and record it as a new revision
+//! (see ROLLBACK.md). The chart is not re-rendered, so revisions written by Helm work too.
+
+use super::*;
+
+impl ReleaseManager {
+    /// Rolls `name` back to `revision` (0: the one before the latest).
+    pub async fn rollback(
+        &self,
+        name: &str,
+        namespace: &str,
+        revision: i32,
+    ) -> Result<Installed, ReleaseError> {
+        validate_release(name, namespace)?;
+        let lock = self.locks.get(namespace, name);
+        let _held = lock.lock().await;
+        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let stored = store.stored(name).await?;
+        let Some(latest) = stored.last().map(|s| s.release.clone()) else {
+            return Err(ReleaseError::NotFound(format!(
+                "release {name:?} in namespace {namespace:?}"
+            )));
+        };
+        let wanted = if revision == 0 {
+            latest.version - 1
+        } else {
+            revision
+        };
+        if wanted == latest.version {
+            return Err(ReleaseError::InvalidArgument(format!(
+                "revision {wanted} is the current revision of {name:?}"
+            )));
+        }
+        let Some(target) = stored.iter().find(|s| s.release.version == wanted) else {
+            return Err(ReleaseError::InvalidArgument(format!(
+                "release {name:?} has no revision {wanted}"
+            )));
+        };
+        let checksum = target.checksum.clone().unwrap_or_default();
+        let target = target.release.clone();
+
+        self.drift.pause(name, namespace);
+        let mut objects = recorded_objects(&target.manifest);
+        objects.sort_by_key(|o| install_rank(kind_of(o)));
+        let applied = async {
+            self.applier.ensure_namespace(namespace).await?;
+            let mut keys = Vec::with_capacity(objects.len());
+            for object in &objects {
+                let key = self.applier.apply(object, name, namespace).await?;
+                if key.kind == "CustomResourceDefinition" {
+                    self.applier
+                        .wait_crd_established(&key.name, CRD_WAIT)
+                        .await?;
+                }
+                keys.push(key);
+            }
+            self.prune(namespace, &latest, &keys).await?;
+            Ok::<_, ReleaseError>(keys)
+        }
+        .await;
+
+        let now = format::now();
+        let mut record = target.clone();
+        record.version = latest.version + 1;
+        record.info.first_deployed = latest.info.first_deployed.clone();
+        record.info.last_deployed = now;
+        record.info.deleted = format::zero_time();
+        match applied {
+            Ok(keys) => {
+                record.info.status = Status::Deployed.as_str().into();
+                record.info.description = format!("Rollback to {wanted}");
+                store.create(&record, &checksum).await?;
+                store.set_status(&latest, Status::Superseded).await?;
+                store.trim_history(name, HISTORY_MAX).await?;
+                if self.repair_drift {
+                    self.drift.watch(&self.applier, name, namespace, objects);
+                }
+                Ok(Installed {
+                    revision: record.version,
+                    objects: keys,
+                    unchanged: false,
+                })
+            }
+            Err(e) => {
+                record.info.status = Status::Failed.as_str().into();
+                record.info.description = format!("Rollback to {wanted} failed: {e}");
+                if let Err(store_err) = store.create(&record, &checksum).await {
+                    tracing::warn!(error = %store_err, "could not record the failed rollback");
+                }
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Drift repair: objects of an installed release that are deleted or edited come back as
+//! berth applied them, and Status reports what happened.
+
+mod support;
+
+use berth_proto::release::{InstallRequest, StatusRequest, UninstallRequest};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::wait::await_condition;
+use std::time::Duration;
+use support::{chart, config_map, start};
+
+/// Longest a repair may take to show up.
+const REPAIR_DEADLINE: Duration = Duration::from_secs(30);
+
+fn greeting_is(want: &'static str) -> impl Fn(Option<&ConfigMap>) -> bool {
+    move |cm| {
+        cm.and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get("greeting"))
+            .is_some_and(|g| g == want)
+    }
+}
+
+#[tokio::test]
+async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = chart(&[
+        ("templates/a.yaml", &config_map("a", false)),
+        ("templates/b.yaml", &config_map("b", false)),
+    ]);
+    h.grpc
+        .install(InstallRequest {
+            name: "drifty".into(),
+            namespace: h.namespace.clone(),
+            files,
+            values_json: r#"{"greeting": "hi"}"#.into(),
+        })
+        .await?;
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+
+    // Someone deletes `a`: it comes back.
+    cms.delete("a", &DeleteParams::default()).await?;
+    tokio::time::timeout(
+        REPAIR_DEADLINE,
+        await_condition(cms.clone(), "a", greeting_is("hi")),
+    )
+    .await??;
+
+    // Someone edits a field berth owns on `b`: it is changed back.
+    let edit = serde_json::json!({"data": {"greeting": "tampered"}});
+    cms.patch(
+        "b",
+        &PatchParams::apply("someone-else").force(),
+        &Patch::Apply(&serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "b"},
+            "data": edit["data"],
+        })),
+    )
+    .await?;
+    tokio::time::timeout(
+        REPAIR_DEADLINE,
+        await_condition(cms.clone(), "b", greeting_is("hi")),
+    )
+    .await??;
+
+    let status = h
+        .grpc
+        .status(StatusRequest {
+            name: "drifty".into(),
+            namespace: h.namespace.clone(),
+        })
+        .await?
+        .into_inner();
+    let seen: Vec<(String, String, bool)> = status
+        .drift
+        .iter()
+        .map(|d| {
+            (
+                d.object
+                    .as_ref()
+                    .map(|o| o.name.clone())
+                    .unwrap_or_default(),
+                d.kind.clone(),
+                d.repaired,
+            )
+        })
+        .collect();
+    assert!(
+        seen.contains(&("a".into(), "deleted".into(), true)),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&("b".into(), "modified".into(), true)),
+        "{seen:?}"
+    );
+    let b_fields: Vec<&Vec<String>> = status
+        .drift
+        .iter()
+        .filter(|d| d.object.as_ref().is_some_and(|o| o.name == "b"))
+        .map(|d| &d.fields)
+        .collect();
+    assert!(
+        b_fields.iter().all(|f| f.contains(&"data".to_string())),
+        "{b_fields:?}"
+    );
+
+    // Uninstall stops the repairs: the objects stay gone.
+    h.grpc
+        .uninstall(UninstallRequest {
+            name: "drifty".into(),
+            namespace: h.namespace.clone(),
+        })
+        .await?;
+    tokio::time::timeout(
+        REPAIR_DEADLINE,
+        await_condition(cms.clone(), "a", |cm: Option<&ConfigMap>| cm.is_none()),
+    )
+    .await??;
+    assert!(cms.get_opt("b").await?.is_none());
+    Ok(())
+}

@@ -1,0 +1,1 @@
+{{- define "cache.name" -}}{{ .Chart.Name }}-{{ .Values.maxmemory }}{{- end -}}

@@ -1,0 +1,1 @@
+{{- define "lib.greeting" -}}hello from {{ .Chart.Name }} in {{ .Values.global.region }}{{- end -}}
