@@ -493,3 +493,21 @@ async fn batch_hook_binary_serves_its_hooks() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// `resynchronizationPeriod` re-runs a binding's Synchronization periodically, with no events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resynchronization_period_reruns_synchronization() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("resync", &ns);
+        let accepted = client.update(update(&r, &fixtures(), "resync", None)).await?.into_inner();
+        journey::wait_running(&mut client, &r, accepted.generation).await?;
+        let runs = |p: &v1::Package| p.hooks.iter().find(|h| h.name == "resync.sh").map_or(0, |h| h.runs);
+        // The first Synchronization runs at Startup; two more can only come from the period.
+        let p = wait_package(&mut client, &r, "three Synchronization runs", |p| runs(p) >= 3).await?;
+        assert!(runs(&p) >= 3);
+        remove(&mut client, &r, kube).await
+    })
+    .await
+}

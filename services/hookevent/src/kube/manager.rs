@@ -121,6 +121,9 @@ pub struct BindingObjects {
     pub synchronized: bool,
 }
 
+/// Shortest accepted `resynchronizationPeriod`: a shorter one would flood the package's queue.
+const MIN_RESYNC_PERIOD: Duration = Duration::from_secs(1);
+
 pub struct KubeManager {
     resolver: Resolver,
     enqueuer: Enqueuer,
@@ -229,7 +232,42 @@ impl KubeManager {
             tasks
         };
         self.enqueuer.send(tasks).await;
+        self.start_resyncs(&ids);
         Ok(())
+    }
+
+    /// Starts a periodic Synchronization for each of `ids` that has a `resynchronizationPeriod`.
+    /// A loop ends by itself once its binding is gone (ids are never reused).
+    fn start_resyncs(self: &Arc<Self>, ids: &[u64]) {
+        let state = self.lock();
+        for id in ids {
+            let Some(r) = state.bindings.get(id) else { continue };
+            if let (Some(period), true) = (r.state.spec.resynchronization_period, r.state.spec.execute_hook_on_synchronization) {
+                tokio::spawn(Arc::clone(self).resync(*id, period));
+            }
+        }
+    }
+
+    async fn resync(self: Arc<Self>, id: u64, period: Duration) {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        // A slow broker must not turn into a burst of catch-up runs.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shutdown.cancelled() => return,
+            }
+            let task = {
+                let state = self.lock();
+                match state.bindings.get(&id) {
+                    None => return,
+                    // Until the first Synchronization ran, events are held and a resync is moot.
+                    Some(r) if !r.state.synchronized => continue,
+                    Some(_) => sync_task(&state, id),
+                }
+            };
+            self.enqueuer.send(task.into_iter().collect()).await;
+        }
     }
 
     /// Validates one binding and resolves what it watches.
@@ -643,7 +681,8 @@ pub fn spec_of(b: &pb::KubernetesBinding) -> Result<KubernetesBinding, String> {
         execute_hook_on_synchronization: b.execute_hook_on_synchronization,
         wait_for_synchronization: b.wait_for_synchronization,
         keep_full_objects_in_memory: b.keep_full_objects_in_memory,
-        resynchronization_period: None,
+        resynchronization_period: (b.resynchronization_period_ms > 0)
+            .then(|| Duration::from_millis(b.resynchronization_period_ms).max(MIN_RESYNC_PERIOD)),
         name_selector: None,
         label_selector: None,
         field_selector: None,

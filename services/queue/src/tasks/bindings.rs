@@ -53,6 +53,10 @@ pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBind
                 group: k.group.clone().unwrap_or_default(),
                 queue: k.queue.clone().unwrap_or_default(),
                 allow_failure: k.allow_failure,
+                resynchronization_period_ms: k
+                    .resynchronization_period
+                    .map(|p| u64::try_from(p.as_millis()).unwrap_or(u64::MAX))
+                    .unwrap_or_default(),
             });
         }
     }
