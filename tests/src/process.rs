@@ -27,6 +27,8 @@ pub fn binary(name: &str) -> PathBuf {
 /// A running berth process; killed when dropped.
 pub struct Proc {
     pub name: String,
+    /// The metrics address it announced (`metrics on ADDR`) before its announcement line.
+    pub metrics: Option<String>,
     /// The address it announced (`listening on ADDR`), if it serves one.
     pub addr: Option<String>,
     child: Child,
@@ -55,8 +57,12 @@ impl Proc {
             .with_context(|| format!("starting {name}"))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
+        let mut metrics = None;
         let first = tokio::time::timeout(STARTUP_DEADLINE, async {
             while let Some(line) = lines.next_line().await? {
+                if let Some(addr) = line.strip_prefix("metrics on ") {
+                    metrics = Some(addr.trim().to_owned());
+                }
                 if line.starts_with(announce) {
                     return Ok::<_, std::io::Error>(Some(line));
                 }
@@ -69,7 +75,7 @@ impl Proc {
         // Keep draining stdout so the process never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let addr = line.strip_prefix("listening on ").map(|a| a.trim().to_owned());
-        Ok(Proc { name: name.to_owned(), addr, child })
+        Ok(Proc { name: name.to_owned(), metrics, addr, child })
     }
 
     /// The OS process id, while it runs.
@@ -134,6 +140,11 @@ impl SplitTopology {
         let worker = Proc::start("berth-queue", &args, "worker ").await?;
         let gateway = Proc::start("berth-gateway", &["--listen", any, "--lifecycle", &lifecycle.endpoint()], "listening on ").await?;
         Ok(SplitTopology { gateway, others: vec![worker, release, hookevent, lifecycle, broker] })
+    }
+
+    /// The queue worker.
+    pub fn worker(&self) -> &Proc {
+        &self.others[0]
     }
 
     pub async fn stop(self) {

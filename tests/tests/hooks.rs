@@ -511,3 +511,45 @@ async fn resynchronization_period_reruns_synchronization() -> anyhow::Result<()>
     })
     .await
 }
+
+/// GET `/metrics` from `addr` over plain HTTP/1.0 (the test needs no HTTP client crate for it).
+async fn scrape(addr: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: berth\r\n\r\n").await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    anyhow::ensure!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
+    Ok(response)
+}
+
+/// Metrics a hook writes to `METRICS_PATH` are served on the worker's metrics port with the
+/// hook's name as a label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_metrics_are_served_with_a_hook_label() -> anyhow::Result<()> {
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let topology = SplitTopology::start_with(&cluster.kubeconfig, dir.path(), &["--metrics-listen", "127.0.0.1:0"]).await?;
+    let metrics = topology.worker().metrics.clone().context("the worker announced its metrics port")?;
+    let kube = cluster.client.clone();
+    let result = async {
+        let ns = namespace(&kube).await?;
+        let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+        let r = app("lifecycle", &ns);
+        let accepted = client.update(update(&r, &fixtures(), "", None)).await?.into_inner();
+        journey::wait_running(&mut client, &r, accepted.generation).await?;
+        let text = scrape(&metrics).await?;
+        let series = text
+            .lines()
+            .find(|l| l.starts_with("lifecycle_marker_runs_total{") && l.contains(r#"binding="afterHelm""#))
+            .with_context(|| format!("no afterHelm series in:\n{text}"))?;
+        assert!(series.contains(r#"hook="marker.sh""#), "{series}");
+        assert!(series.contains(&format!(r#"package="{ns}.lifecycle""#)), "{series}");
+        assert!(series.ends_with(" 1"), "one afterHelm run: {series}");
+        remove(&mut client, &r, kube.clone()).await
+    }
+    .await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}

@@ -15,6 +15,9 @@ use tokio_util::sync::CancellationToken;
 /// Content type of the OpenMetrics text format that `prometheus_client` writes.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// Content type of the Prometheus text format that hook metrics are rendered in.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
 /// Serves `registry` at `/metrics` on `listener` until `shutdown`.
 pub async fn serve_metrics(
     registry: Registry,
@@ -22,11 +25,28 @@ pub async fn serve_metrics(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let registry = Arc::new(registry);
+    serve_at_metrics(listener, shutdown, move || render(&registry)).await
+}
+
+/// Serves the metrics hooks wrote (`METRICS_PATH`), with their `hook` and `package` labels, at
+/// `/metrics` on `listener` until `shutdown`: the worker's admin port.
+pub async fn serve_hook_metrics(listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
+    serve_at_metrics(listener, shutdown, || {
+        ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], crate::tasks::metrics::render()).into_response()
+    })
+    .await
+}
+
+async fn serve_at_metrics(
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    page: impl Fn() -> axum::response::Response + Clone + Send + Sync + 'static,
+) -> std::io::Result<()> {
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
-            let registry = registry.clone();
-            async move { render(&registry) }
+            let page = page.clone();
+            async move { page() }
         }),
     );
     axum::serve(listener, app)

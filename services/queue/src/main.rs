@@ -66,6 +66,10 @@ enum Command {
         /// Seconds a hook may run before its process group is killed.
         #[arg(long, env = "BERTH_HOOK_TIMEOUT", default_value_t = 300)]
         hook_timeout: u64,
+        /// Serve the metrics hooks write at `http://ADDR/metrics` (off unless given; port 0 picks
+        /// a free one). The address is printed as `metrics on ADDR`.
+        #[arg(long, env = "BERTH_WORKER_METRICS_LISTEN")]
+        metrics_listen: Option<std::net::SocketAddr>,
         /// Seconds a Run waits for the release to become ready before failing (and retrying).
         #[arg(long, env = "BERTH_READY_TIMEOUT", default_value_t = 300)]
         ready_timeout: u64,
@@ -120,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
             hook_timeout,
             ready_timeout,
             id,
+            metrics_listen,
         } => {
             std::fs::create_dir_all(&cache_dir)?;
             let tasks = TaskConfig {
@@ -137,8 +142,17 @@ async fn main() -> anyhow::Result<()> {
             if let Some(id) = id {
                 config.id = id;
             }
+            // The metrics line comes first: harnesses wait for `worker ` and may stop reading.
+            let metrics = match metrics_listen {
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(addr).await?;
+                    println!("metrics on {}", listener.local_addr()?);
+                    Some(listener)
+                }
+                None => None,
+            };
             println!("worker {} started", config.id);
-            berth_queue::process::work(&broker, tasks, config, shutdown).await?;
+            berth_queue::process::work_with_metrics(&broker, tasks, config, metrics, shutdown).await?;
         }
     }
     Ok(())

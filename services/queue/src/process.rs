@@ -94,10 +94,29 @@ pub async fn work(
     config: WorkerConfig,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    work_with_metrics(broker_endpoint, tasks, config, None, shutdown).await
+}
+
+/// Like [`work`], also serving the metrics hooks wrote on `metrics` (`GET /metrics`).
+pub async fn work_with_metrics(
+    broker_endpoint: &str,
+    tasks: TaskConfig,
+    config: WorkerConfig,
+    metrics: Option<TcpListener>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let channel = tonic::transport::Endpoint::from_shared(broker_endpoint.to_owned())?
         .connect_timeout(Duration::from_secs(5))
         .connect_lazy();
     let runner = TaskRunner::new(tasks)?;
-    worker::run(BrokerClient::new(channel), runner, config, shutdown).await?;
+    let admin = metrics.map(|listener| tokio::spawn(crate::admin::serve_hook_metrics(listener, shutdown.clone())));
+    let result = worker::run(BrokerClient::new(channel), runner, config, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(admin) = admin {
+        if let Ok(Err(e)) = admin.await {
+            return Err(Error::Metrics(e));
+        }
+    }
+    result?;
     Ok(())
 }
