@@ -9,7 +9,7 @@ mod storage;
 
 pub use context::{TraceContext, current_traceparent, with_traceparent};
 pub use init::{LogFormat, TelemetryGuard, init};
-pub use storage::ensure_sqlite_dir;
+pub use storage::{begin_write, connect_sqlite, ensure_sqlite_dir};
 pub use serve::{GrpcServer, grpc_server, serve_router, shutdown_on_signal};
 
 /// Client channel type used between berth services: a tonic channel that injects the current

@@ -1,9 +1,7 @@
 //! Registered bindings in SQL, so a restart keeps firing them.
 
-use std::str::FromStr;
-
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::SqlitePool;
 
 use crate::schedule::{Schedule, parse_crontab};
 
@@ -23,22 +21,9 @@ pub struct Store {
 }
 
 impl Store {
-    /// A write transaction. SQLite's default deferred transaction starts as a reader and fails
-    /// with "database is locked" (without waiting) when it later needs to write while another
-    /// connection wrote meanwhile; taking the write lock up front makes it wait its turn instead.
-    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await
-    }
-
     pub async fn open(url: &str) -> Result<Store, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|source| StoreError::Open { url: url.to_owned(), source })?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(std::time::Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(2)
-            .connect_with(options)
+        // SQLite serialises writers anyway; a few connections let reads overlap.
+        let pool = berth_telemetry::connect_sqlite(url, 2)
             .await
             .map_err(|source| StoreError::Open { url: url.to_owned(), source })?;
         sqlx::migrate!("./migrations").run(&pool).await?;
@@ -47,7 +32,7 @@ impl Store {
 
     /// Replaces a package's bindings in one transaction.
     pub async fn replace(&self, package: &str, schedules: &[Schedule]) -> Result<(), StoreError> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         sqlx::query("DELETE FROM schedule_bindings WHERE package = ?").bind(package).execute(&mut *tx).await?;
         for s in schedules {
             sqlx::query(
@@ -72,7 +57,7 @@ impl Store {
 
     /// Records (or with `None`, forgets) the kubernetes registration of a package.
     pub async fn set_registration(&self, package: &str, request: Option<&[u8]>) -> Result<(), StoreError> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         sqlx::query("DELETE FROM kubernetes_registrations WHERE package = ?").bind(package).execute(&mut *tx).await?;
         if let Some(request) = request {
             sqlx::query("INSERT INTO kubernetes_registrations (package, request) VALUES (?, ?)")
@@ -87,7 +72,7 @@ impl Store {
 
     /// Raises the generation of a package's stored schedules (never lowers it).
     pub async fn adopt_generation(&self, package: &str, generation: i64) -> Result<(), StoreError> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         sqlx::query("UPDATE schedule_bindings SET generation = ? WHERE package = ? AND generation < ?")
             .bind(generation)
             .bind(package)

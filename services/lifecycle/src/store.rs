@@ -1,11 +1,9 @@
 //! Package state in SQL. Every write that implies broker work (supersede, enqueue) writes the
 //! matching outbox rows in the same transaction, so state and queued work never disagree.
 
-use std::str::FromStr;
-
 use serde_json::Value;
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::SqlitePool;
 
 use crate::model::{Condition, Kind, PackageId, Phase};
 
@@ -81,25 +79,11 @@ pub struct UpdateOutcome {
 }
 
 impl Store {
-    /// A write transaction. SQLite's default deferred transaction starts as a reader and fails
-    /// with "database is locked" (without waiting) when it later needs to write while another
-    /// connection wrote meanwhile; taking the write lock up front makes it wait its turn instead.
-    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await
-    }
-
     /// Opens (creating if needed) and migrates the database at `url` (`sqlite://PATH` or
     /// `sqlite::memory:`).
     pub async fn open(url: &str) -> Result<Store, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|source| StoreError::Open { url: url.to_owned(), source })?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(std::time::Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            // SQLite serialises writers anyway; a few connections let reads overlap.
-            .max_connections(4)
-            .connect_with(options)
+        // SQLite serialises writers anyway; a few connections let reads overlap.
+        let pool = berth_telemetry::connect_sqlite(url, 4)
             .await
             .map_err(|source| StoreError::Open { url: url.to_owned(), source })?;
         sqlx::migrate!("./migrations").run(&pool).await?;
@@ -114,7 +98,7 @@ impl Store {
         plan: impl FnOnce(Option<&PackageRow>, &str, i64) -> (Phase, Vec<Value>),
     ) -> Result<UpdateOutcome, StoreError> {
         let key = spec.id.key();
-        let mut tx = self.write_tx().await?;
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let previous = fetch(&mut *tx, &key).await?;
         let generation = next_generation(&mut tx, &key).await?;
         let (phase, outbox) = plan(previous.as_ref(), &key, generation);
@@ -150,7 +134,7 @@ impl Store {
         key: &str,
         plan: impl FnOnce(&PackageRow, i64) -> Vec<Value>,
     ) -> Result<Option<i64>, StoreError> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let Some(row) = fetch(&mut *tx, key).await? else {
             return Ok(None);
         };
@@ -186,7 +170,7 @@ impl Store {
         generation: i64,
         change: impl FnOnce(&mut PackageRow) -> Vec<Value>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let Some(mut row) = fetch(&mut *tx, key).await? else {
             return Ok(false);
         };
