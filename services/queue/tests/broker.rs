@@ -26,6 +26,7 @@ crate::on_both_backends!(
     compaction_stops_at_the_payload_limit,
     a_lease_response_stays_within_its_byte_budget,
     a_cancelled_task_whose_holder_vanished_is_removed_not_redelivered,
+    a_completion_hands_out_the_next_task_in_the_same_call,
 );
 
 /// A broker over `db`; the database lives as long as the returned guard.
@@ -471,6 +472,73 @@ async fn oversized_input_is_rejected_naming_the_limit(db: Db) {
         b.dump().await.is_empty(),
         "a rejected call enqueues nothing"
     );
+    b.stop().await;
+}
+
+async fn a_completion_hands_out_the_next_task_in_the_same_call(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
+    b.enqueue(vec![
+        task("a1", "qa", "p"),
+        task("a2", "qa", "p"),
+        task("b1", "qb", "p"),
+        hook_run("h1", "qh", "hooks/x", "Event", 1),
+        hook_run("h2", "qh", "hooks/x", "Event", 2),
+    ])
+    .await;
+    let first = b.lease("w1", 1, 0).await;
+    assert_eq!(ids(&first), ["a1"]);
+    // Settling a1 frees qa: its next task a2 is now the oldest ready head (enqueued before b1).
+    let next = b
+        .complete_and_lease(&first[0], "w1", 1)
+        .await
+        .expect("complete a1");
+    assert_eq!(ids(&next), ["a2"], "the freed queue's next task, in the same call");
+    let holders: Vec<(String, String)> = b
+        .dump()
+        .await
+        .into_iter()
+        .map(|q| (q.head_id, q.lease_holder))
+        .collect();
+    assert!(
+        holders.contains(&("a2".into(), "w1".into())),
+        "leased to the completing worker: {holders:?}"
+    );
+    let next = b
+        .complete_and_lease(&next[0], "w1", 1)
+        .await
+        .expect("complete a2");
+    assert_eq!(ids(&next), ["b1"]);
+    // Tasks handed out this way are compacted like leased ones.
+    let next = b
+        .complete_and_lease(&next[0], "w1", 1)
+        .await
+        .expect("complete b1");
+    assert_eq!(ids(&next), ["h1"]);
+    let contexts: Value = serde_json::from_str(&next[0].payload_json).expect("payload");
+    assert_eq!(contexts["binding_contexts"], json!([{"n": 1}, {"n": 2}]));
+    // A stale completion settles nothing and takes nothing.
+    let err = b
+        .complete_and_lease(&first[0], "w1", 1)
+        .await
+        .expect_err("a1 was settled already");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    // Asking for more than is ready returns what there is.
+    let last = b
+        .complete_and_lease(&next[0], "w1", 5)
+        .await
+        .expect("complete h1");
+    assert!(last.is_empty(), "nothing left: {:?}", ids(&last));
+    assert!(b.dump().await.is_empty(), "every task done");
+    // Asking for a next task without naming the worker is refused and settles nothing.
+    b.enqueue(vec![task("c1", "qc", "p")]).await;
+    let c = b.lease("w1", 1, 0).await;
+    let err = b
+        .complete_and_lease(&c[0], "", 1)
+        .await
+        .expect_err("no worker");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("worker"), "{}", err.message());
+    assert_eq!(b.dump().await.len(), 1, "c1 is still there");
     b.stop().await;
 }
 

@@ -107,7 +107,10 @@ async fn concurrent_workers_on_two_brokers_never_run_two_tasks_of_one_queue() {
                     in_hand.lock().expect("lock").remove(&t.queue);
                     let lease = Some(support::lease_ref(&t));
                     client
-                        .complete(berth_proto::queue::CompleteRequest { lease })
+                        .complete(berth_proto::queue::CompleteRequest {
+                            lease,
+                            ..Default::default()
+                        })
                         .await
                         .expect("complete");
                 }

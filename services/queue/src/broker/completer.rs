@@ -3,18 +3,23 @@
 //! Each Complete is a small write transaction, and the commit (plus, on SQLite, the hop to the
 //! connection's thread for every statement) costs far more than the statements themselves. So
 //! Complete calls are queued to one task that settles whatever has gathered in one transaction
-//! ([`Store::complete_many`]). Nothing waits for a group to fill: a lone call is settled at once,
-//! and calls that arrive while a transaction runs form the next group, so the grouping appears
-//! exactly when load makes it pay.
+//! ([`Store::complete_many`]), which also leases the next task each caller asked for. Nothing
+//! waits for a group to fill: a lone call is settled at once, and calls that arrive while the
+//! transactions in flight run form the next group, so the grouping appears exactly when load
+//! makes it pay.
 
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::model::Settled;
-use super::store::{LeaseRef, Store, StoreError};
+use super::store::{Completed, Completion, LeaseLimits, Store, StoreError};
 
 /// Most Complete calls settled in one transaction; bounds the transaction's length (and so how
-/// long it holds SQLite's write lock).
+/// long it holds SQLite's write lock). Up to [`Dialect::concurrent_writes`] groups are settled
+/// at once.
+///
+/// [`Dialect::concurrent_writes`]: super::store::Dialect::concurrent_writes
 const MAX_GROUP: usize = 64;
 
 /// Complete calls waiting for the settling task. Bounded: when the store is slower than the
@@ -25,14 +30,14 @@ const QUEUE_CAPACITY: usize = 1024;
 /// Attempts of one group when the store fails transiently (as the service's other calls).
 const TRANSIENT_ATTEMPTS: usize = 3;
 
-/// One caller's answer: its settlement, or the gRPC error to report.
-pub(super) type Answer = Result<Settled, tonic::Status>;
+/// One caller's answer: its settlement (and next tasks), or the gRPC error to report.
+pub(super) type Answer = Result<Completed, tonic::Status>;
 
 /// Maps a store error to the caller's status (the service's mapping, which also logs).
 pub(super) type ToStatus = fn(StoreError) -> tonic::Status;
 
 struct Pending {
-    lease: LeaseRef,
+    completion: Completion,
     answer: oneshot::Sender<Answer>,
 }
 
@@ -48,24 +53,26 @@ pub(super) struct Completer {
 pub(super) struct Stopped;
 
 impl Completer {
-    /// Spawns the settling task on `runtime`.
+    /// Spawns the settling task on `runtime`; `limits` bound the next tasks leased with a
+    /// completion.
     pub(super) fn spawn(
         runtime: &tokio::runtime::Handle,
         store: Store,
+        limits: LeaseLimits,
         now_ms: fn() -> i64,
         to_status: ToStatus,
         stop: CancellationToken,
     ) -> Completer {
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
-        runtime.spawn(settle(store, receiver, now_ms, to_status, stop));
+        runtime.spawn(settle(store, limits, receiver, now_ms, to_status, stop));
         Completer { queue }
     }
 
-    /// Settles `lease` (as part of whatever group is next).
-    pub(super) async fn complete(&self, lease: LeaseRef) -> Result<Answer, Stopped> {
+    /// Settles `completion` (as part of whatever group is next).
+    pub(super) async fn complete(&self, completion: Completion) -> Result<Answer, Stopped> {
         let (answer, answered) = oneshot::channel();
         self.queue
-            .send(Pending { lease, answer })
+            .send(Pending { completion, answer })
             .await
             .map_err(|_| Stopped)?;
         answered.await.map_err(|_| Stopped)
@@ -74,13 +81,24 @@ impl Completer {
 
 async fn settle(
     store: Store,
+    limits: LeaseLimits,
     mut receiver: mpsc::Receiver<Pending>,
     now_ms: fn() -> i64,
     to_status: ToStatus,
     stop: CancellationToken,
 ) {
-    let mut group = Vec::with_capacity(MAX_GROUP);
+    let slots = Arc::new(Semaphore::new(store.dialect().concurrent_writes()));
     loop {
+        // A free slot first: while every slot is busy, calls gather in the channel and form a
+        // bigger group.
+        let slot = tokio::select! {
+            () = stop.cancelled() => return,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+        };
+        let mut group = Vec::with_capacity(MAX_GROUP);
         let received = tokio::select! {
             () = stop.cancelled() => 0,
             n = receiver.recv_many(&mut group, MAX_GROUP) => n,
@@ -88,29 +106,44 @@ async fn settle(
         if received == 0 {
             return;
         }
-        let leases: Vec<LeaseRef> = group.iter().map(|p| p.lease.clone()).collect();
-        let mut attempt = 1;
-        let answers = loop {
-            match store.complete_many(&leases, now_ms()).await {
-                Err(err) if err.is_transient() && attempt < TRANSIENT_ATTEMPTS => {
-                    tracing::debug!(error = %err, attempt, "transient store failure; retrying");
-                    attempt += 1;
-                }
-                result => break result,
+        let store = store.clone();
+        tokio::spawn(async move {
+            settle_group(&store, limits, group, now_ms, to_status).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Settles one group in one transaction and answers each caller.
+async fn settle_group(
+    store: &Store,
+    limits: LeaseLimits,
+    group: Vec<Pending>,
+    now_ms: fn() -> i64,
+    to_status: ToStatus,
+) {
+    let completions: Vec<Completion> = group.iter().map(|p| p.completion.clone()).collect();
+    let mut attempt = 1;
+    let answers = loop {
+        match store.complete_many(&completions, limits, now_ms()).await {
+            Err(err) if err.is_transient() && attempt < TRANSIENT_ATTEMPTS => {
+                tracing::debug!(error = %err, attempt, "transient store failure; retrying");
+                attempt += 1;
             }
-        };
-        match answers {
-            Ok(answers) => {
-                for (pending, answer) in group.drain(..).zip(answers) {
-                    // A caller that went away (its call was cancelled) needs no answer.
-                    let _ = pending.answer.send(answer.map_err(to_status));
-                }
+            result => break result,
+        }
+    };
+    match answers {
+        Ok(answers) => {
+            for (pending, answer) in group.into_iter().zip(answers) {
+                // A caller that went away (its call was cancelled) needs no answer.
+                let _ = pending.answer.send(answer.map_err(to_status));
             }
-            Err(err) => {
-                let status = to_status(err);
-                for pending in group.drain(..) {
-                    let _ = pending.answer.send(Err(status.clone()));
-                }
+        }
+        Err(err) => {
+            let status = to_status(err);
+            for pending in group {
+                let _ = pending.answer.send(Err(status.clone()));
             }
         }
     }

@@ -33,7 +33,7 @@ pub(super) async fn relay(database_url: Arc<str>, wake: Arc<Notify>, stop: Cance
         match connected {
             Ok(Ok(mut listener)) => {
                 delays = policy.build();
-                wake.notify_waiters();
+                wake.notify_one();
                 if let Err(err) = forward(&mut listener, &wake, &stop).await {
                     tracing::warn!(error = %err, "PostgreSQL LISTEN connection failed; reconnecting");
                 }
@@ -75,7 +75,7 @@ async fn forward(
                 // `None` means the connection dropped and was re-established: wake anyway,
                 // since notifications may have been missed in between.
                 received?;
-                wake.notify_waiters();
+                wake.notify_one();
             }
         }
     }

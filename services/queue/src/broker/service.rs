@@ -14,7 +14,7 @@ use super::completer::Completer;
 use super::convert::{self, saturate};
 use super::metrics::BrokerMetrics;
 use super::model::{FailOutcome, LeaseBatch};
-use super::store::{Dialect, LeaseLimits, Store, StoreError};
+use super::store::{Completion, Dialect, LeaseLimits, Store, StoreError};
 use super::{BrokerConfig, listen};
 
 /// The broker. Cheap to clone; clones share the store and the wake-up signal.
@@ -62,7 +62,10 @@ impl BrokerService {
         }
         let completer = runtime
             .as_ref()
-            .map(|runtime| Completer::spawn(runtime, store.clone(), now_ms, status, stop.clone()));
+            .map(|runtime| {
+                let limits = lease_limits(&config, config.max_lease_batch as i64);
+                Completer::spawn(runtime, store.clone(), limits, now_ms, status, stop.clone())
+            });
         let metrics = BrokerMetrics::default();
         Self {
             inner: Arc::new(Inner {
@@ -96,10 +99,16 @@ impl BrokerService {
         &self.inner.store
     }
 
-    /// Tells waiting Lease calls to look again. Also for a listener that learns of changes made
-    /// by another broker (PostgreSQL NOTIFY).
+    /// Tells a waiting Lease call to look again. Also for a listener that learns of changes
+    /// made by another broker (PostgreSQL NOTIFY).
+    ///
+    /// One waiter, not all: waking every waiting worker for one ready task makes all but one
+    /// run an empty lease query, which on a shared database costs as much as a real one. The
+    /// woken call passes the wake-up on when it may have left ready work behind (see
+    /// `lease_waiting`), so a change that readies many tasks still reaches as many waiters as
+    /// it needs. A permit stored while nobody waits makes the next call look at once.
     pub fn wake_waiters(&self) {
-        self.inner.wake.notify_waiters();
+        self.inner.wake.notify_one();
     }
 
     /// Leases, waiting until `wait` has passed for a task to become ready.
@@ -109,13 +118,7 @@ impl BrokerService {
         max: i64,
         wait: Duration,
     ) -> Result<Vec<pb::Task>, StoreError> {
-        let config = &self.inner.config;
-        let limits = LeaseLimits {
-            ttl: config.lease_ttl,
-            max_tasks: max,
-            response_bytes: config.max_lease_bytes,
-            merged_payload_bytes: config.max_payload_bytes,
-        };
+        let limits = lease_limits(&self.inner.config, max);
         let deadline = Instant::now() + wait;
         loop {
             // Register interest before looking, so a wake-up between the query and the wait is
@@ -124,8 +127,20 @@ impl BrokerService {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let leased_at = now_ms();
-            let LeaseBatch { tasks, next_due_ms } =
-                retrying(|| self.inner.store.lease(worker, limits, leased_at)).await?;
+            let leased = retrying(|| self.inner.store.lease(worker, limits, leased_at)).await;
+            let LeaseBatch { tasks, next_due_ms } = match leased {
+                Ok(batch) => batch,
+                Err(err) => {
+                    // This call may have taken a wake-up meant for ready work: hand it on.
+                    self.wake_waiters();
+                    return Err(err);
+                }
+            };
+            let payload: usize = tasks.iter().map(|t| t.task.payload_json.len()).sum();
+            if tasks.len() as i64 >= max || payload >= limits.response_bytes / 2 {
+                // Full (or nearly full) batch: more may be ready for another waiter.
+                self.wake_waiters();
+            }
             for task in &tasks {
                 self.inner.metrics.leased(task, leased_at);
             }
@@ -143,6 +158,16 @@ impl BrokerService {
                 () = tokio::time::sleep_until(until) => {}
             }
         }
+    }
+}
+
+/// The bounds of one lease of at most `max` tasks.
+fn lease_limits(config: &BrokerConfig, max: i64) -> LeaseLimits {
+    LeaseLimits {
+        ttl: config.lease_ttl,
+        max_tasks: max,
+        response_bytes: config.max_lease_bytes,
+        merged_payload_bytes: config.max_payload_bytes,
     }
 }
 
@@ -294,25 +319,69 @@ impl pb::broker_server::Broker for BrokerService {
         Ok(Response::new(pb::HeartbeatResponse { cancelled }))
     }
 
-    #[instrument(skip_all, fields(task.id = tracing::field::Empty))]
+    #[instrument(skip_all, fields(task.id = tracing::field::Empty, next = request.get_ref().next))]
     async fn complete(
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        let lease = convert::lease_ref(request.into_inner().lease)?;
+        let pb::CompleteRequest {
+            lease,
+            worker,
+            next,
+        } = request.into_inner();
+        let lease = convert::lease_ref(lease)?;
         tracing::Span::current().record("task.id", lease.task_id.as_str());
-        let settled = match &self.inner.completer {
+        if next > 0 && worker.is_empty() {
+            return Err(convert::InvalidTask::Missing("worker").into());
+        }
+        let config = &self.inner.config;
+        let completion = Completion {
+            lease,
+            worker,
+            next: (next.max(0) as usize).min(config.max_lease_batch) as i64,
+        };
+        let completion_next = completion.next;
+        let completed = match &self.inner.completer {
             Some(completer) => completer
-                .complete(lease)
+                .complete(completion)
                 .await
                 .map_err(|stopped| Status::unavailable(stopped.to_string()))??,
-            None => retrying(|| self.inner.store.complete(&lease, now_ms()))
+            None => {
+                let limits = lease_limits(config, completion.next);
+                retrying(|| {
+                    self.inner
+                        .store
+                        .complete_many(std::slice::from_ref(&completion), limits, now_ms())
+                })
                 .await
-                .map_err(status)?,
+                .map_err(status)?
+                .pop()
+                .unwrap_or_else(|| Err(StoreError::StaleLease {
+                    task_id: completion.lease.task_id.clone(),
+                    fence: completion.lease.fence,
+                }))
+                .map_err(status)?
+            }
         };
-        self.inner.metrics.settled(&settled, None);
-        self.wake_waiters();
-        Ok(Response::new(pb::CompleteResponse {}))
+        self.inner.metrics.settled(&completed.settled, None);
+        let leased_at = now_ms();
+        for task in &completed.next {
+            self.inner.metrics.leased(task, leased_at);
+        }
+        // The completed task's queue may have a next task for another worker, unless this call
+        // asked for more than it got: then nothing else was ready.
+        if completed.next.len() as i64 >= completion_next {
+            self.wake_waiters();
+        }
+        let lease_ttl_ms = if completed.next.is_empty() {
+            0
+        } else {
+            saturate(config.lease_ttl.as_millis() as i64)
+        };
+        Ok(Response::new(pb::CompleteResponse {
+            tasks: completed.next.into_iter().map(convert::leased_task).collect(),
+            lease_ttl_ms,
+        }))
     }
 
     #[instrument(skip_all, fields(task.id = tracing::field::Empty))]

@@ -2,10 +2,12 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use berth_proto::queue as pb;
 use berth_proto::queue::broker_client::BrokerClient;
 use futures::FutureExt;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tracing::Instrument;
@@ -17,15 +19,37 @@ use super::{Handler, TaskError, WorkerConfig};
 /// expires and the broker redelivers the task (delivery is at-least-once).
 const REPORT_ATTEMPTS: usize = 3;
 
-/// Runs `task` on `handler` and settles its lease.
+/// Runs `task` on `handler` and settles its lease; then, while `leasing` is not cancelled, runs
+/// the next task the broker handed out with the completion (one round trip per task under
+/// load), until a completion brings none. The slot is free once this returns.
 pub(crate) async fn execute<H: Handler>(
     handler: Arc<H>,
     broker: BrokerClient<Channel>,
     held: HeldLeases,
     config: WorkerConfig,
+    leasing: CancellationToken,
+    mut task: pb::Task,
+    mut cancel: CancellationToken,
+) {
+    loop {
+        let Some(next) = execute_one(&handler, &broker, &held, &config, &leasing, task, cancel).await
+        else {
+            return;
+        };
+        (task, cancel) = next;
+    }
+}
+
+/// One task: run, settle, and take the next task if the completion brought one.
+async fn execute_one<H: Handler>(
+    handler: &Arc<H>,
+    broker: &BrokerClient<Channel>,
+    held: &HeldLeases,
+    config: &WorkerConfig,
+    leasing: &CancellationToken,
     task: pb::Task,
     cancel: CancellationToken,
-) {
+) -> Option<(pb::Task, CancellationToken)> {
     let span = tracing::info_span!(
         "task",
         task.id = %task.id,
@@ -47,19 +71,36 @@ pub(crate) async fn execute<H: Handler>(
             .await
             .unwrap_or_else(|_| Err(TaskError::retry("task handler panicked")));
         held.remove(&lease.task_id, lease.fence);
-        report(broker, &config, lease, result, cancel.is_cancelled()).await;
+        let want_next = !leasing.is_cancelled();
+        let sent_at = Instant::now();
+        let reply = report(broker.clone(), config, lease, result, cancel.is_cancelled(), want_next).await?;
+        let ttl = Duration::from_millis(u64::try_from(reply.lease_ttl_ms).unwrap_or(0));
+        let mut tasks = reply.tasks.into_iter();
+        let next = tasks.next()?;
+        // At most one was asked for; anything more would be a broker bug. Leave extra tasks to
+        // expire and be redelivered rather than run them outside a slot.
+        if tasks.len() > 0 {
+            tracing::warn!(extra = tasks.len(), "broker returned more next tasks than asked for");
+        }
+        let cancel = held.insert(next.id.clone(), next.fence, ttl, sent_at);
+        Some((next, cancel))
     }
     .instrument(span)
     .await
 }
 
+/// Reports the outcome; a successful completion with `want_next` also asks for the next task
+/// (only on the first attempt: a retry after a lost answer would find its lease settled, and
+/// a task leased by the lost answer is redelivered after its lease expires). The completion's
+/// answer, when there was one.
 async fn report(
     mut broker: BrokerClient<Channel>,
     config: &WorkerConfig,
     lease: pb::LeaseRef,
     result: Result<(), TaskError>,
     cancelled: bool,
-) {
+    want_next: bool,
+) -> Option<pb::CompleteResponse> {
     match &result {
         Ok(()) => tracing::debug!("task done"),
         Err(err) if cancelled => {
@@ -70,31 +111,34 @@ async fn report(
     for attempt in 1..=REPORT_ATTEMPTS {
         let call = async {
             match &result {
-                Ok(()) => broker
-                    .complete(pb::CompleteRequest {
+                Ok(()) => {
+                    let next = i32::from(want_next && attempt == 1);
+                    let request = pb::CompleteRequest {
                         lease: Some(lease.clone()),
-                    })
-                    .await
-                    .map(|_| ()),
+                        worker: config.id.clone(),
+                        next,
+                    };
+                    broker.complete(request).await.map(|r| Some(r.into_inner()))
+                }
                 Err(err) => {
                     let request = pb::FailRequest {
                         lease: Some(lease.clone()),
                         error: err.message.clone(),
                         retry: err.retry,
                     };
-                    broker.fail(request).await.map(|_| ())
+                    broker.fail(request).await.map(|_| None)
                 }
             }
         };
         match tokio::time::timeout(config.call_timeout, call).await {
-            Ok(Ok(())) => return,
+            Ok(Ok(reply)) => return reply,
             Ok(Err(status)) if status.code() == tonic::Code::FailedPrecondition => {
                 // Someone else holds the task now (our lease expired); their result counts.
                 tracing::warn!(
                     message = status.message(),
                     "lease was lost before the result was reported"
                 );
-                return;
+                return None;
             }
             Ok(Err(status)) => {
                 tracing::warn!(attempt, code = ?status.code(), message = status.message(), "reporting the task result failed")
@@ -108,4 +152,5 @@ async fn report(
     tracing::error!(
         "could not report the task result; the broker will redeliver the task after its lease expires"
     );
+    None
 }

@@ -196,6 +196,7 @@ pub async fn run<H: Handler>(
                         broker.clone(),
                         held.clone(),
                         config.clone(),
+                        shutdown.clone(),
                         task,
                         cancel,
                     );

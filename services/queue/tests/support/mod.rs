@@ -107,8 +107,25 @@ impl TestBroker {
     pub async fn complete(&self, task: &pb::Task) -> Result<(), tonic::Status> {
         let request = pb::CompleteRequest {
             lease: Some(lease_ref(task)),
+            ..Default::default()
         };
         self.client.clone().complete(request).await.map(|_| ())
+    }
+
+    /// Completes `task` and asks for up to `next` tasks for `worker` in the same call.
+    pub async fn complete_and_lease(
+        &self,
+        task: &pb::Task,
+        worker: &str,
+        next: i32,
+    ) -> Result<Vec<pb::Task>, tonic::Status> {
+        let request = pb::CompleteRequest {
+            lease: Some(lease_ref(task)),
+            worker: worker.into(),
+            next,
+        };
+        let reply = self.client.clone().complete(request).await?.into_inner();
+        Ok(reply.tasks)
     }
 
     pub async fn fail(

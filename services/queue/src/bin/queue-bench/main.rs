@@ -37,8 +37,10 @@ pub struct Args {
     /// Queues the tasks are spread over (round-robin).
     #[arg(long, default_value_t = 100)]
     queues: usize,
-    /// Tasks each in-process worker runs at once.
-    #[arg(long, default_value_t = 16)]
+    /// Tasks each in-process worker runs at once. With no-op tasks, throughput is tasks in
+    /// flight divided by the round trip (on PostgreSQL, mostly the WAL flush of each commit),
+    /// so fewer slots measure the round trip rather than the queue; try 16 to see that.
+    #[arg(long, default_value_t = 64)]
     concurrency: usize,
     /// Seconds of steady production for the latency measurement.
     #[arg(long, default_value_t = 3)]

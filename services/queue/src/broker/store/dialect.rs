@@ -76,6 +76,18 @@ impl Dialect {
         }
     }
 
+    /// Write transactions worth running at once from one broker task (the grouped
+    /// completions). SQLite has one writer and one connection; PostgreSQL flushes the WAL of
+    /// concurrent commits together, so a few groups in flight share one disk flush instead of
+    /// waiting for each other's. Kept below [`Dialect::max_connections`] so Lease and Enqueue
+    /// always find a connection.
+    pub fn concurrent_writes(self) -> usize {
+        match self {
+            Dialect::Sqlite => 1,
+            Dialect::Postgres => 4,
+        }
+    }
+
     /// How long a pooled connection may live. SQLite keeps its one connection forever: an
     /// in-memory database lives exactly as long as its connection, so recycling it would
     /// silently empty the queue. PostgreSQL connections are recycled as usual.

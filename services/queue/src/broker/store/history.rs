@@ -50,6 +50,58 @@ pub(crate) async fn record(
     Ok(())
 }
 
+/// Records several finished tasks with one statement (and trims the table when the new rows
+/// crossed a multiple of [`TRIM_EVERY`]).
+pub(crate) async fn record_many(
+    conn: &mut AnyConnection,
+    rows: &[Finished<'_>],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    // Eight values per row: within both engines' limits on bound parameters.
+    const ROWS_PER_STATEMENT: usize = 512;
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let values: Vec<String> = (0..chunk.len())
+            .map(|i| {
+                let p = 8 * i;
+                format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                    p + 1, p + 2, p + 3, p + 4, p + 5, p + 6, p + 7, p + 8
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
+             VALUES {} RETURNING seq",
+            values.join(", ")
+        );
+        // Only placeholders are generated; every value is bound.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for row in chunk {
+            query = query
+                .bind(row.id)
+                .bind(row.queue)
+                .bind(row.package)
+                .bind(row.kind)
+                .bind(row.outcome.as_str())
+                .bind(row.attempts)
+                .bind(row.error)
+                .bind(now_ms);
+        }
+        let inserted = query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(query_failed("record history"))?;
+        let crossed = inserted.iter().any(|row| {
+            row.try_get::<i64, _>("seq")
+                .is_ok_and(|seq| seq % TRIM_EVERY == 0)
+        });
+        if crossed {
+            trim(conn).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Drops the oldest rows beyond [`HISTORY_LIMIT`]. Cheap: `seq` is the primary key.
 pub(crate) async fn trim(conn: &mut AnyConnection) -> Result<(), StoreError> {
     sqlx::query("DELETE FROM task_history WHERE seq <= (SELECT MAX(seq) FROM task_history) - $1")
@@ -58,15 +110,6 @@ pub(crate) async fn trim(conn: &mut AnyConnection) -> Result<(), StoreError> {
         .await
         .map_err(query_failed("trim history"))?;
     Ok(())
-}
-
-pub(crate) async fn contains(conn: &mut AnyConnection, id: &str) -> Result<bool, StoreError> {
-    let row = sqlx::query("SELECT 1 FROM task_history WHERE id = $1 LIMIT 1")
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(query_failed("look up history"))?;
-    Ok(row.is_some())
 }
 
 impl Store {

@@ -1,12 +1,13 @@
 //! Lease: hand out the ready head of each idle queue, and compact hook runs on the way.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqlx::{AnyConnection, Row};
 
 use super::history::{self, Finished};
 use super::rows::{leased_task, task_columns};
-use super::{Store, StoreError, query_failed};
+use super::{Dialect, Store, StoreError, query_failed};
 use crate::broker::compaction::{HOOK_RUN_KIND, HookRunPayload};
 use crate::broker::model::{LeaseBatch, LeasedTask, Outcome};
 
@@ -47,112 +48,173 @@ macro_rules! join_heads {
     };
 }
 
-/// The head rows of queues that are ready: not running, not cancelled, due. `$1` is now, `$2`
-/// the maximum. Oldest head first, so no queue starves.
-macro_rules! ready_heads {
-    () => {
+/// Leases the ready heads in one statement. A ready head is not running, not cancelled and
+/// due; the oldest heads come first (so no queue starves), at most `$2` of them, and heads stop
+/// being added once the payloads before them reach `$5` characters (the first always fits).
+/// `$1` is now, `$3` the worker, `$4` the lease's end. The SET expressions read the row's
+/// previous values, so `redelivered` records whether an expired lease is being replaced.
+///
+/// One statement instead of select-then-update-each: on SQLite every statement is a round trip
+/// to the connection's thread, which is what bounds the broker's throughput.
+macro_rules! lease_heads {
+    ($lock:literal) => {
         concat!(
             queue_names!(),
-            "SELECT ",
-            task_columns!(),
+            ", heads AS (SELECT t.seq, LENGTH(t.payload) AS size",
             join_heads!(),
             "WHERE t.cancelled = 0 AND t.not_before <= $1 \
                AND (t.lease_holder = '' OR t.lease_until <= $1) \
-             ORDER BY t.seq LIMIT $2"
+             ORDER BY t.seq LIMIT $2",
+            $lock,
+            "), budgeted AS (SELECT seq, SUM(size) OVER (ORDER BY seq) - size AS before FROM heads) \
+             UPDATE tasks SET lease_holder = $3, lease_until = $4, leased_at = $1, fence = fence + 1, \
+               redelivered = CASE WHEN lease_holder <> '' THEN 1 ELSE 0 END \
+             WHERE seq IN (SELECT seq FROM budgeted WHERE before < $5) \
+             RETURNING ",
+            task_columns!()
         )
     };
 }
 
+/// Cancelled tasks whose holder went away without reporting (lease expired) exist; the partial
+/// index `tasks_cancelled` makes this a single probe.
+const ANY_ABANDONED_CANCELLED: &str =
+    "SELECT 1 FROM tasks WHERE cancelled = 1 AND lease_until <= $1 LIMIT 1";
+
+/// How often a Lease that found work also looks for abandoned cancelled tasks. A Lease that
+/// finds nothing always looks. An abandoned cancelled head blocks its queue until reaped, so
+/// this bounds that delay (on top of the lease TTL that had to pass first).
+const REAP_INTERVAL_MS: i64 = 1_000;
+
 impl Store {
-    /// Leases up to `max` ready queue heads to `worker` until `now_ms + ttl`. When none is
-    /// ready, also answers when one may become ready by itself.
+    /// Leases up to `limits.max_tasks` ready queue heads to `worker` until `now_ms + ttl`. When
+    /// none is ready, also answers when one may become ready by itself.
+    ///
+    /// The lease itself is one statement (atomic without a transaction); merging queued hook
+    /// runs into a leased HookRun head is a transaction of its own afterwards. A broker that
+    /// dies between the two leaves the head leased uncompacted: it is redelivered once the
+    /// lease expires and compacted then.
     pub async fn lease(
         &self,
         worker: &str,
         limits: LeaseLimits,
         now_ms: i64,
     ) -> Result<LeaseBatch, StoreError> {
-        let mut tx = self.begin("lease").await?;
-        reap_cancelled(&mut tx, now_ms).await?;
-        let heads = sqlx::query(self.dialect().pick(
-            ready_heads!(),
-            concat!(ready_heads!(), " FOR UPDATE OF t SKIP LOCKED"),
-        ))
-        .bind(now_ms)
-        .bind(limits.max_tasks)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(query_failed("select ready heads"))?;
-        let lease_until = now_ms.saturating_add(limits.ttl.as_millis() as i64);
+        let mut reaped = false;
+        if now_ms >= self.next_reap_ms.load(Ordering::Relaxed) {
+            self.reap_cancelled(now_ms).await?;
+            reaped = true;
+        }
+        let mut tasks = lease_heads(self.pool(), self.dialect(), worker, limits, now_ms).await?;
+        if tasks.is_empty() && !reaped && self.reap_cancelled(now_ms).await? {
+            tasks = lease_heads(self.pool(), self.dialect(), worker, limits, now_ms).await?;
+        }
         let mut batch = LeaseBatch::default();
-        let mut bytes = 0;
-        for row in &heads {
-            if bytes >= limits.response_bytes {
-                // The rest stay ready (on PostgreSQL their row locks end with this transaction).
-                break;
-            }
-            let (seq, mut task) = leased_task(row).map_err(query_failed("decode task"))?;
-            task.fence = take_lease(&mut tx, seq, worker, now_ms, lease_until).await?;
+        for (seq, mut task) in tasks {
             if task.task.kind == HOOK_RUN_KIND {
-                compact(&mut tx, seq, &mut task, limits.merged_payload_bytes, now_ms).await?;
+                self.compact(seq, &mut task, limits.merged_payload_bytes, now_ms)
+                    .await?;
             }
-            bytes += task.task.payload_json.len();
             batch.tasks.push(task);
         }
         if batch.tasks.is_empty() {
-            batch.next_due_ms = next_due(&mut tx, now_ms).await?;
+            batch.next_due_ms = next_due(self.pool(), now_ms).await?;
         }
-        tx.commit().await.map_err(query_failed("commit lease"))?;
         Ok(batch)
     }
-}
 
-async fn take_lease(
-    conn: &mut AnyConnection,
-    seq: i64,
-    worker: &str,
-    now_ms: i64,
-    lease_until: i64,
-) -> Result<i64, StoreError> {
-    let row = sqlx::query(
-        "UPDATE tasks SET lease_holder = $1, lease_until = $2, leased_at = $3, fence = fence + 1 WHERE seq = $4 RETURNING fence",
-    )
-        .bind(worker)
-        .bind(lease_until)
+    /// Removes cancelled tasks whose holder went away without reporting (lease expired): they
+    /// must not be redelivered. True when it removed any.
+    async fn reap_cancelled(&self, now_ms: i64) -> Result<bool, StoreError> {
+        self.next_reap_ms
+            .store(now_ms.saturating_add(REAP_INTERVAL_MS), Ordering::Relaxed);
+        let any = sqlx::query(ANY_ABANDONED_CANCELLED)
+            .bind(now_ms)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(query_failed("look for abandoned cancelled tasks"))?;
+        if any.is_none() {
+            return Ok(false);
+        }
+        let mut tx = self.begin("reap cancelled tasks").await?;
+        let inserted = sqlx::query(
+            "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
+             SELECT id, queue, package, kind, 'cancelled', attempts, last_error, $1 FROM tasks \
+             WHERE cancelled = 1 AND lease_until <= $1",
+        )
         .bind(now_ms)
-        .bind(seq)
-        .fetch_one(&mut *conn)
+        .execute(&mut *tx)
         .await
-        .map_err(query_failed("take lease"))?;
-    row.try_get("fence").map_err(query_failed("decode fence"))
-}
-
-/// Removes cancelled tasks whose holder went away without reporting (lease expired): they must
-/// not be redelivered.
-async fn reap_cancelled(conn: &mut AnyConnection, now_ms: i64) -> Result<(), StoreError> {
-    let inserted = sqlx::query(
-        "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
-         SELECT id, queue, package, kind, 'cancelled', attempts, last_error, $1 FROM tasks \
-         WHERE cancelled = 1 AND lease_until <= $1",
-    )
-    .bind(now_ms)
-    .execute(&mut *conn)
-    .await
-    .map_err(query_failed("record cancelled tasks"))?;
-    if inserted.rows_affected() > 0 {
+        .map_err(query_failed("record cancelled tasks"))?;
         sqlx::query("DELETE FROM tasks WHERE cancelled = 1 AND lease_until <= $1")
             .bind(now_ms)
-            .execute(&mut *conn)
+            .execute(&mut *tx)
             .await
             .map_err(query_failed("delete cancelled tasks"))?;
+        self.signal_change(&mut tx).await?;
+        tx.commit()
+            .await
+            .map_err(query_failed("commit reaping"))?;
+        Ok(inserted.rows_affected() > 0)
     }
-    Ok(())
+
+    /// Merges the consecutive HookRun tasks behind the leased head `seq` that run the same hook
+    /// for the same binding type (and generation, and allowFailure) into it, in one transaction.
+    async fn compact(
+        &self,
+        seq: i64,
+        head: &mut LeasedTask,
+        max_bytes: usize,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin("compact").await?;
+        compact(&mut tx, self.dialect(), seq, head, max_bytes, now_ms).await?;
+        tx.commit().await.map_err(query_failed("commit compaction"))?;
+        Ok(())
+    }
+}
+
+/// The lease statement ([`lease_heads!`]) on `executor` (the pool, or a transaction that
+/// settled tasks first); the leased rows in queue-head order.
+pub(super) async fn lease_heads<'e, E>(
+    executor: E,
+    dialect: Dialect,
+    worker: &str,
+    limits: LeaseLimits,
+    now_ms: i64,
+) -> Result<Vec<(i64, LeasedTask)>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    let lease_until = now_ms.saturating_add(limits.ttl.as_millis() as i64);
+    let rows = sqlx::query(dialect.pick(
+        lease_heads!(""),
+        // Concurrent brokers skip each other's candidate rows instead of waiting for them.
+        lease_heads!(" FOR UPDATE OF t SKIP LOCKED"),
+    ))
+    .bind(now_ms)
+    .bind(limits.max_tasks)
+    .bind(worker)
+    .bind(lease_until)
+    .bind(i64::try_from(limits.response_bytes).unwrap_or(i64::MAX))
+    .fetch_all(executor)
+    .await
+    .map_err(query_failed("lease ready heads"))?;
+    let mut tasks = rows
+        .iter()
+        .map(leased_task)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(query_failed("decode task"))?;
+    // RETURNING order is unspecified.
+    tasks.sort_unstable_by_key(|(seq, _)| *seq);
+    Ok(tasks)
 }
 
 /// Merges the consecutive HookRun tasks behind the leased head `seq` that run the same hook for
 /// the same binding type (and generation, and allowFailure) into it.
-async fn compact(
+pub(super) async fn compact(
     conn: &mut AnyConnection,
+    dialect: Dialect,
     seq: i64,
     head: &mut LeasedTask,
     max_bytes: usize,
@@ -161,11 +223,20 @@ async fn compact(
     let Some(mut merged) = HookRunPayload::parse(&head.task.payload_json) else {
         return Ok(());
     };
-    let followers = sqlx::query(concat!(
-        "SELECT ",
-        task_columns!(),
-        " FROM tasks WHERE queue = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-    ))
+    let candidates = dialect.pick(
+        concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE queue = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        ),
+        // Locked, so a concurrent Supersede cannot delete a follower being merged.
+        concat!(
+            "SELECT ",
+            task_columns!(),
+            " FROM tasks WHERE queue = $1 AND seq > $2 ORDER BY seq LIMIT $3 FOR UPDATE"
+        ),
+    );
+    let followers = sqlx::query(candidates)
     .bind(&head.task.queue)
     .bind(seq)
     .bind(COMPACTION_WINDOW)
@@ -217,9 +288,10 @@ async fn compact(
         .map_err(query_failed("delete compacted tasks"))?;
     head.task.payload_json = merged.into_json();
     head.compacted = absorbed.len() as u64;
-    sqlx::query("UPDATE tasks SET payload = $1 WHERE seq = $2")
+    sqlx::query("UPDATE tasks SET payload = $1 WHERE seq = $2 AND fence = $3")
         .bind(&head.task.payload_json)
         .bind(seq)
+        .bind(head.fence)
         .execute(&mut *conn)
         .await
         .map_err(query_failed("store compacted payload"))?;
@@ -228,7 +300,7 @@ async fn compact(
 
 /// The earliest moment a queue head may become ready without any call: the end of a retry
 /// delay, or the expiry of a lease (redelivery).
-async fn next_due(conn: &mut AnyConnection, now_ms: i64) -> Result<Option<i64>, StoreError> {
+async fn next_due(pool: &sqlx::AnyPool, now_ms: i64) -> Result<Option<i64>, StoreError> {
     let row = sqlx::query(concat!(
         queue_names!(),
         "SELECT MIN(CASE WHEN t.lease_holder <> '' AND t.lease_until > $1 \
@@ -236,7 +308,7 @@ async fn next_due(conn: &mut AnyConnection, now_ms: i64) -> Result<Option<i64>, 
         join_heads!()
     ))
     .bind(now_ms)
-    .fetch_one(&mut *conn)
+    .fetch_one(pool)
     .await
     .map_err(query_failed("compute next due time"))?;
     row.try_get::<Option<i64>, _>("due")

@@ -19,7 +19,7 @@ use sqlx::{AnyPool, Executor};
 
 pub use dialect::{CHANGE_CHANNEL, Dialect};
 pub use lease::LeaseLimits;
-pub use settle::LeaseRef;
+pub use settle::{Completed, Completion, LeaseRef};
 pub use write::Superseded;
 
 /// Finished tasks kept in `task_history` (give or take a trimming interval); it is also the
@@ -85,6 +85,9 @@ pub struct Store {
     dialect: Dialect,
     /// Kept for connections outside the pool (the PostgreSQL LISTEN connection).
     database_url: std::sync::Arc<str>,
+    /// When Lease next looks for abandoned cancelled tasks even if it found work (ms since the
+    /// epoch); see `lease::REAP_INTERVAL_MS`.
+    next_reap_ms: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Store {
@@ -118,6 +121,7 @@ impl Store {
             pool,
             dialect,
             database_url: database_url.into(),
+            next_reap_ms: Default::default(),
         })
     }
 
@@ -246,8 +250,16 @@ mod tests {
                 fence: fence("b") + 1,
             },
         ];
+        let completions: Vec<Completion> = leases
+            .iter()
+            .map(|lease| Completion {
+                lease: lease.clone(),
+                worker: "w".into(),
+                next: 0,
+            })
+            .collect();
         let answers = store
-            .complete_many(&leases, 2_500)
+            .complete_many(&completions, limits(), 2_500)
             .await
             .expect("group commits");
         assert!(answers[0].is_ok(), "{:?}", answers[0]);

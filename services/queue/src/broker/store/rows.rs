@@ -10,7 +10,7 @@ use crate::broker::model::{LeasedTask, NewTask};
 macro_rules! task_columns {
     () => {
         "seq, id, queue, package, generation, kind, payload, traceparent, allow_failure, attempts, last_error, fence, \
-         enqueued_at, not_before, lease_holder"
+         enqueued_at, not_before, redelivered"
     };
 }
 pub(crate) use task_columns;
@@ -34,7 +34,7 @@ pub(crate) fn leased_task(row: &AnyRow) -> Result<(i64, LeasedTask), sqlx::Error
         ready_since_ms: row
             .try_get::<i64, _>("enqueued_at")?
             .max(row.try_get("not_before")?),
-        redelivered: !row.try_get::<String, _>("lease_holder")?.is_empty(),
+        redelivered: row.try_get::<i64, _>("redelivered")? != 0,
         compacted: 0,
     };
     Ok((row.try_get("seq")?, leased))

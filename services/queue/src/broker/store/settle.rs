@@ -1,19 +1,40 @@
 //! Heartbeat, Complete and Fail: the calls a lease holder makes, all checked against the fence.
 
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use sqlx::{AnyConnection, Row};
 
 use super::history::{self, Finished};
+use super::lease::{LeaseLimits, compact, lease_heads};
+use crate::broker::compaction::HOOK_RUN_KIND;
 use super::{Store, StoreError, query_failed};
 use crate::broker::backoff::Backoff;
-use crate::broker::model::{FailOutcome, Outcome, Settled};
+use crate::broker::model::{FailOutcome, LeasedTask, Outcome, Settled};
 
 /// A lease as its holder names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRef {
     pub task_id: String,
     pub fence: i64,
+}
+
+/// A successful settlement as its lease holder asks for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub lease: LeaseRef,
+    /// Who asks for `next` tasks; may be empty when `next` is 0.
+    pub worker: String,
+    /// Ready tasks to lease to `worker` in the same transaction (0 for none).
+    pub next: i64,
+}
+
+/// What one successful [`Completion`] did.
+#[derive(Debug)]
+pub struct Completed {
+    pub settled: Settled,
+    /// The tasks leased to the worker in the same transaction, at most `next`.
+    pub next: Vec<LeasedTask>,
 }
 
 /// The row a settled lease removed.
@@ -39,6 +60,9 @@ impl Removed {
 impl Store {
     /// Extends the leases `worker` still holds. Returns the task ids the worker must stop:
     /// cancelled by Supersede, or lost (finished, re-leased after expiry, or unknown fence).
+    ///
+    /// One statement per [`LEASES_PER_STATEMENT`] leases, each atomic on its own: a lease is
+    /// either extended or reported, never half of each.
     pub async fn heartbeat(
         &self,
         worker: &str,
@@ -47,97 +71,140 @@ impl Store {
         now_ms: i64,
     ) -> Result<Vec<String>, StoreError> {
         let lease_until = now_ms.saturating_add(ttl.as_millis() as i64);
-        let mut tx = self.begin("heartbeat").await?;
-        let mut stop = Vec::new();
-        for lease in leases {
+        let mut extended = HashSet::new();
+        for chunk in leases.chunks(LEASES_PER_STATEMENT) {
             // A matching fence proves nobody leased the task since, so even a lapsed lease may
             // be revived; once another worker leased it, the fence differs.
-            let extended = sqlx::query(
+            let sql = format!(
                 "UPDATE tasks SET lease_until = $1 \
-                 WHERE id = $2 AND fence = $3 AND lease_holder = $4 AND cancelled = 0",
-            )
-            .bind(lease_until)
-            .bind(&lease.task_id)
-            .bind(lease.fence)
-            .bind(worker)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_failed("extend lease"))?;
-            if extended.rows_affected() == 0 {
-                stop.push(lease.task_id.clone());
+                 WHERE lease_holder = $2 AND cancelled = 0 AND {} RETURNING id, fence",
+                lease_match(3, chunk.len())
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(lease_until).bind(worker);
+            for lease in chunk {
+                query = query.bind(&lease.task_id).bind(lease.fence);
+            }
+            let rows = query
+                .fetch_all(self.pool())
+                .await
+                .map_err(query_failed("extend leases"))?;
+            for row in &rows {
+                let id: String = row.try_get("id").map_err(query_failed("decode lease"))?;
+                let fence: i64 = row.try_get("fence").map_err(query_failed("decode lease"))?;
+                extended.insert((id, fence));
             }
         }
-        tx.commit()
-            .await
-            .map_err(query_failed("commit heartbeat"))?;
-        Ok(stop)
+        Ok(leases
+            .iter()
+            .filter(|l| !extended.contains(&(l.task_id.clone(), l.fence)))
+            .map(|l| l.task_id.clone())
+            .collect())
     }
 
     /// Settles a lease successfully: the task is removed and the next one in its queue becomes
     /// ready.
     pub async fn complete(&self, lease: &LeaseRef, now_ms: i64) -> Result<Settled, StoreError> {
-        let mut tx = self.begin("complete").await?;
-        let removed = remove_leased(&mut tx, lease).await?;
-        let outcome = if removed.cancelled {
-            Outcome::Cancelled
-        } else {
-            Outcome::Done
+        let completion = Completion {
+            lease: lease.clone(),
+            worker: String::new(),
+            next: 0,
         };
-        let finished = Finished {
-            id: &lease.task_id,
-            queue: &removed.queue,
-            package: &removed.package,
-            kind: &removed.kind,
-            outcome,
-            attempts: removed.attempts,
-            error: "",
+        // `limits` only bound leasing, and this completion asks for no next task.
+        let limits = LeaseLimits {
+            ttl: Duration::ZERO,
+            max_tasks: 0,
+            response_bytes: 0,
+            merged_payload_bytes: 0,
         };
-        history::record(&mut tx, finished, now_ms).await?;
-        self.signal_change(&mut tx).await?;
-        tx.commit().await.map_err(query_failed("commit complete"))?;
-        Ok(removed.settled(now_ms))
+        self.complete_many(std::slice::from_ref(&completion), limits, now_ms)
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(stale(lease)))
+            .map(|completed| completed.settled)
     }
 
-    /// Settles several leases successfully in one transaction: one commit (and on SQLite one
-    /// write lock) for the whole group instead of one each, which is what bounds throughput.
+    /// Settles several leases successfully in one transaction, and leases each completion's
+    /// `next` tasks to its worker in the same transaction: remove the tasks, record them, one
+    /// lease statement per worker asking for more, commit — whatever the group's size. One commit
+    /// (and on SQLite one write lock) for the whole group instead of one each is what bounds
+    /// throughput; leasing after the removal lets the next task of a just-freed queue go out
+    /// in the same round trip.
     ///
-    /// Each lease gets its own answer: a stale one fails alone (nothing was written for it)
-    /// while the others commit. An error of the database itself fails the whole group and
-    /// changes nothing, so every caller may retry.
+    /// Each completion gets its own answer: a stale one fails alone (nothing was written for
+    /// it, and it gets no next task) while the others commit. An error of the database itself
+    /// fails the whole group and changes nothing, so every caller may retry.
     pub async fn complete_many(
         &self,
-        leases: &[LeaseRef],
+        completions: &[Completion],
+        limits: LeaseLimits,
         now_ms: i64,
-    ) -> Result<Vec<Result<Settled, StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<Completed, StoreError>>, StoreError> {
         let mut tx = self.begin("complete").await?;
-        let mut answers = Vec::with_capacity(leases.len());
-        for lease in leases {
-            let removed = match remove_leased(&mut tx, lease).await {
-                Ok(removed) => removed,
-                Err(err @ StoreError::StaleLease { .. }) => {
-                    answers.push(Err(err));
-                    continue;
-                }
-                Err(err) => return Err(err),
-            };
-            let outcome = if removed.cancelled {
-                Outcome::Cancelled
-            } else {
-                Outcome::Done
-            };
-            let finished = Finished {
-                id: &lease.task_id,
-                queue: &removed.queue,
-                package: &removed.package,
-                kind: &removed.kind,
-                outcome,
-                attempts: removed.attempts,
-                error: "",
-            };
-            history::record(&mut tx, finished, now_ms).await?;
-            answers.push(Ok(removed.settled(now_ms)));
+        let mut removed = HashMap::new();
+        for chunk in completions.chunks(LEASES_PER_STATEMENT) {
+            let leases: Vec<LeaseRef> = chunk.iter().map(|c| c.lease.clone()).collect();
+            removed.extend(remove_leased(&mut tx, &leases).await?);
         }
-        if answers.iter().any(Result::is_ok) {
+        let mut answers = Vec::with_capacity(completions.len());
+        let mut finished = Vec::with_capacity(removed.len());
+        // Next tasks wanted per worker, by the completions that settled.
+        let mut wanted: BTreeMap<&str, i64> = BTreeMap::new();
+        for completion in completions {
+            let lease = &completion.lease;
+            match removed.get(&(lease.task_id.clone(), lease.fence)) {
+                Some(row) => {
+                    finished.push(Finished {
+                        id: &lease.task_id,
+                        queue: &row.queue,
+                        package: &row.package,
+                        kind: &row.kind,
+                        outcome: if row.cancelled {
+                            Outcome::Cancelled
+                        } else {
+                            Outcome::Done
+                        },
+                        attempts: row.attempts,
+                        error: "",
+                    });
+                    if completion.next > 0 && !completion.worker.is_empty() {
+                        *wanted.entry(completion.worker.as_str()).or_default() += completion.next;
+                    }
+                    answers.push(Ok(Completed {
+                        settled: row.settled(now_ms),
+                        next: Vec::new(),
+                    }));
+                }
+                None => answers.push(Err(stale(lease))),
+            }
+        }
+        if !finished.is_empty() {
+            history::record_many(&mut tx, &finished, now_ms).await?;
+        }
+        let mut leased: HashMap<&str, VecDeque<LeasedTask>> = HashMap::new();
+        for (worker, want) in wanted {
+            let limits = LeaseLimits {
+                max_tasks: want.min(limits.max_tasks),
+                ..limits
+            };
+            let mut tasks = VecDeque::new();
+            for (seq, mut task) in
+                lease_heads(&mut *tx, self.dialect(), worker, limits, now_ms).await?
+            {
+                if task.task.kind == HOOK_RUN_KIND {
+                    compact(&mut tx, self.dialect(), seq, &mut task, limits.merged_payload_bytes, now_ms)
+                        .await?;
+                }
+                tasks.push_back(task);
+            }
+            leased.insert(worker, tasks);
+        }
+        for (completion, answer) in completions.iter().zip(answers.iter_mut()) {
+            if let (Ok(completed), Some(tasks)) = (answer, leased.get_mut(completion.worker.as_str())) {
+                let take = usize::try_from(completion.next).unwrap_or(0).min(tasks.len());
+                completed.next.extend(tasks.drain(..take));
+            }
+        }
+        if !finished.is_empty() {
             self.signal_change(&mut tx).await?;
         }
         tx.commit().await.map_err(query_failed("commit complete"))?;
@@ -199,7 +266,10 @@ impl Store {
             .map_err(query_failed("schedule retry"))?;
             FailOutcome::RetryIn(delay_ms)
         } else {
-            let removed = remove_leased(&mut tx, lease).await?;
+            let removed = remove_leased(&mut tx, std::slice::from_ref(lease))
+                .await?
+                .remove(&(lease.task_id.clone(), lease.fence))
+                .ok_or_else(|| stale(lease))?;
             let outcome = if removed.cancelled {
                 Outcome::Cancelled
             } else {
@@ -230,28 +300,56 @@ fn stale(lease: &LeaseRef) -> StoreError {
     }
 }
 
-/// Deletes the task if `lease` still holds it. The DELETE itself checks the fence, so a lease
-/// taken over concurrently (PostgreSQL) makes it match nothing.
-async fn remove_leased(conn: &mut AnyConnection, lease: &LeaseRef) -> Result<Removed, StoreError> {
-    let row = sqlx::query(
-        "DELETE FROM tasks WHERE id = $1 AND fence = $2 AND lease_holder <> '' \
-         RETURNING queue, package, kind, attempts, cancelled, leased_at",
-    )
-    .bind(&lease.task_id)
-    .bind(lease.fence)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(query_failed("remove settled task"))?
-    .ok_or_else(|| stale(lease))?;
-    let decode = || -> Result<Removed, sqlx::Error> {
-        Ok(Removed {
-            queue: row.try_get("queue")?,
-            package: row.try_get("package")?,
-            kind: row.try_get("kind")?,
-            attempts: row.try_get("attempts")?,
-            cancelled: row.try_get::<i64, _>("cancelled")? != 0,
-            leased_at: row.try_get("leased_at")?,
-        })
+/// Leases per statement of a Heartbeat or a completion group: two bound values each, well
+/// within both engines' limits on bound parameters.
+const LEASES_PER_STATEMENT: usize = 256;
+
+/// `((id = $first AND fence = $first+1) OR (id = $first+2 AND fence = $first+3) OR …)` for `n`
+/// (id, fence) pairs. Spelled out rather than as a row-value `IN (VALUES …)`, which SQLite
+/// answers with a scan of the whole table instead of probes of the `id` index.
+fn lease_match(first: usize, n: usize) -> String {
+    let pairs: Vec<String> = (0..n)
+        .map(|i| format!("(id = ${} AND fence = ${})", first + 2 * i, first + 2 * i + 1))
+        .collect();
+    format!("({})", pairs.join(" OR "))
+}
+
+/// Deletes the tasks `leases` still hold, keyed by (id, fence); a lease missing from the answer
+/// was stale. The DELETE itself checks the fence, so a lease taken over concurrently
+/// (PostgreSQL) matches nothing.
+async fn remove_leased(
+    conn: &mut AnyConnection,
+    leases: &[LeaseRef],
+) -> Result<HashMap<(String, i64), Removed>, StoreError> {
+    let sql = format!(
+        "DELETE FROM tasks WHERE lease_holder <> '' AND {} \
+         RETURNING id, fence, queue, package, kind, attempts, cancelled, leased_at",
+        lease_match(1, leases.len())
+    );
+    // Only placeholders are generated; every value is bound.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for lease in leases {
+        query = query.bind(&lease.task_id).bind(lease.fence);
+    }
+    let rows = query
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(query_failed("remove settled tasks"))?;
+    let decode = |row: &sqlx::any::AnyRow| -> Result<((String, i64), Removed), sqlx::Error> {
+        Ok((
+            (row.try_get("id")?, row.try_get("fence")?),
+            Removed {
+                queue: row.try_get("queue")?,
+                package: row.try_get("package")?,
+                kind: row.try_get("kind")?,
+                attempts: row.try_get("attempts")?,
+                cancelled: row.try_get::<i64, _>("cancelled")? != 0,
+                leased_at: row.try_get("leased_at")?,
+            },
+        ))
     };
-    decode().map_err(query_failed("decode settled task"))
+    rows.iter()
+        .map(decode)
+        .collect::<Result<_, _>>()
+        .map_err(query_failed("decode settled task"))
 }

@@ -1,0 +1,3 @@
+-- Whether the current lease replaced an expired one (the task's previous holder vanished).
+-- Set by the lease statement itself from the row's previous lease holder.
+ALTER TABLE tasks ADD COLUMN redelivered INTEGER NOT NULL DEFAULT 0;
