@@ -26,6 +26,10 @@ pub struct UpConfig {
     pub hook_timeout: Duration,
     pub ready_timeout: Duration,
     pub worker_concurrency: usize,
+    /// Where to serve the broker's metrics; `None` for nowhere.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Where to serve the metrics hooks write; `None` for nowhere.
+    pub hook_metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +49,10 @@ pub enum UpError {
 pub struct Running {
     pub gateway: SocketAddr,
     pub kubeconfig: PathBuf,
+    /// The broker's metrics port, when asked for.
+    pub metrics: Option<SocketAddr>,
+    /// The hook metrics port, when asked for.
+    pub hook_metrics: Option<SocketAddr>,
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, UpError> {
@@ -97,7 +105,20 @@ pub async fn run(
     let lifecycle = endpoint(&lifecycle_listener);
     let hookevent = endpoint(&hookevent_listener);
     let release = endpoint(&release_listener);
-    let running = Running { gateway: gateway_listener.local_addr().expect("bound listener"), kubeconfig: kubeconfig.clone() };
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(bind("the queue metrics", addr).await?),
+        None => None,
+    };
+    let hook_metrics_listener = match config.hook_metrics_listen {
+        Some(addr) => Some(bind("the hook metrics", addr).await?),
+        None => None,
+    };
+    let running = Running {
+        gateway: gateway_listener.local_addr().expect("bound listener"),
+        kubeconfig: kubeconfig.clone(),
+        metrics: metrics_listener.as_ref().map(|l| l.local_addr().expect("bound listener")),
+        hook_metrics: hook_metrics_listener.as_ref().map(|l| l.local_addr().expect("bound listener")),
+    };
 
     let client = berth_release::process::kube_client(Some(&kubeconfig))
         .await
@@ -107,7 +128,8 @@ pub async fn run(
     let sd = shutdown.clone();
     let db = sqlite(&data, "queue.db");
     services.spawn(async move {
-        ("queue broker", berth_queue::process::serve(&db, Default::default(), broker_listener, sd).await.map_err(|e| e.to_string()))
+        let served = berth_queue::process::serve_with_metrics(&db, Default::default(), broker_listener, metrics_listener, sd).await;
+        ("queue broker", served.map_err(|e| e.to_string()))
     });
     let sd = shutdown.clone();
     let lc = berth_lifecycle::Config { database_url: sqlite(&data, "lifecycle.db"), broker_endpoint: broker.clone() };
@@ -128,7 +150,8 @@ pub async fn run(
     };
     let worker = berth_queue::worker::WorkerConfig { concurrency: config.worker_concurrency, ..Default::default() };
     services.spawn(async move {
-        ("queue worker", berth_queue::process::work(&broker, tasks, worker, sd).await.map_err(|e| e.to_string()))
+        let worked = berth_queue::process::work_with_metrics(&broker, tasks, worker, hook_metrics_listener, sd).await;
+        ("queue worker", worked.map_err(|e| e.to_string()))
     });
     let sd = shutdown.clone();
     let gw = crate::Config { lifecycle_endpoint: lifecycle, token: config.token.clone() };

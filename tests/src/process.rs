@@ -163,9 +163,10 @@ pub struct AllInOne {
 
 impl AllInOne {
     /// Starts `berth up` in `data_dir`, against `kubeconfig` or its own embedded dev cluster.
+    /// The broker's metrics are served on an OS-chosen port (`proc.metrics`).
     pub async fn start(data_dir: &Path, kubeconfig: Option<&Path>) -> anyhow::Result<AllInOne> {
         let dd = data_dir.display().to_string();
-        let mut args = vec!["up", "--listen", "127.0.0.1:0", "--data-dir", &dd];
+        let mut args = vec!["up", "--listen", "127.0.0.1:0", "--data-dir", &dd, "--metrics-listen", "127.0.0.1:0"];
         let kc;
         if let Some(k) = kubeconfig {
             kc = k.display().to_string();

@@ -43,3 +43,29 @@ async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() ->
     gateway.stop().await;
     Ok(())
 }
+
+/// `berth queues` with lifecycle up but the queue broker down says the queues are unknown and
+/// fails, instead of printing an empty table that reads as "nothing queued".
+#[tokio::test]
+async fn queues_with_the_broker_down_is_an_error_not_an_empty_list() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+    let lifecycle = Proc::start(
+        "berth-lifecycle",
+        &["--listen", "127.0.0.1:0", "--database", &database, "--broker", &dead_endpoint()],
+        "listening on ",
+    )
+    .await?;
+    let gateway =
+        Proc::start("berth-gateway", &["--listen", "127.0.0.1:0", "--lifecycle", &lifecycle.endpoint()], "listening on ").await?;
+    let output = tokio::process::Command::new(berth_tests::binary("berth"))
+        .args(["--server", &gateway.endpoint(), "queues"])
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "berth queues must fail; stdout: {}", String::from_utf8_lossy(&output.stdout));
+    assert!(stderr.contains("queues are unknown") && stderr.contains("queue broker"), "{stderr}");
+    gateway.stop().await;
+    lifecycle.stop().await;
+    Ok(())
+}

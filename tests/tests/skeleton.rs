@@ -1,6 +1,7 @@
 //! The walking skeleton end to end: split topology and `berth up`, each against the dev cluster
 //! (or the real cluster named by `BERTH_TEST_KUBECONFIG`).
 
+use anyhow::Context as _;
 use berth_tests::{AllInOne, SplitTopology, TestCluster, journey};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,8 +22,32 @@ async fn all_in_one_journey() -> anyhow::Result<()> {
     let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
     let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
     let result = journey::run(&up.proc.endpoint(), kube).await;
+    let metrics = match (&result, &up.proc.metrics) {
+        (Ok(()), Some(addr)) => Some(scrape(addr).await),
+        _ => None,
+    };
     up.proc.stop().await;
-    result
+    result?;
+    // `berth up --metrics-listen` serves the broker's metrics: the journey's tasks were counted.
+    let text = metrics.context("berth up announced no metrics port")??;
+    let done: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("berth_queue_finished_total{") && l.contains(r#"outcome="done""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    anyhow::ensure!(done > 0.0, "no finished tasks counted in:\n{text}");
+    Ok(())
+}
+
+/// `GET /metrics` on `addr` over plain HTTP/1.0 (no client library needed for one request).
+async fn scrape(addr: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: berth\r\n\r\n").await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    anyhow::ensure!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
+    Ok(response)
 }
 
 /// hookevent fires a schedule binding, a worker runs the hook with a Schedule binding context,

@@ -60,6 +60,14 @@ pub enum Command {
         /// Tasks the in-process worker runs at once.
         #[arg(long, env = "BERTH_WORKER_CONCURRENCY", default_value_t = 4)]
         concurrency: usize,
+        /// Serve the queue broker's Prometheus metrics (depth, wait and run time, retries,
+        /// cancellations) at `/metrics` on this address (as `berth-queue serve --metrics-listen`).
+        #[arg(long, env = "BERTH_METRICS_LISTEN")]
+        metrics_listen: Option<std::net::SocketAddr>,
+        /// Serve the metrics hooks write at `/metrics` on this address (as `berth-queue work
+        /// --metrics-listen`).
+        #[arg(long, env = "BERTH_HOOK_METRICS_LISTEN")]
+        hook_metrics_listen: Option<std::net::SocketAddr>,
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
         log_format: berth_telemetry::LogFormat,
     },

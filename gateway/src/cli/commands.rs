@@ -76,7 +76,18 @@ fn read_settings(path: &Path) -> Result<prost_types::Struct, String> {
 
 pub async fn run(cli: Cli) -> Result<ExitCode, String> {
     match &cli.command {
-        Command::Up { data_dir, listen, kubeconfig, no_simulate, hook_timeout, ready_timeout, concurrency, log_format } => {
+        Command::Up {
+            data_dir,
+            listen,
+            kubeconfig,
+            no_simulate,
+            hook_timeout,
+            ready_timeout,
+            concurrency,
+            metrics_listen,
+            hook_metrics_listen,
+            log_format,
+        } => {
             let _telemetry = berth_telemetry::init("berth", *log_format);
             let config = crate::up::UpConfig {
                 data_dir: data_dir.clone(),
@@ -87,15 +98,27 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 hook_timeout: Duration::from_secs(*hook_timeout),
                 ready_timeout: Duration::from_secs(*ready_timeout),
                 worker_concurrency: *concurrency,
+                metrics_listen: *metrics_listen,
+                hook_metrics_listen: *hook_metrics_listen,
             };
             let shutdown = CancellationToken::new();
             tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
             crate::up::run(config, shutdown, |running| {
-                // The first line is for scripts and tests; the rest for people.
+                // `metrics on` (as the split binaries print it) and then `listening on`, for
+                // scripts and tests; the rest for people.
+                if let Some(addr) = running.metrics {
+                    println!("metrics on {addr}");
+                }
                 println!("listening on {}", running.gateway);
                 println!("berth is up");
                 println!("  gRPC API:   http://{}", running.gateway);
                 println!("  kubeconfig: {}", running.kubeconfig.display());
+                if let Some(addr) = running.metrics {
+                    println!("  queue metrics: http://{addr}/metrics");
+                }
+                if let Some(addr) = running.hook_metrics {
+                    println!("  hook metrics:  http://{addr}/metrics");
+                }
             })
             .await
             .map_err(|e| e.to_string())?;

@@ -7,9 +7,13 @@ use serde::Deserialize;
 
 /// The part of the Dump document this command reads; every other key is ignored.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct DumpQueues {
     #[serde(default)]
     queues: Vec<QueueRow>,
+    /// Set when lifecycle could not reach the broker: the queues are unknown, not empty.
+    #[serde(default)]
+    queues_unavailable: Option<String>,
 }
 
 /// One queue as Dump renders it (see lifecycle's `dump::QueueDoc`).
@@ -35,6 +39,9 @@ const ERROR_WIDTH: usize = 60;
 /// Renders the queues of the Dump YAML `dump` as a table, or says that there are none.
 pub fn table(dump: &str) -> Result<String, String> {
     let doc: DumpQueues = serde_saphyr::from_str(dump).map_err(|e| format!("cannot read the Dump's queues: {e}"))?;
+    if let Some(reason) = &doc.queues_unavailable {
+        return Err(format!("the queues are unknown: {reason}"));
+    }
     if doc.queues.is_empty() {
         return Ok("no queued or running tasks\n".to_owned());
     }
@@ -103,6 +110,13 @@ queues:
     #[test]
     fn no_queues_says_so() {
         assert_eq!(table("packages: []\nqueues: []\n").expect("table"), "no queued or running tasks\n");
+    }
+
+    #[test]
+    fn an_unreachable_broker_is_an_error_not_an_empty_table() {
+        let err = table("packages: []\nqueues: []\nqueuesUnavailable: 'queue broker: Unavailable: connection refused'\n")
+            .expect_err("unknown queues");
+        assert!(err.contains("unknown") && err.contains("connection refused"), "{err}");
     }
 
     #[test]

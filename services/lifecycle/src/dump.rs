@@ -14,6 +14,10 @@ use crate::store::{HookState, PackageRow};
 struct DumpDoc<'a> {
     packages: Vec<PackageDoc<'a>>,
     queues: Vec<QueueDoc>,
+    /// Why `queues` (and each package's `queues`) is empty because the broker did not answer;
+    /// absent when it answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queues_unavailable: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -53,9 +57,9 @@ pub struct QueueDoc {
     pub lease_holder: String,
 }
 
-/// Renders the dump. `queues` may be empty when the broker is unreachable; the caller says so in
-/// `broker_note`.
-pub fn render(rows: &[PackageRow], queues: &[QueueDoc]) -> Result<String, String> {
+/// Renders the dump. When the broker did not answer, `queues` is empty and `broker_error` says
+/// why, so a reader can tell "no tasks" from "unknown".
+pub fn render(rows: &[PackageRow], queues: &[QueueDoc], broker_error: Option<&str>) -> Result<String, String> {
     let packages = rows
         .iter()
         .map(|r| PackageDoc {
@@ -81,6 +85,6 @@ pub fn render(rows: &[PackageRow], queues: &[QueueDoc]) -> Result<String, String
                 .collect(),
         })
         .collect();
-    let doc = DumpDoc { packages, queues: queues.to_vec() };
+    let doc = DumpDoc { packages, queues: queues.to_vec(), queues_unavailable: broker_error };
     serde_saphyr::to_string(&doc).map_err(|e| e.to_string())
 }

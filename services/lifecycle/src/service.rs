@@ -166,6 +166,7 @@ impl Lifecycle for LifecycleService {
 
     async fn dump(&self, _: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
         let rows = self.store.list().await.map_err(internal)?;
+        let mut broker_error = None;
         let queues = match self.broker.clone().dump(berth_proto::queue::DumpRequest {}).await {
             Ok(r) => r
                 .into_inner()
@@ -182,10 +183,11 @@ impl Lifecycle for LifecycleService {
                 .collect(),
             Err(status) => {
                 tracing::warn!(error = %status.message(), "queue broker unavailable for Dump");
+                broker_error = Some(format!("queue broker: {:?}: {}", status.code(), status.message()));
                 vec![]
             }
         };
-        let yaml = dump::render(&rows, &queues).map_err(Status::internal)?;
+        let yaml = dump::render(&rows, &queues, broker_error.as_deref()).map_err(Status::internal)?;
         Ok(Response::new(v1::DumpResponse { yaml }))
     }
 
