@@ -116,33 +116,34 @@ impl Lifecycle for LifecycleService {
         let package = if req.package.is_empty() { id.name.clone() } else { req.package.clone() };
         crate::model::check_label("package", &package).map_err(Status::invalid_argument)?;
         let settings = settings_of(req.settings.as_ref())?;
-        // Settings of a loaded package are checked now, so bad input changes nothing. A new
-        // version may bring a new schema: then they are checked when it loads.
-        if let Some(existing) = self.store.get(&id.key()).await.map_err(internal)? {
-            if existing.version == req.version && existing.package == package && !existing.removing {
-                check_settings(existing.settings_schema.as_ref(), &settings)?;
-            }
-        }
         let spec = DesiredSpec {
             id,
             repository: req.repository.clone(),
             package: package.clone(),
             version: req.version.clone(),
-            settings,
+            settings: settings.clone(),
         };
         let new = NewSpec { repository: &req.repository, package: &package, version: &req.version };
         let outcome = self
             .store
             .update(spec, |previous, key, generation| {
+                // Settings of a loaded package are checked now, against the row being replaced
+                // (in the same transaction), so bad input changes nothing. A new version may
+                // bring a new schema: then they are checked when it loads.
+                if let Some(existing) = previous {
+                    if existing.version == req.version && existing.package == package && !existing.removing {
+                        check_settings(existing.settings_schema.as_ref(), &settings)?;
+                    }
+                }
                 let (restart, tasks) = flows::update(previous, key, generation, &new);
                 let phase = match previous {
                     Some(p) if !restart => p.phase,
                     _ => Phase::Pending,
                 };
-                (phase, tasks)
+                Ok::<_, Status>((phase, tasks))
             })
             .await
-            .map_err(internal)?;
+            .map_err(internal)??;
         self.outbox_wake.notify_one();
         self.changed(&outcome.key);
         tracing::info!(package.key = %outcome.key, generation = outcome.generation, "update accepted");

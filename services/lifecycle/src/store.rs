@@ -92,16 +92,24 @@ impl Store {
 
     /// Records a new desired spec under a new generation, with the outbox rows produced by `plan`
     /// from the previous state, in one transaction.
-    pub async fn update(
+    ///
+    /// `plan` sees the current row inside the write transaction, so a check it makes (settings
+    /// against the loaded schema) holds for the row it replaces; when it refuses, nothing is
+    /// written and its error is returned as the inner `Err`.
+    pub async fn update<E>(
         &self,
         spec: DesiredSpec,
-        plan: impl FnOnce(Option<&PackageRow>, &str, i64) -> (Phase, Vec<Value>),
-    ) -> Result<UpdateOutcome, StoreError> {
+        plan: impl FnOnce(Option<&PackageRow>, &str, i64) -> Result<(Phase, Vec<Value>), E>,
+    ) -> Result<Result<UpdateOutcome, E>, StoreError> {
         let key = spec.id.key();
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let previous = fetch(&mut *tx, &key).await?;
         let generation = next_generation(&mut tx, &key).await?;
-        let (phase, outbox) = plan(previous.as_ref(), &key, generation);
+        let (phase, outbox) = match plan(previous.as_ref(), &key, generation) {
+            Ok(planned) => planned,
+            // Dropping the transaction rolls it back, generation counter included.
+            Err(refused) => return Ok(Err(refused)),
+        };
         let settings = spec.settings.to_string();
         sqlx::query(
             "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase)
@@ -124,7 +132,7 @@ impl Store {
         .await?;
         insert_outbox(&mut tx, &outbox).await?;
         tx.commit().await?;
-        Ok(UpdateOutcome { key, generation, previous })
+        Ok(Ok(UpdateOutcome { key, generation, previous }))
     }
 
     /// Marks a package as being removed under a new generation, with its outbox rows. `None` when
