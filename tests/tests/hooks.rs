@@ -512,16 +512,6 @@ async fn resynchronization_period_reruns_synchronization() -> anyhow::Result<()>
     .await
 }
 
-/// GET `/metrics` from `addr` over plain HTTP/1.0 (the test needs no HTTP client crate for it).
-async fn scrape(addr: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: berth\r\n\r\n").await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    anyhow::ensure!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
-    Ok(response)
-}
 
 /// Metrics a hook writes to `METRICS_PATH` are served on the worker's metrics port with the
 /// hook's name as a label.
@@ -538,7 +528,7 @@ async fn hook_metrics_are_served_with_a_hook_label() -> anyhow::Result<()> {
         let r = app("lifecycle", &ns);
         let accepted = client.update(update(&r, &fixtures(), "", None)).await?.into_inner();
         journey::wait_running(&mut client, &r, accepted.generation).await?;
-        let text = scrape(&metrics).await?;
+        let text = berth_tests::scrape_metrics(&metrics).await?;
         let series = text
             .lines()
             .find(|l| l.starts_with("lifecycle_marker_runs_total{") && l.contains(r#"binding="afterHelm""#))

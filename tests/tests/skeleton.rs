@@ -23,7 +23,7 @@ async fn all_in_one_journey() -> anyhow::Result<()> {
     let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
     let result = journey::run(&up.proc.endpoint(), kube).await;
     let metrics = match (&result, &up.proc.metrics) {
-        (Ok(()), Some(addr)) => Some(scrape(addr).await),
+        (Ok(()), Some(addr)) => Some(berth_tests::scrape_metrics(addr).await),
         _ => None,
     };
     up.proc.stop().await;
@@ -39,16 +39,6 @@ async fn all_in_one_journey() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `GET /metrics` on `addr` over plain HTTP/1.0 (no client library needed for one request).
-async fn scrape(addr: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: berth\r\n\r\n").await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    anyhow::ensure!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
-    Ok(response)
-}
 
 /// hookevent fires a schedule binding, a worker runs the hook with a Schedule binding context,
 /// and the run shows up on the package; after Remove, the schedule stops.

@@ -26,28 +26,7 @@ pub(crate) async fn record(
     row: Finished<'_>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let inserted = sqlx::query(
-        "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
-    )
-    .bind(row.id)
-    .bind(row.queue)
-    .bind(row.package)
-    .bind(row.kind)
-    .bind(row.outcome.as_str())
-    .bind(row.attempts)
-    .bind(row.error)
-    .bind(now_ms)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(query_failed("record history"))?;
-    let seq: i64 = inserted
-        .try_get("seq")
-        .map_err(query_failed("decode history seq"))?;
-    if seq % TRIM_EVERY == 0 {
-        trim(conn).await?;
-    }
-    Ok(())
+    record_many(conn, std::slice::from_ref(&row), now_ms).await
 }
 
 /// Records several finished tasks with one statement (and trims the table when the new rows
