@@ -30,6 +30,8 @@ pub struct UpConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Where to serve the metrics hooks write; `None` for nowhere.
     pub hook_metrics_listen: Option<SocketAddr>,
+    /// Directory for hook runs' temporary files; `None` = the system temp directory.
+    pub hook_tmp_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,9 @@ pub async fn run(
     let data = &config.data_dir;
     std::fs::create_dir_all(data).map_err(|source| UpError::DataDir { path: data.display().to_string(), source })?;
     let data = data.canonicalize().map_err(|source| UpError::DataDir { path: data.display().to_string(), source })?;
+    if let Some(dir) = &config.hook_tmp_dir {
+        std::fs::create_dir_all(dir).map_err(|source| UpError::DataDir { path: dir.display().to_string(), source })?;
+    }
 
     let (cluster, kubeconfig) = match &config.kubeconfig {
         Some(path) => (None, path.clone()),
@@ -147,6 +152,7 @@ pub async fn run(
         cache_dir: data.join("packages"),
         hook_timeout: config.hook_timeout,
         ready_timeout: config.ready_timeout,
+        hook_tmp_dir: config.hook_tmp_dir.clone(),
     };
     let worker = berth_queue::worker::WorkerConfig { concurrency: config.worker_concurrency, ..Default::default() };
     services.spawn(async move {

@@ -519,7 +519,14 @@ async fn resynchronization_period_reruns_synchronization() -> anyhow::Result<()>
 async fn hook_metrics_are_served_with_a_hook_label() -> anyhow::Result<()> {
     let cluster = TestCluster::start().await?;
     let dir = tempfile::tempdir()?;
-    let topology = SplitTopology::start_with(&cluster.kubeconfig, dir.path(), &["--metrics-listen", "127.0.0.1:0"]).await?;
+    let hook_tmp = dir.path().join("hook-tmp");
+    let hook_tmp_arg = hook_tmp.display().to_string();
+    let topology = SplitTopology::start_with(
+        &cluster.kubeconfig,
+        dir.path(),
+        &["--metrics-listen", "127.0.0.1:0", "--hook-tmp-dir", &hook_tmp_arg],
+    )
+    .await?;
     let metrics = topology.worker().metrics.clone().context("the worker announced its metrics port")?;
     let kube = cluster.client.clone();
     let result = async {
@@ -536,6 +543,12 @@ async fn hook_metrics_are_served_with_a_hook_label() -> anyhow::Result<()> {
         assert!(series.contains(r#"hook="marker.sh""#), "{series}");
         assert!(series.contains(&format!(r#"package="{ns}.lifecycle""#)), "{series}");
         assert!(series.ends_with(" 1"), "one afterHelm run: {series}");
+        // The run's files were made under --hook-tmp-dir, and removed once it finished.
+        let marker = Api::<ConfigMap>::namespaced(kube.clone(), &ns).get("afterhelm-marker").await?;
+        let run_dir = marker.data.unwrap_or_default().remove("runDir").unwrap_or_default();
+        assert_eq!(std::path::Path::new(&run_dir), hook_tmp.as_path(), "the hook ran in {run_dir}");
+        let left: Vec<_> = std::fs::read_dir(&hook_tmp)?.collect();
+        assert!(left.is_empty(), "temporary files left behind: {left:?}");
         remove(&mut client, &r, kube.clone()).await
     }
     .await;

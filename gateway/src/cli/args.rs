@@ -68,6 +68,10 @@ pub enum Command {
         /// --metrics-listen`).
         #[arg(long, env = "BERTH_HOOK_METRICS_LISTEN")]
         hook_metrics_listen: Option<std::net::SocketAddr>,
+        /// Directory for hook runs' temporary files (default: the system temp directory). Put
+        /// it on a tmpfs: creating those files on a disk is most of a hook's start time.
+        #[arg(long, env = "BERTH_HOOK_TMP_DIR")]
+        hook_tmp_dir: Option<PathBuf>,
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
         log_format: berth_telemetry::LogFormat,
     },

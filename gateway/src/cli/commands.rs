@@ -86,6 +86,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             concurrency,
             metrics_listen,
             hook_metrics_listen,
+            hook_tmp_dir,
             log_format,
         } => {
             let _telemetry = berth_telemetry::init("berth", *log_format);
@@ -100,6 +101,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 worker_concurrency: *concurrency,
                 metrics_listen: *metrics_listen,
                 hook_metrics_listen: *hook_metrics_listen,
+                hook_tmp_dir: hook_tmp_dir.clone(),
             };
             let shutdown = CancellationToken::new();
             tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));

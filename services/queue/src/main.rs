@@ -73,6 +73,10 @@ enum Command {
         /// Seconds a Run waits for the release to become ready before failing (and retrying).
         #[arg(long, env = "BERTH_READY_TIMEOUT", default_value_t = 300)]
         ready_timeout: u64,
+        /// Directory for hook runs' temporary files (default: the system temp directory). Put
+        /// it on a tmpfs: creating those files on a disk is most of a hook's start time.
+        #[arg(long, env = "BERTH_HOOK_TMP_DIR")]
+        hook_tmp_dir: Option<PathBuf>,
         /// Worker id in leases and Dump (default: random).
         #[arg(long, env = "BERTH_WORKER_ID")]
         id: Option<String>,
@@ -125,8 +129,12 @@ async fn main() -> anyhow::Result<()> {
             ready_timeout,
             id,
             metrics_listen,
+            hook_tmp_dir,
         } => {
             std::fs::create_dir_all(&cache_dir)?;
+            if let Some(dir) = &hook_tmp_dir {
+                std::fs::create_dir_all(dir)?;
+            }
             let tasks = TaskConfig {
                 lifecycle_endpoint: lifecycle,
                 release_endpoint: release,
@@ -134,6 +142,7 @@ async fn main() -> anyhow::Result<()> {
                 cache_dir,
                 hook_timeout: Duration::from_secs(hook_timeout),
                 ready_timeout: Duration::from_secs(ready_timeout),
+                hook_tmp_dir,
             };
             let mut config = WorkerConfig {
                 concurrency,

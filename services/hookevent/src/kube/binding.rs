@@ -1,14 +1,15 @@
 //! One registered `kubernetes` binding: its cache of objects (or only their filter results), the
 //! checksum dedupe, and the event buffer that holds events until its Synchronization ran.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use berth_hooks::{KubernetesBinding, ObjectAndFilterResult, WatchEventType};
 use berth_proto::queue::Task;
 use serde_json::Value;
 
-use crate::jq::JqProgram;
+use crate::jq::{JqInput, JqProgram};
 
 /// Events one binding buffers before its Synchronization ran. Past this, the buffer is dropped
 /// and replaced by one Synchronization run with the objects current at release time: the hook
@@ -41,7 +42,7 @@ pub struct BindingState {
     pub package: String,
     pub hook: String,
     pub spec: KubernetesBinding,
-    jq: Option<JqProgram>,
+    jq: Option<Arc<JqProgram>>,
     /// nameSelector with several names (one name is a field selector on the server).
     names: Vec<String>,
     entries: BTreeMap<ObjKey, Entry>,
@@ -54,7 +55,7 @@ pub struct BindingState {
 }
 
 impl BindingState {
-    pub fn new(package: &str, hook: &str, spec: KubernetesBinding, jq: Option<JqProgram>, names: Vec<String>) -> Self {
+    pub fn new(package: &str, hook: &str, spec: KubernetesBinding, jq: Option<Arc<JqProgram>>, names: Vec<String>) -> Self {
         BindingState {
             package: package.to_owned(),
             hook: hook.to_owned(),
@@ -77,33 +78,30 @@ impl BindingState {
         self.names.is_empty() || self.names.contains(&key.1)
     }
 
-    /// Records an added or modified object. Returns the change to report, or `None` when the
-    /// binding is still listing or the filter result's checksum did not change.
+    /// [`BindingState::observe_in`] for an object no other binding looks at.
+    #[cfg(test)]
     pub fn observe(&mut self, object: &Value) -> Option<Change> {
+        self.observe_in(&mut Evaluation::new(object))
+    }
+
+    /// Records an added or modified object, sharing its filter results with the other bindings
+    /// of its watch through `eval`. Returns the change to report, or `None` when the binding is
+    /// still listing or the filter result's checksum did not change.
+    pub fn observe_in(&mut self, eval: &mut Evaluation<'_>) -> Option<Change> {
+        let object = eval.object;
         let key = obj_key(object);
         if !self.selected(&key) {
             return None;
         }
-        let filter_result = self.jq.as_ref().map(|jq| {
-            jq.run(object).unwrap_or_else(|e| {
-                tracing::warn!(hook = %self.hook, binding = %self.spec.name, error = %e, "jqFilter failed; using null");
-                Value::Null
-            })
-        });
-        // Without a filter the whole object is compared, so every change fires (as in
-        // shell-operator).
-        let checksum = checksum(filter_result.as_ref().unwrap_or(object));
-        let item = ObjectAndFilterResult {
-            object: self.spec.keep_full_objects_in_memory.then(|| object.clone()),
-            filter_result: filter_result.clone(),
-        };
+        let (filter_result, checksum) = eval.result(self.jq.as_deref(), &self.hook, &self.spec.name);
+        let item = ObjectAndFilterResult { object: self.full(object), filter_result: filter_result.clone() };
         let previous = self.entries.insert(key, Entry { item, checksum });
         let event = match previous {
             Some(p) if p.checksum == checksum => return None,
             Some(_) => WatchEventType::Modified,
             None => WatchEventType::Added,
         };
-        self.listed().then(|| Change { event, object: ObjectAndFilterResult { object: Some(object.clone()), filter_result } })
+        self.listed().then(|| Change { event, object: ObjectAndFilterResult { object: self.full(object), filter_result } })
     }
 
     /// Records a deletion; deletions always fire (once listed).
@@ -111,7 +109,13 @@ impl BindingState {
         let key = obj_key(object);
         let previous = self.entries.remove(&key)?;
         let filter_result = previous.item.filter_result;
-        self.listed().then(|| Change { event: WatchEventType::Deleted, object: ObjectAndFilterResult { object: Some(object.clone()), filter_result } })
+        self.listed().then(|| Change { event: WatchEventType::Deleted, object: ObjectAndFilterResult { object: self.full(object), filter_result } })
+    }
+
+    /// A copy of `object` when the binding's contexts show objects (keepFullObjectsInMemory);
+    /// otherwise no copy is made, since the hook would never see it.
+    fn full(&self, object: &Value) -> Option<Value> {
+        self.spec.keep_full_objects_in_memory.then(|| object.clone())
     }
 
     /// After a relist of the watch on `namespace` (`None`: all namespaces): the objects that
@@ -159,6 +163,47 @@ impl BindingState {
     }
 }
 
+/// One watched object's filter results, computed once per distinct jqFilter: bindings of many
+/// packages that share a watch and a filter (the common case: the same hook installed many
+/// times) cost one jq run and one checksum per event, not one per binding.
+pub struct Evaluation<'a> {
+    pub object: &'a Value,
+    /// The object in jq's representation, converted on first use.
+    input: Option<JqInput>,
+    /// Filter source → (result, checksum of the result).
+    filtered: HashMap<String, (Value, u64)>,
+    /// Checksum of the whole object, for bindings without a filter.
+    whole: Option<u64>,
+}
+
+impl<'a> Evaluation<'a> {
+    pub fn new(object: &'a Value) -> Self {
+        Evaluation { object, input: None, filtered: HashMap::new(), whole: None }
+    }
+
+    /// The filter result (`None` without a filter) and the checksum compared between events.
+    /// `hook` and `binding` only name who asked when the filter fails.
+    fn result(&mut self, jq: Option<&JqProgram>, hook: &str, binding: &str) -> (Option<Value>, u64) {
+        let Some(jq) = jq else {
+            // Without a filter the whole object is compared, so every change fires (as in
+            // shell-operator).
+            let object = self.object;
+            return (None, *self.whole.get_or_insert_with(|| checksum(object)));
+        };
+        if let Some((value, sum)) = self.filtered.get(jq.source()) {
+            return (Some(value.clone()), *sum);
+        }
+        let input = self.input.get_or_insert_with(|| JqInput::new(self.object));
+        let value = jq.run_on(input).unwrap_or_else(|e| {
+            tracing::warn!(%hook, %binding, error = %e, "jqFilter failed; using null");
+            Value::Null
+        });
+        let sum = checksum(&value);
+        self.filtered.insert(jq.source().to_owned(), (value.clone(), sum));
+        (Some(value), sum)
+    }
+}
+
 fn checksum(value: &Value) -> u64 {
     // A stable hash of the canonical text; only compared within this process.
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -175,7 +220,7 @@ mod tests {
     fn binding(config: &str) -> BindingState {
         let c = berth_hooks::HookConfig::parse(config).unwrap();
         let spec = c.kubernetes[0].clone();
-        let jq = spec.jq_filter.as_deref().map(|f| JqProgram::compile(f).unwrap());
+        let jq = spec.jq_filter.as_deref().map(|f| Arc::new(JqProgram::compile(f).unwrap()));
         let mut b = BindingState::new("p", "h", spec, jq, vec![]);
         b.pending_lists = 1;
         b
@@ -198,6 +243,34 @@ mod tests {
         let c = b.forget(&cm("b", "2", "5")).expect("deleted");
         assert_eq!(c.event, WatchEventType::Deleted);
         assert_eq!(b.snapshot(), vec![ObjectAndFilterResult { object: None, filter_result: Some(json!("1")) }]);
+    }
+
+    #[test]
+    fn bindings_sharing_a_filter_run_it_once_per_event() {
+        let by_value = r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".data.v","keepFullObjectsInMemory":false}]}"#;
+        let mut bindings = [
+            binding(by_value),
+            binding(by_value),
+            binding(r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".metadata.name"}]}"#),
+            binding(r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap"}]}"#),
+        ];
+        for b in &mut bindings {
+            b.pending_lists = 0;
+        }
+        let object = cm("x", "1", "1");
+        let mut eval = Evaluation::new(&object);
+        let changes: Vec<Change> = bindings.iter_mut().map(|b| b.observe_in(&mut eval).expect("added")).collect();
+        let results: Vec<Option<Value>> = changes.iter().map(|c| c.object.filter_result.clone()).collect();
+        assert_eq!(results, [Some(json!("1")), Some(json!("1")), Some(json!("x")), None]);
+        assert_eq!(eval.filtered.len(), 2, "one run per distinct filter");
+        assert!(changes[0].object.object.is_none(), "keepFullObjectsInMemory: false copies no object");
+        assert_eq!(changes[2].object.object.as_ref(), Some(&object));
+
+        // A change outside `.data.v` fires only for the bindings that see it.
+        let renamed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "ns", "name": "x", "resourceVersion": "2", "labels": {"a": "b"}}, "data": {"v": "1"}});
+        let mut eval = Evaluation::new(&renamed);
+        let fired: Vec<bool> = bindings.iter_mut().map(|b| b.observe_in(&mut eval).is_some()).collect();
+        assert_eq!(fired, [false, false, false, true]);
     }
 
     #[test]

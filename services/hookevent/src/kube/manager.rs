@@ -3,9 +3,10 @@
 //!
 //! A watch is one kube-rs `watcher` task. Its events update each subscribed binding's cache
 //! ([`BindingState`]) and become HookRun tasks (held back until the binding's Synchronization
-//! ran). Watches keep no objects themselves, so when a binding joins an existing watch the watch
-//! restarts: the relist fills the new binding's cache, and the others see no events because
-//! their checksums did not change.
+//! ran). Bindings with the same jqFilter share one compiled program, and each event runs it
+//! once for all of them ([`Evaluation`]). Watches keep no objects themselves, so when a binding
+//! joins an existing watch the watch restarts: the relist fills the new binding's cache, and the
+//! others see no events because their checksums did not change.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,10 +25,10 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::binding::{BindingState, Change, ObjKey, obj_key};
+use super::binding::{BindingState, Change, Evaluation, ObjKey, obj_key};
 use super::resolve::{ResolveError, Resolver};
 use crate::enqueue::Enqueuer;
-use crate::jq::JqProgram;
+use crate::jq::JqCache;
 
 /// Longest SetBindings waits for the initial lists of a package's watches.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -126,6 +127,8 @@ const MIN_RESYNC_PERIOD: Duration = Duration::from_secs(1);
 
 pub struct KubeManager {
     resolver: Resolver,
+    /// jqFilters compiled once per distinct source, shared by the bindings using them.
+    jq: JqCache,
     enqueuer: Enqueuer,
     state: Mutex<State>,
     /// Woken whenever a watch finished a list or failed.
@@ -137,6 +140,7 @@ impl KubeManager {
     pub fn new(client: kube::Client, enqueuer: Enqueuer, shutdown: CancellationToken) -> Arc<KubeManager> {
         Arc::new(KubeManager {
             resolver: Resolver::new(client),
+            jq: JqCache::default(),
             enqueuer,
             state: Mutex::new(State::default()),
             listed: Notify::new(),
@@ -281,7 +285,7 @@ impl KubeManager {
         let invalid = |reason: String| SetError::Invalid { index, hook: b.hook.clone(), binding: b.binding.clone(), reason };
         let spec = spec_of(b).map_err(invalid)?;
         let jq = match &spec.jq_filter {
-            Some(f) => Some(JqProgram::compile(f).map_err(|e| invalid(format!("jqFilter: {e}")))?),
+            Some(f) => Some(self.jq.compile(f).map_err(|e| invalid(format!("jqFilter: {e}")))?),
             None => None,
         };
         let resolved = self
@@ -456,8 +460,9 @@ impl KubeManager {
                     if let Some(seen) = &mut w.relist {
                         seen.insert(obj_key(&object));
                     }
+                    let mut eval = Evaluation::new(&object);
                     for id in subscribers {
-                        if let Some(c) = state.bindings.get_mut(&id).and_then(|r| r.state.observe(&object)) {
+                        if let Some(c) = state.bindings.get_mut(&id).and_then(|r| r.state.observe_in(&mut eval)) {
                             changes.push((id, c));
                         }
                     }
@@ -741,7 +746,7 @@ mod tests {
             group: extra["group"].as_str().unwrap_or_default().to_owned(),
             ..Default::default()
         };
-        let protos = vec![binding("pods", json!({"group": "g"})), binding("nodes", json!({"group": "g"})), binding("cms", json!({"include": ["pods"]}))];
+        let protos = [binding("pods", json!({"group": "g"})), binding("nodes", json!({"group": "g"})), binding("cms", json!({"include": ["pods"]}))];
         let mut state = State::default();
         let mut ids = vec![];
         let mut hooks: HashMap<String, HookConfig> = HashMap::new();

@@ -92,7 +92,7 @@ pub async fn run_hook(
         env: cx.hook_env(),
         timeout: cx.config.hook_timeout,
         cancel: cx.cancel.clone(),
-        tmp_dir: None,
+        tmp_dir: cx.config.hook_tmp_dir.clone(),
     })
     .await
     .map_err(|e| TaskError::retry(e.to_string()))

@@ -50,6 +50,10 @@ pub struct TaskConfig {
     pub hook_timeout: Duration,
     /// Longest a Run waits for the release to become ready before it fails (and is retried).
     pub ready_timeout: Duration,
+    /// Where each hook run's temporary files (binding context, values, output files) go;
+    /// `None` = the system temp directory. Creating them is most of a hook's start overhead on
+    /// a disk file system, so a tmpfs (an `emptyDir` with `medium: Memory`) is the place.
+    pub hook_tmp_dir: Option<PathBuf>,
 }
 
 /// The clients a handler needs; cheap to clone.
