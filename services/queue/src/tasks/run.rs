@@ -233,21 +233,29 @@ async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     Ok(())
 }
 
-/// Waits until the release service reports every object ready, or the configured timeout.
+/// Longest one waiting Status call is asked to hold on; the loop calls again until the ready
+/// timeout, so a restarted release service costs one call, not the whole wait.
+const STATUS_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until the release service reports every object ready, or the configured timeout. The
+/// release service follows readiness through watches (`StatusRequest.wait_ms`), so the answer
+/// comes on the event that makes the last object ready, not at the next poll.
 async fn wait_ready(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let (name, namespace) = cx.release();
     let deadline = Instant::now() + cx.config.ready_timeout;
-    let mut delay = Duration::from_millis(100);
+    let mut wait = Duration::ZERO;
     let mut reported = false;
     loop {
-        let status = cx
-            .services
-            .release
-            .clone()
-            .status(StatusRequest { name: name.clone(), namespace: namespace.clone() })
-            .await
-            .map_err(|s| rpc_error("release Status", s))?
-            .into_inner();
+        let request = StatusRequest {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
+        };
+        let mut release = cx.services.release.clone();
+        let status = tokio::select! {
+            answer = release.status(request) => answer.map_err(|s| rpc_error("release Status", s))?.into_inner(),
+            _ = cx.cancel.cancelled() => return Err(TaskError::permanent("cancelled")),
+        };
         if status.ready {
             return Ok(());
         }
@@ -256,14 +264,11 @@ async fn wait_ready(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             cx.progress("", &[("Ready", "False", "WaitingForObjects", &waiting)]).await?;
             reported = true;
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Err(TaskError::retry(format!("not ready after {:?}: {waiting}", cx.config.ready_timeout)));
         }
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = cx.cancel.cancelled() => return Err(TaskError::permanent("cancelled")),
-        }
-        delay = (delay * 2).min(Duration::from_secs(2));
+        wait = (deadline - now).min(STATUS_WAIT);
     }
 }
 

@@ -98,6 +98,32 @@ impl Dialect {
         }
     }
 
+    /// The session setting of the Lease/Heartbeat connections (`Store::lease_pool`), or `None`
+    /// to share the main pool. SQLite in WAL mode with `synchronous = NORMAL` does not flush on
+    /// commit anyway; PostgreSQL's flush per commit is what a lease need not wait for.
+    pub fn lease_session_setup(self) -> Option<&'static str> {
+        match self {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some("SET synchronous_commit = off"),
+        }
+    }
+
+    /// A statement that, run first in a transaction, lets its commit return before the commit
+    /// is flushed to disk. For writes whose loss in a database crash only repeats work
+    /// (completions: the task runs again); never for Enqueue or Supersede. SQLite in WAL mode
+    /// with `synchronous = NORMAL` does not flush on commit anyway.
+    pub fn relaxed_commit(self) -> Option<&'static str> {
+        match self {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some("SET LOCAL synchronous_commit = off"),
+        }
+    }
+
+    /// Size of the separate Lease/Heartbeat pool (PostgreSQL).
+    pub fn lease_connections(self) -> u32 {
+        4
+    }
+
     /// Statements run once on each new connection.
     pub fn connection_setup(self) -> &'static [&'static str] {
         match self {

@@ -54,6 +54,10 @@ macro_rules! join_heads {
 /// `$1` is now, `$3` the worker, `$4` the lease's end. The SET expressions read the row's
 /// previous values, so `redelivered` records whether an expired lease is being replaced.
 ///
+/// The new fence is the old one plus one, or now in milliseconds if that is larger. Fences then
+/// never repeat even if a lease's write is lost (see [`Store::lease_pool`]): a task leased
+/// again after a database crash gets a fence from a later clock than the lost one.
+///
 /// One statement instead of select-then-update-each: on SQLite every statement is a round trip
 /// to the connection's thread, which is what bounds the broker's throughput.
 macro_rules! lease_heads {
@@ -67,7 +71,8 @@ macro_rules! lease_heads {
              ORDER BY t.seq LIMIT $2",
             $lock,
             "), budgeted AS (SELECT seq, SUM(size) OVER (ORDER BY seq) - size AS before FROM heads) \
-             UPDATE tasks SET lease_holder = $3, lease_until = $4, leased_at = $1, fence = fence + 1, \
+             UPDATE tasks SET lease_holder = $3, lease_until = $4, leased_at = $1, \
+               fence = CASE WHEN fence + 1 > $1 THEN fence + 1 ELSE $1 END, \
                redelivered = CASE WHEN lease_holder <> '' THEN 1 ELSE 0 END \
              WHERE seq IN (SELECT seq FROM budgeted WHERE before < $5) \
              RETURNING ",
@@ -105,9 +110,10 @@ impl Store {
             self.reap_cancelled(now_ms).await?;
             reaped = true;
         }
-        let mut tasks = lease_heads(self.pool(), self.dialect(), worker, limits, now_ms).await?;
+        let pool = self.lease_pool();
+        let mut tasks = lease_heads(pool, self.dialect(), worker, limits, now_ms).await?;
         if tasks.is_empty() && !reaped && self.reap_cancelled(now_ms).await? {
-            tasks = lease_heads(self.pool(), self.dialect(), worker, limits, now_ms).await?;
+            tasks = lease_heads(pool, self.dialect(), worker, limits, now_ms).await?;
         }
         let mut batch = LeaseBatch::default();
         for (seq, mut task) in tasks {

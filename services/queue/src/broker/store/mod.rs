@@ -82,6 +82,9 @@ pub(crate) fn query_failed(op: &'static str) -> impl FnOnce(sqlx::Error) -> Stor
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: AnyPool,
+    /// Connections for Lease and Heartbeat (see [`Store::lease_pool`]); the same pool as `pool`
+    /// on SQLite.
+    lease_pool: AnyPool,
     dialect: Dialect,
     /// Kept for connections outside the pool (the PostgreSQL LISTEN connection).
     database_url: std::sync::Arc<str>,
@@ -117,8 +120,26 @@ impl Store {
             .run(&pool)
             .await
             .map_err(StoreError::Migrate)?;
+        let lease_pool = match dialect.lease_session_setup() {
+            None => pool.clone(),
+            Some(setup) => AnyPoolOptions::new()
+                .max_connections(dialect.lease_connections())
+                .idle_timeout(dialect.connection_lifetime())
+                .max_lifetime(dialect.connection_lifetime())
+                .acquire_timeout(CONNECT_TIMEOUT)
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        conn.execute(setup).await?;
+                        Ok(())
+                    })
+                })
+                .connect(&dialect.connect_url(database_url))
+                .await
+                .map_err(|source| StoreError::Connect { dialect, source })?,
+        };
         Ok(Store {
             pool,
+            lease_pool,
             dialect,
             database_url: database_url.into(),
             next_reap_ms: Default::default(),
@@ -135,6 +156,16 @@ impl Store {
 
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// The connections Lease and Heartbeat write through. On PostgreSQL their commits do not
+    /// wait for the WAL flush (`synchronous_commit = off`): a lease is a promise the broker can
+    /// forget in a database crash without losing anything. The task stays queued, its lease
+    /// looks expired or older, and it is leased again with a fence that cannot repeat the lost
+    /// one (see `lease_heads!`), so a worker holding a lost lease cannot settle it. Everything
+    /// else (Enqueue, Complete, Fail, Supersede) commits durably.
+    pub(crate) fn lease_pool(&self) -> &AnyPool {
+        &self.lease_pool
     }
 
     /// Starts a transaction that will write (see [`Dialect::begin_write`]).
@@ -158,8 +189,9 @@ impl Store {
         Ok(())
     }
 
-    /// Closes the pool, waiting for connections to be returned.
+    /// Closes the pools, waiting for connections to be returned.
     pub async fn close(&self) {
+        self.lease_pool.close().await;
         self.pool.close().await;
     }
 }
@@ -277,6 +309,36 @@ mod tests {
             ["qb"],
             "the stale lease's task is still there"
         );
+    }
+
+    #[tokio::test]
+    async fn a_lease_lost_by_the_database_never_gets_its_fence_again() {
+        let store = Store::open("sqlite::memory:")
+            .await
+            .expect("open in-memory store");
+        store.enqueue(&[task("a")], 1_000).await.expect("enqueue");
+        let first = store.lease("w1", limits(), 2_000).await.expect("lease");
+        let lost = LeaseRef {
+            task_id: "a".into(),
+            fence: first.tasks[0].fence,
+        };
+        // The database comes back without the lease's write (a PostgreSQL crash with
+        // asynchronous lease commits): the row is as it was before the lease.
+        sqlx::query("UPDATE tasks SET fence = 0, lease_holder = '', lease_until = 0, leased_at = 0")
+            .execute(store.pool())
+            .await
+            .expect("rewind");
+        let second = store.lease("w2", limits(), 2_001).await.expect("lease again");
+        assert_ne!(second.tasks[0].fence, lost.fence, "a fence is never handed out twice");
+        assert!(
+            matches!(store.complete(&lost, 2_500).await, Err(StoreError::StaleLease { .. })),
+            "the holder of the lost lease cannot settle the task"
+        );
+        let current = LeaseRef {
+            task_id: "a".into(),
+            fence: second.tasks[0].fence,
+        };
+        store.complete(&current, 2_600).await.expect("the new holder settles it");
     }
 
     #[tokio::test]

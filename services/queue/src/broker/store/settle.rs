@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use sqlx::{AnyConnection, Row};
+use sqlx::{AnyConnection, Executor as _, Row};
 
 use super::history::{self, Finished};
 use super::lease::{LeaseLimits, compact, lease_heads};
@@ -62,7 +62,8 @@ impl Store {
     /// cancelled by Supersede, or lost (finished, re-leased after expiry, or unknown fence).
     ///
     /// One statement per [`LEASES_PER_STATEMENT`] leases, each atomic on its own: a lease is
-    /// either extended or reported, never half of each.
+    /// either extended or reported, never half of each. Runs on [`Store::lease_pool`]: an
+    /// extension lost in a database crash only shortens the lease.
     pub async fn heartbeat(
         &self,
         worker: &str,
@@ -85,7 +86,7 @@ impl Store {
                 query = query.bind(&lease.task_id).bind(lease.fence);
             }
             let rows = query
-                .fetch_all(self.pool())
+                .fetch_all(self.lease_pool())
                 .await
                 .map_err(query_failed("extend leases"))?;
             for row in &rows {
@@ -140,6 +141,14 @@ impl Store {
         now_ms: i64,
     ) -> Result<Vec<Result<Completed, StoreError>>, StoreError> {
         let mut tx = self.begin("complete").await?;
+        // A completion lost in a database crash only makes the task run again (delivery is
+        // at-least-once and tasks are idempotent), so on PostgreSQL it need not wait for the
+        // WAL flush; see `Dialect::relaxed_commit`.
+        if let Some(relax) = self.dialect().relaxed_commit() {
+            tx.execute(relax)
+                .await
+                .map_err(query_failed("relax commit"))?;
+        }
         let mut removed = HashMap::new();
         for chunk in completions.chunks(LEASES_PER_STATEMENT) {
             let leases: Vec<LeaseRef> = chunk.iter().map(|c| c.lease.clone()).collect();
