@@ -285,8 +285,9 @@ async fn non_zero_exit_reports_code_and_output_tail_and_discards_outputs() {
 #[tokio::test]
 async fn large_output_does_not_deadlock_and_is_bounded() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // 4 MiB on each stream, far beyond a pipe buffer; then a marker at the end.
-    let body = "#!/bin/sh\nhead -c 4194304 /dev/zero | tr '\\0' 'o'\nhead -c 4194304 /dev/zero | tr '\\0' 'e' >&2\necho END\n";
+    // 4 MiB on each stream, far beyond a pipe buffer; then a marker at the end of each stream
+    // (the two pipes are read concurrently, so either may be appended last).
+    let body = "#!/bin/sh\nhead -c 4194304 /dev/zero | tr '\\0' 'o'\nhead -c 4194304 /dev/zero | tr '\\0' 'e' >&2\necho END\necho END >&2\n";
     let hook = shell_hook(script(dir.path(), "loud.sh", body));
     let out = run(request(&hook, dir.path()))
         .await

@@ -15,6 +15,16 @@ pub use args::{Cli, Command};
 /// Parses the command line, runs the command and maps failures to a message and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `berth render` is local and synchronous: it needs no async runtime (nor its threads).
+    if let Command::Render(args) = &cli.command {
+        return match release::render(args) {
+            Ok(code) => code,
+            Err(message) => {
+                eprintln!("berth: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

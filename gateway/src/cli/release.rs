@@ -157,6 +157,7 @@ pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
                 .status(pb::StatusRequest {
                     name: name.clone(),
                     namespace: namespace.clone(),
+                    ..Default::default()
                 })
                 .await
                 .map_err(failed)?

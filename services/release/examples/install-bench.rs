@@ -1,10 +1,13 @@
 //! Install-to-Ready of a 20-object chart on the embedded dev cluster (workload simulation on),
 //! berth's release manager against `helm install --wait`, printed as a table.
 //!
-//! berth's time runs from the install call until Status reports every object Current (kstatus);
-//! helm's is the whole `helm install --wait` process. Each run uses a fresh namespace.
+//! berth's time runs from the install call until `wait_ready` (driven by watches, no polling)
+//! sees every object Current (kstatus); helm's is the whole `helm install --wait` process. Each
+//! run uses a fresh namespace. The dev cluster makes workloads ready `workload_delay` after it
+//! first sees them, a floor under both tools' times, so the table has a row per delay
+//! (default: 1000, 200 and 0 ms), each on its own cluster.
 //!
-//! `cargo run --release -p berth-release --example install-bench -- [--runs N]`
+//! `cargo run --release -p berth-release --example install-bench -- [--runs N] [--delay-ms MS]`
 
 use anyhow::Context as _;
 use berth_release::manager::ReleaseManager;
@@ -14,61 +17,103 @@ use std::time::{Duration, Instant};
 
 /// Longest one install may take to become ready.
 const READY_DEADLINE: Duration = Duration::from_secs(180);
-/// How often berth's side asks Status whether the release is ready.
-const STATUS_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Median times of one row, in seconds.
+struct Row {
+    delay_ms: u64,
+    berth_install: f64,
+    berth_ready: f64,
+    helm: f64,
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let runs: usize = match args.iter().position(|a| a == "--runs") {
-        Some(i) => args.get(i + 1).context("--runs N")?.parse()?,
-        None => 3,
+    let flag = |name: &str| -> anyhow::Result<Option<u64>> {
+        match args.iter().position(|a| a == name) {
+            Some(i) => Ok(Some(
+                args.get(i + 1)
+                    .with_context(|| format!("{name} N"))?
+                    .parse()?,
+            )),
+            None => Ok(None),
+        }
+    };
+    let runs = flag("--runs")?.unwrap_or(5) as usize;
+    anyhow::ensure!(runs > 0, "--runs must be at least 1");
+    let delays = match flag("--delay-ms")? {
+        Some(d) => vec![d],
+        None => vec![1000, 200, 0],
     };
     let helm = find_helm().context("helm not found on PATH or in target/ci-tools")?;
-    let cluster = berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig {
-        simulate_workloads: true,
-        ..Default::default()
-    })
-    .await?;
     let dir = std::env::temp_dir().join(format!("install-bench-{}", std::process::id()));
     let _cleanup = Cleanup(dir.clone());
     std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cluster.kubeconfig_yaml())?;
     let chart = dir.join("chart");
     write_chart(&chart)?;
     let files = berth_release::template::read_chart(&chart)?;
+
+    let mut rows = Vec::new();
+    for delay_ms in delays {
+        rows.push(bench(&helm, &dir, &chart, &files, runs, delay_ms).await?);
+    }
+    println!(
+        "runs: {runs} per row (medians), chart: 20 objects (5 Deployments, 5 Services, 5 ConfigMaps, 5 ServiceAccounts)\n"
+    );
+    println!(
+        "| workload delay | berth install call | berth install to Ready | helm install --wait | berth/helm |"
+    );
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.2}x |",
+            r.delay_ms,
+            r.berth_install * 1000.0,
+            r.berth_ready * 1000.0,
+            r.helm * 1000.0,
+            r.berth_ready / r.helm
+        );
+    }
+    Ok(())
+}
+
+async fn bench(
+    helm: &Path,
+    dir: &Path,
+    chart: &Path,
+    files: &[(String, Vec<u8>)],
+    runs: usize,
+    delay_ms: u64,
+) -> anyhow::Result<Row> {
+    let cluster = berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig {
+        simulate_workloads: true,
+        workload_delay: Duration::from_millis(delay_ms),
+        ..Default::default()
+    })
+    .await?;
+    let kubeconfig = dir.join(format!("kubeconfig-{delay_ms}"));
+    std::fs::write(&kubeconfig, cluster.kubeconfig_yaml())?;
     let client = berth_release::process::kube_client(Some(&kubeconfig)).await?;
     let manager = ReleaseManager::new(client);
 
-    let mut berth_times = Vec::new();
-    let mut helm_times = Vec::new();
+    let (mut installs, mut readies, mut helms) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
         let ns = format!("berth-{run}");
         let start = Instant::now();
         manager
-            .install("bench", &ns, files.clone(), serde_json::json!({}))
+            .install("bench", &ns, files.to_vec(), serde_json::json!({}))
             .await?;
-        loop {
-            let status = manager.status("bench", &ns).await?;
-            if status.ready {
-                break;
-            }
-            anyhow::ensure!(
-                start.elapsed() < READY_DEADLINE,
-                "berth: not ready: {:?}",
-                status.not_ready
-            );
-            tokio::time::sleep(STATUS_INTERVAL).await;
-        }
-        berth_times.push(start.elapsed());
+        installs.push(start.elapsed().as_secs_f64());
+        let seen = manager.wait_ready("bench", &ns, READY_DEADLINE).await?;
+        anyhow::ensure!(seen.ready, "berth: not ready: {:?}", seen.not_ready);
+        readies.push(start.elapsed().as_secs_f64());
 
         let ns = format!("helm-{run}");
         let start = Instant::now();
         let out = tokio::process::Command::from({
-            let mut c = Command::new(&helm);
+            let mut c = Command::new(helm);
             c.args(["install", "bench"])
-                .arg(&chart)
+                .arg(chart)
                 .args(["-n", &ns, "--create-namespace", "--wait", "--timeout", "3m"])
                 .arg("--kubeconfig")
                 .arg(&kubeconfig)
@@ -85,23 +130,19 @@ async fn main() -> anyhow::Result<()> {
             "helm install failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        helm_times.push(start.elapsed());
+        helms.push(start.elapsed().as_secs_f64());
     }
-    berth_times.sort();
-    helm_times.sort();
-    let (b, h) = (berth_times[runs / 2], helm_times[runs / 2]);
-    println!(
-        "runs: {runs} (median), chart: 20 objects (5 Deployments, 5 Services, 5 ConfigMaps, 5 ServiceAccounts)\n"
-    );
-    println!("| install to Ready | berth | helm install --wait | berth/helm |");
-    println!("|---|---|---|---|");
-    println!(
-        "| dev cluster, simulated workloads | {:.0} ms | {:.0} ms | {:.2}x |",
-        b.as_secs_f64() * 1000.0,
-        h.as_secs_f64() * 1000.0,
-        b.as_secs_f64() / h.as_secs_f64()
-    );
-    Ok(())
+    Ok(Row {
+        delay_ms,
+        berth_install: median(installs),
+        berth_ready: median(readies),
+        helm: median(helms),
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 struct Cleanup(PathBuf);

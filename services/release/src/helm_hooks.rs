@@ -1,5 +1,5 @@
-//! Helm chart hooks: objects annotated `helm.sh/hook` run around install, upgrade and
-//! uninstall instead of being part of the release. Within an event they run in weight order
+//! Helm chart hooks: objects annotated `helm.sh/hook` run around install, upgrade, rollback
+//! and uninstall instead of being part of the release. Within an event they run in weight order
 //! (`helm.sh/hook-weight`, then name); each is (re)created, awaited (Jobs until complete, Pods
 //! until succeeded, anything else once created) and deleted per `helm.sh/hook-delete-policy`
 //! (`before-hook-creation` is the default, as in Helm).
@@ -18,6 +18,8 @@ pub enum HookEvent {
     PostInstall,
     PreUpgrade,
     PostUpgrade,
+    PreRollback,
+    PostRollback,
     PreDelete,
     PostDelete,
 }
@@ -29,6 +31,8 @@ impl HookEvent {
             HookEvent::PostInstall => "post-install",
             HookEvent::PreUpgrade => "pre-upgrade",
             HookEvent::PostUpgrade => "post-upgrade",
+            HookEvent::PreRollback => "pre-rollback",
+            HookEvent::PostRollback => "post-rollback",
             HookEvent::PreDelete => "pre-delete",
             HookEvent::PostDelete => "post-delete",
         }

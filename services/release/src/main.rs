@@ -10,6 +10,9 @@ struct Args {
     /// Kubeconfig of the cluster to manage (default: in-cluster, KUBECONFIG or ~/.kube/config).
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<std::path::PathBuf>,
+    /// Release records kept per release, as `helm upgrade --history-max` (at least 1).
+    #[arg(long, env = "BERTH_RELEASE_HISTORY_MAX", default_value_t = berth_release::manager::HISTORY_MAX)]
+    history_max: usize,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -23,6 +26,7 @@ async fn main() -> anyhow::Result<()> {
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
-    berth_release::process::run(client, listener, shutdown).await?;
+    let service = berth_release::service::ReleaseService::new(client).with_history_max(args.history_max);
+    berth_release::process::run_service(service, listener, shutdown).await?;
     Ok(())
 }

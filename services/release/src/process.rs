@@ -11,7 +11,10 @@ use crate::{ReleaseService, server};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("reading kubeconfig {path}: {source}")]
-    Kubeconfig { path: String, source: kube::config::KubeconfigError },
+    Kubeconfig {
+        path: String,
+        source: kube::config::KubeconfigError,
+    },
     #[error("Kubernetes client configuration: {0}")]
     Config(#[from] kube::config::InferConfigError),
     #[error("Kubernetes client: {0}")]
@@ -25,20 +28,44 @@ pub enum Error {
 pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Error> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })?;
+            let kc =
+                kube::config::Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|source| Error::Kubeconfig { path: path.display().to_string(), source })?
+                .map_err(|source| Error::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?
         }
         None => kube::Config::infer().await?,
     };
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Serves the release service on `listener` until `shutdown`.
-pub async fn run(client: kube::Client, listener: TcpListener, shutdown: CancellationToken) -> Result<(), Error> {
-    let router = berth_telemetry::grpc_server().add_service(server(ReleaseService::new(client)));
+/// Serves the release service on `listener` until `shutdown`; see [`run_service`].
+pub async fn run(
+    client: kube::Client,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    run_service(ReleaseService::new(client), listener, shutdown).await
+}
+
+/// Serves `service` on `listener` until `shutdown`, which also ends its drift watches. Drift
+/// repair of the releases berth deployed earlier resumes alongside (so a slow cluster does not
+/// delay serving).
+pub async fn run_service(
+    service: ReleaseService,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let service = service.with_shutdown(shutdown.clone());
+    let resume = service.clone();
+    let resuming = tokio::spawn(async move { resume.resume_drift_repair().await });
+    let router = berth_telemetry::grpc_server().add_service(server(service));
     berth_telemetry::serve_router(
         router,
         listener,
@@ -47,5 +74,6 @@ pub async fn run(client: kube::Client, listener: TcpListener, shutdown: Cancella
         shutdown,
     )
     .await?;
+    resuming.abort();
     Ok(())
 }

@@ -5,7 +5,11 @@
 use crate::apply::ObjectKey;
 use crate::manager::{PlanAction, ReleaseError, ReleaseManager};
 use berth_proto::release as pb;
+use std::time::Duration;
 use tonic::{Request, Response, Status};
+
+/// Longest a Status call with `wait_ms` holds on; callers that wait longer call again.
+const MAX_STATUS_WAIT: Duration = Duration::from_secs(60);
 
 /// Largest `values_json` accepted, so one request cannot make the service parse gigabytes.
 const MAX_VALUES_BYTES: usize = 4 << 20;
@@ -28,6 +32,28 @@ impl ReleaseService {
     pub fn with_drift_repair(mut self, on: bool) -> Self {
         self.manager = self.manager.with_drift_repair(on);
         self
+    }
+
+    /// Keeps at most `revisions` release records per release (default
+    /// [`crate::manager::HISTORY_MAX`]).
+    pub fn with_history_max(mut self, revisions: usize) -> Self {
+        self.manager = self.manager.with_history_max(revisions);
+        self
+    }
+
+    /// Ends the service's background work (drift watches) when `shutdown` is cancelled.
+    pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        self.manager = self.manager.with_shutdown(shutdown);
+        self
+    }
+
+    /// Resumes drift repair for the releases berth deployed before this process started
+    /// (see [`ReleaseManager::resume_drift_repair`]); logs the outcome. Run once at start.
+    pub async fn resume_drift_repair(&self) {
+        match self.manager.resume_drift_repair().await {
+            Ok(n) => tracing::info!(releases = n, "drift repair resumed"),
+            Err(e) => tracing::warn!(error = %e, "cannot resume drift repair"),
+        }
     }
 }
 
@@ -135,11 +161,24 @@ impl pb::releases_server::Releases for ReleaseService {
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let req = request.into_inner();
-        let seen = self
-            .manager
-            .status(&req.name, &req.namespace)
-            .await
-            .map_err(to_status)?;
+        let seen = if req.wait_ms > 0 {
+            let wait = Duration::from_millis(req.wait_ms as u64).min(MAX_STATUS_WAIT);
+            match self.manager.wait_ready(&req.name, &req.namespace, wait).await {
+                Ok(seen) => seen,
+                // No release (yet): answer as Status does, `found: false`.
+                Err(ReleaseError::NotFound(_)) => self
+                    .manager
+                    .status(&req.name, &req.namespace)
+                    .await
+                    .map_err(to_status)?,
+                Err(e) => return Err(to_status(e)),
+            }
+        } else {
+            self.manager
+                .status(&req.name, &req.namespace)
+                .await
+                .map_err(to_status)?
+        };
         Ok(Response::new(pb::StatusResponse {
             found: seen.found,
             revision: seen.revision,

@@ -70,6 +70,7 @@ async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Resul
         .status(StatusRequest {
             name: "drifty".into(),
             namespace: h.namespace.clone(),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -119,5 +120,79 @@ async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Resul
     )
     .await??;
     assert!(cms.get_opt("b").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn drift_repair_resumes_after_the_service_restarts() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = chart(&[
+        ("templates/a.yaml", &config_map("a", false)),
+        ("templates/b.yaml", &config_map("b", false)),
+    ]);
+    h.grpc
+        .install(InstallRequest {
+            name: "survivor".into(),
+            namespace: h.namespace.clone(),
+            files,
+            values_json: r#"{"greeting": "hi"}"#.into(),
+        })
+        .await?;
+
+    // A new instance knows the release only from its record in the cluster.
+    h.restart_service().await?;
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    cms.delete("a", &DeleteParams::default()).await?;
+    tokio::time::timeout(
+        REPAIR_DEADLINE,
+        await_condition(cms.clone(), "a", greeting_is("hi")),
+    )
+    .await??;
+    cms.patch(
+        "b",
+        &PatchParams::apply("someone-else").force(),
+        &Patch::Apply(&serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "b"},
+            "data": {"greeting": "tampered"},
+        })),
+    )
+    .await?;
+    tokio::time::timeout(
+        REPAIR_DEADLINE,
+        await_condition(cms.clone(), "b", greeting_is("hi")),
+    )
+    .await??;
+
+    // The new instance did the repairs, and reports them.
+    let status = h
+        .grpc
+        .status(StatusRequest {
+            name: "survivor".into(),
+            namespace: h.namespace.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let seen: Vec<(String, String, bool)> = status
+        .drift
+        .iter()
+        .map(|d| {
+            let name = d
+                .object
+                .as_ref()
+                .map(|o| o.name.clone())
+                .unwrap_or_default();
+            (name, d.kind.clone(), d.repaired)
+        })
+        .collect();
+    assert!(
+        seen.contains(&("a".into(), "deleted".into(), true)),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&("b".into(), "modified".into(), true)),
+        "{seen:?}"
+    );
     Ok(())
 }

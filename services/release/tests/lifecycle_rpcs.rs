@@ -196,3 +196,108 @@ async fn history_lists_revisions_and_rollback_restores_an_old_one() -> anyhow::R
     );
     Ok(())
 }
+
+/// A hook ConfigMap for `event` recording the revision and greeting it was rendered with.
+fn hook_config_map(name: &str, event: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  annotations:\n    helm.sh/hook: {event}\ndata:\n  rev: \"{{{{ .Release.Revision }}}}\"\n  greeting: {{{{ .Values.greeting | quote }}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn rollback_runs_the_target_revisions_rollback_hooks() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = chart(&[
+        ("templates/a.yaml", &config_map("a", false)),
+        (
+            "templates/pre.yaml",
+            &hook_config_map("pre-rb", "pre-rollback"),
+        ),
+        (
+            "templates/post.yaml",
+            &hook_config_map("post-rb", "post-rollback"),
+        ),
+    ]);
+    h.grpc
+        .install(request(&h, files.clone(), r#"{"greeting": "first"}"#))
+        .await?;
+    h.grpc
+        .install(request(&h, files, r#"{"greeting": "second"}"#))
+        .await?;
+    assert_eq!(
+        greeting(&h, "pre-rb").await?,
+        None,
+        "rollback hooks do not run on install or upgrade"
+    );
+    assert_eq!(greeting(&h, "post-rb").await?, None);
+
+    h.grpc
+        .rollback(RollbackRequest {
+            name: "app".into(),
+            namespace: h.namespace.clone(),
+            revision: 1,
+        })
+        .await?;
+    // Both hooks ran, as the target revision (1) recorded them.
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    for hook in ["pre-rb", "post-rb"] {
+        let data = cms.get(hook).await?.data.unwrap_or_default();
+        assert_eq!(data.get("rev").map(String::as_str), Some("1"), "{hook}");
+        assert_eq!(
+            data.get("greeting").map(String::as_str),
+            Some("first"),
+            "{hook}"
+        );
+    }
+    assert_eq!(greeting(&h, "a").await?.as_deref(), Some("first"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_pre_rollback_hook_stops_the_rollback_before_applying() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    // The hook's kind does not exist, so creating it fails, as a failing hook Job would.
+    let broken = "apiVersion: nowhere.example.org/v1\nkind: Missing\nmetadata:\n  name: broken\n  annotations:\n    helm.sh/hook: pre-rollback\n";
+    let files = chart(&[
+        ("templates/a.yaml", &config_map("a", false)),
+        ("templates/broken.yaml", broken),
+    ]);
+    h.grpc
+        .install(request(&h, files.clone(), r#"{"greeting": "first"}"#))
+        .await?;
+    h.grpc
+        .install(request(&h, files, r#"{"greeting": "second"}"#))
+        .await?;
+    let rolled = h
+        .grpc
+        .rollback(RollbackRequest {
+            name: "app".into(),
+            namespace: h.namespace.clone(),
+            revision: 1,
+        })
+        .await;
+    let err = rolled.err().map(|s| s.message().to_string());
+    assert!(
+        err.as_deref().is_some_and(|m| m.contains("Missing")),
+        "{err:?}"
+    );
+    assert_eq!(
+        greeting(&h, "a").await?.as_deref(),
+        Some("second"),
+        "nothing was applied"
+    );
+    let history = h
+        .grpc
+        .history(HistoryRequest {
+            name: "app".into(),
+            namespace: h.namespace.clone(),
+        })
+        .await?
+        .into_inner();
+    let last = history
+        .revisions
+        .last()
+        .map(|r| (r.revision, r.status.clone()));
+    assert_eq!(last, Some((3, "failed".to_string())));
+    Ok(())
+}

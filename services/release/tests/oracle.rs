@@ -80,6 +80,13 @@ const CASES: &[Case] = &[
         ..case("helm create chart", "../fixtures/hello")
     },
     case("failing", "failing"),
+    case("helmisms", "helmisms"),
+    case("yaml shapes", "yamlshapes"),
+    Case {
+        values: &["helmisms-multi-doc.yaml"],
+        set: &["yes=from-set"],
+        ..case("helmisms with a multi-document values file", "helmisms")
+    },
     Case {
         set: &["explode=true"],
         renders: false,

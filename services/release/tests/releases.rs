@@ -245,6 +245,7 @@ async fn status_reports_objects_and_missing_ones() -> anyhow::Result<()> {
     let req = StatusRequest {
         name: "st".into(),
         namespace: h.namespace.clone(),
+        ..Default::default()
     };
     assert!(!h.grpc.status(req.clone()).await?.into_inner().found);
 
@@ -632,10 +633,136 @@ async fn status_follows_kstatus_for_a_rolled_out_deployment() -> anyhow::Result<
         .status(StatusRequest {
             name: "dep".into(),
             namespace: h.namespace.clone(),
+            ..Default::default()
         })
         .await?
         .into_inner();
     assert!(status.ready, "{:?}", status.not_ready);
     assert!(status.not_ready.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::Result<()> {
+    let mut h = support::start_with(true).await?;
+    let deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n";
+    let files = chart(&[
+        ("templates/d.yaml", deploy),
+        ("templates/a.yaml", &config_map("a", false)),
+    ]);
+    h.grpc.install(install(&h, "dep", files, "")).await?;
+    // Over gRPC: Status with `wait_ms` answers once the rollout made every object Current.
+    let waited = h
+        .grpc
+        .status(StatusRequest {
+            name: "dep".into(),
+            namespace: h.namespace.clone(),
+            wait_ms: 60_000,
+        })
+        .await?
+        .into_inner();
+    assert!(waited.ready, "{:?}", waited.not_ready);
+    let manager = berth_release::manager::ReleaseManager::new(h.kube.clone());
+    let seen = manager
+        .wait_ready("dep", &h.namespace, std::time::Duration::from_secs(60))
+        .await?;
+    assert!(seen.ready, "{:?}", seen.not_ready);
+    assert_eq!(seen.revision, 1);
+    assert_eq!(seen.objects.len(), 2);
+    // Status, a one-off read, agrees.
+    let status = h
+        .grpc
+        .status(StatusRequest {
+            name: "dep".into(),
+            namespace: h.namespace.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(status.ready, "{:?}", status.not_ready);
+
+    // Without workload controllers the Deployment never rolls out: the wait ends at its
+    // deadline and names what is not ready.
+    let mut idle = start().await?;
+    let files = chart(&[("templates/d.yaml", deploy)]);
+    idle.grpc.install(install(&idle, "dep", files, "")).await?;
+    let idle_manager = berth_release::manager::ReleaseManager::new(idle.kube.clone());
+    let seen = idle_manager
+        .wait_ready(
+            "dep",
+            &idle.namespace,
+            std::time::Duration::from_millis(300),
+        )
+        .await?;
+    assert!(!seen.ready);
+    assert!(
+        seen.not_ready.iter().any(|m| m.contains("Deployment")),
+        "{:?}",
+        seen.not_ready
+    );
+    let missing = manager
+        .wait_ready("nope", &h.namespace, std::time::Duration::from_secs(1))
+        .await;
+    assert!(matches!(
+        missing,
+        Err(berth_release::manager::ReleaseError::NotFound(_))
+    ));
+    // Over gRPC, a wait that runs out answers not ready with the reason; an unknown release
+    // answers `found: false` at once.
+    let timed_out = idle
+        .grpc
+        .status(StatusRequest {
+            name: "dep".into(),
+            namespace: idle.namespace.clone(),
+            wait_ms: 300,
+        })
+        .await?
+        .into_inner();
+    assert!(timed_out.found && !timed_out.ready);
+    assert!(
+        timed_out.not_ready.iter().any(|m| m.contains("Deployment")),
+        "{:?}",
+        timed_out.not_ready
+    );
+    let unknown = idle
+        .grpc
+        .status(StatusRequest {
+            name: "nope".into(),
+            namespace: idle.namespace.clone(),
+            wait_ms: 60_000,
+        })
+        .await?
+        .into_inner();
+    assert!(!unknown.found);
+    Ok(())
+}
+
+#[tokio::test]
+async fn history_is_trimmed_to_the_configured_limit() -> anyhow::Result<()> {
+    let h = start().await?;
+    let manager =
+        berth_release::manager::ReleaseManager::new(h.kube.clone()).with_history_max(2);
+    for greeting in ["one", "two", "three"] {
+        let files = chart(&[("templates/c.yaml", &config_map("c", false))])
+            .into_iter()
+            .map(|f| (f.path, f.content))
+            .collect();
+        manager
+            .install("hist", &h.namespace, files, serde_json::json!({ "greeting": greeting }))
+            .await?;
+    }
+    let revisions: Vec<i32> = manager
+        .history("hist", &h.namespace)
+        .await?
+        .iter()
+        .map(|r| r.revision)
+        .collect();
+    assert_eq!(revisions, [2, 3], "only the newest two records are kept");
+    let secrets = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace)
+        .list(&ListParams::default().labels("owner=helm,name=hist"))
+        .await?;
+    let mut names: Vec<String> = secrets.items.iter().filter_map(|s| s.metadata.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["sh.helm.release.v1.hist.v2", "sh.helm.release.v1.hist.v3"]);
     Ok(())
 }

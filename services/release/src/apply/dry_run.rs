@@ -41,8 +41,9 @@ impl DryRun {
 }
 
 /// The object without what every write changes (managed fields, resource version,
-/// generation, timestamps), so only meaningful differences remain.
-fn comparable(object: &Value) -> Value {
+/// generation, timestamps, status) and without `apiVersion`/`kind` (which list responses
+/// leave out of their items), so only meaningful differences remain.
+pub(crate) fn comparable(object: &Value) -> Value {
     let mut o = object.clone();
     if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         for k in [
@@ -56,7 +57,9 @@ fn comparable(object: &Value) -> Value {
         }
     }
     if let Some(m) = o.as_object_mut() {
-        m.remove("status");
+        for k in ["status", "apiVersion", "kind"] {
+            m.remove(k);
+        }
     }
     o
 }

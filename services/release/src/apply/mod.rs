@@ -10,6 +10,7 @@ mod watch;
 
 pub use lookup::KubeLookup;
 pub use object::ObjectKey;
+pub use watch::Seen;
 
 use discovery::DiscoveryCache;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
@@ -99,6 +100,13 @@ pub struct Applier {
     discovery: DiscoveryCache,
 }
 
+/// An object as the API server left it after an apply.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub key: ObjectKey,
+    pub live: DynamicObject,
+}
+
 /// An object as it was found on the cluster.
 #[derive(Debug, Clone)]
 pub struct Observed {
@@ -131,6 +139,11 @@ impl Applier {
                 object: object.to_string(),
             }),
         }
+    }
+
+    /// The client this applier talks through.
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 
     /// Resolves an object's key: its kind's API resource and, for namespaced kinds, its
@@ -169,10 +182,15 @@ impl Applier {
     }
 
     fn api(&self, key: &ObjectKey, ar: &ApiResource) -> Api<DynamicObject> {
-        if key.namespace.is_empty() {
+        self.api_in(&key.namespace, ar)
+    }
+
+    /// The API of `ar` in `namespace` (cluster-wide when it is empty).
+    fn api_in(&self, namespace: &str, ar: &ApiResource) -> Api<DynamicObject> {
+        if namespace.is_empty() {
             Api::all_with(self.client.clone(), ar)
         } else {
-            Api::namespaced_with(self.client.clone(), &key.namespace, ar)
+            Api::namespaced_with(self.client.clone(), namespace, ar)
         }
     }
 
@@ -197,19 +215,20 @@ impl Applier {
         Ok(())
     }
 
-    /// Server-side applies one object, stamped as belonging to the release. Returns its key.
+    /// Server-side applies one object, stamped as belonging to the release. Returns its key
+    /// and the object as the API server stored it.
     pub async fn apply(
         &self,
         object: &Value,
         release: &str,
         release_ns: &str,
-    ) -> Result<ObjectKey, ApplyError> {
+    ) -> Result<Applied, ApplyError> {
         let (key, ar) = self.key_for(object, release_ns).await?;
         let mut obj = object.clone();
         let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
         stamp(&mut obj, release, release_ns, ns);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        Self::call(
+        let live = Self::call(
             "apply",
             &key,
             self.api(&key, &ar)
@@ -220,7 +239,7 @@ impl Applier {
             // New kinds become resolvable; drop cached misses and stale entries.
             self.discovery.clear();
         }
-        Ok(key)
+        Ok(Applied { key, live })
     }
 
     /// Waits, up to `wait`, until the named CRD reports `Established`, so objects of its kind

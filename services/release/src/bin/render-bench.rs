@@ -6,7 +6,9 @@
 //! found next to this one (build it with `cargo build --release -p berth-gateway --bin berth`),
 //! else this binary's own `--render-once` mode, which runs the same renderer and printer.
 //!
-//! `cargo run --release -p berth-release --bin render-bench -- [--iterations N]`
+//! `cargo run --release -p berth-release --bin render-bench -- [--iterations N]`; with
+//! `--write-large DIR` it only writes the generated chart, and with `--repeat N CHART` it
+//! renders CHART N times in-process and prints the mean (both for profiling).
 
 use anyhow::Context as _;
 use berth_release::template::{self, TemplateOptions};
@@ -33,6 +35,31 @@ fn main() -> anyhow::Result<()> {
         print!("{}", template::template(Path::new(chart), &opts)?);
         return Ok(());
     }
+    if let Some(pos) = args.iter().position(|a| a == "--repeat") {
+        // `--repeat N CHART`: renders N times in this process (for `perf record`), printing
+        // the mean time per render.
+        let n: u32 = args.get(pos + 1).context("--repeat N CHART")?.parse()?;
+        let chart = args.get(pos + 2).context("--repeat N CHART")?;
+        let opts = TemplateOptions {
+            release_name: "bench".into(),
+            kube_version: Some(KUBE_VERSION.into()),
+            ..TemplateOptions::default()
+        };
+        let start = Instant::now();
+        for _ in 0..n.max(1) {
+            std::hint::black_box(template::template(Path::new(chart), &opts)?);
+        }
+        println!(
+            "{:.2} ms per render",
+            ms(start.elapsed()) / f64::from(n.max(1))
+        );
+        return Ok(());
+    }
+    if let Some(pos) = args.iter().position(|a| a == "--write-large") {
+        // `--write-large DIR`: writes the generated chart for profiling by hand.
+        let dir = args.get(pos + 1).context("--write-large DIR")?;
+        return write_large_chart(Path::new(dir));
+    }
     let iterations: usize = match args.iter().position(|a| a == "--iterations") {
         Some(i) => args.get(i + 1).context("--iterations N")?.parse()?,
         None => 15,
@@ -46,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     write_large_chart(&large)?;
 
     println!(
-        "berth: {berth_label}\nhelm:  {}\niterations: {iterations} (median wall time per run)\n",
+        "berth: {berth_label}\nhelm:  {}\niterations: {iterations}, alternating berth and helm (median wall time per run)\n",
         helm.display()
     );
     println!("| chart | objects | berth | helm template | speed-up |");
@@ -67,8 +94,7 @@ fn main() -> anyhow::Result<()> {
             "--kube-version".into(),
             KUBE_VERSION.into(),
         ];
-        let (b_time, b_out) = median(&berth, iterations)?;
-        let (h_time, h_out) = median(&helm_cmd, iterations)?;
+        let ((b_time, b_out), (h_time, h_out)) = medians(&berth, &helm_cmd, iterations)?;
         anyhow::ensure!(
             b_out == h_out,
             "outputs differ for {label}; the comparison would be meaningless"
@@ -105,27 +131,44 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Runs `cmd` `n` times; the median wall time and the (last) output.
-fn median(cmd: &[String], n: usize) -> anyhow::Result<(Duration, String)> {
-    let mut times = Vec::with_capacity(n);
-    let mut out = String::new();
+/// Runs `a` and `b` `n` times each, alternating so both see the same machine load; the
+/// median wall time and the (last) output of each.
+#[allow(clippy::type_complexity)]
+fn medians(
+    a: &[String],
+    b: &[String],
+    n: usize,
+) -> anyhow::Result<((Duration, String), (Duration, String))> {
+    let (mut ta, mut tb) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut oa, mut ob) = (String::new(), String::new());
     for _ in 0..n.max(1) {
-        let start = Instant::now();
-        let o = Command::new(&cmd[0])
-            .args(&cmd[1..])
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running {}", cmd[0]))?;
-        times.push(start.elapsed());
-        anyhow::ensure!(
-            o.status.success(),
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        out = String::from_utf8(o.stdout)?;
+        let (t, o) = run(a)?;
+        ta.push(t);
+        oa = o;
+        let (t, o) = run(b)?;
+        tb.push(t);
+        ob = o;
     }
-    times.sort();
-    Ok((times[times.len() / 2], out))
+    ta.sort();
+    tb.sort();
+    Ok(((ta[ta.len() / 2], oa), (tb[tb.len() / 2], ob)))
+}
+
+/// Runs `cmd` once: its wall time and output.
+fn run(cmd: &[String]) -> anyhow::Result<(Duration, String)> {
+    let start = Instant::now();
+    let o = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", cmd[0]))?;
+    let elapsed = start.elapsed();
+    anyhow::ensure!(
+        o.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok((elapsed, String::from_utf8(o.stdout)?))
 }
 
 fn berth_command() -> anyhow::Result<(Vec<String>, String)> {

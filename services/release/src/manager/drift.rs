@@ -1,18 +1,27 @@
-//! Drift: after an install, upgrade or rollback, each object of the release is watched; when
-//! one is deleted, or changed so that re-applying it would change it back, the change is
-//! recorded and the object re-applied. DESIGN.md leaves "when to repair" to the lifecycle;
-//! until it decides, the release service repairs on its own, rate-limited per object with an
-//! exponential backoff so a controller fighting berth over a field cannot cause an apply storm.
+//! Drift: after an install, upgrade or rollback (and, after a restart, for every release
+//! berth deployed: see `resume`), the release's objects are watched, one watch per kind and
+//! namespace; when one is deleted, or changed so that re-applying it would change it back, the
+//! change is recorded and the object re-applied. DESIGN.md leaves "when to repair" to the
+//! lifecycle; until it decides, the release service repairs on its own, rate-limited per object
+//! with an exponential backoff so a controller fighting berth over a field cannot cause an
+//! apply storm.
 //!
 //! "Would change it back" is decided by a server-side apply dry run, not by comparing fields
 //! here: the API server knows defaulting and quantity normalisation (`1000m` == `1`), so only
-//! real differences in what berth applied count, and the events caused by berth's own repair
-//! (or by controllers writing status) compare equal and stop there.
+//! real differences in what berth applied count. A dry run is only needed when an object
+//! differs from the last form known to be right (what berth's apply returned, or what the last
+//! dry run found unchanged) outside `status` and bookkeeping metadata, so berth's own applies
+//! and controllers writing status cost nothing.
+//!
+//! Before repairing, the release's records are read: when its newest revision is no longer the
+//! deployed one being watched (another instance upgraded, rolled back or is uninstalling it),
+//! the watch ends instead.
 
 use super::*;
-use crate::apply::dry_run::DryRun;
+use crate::apply::Seen;
+use crate::apply::dry_run::{DryRun, comparable};
 use futures::StreamExt as _;
-use kube::runtime::watcher::Event;
+use futures::stream::FuturesUnordered;
 use std::collections::VecDeque;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -64,11 +73,13 @@ struct Watched {
     events: EventLog,
 }
 
-/// The drift watches of every release this process installed.
+/// The drift watches of every release this process installed (or resumed).
 #[derive(Clone, Default)]
 pub struct DriftMonitor {
     // Std mutex: held only to insert, remove or copy entries, never across an await.
     releases: Arc<Mutex<HashMap<(String, String), Watched>>>,
+    /// Cancelled when the process shuts down; each release's watch holds a child of it.
+    shutdown: CancellationToken,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -76,16 +87,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl DriftMonitor {
+    /// A monitor whose watches all end when `shutdown` is cancelled.
+    pub fn new(shutdown: CancellationToken) -> Self {
+        DriftMonitor {
+            releases: Arc::default(),
+            shutdown,
+        }
+    }
+
     /// Starts watching `objects` (the desired state) for the release, replacing any earlier
-    /// watch of it. Earlier drift events are kept.
+    /// watch of it. Earlier drift events are kept. `revision` is the deployed revision the
+    /// objects are from; `applied` holds the objects as berth's apply just left them (may be
+    /// empty): those need no check when the watch first lists them.
     pub fn watch(
         &self,
         applier: &Applier,
         release: &str,
         namespace: &str,
+        revision: i32,
         objects: Vec<serde_json::Value>,
+        applied: Vec<Applied>,
     ) {
-        let cancel = CancellationToken::new();
+        let cancel = self.shutdown.child_token();
         let events = {
             let mut map = lock(&self.releases);
             let id = (namespace.to_string(), release.to_string());
@@ -101,19 +124,25 @@ impl DriftMonitor {
             }
             events
         };
-        for object in objects {
-            if crate::apply::object::is_kept(&object) {
-                continue;
-            }
-            tokio::spawn(watch_object(
-                applier.clone(),
-                release.to_string(),
-                namespace.to_string(),
-                object,
-                events.clone(),
-                cancel.clone(),
-            ));
-        }
+        let objects = objects
+            .into_iter()
+            .filter(|o| !crate::apply::object::is_kept(o))
+            .collect();
+        let repairer = Repairer {
+            applier: applier.clone(),
+            release: release.to_string(),
+            namespace: namespace.to_string(),
+            revision,
+            events,
+        };
+        tokio::spawn(repairer.run(objects, applied, cancel));
+    }
+
+    /// True while the release's objects are watched (not paused or stopped).
+    pub fn is_watching(&self, release: &str, namespace: &str) -> bool {
+        lock(&self.releases)
+            .get(&(namespace.to_string(), release.to_string()))
+            .is_some_and(|w| !w.cancel.is_cancelled())
     }
 
     /// Stops repairing the release but keeps its events: called before an upgrade or rollback
@@ -172,90 +201,276 @@ impl Pacing {
     }
 }
 
-async fn watch_object(
+/// What a watch last reported about an object.
+enum Sighting {
+    Present(serde_json::Value),
+    Absent,
+}
+
+/// One watched object.
+struct Tracked {
+    desired: serde_json::Value,
+    /// The object's comparable form (see `dry_run::comparable`) when last known to be as berth
+    /// wants it.
+    known_good: Option<serde_json::Value>,
+    pacing: Pacing,
+    /// A check or repair of the object is in flight.
+    busy: bool,
+    /// The latest sighting that arrived while busy, handled once the work in flight is done.
+    later: Option<Sighting>,
+}
+
+/// How a check or repair of one object ended.
+enum Done {
+    /// The dry run found nothing to undo; the object as it is live is right.
+    Unchanged(serde_json::Value),
+    /// The dry run failed; the next event or re-list tries again.
+    CheckFailed,
+    /// The dry run found drift; a repair follows.
+    Drifted {
+        kind: DriftKind,
+        fields: Vec<String>,
+    },
+    /// The watched revision is no longer the release's deployed one: stop watching.
+    Outdated,
+    /// A repair ran (successfully or not).
+    Repaired {
+        kind: DriftKind,
+        fields: Vec<String>,
+        /// The comparable form of what the repair's apply returned.
+        known_good: Option<serde_json::Value>,
+        /// Why the repair failed.
+        error: Option<String>,
+    },
+}
+
+type Work = std::pin::Pin<Box<dyn Future<Output = (ObjectKey, Done)> + Send>>;
+
+/// Watches one release's objects and repairs them.
+#[derive(Clone)]
+struct Repairer {
     applier: Applier,
     release: String,
     namespace: String,
-    desired: serde_json::Value,
+    revision: i32,
     events: EventLog,
-    cancel: CancellationToken,
-) {
-    let (key, stream) = match applier.watch_object(&desired, &namespace).await {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch a release object for drift");
-            return;
-        }
-    };
-    let mut stream = std::pin::pin!(stream);
-    let mut pacing = Pacing::new();
-    // Whether the object was seen during the watcher's current (re)list.
-    let mut seen_in_list = false;
-    loop {
-        let event = tokio::select! {
-            () = cancel.cancelled() => return,
-            e = stream.next() => e,
-        };
-        let drift = match event {
-            None => return,
-            Some(Err(e)) => {
-                // The watcher backs off and re-lists by itself.
-                tracing::debug!(object = %key, error = %e, "drift watch error");
-                continue;
-            }
-            Some(Ok(Event::Init)) => {
-                seen_in_list = false;
-                continue;
-            }
-            Some(Ok(Event::InitApply(_))) => {
-                seen_in_list = true;
-                None
-            }
-            // Deleted while no watch was open.
-            Some(Ok(Event::InitDone)) if !seen_in_list => Some(DriftKind::Deleted),
-            Some(Ok(Event::InitDone)) => continue,
-            Some(Ok(Event::Delete(_))) => Some(DriftKind::Deleted),
-            Some(Ok(Event::Apply(_))) => None,
-        };
-        // Modified (or listed): does re-applying change anything?
-        let (kind, fields) = match drift {
-            Some(kind) => (kind, Vec::new()),
-            None => match applier.dry_run(&desired, &release, &namespace).await {
-                Ok(DryRun { live: None, .. }) => (DriftKind::Deleted, Vec::new()),
-                Ok(run) => {
-                    let fields = run.changed_fields();
-                    if fields.is_empty() {
-                        continue;
-                    }
-                    (DriftKind::Modified, fields)
+}
+
+impl Repairer {
+    async fn run(
+        self,
+        objects: Vec<serde_json::Value>,
+        applied: Vec<Applied>,
+        cancel: CancellationToken,
+    ) {
+        let mut known: HashMap<ObjectKey, serde_json::Value> = applied
+            .into_iter()
+            .filter_map(|a| Some((a.key, comparable_of(&a.live)?)))
+            .collect();
+        let mut tracked = HashMap::new();
+        let mut resolved = Vec::new();
+        for desired in objects {
+            match self.applier.key_for(&desired, &self.namespace).await {
+                Ok((key, ar)) => {
+                    let known_good = known.remove(&key);
+                    resolved.push((key.clone(), ar));
+                    tracked.insert(
+                        key,
+                        Tracked {
+                            desired,
+                            known_good,
+                            pacing: Pacing::new(),
+                            busy: false,
+                            later: None,
+                        },
+                    );
                 }
-                Err(e) => {
-                    tracing::debug!(object = %key, error = %e, "drift check failed");
+                Err(e) => tracing::warn!(error = %e, "cannot watch a release object for drift"),
+            }
+        }
+        let mut stream = self.applier.watch_objects(&resolved);
+        // Every in-flight check or repair; at most one per object (`Tracked::busy`).
+        let mut work: FuturesUnordered<Work> = FuturesUnordered::new();
+        loop {
+            let (key, sighting) = tokio::select! {
+                () = cancel.cancelled() => return,
+                Some((key, done)) = work.next() => {
+                    if matches!(done, Done::Outdated) {
+                        tracing::info!(release.name = %self.release, release.namespace = %self.namespace, revision = self.revision, "release changed elsewhere; drift watch ends");
+                        cancel.cancel();
+                        return;
+                    }
+                    let Some(t) = tracked.get_mut(&key) else { continue };
+                    if let Some(next) = self.finish(&key, t, done) {
+                        work.push(next);
+                    } else if let Some(later) = t.later.take()
+                        && let Some(next) = self.sighted(&key, t, later)
+                    {
+                        work.push(next);
+                    }
                     continue;
                 }
-            },
-        };
-        let wait = pacing.next();
-        tracing::info!(object = %key, kind = kind.as_str(), ?fields, wait_ms = wait.as_millis() as u64, "drift detected");
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(wait) => {}
+                seen = stream.next() => match seen {
+                    None => return,
+                    Some(Seen::Error { watch, error }) => {
+                        // The watcher backs off and re-lists by itself.
+                        tracing::debug!(watch, error, "drift watch error");
+                        continue;
+                    }
+                    Some(Seen::Present(key, live)) => match comparable_of(&live) {
+                        Some(c) => (key, Sighting::Present(c)),
+                        None => continue,
+                    },
+                    Some(Seen::Absent(key)) => (key, Sighting::Absent),
+                },
+            };
+            let Some(t) = tracked.get_mut(&key) else {
+                continue;
+            };
+            if t.busy {
+                t.later = Some(sighting);
+            } else if let Some(next) = self.sighted(&key, t, sighting) {
+                work.push(next);
+            }
         }
-        let outcome = applier.apply(&desired, &release, &namespace).await;
+    }
+
+    /// Decides what a sighting calls for: nothing when the object is as last known right,
+    /// else a check. (An absent object is checked too: "absent" from a watch that selects by
+    /// label may mean the label was edited away.)
+    fn sighted(&self, key: &ObjectKey, t: &mut Tracked, sighting: Sighting) -> Option<Work> {
+        if let Sighting::Present(c) = &sighting
+            && t.known_good.as_ref() == Some(c)
+        {
+            return None;
+        }
+        t.busy = true;
+        Some(Box::pin(self.clone().check(key.clone(), t.desired.clone())))
+    }
+
+    /// Handles finished work; returns follow-up work (a repair after a check found drift).
+    fn finish(&self, key: &ObjectKey, t: &mut Tracked, done: Done) -> Option<Work> {
+        match done {
+            Done::Unchanged(c) => t.known_good = Some(c),
+            Done::CheckFailed | Done::Outdated => {}
+            Done::Drifted { kind, fields } => {
+                let wait = t.pacing.next();
+                return Some(self.repair(key, t, kind, fields, wait));
+            }
+            Done::Repaired {
+                kind,
+                fields,
+                known_good,
+                error,
+            } => {
+                if known_good.is_some() {
+                    t.known_good = known_good;
+                }
+                self.record(key, kind, fields, error);
+            }
+        }
+        t.busy = false;
+        None
+    }
+
+    fn repair(
+        &self,
+        key: &ObjectKey,
+        t: &Tracked,
+        kind: DriftKind,
+        fields: Vec<String>,
+        wait: Duration,
+    ) -> Work {
+        tracing::info!(object = %key, kind = kind.as_str(), ?fields, wait_ms = wait.as_millis() as u64, "drift detected");
+        let this = self.clone();
+        let (key, desired) = (key.clone(), t.desired.clone());
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            let outcome = this
+                .applier
+                .apply(&desired, &this.release, &this.namespace)
+                .await;
+            let (known_good, error) = match outcome {
+                Ok(applied) => (comparable_of(&applied.live), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            (
+                key,
+                Done::Repaired {
+                    kind,
+                    fields,
+                    known_good,
+                    error,
+                },
+            )
+        })
+    }
+
+    /// Does re-applying change anything? `Drifted` when it would and the watched revision is
+    /// still the release's deployed one (`Outdated` when not); `finish` schedules the repair.
+    async fn check(self, key: ObjectKey, desired: serde_json::Value) -> (ObjectKey, Done) {
+        let done = match self
+            .applier
+            .dry_run(&desired, &self.release, &self.namespace)
+            .await
+        {
+            Ok(DryRun { live: None, .. }) => Done::Drifted {
+                kind: DriftKind::Deleted,
+                fields: Vec::new(),
+            },
+            Ok(run) => {
+                let fields = run.changed_fields();
+                if fields.is_empty() {
+                    match run.live.as_ref() {
+                        Some(live) => Done::Unchanged(comparable(live)),
+                        None => Done::CheckFailed,
+                    }
+                } else {
+                    Done::Drifted {
+                        kind: DriftKind::Modified,
+                        fields,
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(object = %key, error = %e, "drift check failed");
+                Done::CheckFailed
+            }
+        };
+        if !matches!(done, Done::Drifted { .. }) {
+            return (key, done);
+        }
+        let store = ReleaseStore::new(self.applier.client().clone(), &self.namespace);
+        match store.deployed_version(&self.release).await {
+            Ok(Some(v)) if v == self.revision => (key, done),
+            Ok(_) => (key, Done::Outdated),
+            Err(e) => {
+                tracing::debug!(object = %key, error = %e, "reading the release before a repair failed");
+                (key, Done::CheckFailed)
+            }
+        }
+    }
+
+    fn record(&self, key: &ObjectKey, kind: DriftKind, fields: Vec<String>, error: Option<String>) {
         let event = DriftEvent {
             object: key.clone(),
             kind,
             fields,
             at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            repaired: outcome.is_ok(),
-            error: outcome.err().map(|e| e.to_string()).unwrap_or_default(),
+            repaired: error.is_none(),
+            error: error.unwrap_or_default(),
         };
-        let mut log = lock(&events);
+        let mut log = lock(&self.events);
         if log.len() >= MAX_EVENTS {
             log.pop_front();
         }
         log.push_back(event);
     }
+}
+
+/// The comparable form of a live object.
+fn comparable_of(live: &kube::api::DynamicObject) -> Option<serde_json::Value> {
+    serde_json::to_value(live).ok().map(|v| comparable(&v))
 }
 
 #[cfg(test)]

@@ -56,8 +56,9 @@ impl ReleaseManager {
         {
             // Same render as the deployed revision: re-apply in place (heals deleted or edited
             // objects) without writing a new revision.
-            let objects = self.apply_all(name, namespace, &rendered).await?;
-            self.watch_drift(name, namespace, &rendered);
+            let applied = self.apply_all(name, namespace, &rendered).await?;
+            let objects = applied.iter().map(|a| a.key.clone()).collect();
+            self.watch_drift(name, namespace, prev.version, &rendered, applied);
             return Ok(Installed {
                 revision: prev.version,
                 objects,
@@ -95,15 +96,16 @@ impl ReleaseManager {
         // Helm's order: pre hooks, apply, prune what the new revision dropped, post hooks.
         let applied = async {
             self.run_hooks(&hooks, pre, name, namespace).await?;
-            let objects = self.apply_all(name, namespace, &rendered).await?;
+            let applied = self.apply_all(name, namespace, &rendered).await?;
             if let Some(prev) = &previous {
-                self.prune(namespace, prev, &objects).await?;
+                let keys: Vec<ObjectKey> = applied.iter().map(|a| a.key.clone()).collect();
+                self.prune(namespace, prev, &keys).await?;
             }
             self.run_hooks(&hooks, post, name, namespace).await?;
-            Ok::<_, ReleaseError>(objects)
+            Ok::<_, ReleaseError>(applied)
         }
         .await;
-        let objects = match applied {
+        let applied = match applied {
             Ok(keys) => keys,
             Err(e) => {
                 record.info.status = Status::Failed.as_str().into();
@@ -127,8 +129,9 @@ impl ReleaseManager {
         if let Some(prev) = &previous {
             store.set_status(prev, Status::Superseded).await?;
         }
-        store.trim_history(name, HISTORY_MAX).await?;
-        self.watch_drift(name, namespace, &rendered);
+        store.trim_history(name, self.history_max).await?;
+        let objects = applied.iter().map(|a| a.key.clone()).collect();
+        self.watch_drift(name, namespace, revision, &rendered, applied);
         Ok(Installed {
             revision,
             objects,
@@ -136,8 +139,16 @@ impl ReleaseManager {
         })
     }
 
-    /// Watches the rendered objects for drift from now on.
-    fn watch_drift(&self, name: &str, namespace: &str, rendered: &render::Rendered) {
+    /// Watches the rendered objects for drift from now on; `applied` is how the API server
+    /// stored each, so the watches' first sight of them needs no check.
+    fn watch_drift(
+        &self,
+        name: &str,
+        namespace: &str,
+        revision: i32,
+        rendered: &render::Rendered,
+        applied: Vec<Applied>,
+    ) {
         if !self.repair_drift {
             return;
         }
@@ -146,7 +157,8 @@ impl ReleaseManager {
             .iter()
             .map(|m| m.object.clone())
             .collect();
-        self.drift.watch(&self.applier, name, namespace, objects);
+        self.drift
+            .watch(&self.applier, name, namespace, revision, objects, applied);
     }
 
     /// Applies `crds/` objects and waits until each CRD is Established. CRDs are not part of
@@ -157,14 +169,8 @@ impl ReleaseManager {
         namespace: &str,
         crds: &[render::Manifest],
     ) -> Result<(), ReleaseError> {
-        for crd in crds {
-            let key = self.applier.apply(&crd.object, name, namespace).await?;
-            if key.kind == "CustomResourceDefinition" {
-                self.applier
-                    .wait_crd_established(&key.name, CRD_WAIT)
-                    .await?;
-            }
-        }
+        let objects: Vec<&serde_json::Value> = crds.iter().map(|m| &m.object).collect();
+        self.apply_in_order(name, namespace, &objects).await?;
         Ok(())
     }
 
@@ -173,20 +179,48 @@ impl ReleaseManager {
         name: &str,
         namespace: &str,
         rendered: &render::Rendered,
-    ) -> Result<Vec<ObjectKey>, ReleaseError> {
-        let mut keys = Vec::with_capacity(rendered.manifests.len());
-        for m in &rendered.manifests {
-            let key = self.applier.apply(&m.object, name, namespace).await?;
-            // A CRD rendered from templates comes before its custom resources (unknown kinds
-            // sort last); they can only be applied once it is served.
-            if key.kind == "CustomResourceDefinition" {
-                self.applier
-                    .wait_crd_established(&key.name, CRD_WAIT)
-                    .await?;
+    ) -> Result<Vec<Applied>, ReleaseError> {
+        let objects: Vec<&serde_json::Value> =
+            rendered.manifests.iter().map(|m| &m.object).collect();
+        self.apply_in_order(name, namespace, &objects).await
+    }
+
+    /// Applies `objects` (already in install order) kind by kind: the objects of one kind at
+    /// once, up to [`APPLY_CONCURRENCY`], and the next kind only when all of them are applied
+    /// (Helm's order is between kinds; within a kind the applies are independent). CRDs are
+    /// awaited until Established, as their custom resources (unknown kinds sort last) can
+    /// only be applied once they are served. The first error is returned after the kind's
+    /// other applies have finished.
+    pub(super) async fn apply_in_order(
+        &self,
+        name: &str,
+        namespace: &str,
+        objects: &[&serde_json::Value],
+    ) -> Result<Vec<Applied>, ReleaseError> {
+        use futures::StreamExt as _;
+        let mut applied = Vec::with_capacity(objects.len());
+        for same_kind in objects.chunk_by(|a, b| kind_of(a) == kind_of(b)) {
+            // The futures are built first: a closure inside the stream combinator trips
+            // rustc's higher-ranked lifetime inference when the caller must be `Send`.
+            let applies: Vec<_> = same_kind
+                .iter()
+                .map(|o| self.applier.apply(o, name, namespace))
+                .collect();
+            let results: Vec<Result<Applied, ApplyError>> = futures::stream::iter(applies)
+                .buffered(APPLY_CONCURRENCY)
+                .collect()
+                .await;
+            for result in results {
+                let done = result?;
+                if done.key.kind == "CustomResourceDefinition" {
+                    self.applier
+                        .wait_crd_established(&done.key.name, CRD_WAIT)
+                        .await?;
+                }
+                applied.push(done);
             }
-            keys.push(key);
         }
-        Ok(keys)
+        Ok(applied)
     }
 
     /// Deletes what the previous revision had and this one no longer renders, except `keep`.

@@ -1,12 +1,15 @@
-//! Release operations: install/upgrade, uninstall, status. Knows kube (through `apply` and
-//! `record`) but not gRPC; `service` adapts it to the proto contract. Each operation lives in
-//! its own file; this one holds the shared types, limits and per-release locking.
+//! Release operations: install/upgrade, uninstall, status, waiting for readiness, plan,
+//! history, rollback, and drift repair (resumed after a restart). Knows kube (through `apply`
+//! and `record`) but not gRPC; `service` adapts it to the proto contract. Each operation lives
+//! in its own file; this one holds the shared types, limits and per-release locking.
 
 mod drift;
 mod history;
 mod hooks;
 mod install;
 mod plan;
+mod ready;
+mod resume;
 mod rollback;
 mod status;
 mod uninstall;
@@ -17,7 +20,7 @@ pub use plan::{PlanAction, PlannedChange};
 
 use crate::ReleaseInfo;
 use crate::apply::kstatus::{self, Status as ObjectStatus};
-use crate::apply::{Applier, ApplyError, KubeLookup, ObjectKey};
+use crate::apply::{Applied, Applier, ApplyError, KubeLookup, ObjectKey, object};
 use crate::capabilities::CapabilitiesCache;
 use crate::helm_hooks::{self, DeletePolicy, Hook, HookEvent};
 use crate::order::install_rank;
@@ -29,7 +32,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Revisions kept per release (Helm's `--history-max` default).
+/// Revisions kept per release by default (Helm's `--history-max` default); see
+/// [`ReleaseManager::with_history_max`].
 pub const HISTORY_MAX: usize = 10;
 
 /// How long one deleted object may take to disappear before uninstall/prune gives up.
@@ -40,6 +44,10 @@ const HOOK_WAIT: Duration = Duration::from_secs(300);
 
 /// How long a CRD from `crds/` may take to become Established.
 const CRD_WAIT: Duration = Duration::from_secs(60);
+
+/// Applies of one kind in flight at once (see `apply_in_order`): enough to hide the API
+/// server's round trip, few enough not to flood it with one release.
+const APPLY_CONCURRENCY: usize = 8;
 
 /// Longest release name Helm accepts (it must fit in label values and Secret names).
 const MAX_NAME_LEN: usize = 53;
@@ -94,7 +102,8 @@ pub struct Observed {
     pub objects: Vec<ObjectKey>,
     pub ready: bool,
     pub not_ready: Vec<String>,
-    /// Drift seen (and repaired) since this process installed the release, oldest first.
+    /// Drift seen (and repaired) since this process installed, rolled back or resumed the
+    /// release, oldest first.
     pub drift: Vec<DriftEvent>,
 }
 
@@ -134,6 +143,8 @@ pub struct ReleaseManager {
     drift: drift::DriftMonitor,
     /// Whether installed objects are watched and repaired (see `drift`).
     repair_drift: bool,
+    /// Revisions kept per release; older records are deleted after each install or rollback.
+    history_max: usize,
 }
 
 /// Validates a release name (DNS-1123 subdomain, at most 53 characters, as Helm requires) or
@@ -178,13 +189,27 @@ impl ReleaseManager {
             capabilities: CapabilitiesCache::default(),
             drift: drift::DriftMonitor::default(),
             repair_drift: true,
+            history_max: HISTORY_MAX,
         }
+    }
+
+    /// Keeps at most `revisions` release records per release (at least 1: the deployed one).
+    pub fn with_history_max(mut self, revisions: usize) -> Self {
+        self.history_max = revisions.max(1);
+        self
     }
 
     /// Switches drift repair on or off (on by default). Off, deleted or edited objects stay
     /// as they are until the next install.
     pub fn with_drift_repair(mut self, on: bool) -> Self {
         self.repair_drift = on;
+        self
+    }
+
+    /// Ends every drift watch when `shutdown` is cancelled (they run as their own tasks).
+    /// Call before the first install.
+    pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        self.drift = drift::DriftMonitor::new(shutdown);
         self
     }
 

@@ -1,5 +1,7 @@
 //! Rollback: re-apply an earlier revision's recorded manifest and record it as a new revision
-//! (see ROLLBACK.md). The chart is not re-rendered, so revisions written by Helm work too.
+//! (see ROLLBACK.md). The chart is not re-rendered, so revisions written by Helm work too. As
+//! in Helm, the target revision's `pre-rollback` hooks run before the apply and its
+//! `post-rollback` hooks after the prune.
 
 use super::*;
 
@@ -42,20 +44,18 @@ impl ReleaseManager {
         self.drift.pause(name, namespace);
         let mut objects = recorded_objects(&target.manifest);
         objects.sort_by_key(|o| install_rank(kind_of(o)));
+        let hooks = helm_hooks::from_record(&target);
         let applied = async {
             self.applier.ensure_namespace(namespace).await?;
-            let mut keys = Vec::with_capacity(objects.len());
-            for object in &objects {
-                let key = self.applier.apply(object, name, namespace).await?;
-                if key.kind == "CustomResourceDefinition" {
-                    self.applier
-                        .wait_crd_established(&key.name, CRD_WAIT)
-                        .await?;
-                }
-                keys.push(key);
-            }
+            self.run_hooks(&hooks, HookEvent::PreRollback, name, namespace)
+                .await?;
+            let refs: Vec<&serde_json::Value> = objects.iter().collect();
+            let applied = self.apply_in_order(name, namespace, &refs).await?;
+            let keys: Vec<ObjectKey> = applied.iter().map(|a| a.key.clone()).collect();
             self.prune(namespace, &latest, &keys).await?;
-            Ok::<_, ReleaseError>(keys)
+            self.run_hooks(&hooks, HookEvent::PostRollback, name, namespace)
+                .await?;
+            Ok::<_, ReleaseError>(applied)
         }
         .await;
 
@@ -66,14 +66,22 @@ impl ReleaseManager {
         record.info.last_deployed = now;
         record.info.deleted = format::zero_time();
         match applied {
-            Ok(keys) => {
+            Ok(applied) => {
                 record.info.status = Status::Deployed.as_str().into();
                 record.info.description = format!("Rollback to {wanted}");
                 store.create(&record, &checksum).await?;
                 store.set_status(&latest, Status::Superseded).await?;
-                store.trim_history(name, HISTORY_MAX).await?;
+                store.trim_history(name, self.history_max).await?;
+                let keys = applied.iter().map(|a| a.key.clone()).collect();
                 if self.repair_drift {
-                    self.drift.watch(&self.applier, name, namespace, objects);
+                    self.drift.watch(
+                        &self.applier,
+                        name,
+                        namespace,
+                        record.version,
+                        objects,
+                        applied,
+                    );
                 }
                 Ok(Installed {
                     revision: record.version,

@@ -126,6 +126,27 @@ impl ReleaseStore {
         Ok(out)
     }
 
+    /// The newest revision's number when it is `deployed`: `None` when the release is gone or
+    /// its newest revision has another status. Reads only the Secrets' labels, which Helm
+    /// writes the same way (fetched as metadata only).
+    pub async fn deployed_version(&self, name: &str) -> Result<Option<i32>, StoreError> {
+        let lp = ListParams::default().labels(&format!("owner=helm,name={name}"));
+        let list = self.call("list", self.api.list_metadata(&lp)).await?;
+        let newest = list
+            .items
+            .iter()
+            .filter_map(|s| {
+                let labels = s.metadata.labels.as_ref()?;
+                let version: i32 = labels.get("version")?.parse().ok()?;
+                Some((version, labels.get("status").map(String::as_str)))
+            })
+            .max_by_key(|(v, _)| *v);
+        Ok(match newest {
+            Some((v, Some(status))) if status == Status::Deployed.as_str() => Some(v),
+            _ => None,
+        })
+    }
+
     /// The newest revision, if any.
     pub async fn latest(&self, name: &str) -> Result<Option<HelmRelease>, StoreError> {
         Ok(self.history(name).await?.pop())

@@ -107,17 +107,9 @@ impl Chart {
                         .map_err(|e| RenderError::Chart(format!("{at}Chart.yaml: {e}")))?;
                 }
                 "values.yaml" => {
-                    chart.values = match parse_yaml(&text()?)
-                        .map_err(|e| RenderError::Chart(format!("{at}values.yaml: {e}")))?
-                    {
-                        serde_json::Value::Null => serde_json::Value::Object(Default::default()),
-                        v @ serde_json::Value::Object(_) => super::values::as_go_numbers(v),
-                        _ => {
-                            return Err(RenderError::Chart(format!(
-                                "{at}values.yaml: top level must be a map"
-                            )));
-                        }
-                    };
+                    let values = super::goyaml::load::values_from_str(&text()?)
+                        .map_err(|e| RenderError::Chart(format!("{at}values.yaml: {e}")))?;
+                    chart.values = super::values::as_go_numbers(serde_json::Value::Object(values));
                 }
                 "values.schema.json" => chart.schema = Some(bytes.to_vec()),
                 // Lock files and the Helm 2 dependency list are chart metadata, not `.Files`.

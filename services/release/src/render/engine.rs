@@ -4,13 +4,15 @@
 
 use super::context::{self, Capabilities, TemplateData};
 use super::funcs::{self, fail, message, string};
+use super::live_values::{LiveValues, Seg};
 use super::methods;
 use super::value::strval;
 use super::values::Scope;
 use super::{Lookup, RenderError};
 use crate::ReleaseInfo;
-use gotmpl::parse::Parser;
+use gotmpl::parse::{ListNode, Parser};
 use gotmpl::{FuncMap, Result as TplResult, Template, TemplateError, Value};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -34,33 +36,54 @@ struct Entry<'a> {
     executable: bool,
 }
 
-/// Renders every template of the chart tree `root` (charts with their coalesced values).
+/// Renders every template of the chart tree `root` (charts with their coalesced values),
+/// sorted by name.
 pub fn render_files(
     root: &Scope<'_>,
     release: &ReleaseInfo,
     caps: &Capabilities,
     lookup: Option<Arc<dyn Lookup>>,
 ) -> Result<Vec<RenderedFile>, RenderError> {
+    let mut out = Vec::new();
+    render_each(root, release, caps, lookup, |f| out.push(f))?;
+    // Helm orders rendered files by full path before sorting objects by kind.
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Renders every template of the chart tree `root`, handing each file to `each` as soon as
+/// it is rendered (in Helm's execution order).
+pub fn render_each(
+    root: &Scope<'_>,
+    release: &ReleaseInfo,
+    caps: &Capabilities,
+    lookup: Option<Arc<dyn Lookup>>,
+    mut each: impl FnMut(RenderedFile),
+) -> Result<(), RenderError> {
+    let mut scopes = Vec::new();
+    collect_scopes(root, Vec::new(), &mut scopes);
+    let live = Arc::new(LiveValues::new(
+        super::value::from_json(&root.values),
+        scopes.iter().map(|(_, path)| path.clone()).collect(),
+        |i| super::value::from_json(&scopes[i].0.values),
+    ));
+    let scope_index = |s: &Scope<'_>| scopes.iter().position(|(c, _)| std::ptr::eq(*c, s));
+
     let mut entries = Vec::new();
     collect(root, &format!("{}/", root.name), true, &mut entries);
-
-    let set: Arc<OnceLock<Template>> = Arc::new(OnceLock::new());
-    let mut template = Template::new("").funcs(function_map(Arc::downgrade(&set), lookup));
-    // Helm parses deeper paths first and, within a depth, in reverse name order; a later
-    // `define` of the same name wins, so the parent chart's definitions override subcharts'.
-    let mut order: Vec<&Entry> = entries.iter().collect();
-    order.sort_by(|a, b| {
+    // Helm parses and executes deeper paths first and, within a depth, in reverse name
+    // order. A later `define` of the same name wins, so the parent chart's definitions
+    // override subcharts'; and changes templates make to `.Values` are seen in this order.
+    entries.sort_by(|a, b| {
         let (da, db) = (a.name.matches('/').count(), b.name.matches('/').count());
         db.cmp(&da).then_with(|| b.name.cmp(&a.name))
     });
-    for e in order {
-        let src = methods::rewrite(e.source);
-        let (tree, defines) = Parser::with_name(Some(&e.name), &src, "{{", "}}")
-            .and_then(Parser::parse)
-            .map_err(|err| RenderError::Parse {
-                template: e.name.clone(),
-                message: err.to_string(),
-            })?;
+
+    let set: Arc<OnceLock<Template>> = Arc::new(OnceLock::new());
+    let mut template =
+        Template::new("").funcs(function_map(Arc::downgrade(&set), lookup, live.clone()));
+    for (e, parsed) in entries.iter().zip(parse_all(&entries)) {
+        let (tree, defines) = parsed?;
         template = template.add_parse_tree(&e.name, tree);
         for d in defines {
             template = template.add_parse_tree(d.name.as_str(), d.body);
@@ -75,24 +98,21 @@ pub fn render_files(
 
     let release_v = context::release(release);
     let caps_v = context::capabilities(caps);
-    let mut out = Vec::new();
-    // `.Values`, `.Chart` and `.Files` are the same for every template of a chart; convert
-    // them once per chart (values are large, and template values share by reference).
-    let mut per_chart: std::collections::HashMap<*const Scope<'_>, (Value, Value, Value)> =
-        std::collections::HashMap::new();
+    // `.Chart` and `.Files` are the same for every template of a chart; convert them once.
+    let mut per_chart: HashMap<usize, (Value, Value)> = HashMap::new();
     for e in entries.iter().filter(|e| e.executable) {
-        let (values, chart, files) = per_chart
-            .entry(std::ptr::from_ref(e.scope))
+        let scope = scope_index(e.scope).unwrap_or(0);
+        let (chart, files) = per_chart
+            .entry(scope)
             .or_insert_with(|| {
                 (
-                    super::value::from_json(&e.scope.values),
                     context::chart_in_scope(e.scope),
                     context::files(e.scope.chart),
                 )
             })
             .clone();
         let data = TemplateData {
-            values,
+            values: live.current(scope),
             release: &release_v,
             capabilities: &caps_v,
             chart,
@@ -101,20 +121,101 @@ pub fn render_files(
             base_path: &e.base_path,
         }
         .build();
+        live.register_root(&data, scope);
         let text = template
             .execute_template_to_string(&e.name, &data)
             .map_err(|err| RenderError::Execute {
                 template: e.name.clone(),
                 message: message(&err),
             })?;
-        out.push(RenderedFile {
+        each(RenderedFile {
             name: e.name.clone(),
-            text: text.replace("<no value>", ""),
+            text: if text.contains("<no value>") {
+                text.replace("<no value>", "")
+            } else {
+                text
+            },
         });
     }
-    // Helm orders rendered files by full path before sorting objects by kind.
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    if is_large(root) {
+        // A large template set takes a while to free, and a process about to exit (`berth
+        // render`) need not wait for that: free it on a thread of its own.
+        if let Err(e) = std::thread::Builder::new().spawn(move || drop(set)) {
+            tracing::debug!("freeing the template set inline: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Whether the templates of `root` are enough work to be worth a second thread.
+pub fn is_large(root: &Scope<'_>) -> bool {
+    fn bytes(s: &Scope<'_>) -> usize {
+        s.chart.templates.values().map(String::len).sum::<usize>()
+            + s.subcharts.iter().map(bytes).sum::<usize>()
+    }
+    bytes(root) >= PARALLEL_PARSE_BYTES
+}
+
+type Parsed = Result<(ListNode, Vec<gotmpl::parse::DefineNode>), RenderError>;
+
+/// Parses every template; on a large chart the work is split across two threads (templates
+/// are independent until they are added to the set, which happens in order afterwards).
+fn parse_all(entries: &[Entry<'_>]) -> Vec<Parsed> {
+    let parse = |e: &Entry<'_>| -> Parsed {
+        let src = methods::rewrite_methods(e.source);
+        let (mut tree, mut defines) = Parser::with_name(Some(&e.name), &src, "{{", "}}")
+            .and_then(Parser::parse)
+            .map_err(|err| RenderError::Parse {
+                template: e.name.clone(),
+                message: err.to_string(),
+            })?;
+        methods::add_print_hook(&mut tree);
+        for d in &mut defines {
+            methods::add_print_hook(&mut d.body);
+        }
+        Ok((tree, defines))
+    };
+    let total: usize = entries.iter().map(|e| e.source.len()).sum();
+    if total < PARALLEL_PARSE_BYTES {
+        return entries.iter().map(parse).collect();
+    }
+    // Split at half the bytes, not half the files, so both threads get similar work.
+    let mut acc = 0;
+    let mid = entries
+        .iter()
+        .position(|e| {
+            acc += e.source.len();
+            acc * 2 >= total
+        })
+        .map_or(entries.len(), |i| i + 1);
+    let (first, second) = entries.split_at(mid);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| second.iter().map(parse).collect::<Vec<_>>());
+        let mut out: Vec<Parsed> = first.iter().map(parse).collect();
+        match other.join() {
+            Ok(rest) => out.extend(rest),
+            // The parser does not panic on bad input; if it ever did, parse here instead.
+            Err(_) => out.extend(second.iter().map(parse)),
+        }
+        out
+    })
+}
+
+/// Below this much template text, a second parsing thread costs more than it saves.
+const PARALLEL_PARSE_BYTES: usize = 64 * 1024;
+
+/// Each chart scope of the tree with the path of its values in the top chart's values.
+fn collect_scopes<'s, 'a>(
+    scope: &'s Scope<'a>,
+    path: Vec<Seg>,
+    out: &mut Vec<(&'s Scope<'a>, Vec<Seg>)>,
+) {
+    out.push((scope, path.clone()));
+    for sub in &scope.subcharts {
+        let mut p = path.clone();
+        p.push(Seg::Key(sub.name.as_str().into()));
+        collect_scopes(sub, p, out);
+    }
 }
 
 /// Lists the chart tree's templates. Partials (`_*`) only provide definitions; `NOTES.txt` is
@@ -136,9 +237,41 @@ fn collect<'a>(scope: &'a Scope<'a>, prefix: &str, top: bool, out: &mut Vec<Entr
     }
 }
 
-/// Sprig plus the functions bound to this render's template set.
-fn function_map(set: Weak<OnceLock<Template>>, lookup: Option<Arc<dyn Lookup>>) -> FuncMap {
+/// Sprig plus the functions bound to this render's template set and values.
+fn function_map(
+    set: Weak<OnceLock<Template>>,
+    lookup: Option<Arc<dyn Lookup>>,
+    live: Arc<LiveValues>,
+) -> FuncMap {
     let mut fm = funcs::sprig();
+    // The functions that change a dict in place in Helm; when the dict is part of `.Values`,
+    // the change goes into the live values.
+    for name in [
+        "set",
+        "unset",
+        "merge",
+        "mergeOverwrite",
+        "mustMerge",
+        "mustMergeOverwrite",
+    ] {
+        if let Some(f) = fm.get(name).cloned() {
+            let live = live.clone();
+            fm.insert(
+                name.into(),
+                Arc::new(move |args: &[Value]| {
+                    let out = f(args)?;
+                    if let Some(dict) = args.first() {
+                        live.replaced(dict, &out);
+                    }
+                    Ok(out)
+                }),
+            );
+        }
+    }
+    fm.insert(
+        methods::VALUES_FN.into(),
+        Arc::new(move |args: &[Value]| live.read(args.first().unwrap_or(&Value::Nil))),
+    );
     let depth = Arc::new(AtomicUsize::new(0));
     let (s, d) = (set.clone(), depth.clone());
     fm.insert(

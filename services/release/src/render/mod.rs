@@ -10,6 +10,7 @@ mod files;
 pub mod funcs;
 pub mod goyaml;
 mod helmignore;
+mod live_values;
 pub mod manifests;
 mod methods;
 mod schema;
@@ -19,6 +20,7 @@ pub mod values;
 pub use archive::unpack as unpack_chart;
 pub use chart::Chart;
 pub use context::Capabilities;
+pub use manifests::{Document, Listing};
 
 use crate::ReleaseInfo;
 
@@ -46,13 +48,13 @@ impl Manifest {
 pub struct Rendered {
     /// Objects from `crds/`, applied first and never templated.
     pub crds: Vec<Manifest>,
-    /// The `crds/` files as written (path with chart prefix, text), as `helm template
-    /// --include-crds` prints them: one block per file, not per document.
-    pub crd_files: Vec<(String, String)>,
     /// Objects from templates, in Helm's install order.
     pub manifests: Vec<Manifest>,
-    /// Objects annotated `helm.sh/hook` (not applied yet; kept for the record).
+    /// Objects annotated `helm.sh/hook` with known hook events.
     pub hooks: Vec<Manifest>,
+    /// The documents as Helm prints and records them (including documents that hold no
+    /// object, which `manifests` leaves out).
+    pub listing: Listing,
     /// `Chart.yaml` of the top chart.
     pub chart_metadata: serde_json::Value,
     /// The values the templates saw (`.Values` of the top chart).
@@ -115,28 +117,116 @@ pub fn render_release_with_lookup(
     caps: &Capabilities,
     lookup: Option<std::sync::Arc<dyn Lookup>>,
 ) -> Result<Rendered, RenderError> {
+    let chart = Chart::load(files)?;
+    let scope = scope_for(&chart, values)?;
+    let (notes, rendered) = render_templates(&scope, release, caps, lookup)?;
+    let (manifests, hooks, (listed, listed_hooks)) = manifests::objects(&rendered)?;
+    let crds = crd_manifests(&scope, &format!("{}/", chart.name()))?;
+    Ok(Rendered {
+        crds,
+        manifests,
+        hooks,
+        listing: Listing {
+            crd_files: crd_files(&scope, &chart),
+            manifests: listed,
+            hooks: listed_hooks,
+            notes: notes.clone(),
+        },
+        chart_metadata: chart.metadata.clone(),
+        values: scope.values,
+        notes,
+    })
+}
+
+/// Renders a chart without a cluster into what `helm template` prints. Each document is
+/// checked as Helm checks it, but no objects are built, which makes this the fast path for
+/// `berth render`.
+pub fn render_listing(
+    files: &[(String, Vec<u8>)],
+    values: &serde_json::Value,
+    release: &ReleaseInfo,
+    caps: &Capabilities,
+) -> Result<Listing, RenderError> {
+    let chart = Chart::load(files)?;
+    let scope = scope_for(&chart, values)?;
+    let is_notes = |f: &engine::RenderedFile| f.name.ends_with("/templates/NOTES.txt");
+    let mut notes = String::new();
+    let (manifests, hooks) = if engine::is_large(&scope) {
+        // Check rendered files on a second thread while the next ones execute (handed over
+        // in batches, to wake it rarely). Helm reports a template error before any YAML
+        // error, and so does this.
+        const BATCH: usize = 16;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<engine::RenderedFile>>(8);
+        std::thread::scope(|s| {
+            let checker = s.spawn(move || {
+                rx.into_iter()
+                    .flatten()
+                    .map(manifests::check_file)
+                    .collect()
+            });
+            let mut batch = Vec::with_capacity(BATCH);
+            // Sending fails only if the checker panicked, which `join` reports below.
+            let rendered = engine::render_each(&scope, release, caps, None, |f| {
+                if is_notes(&f) {
+                    notes = f.text;
+                } else {
+                    batch.push(f);
+                    if batch.len() == BATCH {
+                        let _ = tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)));
+                    }
+                }
+            });
+            let _ = tx.send(batch);
+            drop(tx);
+            let checked: Vec<manifests::Checked> = checker.join().map_err(|_| {
+                RenderError::Chart("the manifest checker stopped unexpectedly".into())
+            })?;
+            rendered?;
+            manifests::collect_checked(checked)
+        })?
+    } else {
+        let (n, rendered) = render_templates(&scope, release, caps, None)?;
+        notes = n;
+        manifests::listing(rendered)?
+    };
+    Ok(Listing {
+        crd_files: crd_files(&scope, &chart),
+        manifests,
+        hooks,
+        notes,
+    })
+}
+
+/// The chart's scope tree for the user's `values`, checked against its schemas.
+fn scope_for<'c>(
+    chart: &'c Chart,
+    values: &serde_json::Value,
+) -> Result<values::Scope<'c>, RenderError> {
     if !(values.is_object() || values.is_null()) {
         return Err(RenderError::Values("the top level must be a map".into()));
     }
-    let chart = Chart::load(files)?;
-    let scope = values::scope(&chart, chart.name(), values)?;
+    let scope = values::scope(chart, chart.name(), values)?;
     schema::validate(&scope)?;
-    let (notes, rendered): (Vec<_>, Vec<_>) = engine::render_files(&scope, release, caps, lookup)?
+    Ok(scope)
+}
+
+/// Executes the templates: `(NOTES.txt text, the other rendered files)`.
+fn render_templates(
+    scope: &values::Scope<'_>,
+    release: &ReleaseInfo,
+    caps: &Capabilities,
+    lookup: Option<std::sync::Arc<dyn Lookup>>,
+) -> Result<(String, Vec<engine::RenderedFile>), RenderError> {
+    let (notes, rendered): (Vec<_>, Vec<_>) = engine::render_files(scope, release, caps, lookup)?
         .into_iter()
         .partition(|f| f.name.ends_with("/templates/NOTES.txt"));
-    let (manifests, hooks) = manifests::objects(&rendered)?;
-    let crds = crd_manifests(&scope, &format!("{}/", chart.name()))?;
-    let mut crd_files = Vec::new();
-    collect_crd_files(&scope, &format!("{}/", chart.name()), &mut crd_files);
-    Ok(Rendered {
-        crds,
-        crd_files,
-        manifests,
-        hooks,
-        chart_metadata: chart.metadata.clone(),
-        values: scope.values,
-        notes: notes.into_iter().map(|f| f.text).collect(),
-    })
+    Ok((notes.into_iter().map(|f| f.text).collect(), rendered))
+}
+
+fn crd_files(scope: &values::Scope<'_>, chart: &Chart) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    collect_crd_files(scope, &format!("{}/", chart.name()), &mut out);
+    out
 }
 
 /// The objects in `crds/` of the chart and its enabled subcharts, which Helm applies before

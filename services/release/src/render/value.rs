@@ -92,6 +92,17 @@ pub fn go_sprint(v: &Value) -> String {
 
 /// Go's `%v` for a float64: shortest representation, exponent form for very large or small.
 pub fn go_float(f: f64) -> String {
+    go_g(f, f)
+}
+
+/// Go's `strconv.FormatFloat(f, 'g', -1, 32)`: the shortest text that reads back as the same
+/// float32 (how `sigs.k8s.io/yaml` writes float map keys and floats read into strings).
+pub fn go_float32(f: f64) -> String {
+    go_g(f as f32, f)
+}
+
+/// `%g` with the shortest digits of `digits` (an f32 or f64; `f` is the same number).
+fn go_g<T: std::fmt::Display + std::fmt::LowerExp>(digits: T, f: f64) -> String {
     if f.is_nan() {
         return "NaN".into();
     }
@@ -106,7 +117,7 @@ pub fn go_float(f: f64) -> String {
     // from 1e6 up (so `{{ .Values.n }}` of 1000000 read from a values file prints `1e+06`).
     let abs = f.abs();
     if abs != 0.0 && !(1e-4..1e6).contains(&abs) {
-        let s = format!("{f:e}");
+        let s = format!("{digits:e}");
         // Rust writes `1e21`/`1e-5`; Go writes `1e+21`/`1e-05`.
         if let Some((m, e)) = s.split_once('e') {
             let (sign, digits) = match e.strip_prefix('-') {
@@ -117,7 +128,7 @@ pub fn go_float(f: f64) -> String {
         }
         return s;
     }
-    format!("{f}")
+    format!("{digits}")
 }
 
 /// Sprig's `empty`: the zero value of its type (nil, false, 0, "", empty list or map).
@@ -204,5 +215,9 @@ mod tests {
         assert_eq!(go_float(1234567.0), "1.234567e+06");
         assert_eq!(go_float(999999.0), "999999");
         assert_eq!(go_float(1e-5), "1e-05");
+        assert_eq!(go_float32(1000.0), "1000");
+        assert_eq!(go_float32(0.1), "0.1");
+        assert_eq!(go_float32(123456789.0), "1.2345679e+08");
+        assert_eq!(go_float32(-1.0), "-1");
     }
 }

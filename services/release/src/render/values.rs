@@ -47,18 +47,22 @@ pub fn coalesce(base: &Value, over: &Value) -> Value {
 /// client sends) through a JSON decoder, so every number is a float64 — `{{ .Values.n }}` of
 /// 1000000 prints `1e+06` and `typeOf` says `float64`. Only `--set` produces int64, which is
 /// why this is applied per source rather than in [`coalesce`].
-pub fn as_go_numbers(v: serde_json::Value) -> serde_json::Value {
+pub fn as_go_numbers(mut v: serde_json::Value) -> serde_json::Value {
+    to_go_numbers(&mut v);
+    v
+}
+
+/// [`as_go_numbers`] in place (no map is rebuilt).
+fn to_go_numbers(v: &mut Value) {
     match v {
-        Value::Number(n) if !n.is_f64() => n
-            .as_f64()
-            .and_then(serde_json::Number::from_f64)
-            .map(Value::Number)
-            .unwrap_or(Value::Number(n)),
-        Value::Array(items) => Value::Array(items.into_iter().map(as_go_numbers).collect()),
-        Value::Object(m) => {
-            Value::Object(m.into_iter().map(|(k, v)| (k, as_go_numbers(v))).collect())
+        Value::Number(n) if !n.is_f64() => {
+            if let Some(f) = n.as_f64().and_then(serde_json::Number::from_f64) {
+                *n = f;
+            }
         }
-        other => other,
+        Value::Array(items) => items.iter_mut().for_each(to_go_numbers),
+        Value::Object(m) => m.values_mut().for_each(to_go_numbers),
+        _ => {}
     }
 }
 
@@ -113,7 +117,11 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope
             .get(&sub_name)
             .cloned()
             .unwrap_or(Value::Object(Map::new()));
-        if let Some(global) = values.get("global")
+        // Every subchart sees a `global` map (empty when no chart sets one), with the
+        // parent's globals over its own.
+        let empty = Value::Object(Map::new());
+        let global = values.get("global").unwrap_or(&empty);
+        if global.is_object()
             && let Value::Object(m) = &mut sub_supplied
         {
             let merged = coalesce(m.get("global").unwrap_or(&Value::Null), global);

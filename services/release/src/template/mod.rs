@@ -8,8 +8,8 @@ mod set;
 pub use set::parse_set;
 
 use crate::ReleaseInfo;
-use crate::render::manifests::manifest_text;
-use crate::render::{Capabilities, RenderError, Rendered, render_release};
+use crate::render::manifests::documents_text;
+use crate::render::{Capabilities, Listing, RenderError, Rendered, render_listing};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
@@ -76,16 +76,23 @@ pub fn read_chart(path: &Path) -> Result<Vec<(String, Vec<u8>)>, TemplateError> 
         let (_, files) = crate::render::unpack_chart(&name, &bytes)?;
         return Ok(files);
     }
-    let mut out = Vec::new();
+    let mut found = Vec::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).map_err(read_err(&dir))? {
-            let entry_path = entry.map_err(read_err(&dir))?.path();
-            if entry_path.is_dir() {
+            let entry = entry.map_err(read_err(&dir))?;
+            let entry_path = entry.path();
+            // The entry's own type needs no extra system call; links are followed as before.
+            let is_dir = match entry.file_type() {
+                Ok(t) if t.is_symlink() => entry_path.is_dir(),
+                Ok(t) => t.is_dir(),
+                Err(_) => entry_path.is_dir(),
+            };
+            if is_dir {
                 stack.push(entry_path);
                 continue;
             }
-            if out.len() >= MAX_CHART_FILES {
+            if found.len() >= MAX_CHART_FILES {
                 return Err(TemplateError::TooManyFiles {
                     path: path.to_path_buf(),
                 });
@@ -95,13 +102,36 @@ pub fn read_chart(path: &Path) -> Result<Vec<(String, Vec<u8>)>, TemplateError> 
                 .unwrap_or(&entry_path)
                 .to_string_lossy()
                 .replace('\\', "/");
-            let bytes = std::fs::read(&entry_path).map_err(read_err(&entry_path))?;
-            out.push((rel, bytes));
+            found.push((rel, entry_path));
         }
     }
+    let read = |files: &[(String, PathBuf)]| -> Result<Vec<(String, Vec<u8>)>, TemplateError> {
+        files
+            .iter()
+            .map(|(rel, p)| Ok((rel.clone(), std::fs::read(p).map_err(read_err(p))?)))
+            .collect()
+    };
+    // Many small files: read them on two threads.
+    let mut out = if found.len() >= PARALLEL_READ_FILES {
+        let (first, second) = found.split_at(found.len() / 2);
+        std::thread::scope(|s| {
+            let other = s.spawn(|| read(second));
+            let mut out = read(first)?;
+            match other.join() {
+                Ok(rest) => out.extend(rest?),
+                Err(_) => out.extend(read(second)?),
+            }
+            Ok::<_, TemplateError>(out)
+        })?
+    } else {
+        read(&found)?
+    };
     out.sort();
     Ok(out)
 }
+
+/// From this many files on, a chart directory is read on two threads.
+const PARALLEL_READ_FILES: usize = 64;
 
 /// The user-supplied values: `-f` files merged in order, then `--set` expressions.
 pub fn user_values(opts: &TemplateOptions) -> Result<Value, TemplateError> {
@@ -111,24 +141,16 @@ pub fn user_values(opts: &TemplateOptions) -> Result<Value, TemplateError> {
             path: path.clone(),
             source,
         })?;
-        let parsed = crate::render::funcs::encoding::parse_yaml(&text).map_err(|message| {
+        let parsed = crate::render::goyaml::load::values_from_str(&text).map_err(|message| {
             TemplateError::ValuesFile {
                 path: path.clone(),
                 message,
             }
         })?;
-        match parsed {
-            Value::Null => {}
-            Value::Object(_) => {
-                merge_maps(&mut values, crate::render::values::as_go_numbers(parsed))
-            }
-            _ => {
-                return Err(TemplateError::ValuesFile {
-                    path: path.clone(),
-                    message: "the top level must be a map".into(),
-                });
-            }
-        }
+        merge_maps(
+            &mut values,
+            crate::render::values::as_go_numbers(Value::Object(parsed)),
+        );
     }
     for expr in &opts.set {
         parse_set(expr, &mut values).map_err(|message| TemplateError::Set {
@@ -158,11 +180,11 @@ fn merge_maps(base: &mut Value, over: Value) {
     }
 }
 
-/// Renders the chart as `helm template` does, returning the full render.
+/// Renders the chart as `helm template` does (no cluster, no objects built).
 pub fn render(
     files: &[(String, Vec<u8>)],
     opts: &TemplateOptions,
-) -> Result<Rendered, TemplateError> {
+) -> Result<Listing, TemplateError> {
     let values = user_values(opts)?;
     let release = ReleaseInfo {
         name: opts.release_name.clone(),
@@ -179,29 +201,34 @@ pub fn render(
             format!("v{v}")
         };
     }
-    Ok(render_release(files, &values, &release, &caps)?)
+    Ok(render_listing(files, &values, &release, &caps)?)
+}
+
+/// The text `helm template` prints for a full render (see [`listing_output`]).
+pub fn output(rendered: &Rendered, include_crds: bool) -> String {
+    listing_output(&rendered.listing, include_crds)
 }
 
 /// The text `helm template` prints: the release manifest (CRDs with `--include-crds`, then
 /// the manifests in install order) with surrounding whitespace trimmed and one newline, then
 /// each hook as its own `# Source:` block.
-pub fn output(rendered: &Rendered, include_crds: bool) -> String {
+pub fn listing_output(listing: &Listing, include_crds: bool) -> String {
     let mut manifest = String::new();
     if include_crds {
-        for (path, text) in &rendered.crd_files {
+        for (path, text) in &listing.crd_files {
             manifest.push_str(&format!("---\n# Source: {path}\n{text}\n"));
         }
     }
-    manifest.push_str(&manifest_text(&rendered.manifests));
+    manifest.push_str(&documents_text(&listing.manifests));
     let mut out = manifest.trim().to_string();
     out.push('\n');
-    out.push_str(&manifest_text(&rendered.hooks));
+    out.push_str(&documents_text(&listing.hooks));
     out
 }
 
 /// Reads the chart at `chart`, renders it and returns `helm template`'s output.
 pub fn template(chart: &Path, opts: &TemplateOptions) -> Result<String, TemplateError> {
     let files = read_chart(chart)?;
-    let rendered = render(&files, opts)?;
-    Ok(output(&rendered, opts.include_crds))
+    let listing = render(&files, opts)?;
+    Ok(listing_output(&listing, opts.include_crds))
 }

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use berth_proto::release::releases_client::ReleasesClient;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 pub struct Harness {
@@ -14,8 +15,35 @@ pub struct Harness {
     pub grpc: ReleasesClient<Channel>,
     /// A namespace unique to this test, so tests can share a real cluster.
     pub namespace: String,
+    drift_repair: bool,
+    /// `None` only while [`Harness::restart_service`] swaps instances.
+    server: Option<Server>,
     _cluster: Option<berth_devcluster::DevCluster>,
-    _server: tokio::task::JoinHandle<()>,
+}
+
+/// The release service as `process::run_service` serves it, on a loopback port.
+struct Server {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Shuts the service down as a process exit would: serving and drift watches end.
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        if tokio::time::timeout(Duration::from_secs(10), &mut self.task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
 }
 
 async fn client_from(kubeconfig: Kubeconfig) -> anyhow::Result<kube::Client> {
@@ -56,40 +84,76 @@ async fn start_full(simulate_workloads: bool, drift_repair: bool) -> anyhow::Res
             (client_from(kc).await?, Some(cluster))
         }
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let svc = berth_release::server(
-        berth_release::ReleaseService::new(kube.clone()).with_drift_repair(drift_repair),
-    );
-    let server = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        if let Err(e) = tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming(incoming)
-            .await
-        {
-            eprintln!("release server stopped: {e}");
-        }
-    });
-    let channel = Channel::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(120))
-        .connect()
-        .await?;
+    let (grpc, server) = serve(kube.clone(), drift_repair, false).await?;
     let namespace = format!(
         "rel-test-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
     Ok(Harness {
         kube,
-        grpc: ReleasesClient::new(channel),
+        grpc,
         namespace,
+        drift_repair,
+        server: Some(server),
         _cluster: cluster,
-        _server: server,
     })
 }
 
+/// Starts the release service on a fresh loopback port and connects to it. `as_process`
+/// serves it the way the `berth-release` process does (`process::run_service`, which also
+/// resumes drift repair of releases found in the cluster); otherwise it serves just the gRPC
+/// service, so tests sharing a real cluster do not repair each other's releases.
+async fn serve(
+    kube: kube::Client,
+    drift_repair: bool,
+    as_process: bool,
+) -> anyhow::Result<(ReleasesClient<Channel>, Server)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let service = berth_release::ReleaseService::new(kube).with_drift_repair(drift_repair);
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        let served = if as_process {
+            berth_release::process::run_service(service, listener, stop)
+                .await
+                .map_err(|e| e.to_string())
+        } else {
+            let svc = berth_release::server(service.with_shutdown(stop.clone()));
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                .await
+                .map_err(|e| e.to_string())
+        };
+        if let Err(e) = served {
+            eprintln!("release server stopped: {e}");
+        }
+    });
+    let server = Server { shutdown, task };
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(120))
+        .connect()
+        .await?;
+    Ok((ReleasesClient::new(channel), server))
+}
+
 impl Harness {
+    /// Stops the release service (serving and drift watches end, as when its process exits)
+    /// and starts a new instance against the same cluster as the `berth-release` process
+    /// starts, as a restart would.
+    pub async fn restart_service(&mut self) -> anyhow::Result<()> {
+        if let Some(old) = self.server.take() {
+            old.stop().await;
+        }
+        let (grpc, server) = serve(self.kube.clone(), self.drift_repair, true).await?;
+        self.server = Some(server);
+        self.grpc = grpc;
+        Ok(())
+    }
+
     /// A kubeconfig for the cluster under test, for external tools such as helm.
     pub fn kubeconfig_yaml(&self) -> anyhow::Result<String> {
         match (&self._cluster, std::env::var("BERTH_TEST_KUBECONFIG")) {

@@ -73,42 +73,113 @@ fn to_yaml(args: &[Value]) -> Result<Value> {
     Ok(string(text.strip_suffix('\n').unwrap_or(&text)))
 }
 
-/// Go's `json.Marshal` escapes `<`, `>` and `&` (and the JS line separators) inside strings;
-/// those characters can only appear inside JSON strings, so a textual replace is exact.
+/// `toJson`, `toRawJson`, `toPrettyJson`: written as Go's `encoding/json` writes them (map keys
+/// sorted, floats in Go's form, `<`, `>`, `&` escaped except in `toRawJson`). Written here
+/// rather than with serde_json because Go's float and escaping rules differ from its.
 fn json_out(name: &str, args: &[Value], pretty: bool) -> Result<Value> {
     exact(name, args, 1)?;
-    let json = to_json(&args[0]);
-    let text = if pretty {
-        serde_json::to_string_pretty(&json)
-    } else {
-        serde_json::to_string(&json)
-    }
-    .map_err(|e| fail(name, e))?;
-    if name == "toRawJson" {
-        return Ok(string(text));
-    }
-    let escaped = text
-        .replace('<', "\\u003c")
-        .replace('>', "\\u003e")
-        .replace('&', "\\u0026")
-        .replace('\u{2028}', "\\u2028")
-        .replace('\u{2029}', "\\u2029");
-    Ok(string(escaped))
+    let mut out = String::new();
+    write_json(&mut out, &args[0], name != "toRawJson", pretty.then_some(0));
+    Ok(string(out))
 }
 
-/// Parses YAML into JSON, using the same parser as values files.
-pub fn parse_yaml(text: &str) -> std::result::Result<serde_json::Value, String> {
-    if text.trim().is_empty() {
-        return Ok(serde_json::Value::Null);
+fn write_json(out: &mut String, v: &Value, escape_html: bool, indent: Option<usize>) {
+    let newline = |out: &mut String, level: usize| {
+        out.push('\n');
+        out.extend(std::iter::repeat_n(' ', 2 * level));
+    };
+    match v {
+        Value::Nil | Value::Function(_) => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Int(i) => out.push_str(&i.to_string()),
+        Value::Uint(u) => out.push_str(&u.to_string()),
+        Value::Float(f) => out.push_str(&go_json_float(*f)),
+        Value::String(s) => write_json_string(out, s, escape_html),
+        Value::List(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if let Some(level) = indent {
+                    newline(out, level + 1);
+                }
+                write_json(out, item, escape_html, indent.map(|l| l + 1));
+            }
+            if let (Some(level), false) = (indent, items.is_empty()) {
+                newline(out, level);
+            }
+            out.push(']');
+        }
+        Value::Map(m) => {
+            out.push('{');
+            for (i, (k, item)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if let Some(level) = indent {
+                    newline(out, level + 1);
+                }
+                write_json_string(out, k, escape_html);
+                out.push(':');
+                if indent.is_some() {
+                    out.push(' ');
+                }
+                write_json(out, item, escape_html, indent.map(|l| l + 1));
+            }
+            if let (Some(level), false) = (indent, m.is_empty()) {
+                newline(out, level);
+            }
+            out.push('}');
+        }
     }
-    // Helm (and Kubernetes) read YAML with go-yaml's YAML 1.1 rules: `0644` is octal (420),
-    // `yes`/`off` are booleans.
-    let mut options = serde_saphyr::Options::default();
-    options.legacy_octal_numbers = true;
-    // Comments are never read back; not capturing them saves allocation per document.
-    options.emit_comments = false;
-    serde_saphyr::from_str_with_options::<serde_json::Value>(text, options)
-        .map_err(|e| e.to_string())
+}
+
+/// Go's float encoding: plain decimal from 1e-6 to 1e21, else an exponent (`1e+21`, `1e-7`).
+/// NaN and infinities cannot be JSON; Go fails, Sprig then prints an empty string, and
+/// `null` is the closest value here.
+fn go_json_float(f: f64) -> String {
+    if !f.is_finite() {
+        return "null".into();
+    }
+    let abs = f.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let s = format!("{f:e}");
+        return match s.split_once('e') {
+            Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
+            _ => s,
+        };
+    }
+    format!("{f}")
+}
+
+fn write_json_string(out: &mut String, s: &str, escape_html: bool) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' | '>' | '&' if escape_html => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Parses the first YAML document of `text` into JSON as Helm does (`sigs.k8s.io/yaml`:
+/// go-yaml v2's YAML 1.1 rules — `0644` is octal, `yes`/`off` are booleans, also as keys —
+/// then JSON's string keys).
+pub fn parse_yaml(text: &str) -> std::result::Result<serde_json::Value, String> {
+    goyaml::load::from_str(text)
 }
 
 fn parse_json(text: &str) -> std::result::Result<serde_json::Value, String> {
@@ -191,6 +262,31 @@ mod tests {
             .map(|v| strval(&v))
             .unwrap_or_default();
         assert_eq!(out, r#"{"a":1,"b":"\u003ca\u0026b\u003e"}"#);
+    }
+
+    #[test]
+    fn json_numbers_and_layout_follow_go() {
+        let v = from_json(
+            &serde_json::json!({"big": 1.8446744073709552e19, "tiny": 1e-7,
+            "huge": 1e21, "whole": 8080.0, "l": [], "m": {"x": [1, 2]}}),
+        );
+        let out = json_out("toJson", std::slice::from_ref(&v), false)
+            .map(|v| strval(&v))
+            .unwrap_or_default();
+        assert_eq!(
+            out,
+            r#"{"big":18446744073709552000,"huge":1e+21,"l":[],"m":{"x":[1,2]},"tiny":1e-7,"whole":8080}"#
+        );
+        let pretty = json_out("toPrettyJson", &[v], true)
+            .map(|v| strval(&v))
+            .unwrap_or_default();
+        assert!(
+            pretty.starts_with("{\n  \"big\": 18446744073709552000,\n  \"huge\""),
+            "{pretty}"
+        );
+        assert!(
+            pretty.contains("\"l\": [],\n  \"m\": {\n    \"x\": [\n      1,\n      2\n    ]\n  },")
+        );
     }
 
     #[test]

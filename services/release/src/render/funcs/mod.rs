@@ -4,6 +4,7 @@
 
 mod args;
 pub mod collections;
+mod crypto;
 pub mod encoding;
 mod logic;
 mod math;
@@ -11,6 +12,8 @@ mod paths;
 mod semver_fn;
 mod strings;
 mod time;
+mod toml;
+mod url;
 
 pub use args::{Builtin, fail, message, register_all, string};
 
@@ -27,6 +30,9 @@ pub fn sprig() -> FuncMap {
     math::register(&mut fm);
     time::register(&mut fm);
     paths::register(&mut fm);
+    crypto::register(&mut fm);
+    toml::register(&mut fm);
+    url::register(&mut fm);
     add_must_aliases(&mut fm);
     fm.insert(
         PRINT_HOOK.to_string(),

@@ -71,6 +71,7 @@ pub fn register(fm: &mut FuncMap) {
             })
         }),
         ("abbrev", abbrev),
+        ("abbrevboth", abbrevboth),
         ("plural", plural),
         ("wrap", |a| {
             exact("wrap", a, 2)?;
@@ -347,6 +348,40 @@ fn abbrev(args: &[Value]) -> Result<Value> {
     }
     let head: String = s.chars().take(width - 3).collect();
     Ok(string(format!("{head}...")))
+}
+
+/// `abbrevboth left width s`: abbreviates both ends, keeping text from offset `left` (Apache
+/// Commons' `abbreviate(str, offset, maxWidth)`, which Sprig calls). Counts bytes as Go does.
+fn abbrevboth(args: &[Value]) -> Result<Value> {
+    exact("abbrevboth", args, 3)?;
+    let (left, right) = (to_i64(&args[0]), to_i64(&args[1]));
+    let s = str_arg("abbrevboth", args, 2)?;
+    if right < 4 || (left > 0 && right < 7) {
+        return Ok(string(s));
+    }
+    Ok(string(abbreviate(
+        s.as_bytes(),
+        usize::try_from(left).unwrap_or(0),
+        usize::try_from(right).unwrap_or(0),
+    )))
+}
+
+fn abbreviate(s: &[u8], offset: usize, width: usize) -> String {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if s.is_empty() || s.len() <= width {
+        return text(s);
+    }
+    let mut offset = offset.min(s.len());
+    if s.len() - offset < width - 3 {
+        offset = s.len() - (width - 3);
+    }
+    if offset <= 4 {
+        return format!("{}...", text(&s[..width - 3]));
+    }
+    if offset + width - 3 < s.len() {
+        return format!("...{}", abbreviate(&s[offset..], 0, width - 3));
+    }
+    format!("...{}", text(&s[s.len() - (width - 3)..]))
 }
 
 /// `plural one many count`.

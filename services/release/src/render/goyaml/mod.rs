@@ -1,4 +1,5 @@
-//! A YAML emitter that reproduces the output of Helm's `toYaml`.
+//! A YAML emitter that reproduces the output of Helm's `toYaml`, and (`load`) the reader that
+//! matches how Helm reads YAML.
 //!
 //! Helm marshals values with `sigs.k8s.io/yaml`, which goes through JSON and then through go-yaml
 //! v2's emitter. Chart authors rely on that exact text: keys sorted in go-yaml's "natural" order,
@@ -8,6 +9,8 @@
 //! rules: `scalar` picks and writes scalar styles, `resolve` holds the YAML 1.1 resolver and the
 //! key order.
 
+mod fast;
+pub mod load;
 mod resolve;
 mod scalar;
 #[cfg(test)]

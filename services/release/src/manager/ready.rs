@@ -1,0 +1,113 @@
+//! Waiting for readiness from watches: the latest revision's objects are watched (one watch
+//! per kind and namespace, see `apply::watch`) and each event re-computes that object's
+//! kstatus, so the wait ends on the event that makes the last object Current instead of at
+//! the next poll.
+
+use super::*;
+use crate::apply::Seen;
+use futures::StreamExt as _;
+use std::collections::BTreeMap;
+
+fn not_observed(message: &str) -> kstatus::Outcome {
+    kstatus::Outcome {
+        status: ObjectStatus::NotFound,
+        reason: String::new(),
+        message: message.into(),
+    }
+}
+
+impl ReleaseManager {
+    /// Waits up to `timeout` until every object of the release's latest revision is Current
+    /// (kstatus), and returns what was seen last: `ready` is false when the time ran out, with
+    /// the objects that were not ready in `not_ready`. A Failed object does not end the wait
+    /// (it may recover, as with `helm install --wait`). `NotFound` when there is no release.
+    pub async fn wait_ready(
+        &self,
+        name: &str,
+        namespace: &str,
+        timeout: Duration,
+    ) -> Result<Observed, ReleaseError> {
+        validate_release(name, namespace)?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let Some(latest) = store.latest(name).await? else {
+            return Err(ReleaseError::NotFound(format!(
+                "release {name:?} in namespace {namespace:?}"
+            )));
+        };
+        let mut order = Vec::new();
+        let mut outcomes = BTreeMap::new();
+        let mut watched = Vec::new();
+        for object in recorded_objects(&latest.manifest) {
+            let (key, outcome) = match self.applier.key_for(&object, namespace).await {
+                Ok((key, ar)) => {
+                    watched.push((key.clone(), ar));
+                    (key, not_observed("not observed yet"))
+                }
+                Err(ApplyError::UnknownKind { api_version, kind }) => {
+                    let key = ObjectKey {
+                        api_version,
+                        kind,
+                        namespace: object::str_at(&object, "/metadata/namespace").to_string(),
+                        name: object::str_at(&object, "/metadata/name").to_string(),
+                    };
+                    (key, not_observed("its kind is not served by the cluster"))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            order.push(key.clone());
+            outcomes.insert(key, outcome);
+        }
+        let mut events = self.applier.watch_objects(&watched);
+        let mut watch_error = None;
+        let all_current = |o: &BTreeMap<ObjectKey, kstatus::Outcome>| {
+            o.values().all(|x| x.status == ObjectStatus::Current)
+        };
+        while !all_current(&outcomes) {
+            let seen = match tokio::time::timeout_at(deadline, events.next()).await {
+                Ok(Some(seen)) => seen,
+                // The stream never ends while held; either way the wait is over.
+                Ok(None) | Err(_) => break,
+            };
+            match seen {
+                Seen::Present(key, live) => {
+                    let outcome = serde_json::to_value(&*live)
+                        .map_err(|e| e.to_string())
+                        .and_then(|v| kstatus::compute(&v, chrono::Utc::now()))
+                        .unwrap_or_else(|e| kstatus::Outcome {
+                            status: ObjectStatus::Unknown,
+                            reason: String::new(),
+                            message: e,
+                        });
+                    outcomes.insert(key, outcome);
+                }
+                Seen::Absent(key) => {
+                    outcomes.insert(key, not_observed("Resource not found"));
+                }
+                Seen::Error { watch, error } => {
+                    watch_error = Some(format!("watch {watch}: {error}"))
+                }
+            }
+        }
+        let ready = all_current(&outcomes);
+        let mut not_ready: Vec<String> = order
+            .iter()
+            .filter_map(|k| {
+                let o = outcomes.get(k)?;
+                (o.status != ObjectStatus::Current)
+                    .then(|| format!("{k}: {:?} {} {}", o.status, o.reason, o.message))
+            })
+            .collect();
+        if let (false, Some(e)) = (ready, watch_error) {
+            not_ready.push(e);
+        }
+        Ok(Observed {
+            found: true,
+            revision: latest.version,
+            objects: order,
+            ready,
+            not_ready,
+            drift: self.drift.events(name, namespace),
+        })
+    }
+}
