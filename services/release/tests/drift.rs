@@ -22,40 +22,38 @@ fn greeting_is(want: &'static str) -> impl Fn(Option<&ConfigMap>) -> bool {
     }
 }
 
-#[tokio::test]
-async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Result<()> {
-    let mut h = start().await?;
+/// Installs release `name` of two ConfigMaps, `a` and `b`, with greeting "hi".
+async fn install_two(h: &mut support::Harness, name: &str) -> anyhow::Result<()> {
     let files = chart(&[
         ("templates/a.yaml", &config_map("a", false)),
         ("templates/b.yaml", &config_map("b", false)),
     ]);
     h.grpc
         .install(InstallRequest {
-            name: "drifty".into(),
+            name: name.into(),
             namespace: h.namespace.clone(),
             files,
             values_json: r#"{"greeting": "hi"}"#.into(),
         })
         .await?;
-    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    Ok(())
+}
 
-    // Someone deletes `a`: it comes back.
+/// Someone deletes `a`, then edits a field berth owns on `b`: each is put back.
+async fn delete_a_and_tamper_with_b(cms: &Api<ConfigMap>) -> anyhow::Result<()> {
     cms.delete("a", &DeleteParams::default()).await?;
     tokio::time::timeout(
         REPAIR_DEADLINE,
         await_condition(cms.clone(), "a", greeting_is("hi")),
     )
     .await??;
-
-    // Someone edits a field berth owns on `b`: it is changed back.
-    let edit = serde_json::json!({"data": {"greeting": "tampered"}});
     cms.patch(
         "b",
         &PatchParams::apply("someone-else").force(),
         &Patch::Apply(&serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "b"},
-            "data": edit["data"],
+            "data": {"greeting": "tampered"},
         })),
     )
     .await?;
@@ -64,11 +62,19 @@ async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Resul
         await_condition(cms.clone(), "b", greeting_is("hi")),
     )
     .await??;
+    Ok(())
+}
 
+/// The release's Status, and its drift as (object name, kind, repaired); asserts that both
+/// repairs of [`delete_a_and_tamper_with_b`] are reported.
+async fn drift_reported(
+    h: &mut support::Harness,
+    name: &str,
+) -> anyhow::Result<berth_proto::release::StatusResponse> {
     let status = h
         .grpc
         .status(StatusRequest {
-            name: "drifty".into(),
+            name: name.into(),
             namespace: h.namespace.clone(),
             ..Default::default()
         })
@@ -78,14 +84,8 @@ async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Resul
         .drift
         .iter()
         .map(|d| {
-            (
-                d.object
-                    .as_ref()
-                    .map(|o| o.name.clone())
-                    .unwrap_or_default(),
-                d.kind.clone(),
-                d.repaired,
-            )
+            let object = d.object.as_ref().map(|o| o.name.clone()).unwrap_or_default();
+            (object, d.kind.clone(), d.repaired)
         })
         .collect();
     assert!(
@@ -96,6 +96,16 @@ async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Resul
         seen.contains(&("b".into(), "modified".into(), true)),
         "{seen:?}"
     );
+    Ok(status)
+}
+
+#[tokio::test]
+async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    install_two(&mut h, "drifty").await?;
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    delete_a_and_tamper_with_b(&cms).await?;
+    let status = drift_reported(&mut h, "drifty").await?;
     let b_fields: Vec<&Vec<String>> = status
         .drift
         .iter()
@@ -126,73 +136,12 @@ async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Resul
 #[tokio::test]
 async fn drift_repair_resumes_after_the_service_restarts() -> anyhow::Result<()> {
     let mut h = start().await?;
-    let files = chart(&[
-        ("templates/a.yaml", &config_map("a", false)),
-        ("templates/b.yaml", &config_map("b", false)),
-    ]);
-    h.grpc
-        .install(InstallRequest {
-            name: "survivor".into(),
-            namespace: h.namespace.clone(),
-            files,
-            values_json: r#"{"greeting": "hi"}"#.into(),
-        })
-        .await?;
-
+    install_two(&mut h, "survivor").await?;
     // A new instance knows the release only from its record in the cluster.
     h.restart_service().await?;
     let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
-    cms.delete("a", &DeleteParams::default()).await?;
-    tokio::time::timeout(
-        REPAIR_DEADLINE,
-        await_condition(cms.clone(), "a", greeting_is("hi")),
-    )
-    .await??;
-    cms.patch(
-        "b",
-        &PatchParams::apply("someone-else").force(),
-        &Patch::Apply(&serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "b"},
-            "data": {"greeting": "tampered"},
-        })),
-    )
-    .await?;
-    tokio::time::timeout(
-        REPAIR_DEADLINE,
-        await_condition(cms.clone(), "b", greeting_is("hi")),
-    )
-    .await??;
-
+    delete_a_and_tamper_with_b(&cms).await?;
     // The new instance did the repairs, and reports them.
-    let status = h
-        .grpc
-        .status(StatusRequest {
-            name: "survivor".into(),
-            namespace: h.namespace.clone(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let seen: Vec<(String, String, bool)> = status
-        .drift
-        .iter()
-        .map(|d| {
-            let name = d
-                .object
-                .as_ref()
-                .map(|o| o.name.clone())
-                .unwrap_or_default();
-            (name, d.kind.clone(), d.repaired)
-        })
-        .collect();
-    assert!(
-        seen.contains(&("a".into(), "deleted".into(), true)),
-        "{seen:?}"
-    );
-    assert!(
-        seen.contains(&("b".into(), "modified".into(), true)),
-        "{seen:?}"
-    );
+    drift_reported(&mut h, "survivor").await?;
     Ok(())
 }
