@@ -65,6 +65,8 @@ async fn helm_list_and_get_manifest_read_a_release_berth_installed() -> anyhow::
     let files = chart(&[
         ("templates/a.yaml", &config_map("a", false)),
         ("templates/b.yaml", &config_map("b", false)),
+        // A document holding only a comment: Helm keeps it in the recorded manifest.
+        ("templates/c.yaml", "# switched off: nothing to render\n"),
     ]);
     h.grpc
         .install(InstallRequest {
@@ -121,6 +123,7 @@ async fn helm_list_and_get_manifest_read_a_release_berth_installed() -> anyhow::
         "{manifest}"
     );
     assert!(manifest.contains("greeting: \"hi\""), "{manifest}");
+    assert!(manifest.contains("# switched off"), "{manifest}");
     assert_eq!(manifest.trim(), rendered.trim());
     Ok(())
 }

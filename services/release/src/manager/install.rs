@@ -82,7 +82,8 @@ impl ReleaseManager {
             },
             chart: chart_record(&files, &rendered.chart_metadata, &chart_values(&files)),
             config: values.as_object().cloned().unwrap_or_default(),
-            manifest: manifests::manifest_text(&rendered.manifests),
+            // As Helm records it: every document, including comment-only ones.
+            manifest: manifests::documents_text(&rendered.listing.manifests),
             hooks: hooks.iter().map(Hook::to_record).collect(),
             version: revision,
             namespace: namespace.to_string(),
