@@ -151,7 +151,7 @@ impl Dialect {
         }
     }
 
-    /// A statement that serialises Enqueue per queue (`$1` is the queue name) until commit.
+    /// Whether Enqueue serialises itself per queue until commit (see `write::lock_queues`).
     ///
     /// PostgreSQL hands out `seq` values when rows are inserted, not when they commit. Two
     /// concurrent Enqueues into one queue could commit out of order: the later-numbered task
@@ -159,10 +159,10 @@ impl Dialect {
     /// and is leased too, breaking "one running task per queue". Holding a per-queue lock from
     /// insert to commit makes `seq` order equal commit order within a queue. SQLite writers are
     /// serialised anyway.
-    pub fn queue_lock(self) -> Option<&'static str> {
+    pub fn locks_queues(self) -> bool {
         match self {
-            Dialect::Sqlite => None,
-            Dialect::Postgres => Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"),
+            Dialect::Sqlite => false,
+            Dialect::Postgres => true,
         }
     }
 

@@ -27,16 +27,12 @@ impl Store {
     /// finished is skipped. Returns how many were new.
     pub async fn enqueue(&self, tasks: &[NewTask], now_ms: i64) -> Result<u64, StoreError> {
         let mut tx = self.begin("enqueue").await?;
-        if let Some(lock) = self.dialect().queue_lock() {
-            // Sorted, so concurrent Enqueues take shared queues' locks in one order (no deadlock).
+        if self.dialect().locks_queues() {
             let queues: std::collections::BTreeSet<&str> =
                 tasks.iter().map(|t| t.queue.as_str()).collect();
-            for queue in queues {
-                sqlx::query(lock)
-                    .bind(queue)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(query_failed("lock queue"))?;
+            let queues: Vec<&str> = queues.into_iter().collect();
+            for chunk in queues.chunks(QUEUES_PER_LOCK_STATEMENT) {
+                lock_queues(&mut tx, chunk).await?;
             }
         }
         let mut accepted = 0;
@@ -157,4 +153,32 @@ async fn insert_tasks(
         .await
         .map_err(query_failed("insert tasks"))?;
     Ok(result.rows_affected())
+}
+
+/// Queues locked per statement of an Enqueue (PostgreSQL); one bound value each.
+const QUEUES_PER_LOCK_STATEMENT: usize = 512;
+
+/// Takes the per-queue transaction locks (PostgreSQL advisory locks keyed by a hash of the queue
+/// name; see [`super::Dialect::locks_queues`]) for `queues` in one statement,
+/// in byte order of the names (`COLLATE "C"`, the order of the caller's sorted chunks), so
+/// concurrent Enqueues take shared queues' locks in one order (no deadlock). The `OFFSET 0`
+/// subquery keeps the sort below the locking calls.
+async fn lock_queues(conn: &mut AnyConnection, queues: &[&str]) -> Result<(), StoreError> {
+    let values: Vec<String> = (1..=queues.len()).map(|i| format!("(${i})")).collect();
+    let sql = format!(
+        "SELECT pg_advisory_xact_lock(hashtextextended(sorted.q, 0)) FROM \
+         (SELECT v.q FROM (VALUES {}) AS v(q) ORDER BY v.q COLLATE \"C\" OFFSET 0) AS sorted",
+        values.join(", ")
+    );
+    // Only placeholders are generated; every value is bound.
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for queue in queues {
+        query = query.bind(*queue);
+    }
+    // `execute`: the locking function returns `void`, which rows could not be decoded from.
+    query
+        .execute(&mut *conn)
+        .await
+        .map_err(query_failed("lock queues"))?;
+    Ok(())
 }
