@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod journey;
+pub mod measure;
 pub mod process;
 
 pub use cluster::TestCluster;

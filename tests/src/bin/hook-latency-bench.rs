@@ -45,6 +45,7 @@ use anyhow::{Context, bail, ensure};
 use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
 use berth_proto::v1::{self, PackageKind, PackageRef};
 use berth_tests::{Proc, TestCluster};
+use berth_tests::measure::{cpu_time, percentile};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -143,9 +144,9 @@ impl Topology {
         for p in &self.procs {
             let pid = p.pid().with_context(|| format!("{} exited", p.name))?;
             let name = if p.name == "berth-queue" { if out.is_empty() { "worker (with hooks)" } else { "broker" } } else { p.name.as_str() };
-            out.push((name.to_owned(), cpu_time(pid)?));
+            out.push((name.to_owned(), cpu_time(pid, true)?));
         }
-        out.push(("bench + dev cluster".to_owned(), cpu_time(std::process::id())?));
+        out.push(("bench + dev cluster".to_owned(), cpu_time(std::process::id(), true)?));
         Ok(out)
     }
 
@@ -154,21 +155,6 @@ impl Topology {
             p.stop().await;
         }
     }
-}
-
-/// The unit of `/proc/PID/stat` times: Linux reports them in USER_HZ, 100 on the architectures
-/// berth runs on (x86-64, arm64), whatever the kernel's own tick rate.
-const USER_HZ: f64 = 100.0;
-
-/// User + system CPU time of `pid` and of its children it waited for, from `/proc/PID/stat`.
-fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name (which may hold spaces) in parentheses; utime, stime,
-    // cutime and cstime are fields 14–17 of the line, 12–15 after the name.
-    let after = stat.rsplit_once(')').context("/proc stat without a command name")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields.get(11..15).context("short /proc stat")?.iter().map(|f| f.parse::<u64>()).sum::<Result<_, _>>()?;
-    Ok(Duration::from_secs_f64(ticks as f64 / USER_HZ))
 }
 
 /// One scenario: which packages, in which namespaces, and which ConfigMap goes where.
@@ -461,19 +447,10 @@ async fn drive(s: &Scenario, topology: &Topology, kube: &kube::Client, starts: &
         processes: observed.processes,
         repeated: observed.repeated,
         sorted,
-        create_p99: pct(&create_times, 99.0),
+        create_p99: percentile(&create_times, 99.0),
         load: loadavg(),
         cpu,
     })
-}
-
-/// Percentile `p` (0–100) of sorted `d`.
-fn pct(d: &[Duration], p: f64) -> Duration {
-    if d.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((d.len() as f64 - 1.0) * p / 100.0).round() as usize;
-    d[i.min(d.len() - 1)]
 }
 
 fn ms(d: Duration) -> String {
@@ -536,9 +513,9 @@ async fn main() -> anyhow::Result<()> {
             r.expected,
             r.processes,
             if r.repeated > 0 { format!(" ({} repeated)", r.repeated) } else { String::new() },
-            ms(pct(&r.sorted, 50.0)),
-            ms(pct(&r.sorted, 99.0)),
-            ms(pct(&r.sorted, 100.0)),
+            ms(percentile(&r.sorted, 50.0)),
+            ms(percentile(&r.sorted, 99.0)),
+            ms(percentile(&r.sorted, 100.0)),
             ms(r.create_p99),
             r.load
         );

@@ -29,6 +29,7 @@ use berth_proto::hookevent::{KubernetesBinding, RemoveBindingsRequest, SetBindin
 use berth_proto::queue::broker_server::{Broker, BrokerServer};
 use berth_proto::queue::*;
 use berth_tests::{Proc, TestCluster};
+use berth_tests::measure::{cpu_time, percentile};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
@@ -120,15 +121,6 @@ fn options() -> anyhow::Result<Options> {
     Ok(o)
 }
 
-/// Percentile `p` (0–100) of sorted `d`.
-fn pct(d: &[Duration], p: f64) -> Duration {
-    if d.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((d.len() as f64 - 1.0) * p / 100.0).round() as usize;
-    d[i.min(d.len() - 1)]
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
@@ -204,7 +196,7 @@ async fn latency(o: &Options, packages: usize, pid: u32, kube: &kube::Client, ho
         bind(hookevent, &format!("bench-{packages}-{p}"), binding(&ns, &format!("bench={label}"))).await?;
     }
     broker.take();
-    let cpu_before = cpu_time(pid)?;
+    let cpu_before = cpu_time(pid, false)?;
     let events = (o.rate * o.seconds) as usize;
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let prefix = format!("ev{packages}-");
@@ -225,7 +217,7 @@ async fn latency(o: &Options, packages: usize, pid: u32, kube: &kube::Client, ho
         c.await?.context("creating a ConfigMap")?;
     }
     drain(broker, &prefix, events * packages).await?;
-    let cpu = cpu_time(pid)?.saturating_sub(cpu_before);
+    let cpu = cpu_time(pid, false)?.saturating_sub(cpu_before);
     let mut sorted: Vec<Duration> = broker
         .take()
         .into_iter()
@@ -245,20 +237,6 @@ fn rss(pid: u32) -> anyhow::Result<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS line")?;
     let kib: u64 = line.split_whitespace().nth(1).context("VmRSS value")?.parse()?;
     Ok(kib * 1024)
-}
-
-/// The unit of `/proc/PID/stat` times: Linux reports them in USER_HZ, 100 on the architectures
-/// berth runs on (x86-64, arm64), whatever the kernel's own tick rate.
-const USER_HZ: f64 = 100.0;
-
-/// User + system CPU time of `pid`, from `/proc/PID/stat` (fields 14 and 15).
-fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let after = stat.rsplit_once(')').context("/proc stat without a command name")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields.get(11..13).context("short /proc stat")?.iter().map(|f| f.parse::<u64>()).sum::<Result<_, _>>()?;
-    Ok(Duration::from_secs_f64(ticks as f64 / USER_HZ))
 }
 
 /// RSS of hookevent before and after one binding caches `objects` ConfigMaps.
@@ -375,16 +353,16 @@ async fn main() -> anyhow::Result<()> {
         println!(
             "| event → HookRun at broker, {} package(s) | {} | {} | {} | {} runs of {} events | {:.3} ms | p99 ≤ 50 ms (with hook start) |",
             l.packages,
-            ms(pct(&l.sorted, 50.0)),
-            ms(pct(&l.sorted, 99.0)),
-            ms(pct(&l.sorted, 100.0)),
+            ms(percentile(&l.sorted, 50.0)),
+            ms(percentile(&l.sorted, 99.0)),
+            ms(percentile(&l.sorted, 100.0)),
             l.runs,
             l.events,
             l.cpu.as_secs_f64() * 1000.0 / l.events.max(1) as f64
         );
     }
-    println!("| hook start overhead (no-op hook, berth_hooks::run) | {} | {} | {} | {} | — | — |", ms(pct(&runs, 50.0)), ms(pct(&runs, 99.0)), ms(pct(&runs, 100.0)), runs.len());
-    println!("| bare fork/exec of /bin/true | {} | {} | {} | {} | — | — |", ms(pct(&bare, 50.0)), ms(pct(&bare, 99.0)), ms(pct(&bare, 100.0)), bare.len());
+    println!("| hook start overhead (no-op hook, berth_hooks::run) | {} | {} | {} | {} | — | — |", ms(percentile(&runs, 50.0)), ms(percentile(&runs, 99.0)), ms(percentile(&runs, 100.0)), runs.len());
+    println!("| bare fork/exec of /bin/true | {} | {} | {} | {} | — | — |", ms(percentile(&bare, 50.0)), ms(percentile(&bare, 99.0)), ms(percentile(&bare, 100.0)), bare.len());
     println!();
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!("| hookevent RSS | MiB | target |");
