@@ -348,19 +348,9 @@ impl pb::broker_server::Broker for BrokerService {
                 .map_err(|stopped| Status::unavailable(stopped.to_string()))??,
             None => {
                 let limits = lease_limits(config, completion.next);
-                retrying(|| {
-                    self.inner
-                        .store
-                        .complete_many(std::slice::from_ref(&completion), limits, now_ms())
-                })
-                .await
-                .map_err(status)?
-                .pop()
-                .unwrap_or_else(|| Err(StoreError::StaleLease {
-                    task_id: completion.lease.task_id.clone(),
-                    fence: completion.lease.fence,
-                }))
-                .map_err(status)?
+                retrying(|| self.inner.store.complete_one(&completion, limits, now_ms()))
+                    .await
+                    .map_err(status)?
             }
         };
         self.inner.metrics.settled(&completed.settled, None);

@@ -96,7 +96,7 @@ impl Store {
     /// none is ready, also answers when one may become ready by itself.
     ///
     /// The lease itself is one statement (atomic without a transaction); merging queued hook
-    /// runs into a leased HookRun head is a transaction of its own afterwards. A broker that
+    /// runs into the leased HookRun heads is one transaction of its own afterwards. A broker that
     /// dies between the two leaves the head leased uncompacted: it is redelivered once the
     /// lease expires and compacted then.
     pub async fn lease(
@@ -116,12 +116,12 @@ impl Store {
             tasks = lease_heads(pool, self.dialect(), worker, limits, now_ms).await?;
         }
         let mut batch = LeaseBatch::default();
-        for (seq, mut task) in tasks {
-            if task.task.kind == HOOK_RUN_KIND {
-                self.compact(seq, &mut task, limits.merged_payload_bytes, now_ms)
-                    .await?;
-            }
-            batch.tasks.push(task);
+        if tasks.iter().any(|(_, t)| t.task.kind == HOOK_RUN_KIND) {
+            let mut tx = self.begin("compact").await?;
+            batch.tasks = compact_heads(&mut tx, self.dialect(), tasks, limits, now_ms).await?;
+            tx.commit().await.map_err(query_failed("commit compaction"))?;
+        } else {
+            batch.tasks = tasks.into_iter().map(|(_, t)| t).collect();
         }
         if batch.tasks.is_empty() {
             batch.next_due_ms = next_due(self.pool(), now_ms).await?;
@@ -163,21 +163,6 @@ impl Store {
             .map_err(query_failed("commit reaping"))?;
         Ok(inserted.rows_affected() > 0)
     }
-
-    /// Merges the consecutive HookRun tasks behind the leased head `seq` that run the same hook
-    /// for the same binding type (and generation, and allowFailure) into it, in one transaction.
-    async fn compact(
-        &self,
-        seq: i64,
-        head: &mut LeasedTask,
-        max_bytes: usize,
-        now_ms: i64,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.begin("compact").await?;
-        compact(&mut tx, self.dialect(), seq, head, max_bytes, now_ms).await?;
-        tx.commit().await.map_err(query_failed("commit compaction"))?;
-        Ok(())
-    }
 }
 
 /// The lease statement ([`lease_heads!`]) on `executor` (the pool, or a transaction that
@@ -216,9 +201,28 @@ where
     Ok(tasks)
 }
 
+/// The leased `heads` (from [`lease_heads`]) with every HookRun among them compacted in `conn`'s
+/// transaction, in the same order.
+pub(super) async fn compact_heads(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    heads: Vec<(i64, LeasedTask)>,
+    limits: LeaseLimits,
+    now_ms: i64,
+) -> Result<Vec<LeasedTask>, StoreError> {
+    let mut tasks = Vec::with_capacity(heads.len());
+    for (seq, mut task) in heads {
+        if task.task.kind == HOOK_RUN_KIND {
+            compact(conn, dialect, seq, &mut task, limits.merged_payload_bytes, now_ms).await?;
+        }
+        tasks.push(task);
+    }
+    Ok(tasks)
+}
+
 /// Merges the consecutive HookRun tasks behind the leased head `seq` that run the same hook for
 /// the same binding type (and generation, and allowFailure) into it.
-pub(super) async fn compact(
+async fn compact(
     conn: &mut AnyConnection,
     dialect: Dialect,
     seq: i64,

@@ -6,8 +6,7 @@ use std::time::Duration;
 use sqlx::{AnyConnection, Executor as _, Row};
 
 use super::history::{self, Finished};
-use super::lease::{LeaseLimits, compact, lease_heads};
-use crate::broker::compaction::HOOK_RUN_KIND;
+use super::lease::{LeaseLimits, compact_heads, lease_heads};
 use super::{Store, StoreError, query_failed};
 use crate::broker::backoff::Backoff;
 use crate::broker::model::{FailOutcome, LeasedTask, Outcome, Settled};
@@ -117,11 +116,22 @@ impl Store {
             response_bytes: 0,
             merged_payload_bytes: 0,
         };
-        self.complete_many(std::slice::from_ref(&completion), limits, now_ms)
+        self.complete_one(&completion, limits, now_ms)
+            .await
+            .map(|completed| completed.settled)
+    }
+
+    /// [`Store::complete_many`] for one completion, its answer as the result.
+    pub async fn complete_one(
+        &self,
+        completion: &Completion,
+        limits: LeaseLimits,
+        now_ms: i64,
+    ) -> Result<Completed, StoreError> {
+        self.complete_many(std::slice::from_ref(completion), limits, now_ms)
             .await?
             .pop()
-            .unwrap_or_else(|| Err(stale(lease)))
-            .map(|completed| completed.settled)
+            .unwrap_or_else(|| Err(stale(&completion.lease)))
     }
 
     /// Settles several leases successfully in one transaction, and leases each completion's
@@ -195,17 +205,9 @@ impl Store {
                 max_tasks: want.min(limits.max_tasks),
                 ..limits
             };
-            let mut tasks = VecDeque::new();
-            for (seq, mut task) in
-                lease_heads(&mut *tx, self.dialect(), worker, limits, now_ms).await?
-            {
-                if task.task.kind == HOOK_RUN_KIND {
-                    compact(&mut tx, self.dialect(), seq, &mut task, limits.merged_payload_bytes, now_ms)
-                        .await?;
-                }
-                tasks.push_back(task);
-            }
-            leased.insert(worker, tasks);
+            let heads = lease_heads(&mut *tx, self.dialect(), worker, limits, now_ms).await?;
+            let tasks = compact_heads(&mut tx, self.dialect(), heads, limits, now_ms).await?;
+            leased.insert(worker, VecDeque::from(tasks));
         }
         for (completion, answer) in completions.iter().zip(answers.iter_mut()) {
             if let (Ok(completed), Some(tasks)) = (answer, leased.get_mut(completion.worker.as_str())) {
