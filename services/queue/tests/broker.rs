@@ -27,6 +27,7 @@ crate::on_both_backends!(
     a_lease_response_stays_within_its_byte_budget,
     a_cancelled_task_whose_holder_vanished_is_removed_not_redelivered,
     a_completion_hands_out_the_next_task_in_the_same_call,
+    a_task_enqueued_while_its_queue_head_completes_still_runs,
 );
 
 /// A broker over `db`; the database lives as long as the returned guard.
@@ -682,5 +683,43 @@ async fn a_cancelled_task_whose_holder_vanished_is_removed_not_redelivered(db: D
         0,
         "a finished id is not accepted again"
     );
+    b.stop().await;
+}
+
+/// An Enqueue into a queue whose only task is being completed at the same moment: whichever
+/// commits first, the new task must become the queue's head and run (no later call into the
+/// queue rescues it).
+async fn a_task_enqueued_while_its_queue_head_completes_still_runs(db: Db) {
+    const QUEUES: usize = 100;
+    let (b, _db) = broker(db, fast_config()).await;
+    let firsts: Vec<_> = (0..QUEUES)
+        .map(|q| task(&format!("first-{q}"), &format!("q{q}"), "p"))
+        .collect();
+    assert_eq!(b.enqueue(firsts).await, QUEUES as i32);
+    let mut leased = Vec::new();
+    while leased.len() < QUEUES {
+        let batch = b.lease("w", 64, 1_000).await;
+        assert!(!batch.is_empty(), "the first tasks are ready");
+        leased.extend(batch);
+    }
+    for first in &leased {
+        let second = task(&first.id.replace("first", "second"), &first.queue, "p");
+        let (completed, accepted) = tokio::join!(b.complete(first), b.enqueue(vec![second]));
+        completed.expect("complete");
+        assert_eq!(accepted, 1);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seconds = std::collections::BTreeSet::new();
+    while seconds.len() < QUEUES && Instant::now() < deadline {
+        for t in b.lease("w", 64, 200).await {
+            assert!(t.id.starts_with("second-"), "{}", t.id);
+            seconds.insert(t.queue.clone());
+        }
+    }
+    let stalled: Vec<String> = (0..QUEUES)
+        .map(|q| format!("q{q}"))
+        .filter(|q| !seconds.contains(q))
+        .collect();
+    assert!(stalled.is_empty(), "queues whose second task never ran: {stalled:?}");
     b.stop().await;
 }

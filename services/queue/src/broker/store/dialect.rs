@@ -136,7 +136,14 @@ impl Dialect {
                 "PRAGMA busy_timeout = 5000",
                 "PRAGMA synchronous = NORMAL",
             ],
-            Dialect::Postgres => &[],
+            // The planner's statistics of a queue table are always stale (thousands of rows
+            // come and go between two ANALYZE runs), and its guesses went wrong both ways: a
+            // sequential scan over every dead row to find 100 heads, and bitmap scans, which
+            // never mark index entries of dead rows as dead, so every Lease visited thousands of
+            // dead rows through the churning `tasks_heads` index. Plain index scans mark them as
+            // they pass and skip them afterwards, and every statement here has one (see
+            // `settle::lease_match`), so these connections are told to prefer them.
+            Dialect::Postgres => &["SET enable_bitmapscan = off", "SET enable_seqscan = off"],
         }
     }
 
@@ -157,8 +164,8 @@ impl Dialect {
     /// concurrent Enqueues into one queue could commit out of order: the later-numbered task
     /// becomes visible first, is leased, and then the earlier one appears as the queue's head
     /// and is leased too, breaking "one running task per queue". Holding a per-queue lock from
-    /// insert to commit makes `seq` order equal commit order within a queue. SQLite writers are
-    /// serialised anyway.
+    /// insert to commit makes `seq` order equal commit order within a queue (which the queue
+    /// head marks rely on, see `heads`). SQLite writers are serialised anyway.
     pub fn locks_queues(self) -> bool {
         match self {
             Dialect::Sqlite => false,

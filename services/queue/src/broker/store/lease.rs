@@ -1,5 +1,6 @@
 //! Lease: hand out the ready head of each idle queue, and compact hook runs on the way.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::history::{self, Finished};
 use super::rows::{leased_task, task_columns};
-use super::{Dialect, Store, StoreError, query_failed};
+use super::{Dialect, Store, StoreError, heads, query_failed};
 use crate::broker::compaction::{HOOK_RUN_KIND, HookRunPayload};
 use crate::broker::model::{LeaseBatch, LeasedTask, Outcome};
 
@@ -27,29 +28,8 @@ pub struct LeaseLimits {
     pub merged_payload_bytes: usize,
 }
 
-/// A `WITH` clause naming every queue that has tasks, found in O(queues · log tasks): the
-/// recursive step jumps to the next queue name through the `(queue, seq)` index (a loose index
-/// scan). Testing every task for being the head of its queue instead costs a probe per task,
-/// which dominated Lease on PostgreSQL with a long backlog.
-macro_rules! queue_names {
-    () => {
-        "WITH RECURSIVE queues(name) AS ( \
-             SELECT MIN(queue) FROM tasks \
-             UNION ALL \
-             SELECT (SELECT MIN(n.queue) FROM tasks n WHERE n.queue > queues.name) \
-             FROM queues WHERE queues.name IS NOT NULL) "
-    };
-}
-
-/// Joins each queue name to its head task `t`.
-macro_rules! join_heads {
-    () => {
-        " FROM queues JOIN tasks t ON t.seq = (SELECT MIN(h.seq) FROM tasks h WHERE h.queue = queues.name) "
-    };
-}
-
-/// Leases the ready heads in one statement. A ready head is not running, not cancelled and
-/// due; the oldest heads come first (so no queue starves), at most `$2` of them, and heads stop
+/// Leases the ready heads in one statement, found through the `tasks_heads` index (see `heads`).
+/// A ready head is not running, not cancelled and due; the oldest heads come first (so no queue starves), at most `$2` of them, and heads stop
 /// being added once the payloads before them reach `$5` characters (the first always fits).
 /// `$1` is now, `$3` the worker, `$4` the lease's end. The SET expressions read the row's
 /// previous values, so `redelivered` records whether an expired lease is being replaced.
@@ -63,10 +43,8 @@ macro_rules! join_heads {
 macro_rules! lease_heads {
     ($lock:literal) => {
         concat!(
-            queue_names!(),
-            ", heads AS (SELECT t.seq, LENGTH(t.payload) AS size",
-            join_heads!(),
-            "WHERE t.cancelled = 0 AND t.not_before <= $1 \
+            "WITH heads AS (SELECT t.seq, LENGTH(t.payload) AS size FROM tasks t \
+             WHERE t.is_head = 1 AND t.cancelled = 0 AND t.not_before <= $1 \
                AND (t.lease_holder = '' OR t.lease_until <= $1) \
              ORDER BY t.seq LIMIT $2",
             $lock,
@@ -82,11 +60,12 @@ macro_rules! lease_heads {
 }
 
 /// Cancelled tasks whose holder went away without reporting (lease expired) exist; the partial
-/// index `tasks_cancelled` makes this a single probe.
+/// index `tasks_cancelled` (cancelled tasks only) makes this a short scan.
 const ANY_ABANDONED_CANCELLED: &str =
     "SELECT 1 FROM tasks WHERE cancelled = 1 AND lease_until <= $1 LIMIT 1";
 
-/// How often a Lease that found work also looks for abandoned cancelled tasks. A Lease that
+/// How often a Lease that found work also looks for abandoned cancelled tasks (and for queues
+/// without a head mark, see `heads`). A Lease that
 /// finds nothing always looks. An abandoned cancelled head blocks its queue until reaped, so
 /// this bounds that delay (on top of the lease TTL that had to pass first).
 const REAP_INTERVAL_MS: i64 = 1_000;
@@ -108,6 +87,7 @@ impl Store {
         let mut reaped = false;
         if now_ms >= self.next_reap_ms.load(Ordering::Relaxed) {
             self.reap_cancelled(now_ms).await?;
+            self.mark_headless_queues().await?;
             reaped = true;
         }
         let pool = self.lease_pool();
@@ -143,7 +123,7 @@ impl Store {
             return Ok(false);
         }
         let mut tx = self.begin("reap cancelled tasks").await?;
-        let inserted = sqlx::query(
+        sqlx::query(
             "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
              SELECT id, queue, package, kind, 'cancelled', attempts, last_error, $1 FROM tasks \
              WHERE cancelled = 1 AND lease_until <= $1",
@@ -152,16 +132,24 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(query_failed("record cancelled tasks"))?;
-        sqlx::query("DELETE FROM tasks WHERE cancelled = 1 AND lease_until <= $1")
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_failed("delete cancelled tasks"))?;
+        let removed = sqlx::query(
+            "DELETE FROM tasks WHERE cancelled = 1 AND lease_until <= $1 RETURNING queue",
+        )
+        .bind(now_ms)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(query_failed("delete cancelled tasks"))?;
+        let queues = heads::queue_names(&removed)?;
+        let queues: BTreeSet<&str> = queues.iter().map(String::as_str).collect();
+        let promoted = heads::promote(&mut tx, self.dialect(), &queues).await?;
         self.signal_change(&mut tx).await?;
         tx.commit()
             .await
             .map_err(query_failed("commit reaping"))?;
-        Ok(inserted.rows_affected() > 0)
+        // The queues it emptied may have got a task meanwhile (see `heads`).
+        self.promote_after_commit(&heads::unpromoted(&queues, &promoted))
+            .await?;
+        Ok(!removed.is_empty())
     }
 }
 
@@ -311,12 +299,11 @@ async fn compact(
 /// The earliest moment a queue head may become ready without any call: the end of a retry
 /// delay, or the expiry of a lease (redelivery).
 async fn next_due(pool: &sqlx::AnyPool, now_ms: i64) -> Result<Option<i64>, StoreError> {
-    let row = sqlx::query(concat!(
-        queue_names!(),
+    let row = sqlx::query(
         "SELECT MIN(CASE WHEN t.lease_holder <> '' AND t.lease_until > $1 \
-                        THEN t.lease_until ELSE t.not_before END) AS due",
-        join_heads!()
-    ))
+                        THEN t.lease_until ELSE t.not_before END) AS due \
+         FROM tasks t WHERE t.is_head = 1",
+    )
     .bind(now_ms)
     .fetch_one(pool)
     .await

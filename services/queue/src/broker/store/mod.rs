@@ -5,6 +5,7 @@
 //! not read a clock.
 
 mod dialect;
+mod heads;
 mod history;
 mod inspect;
 mod lease;
@@ -129,6 +130,9 @@ impl Store {
                 .acquire_timeout(CONNECT_TIMEOUT)
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
+                        for statement in dialect.connection_setup() {
+                            conn.execute(*statement).await?;
+                        }
                         conn.execute(setup).await?;
                         Ok(())
                     })
@@ -339,6 +343,32 @@ mod tests {
             fence: second.tasks[0].fence,
         };
         store.complete(&current, 2_600).await.expect("the new holder settles it");
+    }
+
+    #[tokio::test]
+    async fn a_queue_whose_head_mark_was_lost_runs_again_from_its_oldest_task() {
+        let store = Store::open("sqlite::memory:")
+            .await
+            .expect("open in-memory store");
+        store
+            .enqueue(&[task("a"), task("b")], 1_000)
+            .await
+            .expect("enqueue");
+        // What a PostgreSQL broker dying between a commit and its second look leaves behind.
+        sqlx::query("UPDATE tasks SET is_head = 0")
+            .execute(store.pool())
+            .await
+            .expect("drop the mark");
+        let batch = store.lease("w", limits(), 2_000).await.expect("lease");
+        let leased: Vec<&str> = batch.tasks.iter().map(|t| t.task.id.as_str()).collect();
+        assert_eq!(leased, ["a"], "the oldest task, and only it");
+        let lease = LeaseRef {
+            task_id: "a".into(),
+            fence: batch.tasks[0].fence,
+        };
+        store.complete(&lease, 2_100).await.expect("complete");
+        let next = store.lease("w", limits(), 2_200).await.expect("lease");
+        assert_eq!(next.tasks[0].task.id, "b");
     }
 
     #[tokio::test]

@@ -1,10 +1,11 @@
 //! Heartbeat, Complete and Fail: the calls a lease holder makes, all checked against the fence.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use sqlx::{AnyConnection, Executor as _, Row};
 
+use super::heads;
 use super::history::{self, Finished};
 use super::lease::{LeaseLimits, compact_heads, lease_heads};
 use super::{Store, StoreError, query_failed};
@@ -164,6 +165,8 @@ impl Store {
             let leases: Vec<LeaseRef> = chunk.iter().map(|c| c.lease.clone()).collect();
             removed.extend(remove_leased(&mut tx, &leases).await?);
         }
+        let freed: BTreeSet<&str> = removed.values().map(|r| r.queue.as_str()).collect();
+        let promoted = heads::promote(&mut tx, self.dialect(), &freed).await?;
         let mut answers = Vec::with_capacity(completions.len());
         let mut finished = Vec::with_capacity(removed.len());
         // Next tasks wanted per worker, by the completions that settled.
@@ -219,6 +222,9 @@ impl Store {
             self.signal_change(&mut tx).await?;
         }
         tx.commit().await.map_err(query_failed("commit complete"))?;
+        // The queues it emptied may have got a task meanwhile (see `heads`).
+        self.promote_after_commit(&heads::unpromoted(&freed, &promoted))
+            .await?;
         Ok(answers)
     }
 
@@ -260,6 +266,7 @@ impl Store {
             ran_ms: now_ms.saturating_sub(decode("leased_at")?).max(0),
             cancelled: decode("cancelled")? != 0,
         };
+        let mut emptied: Vec<String> = Vec::new();
         let outcome = if keep {
             let delay = backoff.delay(attempts);
             let delay_ms = delay.as_millis() as i64;
@@ -281,6 +288,11 @@ impl Store {
                 .await?
                 .remove(&(lease.task_id.clone(), lease.fence))
                 .ok_or_else(|| stale(lease))?;
+            let queue = BTreeSet::from([removed.queue.as_str()]);
+            emptied = heads::unpromoted(&queue, &heads::promote(&mut tx, self.dialect(), &queue).await?)
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
             let outcome = if removed.cancelled {
                 Outcome::Cancelled
             } else {
@@ -300,6 +312,9 @@ impl Store {
         };
         self.signal_change(&mut tx).await?;
         tx.commit().await.map_err(query_failed("commit fail"))?;
+        // A queue it emptied may have got a task meanwhile (see `heads`).
+        self.promote_after_commit(&emptied.iter().map(String::as_str).collect())
+            .await?;
         Ok((outcome, settled))
     }
 }
@@ -315,14 +330,17 @@ fn stale(lease: &LeaseRef) -> StoreError {
 /// within both engines' limits on bound parameters.
 const LEASES_PER_STATEMENT: usize = 256;
 
-/// `((id = $first AND fence = $first+1) OR (id = $first+2 AND fence = $first+3) OR …)` for `n`
-/// (id, fence) pairs. Spelled out rather than as a row-value `IN (VALUES …)`, which SQLite
-/// answers with a scan of the whole table instead of probes of the `id` index.
+/// `(id IN ($first, $first+2, …) AND ((id = $first AND fence = $first+1) OR …))` for `n`
+/// (id, fence) pairs. The pairs are spelled out rather than as a row-value `IN (VALUES …)`,
+/// which SQLite answers with a scan of the whole table; the leading `id IN` gives both engines
+/// a plain index lookup (PostgreSQL would otherwise need a bitmap scan for the ORs, which the
+/// store turns off, see `Dialect::connection_setup`).
 fn lease_match(first: usize, n: usize) -> String {
+    let ids: Vec<String> = (0..n).map(|i| format!("${}", first + 2 * i)).collect();
     let pairs: Vec<String> = (0..n)
         .map(|i| format!("(id = ${} AND fence = ${})", first + 2 * i, first + 2 * i + 1))
         .collect();
-    format!("({})", pairs.join(" OR "))
+    format!("(id IN ({}) AND ({}))", ids.join(", "), pairs.join(" OR "))
 }
 
 /// Deletes the tasks `leases` still hold, keyed by (id, fence); a lease missing from the answer

@@ -1,8 +1,10 @@
 //! Enqueue and Supersede.
 
+use std::collections::BTreeSet;
+
 use sqlx::AnyConnection;
 
-use super::history;
+use super::{heads, history};
 use super::{Store, StoreError, query_failed};
 use crate::broker::model::NewTask;
 
@@ -28,8 +30,7 @@ impl Store {
     pub async fn enqueue(&self, tasks: &[NewTask], now_ms: i64) -> Result<u64, StoreError> {
         let mut tx = self.begin("enqueue").await?;
         if self.dialect().locks_queues() {
-            let queues: std::collections::BTreeSet<&str> =
-                tasks.iter().map(|t| t.queue.as_str()).collect();
+            let queues: BTreeSet<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
             let queues: Vec<&str> = queues.into_iter().collect();
             for chunk in queues.chunks(QUEUES_PER_LOCK_STATEMENT) {
                 lock_queues(&mut tx, chunk).await?;
@@ -39,10 +40,17 @@ impl Store {
         for chunk in tasks.chunks(TASKS_PER_STATEMENT) {
             accepted += insert_tasks(&mut tx, chunk, now_ms).await?;
         }
-        if accepted > 0 {
-            self.signal_change(&mut tx).await?;
+        if accepted == 0 {
+            tx.commit().await.map_err(query_failed("commit enqueue"))?;
+            return Ok(0);
         }
+        let queues: BTreeSet<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
+        let promoted = heads::promote(&mut tx, self.dialect(), &queues).await?;
+        self.signal_change(&mut tx).await?;
         tx.commit().await.map_err(query_failed("commit enqueue"))?;
+        // The queues that had a head may have lost it meanwhile (see `heads`).
+        self.promote_after_commit(&heads::unpromoted(&queues, &promoted))
+            .await?;
         Ok(accepted)
     }
 
@@ -68,17 +76,21 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(query_failed("record superseded tasks"))?;
-        let dropped = sqlx::query(concat!(
+        let removed = sqlx::query(concat!(
             "DELETE FROM tasks WHERE package = $1 AND generation < $2 AND NOT ",
-            live_lease!("$3")
+            live_lease!("$3"),
+            " RETURNING queue"
         ))
         .bind(package)
         .bind(generation)
         .bind(now_ms)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await
-        .map_err(query_failed("delete superseded tasks"))?
-        .rows_affected();
+        .map_err(query_failed("delete superseded tasks"))?;
+        let dropped = removed.len() as u64;
+        let queues = heads::queue_names(&removed)?;
+        let queues: BTreeSet<&str> = queues.iter().map(String::as_str).collect();
+        let promoted = heads::promote(&mut tx, self.dialect(), &queues).await?;
         let cancelled = sqlx::query(concat!(
             "UPDATE tasks SET cancelled = 1 WHERE package = $1 AND generation < $2 AND cancelled = 0 AND ",
             live_lease!("$3")
@@ -97,6 +109,9 @@ impl Store {
         tx.commit()
             .await
             .map_err(query_failed("commit supersede"))?;
+        // The queues it emptied may have got a task meanwhile (see `heads`).
+        self.promote_after_commit(&heads::unpromoted(&queues, &promoted))
+            .await?;
         Ok(Superseded { dropped, cancelled })
     }
 }
