@@ -5,7 +5,8 @@
 //! values files, `--set` assignments and an explicit `--kube-version` (helm's built-in default
 //! follows its client library, berth's its own table), and nothing else is rewritten. Functions
 //! whose output is random or time-dependent (`randAlphaNum`, `now`, `genCA`, `uuidv4`, ...)
-//! are kept out of the corpus since no normalisation could make them comparable.
+//! are kept out of the corpus since no normalisation could make them comparable; the
+//! certificate and key functions are compared field by field in `certs_oracle.rs` instead.
 //!
 //! helm is taken from PATH or `<workspace>/target/ci-tools/helm` (where `.ci/run` installs
 //! it). Without it the test fails under `CI=true` and otherwise prints a loud skip notice.

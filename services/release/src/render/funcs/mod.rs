@@ -3,6 +3,7 @@
 //! parsed chart and live in `render::engine`.
 
 mod args;
+mod certs;
 pub mod collections;
 mod crypto;
 pub mod encoding;
@@ -31,6 +32,7 @@ pub fn sprig() -> FuncMap {
     time::register(&mut fm);
     paths::register(&mut fm);
     crypto::register(&mut fm);
+    certs::register(&mut fm);
     toml::register(&mut fm);
     url::register(&mut fm);
     add_must_aliases(&mut fm);
