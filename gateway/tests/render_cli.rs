@@ -5,22 +5,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use berth_release::helm_binary::find_helm;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn find_helm() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("helm"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let ci = workspace().join("target/ci-tools/helm");
-        ci.is_file().then_some(ci)
-    })
-}
 
 fn stdout_of(cmd: &mut Command) -> String {
     let out = cmd.output().expect("command runs");

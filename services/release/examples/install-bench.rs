@@ -14,6 +14,7 @@ use berth_release::manager::ReleaseManager;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use berth_release::helm_binary::find_helm;
 
 /// Longest one install may take to become ready.
 const READY_DEADLINE: Duration = Duration::from_secs(180);
@@ -153,17 +154,6 @@ impl Drop for Cleanup {
     }
 }
 
-fn find_helm() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("helm"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let ci = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ci-tools/helm");
-        ci.is_file().then_some(ci)
-    })
-}
 
 fn write_chart(root: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(root.join("templates"))?;

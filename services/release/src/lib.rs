@@ -11,6 +11,7 @@
 
 pub mod apply;
 mod capabilities;
+pub mod helm_binary;
 pub mod helm_hooks;
 pub mod manager;
 pub mod order;

@@ -14,22 +14,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use x509_parser::prelude::*;
+use berth_release::helm_binary::find_helm;
 
 fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/certs")
 }
 
-fn find_helm() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("helm"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let ci = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ci-tools/helm");
-        ci.is_file().then_some(ci)
-    })
-}
 
 fn helm(helm: &Path, set: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(helm);

@@ -6,21 +6,11 @@
 mod support;
 
 use berth_proto::release::{InstallRequest, RenderRequest};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use support::{chart, config_map, start};
+use berth_release::helm_binary::find_helm;
 
-fn find_helm() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("helm"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let ci = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ci-tools/helm");
-        ci.is_file().then_some(ci)
-    })
-}
 
 /// Runs helm with an isolated home (no user repositories or caches involved).
 async fn helm(

@@ -14,6 +14,7 @@
 use berth_release::template::{self, TemplateOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use berth_release::helm_binary::find_helm;
 
 /// The Kubernetes version both renderers are told, so `.Capabilities` agrees.
 const KUBE_VERSION: &str = "v1.31.0";
@@ -95,22 +96,6 @@ const CASES: &[Case] = &[
     },
 ];
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// helm from PATH or the CI tools directory.
-pub fn find_helm() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("helm"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let ci = workspace().join("target/ci-tools/helm");
-        ci.is_file().then_some(ci)
-    })
-}
 
 fn oracle_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle")

@@ -15,6 +15,7 @@ use berth_release::template::{self, TemplateOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use berth_release::helm_binary::find_helm;
 
 /// Both tools are told the same Kubernetes version so `.Capabilities` output agrees.
 const KUBE_VERSION: &str = "v1.31.0";
@@ -188,17 +189,6 @@ fn berth_command() -> anyhow::Result<(Vec<String>, String)> {
     ))
 }
 
-fn find_helm() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("helm"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let ci = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ci-tools/helm");
-        ci.is_file().then_some(ci)
-    })
-}
 
 /// A chart shaped like real large ones: shared helpers, per-component values, and templates
 /// using include/nindent/toYaml/range/with/quote/default.
