@@ -32,7 +32,11 @@ async fn a_waiting_lease_wakes_when_another_broker_enqueues() {
         (tasks, started.elapsed())
     });
     // Enqueue only once the poll on broker b is parked.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::eventually(Duration::from_secs(5), "the lease to park on broker b", || {
+        let parked = b.service.metrics().leases_waiting() == 1;
+        async move { parked.then_some(()) }
+    })
+    .await;
     a.enqueue(vec![task("t", "q", "p")]).await;
     let (tasks, waited) = waiting.await.expect("lease task");
     assert_eq!(ids(&tasks), ["t"]);

@@ -51,6 +51,7 @@ pub struct BrokerMetrics {
     cancellations: Counter,
     redeliveries: Counter,
     compacted: Counter,
+    leases_waiting: Gauge,
 }
 
 impl Default for BrokerMetrics {
@@ -66,6 +67,7 @@ impl Default for BrokerMetrics {
             cancellations: Counter::default(),
             redeliveries: Counter::default(),
             compacted: Counter::default(),
+            leases_waiting: Gauge::default(),
         }
     }
 }
@@ -132,6 +134,29 @@ impl BrokerMetrics {
             "HookRun tasks merged into an earlier one",
             self.compacted.clone(),
         );
+        r.register(
+            "leases_waiting",
+            "Lease calls parked until a task is ready or their wait ends",
+            self.leases_waiting.clone(),
+        );
+    }
+
+    /// Lease calls parked now (see [`BrokerMetrics::lease_parked`]).
+    pub fn leases_waiting(&self) -> i64 {
+        self.leases_waiting.get()
+    }
+
+    /// Counts a parked Lease call until the returned guard is dropped (the call woke, timed out
+    /// or was abandoned by its client).
+    pub(crate) fn lease_parked(&self) -> impl Drop + use<> {
+        struct Parked(Gauge);
+        impl Drop for Parked {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
+        self.leases_waiting.inc();
+        Parked(self.leases_waiting.clone())
     }
 
     pub(crate) fn enqueued(&self, accepted: u64) {

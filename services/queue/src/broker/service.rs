@@ -153,6 +153,7 @@ impl BrokerService {
                     .min(now + Duration::from_millis(due.saturating_sub(now_ms()).max(1) as u64)),
                 None => deadline,
             };
+            let _parked = self.inner.metrics.lease_parked();
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(until) => {}
