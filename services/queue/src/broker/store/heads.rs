@@ -12,12 +12,13 @@
 //! On PostgreSQL that alone can miss. An Enqueue that does not yet see a concurrent removal of
 //! the head adds its task without the mark, while the remover, not yet seeing the new task,
 //! finds the queue empty and promotes nothing: the queue would have no head and never run
-//! again. So after committing, each side looks again ([`Store::promote_after_commit`]) at the
+//! again. So after committing, each side looks again ([`Store::look_again`]) at the
 //! queues where it marked no head: the Enqueue at those that had one, the remover at those it
 //! found empty. Whichever of the two commits last then sees both changes and marks the right
 //! task. Only the marks need this: `seq` order within a queue is already commit order
 //! (Enqueue's queue locks, see [`super::Dialect::locks_queues`]), so the lowest `seq` a
-//! transaction can see is always the queue's true head. SQLite serialises writers, so the first promotion is enough.
+//! transaction can see is always the queue's true head. SQLite serialises writers, so the
+//! first promotion is enough.
 //!
 //! A broker that dies between a commit and its second look leaves the queue unmarked until
 //! the next change to it; so Lease also marks every headless queue's lowest `seq` once a second
@@ -64,16 +65,23 @@ fn promote_sql(dialect: Dialect, n: usize) -> String {
     )
 }
 
-/// Marks the lowest `seq` of each of `queues` as its head where it is not marked yet. Returns
-/// the queues it marked; the others had a head already or looked empty.
-pub(super) async fn promote(
+/// The queues a transaction touched but marked no head in: where it must look again once it
+/// has committed ([`Store::look_again`]).
+#[derive(Debug, Default)]
+#[must_use = "the second look after commit is what keeps a racing queue from stalling"]
+pub(super) struct SecondLook(BTreeSet<String>);
+
+/// Marks the lowest `seq` of each of `queues` as its head where it is not marked yet. The queues
+/// it marked nothing in (they had a head already, or looked empty) are the second look.
+pub(super) async fn promote<'a>(
     conn: &mut AnyConnection,
     dialect: Dialect,
-    queues: &BTreeSet<&str>,
-) -> Result<BTreeSet<String>, StoreError> {
-    let queues: Vec<&str> = queues.iter().copied().collect();
+    queues: impl IntoIterator<Item = &'a str>,
+) -> Result<SecondLook, StoreError> {
+    let touched: BTreeSet<&str> = queues.into_iter().collect();
+    let touched: Vec<&str> = touched.into_iter().collect();
     let mut promoted = BTreeSet::new();
-    for chunk in queues.chunks(QUEUES_PER_STATEMENT) {
+    for chunk in touched.chunks(QUEUES_PER_STATEMENT) {
         // Only placeholders are generated; every value is bound.
         let mut query = sqlx::query(sqlx::AssertSqlSafe(promote_sql(dialect, chunk.len())));
         for queue in chunk {
@@ -85,7 +93,13 @@ pub(super) async fn promote(
             .map_err(query_failed("promote queue heads"))?;
         promoted.extend(queue_names(&rows)?);
     }
-    Ok(promoted)
+    Ok(SecondLook(
+        touched
+            .into_iter()
+            .filter(|q| !promoted.contains(*q))
+            .map(str::to_owned)
+            .collect(),
+    ))
 }
 
 /// The `queue` column of `rows` (what a removal's `RETURNING queue` gave).
@@ -94,19 +108,6 @@ pub(super) fn queue_names(rows: &[sqlx::any::AnyRow]) -> Result<BTreeSet<String>
         .map(|row| row.try_get::<String, _>("queue"))
         .collect::<Result<_, _>>()
         .map_err(query_failed("decode queue"))
-}
-
-/// `touched` without the queues [`promote`] marked a head in: where a transaction must look
-/// again after committing.
-pub(super) fn unpromoted<'a>(
-    touched: &BTreeSet<&'a str>,
-    promoted: &BTreeSet<String>,
-) -> BTreeSet<&'a str> {
-    touched
-        .iter()
-        .copied()
-        .filter(|q| !promoted.contains(*q))
-        .collect()
 }
 
 /// Marks the lowest `seq` of every queue that has none marked, walking the queue names through
@@ -131,7 +132,7 @@ macro_rules! mark_headless {
 }
 
 impl Store {
-    /// The safety net behind [`Store::promote_after_commit`]: marks the head of every queue that
+    /// The safety net behind [`Store::look_again`]: marks the head of every queue that
     /// has none, and tells the brokers when it did. Returns how many queues it marked. (On
     /// SQLite every change marks its heads atomically, so this finds nothing there.)
     pub(super) async fn mark_headless_queues(&self) -> Result<usize, StoreError> {
@@ -155,17 +156,14 @@ impl Store {
         Ok(rows.len())
     }
 
-    /// The second look of a transaction that committed changes to `queues` (see the module
-    /// docs): promotes their lowest `seq` where it is not marked, and tells the brokers when it
-    /// did. Nothing to do on SQLite.
-    pub(super) async fn promote_after_commit(
-        &self,
-        queues: &BTreeSet<&str>,
-    ) -> Result<(), StoreError> {
-        if !self.dialect().locks_queues() || queues.is_empty() {
+    /// The second look of a transaction that has committed (see the module docs): promotes
+    /// the lowest `seq` of the queues in `look` where it is not marked, and tells the brokers
+    /// when it did. Nothing to do on SQLite.
+    pub(super) async fn look_again(&self, look: SecondLook) -> Result<(), StoreError> {
+        if !self.dialect().locks_queues() || look.0.is_empty() {
             return Ok(());
         }
-        let queues: Vec<&str> = queues.iter().copied().collect();
+        let queues: Vec<&str> = look.0.iter().map(String::as_str).collect();
         for chunk in queues.chunks(QUEUES_PER_STATEMENT) {
             // One statement: the promotion and, only if it marked anything, the NOTIFY that wakes
             // the brokers' waiting Leases (the commit's own NOTIFY came before the mark).

@@ -1,6 +1,5 @@
 //! Lease: hand out the ready head of each idle queue, and compact hook runs on the way.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -28,9 +27,10 @@ pub struct LeaseLimits {
     pub merged_payload_bytes: usize,
 }
 
-/// Leases the ready heads in one statement, found through the `tasks_heads` index (see `heads`).
-/// A ready head is not running, not cancelled and due; the oldest heads come first (so no queue starves), at most `$2` of them, and heads stop
-/// being added once the payloads before them reach `$5` characters (the first always fits).
+/// Leases the ready heads in one statement, found through the `tasks_heads` index (see
+/// `heads`). A ready head is not running, not cancelled and due; the oldest heads come first
+/// (so no queue starves), at most `$2` of them, and heads stop being added once the payloads
+/// before them reach `$5` characters (the first always fits).
 /// `$1` is now, `$3` the worker, `$4` the lease's end. The SET expressions read the row's
 /// previous values, so `redelivered` records whether an expired lease is being replaced.
 ///
@@ -65,9 +65,9 @@ const ANY_ABANDONED_CANCELLED: &str =
     "SELECT 1 FROM tasks WHERE cancelled = 1 AND lease_until <= $1 LIMIT 1";
 
 /// How often a Lease that found work also looks for abandoned cancelled tasks (and for queues
-/// without a head mark, see `heads`). A Lease that
-/// finds nothing always looks. An abandoned cancelled head blocks its queue until reaped, so
-/// this bounds that delay (on top of the lease TTL that had to pass first).
+/// without a head mark, see `heads`). A Lease that finds nothing always looks. An abandoned
+/// cancelled head blocks its queue until reaped, so this bounds that delay (on top of the lease
+/// TTL that had to pass first).
 const REAP_INTERVAL_MS: i64 = 1_000;
 
 impl Store {
@@ -140,15 +140,14 @@ impl Store {
         .await
         .map_err(query_failed("delete cancelled tasks"))?;
         let queues = heads::queue_names(&removed)?;
-        let queues: BTreeSet<&str> = queues.iter().map(String::as_str).collect();
-        let promoted = heads::promote(&mut tx, self.dialect(), &queues).await?;
+        let look =
+            heads::promote(&mut tx, self.dialect(), queues.iter().map(String::as_str)).await?;
         self.signal_change(&mut tx).await?;
         tx.commit()
             .await
             .map_err(query_failed("commit reaping"))?;
         // The queues it emptied may have got a task meanwhile (see `heads`).
-        self.promote_after_commit(&heads::unpromoted(&queues, &promoted))
-            .await?;
+        self.look_again(look).await?;
         Ok(!removed.is_empty())
     }
 }

@@ -100,22 +100,7 @@ impl Store {
     pub async fn open(database_url: &str) -> Result<Store, StoreError> {
         let dialect = Dialect::from_url(database_url)?;
         install_default_drivers();
-        let pool = AnyPoolOptions::new()
-            .max_connections(dialect.max_connections())
-            .idle_timeout(dialect.connection_lifetime())
-            .max_lifetime(dialect.connection_lifetime())
-            .acquire_timeout(CONNECT_TIMEOUT)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    for statement in dialect.connection_setup() {
-                        conn.execute(*statement).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(&dialect.connect_url(database_url))
-            .await
-            .map_err(|source| StoreError::Connect { dialect, source })?;
+        let pool = connect_pool(dialect, database_url, dialect.max_connections(), None).await?;
         dialect
             .migrator()
             .run(&pool)
@@ -123,23 +108,10 @@ impl Store {
             .map_err(StoreError::Migrate)?;
         let lease_pool = match dialect.lease_session_setup() {
             None => pool.clone(),
-            Some(setup) => AnyPoolOptions::new()
-                .max_connections(dialect.lease_connections())
-                .idle_timeout(dialect.connection_lifetime())
-                .max_lifetime(dialect.connection_lifetime())
-                .acquire_timeout(CONNECT_TIMEOUT)
-                .after_connect(move |conn, _meta| {
-                    Box::pin(async move {
-                        for statement in dialect.connection_setup() {
-                            conn.execute(*statement).await?;
-                        }
-                        conn.execute(setup).await?;
-                        Ok(())
-                    })
-                })
-                .connect(&dialect.connect_url(database_url))
-                .await
-                .map_err(|source| StoreError::Connect { dialect, source })?,
+            Some(setup) => {
+                connect_pool(dialect, database_url, dialect.lease_connections(), Some(setup))
+                    .await?
+            }
         };
         Ok(Store {
             pool,
@@ -198,6 +170,32 @@ impl Store {
         self.lease_pool.close().await;
         self.pool.close().await;
     }
+}
+
+/// A pool of at most `max` connections to `database_url`, each set up with the dialect's
+/// [`Dialect::connection_setup`] and then `extra_setup`.
+async fn connect_pool(
+    dialect: Dialect,
+    database_url: &str,
+    max: u32,
+    extra_setup: Option<&'static str>,
+) -> Result<AnyPool, StoreError> {
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .idle_timeout(dialect.connection_lifetime())
+        .max_lifetime(dialect.connection_lifetime())
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                for statement in dialect.connection_setup().iter().chain(&extra_setup) {
+                    conn.execute(*statement).await?;
+                }
+                Ok(())
+            })
+        })
+        .connect(&dialect.connect_url(database_url))
+        .await
+        .map_err(|source| StoreError::Connect { dialect, source })
 }
 
 #[cfg(test)]

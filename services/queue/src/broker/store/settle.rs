@@ -1,6 +1,6 @@
 //! Heartbeat, Complete and Fail: the calls a lease holder makes, all checked against the fence.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use sqlx::{AnyConnection, Executor as _, Row};
@@ -165,8 +165,8 @@ impl Store {
             let leases: Vec<LeaseRef> = chunk.iter().map(|c| c.lease.clone()).collect();
             removed.extend(remove_leased(&mut tx, &leases).await?);
         }
-        let freed: BTreeSet<&str> = removed.values().map(|r| r.queue.as_str()).collect();
-        let promoted = heads::promote(&mut tx, self.dialect(), &freed).await?;
+        let freed = removed.values().map(|r| r.queue.as_str());
+        let look = heads::promote(&mut tx, self.dialect(), freed).await?;
         let mut answers = Vec::with_capacity(completions.len());
         let mut finished = Vec::with_capacity(removed.len());
         // Next tasks wanted per worker, by the completions that settled.
@@ -223,8 +223,7 @@ impl Store {
         }
         tx.commit().await.map_err(query_failed("commit complete"))?;
         // The queues it emptied may have got a task meanwhile (see `heads`).
-        self.promote_after_commit(&heads::unpromoted(&freed, &promoted))
-            .await?;
+        self.look_again(look).await?;
         Ok(answers)
     }
 
@@ -266,7 +265,7 @@ impl Store {
             ran_ms: now_ms.saturating_sub(decode("leased_at")?).max(0),
             cancelled: decode("cancelled")? != 0,
         };
-        let mut emptied: Vec<String> = Vec::new();
+        let mut look = heads::SecondLook::default();
         let outcome = if keep {
             let delay = backoff.delay(attempts);
             let delay_ms = delay.as_millis() as i64;
@@ -288,11 +287,7 @@ impl Store {
                 .await?
                 .remove(&(lease.task_id.clone(), lease.fence))
                 .ok_or_else(|| stale(lease))?;
-            let queue = BTreeSet::from([removed.queue.as_str()]);
-            emptied = heads::unpromoted(&queue, &heads::promote(&mut tx, self.dialect(), &queue).await?)
-                .into_iter()
-                .map(str::to_owned)
-                .collect();
+            look = heads::promote(&mut tx, self.dialect(), [removed.queue.as_str()]).await?;
             let outcome = if removed.cancelled {
                 Outcome::Cancelled
             } else {
@@ -313,8 +308,7 @@ impl Store {
         self.signal_change(&mut tx).await?;
         tx.commit().await.map_err(query_failed("commit fail"))?;
         // A queue it emptied may have got a task meanwhile (see `heads`).
-        self.promote_after_commit(&emptied.iter().map(String::as_str).collect())
-            .await?;
+        self.look_again(look).await?;
         Ok((outcome, settled))
     }
 }

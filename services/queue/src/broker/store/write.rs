@@ -28,10 +28,10 @@ impl Store {
     /// Appends `tasks` in order, all or none. A task whose id is queued, running or recently
     /// finished is skipped. Returns how many were new.
     pub async fn enqueue(&self, tasks: &[NewTask], now_ms: i64) -> Result<u64, StoreError> {
+        let queues: BTreeSet<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
         let mut tx = self.begin("enqueue").await?;
         if self.dialect().locks_queues() {
-            let queues: BTreeSet<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
-            let queues: Vec<&str> = queues.into_iter().collect();
+            let queues: Vec<&str> = queues.iter().copied().collect();
             for chunk in queues.chunks(QUEUES_PER_LOCK_STATEMENT) {
                 lock_queues(&mut tx, chunk).await?;
             }
@@ -44,13 +44,11 @@ impl Store {
             tx.commit().await.map_err(query_failed("commit enqueue"))?;
             return Ok(0);
         }
-        let queues: BTreeSet<&str> = tasks.iter().map(|t| t.queue.as_str()).collect();
-        let promoted = heads::promote(&mut tx, self.dialect(), &queues).await?;
+        let look = heads::promote(&mut tx, self.dialect(), queues).await?;
         self.signal_change(&mut tx).await?;
         tx.commit().await.map_err(query_failed("commit enqueue"))?;
         // The queues that had a head may have lost it meanwhile (see `heads`).
-        self.promote_after_commit(&heads::unpromoted(&queues, &promoted))
-            .await?;
+        self.look_again(look).await?;
         Ok(accepted)
     }
 
@@ -89,8 +87,8 @@ impl Store {
         .map_err(query_failed("delete superseded tasks"))?;
         let dropped = removed.len() as u64;
         let queues = heads::queue_names(&removed)?;
-        let queues: BTreeSet<&str> = queues.iter().map(String::as_str).collect();
-        let promoted = heads::promote(&mut tx, self.dialect(), &queues).await?;
+        let look =
+            heads::promote(&mut tx, self.dialect(), queues.iter().map(String::as_str)).await?;
         let cancelled = sqlx::query(concat!(
             "UPDATE tasks SET cancelled = 1 WHERE package = $1 AND generation < $2 AND cancelled = 0 AND ",
             live_lease!("$3")
@@ -110,8 +108,7 @@ impl Store {
             .await
             .map_err(query_failed("commit supersede"))?;
         // The queues it emptied may have got a task meanwhile (see `heads`).
-        self.promote_after_commit(&heads::unpromoted(&queues, &promoted))
-            .await?;
+        self.look_again(look).await?;
         Ok(Superseded { dropped, cancelled })
     }
 }
