@@ -187,28 +187,18 @@ fn parse_authority(
     Ok((Some(user), host))
 }
 
+/// RFC 3986's sub-delims, which both Go's userinfo check and its host escaping let through.
+fn is_sub_delim(b: u8) -> bool {
+    matches!(
+        b,
+        b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+    )
+}
+
 fn valid_userinfo_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.'
-                | b'_'
-                | b':'
-                | b'~'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-                | b'%'
-                | b'@'
-        )
+        || is_sub_delim(b)
+        || matches!(b, b'-' | b'.' | b'_' | b':' | b'~' | b'%' | b'@')
 }
 
 fn parse_host(host: &str) -> std::result::Result<String, String> {
@@ -326,25 +316,7 @@ fn should_escape(c: u8, mode: Mode) -> bool {
         return false;
     }
     if matches!(mode, Mode::Host | Mode::Zone)
-        && matches!(
-            c,
-            b'!' | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b';'
-                | b'='
-                | b':'
-                | b'['
-                | b']'
-                | b'<'
-                | b'>'
-                | b'"'
-        )
+        && (is_sub_delim(c) || matches!(c, b':' | b'[' | b']' | b'<' | b'>' | b'"'))
     {
         return false;
     }
