@@ -62,39 +62,42 @@ const INSTALL_CONCURRENCY: usize = 16;
 
 type Lifecycle = LifecycleClient<tonic::transport::Channel>;
 
+#[derive(clap::Parser)]
+#[command(name = "hook-latency-bench", about = "event→hook start latency of berth's hooks")]
 struct Options {
+    /// ConfigMap changes per second, over all packages.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     rate: u64,
+    /// Seconds of changes per scenario.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     seconds: u64,
+    /// Packages of the `own` and `shared` scenarios.
+    #[arg(long, default_value_t = 100, value_parser = positive)]
     packages: usize,
+    /// Tasks each worker runs at once.
+    #[arg(long, default_value_t = 4, value_parser = positive)]
     concurrency: usize,
-    /// Which scenarios to run: `one`, `own`, `shared`.
+    /// Which scenarios to run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "one,own,shared",
+        value_parser = ["one", "own", "shared"]
+    )]
     scenarios: Vec<String>,
     /// Where the bench's data directory (databases, package cache, hook start files) goes; the
     /// system temp dir by default.
+    #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
 }
 
-fn options() -> anyhow::Result<Options> {
-    let all = ["one", "own", "shared"];
-    let mut o = Options { rate: 100, seconds: 10, packages: 100, concurrency: 4, scenarios: all.map(str::to_owned).to_vec(), data_dir: None };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let value = pair.get(1).with_context(|| format!("{} needs a value", pair[0]))?;
-        match pair[0].as_str() {
-            "--rate" => o.rate = value.parse().context("--rate")?,
-            "--seconds" => o.seconds = value.parse().context("--seconds")?,
-            "--packages" => o.packages = value.parse().context("--packages")?,
-            "--concurrency" => o.concurrency = value.parse().context("--concurrency")?,
-            "--scenarios" => o.scenarios = value.split(',').map(str::to_owned).collect(),
-            "--data-dir" => o.data_dir = Some(value.into()),
-            other => bail!("unknown option {other}; expected --rate, --seconds, --packages, --concurrency, --scenarios, --data-dir"),
-        }
+/// A count of at least one.
+fn positive(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
-    if let Some(bad) = o.scenarios.iter().find(|s| !all.contains(&s.as_str())) {
-        bail!("--scenarios: unknown scenario {bad:?}; expected a comma-separated list of {}", all.join(", "));
-    }
-    ensure!(o.rate > 0 && o.seconds > 0 && o.packages > 0 && o.concurrency > 0, "every option must be positive");
-    Ok(o)
 }
 
 /// The berth processes of the bench (a split topology without the gateway).
@@ -464,7 +467,7 @@ fn loadavg() -> String {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let o = options()?;
+    let o = <Options as clap::Parser>::parse();
     let load_before = loadavg();
     let cluster = TestCluster::start().await?;
     let dir = match &o.data_dir {

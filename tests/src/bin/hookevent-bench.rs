@@ -100,25 +100,18 @@ impl Broker for RecordingBroker {
     }
 }
 
+#[derive(clap::Parser)]
+#[command(name = "hookevent-bench", about = "hookevent's event→HookRun latency, CPU and memory")]
 struct Options {
+    /// ConfigMap changes per second.
+    #[arg(long, default_value_t = 100)]
     rate: u64,
+    /// Seconds of changes.
+    #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// ConfigMaps created and watched.
+    #[arg(long, default_value_t = 10_000)]
     objects: usize,
-}
-
-fn options() -> anyhow::Result<Options> {
-    let mut o = Options { rate: 100, seconds: 10, objects: 10_000 };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let value = pair.get(1).with_context(|| format!("{} needs a value", pair[0]))?;
-        match pair[0].as_str() {
-            "--rate" => o.rate = value.parse().context("--rate")?,
-            "--seconds" => o.seconds = value.parse().context("--seconds")?,
-            "--objects" => o.objects = value.parse().context("--objects")?,
-            other => bail!("unknown option {other}; expected --rate, --seconds, --objects"),
-        }
-    }
-    Ok(o)
 }
 
 fn ms(d: Duration) -> String {
@@ -306,7 +299,7 @@ async fn hook_start(n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> 
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let o = options()?;
+    let o = <Options as clap::Parser>::parse();
     let cluster = TestCluster::start().await?;
     let shutdown = CancellationToken::new();
     let broker = RecordingBroker::default();
