@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::store::{Completed, Completion, LeaseLimits, Store, StoreError};
+use super::store::{self, Completed, Completion, LeaseLimits, Store, StoreError};
 
 /// Most Complete calls settled in one transaction; bounds the transaction's length (and so how
 /// long it holds SQLite's write lock). Up to [`Dialect::concurrent_writes`] groups are settled
@@ -123,16 +123,10 @@ async fn settle_group(
     to_status: ToStatus,
 ) {
     let completions: Vec<Completion> = group.iter().map(|p| p.completion.clone()).collect();
-    let mut attempt = 1;
-    let answers = loop {
-        match store.complete_many(&completions, limits, now_ms()).await {
-            Err(err) if err.is_transient() && attempt < TRANSIENT_ATTEMPTS => {
-                tracing::debug!(error = %err, attempt, "transient store failure; retrying");
-                attempt += 1;
-            }
-            result => break result,
-        }
-    };
+    let answers = store::retrying(TRANSIENT_ATTEMPTS, || {
+        store.complete_many(&completions, limits, now_ms())
+    })
+    .await;
     match answers {
         Ok(answers) => {
             for (pending, answer) in group.into_iter().zip(answers) {

@@ -14,7 +14,7 @@ use super::completer::Completer;
 use super::convert::{self, saturate};
 use super::metrics::BrokerMetrics;
 use super::model::{FailOutcome, LeaseBatch};
-use super::store::{Completion, Dialect, LeaseLimits, Store, StoreError};
+use super::store::{self, Completion, Dialect, LeaseLimits, Store, StoreError};
 use super::{BrokerConfig, listen};
 
 /// The broker. Cheap to clone; clones share the store and the wake-up signal.
@@ -176,21 +176,12 @@ fn lease_limits(config: &BrokerConfig, max: i64) -> LeaseLimits {
 const TRANSIENT_ATTEMPTS: usize = 3;
 
 /// Runs `call`, again when it failed transiently (see [`StoreError::is_transient`]).
-async fn retrying<T, F, Fut>(mut call: F) -> Result<T, StoreError>
+async fn retrying<T, F, Fut>(call: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, StoreError>>,
 {
-    let mut attempt = 1;
-    loop {
-        match call().await {
-            Err(err) if err.is_transient() && attempt < TRANSIENT_ATTEMPTS => {
-                tracing::debug!(error = %err, attempt, "transient store failure; retrying");
-                attempt += 1;
-            }
-            result => return result,
-        }
-    }
+    store::retrying(TRANSIENT_ATTEMPTS, call).await
 }
 
 /// Milliseconds since the Unix epoch: the time base of every stored deadline.

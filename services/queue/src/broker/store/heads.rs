@@ -173,27 +173,23 @@ impl Store {
                 promote_sql(self.dialect(), chunk.len()),
                 super::CHANGE_CHANNEL
             );
-            let mut attempt = 1;
-            loop {
+            // The caller's own change is committed already: this look must not be lost to a
+            // deadlock with some other transaction.
+            super::retrying(POST_COMMIT_ATTEMPTS, || {
                 // Only placeholders and a constant are generated; every value is bound.
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.clone()));
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()));
                 for queue in chunk {
                     query = query.bind(*queue);
                 }
                 // `execute`: pg_notify returns `void`, which rows could not be decoded from.
-                match self.pool().execute(query).await {
-                    Ok(_) => break,
-                    // The caller's own change is committed already: this look must not be lost
-                    // to a deadlock with some other transaction.
-                    Err(err) => {
-                        let err = query_failed("promote queue heads after commit")(err);
-                        if !err.is_transient() || attempt == POST_COMMIT_ATTEMPTS {
-                            return Err(err);
-                        }
-                        attempt += 1;
-                    }
+                let pool = self.pool();
+                async move {
+                    pool.execute(query)
+                        .await
+                        .map_err(query_failed("promote queue heads after commit"))
                 }
-            }
+            })
+            .await?;
         }
         Ok(())
     }

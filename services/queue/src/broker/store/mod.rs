@@ -74,6 +74,25 @@ impl StoreError {
     }
 }
 
+/// Runs `call` up to `attempts` times while it fails transiently (see
+/// [`StoreError::is_transient`]); the last result either way.
+pub(crate) async fn retrying<T, F, Fut>(attempts: usize, mut call: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(err) if err.is_transient() && attempt < attempts => {
+                tracing::debug!(error = %err, attempt, "transient store failure; retrying");
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Attaches the failed operation's name to a sqlx error.
 pub(crate) fn query_failed(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Query { op, source }
