@@ -28,6 +28,7 @@ crate::on_both_backends!(
     a_cancelled_task_whose_holder_vanished_is_removed_not_redelivered,
     a_completion_hands_out_the_next_task_in_the_same_call,
     a_task_enqueued_while_its_queue_head_completes_still_runs,
+    metrics_count_what_the_broker_did,
 );
 
 /// A broker over `db`; the database lives as long as the returned guard.
@@ -572,9 +573,8 @@ async fn dump_shows_each_queue_with_its_head_and_holder(db: Db) {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn metrics_count_what_the_broker_did() {
-    let (b, _db) = broker(Db::sqlite(), fast_config()).await;
+async fn metrics_count_what_the_broker_did(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
     b.enqueue(vec![
         task("ok", "q1", "p"),
         task("bad", "q2", "p"),

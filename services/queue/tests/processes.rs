@@ -17,6 +17,7 @@ use std::time::Duration;
 use berth_proto::queue as pb;
 use berth_proto::queue::broker_client::BrokerClient;
 use berth_queue::broker::{HistoryEntry, Store};
+use support::Db;
 use support::postgres::PgServer;
 use support::process::{BrokerProc, executions, history_covering, start_worker, wait_for};
 use tonic::transport::Channel;
@@ -82,10 +83,11 @@ fn assert_done_once(history: &[HistoryEntry], ids: &[String]) {
     );
 }
 
-#[tokio::test]
-async fn a_worker_killed_mid_task_has_the_task_redelivered_and_completed_once() {
+crate::on_both_backends!(a_worker_killed_mid_task_has_the_task_redelivered_and_completed_once);
+
+async fn a_worker_killed_mid_task_has_the_task_redelivered_and_completed_once(db: Db) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let database = format!("sqlite://{}/queue.db", dir.path().display());
+    let database = db.url();
     // A short lease so the dead worker's task comes back quickly.
     let broker = BrokerProc::start(&database, "127.0.0.1:0", 1_000).await;
     let log_a = dir.path().join("a.log");

@@ -9,11 +9,22 @@ use std::time::Duration;
 
 use berth_proto::queue as pb;
 use berth_queue::worker::{self, Handler, TaskError, WorkerConfig};
-use support::{TestBroker, eventually, fast_config, sqlite_url, task};
+use support::{Db, TestBroker, eventually, fast_config, task};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+crate::on_both_backends!(
+    worker_runs_queues_in_parallel_up_to_its_concurrency_and_each_queue_in_order,
+    superseded_running_task_is_cancelled_within_a_second,
+    failed_tasks_are_retried_and_permanent_failures_dropped,
+    shutdown_lets_tasks_finish_then_cancels_them_after_the_grace_period,
+    worker_reconnects_when_the_broker_comes_back,
+    invalid_config_is_refused,
+    a_task_is_cancelled_when_its_lease_cannot_be_renewed,
+    shutdown_aborts_a_task_that_ignores_cancellation,
+);
 
 /// What the test handler saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,10 +149,8 @@ async fn next_event(events: &mut mpsc::Receiver<Event>, limit: Duration) -> Even
         .expect("handler alive")
 }
 
-#[tokio::test]
-async fn worker_runs_queues_in_parallel_up_to_its_concurrency_and_each_queue_in_order() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
+async fn worker_runs_queues_in_parallel_up_to_its_concurrency_and_each_queue_in_order(db: Db) {
+    let b = TestBroker::start(&db.url(), fast_config()).await;
     let tasks = (0..4)
         .flat_map(|q| (1..=2).map(move |n| task(&format!("q{q}-{n}"), &format!("q{q}"), "p")))
         .collect();
@@ -174,10 +183,8 @@ async fn worker_runs_queues_in_parallel_up_to_its_concurrency_and_each_queue_in_
     b.stop().await;
 }
 
-#[tokio::test]
-async fn superseded_running_task_is_cancelled_within_a_second() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
+async fn superseded_running_task_is_cancelled_within_a_second(db: Db) {
+    let b = TestBroker::start(&db.url(), fast_config()).await;
     b.enqueue(vec![pb::Task {
         kind: "Block".into(),
         ..task("old", "p", "p")
@@ -215,10 +222,8 @@ async fn superseded_running_task_is_cancelled_within_a_second() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn failed_tasks_are_retried_and_permanent_failures_dropped() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
+async fn failed_tasks_are_retried_and_permanent_failures_dropped(db: Db) {
+    let b = TestBroker::start(&db.url(), fast_config()).await;
     b.enqueue(vec![pb::Task {
         kind: "Flaky".into(),
         ..task("flaky", "q1", "p")
@@ -255,10 +260,8 @@ async fn failed_tasks_are_retried_and_permanent_failures_dropped() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn shutdown_lets_tasks_finish_then_cancels_them_after_the_grace_period() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
+async fn shutdown_lets_tasks_finish_then_cancels_them_after_the_grace_period(db: Db) {
+    let b = TestBroker::start(&db.url(), fast_config()).await;
     b.enqueue(vec![pb::Task {
         kind: "Block".into(),
         ..task("stuck", "q", "p")
@@ -313,10 +316,8 @@ async fn shutdown_lets_tasks_finish_then_cancels_them_after_the_grace_period() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn worker_reconnects_when_the_broker_comes_back() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = sqlite_url(&dir);
+async fn worker_reconnects_when_the_broker_comes_back(db: Db) {
+    let url = db.url();
     let b = TestBroker::start(&url, fast_config()).await;
     let addr = b.addr;
     let (handler, mut events) = Recorder::new(Duration::ZERO);
@@ -327,10 +328,9 @@ async fn worker_reconnects_when_the_broker_comes_back() {
         Event::Started("before".into())
     );
     wait_until_idle(&b).await;
+    // Stopping the broker drops the worker's connection: the worker must find the broker
+    // again on the same address.
     b.stop().await;
-
-    // Let the worker notice the broker is gone before it comes back on the same address.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .expect("rebind the broker address");
@@ -343,10 +343,8 @@ async fn worker_reconnects_when_the_broker_comes_back() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn invalid_config_is_refused() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
+async fn invalid_config_is_refused(db: Db) {
+    let b = TestBroker::start(&db.url(), fast_config()).await;
     let (handler, _events) = Recorder::new(Duration::ZERO);
     let err = worker::run(
         b.client.clone(),
@@ -360,14 +358,12 @@ async fn invalid_config_is_refused() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn a_task_is_cancelled_when_its_lease_cannot_be_renewed() {
-    let dir = tempfile::tempdir().expect("temp dir");
+async fn a_task_is_cancelled_when_its_lease_cannot_be_renewed(db: Db) {
     let config = berth_queue::broker::BrokerConfig {
         lease_ttl: Duration::from_secs(1),
         ..fast_config()
     };
-    let b = TestBroker::start(&sqlite_url(&dir), config).await;
+    let b = TestBroker::start(&db.url(), config).await;
     b.enqueue(vec![pb::Task {
         kind: "Block".into(),
         ..task("orphan", "q", "p")
@@ -409,10 +405,8 @@ fn config_with_timeout(concurrency: usize) -> WorkerConfig {
     }
 }
 
-#[tokio::test]
-async fn shutdown_aborts_a_task_that_ignores_cancellation() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let b = TestBroker::start(&sqlite_url(&dir), fast_config()).await;
+async fn shutdown_aborts_a_task_that_ignores_cancellation(db: Db) {
+    let b = TestBroker::start(&db.url(), fast_config()).await;
     b.enqueue(vec![pb::Task {
         kind: "Stubborn".into(),
         ..task("stubborn", "q", "p")

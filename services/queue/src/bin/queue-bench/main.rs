@@ -45,6 +45,10 @@ pub struct Args {
     /// Seconds of steady production for the latency measurement.
     #[arg(long, default_value_t = 3)]
     latency_secs: u64,
+    /// Tasks/s for the latency measurement instead of half the measured maximum; the
+    /// throughput runs are then skipped.
+    #[arg(long)]
+    latency_rate: Option<f64>,
     /// Supersede→cancel measurements per backend.
     #[arg(long, default_value_t = 5)]
     cancel_rounds: usize,
@@ -94,7 +98,8 @@ async fn main() -> anyhow::Result<()> {
             "≥ 2000/s"
         };
         let mut best = 0.0f64;
-        for workers in [1, 3] {
+        let runs: &[usize] = if args.latency_rate.is_some() { &[] } else { &[1, 3] };
+        for &workers in runs {
             let rate = scenarios::throughput(&args, &database, workers)
                 .await
                 .with_context(|| format!("{backend} throughput with {workers} workers"))?;
@@ -108,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
                 target,
             });
         }
-        let half = (best / 2.0).max(1.0);
+        let half = args.latency_rate.unwrap_or(best / 2.0).max(1.0);
         let latency = scenarios::latency(&args, &database, 3, half)
             .await
             .with_context(|| format!("{backend} latency"))?;

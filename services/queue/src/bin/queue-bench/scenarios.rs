@@ -123,6 +123,7 @@ pub async fn latency(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let started = Instant::now();
     let (mut owed, mut sent) = (0.0f64, 0usize);
+    let mut calls = Vec::new();
     while started.elapsed() < Duration::from_secs(args.latency_secs) {
         ticker.tick().await;
         owed += rate * tick.as_secs_f64();
@@ -142,15 +143,19 @@ pub async fn latency(
         owed -= batch.len() as f64;
         sent += batch.len();
         if !batch.is_empty() {
+            let call = Instant::now();
             producer
                 .enqueue(pb::EnqueueRequest { tasks: batch })
                 .await
                 .context("enqueue")?;
+            calls.push(call.elapsed().as_micros() as u64);
         }
     }
     broker.drained(args.timeout()).await?;
     pool.stop().await?;
     broker.stop().await?;
+    // Part of every latency: the Enqueue call itself (on PostgreSQL mostly its commit's WAL flush).
+    eprintln!("  of which the Enqueue call: {}", Percentiles::of(calls));
     let latencies = std::mem::take(
         &mut *probe
             .latencies

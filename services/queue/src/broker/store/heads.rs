@@ -78,12 +78,43 @@ pub(super) async fn promote<'a>(
     dialect: Dialect,
     queues: impl IntoIterator<Item = &'a str>,
 ) -> Result<SecondLook, StoreError> {
+    promote_with(conn, dialect, queues, false).await
+}
+
+/// [`promote`], and on PostgreSQL also a NOTIFY to the brokers when it marked a head, in the
+/// same statement: for Enqueue, whose new tasks can be leased only where they became a head.
+/// One round trip less than a separate NOTIFY, on the path from Enqueue to a task's start.
+pub(super) async fn promote_and_signal<'a>(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    queues: impl IntoIterator<Item = &'a str>,
+) -> Result<SecondLook, StoreError> {
+    promote_with(conn, dialect, queues, dialect.change_signal().is_some()).await
+}
+
+async fn promote_with<'a>(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    queues: impl IntoIterator<Item = &'a str>,
+    signal: bool,
+) -> Result<SecondLook, StoreError> {
     let touched: BTreeSet<&str> = queues.into_iter().collect();
     let touched: Vec<&str> = touched.into_iter().collect();
     let mut promoted = BTreeSet::new();
     for chunk in touched.chunks(QUEUES_PER_STATEMENT) {
-        // Only placeholders are generated; every value is bound.
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(promote_sql(dialect, chunk.len())));
+        let mut sql = promote_sql(dialect, chunk.len());
+        if signal {
+            // `pg_notify` runs once per marked row, only if there is one; PostgreSQL delivers
+            // identical notifications of one transaction once. Its `void` is compared as text
+            // so that it stays out of the rows (which could not decode it).
+            sql = format!(
+                "WITH promoted AS ({sql}) SELECT queue FROM promoted \
+                 WHERE pg_notify('{}', '')::text = ''",
+                super::CHANGE_CHANNEL
+            );
+        }
+        // Only placeholders and a constant are generated; every value is bound.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
         for queue in chunk {
             query = query.bind(*queue);
         }

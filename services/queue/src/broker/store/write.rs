@@ -44,8 +44,9 @@ impl Store {
             tx.commit().await.map_err(query_failed("commit enqueue"))?;
             return Ok(0);
         }
-        let look = heads::promote(&mut tx, self.dialect(), queues).await?;
-        self.signal_change(&mut tx).await?;
+        // The brokers need telling only where a new task became its queue's head: the others
+        // wait behind a head, whose settling signals in its turn.
+        let look = heads::promote_and_signal(&mut tx, self.dialect(), queues).await?;
         tx.commit().await.map_err(query_failed("commit enqueue"))?;
         // The queues that had a head may have lost it meanwhile (see `heads`).
         self.look_again(look).await?;
