@@ -108,14 +108,15 @@ impl Dialect {
         }
     }
 
-    /// A statement that, run first in a transaction, lets its commit return before the commit
-    /// is flushed to disk. For writes whose loss in a database crash only repeats work
-    /// (completions: the task runs again); never for Enqueue or Supersede. SQLite in WAL mode
-    /// with `synchronous = NORMAL` does not flush on commit anyway.
-    pub fn relaxed_commit(self) -> Option<&'static str> {
+    /// How a write transaction starts whose commit may return before it is flushed to disk.
+    /// For writes whose loss in a database crash only repeats work (completions: the task runs
+    /// again); never for Enqueue or Supersede. On PostgreSQL the setting travels with the BEGIN,
+    /// in one round trip. SQLite in WAL mode with `synchronous = NORMAL` does not flush on
+    /// commit anyway.
+    pub fn begin_relaxed(self) -> &'static str {
         match self {
-            Dialect::Sqlite => None,
-            Dialect::Postgres => Some("SET LOCAL synchronous_commit = off"),
+            Dialect::Sqlite => self.begin_write(),
+            Dialect::Postgres => "BEGIN; SET LOCAL synchronous_commit = off",
         }
     }
 

@@ -82,8 +82,9 @@ pub(super) async fn promote<'a>(
 }
 
 /// [`promote`], and on PostgreSQL also a NOTIFY to the brokers when it marked a head, in the
-/// same statement: for Enqueue, whose new tasks can be leased only where they became a head.
-/// One round trip less than a separate NOTIFY, on the path from Enqueue to a task's start.
+/// same statement: for Enqueue and Complete, after which there is something new to lease only
+/// where a head was marked. One round trip less than a separate NOTIFY, on the path from
+/// Enqueue to a task's start. (Where a row was skipped, [`Store::look_again`] signals.)
 pub(super) async fn promote_and_signal<'a>(
     conn: &mut AnyConnection,
     dialect: Dialect,

@@ -168,8 +168,25 @@ impl Store {
         &self,
         op: &'static str,
     ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        self.begin_with(op, self.dialect.begin_write()).await
+    }
+
+    /// Starts a write transaction whose commit need not wait for the disk (see
+    /// [`Dialect::begin_relaxed`]).
+    async fn begin_relaxed(
+        &self,
+        op: &'static str,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        self.begin_with(op, self.dialect.begin_relaxed()).await
+    }
+
+    async fn begin_with(
+        &self,
+        op: &'static str,
+        statement: &'static str,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
         self.pool
-            .begin_with(self.dialect.begin_write())
+            .begin_with(statement)
             .await
             .map_err(query_failed(op))
     }

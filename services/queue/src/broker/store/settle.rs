@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use sqlx::{AnyConnection, Executor as _, Row};
+use sqlx::{AnyConnection, Row};
 
 use super::heads;
 use super::history::{self, Finished};
@@ -151,22 +151,18 @@ impl Store {
         limits: LeaseLimits,
         now_ms: i64,
     ) -> Result<Vec<Result<Completed, StoreError>>, StoreError> {
-        let mut tx = self.begin("complete").await?;
         // A completion lost in a database crash only makes the task run again (delivery is
         // at-least-once and tasks are idempotent), so on PostgreSQL it need not wait for the
-        // WAL flush; see `Dialect::relaxed_commit`.
-        if let Some(relax) = self.dialect().relaxed_commit() {
-            tx.execute(relax)
-                .await
-                .map_err(query_failed("relax commit"))?;
-        }
+        // WAL flush; see `Dialect::begin_relaxed`.
+        let mut tx = self.begin_relaxed("complete").await?;
         let mut removed = HashMap::new();
         for chunk in completions.chunks(LEASES_PER_STATEMENT) {
             let leases: Vec<LeaseRef> = chunk.iter().map(|c| c.lease.clone()).collect();
             removed.extend(remove_leased(&mut tx, &leases).await?);
         }
         let freed = removed.values().map(|r| r.queue.as_str());
-        let look = heads::promote(&mut tx, self.dialect(), freed).await?;
+        // Other brokers' waiting Leases have something to take only where a new head was marked.
+        let look = heads::promote_and_signal(&mut tx, self.dialect(), freed).await?;
         let mut answers = Vec::with_capacity(completions.len());
         let mut finished = Vec::with_capacity(removed.len());
         // Next tasks wanted per worker, by the completions that settled.
@@ -217,9 +213,6 @@ impl Store {
                 let take = usize::try_from(completion.next).unwrap_or(0).min(tasks.len());
                 completed.next.extend(tasks.drain(..take));
             }
-        }
-        if !finished.is_empty() {
-            self.signal_change(&mut tx).await?;
         }
         tx.commit().await.map_err(query_failed("commit complete"))?;
         // The queues it emptied may have got a task meanwhile (see `heads`).
