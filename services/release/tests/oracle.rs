@@ -11,10 +11,10 @@
 //! helm is taken from PATH or `<workspace>/target/ci-tools/helm` (where `.ci/run` installs
 //! it). Without it the test fails under `CI=true` and otherwise prints a loud skip notice.
 
+use berth_release::helm_binary::find_helm;
 use berth_release::template::{self, TemplateOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use berth_release::helm_binary::find_helm;
 
 /// The Kubernetes version both renderers are told, so `.Capabilities` agrees.
 const KUBE_VERSION: &str = "v1.31.0";
@@ -94,8 +94,18 @@ const CASES: &[Case] = &[
         renders: false,
         ..case("failing: fail called", "failing")
     },
+    case("binary files and byte strings", "binary"),
+    Case {
+        set: &["raw=leading"],
+        renders: false,
+        ..case("binary: a stray byte printed into a manifest", "binary")
+    },
+    Case {
+        set: &["raw=comment"],
+        renders: false,
+        ..case("binary: a stray byte in a YAML comment", "binary")
+    },
 ];
-
 
 fn oracle_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle")
@@ -201,4 +211,52 @@ fn berth_renders_the_corpus_exactly_like_helm_template() {
         CASES.len(),
         failures.join("\n\n")
     );
+}
+
+/// A manifest holding bytes that are not UTF-8 fails in both, naming the template, with
+/// go-yaml's words for the first bad byte.
+#[test]
+fn bytes_that_are_not_utf8_fail_the_manifest_like_helm() {
+    let Some(helm) = find_helm() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("helm is not installed (PATH or target/ci-tools/helm); CI must run the oracle");
+        }
+        eprintln!(
+            "\n!!!!!!!! SKIPPED: helm not found; the binary-bytes oracle did NOT run !!!!!!!!\n"
+        );
+        return;
+    };
+    const MODES: &[(&[&str], &str)] = &[
+        (&["raw=leading"], "invalid leading UTF-8 octet"),
+        (&["raw=trailing"], "invalid trailing UTF-8 octet"),
+        (&["raw=incomplete"], "incomplete UTF-8 octet sequence"),
+        (&["raw=comment"], "invalid leading UTF-8 octet"),
+    ];
+    for &(set, problem) in MODES {
+        let mode = set[0];
+        let c = Case {
+            set,
+            renders: false,
+            ..case("binary raw", "binary")
+        };
+        let helm_err = match helm_template(&helm, &c) {
+            Ok(out) => panic!("[{mode}] helm rendered:\n{out}"),
+            Err(e) => e,
+        };
+        assert!(
+            helm_err.contains(&format!(
+                "YAML parse error on binary/templates/raw.yaml: error converting YAML to JSON: \
+                 yaml: {problem}"
+            )),
+            "[{mode}] helm said: {helm_err}"
+        );
+        let berth_err = match berth_template(&c) {
+            Ok(out) => panic!("[{mode}] berth rendered:\n{out}"),
+            Err(e) => e,
+        };
+        assert!(
+            berth_err.contains("binary/templates/raw.yaml") && berth_err.contains(problem),
+            "[{mode}] berth said: {berth_err}"
+        );
+    }
 }

@@ -152,11 +152,16 @@ pub fn capabilities(caps: &Capabilities) -> Value {
 }
 
 /// `.Files`: path → content, for the hidden `__files*` functions (see `render::methods`).
+/// The content keeps every byte (see `render::bytes`), so a binary file reaches `b64enc` or
+/// `AsSecrets` exactly as Helm hands it over.
 pub fn files(c: &Chart) -> Value {
     map_value(
         c.files
             .iter()
-            .map(|(p, b)| (Arc::<str>::from(p.as_str()), s(&String::from_utf8_lossy(b))))
+            .map(|(p, b)| {
+                let content = Value::String(super::bytes::from_bytes(b).into());
+                (Arc::<str>::from(p.as_str()), content)
+            })
             .collect(),
     )
 }

@@ -2,8 +2,8 @@
 //! `render::methods` rewrites the method calls into. The receiver comes first.
 
 use super::funcs::{Builtin, fail, register_all, string};
-use super::goyaml;
 use super::value::strval;
+use super::{bytes, goyaml};
 use base64::Engine as _;
 use gotmpl::{FuncMap, Result, Value};
 use std::collections::BTreeMap;
@@ -29,7 +29,9 @@ fn files_arg<'a>(name: &str, args: &'a [Value]) -> Result<&'a BTreeMap<Arc<str>,
     }
 }
 
-/// `.Files.Get path`: the content, or "" for a missing file.
+/// `.Files.Get path`: the content, or "" for a missing file. `GetBytes` is the same here:
+/// Helm's returns a `[]byte`, which Sprig's string functions also accept; printed directly,
+/// Go would show it as a list of numbers, which no chart wants.
 fn get(args: &[Value]) -> Result<Value> {
     let files = files_arg("Files.Get", args)?;
     let path = strval(args.get(1).unwrap_or(&Value::Nil));
@@ -67,6 +69,8 @@ fn glob(args: &[Value]) -> Result<Value> {
 }
 
 /// `AsConfig`/`AsSecrets`: YAML of base name → content (base64 for secrets), as Helm emits.
+/// Secrets encode the file's exact bytes; a config map's text goes through Go's JSON encoder
+/// in Helm, which writes U+FFFD for each byte that is not UTF-8.
 fn as_map(name: &str, args: &[Value], encode: bool) -> Result<Value> {
     let files = files_arg(name, args)?;
     let mut out = serde_json::Map::new();
@@ -74,9 +78,9 @@ fn as_map(name: &str, args: &[Value], encode: bool) -> Result<Value> {
         let base = path.rsplit('/').next().unwrap_or(path).to_string();
         let text = strval(content);
         let v = if encode {
-            base64::engine::general_purpose::STANDARD.encode(text)
+            base64::engine::general_purpose::STANDARD.encode(bytes::to_bytes(&text))
         } else {
-            text
+            bytes::lossy(&text).into_owned()
         };
         out.insert(base, serde_json::Value::String(v));
     }

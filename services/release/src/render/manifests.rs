@@ -8,6 +8,7 @@ use super::goyaml::{self, load::Head};
 use super::{Manifest, RenderError};
 use crate::order::install_rank;
 use regex::Regex;
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 /// Helm's document separator for chart API v1/v2: `---` after optional whitespace and a
@@ -97,6 +98,23 @@ fn place(head: &Head) -> Place {
     }
 }
 
+/// A rendered document's text with carried bytes resolved (see `render::bytes`). Helm refuses
+/// a document that is not UTF-8 when it reads it as YAML, and so does this, with a hint at the
+/// usual cause.
+fn utf8_document(template: &str, text: String) -> Result<String, RenderError> {
+    match goyaml::load::utf8(&text) {
+        Ok(Cow::Borrowed(_)) => Ok(text),
+        Ok(Cow::Owned(resolved)) => Ok(resolved),
+        Err(m) => Err(yaml_error(
+            template,
+            format!(
+                "{m} (the template printed bytes that are not UTF-8, such as a binary file's \
+                 content; encode them, e.g. with b64enc)"
+            ),
+        )),
+    }
+}
+
 fn yaml_error(template: &str, message: String) -> RenderError {
     RenderError::Yaml {
         template: template.to_string(),
@@ -119,12 +137,13 @@ pub type Checked = (String, Result<Vec<(Document, bool)>, RenderError>);
 pub fn check_file(f: RenderedFile) -> Checked {
     let mut docs = Vec::new();
     for text in split_documents(&f.text) {
-        let head = match goyaml::load::head(&text) {
-            Ok(h) => h,
-            Err(m) => {
-                let e = yaml_error(&f.name, m);
-                return (f.name, Err(e));
-            }
+        let checked = utf8_document(&f.name, text).and_then(|text| {
+            let head = goyaml::load::head(&text).map_err(|m| yaml_error(&f.name, m))?;
+            Ok((text, head))
+        });
+        let (text, head) = match checked {
+            Ok(checked) => checked,
+            Err(e) => return (f.name, Err(e)),
         };
         let hook = match place(&head) {
             Place::Manifest => false,
@@ -179,6 +198,7 @@ pub fn objects(
     let mut listed_hooks = Vec::new();
     for f in files {
         for text in split_documents(&f.text) {
+            let text = utf8_document(&f.name, text)?;
             let object = parse_yaml(&text).map_err(|m| yaml_error(&f.name, m))?;
             let head = goyaml::load::head_of(&object).map_err(|m| yaml_error(&f.name, m))?;
             let doc = Document {

@@ -3,6 +3,7 @@
 //! and ordering.
 
 mod archive;
+mod bytes;
 pub mod chart;
 mod context;
 mod engine;
@@ -168,7 +169,7 @@ pub fn render_listing(
             // Sending fails only if the checker panicked, which `join` reports below.
             let rendered = engine::render_each(&scope, release, caps, None, |f| {
                 if is_notes(&f) {
-                    notes = f.text;
+                    notes = notes_text(f.text);
                 } else {
                     batch.push(f);
                     if batch.len() == BATCH {
@@ -220,7 +221,19 @@ fn render_templates(
     let (notes, rendered): (Vec<_>, Vec<_>) = engine::render_files(scope, release, caps, lookup)?
         .into_iter()
         .partition(|f| f.name.ends_with("/templates/NOTES.txt"));
-    Ok((notes.into_iter().map(|f| f.text).collect(), rendered))
+    Ok((
+        notes.into_iter().map(|f| notes_text(f.text)).collect(),
+        rendered,
+    ))
+}
+
+/// `NOTES.txt` is text for people, never read as YAML: bytes that are not UTF-8 become U+FFFD,
+/// as in the release record Helm writes (through Go's JSON encoder).
+fn notes_text(text: String) -> String {
+    match bytes::lossy(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(clean) => clean,
+    }
 }
 
 fn crd_files(scope: &values::Scope<'_>, chart: &Chart) -> Vec<(String, String)> {
@@ -276,5 +289,7 @@ fn crd_manifests(scope: &values::Scope<'_>, prefix: &str) -> Result<Vec<Manifest
     Ok(out)
 }
 
+#[cfg(test)]
+mod binary_tests;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! Conversions between template values (`gotmpl::Value`) and JSON values, plus the Go-style
 //! string formatting that Sprig applies when it turns an arbitrary value into text.
 
+use super::bytes::{self, Piece, lossy};
 use gotmpl::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,7 +32,8 @@ pub fn from_json(v: &serde_json::Value) -> Value {
 }
 
 /// Converts a template value back into JSON. Functions have no JSON form and become null, as
-/// Go's encoder would refuse them.
+/// Go's encoder would refuse them; bytes that are not UTF-8 become U+FFFD, as Go's encoder
+/// writes them (this feeds `toYaml`, which goes through JSON in Helm too).
 pub fn to_json(v: &Value) -> serde_json::Value {
     match v {
         Value::Nil | Value::Function(_) => serde_json::Value::Null,
@@ -46,11 +48,13 @@ pub fn to_json(v: &Value) -> serde_json::Value {
         Value::Float(f) => serde_json::Number::from_f64(*f)
             .map(serde_json::Value::Number)
             .unwrap_or(serde_json::Value::Null),
-        Value::String(s) => serde_json::Value::String(s.to_string()),
+        Value::String(s) => serde_json::Value::String(lossy(s).into_owned()),
         Value::List(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
-        Value::Map(m) => {
-            serde_json::Value::Object(m.iter().map(|(k, v)| (k.to_string(), to_json(v))).collect())
-        }
+        Value::Map(m) => serde_json::Value::Object(
+            m.iter()
+                .map(|(k, v)| (lossy(k).into_owned(), to_json(v)))
+                .collect(),
+        ),
     }
 }
 
@@ -136,34 +140,53 @@ pub fn is_empty(v: &Value) -> bool {
     !v.is_truthy() && !matches!(v, Value::Function(_))
 }
 
-/// Go's `%q`: a double-quoted string with Go escape sequences.
+/// Go's `%q`: a double-quoted string with Go escape sequences; a byte that is not UTF-8 is
+/// written `\xNN`, so the result is always printable text.
 pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{C}' => out.push_str("\\f"),
-            '\u{B}' => out.push_str("\\v"),
-            c if c.is_control() => {
-                let n = c as u32;
-                if n < 0x100 {
-                    out.push_str(&format!("\\x{n:02x}"));
-                } else {
-                    out.push_str(&format!("\\u{n:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
+    bytes::for_each_piece(s, |piece| match piece {
+        Piece::Text(text) => text.chars().for_each(|c| push_quoted_char(&mut out, c)),
+        Piece::Byte(b) => out.push_str(&format!("\\x{b:02x}")),
+    });
     out.push('"');
     out
+}
+
+fn push_quoted_char(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\t' => out.push_str("\\t"),
+        '\r' => out.push_str("\\r"),
+        '\u{7}' => out.push_str("\\a"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{C}' => out.push_str("\\f"),
+        '\u{B}' => out.push_str("\\v"),
+        c if c < ' ' || c == '\u{7F}' => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+        c if !go_printable(c) && u32::from(c) < 0x1_0000 => {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        }
+        c if !go_printable(c) => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+        c => out.push(c),
+    }
+}
+
+/// An approximation of Go's `strconv.IsPrint` without Unicode category tables: control
+/// characters, spaces other than U+0020, the common format characters and private-use
+/// characters are not printable.
+fn go_printable(c: char) -> bool {
+    let n = u32::from(c);
+    !(c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || n == 0xAD
+        || (0x200B..=0x200F).contains(&n)
+        || (0x202A..=0x202E).contains(&n)
+        || (0x2060..=0x2064).contains(&n)
+        || n == 0xFEFF
+        || (0xE000..=0xF8FF).contains(&n)
+        || n >= 0xF_0000)
 }
 
 /// Reads an integer the way Sprig's `toInt64` (via `cast`) does: numbers truncate, numeric
@@ -204,6 +227,15 @@ mod tests {
     #[test]
     fn go_quote_escapes_like_go() {
         assert_eq!(go_quote("a\"b\\c\nd"), r#""a\"b\\c\nd""#);
+        // As Go's strconv.Quote: \x only below U+0020 and for DEL and bytes that are not
+        // UTF-8; other unprintable characters as \u or \U.
+        assert_eq!(
+            go_quote("\u{1}\u{7F}\u{85}\u{A0}é"),
+            r#""\x01\x7f\u0085\u00a0é""#
+        );
+        assert_eq!(go_quote("\u{10FF7F}"), r#""\U0010ff7f""#);
+        let bytes = super::bytes::from_bytes(b"a\xFF\xE2\x82\xC3\xA9");
+        assert_eq!(go_quote(&bytes), r#""a\xff\xe2\x82é""#);
     }
 
     #[test]

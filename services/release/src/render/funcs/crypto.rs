@@ -3,6 +3,7 @@
 //! `aes`); what is written here is Sprig's use of them (key handling, padding, output form).
 
 use super::args::{Builtin, exact, fail, register_all, str_arg, string};
+use crate::render::bytes;
 use crate::render::value::to_i64;
 use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use base64::Engine as _;
@@ -26,7 +27,7 @@ pub fn register(fm: &mut FuncMap) {
 
 /// Go's bcrypt at its default cost, in the `$2a$` form Go writes.
 fn bcrypt_hash(password: &str) -> String {
-    match bcrypt::hash_with_result(password, 10) {
+    match bcrypt::hash_with_result(bytes::to_bytes(password), 10) {
         Ok(h) => h.format_for_version(bcrypt::Version::TwoA),
         Err(e) => format!("failed to encrypt string with bcrypt: {e}"),
     }
@@ -99,23 +100,31 @@ fn derive_password(args: &[Value]) -> Result<Value> {
     exact("derivePassword", args, 5)?;
     let counter = to_i64(&args[0]) as u32;
     let kind = str_arg("derivePassword", args, 1)?;
-    let password = str_arg("derivePassword", args, 2)?;
-    let user = str_arg("derivePassword", args, 3)?;
-    let site = str_arg("derivePassword", args, 4)?;
+    let (password, user, site) = (
+        str_arg("derivePassword", args, 2)?,
+        str_arg("derivePassword", args, 3)?,
+        str_arg("derivePassword", args, 4)?,
+    );
+    // Go hashes the strings' bytes.
+    let (password, user, site) = (
+        bytes::to_bytes(&password),
+        bytes::to_bytes(&user),
+        bytes::to_bytes(&site),
+    );
     let Some(templates) = password_templates(&kind) else {
         return Ok(string(format!("cannot find password template {kind}")));
     };
     const SEED: &[u8] = b"com.lyndir.masterpassword";
     let mut salt = SEED.to_vec();
     salt.extend_from_slice(&(user.len() as u32).to_be_bytes());
-    salt.extend_from_slice(user.as_bytes());
+    salt.extend_from_slice(&user);
     let mut key = [0u8; 64];
     let params = scrypt::Params::new(15, 8, 2).map_err(|e| fail("derivePassword", e))?;
-    scrypt::scrypt(password.as_bytes(), &salt, &params, &mut key)
+    scrypt::scrypt(&password, &salt, &params, &mut key)
         .map_err(|e| fail("derivePassword", format!("failed to derive password: {e}")))?;
     let mut message = SEED.to_vec();
     message.extend_from_slice(&(site.len() as u32).to_be_bytes());
-    message.extend_from_slice(site.as_bytes());
+    message.extend_from_slice(&site);
     message.extend_from_slice(&counter.to_be_bytes());
     let mut mac = hmac::Hmac::<sha2_11::Sha256>::new_from_slice(&key)
         .map_err(|e| fail("derivePassword", e))?;
@@ -136,8 +145,9 @@ fn derive_password(args: &[Value]) -> Result<Value> {
 /// The AES-256 key Sprig makes from a password: its bytes, cut or zero-padded to 32.
 fn aes_key(password: &str) -> Result<aes::Aes256> {
     let mut key = [0u8; 32];
+    let password = bytes::to_bytes(password);
     let n = password.len().min(32);
-    key[..n].copy_from_slice(&password.as_bytes()[..n]);
+    key[..n].copy_from_slice(&password[..n]);
     aes::Aes256::new_from_slice(&key).map_err(|e| fail("encryptAES", e))
 }
 
@@ -151,7 +161,8 @@ fn encrypt_aes(args: &[Value]) -> Result<Value> {
         return Ok(string(""));
     }
     let cipher = aes_key(&password)?;
-    let mut data = text.into_bytes();
+    // The text's Go bytes, so `decryptAES` gives back exactly what went in.
+    let mut data = bytes::to_bytes(&text).into_owned();
     let pad = 16 - data.len() % 16;
     data.extend(std::iter::repeat_n(pad as u8, pad));
     let mut prev = [0u8; 16];
@@ -203,7 +214,8 @@ fn decrypt_aes(args: &[Value]) -> Result<Value> {
         return Err(fail("decryptAES", "invalid padding"));
     }
     out.truncate(out.len() - pad);
-    Ok(string(String::from_utf8_lossy(&out).into_owned()))
+    // Sprig returns the plaintext bytes as a string, UTF-8 or not.
+    Ok(string(bytes::from_bytes(&out)))
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Serialization, encoding, hashing and random functions (`toYaml`, `b64enc`, `sha256sum`, ...).
 
 use super::args::{Builtin, arg, exact, fail, register_all, str_arg, string};
-use crate::render::goyaml;
 use crate::render::value::{from_json, to_i64, to_json};
+use crate::render::{bytes, goyaml};
 use base64::Engine as _;
 use gotmpl::{FuncMap, Result, Value};
 use rand::Rng as _;
@@ -14,49 +14,34 @@ pub fn register(fm: &mut FuncMap) {
         ("toJson", |a| json_out("toJson", a, false)),
         ("toRawJson", |a| json_out("toRawJson", a, false)),
         ("toPrettyJson", |a| json_out("toPrettyJson", a, true)),
-        ("fromYaml", |a| parse_doc("fromYaml", a, parse_yaml, false)),
+        ("fromYaml", |a| {
+            parse_doc("fromYaml", a, parse_template_yaml, false)
+        }),
         ("fromYamlArray", |a| {
-            parse_doc("fromYamlArray", a, parse_yaml, true)
+            parse_doc("fromYamlArray", a, parse_template_yaml, true)
         }),
         ("fromJson", |a| parse_doc("fromJson", a, parse_json, false)),
         ("fromJsonArray", |a| {
             parse_doc("fromJsonArray", a, parse_json, true)
         }),
         ("b64enc", |a| {
-            exact("b64enc", a, 1)?;
-            Ok(string(
-                base64::engine::general_purpose::STANDARD.encode(str_arg("b64enc", a, 0)?),
-            ))
+            on_bytes("b64enc", a, |b| {
+                base64::engine::general_purpose::STANDARD.encode(b)
+            })
         }),
         ("b64dec", b64dec),
         ("sha1sum", |a| {
-            exact("sha1sum", a, 1)?;
-            Ok(string(hex::encode(sha1::Sha1::digest(str_arg(
-                "sha1sum", a, 0,
-            )?))))
+            on_bytes("sha1sum", a, |b| hex::encode(sha1::Sha1::digest(b)))
         }),
         ("sha512sum", |a| {
-            exact("sha512sum", a, 1)?;
-            Ok(string(hex::encode(sha2::Sha512::digest(str_arg(
-                "sha512sum",
-                a,
-                0,
-            )?))))
+            on_bytes("sha512sum", a, |b| hex::encode(sha2::Sha512::digest(b)))
         }),
         ("b32enc", |a| {
-            exact("b32enc", a, 1)?;
-            Ok(string(
-                data_encoding::BASE32.encode(str_arg("b32enc", a, 0)?.as_bytes()),
-            ))
+            on_bytes("b32enc", a, |b| data_encoding::BASE32.encode(b))
         }),
         ("b32dec", b32dec),
         ("sha256sum", |a| {
-            exact("sha256sum", a, 1)?;
-            Ok(string(hex::encode(sha2::Sha256::digest(str_arg(
-                "sha256sum",
-                a,
-                0,
-            )?))))
+            on_bytes("sha256sum", a, |b| hex::encode(sha2::Sha256::digest(b)))
         }),
         ("uuidv4", |_| Ok(string(uuid::Uuid::new_v4().to_string()))),
         ("randAlphaNum", |a| random("randAlphaNum", a, ALNUM)),
@@ -64,6 +49,16 @@ pub fn register(fm: &mut FuncMap) {
         ("randNumeric", |a| random("randNumeric", a, &ALNUM[..10])),
     ];
     register_all(fm, funcs);
+}
+
+/// A function of the one argument's Go bytes (see `render::bytes`), such as `b64enc`. A
+/// string argument is read in place: it may be a whole binary file.
+pub(super) fn on_bytes(name: &str, args: &[Value], f: fn(&[u8]) -> String) -> Result<Value> {
+    exact(name, args, 1)?;
+    Ok(string(match &args[0] {
+        Value::String(s) => f(&bytes::to_bytes(s)),
+        other => f(&bytes::to_bytes(&crate::render::value::strval(other))),
+    }))
 }
 
 /// Helm's `toYaml`: go-yaml output without the final newline; errors render as "".
@@ -153,8 +148,17 @@ fn go_json_float(f: f64) -> String {
     format!("{f}")
 }
 
+/// A JSON string as Go writes it; a byte that is not UTF-8 becomes the escape `\ufffd`.
 fn write_json_string(out: &mut String, s: &str, escape_html: bool) {
     out.push('"');
+    bytes::for_each_piece(s, |piece| match piece {
+        bytes::Piece::Text(text) => write_json_chars(out, text, escape_html),
+        bytes::Piece::Byte(_) => out.push_str("\\ufffd"),
+    });
+    out.push('"');
+}
+
+fn write_json_chars(out: &mut String, s: &str, escape_html: bool) {
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -172,7 +176,6 @@ fn write_json_string(out: &mut String, s: &str, escape_html: bool) {
             c => out.push(c),
         }
     }
-    out.push('"');
 }
 
 /// Parses the first YAML document of `text` into JSON as Helm does (`sigs.k8s.io/yaml`:
@@ -182,8 +185,17 @@ pub fn parse_yaml(text: &str) -> std::result::Result<serde_json::Value, String> 
     goyaml::load::from_str(text)
 }
 
+/// `fromYaml`'s reading, with the words `sigs.k8s.io/yaml` wraps its errors in. go-yaml
+/// refuses input that is not UTF-8, and so does this.
+fn parse_template_yaml(text: &str) -> std::result::Result<serde_json::Value, String> {
+    goyaml::load::utf8(text)
+        .and_then(|text| parse_yaml(&text))
+        .map_err(|e| format!("error converting YAML to JSON: {e}"))
+}
+
+/// Go's JSON decoder reads each byte that is not UTF-8 as U+FFFD.
 fn parse_json(text: &str) -> std::result::Result<serde_json::Value, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    serde_json::from_str(&bytes::lossy(text)).map_err(|e| e.to_string())
 }
 
 /// Helm's `fromYaml`/`fromJson` never fail the render: a parse error comes back as a map
@@ -215,7 +227,7 @@ fn b64dec(args: &[Value]) -> Result<Value> {
     // Sprig returns the error text as the result instead of failing.
     Ok(string(
         match base64::engine::general_purpose::STANDARD.decode(text.as_bytes()) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Ok(decoded) => bytes::from_bytes(&decoded),
             Err(e) => e.to_string(),
         },
     ))
@@ -244,7 +256,7 @@ fn b32dec(args: &[Value]) -> Result<Value> {
     let input = str_arg("b32dec", args, 0)?;
     Ok(string(
         match data_encoding::BASE32.decode(input.as_bytes()) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Ok(decoded) => bytes::from_bytes(&decoded),
             Err(e) => e.to_string(),
         },
     ))

@@ -1,6 +1,6 @@
 //! Sprig's float math and rounding (`addf`, `floor`, `round`, ...), plus a few checksums.
 
-use super::args::{Builtin, arg, exact, register_all, str_arg, string};
+use super::args::{Builtin, arg, register_all, str_arg};
 use crate::render::value::{to_f64, to_i64};
 use gotmpl::{FuncMap, Result, Value};
 
@@ -31,10 +31,7 @@ pub fn register(fm: &mut FuncMap) {
             Ok(Value::Int(i64::from_str_radix(s.trim(), 8).unwrap_or(0)))
         }),
         ("adler32sum", |a| {
-            exact("adler32sum", a, 1)?;
-            Ok(string(
-                adler32(str_arg("adler32sum", a, 0)?.as_bytes()).to_string(),
-            ))
+            super::encoding::on_bytes("adler32sum", a, |b| adler32(b).to_string())
         }),
     ];
     register_all(fm, funcs);

@@ -1,8 +1,9 @@
 //! Sprig's string functions.
 
 use super::args::{Builtin, arg, exact, fail, register_all, str_arg, string};
+use crate::render::bytes;
 use crate::render::value::{go_quote, strval, to_i64};
-use gotmpl::{FuncMap, Result, Value};
+use gotmpl::{FuncMap, Result, TemplateError, Value};
 use std::sync::Arc;
 
 pub fn register(fm: &mut FuncMap) {
@@ -10,8 +11,13 @@ pub fn register(fm: &mut FuncMap) {
         ("quote", quote),
         ("squote", squote),
         ("trim", |a| unary("trim", a, |s| s.trim().to_string())),
-        ("upper", |a| unary("upper", a, |s| s.to_uppercase())),
-        ("lower", |a| unary("lower", a, |s| s.to_lowercase())),
+        // Go's case mapping turns each byte that is not UTF-8 into U+FFFD.
+        ("upper", |a| {
+            unary("upper", a, |s| bytes::lossy(s).to_uppercase())
+        }),
+        ("lower", |a| {
+            unary("lower", a, |s| bytes::lossy(s).to_lowercase())
+        }),
         ("title", |a| unary("title", a, title)),
         ("untitle", |a| unary("untitle", a, untitle)),
         ("nospace", |a| {
@@ -48,6 +54,7 @@ pub fn register(fm: &mut FuncMap) {
         ("indent", |a| indent("indent", a, false)),
         ("nindent", |a| indent("nindent", a, true)),
         ("trunc", trunc),
+        ("len", go_len),
         ("substr", substr),
         ("repeat", repeat),
         ("cat", cat),
@@ -158,35 +165,40 @@ fn indent(name: &str, args: &[Value], leading_newline: bool) -> Result<Value> {
     }))
 }
 
-/// `trunc n s`: the first n characters, or with negative n the last -n.
+/// `trunc n s`: the first n bytes, or with negative n the last -n. Sprig slices bytes, so a
+/// cut inside a character leaves bytes that are not UTF-8 (carried, see `render::bytes`), and
+/// printing them fails the render as in Helm.
 fn trunc(args: &[Value]) -> Result<Value> {
     exact("trunc", args, 2)?;
     let n = to_i64(arg("trunc", args, 0)?);
     let s = str_arg("trunc", args, 1)?;
-    let len = s.len() as i64;
-    // Sprig slices bytes; keep to char boundaries so invalid UTF-8 can't be produced.
-    let out = if n < 0 && len + n > 0 {
-        tail_from(&s, (len + n) as usize)
+    let b = bytes::to_bytes(&s);
+    let len = b.len() as i64;
+    Ok(string(if n < 0 && len + n > 0 {
+        bytes::from_bytes(&b[(len + n) as usize..])
     } else if n >= 0 && len > n {
-        head_to(&s, n as usize)
+        bytes::from_bytes(&b[..n as usize])
     } else {
-        s.clone()
+        s
+    }))
+}
+
+/// Go's `len` builtin, which replaces `gotmpl`'s (a function map entry wins over a builtin of
+/// the same name): a string's length is its byte count, also for a string carrying bytes that
+/// are not UTF-8 (see `render::bytes`), whose Rust length differs.
+fn go_len(args: &[Value]) -> Result<Value> {
+    exact("len", args, 1)?;
+    let n = match &args[0] {
+        Value::String(s) => Some(bytes::len(s)),
+        other => other.len(),
     };
-    Ok(string(out))
-}
-
-fn head_to(s: &str, mut i: usize) -> String {
-    while !s.is_char_boundary(i) {
-        i -= 1;
+    match n {
+        Some(n) => Ok(Value::Int(i64::try_from(n).unwrap_or(i64::MAX))),
+        None => Err(TemplateError::Exec(format!(
+            "len: cannot take length of {}",
+            args[0]
+        ))),
     }
-    s[..i].to_string()
-}
-
-fn tail_from(s: &str, mut i: usize) -> String {
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    s[i..].to_string()
 }
 
 fn substr(args: &[Value]) -> Result<Value> {
@@ -194,14 +206,15 @@ fn substr(args: &[Value]) -> Result<Value> {
     let start = to_i64(arg("substr", args, 0)?);
     let end = to_i64(arg("substr", args, 1)?);
     let s = str_arg("substr", args, 2)?;
-    let len = s.len() as i64;
+    // Byte offsets, as in Sprig (see `trunc`).
+    let b = bytes::to_bytes(&s);
+    let len = b.len() as i64;
     let start = if start < 0 { 0 } else { start.min(len) };
     let end = if end < 0 || end > len { len } else { end };
     if start >= end {
         return Ok(string(""));
     }
-    let head = head_to(&s, end as usize);
-    Ok(string(tail_from(&head, start as usize)))
+    Ok(string(bytes::from_bytes(&b[start as usize..end as usize])))
 }
 
 fn repeat(args: &[Value]) -> Result<Value> {
@@ -338,16 +351,16 @@ fn swapcase(s: &str) -> String {
         .collect()
 }
 
-/// `abbrev width s`: truncates with `...` when longer than `width` (width < 4 leaves `s`).
+/// `abbrev width s`: truncates with `...` when longer than `width` bytes (width < 4 leaves
+/// `s`); like `trunc`, it may cut inside a character.
 fn abbrev(args: &[Value]) -> Result<Value> {
     exact("abbrev", args, 2)?;
     let width = usize::try_from(to_i64(&args[0])).unwrap_or(0);
     let s = str_arg("abbrev", args, 1)?;
-    if width < 4 || s.chars().count() <= width {
+    if width < 4 {
         return Ok(string(s));
     }
-    let head: String = s.chars().take(width - 3).collect();
-    Ok(string(format!("{head}...")))
+    Ok(string(abbreviate(&bytes::to_bytes(&s), 0, width)))
 }
 
 /// `abbrevboth left width s`: abbreviates both ends, keeping text from offset `left` (Apache
@@ -360,14 +373,15 @@ fn abbrevboth(args: &[Value]) -> Result<Value> {
         return Ok(string(s));
     }
     Ok(string(abbreviate(
-        s.as_bytes(),
+        &bytes::to_bytes(&s),
         usize::try_from(left).unwrap_or(0),
         usize::try_from(right).unwrap_or(0),
     )))
 }
 
+/// The Go bytes `s` abbreviated; a cut inside a character leaves carried bytes (see `trunc`).
 fn abbreviate(s: &[u8], offset: usize, width: usize) -> String {
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let text = bytes::from_bytes;
     if s.is_empty() || s.len() <= width {
         return text(s);
     }

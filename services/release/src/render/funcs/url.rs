@@ -5,6 +5,7 @@
 //! Go's parser splits RFC 3986 components as written. The rules below follow Go's behaviour.
 
 use super::args::{exact, fail, str_arg, string};
+use crate::render::bytes;
 use crate::render::value::map_value;
 use gotmpl::{FuncMap, Result, Value};
 use std::collections::BTreeMap;
@@ -340,7 +341,7 @@ fn should_escape(c: u8, mode: Mode) -> bool {
 
 fn escape(s: &str, mode: Mode) -> String {
     let mut out = String::with_capacity(s.len());
-    for &b in s.as_bytes() {
+    for &b in bytes::to_bytes(s).iter() {
         if should_escape(b, mode) {
             out.push_str(&format!("%{b:02X}"));
         } else {
@@ -352,22 +353,24 @@ fn escape(s: &str, mode: Mode) -> String {
 
 /// Go's `unescape`: `%XX` decoded; in a host only non-ASCII may be escaped (except in zones).
 fn unescape(s: &str, mode: Mode) -> std::result::Result<String, String> {
-    let b = s.as_bytes();
+    let b = bytes::to_bytes(s);
+    let b = b.as_ref();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         match b[i] {
             b'%' => {
-                let hex = s
+                let hex = b
                     .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
                     .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()));
                 let Some(hex) = hex else {
-                    let bad: String = s[i..].chars().take(3).collect();
+                    let bad: String = bytes::from_bytes(&b[i..]).chars().take(3).collect();
                     return Err(format!("invalid URL escape {bad:?}"));
                 };
                 let v = u8::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
-                if mode == Mode::Host && v < 0x80 && &s[i..i + 3] != "%25" {
-                    return Err(format!("invalid URL escape {:?}", &s[i..i + 3]));
+                if mode == Mode::Host && v < 0x80 && &b[i..i + 3] != b"%25" {
+                    return Err(format!("invalid URL escape \"%{hex}\""));
                 }
                 out.push(v);
                 i += 3;
@@ -384,7 +387,8 @@ fn unescape(s: &str, mode: Mode) -> std::result::Result<String, String> {
             }
         }
     }
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    // Go keeps the decoded bytes as they are, UTF-8 or not.
+    Ok(bytes::from_bytes(&out))
 }
 
 #[cfg(test)]

@@ -33,6 +33,50 @@ pub fn from_str(text: &str) -> Result<Value, String> {
     .map_err(Failure::into_message)
 }
 
+/// The text a template produced as go-yaml's reader sees it: bytes carried as escapes (see
+/// `render::bytes`) that together are UTF-8 become text; any other such byte is refused with
+/// go-yaml's message for it, as Helm refuses a manifest or `fromYaml` input that is not UTF-8.
+/// Call it once on template output before [`from_str`] or [`head`], which take text as it is
+/// (a second pass would read a real plane-16 character as an escape).
+pub fn utf8(text: &str) -> Result<Cow<'_, str>, String> {
+    super::super::bytes::to_utf8(text).map_err(|e| {
+        let bad = &e.as_bytes()[e.utf8_error().valid_up_to()..];
+        format!("yaml: {}", reader_problem(bad))
+    })
+}
+
+/// go-yaml's reader's complaint about the invalid UTF-8 sequence `bad` starts with (its
+/// checks, in its order: the leading octet, the length, the trailing octets, overlong forms,
+/// surrogates and values past U+10FFFF).
+fn reader_problem(bad: &[u8]) -> &'static str {
+    let lead = bad.first().copied().unwrap_or(0);
+    let width = match lead {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        _ => return "invalid leading UTF-8 octet",
+    };
+    if bad.len() < width {
+        return "incomplete UTF-8 octet sequence";
+    }
+    let mut value = u32::from(lead & (0x7F >> width));
+    for &octet in &bad[1..width] {
+        if octet & 0xC0 != 0x80 {
+            return "invalid trailing UTF-8 octet";
+        }
+        value = (value << 6) | u32::from(octet & 0x3F);
+    }
+    let shortest = match width {
+        2 => value >= 0x80,
+        3 => value >= 0x800,
+        _ => value >= 0x1_0000,
+    };
+    if !shortest {
+        return "invalid length of a UTF-8 sequence";
+    }
+    "invalid Unicode character"
+}
+
 /// Helm's values-file reader (`loader.LoadValues`): the text is cut into documents at lines
 /// starting with `---` (Kubernetes' `YAMLReader`), each document must be a map (or empty),
 /// and the maps are deep-merged in order, later ones winning.
@@ -684,6 +728,9 @@ fn resolve<'v>(
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(cleaned.as_bytes())
                 .map_err(|_| "yaml: !!binary value contains invalid base64 data".to_string())?;
+            // Lossy on purpose, not `render::bytes`: Helm reads YAML through
+            // `sigs.k8s.io/yaml`, whose JSON step writes U+FFFD for bytes that are not UTF-8
+            // (`(fromYaml "a: !!binary /w==").a | b64enc` is `77+9` in Helm).
             Ok(Scalar::Str(Cow::Owned(
                 String::from_utf8_lossy(&bytes).into_owned(),
             )))
@@ -960,5 +1007,23 @@ mod tests {
         ] {
             assert!(head(bad).is_err(), "{bad:?} should fail");
         }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_get_go_yaml_s_reader_messages() {
+        let message = |b: &[u8]| utf8(&crate::render::bytes::from_bytes(b)).err();
+        for (bad, problem) in [
+            (&b"a: \xFF"[..], "invalid leading UTF-8 octet"),
+            (b"a: \x80", "invalid leading UTF-8 octet"),
+            (b"a: \xE2\x82", "incomplete UTF-8 octet sequence"),
+            (b"a: \xE2\x82\n", "invalid trailing UTF-8 octet"),
+            (b"a: \xC0\xAF", "invalid length of a UTF-8 sequence"),
+            (b"a: \xED\xA0\x80", "invalid Unicode character"),
+            (b"a: \xF5\x80\x80\x80", "invalid Unicode character"),
+        ] {
+            assert_eq!(message(bad), Some(format!("yaml: {problem}")), "{bad:x?}");
+        }
+        assert_eq!(message("a: é".as_bytes()), None);
+        assert!(matches!(utf8("plain"), Ok(Cow::Borrowed("plain"))));
     }
 }
