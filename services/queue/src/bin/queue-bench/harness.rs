@@ -150,7 +150,7 @@ impl Probe {
     }
 }
 
-/// Task kinds of the bench: `NoOp` counts, `Timed` records its enqueue→start latency (payload
+/// Task kinds of the bench: `NoOp` (and `Warmup`) counts, `Timed` records its enqueue→start latency (payload
 /// `{"t": unix_micros}`), `Hold` runs until cancelled.
 pub struct BenchHandler(pub Arc<Probe>);
 

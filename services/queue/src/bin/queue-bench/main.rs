@@ -7,7 +7,8 @@
 //!   producer running concurrently with 1 and 3 worker runtimes (in this process, each with its
 //!   own connection);
 //! - **enqueue→start latency**: p50/p99 from just before the Enqueue call to the handler's start,
-//!   with tasks produced at a steady half of the measured maximum rate;
+//!   with tasks produced at a steady half of the measured maximum rate, after a second of
+//!   warm-up at that rate;
 //! - **supersede→cancel**: from a Supersede with a newer generation to the running task's
 //!   handler seeing its cancellation;
 //! - **CPU-heavy scaling**: tasks doing fixed CPU work, run by 1 and by 3 `queue-test-worker`
@@ -43,8 +44,12 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
     /// Seconds of steady production for the latency measurement.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     latency_secs: u64,
+    /// Seconds of production at the same rate before the latency measurement, not counted: a
+    /// freshly started broker is still opening connections and preparing statements.
+    #[arg(long, default_value_t = 1)]
+    warmup_secs: u64,
     /// Tasks/s for the latency measurement instead of half the measured maximum; the
     /// throughput runs are then skipped.
     #[arg(long)]

@@ -102,6 +102,11 @@ impl fmt::Display for Percentiles {
 
 /// Enqueue→start latency with tasks produced at a steady `rate` per second for
 /// `args.latency_secs`, in small batches every 10 ms (as a relay under load would send them).
+///
+/// The first `args.warmup_secs` run at the same rate untimed: a broker that has just started
+/// opens its pooled connections and prepares its statements on them while the load ramps up,
+/// and that start-up (tens of milliseconds per connection on PostgreSQL) is not the steady
+/// state a long-running broker is in.
 pub async fn latency(
     args: &Args,
     database: &str,
@@ -122,11 +127,14 @@ pub async fn latency(
     let mut ticker = tokio::time::interval(tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let started = Instant::now();
-    let (mut owed, mut sent) = (0.0f64, 0usize);
+    let warmup = Duration::from_secs(args.warmup_secs);
+    let (mut owed, mut sent, mut timed) = (0.0f64, 0usize, 0usize);
     let mut calls = Vec::new();
-    while started.elapsed() < Duration::from_secs(args.latency_secs) {
+    while started.elapsed() < warmup + Duration::from_secs(args.latency_secs) {
         ticker.tick().await;
         owed += rate * tick.as_secs_f64();
+        let warming = started.elapsed() < warmup;
+        let kind = if warming { "Warmup" } else { "Timed" };
         let now = unix_micros();
         let batch: Vec<pb::Task> = (0..owed.floor() as usize)
             .map(|k| {
@@ -135,20 +143,24 @@ pub async fn latency(
                     format!("{run}-{i}"),
                     i % args.queues.max(1),
                     "bench",
-                    "Timed",
+                    kind,
                     format!(r#"{{"t":{now}}}"#),
                 )
             })
             .collect();
         owed -= batch.len() as f64;
         sent += batch.len();
+        let batch_len = batch.len();
         if !batch.is_empty() {
             let call = Instant::now();
             producer
                 .enqueue(pb::EnqueueRequest { tasks: batch })
                 .await
                 .context("enqueue")?;
-            calls.push(call.elapsed().as_micros() as u64);
+            if !warming {
+                calls.push(call.elapsed().as_micros() as u64);
+                timed += batch_len;
+            }
         }
     }
     broker.drained(args.timeout()).await?;
@@ -163,8 +175,8 @@ pub async fn latency(
             .map_err(|_| anyhow::anyhow!("poisoned"))?,
     );
     anyhow::ensure!(
-        latencies.len() == sent,
-        "{} of {sent} timed tasks ran",
+        latencies.len() == timed,
+        "{} of {timed} timed tasks ran",
         latencies.len()
     );
     Ok(Percentiles::of(latencies))
