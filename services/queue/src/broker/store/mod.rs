@@ -235,11 +235,44 @@ async fn connect_pool(
 }
 
 #[cfg(test)]
+#[path = "../../../tests/support/postgres.rs"]
+mod pg_server;
+
+#[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
     use crate::broker::model::NewTask;
+
+    /// Runs each `async fn(Store)` over a fresh in-memory SQLite database and over a fresh
+    /// PostgreSQL server, as `sqlite::<name>` and `postgres::<name>`.
+    macro_rules! on_both_backends {
+        ($($name:ident),* $(,)?) => {
+            mod sqlite {
+                $(#[tokio::test]
+                async fn $name() {
+                    let store = super::Store::open("sqlite::memory:").await.expect("open store");
+                    super::$name(store).await
+                })*
+            }
+            mod postgres {
+                $(#[tokio::test]
+                async fn $name() {
+                    let server = super::super::pg_server::PgServer::start().await;
+                    let store = super::Store::open(&server.url()).await.expect("open store");
+                    super::$name(store).await
+                })*
+            }
+        };
+    }
+
+    on_both_backends!(
+        a_stale_lease_in_a_completion_group_fails_alone,
+        a_lease_lost_by_the_database_never_gets_its_fence_again,
+        a_queue_whose_head_mark_was_lost_runs_again_from_its_oldest_task,
+        nothing_ready_reports_when_the_next_head_becomes_due,
+    );
 
     fn task(id: &str) -> NewTask {
         NewTask {
@@ -291,11 +324,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_stale_lease_in_a_completion_group_fails_alone() {
-        let store = Store::open("sqlite::memory:")
-            .await
-            .expect("open in-memory store");
+    async fn a_stale_lease_in_a_completion_group_fails_alone(store: Store) {
         let mut a = task("a");
         a.queue = "qa".into();
         let mut b = task("b");
@@ -349,11 +378,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_lease_lost_by_the_database_never_gets_its_fence_again() {
-        let store = Store::open("sqlite::memory:")
-            .await
-            .expect("open in-memory store");
+    async fn a_lease_lost_by_the_database_never_gets_its_fence_again(store: Store) {
         store.enqueue(&[task("a")], 1_000).await.expect("enqueue");
         let first = store.lease("w1", limits(), 2_000).await.expect("lease");
         let lost = LeaseRef {
@@ -379,11 +404,7 @@ mod tests {
         store.complete(&current, 2_600).await.expect("the new holder settles it");
     }
 
-    #[tokio::test]
-    async fn a_queue_whose_head_mark_was_lost_runs_again_from_its_oldest_task() {
-        let store = Store::open("sqlite::memory:")
-            .await
-            .expect("open in-memory store");
+    async fn a_queue_whose_head_mark_was_lost_runs_again_from_its_oldest_task(store: Store) {
         store
             .enqueue(&[task("a"), task("b")], 1_000)
             .await
@@ -405,11 +426,7 @@ mod tests {
         assert_eq!(next.tasks[0].task.id, "b");
     }
 
-    #[tokio::test]
-    async fn nothing_ready_reports_when_the_next_head_becomes_due() {
-        let store = Store::open("sqlite::memory:")
-            .await
-            .expect("open in-memory store");
+    async fn nothing_ready_reports_when_the_next_head_becomes_due(store: Store) {
         store.enqueue(&[task("a")], 1_000).await.expect("enqueue");
         let leased = store.lease("w", limits(), 1_000).await.expect("lease");
         let idle = store.lease("w", limits(), 1_001).await.expect("lease");
