@@ -112,10 +112,10 @@ pub async fn work_with_metrics(
     let admin = metrics.map(|listener| tokio::spawn(crate::admin::serve_hook_metrics(listener, shutdown.clone())));
     let result = worker::run(BrokerClient::new(channel), runner, config, shutdown.clone()).await;
     shutdown.cancel();
-    if let Some(admin) = admin {
-        if let Ok(Err(e)) = admin.await {
-            return Err(Error::Metrics(e));
-        }
+    if let Some(admin) = admin
+        && let Ok(Err(e)) = admin.await
+    {
+        return Err(Error::Metrics(e));
     }
     result?;
     Ok(())
