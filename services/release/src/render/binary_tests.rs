@@ -18,15 +18,7 @@ fn all_bytes() -> Vec<u8> {
 
 const CUT: &[u8] = b"ab\xE2\x82";
 
-fn release() -> ReleaseInfo {
-    ReleaseInfo {
-        name: "rel".into(),
-        namespace: "ns".into(),
-        revision: 1,
-        is_install: true,
-        is_upgrade: false,
-    }
-}
+use super::tests::release;
 
 fn chart(templates: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
     let mut files = vec![

@@ -4,7 +4,7 @@
 use super::*;
 use serde_json::json;
 
-fn release() -> ReleaseInfo {
+pub(super) fn release() -> ReleaseInfo {
     ReleaseInfo {
         name: "rel".into(),
         namespace: "ns".into(),
