@@ -18,7 +18,10 @@ impl ReleaseManager {
         // The new revision's watches replace the old ones once it is applied.
         self.drift.pause(name, namespace);
         let store = ReleaseStore::new(self.client.clone(), namespace);
-        let stored = store.stored(name).await?.pop();
+        let mut stored = store.stored(name).await?.pop();
+        if let Some(newest) = stored.as_mut() {
+            revision::fail_interrupted(&store, &mut newest.release).await?;
+        }
         let previous_checksum = stored.as_ref().and_then(|s| s.checksum.clone());
         let previous = stored.map(|s| s.release);
         let revision = previous.as_ref().map_or(1, |p| p.version + 1);
@@ -94,6 +97,12 @@ impl ReleaseManager {
         } else {
             (HookEvent::PreUpgrade, HookEvent::PostUpgrade)
         };
+        let (pending, underway) = if revision == 1 {
+            (Status::PendingInstall, "Initial install underway")
+        } else {
+            (Status::PendingUpgrade, "Preparing upgrade")
+        };
+        revision::begin(&store, &mut record, &checksum, pending, underway).await?;
         // Helm's order: pre hooks, apply, prune what the new revision dropped, post hooks.
         let applied = async {
             self.run_hooks(&hooks, pre, name, namespace).await?;
@@ -109,27 +118,17 @@ impl ReleaseManager {
         let applied = match applied {
             Ok(keys) => keys,
             Err(e) => {
-                record.info.status = Status::Failed.as_str().into();
-                record.info.description = format!(
-                    "{} failed: {e}",
-                    if revision == 1 { "Install" } else { "Upgrade" }
-                );
-                // Best effort: the apply error is what the caller needs to see.
-                if let Err(store_err) = store.create(&record, &checksum).await {
-                    tracing::warn!(error = %store_err, "could not record the failed revision");
-                }
+                let what = if revision == 1 { "Install" } else { "Upgrade" };
+                revision::failed(&store, &mut record, format!("{what} failed: {e}")).await;
                 return Err(e);
             }
         };
-        record.info.description = if revision == 1 {
-            "Install complete".into()
+        let complete = if revision == 1 {
+            "Install complete"
         } else {
-            "Upgrade complete".into()
+            "Upgrade complete"
         };
-        store.create(&record, &checksum).await?;
-        if let Some(prev) = &previous {
-            store.set_status(prev, Status::Superseded).await?;
-        }
+        revision::deployed(&store, &mut record, complete.into()).await?;
         store.trim_history(name, self.history_max).await?;
         let objects = applied.iter().map(|a| a.key.clone()).collect();
         self.watch_drift(name, namespace, revision, &rendered, applied);

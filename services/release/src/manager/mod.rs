@@ -10,6 +10,7 @@ mod install;
 mod plan;
 mod ready;
 mod resume;
+mod revision;
 mod rollback;
 mod status;
 mod uninstall;

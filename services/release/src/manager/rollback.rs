@@ -17,7 +17,10 @@ impl ReleaseManager {
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
         let store = ReleaseStore::new(self.client.clone(), namespace);
-        let stored = store.stored(name).await?;
+        let mut stored = store.stored(name).await?;
+        if let Some(newest) = stored.last_mut() {
+            revision::fail_interrupted(&store, &mut newest.release).await?;
+        }
         let Some(latest) = stored.last().map(|s| s.release.clone()) else {
             return Err(ReleaseError::NotFound(format!(
                 "release {name:?} in namespace {namespace:?}"
@@ -42,6 +45,15 @@ impl ReleaseManager {
         let target = target.release.clone();
 
         self.drift.pause(name, namespace);
+        let now = format::now();
+        let mut record = target.clone();
+        record.version = latest.version + 1;
+        record.info.first_deployed = latest.info.first_deployed.clone();
+        record.info.last_deployed = now;
+        record.info.deleted = format::zero_time();
+        let underway = format!("Rolling back to {wanted}");
+        revision::begin(&store, &mut record, &checksum, Status::PendingRollback, &underway)
+            .await?;
         let mut objects = recorded_objects(&target.manifest);
         objects.sort_by_key(|o| install_rank(kind_of(o)));
         let hooks = helm_hooks::from_record(&target);
@@ -59,18 +71,9 @@ impl ReleaseManager {
         }
         .await;
 
-        let now = format::now();
-        let mut record = target.clone();
-        record.version = latest.version + 1;
-        record.info.first_deployed = latest.info.first_deployed.clone();
-        record.info.last_deployed = now;
-        record.info.deleted = format::zero_time();
         match applied {
             Ok(applied) => {
-                record.info.status = Status::Deployed.as_str().into();
-                record.info.description = format!("Rollback to {wanted}");
-                store.create(&record, &checksum).await?;
-                store.set_status(&latest, Status::Superseded).await?;
+                revision::deployed(&store, &mut record, format!("Rollback to {wanted}")).await?;
                 store.trim_history(name, self.history_max).await?;
                 let keys = applied.iter().map(|a| a.key.clone()).collect();
                 if self.repair_drift {
@@ -90,11 +93,8 @@ impl ReleaseManager {
                 })
             }
             Err(e) => {
-                record.info.status = Status::Failed.as_str().into();
-                record.info.description = format!("Rollback to {wanted} failed: {e}");
-                if let Err(store_err) = store.create(&record, &checksum).await {
-                    tracing::warn!(error = %store_err, "could not record the failed rollback");
-                }
+                let description = format!("Rollback to {wanted} failed: {e}");
+                revision::failed(&store, &mut record, description).await;
                 Err(e)
             }
         }

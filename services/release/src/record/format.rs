@@ -34,6 +34,12 @@ pub enum Status {
     Superseded,
     Uninstalling,
     Failed,
+    /// A revision being installed, upgraded or rolled back to: written before its objects are
+    /// applied, so that no one (another berth instance's drift repair, `helm`) takes the
+    /// previous revision for the current one meanwhile.
+    PendingInstall,
+    PendingUpgrade,
+    PendingRollback,
 }
 
 impl Status {
@@ -43,7 +49,15 @@ impl Status {
             Status::Superseded => "superseded",
             Status::Uninstalling => "uninstalling",
             Status::Failed => "failed",
+            Status::PendingInstall => "pending-install",
+            Status::PendingUpgrade => "pending-upgrade",
+            Status::PendingRollback => "pending-rollback",
         }
+    }
+
+    /// Whether a stored status string is one of the `pending-*` ones.
+    pub fn is_pending(status: &str) -> bool {
+        status.starts_with("pending-")
     }
 }
 

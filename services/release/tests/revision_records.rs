@@ -1,0 +1,185 @@
+//! A revision's record through its operation, as Helm keeps it: `pending-*` while its objects
+//! are applied, then `deployed` or `failed`; one deployed revision at a time; a revision left
+//! pending by a process that died is marked failed by the next operation.
+
+mod support;
+
+use berth_proto::release::{ChartFile, InstallRequest, RollbackRequest};
+use berth_release::record::{ReleaseStore, Status};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::runtime::watcher;
+use std::time::Duration;
+use support::{chart, config_map, start};
+
+/// Longest an install or the status change it causes may take to show up.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn request(h: &support::Harness, name: &str, files: Vec<ChartFile>) -> InstallRequest {
+    InstallRequest {
+        name: name.into(),
+        namespace: h.namespace.clone(),
+        files,
+        values_json: r#"{"greeting": "hi"}"#.into(),
+    }
+}
+
+/// (revision, status) of every stored revision of `name`, oldest first.
+async fn statuses(h: &support::Harness, name: &str) -> anyhow::Result<Vec<(i32, String)>> {
+    let store = ReleaseStore::new(h.kube.clone(), &h.namespace);
+    Ok(store
+        .history(name)
+        .await?
+        .into_iter()
+        .map(|r| (r.version, r.info.status))
+        .collect())
+}
+
+/// Every status the Secret of revision `version` of `name` goes through, in order, until it is
+/// `until`; the watch starts before `operation` runs.
+async fn statuses_of_revision_during(
+    h: &support::Harness,
+    name: &str,
+    version: i32,
+    until: &str,
+    operation: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Vec<String>> {
+    let secrets: Api<Secret> = Api::namespaced(h.kube.clone(), &h.namespace);
+    let config = watcher::Config::default().labels(&format!("owner=helm,name={name},version={version}"));
+    let mut events = Box::pin(watcher(secrets, config));
+    // The watch is established once its initial (empty) listing is complete.
+    loop {
+        match tokio::time::timeout(DEADLINE, events.next()).await? {
+            Some(Ok(watcher::Event::InitDone)) => break,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
+            None => anyhow::bail!("watch ended"),
+        }
+    }
+    let seen = async {
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(event) = events.next().await {
+            if let watcher::Event::Apply(secret) | watcher::Event::InitApply(secret) = event? {
+                let status = secret
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("status"))
+                    .cloned()
+                    .unwrap_or_default();
+                if seen.last() != Some(&status) {
+                    seen.push(status.clone());
+                }
+                if status == until {
+                    return Ok::<_, anyhow::Error>(seen);
+                }
+            }
+        }
+        anyhow::bail!("watch ended after {seen:?}")
+    };
+    let (seen, done) = tokio::time::timeout(DEADLINE, async { tokio::join!(seen, operation) }).await?;
+    done?;
+    seen
+}
+
+#[tokio::test]
+async fn an_upgrade_is_recorded_pending_while_it_applies_then_deployed() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let v1 = chart(&[
+        ("templates/a.yaml", &config_map("a", false)),
+        ("templates/b.yaml", &config_map("b", false)),
+    ]);
+    h.grpc.install(request(&h, "pending", v1)).await?;
+
+    let v2 = chart(&[("templates/a.yaml", &config_map("a", false))]);
+    let mut grpc = h.grpc.clone();
+    let upgrade = request(&h, "pending", v2);
+    let seen = statuses_of_revision_during(&h, "pending", 2, "deployed", async move {
+        grpc.install(upgrade).await?;
+        Ok(())
+    })
+    .await?;
+    // Written before anything was applied, so no one takes revision 1 for the current one
+    // while revision 2's objects go in.
+    assert_eq!(seen, ["pending-upgrade", "deployed"]);
+    assert_eq!(
+        statuses(&h, "pending").await?,
+        [(1, "superseded".to_string()), (2, "deployed".to_string())]
+    );
+
+    let mut grpc = h.grpc.clone();
+    let rollback = RollbackRequest {
+        name: "pending".into(),
+        namespace: h.namespace.clone(),
+        revision: 1,
+    };
+    let seen = statuses_of_revision_during(&h, "pending", 3, "deployed", async move {
+        grpc.rollback(rollback).await?;
+        Ok(())
+    })
+    .await?;
+    assert_eq!(seen, ["pending-rollback", "deployed"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn after_a_failed_upgrade_and_a_good_one_only_the_newest_is_deployed() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let good = || chart(&[("templates/a.yaml", &config_map("a", false))]);
+    h.grpc.install(request(&h, "mended", good())).await?;
+    // An object the API server refuses: its name is not a valid DNS subdomain.
+    let bad = chart(&[
+        ("templates/a.yaml", &config_map("a", false)),
+        ("templates/bad.yaml", &config_map("Not_Valid", false)),
+    ]);
+    let err = h
+        .grpc
+        .install(request(&h, "mended", bad))
+        .await
+        .expect_err("the API server refuses the object");
+    assert!(err.message().contains("Not_Valid"), "{}", err.message());
+    assert_eq!(
+        statuses(&h, "mended").await?,
+        [(1, "deployed".to_string()), (2, "failed".to_string())],
+        "the last good revision stays deployed after a failed upgrade"
+    );
+
+    h.grpc.install(request(&h, "mended", good())).await?;
+    assert_eq!(
+        statuses(&h, "mended").await?,
+        [
+            (1, "superseded".to_string()),
+            (2, "failed".to_string()),
+            (3, "deployed".to_string())
+        ],
+        "as Helm: the failed revision stays failed, and only the newest is deployed"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_revision_left_pending_by_a_dead_process_is_marked_failed_by_the_next_upgrade()
+-> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = || chart(&[("templates/a.yaml", &config_map("a", false))]);
+    h.grpc.install(request(&h, "orphan", files())).await?;
+    // What a process that died in the middle of upgrading leaves behind.
+    let store = ReleaseStore::new(h.kube.clone(), &h.namespace);
+    let first = store.latest("orphan").await?.expect("revision 1");
+    store.set_status(&first, Status::PendingUpgrade).await?;
+
+    h.grpc.install(request(&h, "orphan", files())).await?;
+    let history = store.history("orphan").await?;
+    let seen: Vec<(i32, &str)> = history
+        .iter()
+        .map(|r| (r.version, r.info.status.as_str()))
+        .collect();
+    assert_eq!(seen, [(1, "failed"), (2, "deployed")]);
+    assert!(
+        history[0].info.description.contains("interrupted"),
+        "{}",
+        history[0].info.description
+    );
+    Ok(())
+}
