@@ -249,12 +249,16 @@ impl Applier {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         let cond = kube::runtime::wait::conditions::is_crd_established();
         let object = format!("CustomResourceDefinition {name}");
+        let deadline = tokio::time::Instant::now() + wait;
         match tokio::time::timeout(wait, kube::runtime::wait::await_condition(api, name, cond))
             .await
         {
-            Ok(Ok(_)) => {
+            Ok(Ok(crd)) => {
                 self.discovery.clear();
-                Ok(())
+                match crd {
+                    Some(crd) => self.wait_crd_discoverable(&crd, deadline).await,
+                    None => Ok(()),
+                }
             }
             Ok(Err(e)) => Err(ApplyError::Invalid {
                 object,
@@ -264,6 +268,42 @@ impl Applier {
                 op: "wait for Established on",
                 object,
             }),
+        }
+    }
+
+    /// Waits until API discovery lists the kind of `crd`. On a real API server discovery can
+    /// lag a moment behind `Established`, and a custom resource applied in between would be
+    /// refused as an unknown kind. Discovery has no watch, so this asks again with a short
+    /// backoff (50 ms doubling to 1 s) until `deadline`.
+    async fn wait_crd_discoverable(
+        &self,
+        crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), ApplyError> {
+        let spec = &crd.spec;
+        let Some(version) = spec.versions.iter().find(|v| v.served) else {
+            return Ok(());
+        };
+        let api_version = format!("{}/{}", spec.group, version.name);
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self
+                .discovery
+                .resolve(&self.client, &api_version, &spec.names.kind)
+                .await
+            {
+                Err(ApplyError::UnknownKind { .. }) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(pause.min(deadline - tokio::time::Instant::now())).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(ApplyError::UnknownKind { .. }) => {
+                    return Err(ApplyError::Timeout {
+                        op: "wait for API discovery to list",
+                        object: format!("{api_version}/{}", spec.names.kind),
+                    });
+                }
+                other => return other.map(|_| ()),
+            }
         }
     }
 
