@@ -66,7 +66,9 @@ pub async fn wait_gone(client: &mut Client, r: &PackageRef) -> anyhow::Result<()
 
 /// Runs the whole journey against the gateway at `endpoint`, in a fresh namespace of `kube`.
 pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
-    let namespace = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    // berth creates the app's namespace; the guard deletes it from a real cluster whatever
+    // the outcome.
+    let namespace = crate::TestNamespace::to_be_created("e2e");
     let mut client = connect(endpoint).await?;
     let r = hello(&namespace);
     let repo = crate::examples_repo().display().to_string();
@@ -83,6 +85,7 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     assert_eq!(accepted.key, format!("{namespace}.hello"));
     let running = wait_running(&mut client, &r, accepted.generation).await?;
     assert!(running.conditions.iter().any(|c| c.r#type == "Ready" && c.status == "True"), "{running:?}");
+    namespace.label(&kube).await?;
 
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &namespace);
     let deployments: Api<Deployment> = Api::namespaced(kube.clone(), &namespace);
@@ -139,9 +142,5 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     // A second Remove is a no-op.
     let again = client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?.into_inner();
     assert!(!again.found);
-
-    // Leave a real cluster as we found it.
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(kube);
-    let _ = namespaces.delete(&namespace, &Default::default()).await;
     Ok(())
 }

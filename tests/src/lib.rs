@@ -10,7 +10,7 @@ pub mod journey;
 pub mod measure;
 pub mod process;
 
-pub use cluster::TestCluster;
+pub use cluster::{TestCluster, TestNamespace};
 pub use process::{AllInOne, Proc, SplitTopology, binary};
 
 /// The example package repository shipped with berth.

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use berth_proto::v1;
-use berth_tests::{SplitTopology, TestCluster, journey};
+use berth_tests::{SplitTopology, TestCluster, TestNamespace, journey};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -19,11 +19,9 @@ fn fixtures() -> String {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages").display().to_string()
 }
 
-async fn namespace(kube: &kube::Client) -> anyhow::Result<String> {
-    let name = format!("hooks-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-    Api::<Namespace>::all(kube.clone()).create(&PostParams::default(), &ns).await?;
-    Ok(name)
+/// A fresh labelled namespace, deleted from a real cluster when dropped (whatever the outcome).
+async fn namespace(kube: &kube::Client) -> anyhow::Result<TestNamespace> {
+    TestNamespace::create(kube, "hooks").await
 }
 
 fn configmap(name: &str, labels: Value, data: Value) -> anyhow::Result<ConfigMap> {
@@ -121,7 +119,7 @@ async fn kubernetes_binding_journey(endpoint: &str, kube: kube::Client) -> anyho
     cms.create(&pp, &configmap("ignored", json!({"app": "other"}), json!({"v": "x"}))?).await?;
 
     let mut client = journey::connect(endpoint).await?;
-    let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "watcher".into(), namespace: ns.clone() };
+    let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "watcher".into(), namespace: ns.to_string() };
     let accepted = client
         .update(v1::UpdateRequest { r#ref: Some(r.clone()), repository: fixtures(), version: "1.0.0".into(), ..Default::default() })
         .await?
@@ -181,7 +179,6 @@ async fn kubernetes_binding_journey(endpoint: &str, kube: kube::Client) -> anyho
 
     client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
     journey::wait_gone(&mut client, &r).await?;
-    let _ = Api::<Namespace>::all(kube).delete(&ns, &DeleteParams::default()).await;
     Ok(())
 }
 
@@ -196,7 +193,7 @@ async fn invalid_object_operations_apply_nothing() -> anyhow::Result<()> {
         let kube = cluster.client.clone();
         let ns = namespace(&kube).await?;
         let mut client = journey::connect(&topology.gateway.endpoint()).await?;
-        let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "badops".into(), namespace: ns.clone() };
+        let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "badops".into(), namespace: ns.to_string() };
         client
             .update(v1::UpdateRequest { r#ref: Some(r.clone()), repository: fixtures(), version: "1.0.0".into(), ..Default::default() })
             .await?;
@@ -206,7 +203,6 @@ async fn invalid_object_operations_apply_nothing() -> anyhow::Result<()> {
         assert!(cms.get_opt("must-not-exist").await?.is_none(), "nothing of the batch was applied");
         client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
         journey::wait_gone(&mut client, &r).await?;
-        let _ = Api::<Namespace>::all(kube).delete(&ns, &DeleteParams::default()).await;
         Ok(())
     }
     .await;
@@ -246,13 +242,10 @@ fn update(r: &v1::PackageRef, repository: &str, package: &str, settings: Option<
     }
 }
 
-/// Removes the package and its namespace (best effort for the namespace: a real cluster keeps
-/// it terminating for a while).
-async fn remove(client: &mut journey::Client, r: &v1::PackageRef, kube: kube::Client) -> anyhow::Result<()> {
+/// Removes the package and waits until it is gone (its namespace's guard deletes the namespace).
+async fn remove(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<()> {
     client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
-    journey::wait_gone(client, r).await?;
-    let _ = Api::<Namespace>::all(kube).delete(&r.namespace, &DeleteParams::default()).await;
-    Ok(())
+    journey::wait_gone(client, r).await
 }
 
 /// Whether any live (not zombie) process is in process group `pgid`, from `/proc`.
@@ -330,7 +323,7 @@ async fn hung_hook_is_killed_at_its_timeout() -> anyhow::Result<()> {
         assert!(error.contains("hang.sh") && error.contains("timed out after 2s"), "the error names the hook and the timeout: {error}");
         // The group was killed before the failure was reported; allow the kernel a moment to reap.
         wait_group_gone(started[0], tokio::time::Instant::now(), Duration::from_secs(1)).await?;
-        remove(&mut client, &r, kube).await
+        remove(&mut client, &r).await
     })
     .await
 }
@@ -361,7 +354,7 @@ async fn update_cancels_a_running_hook_within_one_second() -> anyhow::Result<()>
         assert_eq!(values(&running)["passed"], json!(true), "the new generation's hook ran: {:?}", values(&running));
         let all = recorded_pids(&pid_file)?;
         assert_eq!(all.len(), 2, "one cancelled run and one passing run: {all:?}");
-        remove(&mut client, &r, kube).await
+        remove(&mut client, &r).await
     })
     .await
 }
@@ -396,7 +389,7 @@ async fn schedule_with_snapshots_and_group_bindings() -> anyhow::Result<()> {
             serde_json::from_value(json!({"metadata": {"name": "snap-s", "labels": {"app": "snap"}}, "stringData": {"k": "v"}}))?;
         Api::<k8s_openapi::api::core::v1::Secret>::namespaced(kube.clone(), &ns).create(&pp, &secret).await?;
         wait_package(&mut client, &r, "a Group run after the Secret event", at("group", "g:cms=snap-a,snap-b;secrets=snap-s")).await?;
-        remove(&mut client, &r, kube).await
+        remove(&mut client, &r).await
     })
     .await
 }
@@ -431,7 +424,6 @@ async fn after_helm_and_delete_bindings_run() -> anyhow::Result<()> {
             let binding = cm.data.unwrap_or_default().remove("binding").unwrap_or_default();
             assert_eq!(binding.to_lowercase() + "-marker", name, "the hook saw its own binding");
         }
-        let _ = Api::<Namespace>::all(kube).delete(&ns, &DeleteParams::default()).await;
         Ok(())
     })
     .await
@@ -454,7 +446,7 @@ async fn bad_values_patch_and_non_zero_exit_apply_nothing() -> anyhow::Result<()
             assert!(values(&p).get("applied").is_none(), "fail={fail}: the values patch was not applied: {}", values(&p));
             let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
             assert!(cms.get_opt("must-not-exist").await?.is_none(), "fail={fail}: the object operation was not applied");
-            remove(&mut client, &r, kube.clone()).await?;
+            remove(&mut client, &r).await?;
         }
         Ok(())
     })
@@ -489,7 +481,7 @@ async fn batch_hook_binary_serves_its_hooks() -> anyhow::Result<()> {
 
         cms.create(&pp, &configmap("batch-b", json!({"app": "batch"}), json!({}))?).await?;
         wait_package(&mut client, &r, "the batch hook's event run", |p| values(p)["batchCms"] == json!("batch-a,batch-b")).await?;
-        remove(&mut client, &r, kube).await
+        remove(&mut client, &r).await
     })
     .await
 }
@@ -507,7 +499,7 @@ async fn resynchronization_period_reruns_synchronization() -> anyhow::Result<()>
         // The first Synchronization runs at Startup; two more can only come from the period.
         let p = wait_package(&mut client, &r, "three Synchronization runs", |p| runs(p) >= 3).await?;
         assert!(runs(&p) >= 3);
-        remove(&mut client, &r, kube).await
+        remove(&mut client, &r).await
     })
     .await
 }
@@ -549,7 +541,7 @@ async fn hook_metrics_are_served_with_a_hook_label() -> anyhow::Result<()> {
         assert_eq!(std::path::Path::new(&run_dir), hook_tmp.as_path(), "the hook ran in {run_dir}");
         let left: Vec<_> = std::fs::read_dir(&hook_tmp)?.collect();
         assert!(left.is_empty(), "temporary files left behind: {left:?}");
-        remove(&mut client, &r, kube.clone()).await
+        remove(&mut client, &r).await
     }
     .await;
     topology.stop().await;

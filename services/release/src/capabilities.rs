@@ -1,10 +1,17 @@
 //! `.Capabilities` from the cluster: its version and every served group-version and
-//! group-version/Kind, as Helm gathers them. Discovery costs one request per API group, so
+//! group-version/Kind, as Helm gathers them. Discovery costs one request per group-version, so
 //! the answer is cached for a short time and shared by concurrent installs.
+//!
+//! Group-versions are discovered one by one (a few at a time): a group that does not answer,
+//! typically an aggregated API whose backend is down (metrics-server answering 503), is left
+//! out with a warning and the rest is kept, as Helm does. kube's `Discovery::run` would fail
+//! the whole pass instead, and every render would fall back to the default capabilities.
 
 use crate::render::Capabilities;
+use futures::StreamExt as _;
 use kube::Client;
-use kube::discovery::Discovery;
+use kube::core::GroupVersion;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
@@ -12,8 +19,12 @@ use tokio::sync::Mutex;
 /// How long discovered capabilities are reused. CRDs applied by an install are visible to
 /// renders after at most this long.
 const TTL: Duration = Duration::from_secs(30);
-/// Bound on the whole discovery pass.
+/// Bound on each step of a discovery pass: the server version, the list of group-versions,
+/// and the resources of all of them (group-versions that have not answered by then are left
+/// out, with a warning).
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Group-versions asked at once.
+const CONCURRENCY: usize = 8;
 
 #[derive(Clone, Default)]
 pub struct CapabilitiesCache {
@@ -47,31 +58,169 @@ async fn discover(client: &Client) -> Capabilities {
     {
         caps.kube_version = v.git_version;
     }
-    let run = Discovery::new(client.clone()).run();
-    match tokio::time::timeout(DISCOVERY_TIMEOUT, run).await {
-        Ok(Ok(discovery)) => {
-            let mut versions = Vec::new();
-            for group in discovery.groups() {
-                for version in group.versions() {
-                    let gv = if group.name().is_empty() {
-                        version.to_string()
-                    } else {
-                        format!("{}/{version}", group.name())
-                    };
-                    for (ar, _) in group.versioned_resources(version) {
-                        versions.push(format!("{gv}/{}", ar.kind));
-                    }
-                    versions.push(gv);
-                }
-            }
-            versions.sort();
-            versions.dedup();
-            caps.api_versions = versions;
-        }
+    match tokio::time::timeout(DISCOVERY_TIMEOUT, group_versions(client)).await {
+        Ok(Ok(gvs)) => caps.api_versions = api_versions(client, gvs).await,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "API discovery failed; using default capabilities")
         }
         Err(_) => tracing::warn!("API discovery timed out; using default capabilities"),
     }
     caps
+}
+
+/// Every group-version the cluster lists: the core group's (`v1`), then every group's.
+async fn group_versions(client: &Client) -> Result<Vec<String>, kube::Error> {
+    let mut gvs = client.list_core_api_versions().await?.versions;
+    for group in client.list_api_groups().await?.groups {
+        gvs.extend(group.versions.into_iter().map(|v| v.group_version));
+    }
+    Ok(gvs)
+}
+
+/// `gvs` and the `group/version/Kind` of each of their resources, sorted. Every listed
+/// group-version is kept (Helm does the same); the kinds of one that fails or does not answer
+/// within [`DISCOVERY_TIMEOUT`] are left out, with a warning naming it.
+async fn api_versions(client: &Client, gvs: Vec<String>) -> Vec<String> {
+    let mut versions: BTreeSet<String> = gvs.iter().cloned().collect();
+    let mut unanswered = versions.clone();
+    let answers = futures::stream::iter(gvs)
+        .map(|gv| async move {
+            let kinds = kinds_of(client, &gv).await;
+            (gv, kinds)
+        })
+        .buffer_unordered(CONCURRENCY)
+        .take_until(tokio::time::sleep(DISCOVERY_TIMEOUT))
+        .collect::<Vec<_>>()
+        .await;
+    for (gv, kinds) in answers {
+        unanswered.remove(&gv);
+        match kinds {
+            Ok(kinds) => versions.extend(kinds.into_iter().map(|kind| format!("{gv}/{kind}"))),
+            Err(e) => tracing::warn!(
+                group_version = %gv,
+                error = %e,
+                "API discovery of a group-version failed; its kinds are left out of .Capabilities"
+            ),
+        }
+    }
+    for gv in unanswered {
+        tracing::warn!(
+            group_version = %gv,
+            "API discovery of a group-version did not answer within {DISCOVERY_TIMEOUT:?}; its kinds are left out of .Capabilities"
+        );
+    }
+    versions.into_iter().collect()
+}
+
+/// The kinds `gv` serves (subresources excluded), through kube's per-group-version discovery.
+async fn kinds_of(client: &Client, gv: &str) -> Result<Vec<String>, kube::Error> {
+    let parsed: GroupVersion = gv.parse().map_err(|e| {
+        kube::Error::Discovery(kube::error::DiscoveryError::InvalidGroupVersion(format!(
+            "{gv}: {e}"
+        )))
+    })?;
+    let group = kube::discovery::pinned_group(client, &parsed).await?;
+    Ok(group
+        .versioned_resources(&parsed.version)
+        .into_iter()
+        .map(|(ar, _)| ar.kind)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use serde_json::{Value, json};
+
+    fn resources(gv: &str, list: &[(&str, &str)]) -> Value {
+        let resources: Vec<Value> = list
+            .iter()
+            .map(|(name, kind)| {
+                json!({"name": name, "singularName": "", "namespaced": true, "kind": kind, "verbs": ["get", "list"]})
+            })
+            .collect();
+        json!({"kind": "APIResourceList", "groupVersion": gv, "resources": resources})
+    }
+
+    /// A kube client whose API server serves the core group and `apps`, and lists
+    /// `metrics.k8s.io` whose backend answers 503, as an aggregated API with its service down.
+    fn cluster_with_a_broken_aggregated_api() -> Client {
+        let service = tower::service_fn(|req: Request<Body>| async move {
+            let (status, body) = match req.uri().path() {
+                "/version" => (
+                    StatusCode::OK,
+                    json!({"major": "1", "minor": "31", "gitVersion": "v1.31.4"}),
+                ),
+                "/api" => (
+                    StatusCode::OK,
+                    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+                ),
+                "/apis" => (
+                    StatusCode::OK,
+                    json!({"kind": "APIGroupList", "groups": [
+                        {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
+                         "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
+                        {"name": "metrics.k8s.io", "versions": [{"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
+                         "preferredVersion": {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}}
+                    ]}),
+                ),
+                "/api/v1" => (
+                    StatusCode::OK,
+                    resources(
+                        "v1",
+                        &[
+                            ("configmaps", "ConfigMap"),
+                            ("pods", "Pod"),
+                            ("pods/log", "Pod"),
+                        ],
+                    ),
+                ),
+                "/apis/apps/v1" => (
+                    StatusCode::OK,
+                    resources(
+                        "apps/v1",
+                        &[
+                            ("deployments", "Deployment"),
+                            ("deployments/scale", "Scale"),
+                        ],
+                    ),
+                ),
+                _ => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({
+                        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "the server is currently unable to handle the request",
+                        "reason": "ServiceUnavailable", "code": 503
+                    }),
+                ),
+            };
+            let response = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&body).expect("json")))
+                .expect("response");
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_group_costs_only_its_own_kinds() {
+        let caps = discover(&cluster_with_a_broken_aggregated_api()).await;
+        assert_eq!(caps.kube_version, "v1.31.4");
+        assert_eq!(
+            caps.api_versions,
+            [
+                "apps/v1",
+                "apps/v1/Deployment",
+                "metrics.k8s.io/v1beta1",
+                "v1",
+                "v1/ConfigMap",
+                "v1/Pod",
+            ],
+            "the broken group is listed without kinds; the others are complete"
+        );
+    }
 }

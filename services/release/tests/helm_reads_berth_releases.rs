@@ -67,8 +67,7 @@ async fn helm_list_and_get_manifest_read_a_release_berth_installed() -> anyhow::
         })
         .await?;
     let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, h.kubeconfig_yaml()?)?;
+    let kubeconfig = h.kubeconfig_file(dir.path())?;
 
     let list = helm(
         &helm_bin,

@@ -436,9 +436,11 @@ async fn lookup_reads_the_cluster_so_generated_secrets_survive_upgrades() -> any
     Ok(())
 }
 
+/// A hook Job that completes at once. Its image is on registry.k8s.io (no Docker Hub pull
+/// limits behind the install's wait on a real cluster).
 fn hook_job(name: &str, event: &str, policy: &str) -> String {
     format!(
-        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n  annotations:\n    helm.sh/hook: {event}\n    helm.sh/hook-delete-policy: {policy}\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: busybox:1.36\n        command: [\"true\"]\n"
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n  annotations:\n    helm.sh/hook: {event}\n    helm.sh/hook-delete-policy: {policy}\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: registry.k8s.io/e2e-test-images/busybox:1.36.1-1\n        command: [\"true\"]\n"
     )
 }
 
@@ -600,7 +602,7 @@ async fn a_crd_in_templates_is_established_before_its_resources_are_applied() ->
 #[tokio::test]
 async fn status_follows_kstatus_for_a_rolled_out_deployment() -> anyhow::Result<()> {
     let mut h = support::start_with(true).await?;
-    let deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n";
+    let deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: registry.k8s.io/pause:3.10\n";
     h.grpc
         .install(install(
             &h,
@@ -645,7 +647,7 @@ async fn status_follows_kstatus_for_a_rolled_out_deployment() -> anyhow::Result<
 #[tokio::test]
 async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::Result<()> {
     let mut h = support::start_with(true).await?;
-    let deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n";
+    let deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: registry.k8s.io/pause:3.10\n";
     let files = chart(&[
         ("templates/d.yaml", deploy),
         ("templates/a.yaml", &config_map("a", false)),
@@ -681,10 +683,13 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
         .into_inner();
     assert!(status.ready, "{:?}", status.not_ready);
 
-    // Without workload controllers the Deployment never rolls out: the wait ends at its
-    // deadline and names what is not ready.
+    // A Deployment that never rolls out: the wait ends at its deadline and names what is not
+    // ready. Its pods can never be scheduled (no node has the label its nodeSelector asks
+    // for), so it stays InProgress on a real cluster too; the dev cluster here runs without
+    // workload simulation, so it never gets a status at all.
     let mut idle = start().await?;
-    let files = chart(&[("templates/d.yaml", deploy)]);
+    let stuck = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      nodeSelector:\n        berth.io/never: \"true\"\n      containers:\n      - name: web\n        image: registry.k8s.io/pause:3.10\n";
+    let files = chart(&[("templates/d.yaml", stuck)]);
     idle.grpc.install(install(&idle, "dep", files, "")).await?;
     let idle_manager = berth_release::manager::ReleaseManager::new(idle.kube.clone());
     let seen = idle_manager

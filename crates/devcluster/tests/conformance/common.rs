@@ -3,17 +3,26 @@
 //! so the same assertions hold against kube-apiserver.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use berth_devcluster::{DevCluster, DevClusterConfig};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 /// How long a condition may take to become true before a test fails.
 pub const DEADLINE: Duration = Duration::from_secs(20);
+/// How long a namespace may take to terminate: on a real cluster the namespace controller
+/// deletes its contents (and waits for pods' grace periods) first, which often takes longer
+/// than [`DEADLINE`].
+pub const NAMESPACE_DEADLINE: Duration = Duration::from_secs(120);
+/// The label on every namespace a test creates, so leftovers on a real cluster can be found
+/// (`kubectl get ns -l berth.io/test=true`).
+pub const TEST_LABEL: (&str, &str) = ("berth.io/test", "true");
+/// Bound on the best-effort namespace deletion when a [`TestNamespace`] is dropped.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub struct Target {
     pub client: Client,
@@ -29,7 +38,10 @@ pub fn real_cluster() -> Option<PathBuf> {
 }
 
 pub async fn client_for(kubeconfig_yaml: &str) -> Client {
-    let kc = Kubeconfig::from_yaml(kubeconfig_yaml).expect("kubeconfig parses");
+    client_from(Kubeconfig::from_yaml(kubeconfig_yaml).expect("kubeconfig parses")).await
+}
+
+async fn client_from(kc: Kubeconfig) -> Client {
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("kubeconfig is usable");
@@ -44,9 +56,10 @@ pub async fn target() -> Target {
 pub async fn target_with(mut config: DevClusterConfig) -> Target {
     let dir = tempfile::tempdir().expect("tempdir");
     if let Some(path) = real_cluster() {
-        let yaml = std::fs::read_to_string(&path).expect("BERTH_TEST_KUBECONFIG is readable");
+        // Read from the file, not its text: relative certificate paths resolve against it.
+        let kc = Kubeconfig::read_from(&path).expect("BERTH_TEST_KUBECONFIG is readable");
         return Target {
-            client: client_for(&yaml).await,
+            client: client_from(kc).await,
             kubeconfig: path,
             dev: None,
             _dir: dir,
@@ -75,35 +88,125 @@ pub async fn dev_only(reason: &str, config: DevClusterConfig) -> Option<Target> 
     Some(target_with(config).await)
 }
 
-/// Creates a uniquely named namespace for one test.
-pub async fn namespace(client: &Client, prefix: &str) -> String {
+/// A namespace created for one test (see [`namespace`]); it reads as its name.
+///
+/// Dropping it deletes the namespace when the tests run against a real cluster, whatever the
+/// test's outcome, without waiting for it to terminate. A dev cluster is started fresh for
+/// each test and discarded with it, so there it is left alone.
+pub struct TestNamespace {
+    name: String,
+}
+
+impl std::ops::Deref for TestNamespace {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Display for TestNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if let Some(kubeconfig) = real_cluster() {
+            delete_namespace_now(&kubeconfig, &self.name);
+        }
+    }
+}
+
+/// Asks the cluster of `kubeconfig` to delete namespace `name`, best effort: waits (bounded)
+/// for the API server to accept the deletion, never for the namespace to terminate.
+///
+/// It runs on a thread of its own with its own client and runtime, so it can be called from
+/// `Drop` anywhere: a `#[tokio::test]` runtime drops tasks spawned on it as soon as the test
+/// returns, and blocking the test's thread would also block the connection task of the test's
+/// own client (and an in-process dev cluster), which live on that runtime.
+pub fn delete_namespace_now(kubeconfig: &Path, name: &str) {
+    let (kubeconfig, owned) = (kubeconfig.to_owned(), name.to_owned());
+    let worker = std::thread::spawn(move || -> Result<(), String> {
+        let name = owned;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let delete = async {
+                let kc = Kubeconfig::read_from(&kubeconfig).map_err(|e| e.to_string())?;
+                let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let client = Client::try_from(config).map_err(|e| e.to_string())?;
+                match Api::<Namespace>::all(client)
+                    .delete(&name, &DeleteParams::background())
+                    .await
+                {
+                    // Gone already, or already terminating: nothing left to do.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                    Ok(_) => Ok(()),
+                }
+            };
+            tokio::time::timeout(CLEANUP_TIMEOUT, delete)
+                .await
+                .map_err(|_| format!("no answer within {CLEANUP_TIMEOUT:?}"))?
+        })
+    });
+    let outcome = worker
+        .join()
+        .unwrap_or_else(|_| Err("the cleanup thread panicked".into()));
+    if let Err(e) = outcome {
+        eprintln!(
+            "could not delete test namespace {name}: {e} (it is labelled berth.io/test=true)"
+        );
+    }
+}
+
+/// Creates a uniquely named namespace for one test, labelled [`TEST_LABEL`]; deleted again
+/// when the returned guard is dropped (see [`TestNamespace`]).
+pub async fn namespace(client: &Client, prefix: &str) -> TestNamespace {
     let name = format!(
         "{prefix}-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
-    let ns: Namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))
-        .expect("namespace");
+    let (key, value) = TEST_LABEL;
+    let ns: Namespace = serde_json::from_value(
+        serde_json::json!({ "metadata": { "name": name, "labels": { key: value } } }),
+    )
+    .expect("namespace");
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await
         .expect("namespace created");
-    name
+    TestNamespace { name }
 }
 
 /// Polls `check` until it returns Some, failing the test after [`DEADLINE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
+    eventually_within(DEADLINE, what, check).await
+}
+
+/// Polls `check` until it returns Some, failing the test after `limit`.
+pub async fn eventually_within<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         if let Some(v) = check().await {
             return v;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
+            "timed out waiting for {what} ({limit:?})"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

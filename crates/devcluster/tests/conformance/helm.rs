@@ -123,7 +123,7 @@ async fn helm_install_upgrade_list_uninstall() {
     assert!(out.contains("release \"demo\" uninstalled"), "{out}");
     assert!(releases(&helm, &ns).await.is_empty());
     let client = t.client.clone();
-    let ns2 = ns.clone();
+    let ns2 = ns.to_string();
     eventually("chart objects and release records deleted", || {
         let (client, ns) = (client.clone(), ns2.clone());
         async move {

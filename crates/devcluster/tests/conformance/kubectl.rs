@@ -70,7 +70,7 @@ async fn kubectl_get_and_apply() {
     assert!(
         listing
             .lines()
-            .any(|l| l.contains(&ns) && l.contains("settings")),
+            .any(|l| l.contains(&*ns) && l.contains("settings")),
         "{listing}"
     );
 }

@@ -4,7 +4,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-use crate::common::{code, eventually, namespace, target};
+use crate::common::{
+    NAMESPACE_DEADLINE, TEST_LABEL, code, delete_namespace_now, eventually, eventually_within,
+    namespace, target,
+};
 
 #[tokio::test]
 async fn deleting_a_namespace_deletes_its_contents() {
@@ -28,7 +31,7 @@ async fn deleting_a_namespace_deletes_its_contents() {
             assert!(matches!(code(&e), 403 | 404), "{e:?}");
         }
     }
-    eventually("the namespace to disappear", || async {
+    eventually_within(NAMESPACE_DEADLINE, "the namespace to disappear", || async {
         nss.get_opt(&ns).await.expect("get").is_none().then_some(())
     })
     .await;
@@ -38,6 +41,40 @@ async fn deleting_a_namespace_deletes_its_contents() {
         .await
         .expect("list");
     assert!(left.items.is_empty());
+}
+
+/// What a test's namespace guard does on a real cluster when dropped: the namespace carries
+/// the test label, and the clean-up returns once the deletion is accepted, after which the
+/// namespace terminates.
+#[tokio::test]
+async fn test_namespaces_are_labelled_and_cleaned_up() {
+    let t = target().await;
+    let ns = namespace(&t.client, "cleanup").await;
+    let nss: Api<Namespace> = Api::all(t.client.clone());
+    let labels = nss
+        .get(&ns)
+        .await
+        .expect("get")
+        .metadata
+        .labels
+        .unwrap_or_default();
+    let (key, value) = TEST_LABEL;
+    assert_eq!(labels.get(key).map(String::as_str), Some(value));
+    // On a blocking thread, as the guard's Drop blocks its caller; this runtime keeps serving
+    // the dev cluster meanwhile.
+    let (kubeconfig, name) = (t.kubeconfig.clone(), ns.to_string());
+    tokio::task::spawn_blocking(move || delete_namespace_now(&kubeconfig, &name))
+        .await
+        .expect("clean-up ran");
+    let terminating = nss.get_opt(&ns).await.expect("get");
+    assert!(
+        terminating.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        "deletion was accepted before the clean-up returned"
+    );
+    eventually_within(NAMESPACE_DEADLINE, "the namespace to disappear", || async {
+        nss.get_opt(&ns).await.expect("get").is_none().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

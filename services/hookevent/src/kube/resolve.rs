@@ -22,6 +22,10 @@ pub enum ResolveError {
     Api { what: String, source: kube::Error },
     #[error("discovery of {what}: no answer within {DISCOVERY_TIMEOUT:?}")]
     Timeout { what: String },
+    /// Not found in the groups that answered, but some did not (an aggregated API whose
+    /// backend is down answers 503), so the kind may still exist.
+    #[error("kind {kind:?}: not served by the API groups that answered; discovery of {} failed", .failed.join(", "))]
+    Incomplete { kind: String, failed: Vec<String> },
 }
 
 fn in_version(api_version: &str) -> String {
@@ -72,13 +76,24 @@ impl Resolver {
             return Ok(Some(found));
         }
         let groups = bounded("API groups", self.client.list_api_groups()).await?;
+        // One group that fails (typically an aggregated API whose backend is down) must not hide
+        // the kinds of all the others: it is skipped, and named if the kind is found nowhere.
+        let mut failed = Vec::new();
         for group in groups.groups {
             let Some(version) = group.preferred_version.or_else(|| group.versions.into_iter().next()) else { continue };
-            if let Some(found) = find(&self.resources(&version.group_version).await?, kind) {
-                return Ok(Some(found));
+            match self.resources(&version.group_version).await {
+                Ok(list) => {
+                    if let Some(found) = find(&list, kind) {
+                        return Ok(Some(found));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(group_version = %version.group_version, error = %e, kind, "API discovery of a group failed; skipped while resolving a kind");
+                    failed.push(version.group_version);
+                }
             }
         }
-        Ok(None)
+        if failed.is_empty() { Ok(None) } else { Err(ResolveError::Incomplete { kind: kind.to_owned(), failed }) }
     }
 
     async fn resources(&self, api_version: &str) -> Result<APIResourceList, ResolveError> {
@@ -149,5 +164,56 @@ mod tests {
         }
         assert!(find(&list(), "deployments/status").is_none());
         assert!(find(&list(), "Pod").is_none());
+    }
+
+    /// A kube client whose API server lists `metrics.k8s.io` first, whose backend answers 503
+    /// (an aggregated API with its service down), then `apps`, which answers.
+    fn cluster_with_a_broken_aggregated_api() -> kube::Client {
+        use http::{Request, Response, StatusCode};
+        use kube::client::Body;
+        use serde_json::json;
+        let service = tower::service_fn(|req: Request<Body>| async move {
+            let (status, body) = match req.uri().path() {
+                "/api/v1" => (StatusCode::OK, json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                    {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap", "verbs": [], "shortNames": ["cm"]}
+                ]})),
+                "/apis" => (StatusCode::OK, json!({"kind": "APIGroupList", "groups": [
+                    {"name": "metrics.k8s.io", "versions": [{"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
+                     "preferredVersion": {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}},
+                    {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
+                     "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}}
+                ]})),
+                "/apis/apps/v1" => (StatusCode::OK, serde_json::to_value(list()).expect("json")),
+                _ => (StatusCode::SERVICE_UNAVAILABLE, json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "the server is currently unable to handle the request",
+                    "reason": "ServiceUnavailable", "code": 503
+                })),
+            };
+            let response = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&body).expect("json")))
+                .expect("response");
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        kube::Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_group_is_skipped_and_named_when_the_kind_is_not_found() {
+        let resolver = Resolver::new(cluster_with_a_broken_aggregated_api());
+        let deploy = resolver.resolve("", "deploy").await.expect("found past the broken group");
+        assert_eq!(deploy.resource.api_version, "apps/v1");
+        assert_eq!(deploy.resource.kind, "Deployment");
+        match resolver.resolve("", "PodMetrics").await {
+            Err(e @ ResolveError::Incomplete { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("PodMetrics") && text.contains("metrics.k8s.io/v1beta1"), "{text}");
+            }
+            other => panic!("expected Incomplete, not a definite answer: {other:?}"),
+        }
+        // A kind missing from a fully answering cluster part is still NotFound.
+        assert!(matches!(resolver.resolve("v1", "Widget").await, Err(ResolveError::NotFound { .. })));
     }
 }

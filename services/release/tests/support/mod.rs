@@ -5,7 +5,11 @@
 
 use anyhow::Context as _;
 use berth_proto::release::releases_client::ReleasesClient;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -13,8 +17,11 @@ use tonic::transport::Channel;
 pub struct Harness {
     pub kube: kube::Client,
     pub grpc: ReleasesClient<Channel>,
-    /// A namespace unique to this test, so tests can share a real cluster.
+    /// A namespace unique to this test, so tests can share a real cluster. It exists before
+    /// the first install, labelled `berth.io/test=true`.
     pub namespace: String,
+    /// Deletes `namespace` on a real cluster when the harness is dropped.
+    _cleanup: NamespaceCleanup,
     drift_repair: bool,
     /// `None` only while [`Harness::restart_service`] swaps instances.
     server: Option<Server>,
@@ -46,6 +53,64 @@ impl Drop for Server {
     }
 }
 
+/// The real cluster's kubeconfig file, when `BERTH_TEST_KUBECONFIG` names one.
+fn real_cluster() -> Option<PathBuf> {
+    std::env::var_os("BERTH_TEST_KUBECONFIG")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Deletes a test's namespace from the real cluster when dropped, whatever the test's outcome
+/// (a dev cluster is started per test and discarded with it, so there it does nothing).
+///
+/// Best effort, and it waits (bounded) only for the API server to accept the deletion, never
+/// for the namespace to terminate. It uses a thread with its own client and runtime: a
+/// `#[tokio::test]` runtime drops tasks spawned on it as soon as the test returns, and
+/// blocking the test's thread would also block the connection task of the test's own client,
+/// which lives on that runtime.
+struct NamespaceCleanup {
+    name: String,
+}
+
+impl Drop for NamespaceCleanup {
+    fn drop(&mut self) {
+        let Some(kubeconfig) = real_cluster() else {
+            return;
+        };
+        let name = self.name.clone();
+        let worker = std::thread::spawn(move || -> anyhow::Result<()> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let delete = async {
+                    let client = client_from(Kubeconfig::read_from(&kubeconfig)?).await?;
+                    match Api::<Namespace>::all(client)
+                        .delete(&name, &DeleteParams::background())
+                        .await
+                    {
+                        // Gone already, or already terminating.
+                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+                        Err(e) => Err(e.into()),
+                        Ok(_) => Ok(()),
+                    }
+                };
+                tokio::time::timeout(Duration::from_secs(15), delete)
+                    .await
+                    .context("no answer within 15 s")?
+            })
+        });
+        match worker.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!(
+                "could not delete test namespace {}: {e:#} (it is labelled berth.io/test=true)",
+                self.name
+            ),
+            Err(_) => eprintln!("deleting test namespace {}: the thread panicked", self.name),
+        }
+    }
+}
+
 async fn client_from(kubeconfig: Kubeconfig) -> anyhow::Result<kube::Client> {
     let config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
@@ -68,12 +133,13 @@ pub async fn start_with(simulate_workloads: bool) -> anyhow::Result<Harness> {
 }
 
 async fn start_full(simulate_workloads: bool, drift_repair: bool) -> anyhow::Result<Harness> {
-    let (kube, cluster) = match std::env::var("BERTH_TEST_KUBECONFIG") {
-        Ok(path) if !path.is_empty() => {
-            let kc = Kubeconfig::read_from(&path).with_context(|| format!("reading {path}"))?;
+    let (kube, cluster) = match real_cluster() {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
             (client_from(kc).await?, None)
         }
-        _ => {
+        None => {
             let config = berth_devcluster::DevClusterConfig {
                 simulate_workloads,
                 workload_delay: Duration::from_millis(100),
@@ -89,9 +155,21 @@ async fn start_full(simulate_workloads: bool, drift_repair: bool) -> anyhow::Res
         "rel-test-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
+    // Created here rather than by the first install, so that it carries the label that finds
+    // leftovers on a real cluster (`kubectl get ns -l berth.io/test=true`).
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": namespace, "labels": { "berth.io/test": "true" } }
+    }))?;
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .with_context(|| format!("creating namespace {namespace}"))?;
     Ok(Harness {
         kube,
         grpc,
+        _cleanup: NamespaceCleanup {
+            name: namespace.clone(),
+        },
         namespace,
         drift_repair,
         server: Some(server),
@@ -154,14 +232,18 @@ impl Harness {
         Ok(())
     }
 
-    /// A kubeconfig for the cluster under test, for external tools such as helm.
-    pub fn kubeconfig_yaml(&self) -> anyhow::Result<String> {
-        match (&self._cluster, std::env::var("BERTH_TEST_KUBECONFIG")) {
-            (Some(cluster), _) => Ok(cluster.kubeconfig_yaml()),
-            (None, Ok(path)) => {
-                Ok(std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?)
+    /// A kubeconfig file for the cluster under test, for external tools such as helm: the
+    /// file `BERTH_TEST_KUBECONFIG` names (so paths in it resolve as they should), or the dev
+    /// cluster's kubeconfig written into `dir`.
+    pub fn kubeconfig_file(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        match (&self._cluster, real_cluster()) {
+            (Some(cluster), _) => {
+                let path = dir.join("kubeconfig");
+                std::fs::write(&path, cluster.kubeconfig_yaml())?;
+                Ok(path)
             }
-            (None, Err(_)) => anyhow::bail!("no cluster"),
+            (None, Some(path)) => Ok(path),
+            (None, None) => anyhow::bail!("no cluster"),
         }
     }
 }
