@@ -10,7 +10,8 @@ pub mod journey;
 pub mod measure;
 pub mod process;
 
-pub use cluster::{TestCluster, TestNamespace};
+pub use berth_devcluster::test_namespace::TestNamespace;
+pub use cluster::TestCluster;
 pub use process::{AllInOne, Proc, SplitTopology, binary};
 
 /// The example package repository shipped with berth.

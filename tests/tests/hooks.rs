@@ -21,7 +21,7 @@ fn fixtures() -> String {
 
 /// A fresh labelled namespace, deleted from a real cluster when dropped (whatever the outcome).
 async fn namespace(kube: &kube::Client) -> anyhow::Result<TestNamespace> {
-    TestNamespace::create(kube, "hooks").await
+    Ok(TestNamespace::create(kube, "hooks").await?)
 }
 
 fn configmap(name: &str, labels: Value, data: Value) -> anyhow::Result<ConfigMap> {

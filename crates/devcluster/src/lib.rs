@@ -89,6 +89,8 @@ mod apply;
 mod cluster;
 mod config;
 pub mod controllers;
+#[cfg(feature = "test-support")]
+pub mod test_namespace;
 mod crd;
 mod error;
 mod fieldset;

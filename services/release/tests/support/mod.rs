@@ -4,10 +4,8 @@
 #![allow(dead_code)]
 
 use anyhow::Context as _;
+use berth_devcluster::test_namespace::{TestNamespace, real_cluster};
 use berth_proto::release::releases_client::ReleasesClient;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::Api;
-use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,7 +19,7 @@ pub struct Harness {
     /// the first install, labelled `berth.io/test=true`.
     pub namespace: String,
     /// Deletes `namespace` on a real cluster when the harness is dropped.
-    _cleanup: NamespaceCleanup,
+    _cleanup: TestNamespace,
     drift_repair: bool,
     /// `None` only while [`Harness::restart_service`] swaps instances.
     server: Option<Server>,
@@ -50,64 +48,6 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.shutdown.cancel();
-    }
-}
-
-/// The real cluster's kubeconfig file, when `BERTH_TEST_KUBECONFIG` names one.
-fn real_cluster() -> Option<PathBuf> {
-    std::env::var_os("BERTH_TEST_KUBECONFIG")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-}
-
-/// Deletes a test's namespace from the real cluster when dropped, whatever the test's outcome
-/// (a dev cluster is started per test and discarded with it, so there it does nothing).
-///
-/// Best effort, and it waits (bounded) only for the API server to accept the deletion, never
-/// for the namespace to terminate. It uses a thread with its own client and runtime: a
-/// `#[tokio::test]` runtime drops tasks spawned on it as soon as the test returns, and
-/// blocking the test's thread would also block the connection task of the test's own client,
-/// which lives on that runtime.
-struct NamespaceCleanup {
-    name: String,
-}
-
-impl Drop for NamespaceCleanup {
-    fn drop(&mut self) {
-        let Some(kubeconfig) = real_cluster() else {
-            return;
-        };
-        let name = self.name.clone();
-        let worker = std::thread::spawn(move || -> anyhow::Result<()> {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let delete = async {
-                    let client = client_from(Kubeconfig::read_from(&kubeconfig)?).await?;
-                    match Api::<Namespace>::all(client)
-                        .delete(&name, &DeleteParams::background())
-                        .await
-                    {
-                        // Gone already, or already terminating.
-                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-                        Err(e) => Err(e.into()),
-                        Ok(_) => Ok(()),
-                    }
-                };
-                tokio::time::timeout(Duration::from_secs(15), delete)
-                    .await
-                    .context("no answer within 15 s")?
-            })
-        });
-        match worker.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!(
-                "could not delete test namespace {}: {e:#} (it is labelled berth.io/test=true)",
-                self.name
-            ),
-            Err(_) => eprintln!("deleting test namespace {}: the thread panicked", self.name),
-        }
     }
 }
 
@@ -151,26 +91,16 @@ async fn start_full(simulate_workloads: bool, drift_repair: bool) -> anyhow::Res
         }
     };
     let (grpc, server) = serve(kube.clone(), drift_repair, false).await?;
-    let namespace = format!(
-        "rel-test-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
     // Created here rather than by the first install, so that it carries the label that finds
     // leftovers on a real cluster (`kubectl get ns -l berth.io/test=true`).
-    let ns: Namespace = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": namespace, "labels": { "berth.io/test": "true" } }
-    }))?;
-    Api::<Namespace>::all(kube.clone())
-        .create(&PostParams::default(), &ns)
+    let guard = TestNamespace::create(&kube, "rel-test")
         .await
-        .with_context(|| format!("creating namespace {namespace}"))?;
+        .context("creating the test namespace")?;
     Ok(Harness {
         kube,
         grpc,
-        _cleanup: NamespaceCleanup {
-            name: namespace.clone(),
-        },
-        namespace,
+        namespace: guard.to_string(),
+        _cleanup: guard,
         drift_repair,
         server: Some(server),
         _cluster: cluster,
