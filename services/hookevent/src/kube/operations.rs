@@ -17,14 +17,13 @@ use crate::jq::JqProgram;
 
 /// Longest one API call of an operation may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a foreground Delete waits for the object to disappear, and how often it looks.
+/// How long a foreground Delete waits for the object to disappear.
 /// Generous because foreground deletion of a workload waits for its dependents: a
 /// Deployment's pods alone get a 30 s termination grace period by default, plus the time the
 /// garbage collector and kubelets take. It stays under the bound on the worker's whole call to
 /// ApplyObjectOperations (120 s, the client channel in `berth_telemetry::connect_lazy`), so a
 /// slow deletion fails with this message rather than a bare call timeout.
 const DELETE_WAIT: Duration = Duration::from_secs(90);
-const DELETE_POLL: Duration = Duration::from_secs(1);
 /// Attempts of a read-modify-write (CreateOrUpdate, JQPatch) that keeps hitting conflicts.
 const CONFLICT_ATTEMPTS: usize = 5;
 /// Most operations one hook run may request.
@@ -172,18 +171,24 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
                 "DeleteInBackground" => DeleteParams::background(),
                 _ => DeleteParams::orphan(),
             };
-            match bounded(api.delete(&p.name, &params)).await {
-                Ok(_) => {}
+            let pending = match bounded(api.delete(&p.name, &params)).await {
+                // Still there (finalizers, dependents being deleted first): the API server
+                // answers with the object, else with a Status.
+                Ok(answer) => answer.left().and_then(|object| object.metadata.uid),
                 Err(e) if status_is(&e, kube::core::Status::is_not_found) => return Ok("already absent"),
                 Err(e) => return Err(text(e)),
-            }
-            if p.op == "Delete" {
-                let deadline = tokio::time::Instant::now() + DELETE_WAIT;
-                while bounded(api.get_opt(&p.name)).await.map_err(text)?.is_some() {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err(format!("still present {DELETE_WAIT:?} after deletion"));
-                    }
-                    tokio::time::sleep(DELETE_POLL).await;
+            };
+            if let (true, Some(uid)) = (p.op == "Delete", pending) {
+                // Watched, not polled: done when this object (by uid) is gone.
+                let gone = kube::runtime::wait::await_condition(
+                    api.clone(),
+                    &p.name,
+                    kube::runtime::wait::conditions::is_deleted(&uid),
+                );
+                match tokio::time::timeout(DELETE_WAIT, gone).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(format!("watching the deletion: {e}")),
+                    Err(_) => return Err(format!("still present {DELETE_WAIT:?} after deletion")),
                 }
             }
             Ok("deleted")
