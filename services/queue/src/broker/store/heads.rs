@@ -65,6 +65,19 @@ fn promote_sql(dialect: Dialect, n: usize) -> String {
     )
 }
 
+/// [`promote_sql`] plus a NOTIFY to the brokers (PostgreSQL) only if it marked a head; it
+/// returns the queues it marked, as [`promote_sql`] does.
+fn promote_and_signal_sql(dialect: Dialect, n: usize) -> String {
+    // `pg_notify` runs once per marked row, only if there is one; PostgreSQL delivers identical
+    // notifications of one transaction once. Its `void` is compared as text so that it stays
+    // out of the rows (which could not decode it).
+    format!(
+        "WITH promoted AS ({}) SELECT queue FROM promoted WHERE pg_notify('{}', '')::text = ''",
+        promote_sql(dialect, n),
+        super::CHANGE_CHANNEL
+    )
+}
+
 /// The queues a transaction touched but marked no head in: where it must look again once it
 /// has committed ([`Store::look_again`]).
 #[derive(Debug, Default)]
@@ -103,17 +116,11 @@ async fn promote_with<'a>(
     let touched: Vec<&str> = touched.into_iter().collect();
     let mut promoted = BTreeSet::new();
     for chunk in touched.chunks(QUEUES_PER_STATEMENT) {
-        let mut sql = promote_sql(dialect, chunk.len());
-        if signal {
-            // `pg_notify` runs once per marked row, only if there is one; PostgreSQL delivers
-            // identical notifications of one transaction once. Its `void` is compared as text
-            // so that it stays out of the rows (which could not decode it).
-            sql = format!(
-                "WITH promoted AS ({sql}) SELECT queue FROM promoted \
-                 WHERE pg_notify('{}', '')::text = ''",
-                super::CHANGE_CHANNEL
-            );
-        }
+        let sql = if signal {
+            promote_and_signal_sql(dialect, chunk.len())
+        } else {
+            promote_sql(dialect, chunk.len())
+        };
         // Only placeholders and a constant are generated; every value is bound.
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
         for queue in chunk {
@@ -199,12 +206,7 @@ impl Store {
         for chunk in queues.chunks(QUEUES_PER_STATEMENT) {
             // One statement: the promotion and, only if it marked anything, the NOTIFY that wakes
             // the brokers' waiting Leases (the commit's own NOTIFY came before the mark).
-            let sql = format!(
-                "WITH promoted AS ({}) \
-                 SELECT pg_notify('{}', '') FROM (SELECT 1 FROM promoted LIMIT 1) AS any_promoted",
-                promote_sql(self.dialect(), chunk.len()),
-                super::CHANGE_CHANNEL
-            );
+            let sql = promote_and_signal_sql(self.dialect(), chunk.len());
             // The caller's own change is committed already: this look must not be lost to a
             // deadlock with some other transaction.
             super::retrying(POST_COMMIT_ATTEMPTS, || {
@@ -213,7 +215,6 @@ impl Store {
                 for queue in chunk {
                     query = query.bind(*queue);
                 }
-                // `execute`: pg_notify returns `void`, which rows could not be decoded from.
                 let pool = self.pool();
                 async move {
                     pool.execute(query)
