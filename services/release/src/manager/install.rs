@@ -18,12 +18,12 @@ impl ReleaseManager {
         // The new revision's watches replace the old ones once it is applied.
         self.drift.pause(name, namespace);
         let store = ReleaseStore::new(self.client.clone(), namespace);
-        let mut stored = store.stored(name).await?.pop();
-        if let Some(newest) = stored.as_mut() {
+        let mut history = store.stored(name).await?;
+        if let Some(newest) = history.last_mut() {
             revision::fail_interrupted(&store, &mut newest.release).await?;
         }
-        let previous_checksum = stored.as_ref().and_then(|s| s.checksum.clone());
-        let previous = stored.map(|s| s.release);
+        let previous_checksum = history.last().and_then(|s| s.checksum.clone());
+        let previous = history.last().map(|s| s.release.clone());
         let revision = previous.as_ref().map_or(1, |p| p.version + 1);
         let info = ReleaseInfo {
             name: name.to_string(),
@@ -97,10 +97,10 @@ impl ReleaseManager {
         } else {
             (HookEvent::PreUpgrade, HookEvent::PostUpgrade)
         };
-        let (pending, underway) = if revision == 1 {
-            (Status::PendingInstall, "Initial install underway")
+        let (what, pending, underway) = if revision == 1 {
+            ("Install", Status::PendingInstall, "Initial install underway")
         } else {
-            (Status::PendingUpgrade, "Preparing upgrade")
+            ("Upgrade", Status::PendingUpgrade, "Preparing upgrade")
         };
         revision::begin(&store, &mut record, &checksum, pending, underway).await?;
         // Helm's order: pre hooks, apply, prune what the new revision dropped, post hooks.
@@ -118,17 +118,11 @@ impl ReleaseManager {
         let applied = match applied {
             Ok(keys) => keys,
             Err(e) => {
-                let what = if revision == 1 { "Install" } else { "Upgrade" };
                 revision::failed(&store, &mut record, format!("{what} failed: {e}")).await;
                 return Err(e);
             }
         };
-        let complete = if revision == 1 {
-            "Install complete"
-        } else {
-            "Upgrade complete"
-        };
-        revision::deployed(&store, &mut record, complete.into()).await?;
+        revision::deployed(&store, &mut record, format!("{what} complete"), &history).await?;
         store.trim_history(name, self.history_max).await?;
         let objects = applied.iter().map(|a| a.key.clone()).collect();
         self.watch_drift(name, namespace, revision, &rendered, applied);

@@ -7,6 +7,7 @@
 //! old objects over the ones being applied, and `helm` sees an operation in progress.
 
 use super::*;
+use crate::record::store::Stored;
 
 /// Marks `newest` (the release's newest revision) `failed` when it is still `pending-*`: the
 /// operation that wrote it stopped before settling it (its process died). Operations on one
@@ -47,23 +48,25 @@ pub(super) async fn begin(
     store.create(record, checksum).await
 }
 
-/// Settles `record` as `deployed`, and supersedes every older revision still marked deployed
-/// or pending (as Helm leaves one deployed revision; after a failed upgrade the last good one
-/// is still marked deployed).
+/// Settles `record` as `deployed`, and supersedes every one of the `earlier` revisions (as
+/// read before the operation, which holds the release lock) still marked deployed or pending
+/// (as Helm leaves one deployed revision; after a failed upgrade the last good one is still
+/// marked deployed).
 pub(super) async fn deployed(
     store: &ReleaseStore,
     record: &mut HelmRelease,
     description: String,
+    earlier: &[Stored],
 ) -> Result<(), StoreError> {
     record.info.description = description;
     store.set_status(record, Status::Deployed).await?;
     record.info.status = Status::Deployed.as_str().into();
-    for older in store.history(&record.name).await? {
+    for older in earlier.iter().map(|s| &s.release) {
         let status = older.info.status.as_str();
         if older.version < record.version
             && (status == Status::Deployed.as_str() || Status::is_pending(status))
         {
-            store.set_status(&older, Status::Superseded).await?;
+            store.set_status(older, Status::Superseded).await?;
         }
     }
     Ok(())

@@ -73,7 +73,8 @@ impl ReleaseManager {
 
         match applied {
             Ok(applied) => {
-                revision::deployed(&store, &mut record, format!("Rollback to {wanted}")).await?;
+                let description = format!("Rollback to {wanted}");
+                revision::deployed(&store, &mut record, description, &stored).await?;
                 store.trim_history(name, self.history_max).await?;
                 let keys = applied.iter().map(|a| a.key.clone()).collect();
                 if self.repair_drift {
