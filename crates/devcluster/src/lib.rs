@@ -90,6 +90,8 @@ mod cluster;
 mod config;
 pub mod controllers;
 #[cfg(feature = "test-support")]
+pub mod fake_api;
+#[cfg(feature = "test-support")]
 pub mod test_namespace;
 mod crd;
 mod error;

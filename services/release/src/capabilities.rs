@@ -130,85 +130,11 @@ async fn kinds_of(client: &Client, gv: &str) -> Result<Vec<String>, kube::Error>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{Request, Response, StatusCode};
-    use kube::client::Body;
-    use serde_json::{Value, json};
-
-    fn resources(gv: &str, list: &[(&str, &str)]) -> Value {
-        let resources: Vec<Value> = list
-            .iter()
-            .map(|(name, kind)| {
-                json!({"name": name, "singularName": "", "namespaced": true, "kind": kind, "verbs": ["get", "list"]})
-            })
-            .collect();
-        json!({"kind": "APIResourceList", "groupVersion": gv, "resources": resources})
-    }
-
-    /// A kube client whose API server serves the core group and `apps`, and lists
-    /// `metrics.k8s.io` whose backend answers 503, as an aggregated API with its service down.
-    fn cluster_with_a_broken_aggregated_api() -> Client {
-        let service = tower::service_fn(|req: Request<Body>| async move {
-            let (status, body) = match req.uri().path() {
-                "/version" => (
-                    StatusCode::OK,
-                    json!({"major": "1", "minor": "31", "gitVersion": "v1.31.4"}),
-                ),
-                "/api" => (
-                    StatusCode::OK,
-                    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
-                ),
-                "/apis" => (
-                    StatusCode::OK,
-                    json!({"kind": "APIGroupList", "groups": [
-                        {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
-                         "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
-                        {"name": "metrics.k8s.io", "versions": [{"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
-                         "preferredVersion": {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}}
-                    ]}),
-                ),
-                "/api/v1" => (
-                    StatusCode::OK,
-                    resources(
-                        "v1",
-                        &[
-                            ("configmaps", "ConfigMap"),
-                            ("pods", "Pod"),
-                            ("pods/log", "Pod"),
-                        ],
-                    ),
-                ),
-                "/apis/apps/v1" => (
-                    StatusCode::OK,
-                    resources(
-                        "apps/v1",
-                        &[
-                            ("deployments", "Deployment"),
-                            ("deployments/scale", "Scale"),
-                        ],
-                    ),
-                ),
-                _ => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    json!({
-                        "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                        "message": "the server is currently unable to handle the request",
-                        "reason": "ServiceUnavailable", "code": 503
-                    }),
-                ),
-            };
-            let response = Response::builder()
-                .status(status)
-                .header("content-type", "application/json")
-                .body(Body::from(serde_json::to_vec(&body).expect("json")))
-                .expect("response");
-            Ok::<_, std::convert::Infallible>(response)
-        });
-        Client::new(service, "default")
-    }
+    use berth_devcluster::fake_api::client_with_an_unavailable_aggregated_api;
 
     #[tokio::test]
     async fn an_unavailable_group_costs_only_its_own_kinds() {
-        let caps = discover(&cluster_with_a_broken_aggregated_api()).await;
+        let caps = discover(&client_with_an_unavailable_aggregated_api()).await;
         assert_eq!(caps.kube_version, "v1.31.4");
         assert_eq!(
             caps.api_versions,

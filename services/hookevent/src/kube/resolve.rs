@@ -166,43 +166,9 @@ mod tests {
         assert!(find(&list(), "Pod").is_none());
     }
 
-    /// A kube client whose API server lists `metrics.k8s.io` first, whose backend answers 503
-    /// (an aggregated API with its service down), then `apps`, which answers.
-    fn cluster_with_a_broken_aggregated_api() -> kube::Client {
-        use http::{Request, Response, StatusCode};
-        use kube::client::Body;
-        use serde_json::json;
-        let service = tower::service_fn(|req: Request<Body>| async move {
-            let (status, body) = match req.uri().path() {
-                "/api/v1" => (StatusCode::OK, json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-                    {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap", "verbs": [], "shortNames": ["cm"]}
-                ]})),
-                "/apis" => (StatusCode::OK, json!({"kind": "APIGroupList", "groups": [
-                    {"name": "metrics.k8s.io", "versions": [{"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}],
-                     "preferredVersion": {"groupVersion": "metrics.k8s.io/v1beta1", "version": "v1beta1"}},
-                    {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
-                     "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}}
-                ]})),
-                "/apis/apps/v1" => (StatusCode::OK, serde_json::to_value(list()).expect("json")),
-                _ => (StatusCode::SERVICE_UNAVAILABLE, json!({
-                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "message": "the server is currently unable to handle the request",
-                    "reason": "ServiceUnavailable", "code": 503
-                })),
-            };
-            let response = Response::builder()
-                .status(status)
-                .header("content-type", "application/json")
-                .body(Body::from(serde_json::to_vec(&body).expect("json")))
-                .expect("response");
-            Ok::<_, std::convert::Infallible>(response)
-        });
-        kube::Client::new(service, "default")
-    }
-
     #[tokio::test]
     async fn an_unavailable_group_is_skipped_and_named_when_the_kind_is_not_found() {
-        let resolver = Resolver::new(cluster_with_a_broken_aggregated_api());
+        let resolver = Resolver::new(berth_devcluster::fake_api::client_with_an_unavailable_aggregated_api());
         let deploy = resolver.resolve("", "deploy").await.expect("found past the broken group");
         assert_eq!(deploy.resource.api_version, "apps/v1");
         assert_eq!(deploy.resource.kind, "Deployment");
