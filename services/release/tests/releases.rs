@@ -4,6 +4,7 @@ mod support;
 
 use base64::Engine as _;
 use berth_proto::release::{InstallRequest, StatusRequest, UninstallRequest};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::Api;
 use kube::api::ListParams;
@@ -436,6 +437,24 @@ async fn lookup_reads_the_cluster_so_generated_secrets_survive_upgrades() -> any
     Ok(())
 }
 
+#[tokio::test]
+async fn lookup_of_a_list_gives_each_item_its_api_version_and_kind() -> anyhow::Result<()> {
+    // A real API server sends list items without apiVersion and kind; helm's client fills them
+    // in from the list, and charts read them (`range (lookup ...).items` then `.kind`).
+    let mut h = start().await?;
+    let seed = chart(&[("templates/cm.yaml", &config_map("seed", false))]);
+    h.grpc.install(install(&h, "seed", seed, "")).await?;
+    let reader = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kinds\ndata:\n  seen: \"{{ range (lookup \"v1\" \"ConfigMap\" .Release.Namespace \"\").items }}{{ if eq .metadata.name \"seed\" }}{{ .apiVersion }}/{{ .kind }}{{ end }}{{ end }}\"\n";
+    let files = chart(&[("templates/kinds.yaml", reader)]);
+    h.grpc.install(install(&h, "reader", files, "")).await?;
+    let cm = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace)
+        .get("kinds")
+        .await?;
+    let seen = cm.data.unwrap_or_default().get("seen").cloned();
+    assert_eq!(seen.as_deref(), Some("v1/ConfigMap"));
+    Ok(())
+}
+
 /// A hook Job that completes at once. Its image is on registry.k8s.io (no Docker Hub pull
 /// limits behind the install's wait on a real cluster).
 fn hook_job(name: &str, event: &str, policy: &str) -> String {
@@ -684,24 +703,32 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
     assert!(status.ready, "{:?}", status.not_ready);
 
     // A Deployment that never rolls out: the wait ends at its deadline and names what is not
-    // ready. Its pods can never be scheduled (no node has the label its nodeSelector asks
-    // for), so it stays InProgress on a real cluster too; the dev cluster here runs without
-    // workload simulation, so it never gets a status at all.
-    let mut idle = start().await?;
-    let stuck = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      nodeSelector:\n        berth.io/never: \"true\"\n      containers:\n      - name: web\n        image: registry.k8s.io/pause:3.10\n";
+    // ready. Its pods are held back by a scheduling gate, so no scheduler (nor the dev
+    // cluster's simulation) ever runs them: the controller reports them all unavailable.
+    let mut idle = support::start_with(true).await?;
+    let stuck = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      schedulingGates:\n      - name: berth.io/never\n      containers:\n      - name: web\n        image: registry.k8s.io/pause:3.10\n";
     let files = chart(&[("templates/d.yaml", stuck)]);
     idle.grpc.install(install(&idle, "dep", files, "")).await?;
+    // Once the controller has observed it (every replica created, none available), the
+    // Deployment must still count as not ready: a real API server lists objects without
+    // apiVersion and kind, and a wait that lost the kind took any object for Current.
+    let deployments = Api::<Deployment>::namespaced(idle.kube.clone(), &idle.namespace);
+    let observed = kube::runtime::wait::await_condition(deployments, "web", |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref())
+            .is_some_and(|s| s.observed_generation == Some(1) && s.unavailable_replicas == Some(2))
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(60), observed).await??;
     let idle_manager = berth_release::manager::ReleaseManager::new(idle.kube.clone());
     let seen = idle_manager
         .wait_ready(
             "dep",
             &idle.namespace,
-            std::time::Duration::from_millis(300),
+            std::time::Duration::from_millis(500),
         )
         .await?;
-    assert!(!seen.ready);
+    assert!(!seen.ready, "a Deployment with no available replica is not ready");
     assert!(
-        seen.not_ready.iter().any(|m| m.contains("Deployment")),
+        seen.not_ready.iter().any(|m| m.contains("Deployment") && m.contains("Available: 0/2")),
         "{:?}",
         seen.not_ready
     );
@@ -725,7 +752,7 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
         .into_inner();
     assert!(timed_out.found && !timed_out.ready);
     assert!(
-        timed_out.not_ready.iter().any(|m| m.contains("Deployment")),
+        timed_out.not_ready.iter().any(|m| m.contains("Deployment") && m.contains("Available: 0/2")),
         "{:?}",
         timed_out.not_ready
     );

@@ -4,6 +4,12 @@
 //! ReplicaSet (see the `rollout` module). No pods are created; DaemonSets act as
 //! if the cluster had one node.
 //!
+//! Pods that a real scheduler would never place — the pod template has `schedulingGates` —
+//! stay Pending: such a Deployment or ReplicaSet gets the status a real controller writes
+//! for pods that exist but are not running (observed, every replica unavailable), so a
+//! readiness wait can be tested against a rollout that never finishes, on the dev cluster as
+//! on a real one.
+//!
 //! An object needs simulating while `status.observedGeneration` lags
 //! `metadata.generation` (Jobs: while they have no completionTime and are not
 //! suspended). The controller remembers when it first saw each generation and writes the
@@ -165,7 +171,16 @@ fn condition(kind: &str, reason: &str, message: &str, at: &str) -> Value {
     json!({ "type": kind, "status": "True", "reason": reason, "message": message, "lastUpdateTime": at, "lastTransitionTime": at })
 }
 
-/// The status a healthy controller would report for `o`.
+/// Whether the pod template holds its pods back from scheduling (non-empty
+/// `schedulingGates`): a real cluster leaves such pods Pending.
+fn gated(o: &Value) -> bool {
+    o.pointer("/spec/template/spec/schedulingGates")
+        .and_then(Value::as_array)
+        .is_some_and(|gates| !gates.is_empty())
+}
+
+/// The status a healthy controller would report for `o` (for a Deployment or ReplicaSet
+/// whose pods can never be scheduled, the status of pods left Pending).
 pub fn simulated_status(resource: &str, o: &Value) -> Value {
     let generation = o
         .pointer("/metadata/generation")
@@ -175,6 +190,18 @@ pub fn simulated_status(resource: &str, o: &Value) -> Value {
     let n = replicas(o);
     let name = meta_str(o, "name");
     match resource {
+        "deployments" if gated(o) => json!({
+            "observedGeneration": generation,
+            "replicas": n, "updatedReplicas": n, "unavailableReplicas": n, "terminatingReplicas": 0,
+            "conditions": [
+                { "type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable", "message": "Deployment does not have minimum availability.", "lastUpdateTime": at, "lastTransitionTime": at },
+                condition("Progressing", "ReplicaSetUpdated", &format!("ReplicaSet \"{name}\" is progressing."), &at),
+            ],
+        }),
+        "replicasets" if gated(o) => json!({
+            "observedGeneration": generation,
+            "replicas": n, "fullyLabeledReplicas": n, "terminatingReplicas": 0,
+        }),
         "deployments" => json!({
             "observedGeneration": generation,
             "replicas": n, "updatedReplicas": n, "readyReplicas": n, "availableReplicas": n,
@@ -242,6 +269,19 @@ mod tests {
         let mut done = d.clone();
         done["status"] = s;
         assert!(!needs_status("deployments", &done));
+    }
+
+    #[test]
+    fn a_deployment_whose_pods_cannot_be_scheduled_reports_them_unavailable() {
+        let d = json!({ "metadata": { "name": "web", "generation": 1 }, "spec": { "replicas": 2,
+            "template": { "spec": { "schedulingGates": [{ "name": "example.com/hold" }] } } } });
+        let s = simulated_status("deployments", &d);
+        assert_eq!(s["unavailableReplicas"], 2);
+        assert_eq!(s.get("availableReplicas"), None);
+        assert_eq!(s["conditions"][0]["status"], "False");
+        let mut done = d.clone();
+        done["status"] = s;
+        assert!(!needs_status("deployments", &done), "observed, so not written again");
     }
 
     #[test]

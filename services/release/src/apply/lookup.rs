@@ -57,7 +57,23 @@ impl KubeLookup {
         let to_json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
         if name.is_empty() {
             let list = Applier::call("list", &key, api.list(&ListParams::default())).await?;
-            let items: Vec<serde_json::Value> = list.items.iter().map(to_json).collect();
+            // A real API server leaves apiVersion and kind out of list items; helm's client
+            // fills both in from the list, so templates can read `.kind` of each item.
+            let items: Vec<serde_json::Value> = list
+                .items
+                .iter()
+                .map(|o| {
+                    let mut item = to_json(o);
+                    if let Some(map) = item.as_object_mut()
+                        && !map.contains_key("apiVersion")
+                        && !map.contains_key("kind")
+                    {
+                        map.insert("apiVersion".into(), api_version.into());
+                        map.insert("kind".into(), kind.into());
+                    }
+                    item
+                })
+                .collect();
             return Ok(Some(serde_json::json!({
                 "apiVersion": api_version,
                 "kind": format!("{kind}List"),

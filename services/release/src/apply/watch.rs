@@ -7,7 +7,7 @@ use super::object::MANAGED_BY;
 use super::{Applier, ObjectKey};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, TypeMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
@@ -48,6 +48,9 @@ impl Group {
 /// Turns one group's watcher events into [`Seen`]s for the group's objects.
 struct Translate {
     describe: String,
+    /// The group's apiVersion and kind: a real API server sends list items without them, and
+    /// readiness (kstatus) and drift checks go by kind.
+    types: TypeMeta,
     keys: BTreeMap<String, ObjectKey>,
     /// Names seen during the current (re)list.
     listed: HashSet<String>,
@@ -60,6 +63,14 @@ impl Translate {
             .as_deref()
             .and_then(|n| self.keys.get(n))
             .cloned()
+    }
+
+    /// The object with its apiVersion and kind filled in where the server left them out.
+    fn typed(&self, mut o: DynamicObject) -> Box<DynamicObject> {
+        if o.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
+            o.types = Some(self.types.clone());
+        }
+        Box::new(o)
     }
 
     fn translate(&mut self, event: Result<Event<DynamicObject>, watcher::Error>) -> Vec<Seen> {
@@ -77,7 +88,7 @@ impl Translate {
                     return Vec::new();
                 };
                 self.listed.insert(key.name.clone());
-                vec![Seen::Present(key, Box::new(o))]
+                vec![Seen::Present(key, self.typed(o))]
             }
             Ok(Event::InitDone) => self
                 .keys
@@ -87,7 +98,7 @@ impl Translate {
                 .collect(),
             Ok(Event::Apply(o)) => self
                 .ours(&o)
-                .map(|k| Seen::Present(k, Box::new(o)))
+                .map(|k| Seen::Present(k, self.typed(o)))
                 .into_iter()
                 .collect(),
             Ok(Event::Delete(o)) => self.ours(&o).map(Seen::Absent).into_iter().collect(),
@@ -130,6 +141,10 @@ impl Applier {
             let api = self.api_in(&group.namespace, &group.resource);
             let mut state = Translate {
                 describe: group.describe(),
+                types: TypeMeta {
+                    api_version: group.resource.api_version.clone(),
+                    kind: group.resource.kind.clone(),
+                },
                 keys: group.keys,
                 listed: HashSet::new(),
             };
@@ -170,13 +185,35 @@ mod tests {
             .collect()
     }
 
+    fn translate(names: &[&str]) -> Translate {
+        Translate {
+            describe: "v1/ConfigMap in ns".into(),
+            types: TypeMeta {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+            },
+            keys: names.iter().map(|n| (n.to_string(), key(n))).collect(),
+            listed: HashSet::new(),
+        }
+    }
+
+    #[test]
+    fn list_items_without_api_version_and_kind_are_reported_with_the_group_s() {
+        // A real API server leaves apiVersion and kind out of list items; kstatus needs them.
+        let mut t = translate(&["a"]);
+        let mut bare = object("a");
+        bare.types = None;
+        let seen = t.translate(Ok(Event::InitApply(bare)));
+        let [Seen::Present(_, live)] = &seen[..] else {
+            panic!("{seen:?}")
+        };
+        let types = live.types.as_ref().expect("types filled in");
+        assert_eq!((types.api_version.as_str(), types.kind.as_str()), ("v1", "ConfigMap"));
+    }
+
     #[test]
     fn a_relist_reports_missing_objects_absent_and_ignores_others() {
-        let mut t = Translate {
-            describe: "v1/ConfigMap in ns".into(),
-            keys: [("a".to_string(), key("a")), ("b".to_string(), key("b"))].into(),
-            listed: HashSet::new(),
-        };
+        let mut t = translate(&["a", "b"]);
         let mut seen = Vec::new();
         for e in [
             Event::Init,
