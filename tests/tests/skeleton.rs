@@ -91,3 +91,83 @@ async fn schedule_hooks_fire_until_removed() -> anyhow::Result<()> {
     cluster.stop().await;
     result
 }
+
+/// `--wait` (the Run task's readiness wait) holds until every object of the release is Current:
+/// a Deployment whose pods can never be scheduled keeps the package from Running (the Run
+/// fails at the ready timeout, naming the Deployment), and once the pods can run, the package
+/// is Running only when the Deployment reports its replicas available.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
+    use berth_proto::v1;
+    use futures::StreamExt;
+    use k8s_openapi::api::apps::v1::Deployment;
+
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let topology = SplitTopology::start_with(&cluster.kubeconfig, dir.path(), &["--ready-timeout", "5"]).await?;
+    let namespace = berth_tests::TestNamespace::to_be_created("wait");
+    let result = async {
+        let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+        let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "gated".into(), namespace: namespace.to_string() };
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages");
+        let update = |hold: bool| v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: repo.display().to_string(),
+            version: "1.0.0".into(),
+            settings: Some(berth_proto::json::to_struct(&serde_json::json!({ "hold": hold }))),
+            ..Default::default()
+        };
+        let deadline = std::time::Duration::from_secs(120);
+
+        // Held pods: the Run gives up at the ready timeout, naming the Deployment, and the
+        // package never reports Running.
+        let held = client.update(update(true)).await?.into_inner();
+        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        let failed = tokio::time::timeout(deadline, async {
+            while let Some(p) = stream.next().await {
+                let p = p?;
+                anyhow::ensure!(p.phase != "Running", "Running while its Deployment has no available replica: {p:?}");
+                if p.last_error.contains("not ready after") {
+                    return Ok(p.last_error);
+                }
+            }
+            anyhow::bail!("watch ended")
+        })
+        .await
+        .context("the Run did not fail at its ready timeout")??;
+        anyhow::ensure!(failed.contains("Deployment") && failed.contains("Available: 0/2"), "{failed}");
+        namespace.label(&cluster.client).await?;
+        let p = client.get(v1::GetRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        anyhow::ensure!(p.generation == held.generation && p.phase != "Running", "{p:?}");
+
+        // Released pods: Running comes only with the rollout done.
+        let released = client.update(update(false)).await?.into_inner();
+        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        tokio::time::timeout(deadline, async {
+            while let Some(p) = stream.next().await {
+                let p = p?;
+                if p.phase == "Running" && p.observed_generation >= released.generation {
+                    return Ok(());
+                }
+            }
+            anyhow::bail!("watch ended")
+        })
+        .await
+        .context("the package did not become Running")??;
+        let d = kube::Api::<Deployment>::namespaced(cluster.client.clone(), &namespace).get("gated").await?;
+        let status = d.status.unwrap_or_default();
+        anyhow::ensure!(
+            status.observed_generation == d.metadata.generation
+                && status.available_replicas == Some(2)
+                && status.updated_replicas == Some(2)
+                && status.replicas == Some(2),
+            "Running before the Deployment was available: {status:?}"
+        );
+        client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+        journey::wait_gone(&mut client, &r).await
+    }
+    .await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}
