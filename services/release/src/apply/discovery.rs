@@ -79,11 +79,30 @@ impl DiscoveryCache {
 }
 
 /// kube reports an unknown kind in a known group-version as a discovery error, and an unknown
-/// group-version as a 404.
+/// group-version as a 404. A real API server answers a group it does not serve (yet: a CRD
+/// that was just Established) with a plain-text `404 page not found`, which kube cannot read
+/// as a `Status`, so its reason is not `NotFound`: the code decides.
 fn is_missing(e: &kube::Error) -> bool {
     match e {
-        kube::Error::Api(s) => s.is_not_found(),
+        kube::Error::Api(s) => s.is_not_found() || s.code == 404,
         kube::Error::Discovery(_) => true,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_text_404_from_an_unserved_group_means_the_kind_is_missing() {
+        // What kube makes of a real API server's `404 page not found` for a group it does not
+        // serve yet (a CRD established a moment ago).
+        let status =
+            kube::core::Status::failure("404 page not found", "Failed to parse error data")
+                .with_code(404);
+        assert!(is_missing(&kube::Error::Api(Box::new(status))));
+        let forbidden = kube::core::Status::failure("forbidden", "Forbidden").with_code(403);
+        assert!(!is_missing(&kube::Error::Api(Box::new(forbidden))));
     }
 }

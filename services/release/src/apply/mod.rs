@@ -405,7 +405,7 @@ impl Applier {
             Err(ApplyError::Kube {
                 source: kube::Error::Api(s),
                 ..
-            }) if s.is_not_found() => {
+            }) if s.is_not_found() || s.code == 404 => {
                 return Ok(Some((key, false)));
             }
             Err(e) => return Err(e),
