@@ -108,12 +108,12 @@ impl Change {
             }
             row.values = values;
         }
-        if let Some((name, error)) = self.hook_run {
-            if let Some(h) = row.hooks.iter_mut().find(|h| h.name == name) {
-                h.runs += 1;
-                h.last_run = Some(now.to_owned());
-                h.last_error = error;
-            }
+        if let Some((name, error)) = self.hook_run
+            && let Some(h) = row.hooks.iter_mut().find(|h| h.name == name)
+        {
+            h.runs += 1;
+            h.last_run = Some(now.to_owned());
+            h.last_error = error;
         }
         if let Some(error) = self.error {
             row.last_error = error;

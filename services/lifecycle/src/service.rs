@@ -130,10 +130,12 @@ impl Lifecycle for LifecycleService {
                 // Settings of a loaded package are checked now, against the row being replaced
                 // (in the same transaction), so bad input changes nothing. A new version may
                 // bring a new schema: then they are checked when it loads.
-                if let Some(existing) = previous {
-                    if existing.version == req.version && existing.package == package && !existing.removing {
-                        check_settings(existing.settings_schema.as_ref(), &settings)?;
-                    }
+                if let Some(existing) = previous
+                    && existing.version == req.version
+                    && existing.package == package
+                    && !existing.removing
+                {
+                    check_settings(existing.settings_schema.as_ref(), &settings)?;
                 }
                 let (restart, tasks) = flows::update(previous, key, generation, &new);
                 let phase = match previous {
