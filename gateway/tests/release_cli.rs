@@ -54,13 +54,23 @@ async fn berth(server: &str, args: &[&str]) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Result<()> {
-    let cluster =
-        berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig::default()).await?;
-    let dir = std::env::temp_dir().join(format!("berth-release-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, cluster.kubeconfig_yaml())?;
+    // The dev cluster, or the real one named by BERTH_TEST_KUBECONFIG (in a namespace of the
+    // test's own, deleted when it ends).
+    let dir = tempfile::tempdir()?;
+    let (kubeconfig, dev) = match berth_devcluster::test_namespace::real_cluster() {
+        Some(path) => (path, None),
+        None => {
+            let cluster =
+                berth_devcluster::DevCluster::start(berth_devcluster::DevClusterConfig::default())
+                    .await?;
+            let path = dir.path().join("kubeconfig");
+            std::fs::write(&path, cluster.kubeconfig_yaml())?;
+            (path, Some(cluster))
+        }
+    };
     let client = berth_release::process::kube_client(Some(&kubeconfig)).await?;
+    let guard = berth_devcluster::test_namespace::TestNamespace::create(&client, "cli").await?;
+    let ns: &str = &guard;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = format!("http://{}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -74,14 +84,14 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
     for (greeting, extra) in [("one", true), ("two", false)] {
         grpc.install(InstallRequest {
             name: "shop".into(),
-            namespace: "cli".into(),
+            namespace: ns.into(),
             files: chart(greeting, extra),
             values_json: String::new(),
         })
         .await?;
     }
 
-    let history = berth(&server, &["history", "shop", "-n", "cli"]).await?;
+    let history = berth(&server, &["history", "shop", "-n", ns]).await?;
     let lines: Vec<&str> = history.lines().collect();
     assert!(lines[0].starts_with("REVISION"), "{history}");
     assert!(
@@ -97,14 +107,14 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
         "{history}"
     );
 
-    let status = berth(&server, &["status", "shop", "-n", "cli"]).await?;
+    let status = berth(&server, &["status", "shop", "-n", ns]).await?;
     assert!(
         status.contains("REVISION: 2") && status.contains("ConfigMap/settings"),
         "{status}"
     );
 
     // The chart on disk for `plan`: greeting three, plus the extra object again.
-    let chart_dir = dir.join("chart");
+    let chart_dir = dir.path().join("chart");
     for f in chart("three", true) {
         let path = chart_dir.join(&f.path);
         std::fs::create_dir_all(path.parent().unwrap_or(&chart_dir))?;
@@ -117,22 +127,22 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
             "shop",
             chart_dir.to_str().unwrap_or_default(),
             "-n",
-            "cli",
+            ns,
         ],
     )
     .await?;
     assert!(
-        plan.contains("~ update    ConfigMap/settings (namespace cli): data"),
+        plan.contains(&format!("~ update    ConfigMap/settings (namespace {ns}): data")),
         "{plan}"
     );
     assert!(
-        plan.contains("+ create    ConfigMap/extra (namespace cli)"),
+        plan.contains(&format!("+ create    ConfigMap/extra (namespace {ns})")),
         "{plan}"
     );
 
-    let rolled = berth(&server, &["rollback", "shop", "1", "-n", "cli"]).await?;
+    let rolled = berth(&server, &["rollback", "shop", "1", "-n", ns]).await?;
     assert!(rolled.contains("revision 3"), "{rolled}");
-    let history = berth(&server, &["history", "shop", "-n", "cli"]).await?;
+    let history = berth(&server, &["history", "shop", "-n", ns]).await?;
     assert!(
         history
             .lines()
@@ -143,6 +153,8 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
 
     shutdown.cancel();
     serving.await??;
-    std::fs::remove_dir_all(&dir).ok();
+    if let Some(dev) = dev {
+        dev.shutdown().await;
+    }
     Ok(())
 }
