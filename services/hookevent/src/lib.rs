@@ -4,11 +4,18 @@
 //! snapshots, and events held until the binding's Synchronization ran. It also executes the
 //! Kubernetes object operations hooks request, since it owns the cluster connection and the kind
 //! resolution for hooks.
+//!
+//! Layers: `schedule` (the schedule model, no I/O), `kube` (watches, registry, HookRun tasks,
+//! object operations), `scheduler` (the firing loop), `store` (SQLite), `convert` (proto ⇄
+//! domain), `error` (one enum, one mapping to gRPC codes), `service` (the thin gRPC adapter).
 
+mod convert;
 mod enqueue;
+mod error;
 mod jq;
 pub mod kube;
 mod schedule;
+mod scheduler;
 mod service;
 mod store;
 
@@ -22,6 +29,8 @@ use tokio_util::sync::CancellationToken;
 pub use enqueue::Enqueuer;
 pub use jq::{JqError, JqProgram};
 pub use schedule::parse_crontab;
+pub use error::ServiceError;
+pub use scheduler::Scheduler;
 pub use service::HookEventService;
 pub use store::{Store, StoreError};
 
@@ -77,7 +86,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         .await?
         .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone()));
     let service = HookEventService::new(store, enqueuer, kube).await?;
-    let scheduler = tokio::spawn(service.clone().run_scheduler(shutdown.clone()));
+    let scheduler = tokio::spawn(service.scheduler().run(shutdown.clone()));
     let restore = service.clone();
     tokio::spawn(async move { restore.restore().await });
     let router = berth_telemetry::grpc_server().add_service(HookEventsServer::new(service));

@@ -8,25 +8,25 @@
 //! joins an existing watch the watch restarts: the relist fills the new binding's cache, and the
 //! others see no events because their checksums did not change.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use berth_hooks::binding_context::{self, BindingContext};
-use berth_hooks::{HookConfig, KubernetesBinding, ObjectAndFilterResult, ScheduleBinding, Snapshots, WatchEventType};
+use berth_hooks::{HookConfig, ObjectAndFilterResult, Snapshots};
 use berth_proto::hookevent as pb;
-use berth_proto::queue::Task;
-use berth_proto::tasks::TaskKind;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::binding::{BindingState, Change, Evaluation, ObjKey, obj_key};
+use super::binding::{BindingState, Change, Evaluation, obj_key};
+use super::registry::{PackageState, Registered, State, Watch, WatchKey};
 use super::resolve::{ResolveError, Resolver};
+use super::tasks::{event_task, hook_snapshots, release, sync_task};
+use crate::convert::{schedule_spec_of, spec_of};
 use crate::enqueue::Enqueuer;
 use crate::jq::JqCache;
 
@@ -55,65 +55,6 @@ impl SetError {
     }
 }
 
-/// What one watch covers.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct WatchKey {
-    pub api_version: String,
-    pub plural: String,
-    pub namespace: Option<String>,
-    pub labels: String,
-    pub fields: String,
-}
-
-impl std::fmt::Display for WatchKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.api_version, self.plural)?;
-        if let Some(ns) = &self.namespace {
-            write!(f, " in {ns}")?;
-        }
-        if !self.labels.is_empty() {
-            write!(f, " labels {:?}", self.labels)?;
-        }
-        if !self.fields.is_empty() {
-            write!(f, " fields {:?}", self.fields)?;
-        }
-        Ok(())
-    }
-}
-
-struct Watch {
-    resource: ApiResource,
-    subscribers: Vec<u64>,
-    epoch: u64,
-    cancel: CancellationToken,
-    /// Keys seen since the last `Init`; `Some` while a (re)list is in progress.
-    relist: Option<HashSet<ObjKey>>,
-    listed: bool,
-    error: Option<String>,
-}
-
-struct Registered {
-    state: BindingState,
-    keys: Vec<WatchKey>,
-    pending: HashSet<WatchKey>,
-}
-
-struct PackageState {
-    generation: i64,
-    bindings: Vec<u64>,
-    /// Per hook, the bindings as the context builders need them (selectors are not needed there).
-    hooks: HashMap<String, HookConfig>,
-}
-
-#[derive(Default)]
-struct State {
-    next_id: u64,
-    next_epoch: u64,
-    watches: HashMap<WatchKey, Watch>,
-    bindings: HashMap<u64, Registered>,
-    packages: HashMap<String, PackageState>,
-}
-
 /// A binding's objects as GetSnapshots returns them.
 pub struct BindingObjects {
     pub hook: String,
@@ -121,9 +62,6 @@ pub struct BindingObjects {
     pub objects: Vec<ObjectAndFilterResult>,
     pub synchronized: bool,
 }
-
-/// Shortest accepted `resynchronizationPeriod`: a shorter one would flood the package's queue.
-const MIN_RESYNC_PERIOD: Duration = Duration::from_secs(1);
 
 pub struct KubeManager {
     resolver: Resolver,
@@ -566,95 +504,6 @@ impl KubeManager {
     }
 }
 
-/// Marks a binding synchronized and returns what to queue: its Synchronization run (when
-/// `run_sync`, or when its buffer overflowed) followed by its held events.
-fn release(state: &mut State, id: u64, run_sync: bool) -> Vec<Task> {
-    let Some(r) = state.bindings.get(&id) else { return vec![] };
-    if r.state.synchronized {
-        return vec![];
-    }
-    let wants_sync = (run_sync && r.state.spec.execute_hook_on_synchronization) || r.state.overflowed;
-    let sync = if wants_sync { sync_task(state, id) } else { None };
-    let Some(r) = state.bindings.get_mut(&id) else { return vec![] };
-    r.state.synchronized = true;
-    let held = std::mem::take(&mut r.state.buffer);
-    let overflowed = std::mem::replace(&mut r.state.overflowed, false);
-    let mut tasks: Vec<Task> = sync.into_iter().collect();
-    if !overflowed {
-        tasks.extend(held);
-    }
-    tasks
-}
-
-fn hook_snapshots(state: &State, package: &str, hook: &str) -> Snapshots {
-    let Some(pkg) = state.packages.get(package) else { return Snapshots::new() };
-    pkg.bindings
-        .iter()
-        .filter_map(|id| state.bindings.get(id))
-        .filter(|r| r.state.hook == hook)
-        .map(|r| (r.state.spec.name.clone(), r.state.snapshot()))
-        .collect::<BTreeMap<_, _>>()
-}
-
-fn needs_snapshots(spec: &KubernetesBinding) -> bool {
-    spec.group.is_some() || !spec.include_snapshots_from.is_empty()
-}
-
-fn event_task(state: &State, id: u64, change: &Change) -> Option<Task> {
-    let r = state.bindings.get(&id)?;
-    let b = &r.state;
-    let pkg = state.packages.get(&b.package)?;
-    let config = pkg.hooks.get(&b.hook)?;
-    let snapshots = if needs_snapshots(&b.spec) { hook_snapshots(state, &b.package, &b.hook) } else { Snapshots::new() };
-    let ctx = BindingContext::event(&b.spec, change.event, &change.object, config, &snapshots);
-    Some(hook_run(&b.package, pkg.generation, &b.hook, "Kubernetes", &b.spec, vec![ctx]))
-}
-
-fn sync_task(state: &State, id: u64) -> Option<Task> {
-    let r = state.bindings.get(&id)?;
-    let b = &r.state;
-    let pkg = state.packages.get(&b.package)?;
-    let config = pkg.hooks.get(&b.hook)?;
-    let snapshots = hook_snapshots(state, &b.package, &b.hook);
-    let ctx = BindingContext::synchronization(&b.spec, &b.snapshot(), config, &snapshots);
-    Some(hook_run(&b.package, pkg.generation, &b.hook, "Synchronization", &b.spec, vec![ctx]))
-}
-
-/// The queue a binding's runs go to: the package's main queue or `<package>/<queue>`.
-pub fn queue_name(package: &str, queue: Option<&str>) -> String {
-    match queue {
-        None | Some("") | Some("main") => package.to_owned(),
-        Some(q) => format!("{package}/{q}"),
-    }
-}
-
-fn hook_run(package: &str, generation: i64, hook: &str, binding_type: &str, spec: &KubernetesBinding, contexts: Vec<BindingContext>) -> Task {
-    hook_run_task(package, generation, hook, binding_type, spec.queue.as_deref(), spec.allow_failure, binding_context::to_json(&contexts))
-}
-
-/// A HookRun task in the payload shape workers and the broker's compaction read.
-pub fn hook_run_task(
-    package: &str,
-    generation: i64,
-    hook: &str,
-    binding_type: &str,
-    queue: Option<&str>,
-    allow_failure: bool,
-    contexts: Value,
-) -> Task {
-    Task {
-        id: uuid::Uuid::new_v4().to_string(),
-        queue: queue_name(package, queue),
-        package: package.to_owned(),
-        generation,
-        kind: TaskKind::HookRun.as_str().to_owned(),
-        payload_json: json!({"hook": hook, "binding_type": binding_type, "binding_contexts": contexts}).to_string(),
-        traceparent: berth_telemetry::current_traceparent(),
-        allow_failure,
-        ..Default::default()
-    }
-}
-
 fn object_json(object: DynamicObject, resource: &ApiResource) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     // List items come without apiVersion/kind; hooks expect them, as kubectl shows them.
@@ -663,53 +512,6 @@ fn object_json(object: DynamicObject, resource: &ApiResource) -> Value {
         map.entry("kind").or_insert_with(|| Value::from(resource.kind.clone()));
     }
     value
-}
-
-/// The hook-contract view of a registered binding.
-pub fn spec_of(b: &pb::KubernetesBinding) -> Result<KubernetesBinding, String> {
-    if b.kind.is_empty() {
-        return Err("kind: required".into());
-    }
-    let events = b
-        .execute_hook_on_event
-        .iter()
-        .map(|e| {
-            WatchEventType::ALL.into_iter().find(|t| t.as_str() == e).ok_or_else(|| format!("executeHookOnEvent: {e:?} is not one of Added, Modified, Deleted"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-    Ok(KubernetesBinding {
-        name: non_empty(&b.binding).unwrap_or_else(|| "kubernetes".into()),
-        api_version: non_empty(&b.api_version),
-        kind: b.kind.clone(),
-        execute_hook_on_event: events,
-        execute_hook_on_synchronization: b.execute_hook_on_synchronization,
-        wait_for_synchronization: b.wait_for_synchronization,
-        keep_full_objects_in_memory: b.keep_full_objects_in_memory,
-        resynchronization_period: (b.resynchronization_period_ms > 0)
-            .then(|| Duration::from_millis(b.resynchronization_period_ms).max(MIN_RESYNC_PERIOD)),
-        name_selector: None,
-        label_selector: None,
-        field_selector: None,
-        namespace: None,
-        jq_filter: non_empty(&b.jq_filter),
-        include_snapshots_from: b.include_snapshots_from.clone(),
-        allow_failure: b.allow_failure,
-        queue: non_empty(&b.queue),
-        group: non_empty(&b.group),
-    })
-}
-
-/// The hook-contract view of a registered schedule.
-pub fn schedule_spec_of(s: &pb::ScheduleBinding) -> ScheduleBinding {
-    ScheduleBinding {
-        name: if s.binding.is_empty() { "schedule".into() } else { s.binding.clone() },
-        crontab: s.crontab.clone(),
-        allow_failure: s.allow_failure,
-        queue: (!s.queue.is_empty()).then(|| s.queue.clone()),
-        include_snapshots_from: s.include_snapshots_from.clone(),
-        group: (!s.group.is_empty()).then(|| s.group.clone()),
-    }
 }
 
 fn hook_configs(
@@ -725,94 +527,4 @@ fn hook_configs(
         hooks.entry(s.hook.clone()).or_default().schedule.push(schedule_spec_of(s));
     }
     hooks
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A package with one hook holding two bindings: `pods` (grouped with `nodes`) and `cms`,
-    /// which includes the snapshots of `pods`.
-    fn state() -> State {
-        let binding = |name: &str, extra: Value| pb::KubernetesBinding {
-            hook: "h.sh".into(),
-            binding: name.into(),
-            kind: "ConfigMap".into(),
-            execute_hook_on_event: vec!["Added".into(), "Modified".into(), "Deleted".into()],
-            execute_hook_on_synchronization: true,
-            wait_for_synchronization: true,
-            keep_full_objects_in_memory: true,
-            include_snapshots_from: extra["include"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default(),
-            group: extra["group"].as_str().unwrap_or_default().to_owned(),
-            ..Default::default()
-        };
-        let protos = [binding("pods", json!({"group": "g"})), binding("nodes", json!({"group": "g"})), binding("cms", json!({"include": ["pods"]}))];
-        let mut state = State::default();
-        let mut ids = vec![];
-        let mut hooks: HashMap<String, HookConfig> = HashMap::new();
-        for (id, p) in protos.iter().enumerate() {
-            let spec = spec_of(p).unwrap();
-            hooks.entry("h.sh".into()).or_default().kubernetes.push(spec.clone());
-            let b = BindingState::new("ns.app", "h.sh", spec, None, vec![]);
-            state.bindings.insert(id as u64, Registered { state: b, keys: vec![], pending: HashSet::new() });
-            ids.push(id as u64);
-        }
-        state.packages.insert("ns.app".into(), PackageState { generation: 3, bindings: ids, hooks });
-        state
-    }
-
-    fn cm(name: &str) -> Value {
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "ns", "name": name}})
-    }
-
-    fn contexts(task: &Task) -> Value {
-        serde_json::from_str::<Value>(&task.payload_json).unwrap()["binding_contexts"].clone()
-    }
-
-    #[test]
-    fn events_carry_included_and_group_snapshots() {
-        let mut s = state();
-        let pods = s.bindings.get_mut(&0).unwrap();
-        pods.state.observe(&cm("p1"));
-        let cms = s.bindings.get_mut(&2).unwrap();
-        let change = cms.state.observe(&cm("c1")).expect("an Added event");
-        let task = event_task(&s, 2, &change).unwrap();
-        assert_eq!((task.queue.as_str(), task.generation, task.kind.as_str()), ("ns.app", 3, "HookRun"));
-        let ctx = &contexts(&task)[0];
-        assert_eq!((ctx["type"].as_str(), ctx["watchEvent"].as_str()), (Some("Event"), Some("Added")));
-        assert_eq!(ctx["object"]["metadata"]["name"], "c1");
-        assert_eq!(ctx["snapshots"]["pods"][0]["object"]["metadata"]["name"], "p1", "{ctx}");
-        assert!(ctx["snapshots"].get("cms").is_none(), "only the included bindings: {ctx}");
-
-        let pods = s.bindings.get_mut(&0).unwrap();
-        let change = pods.state.observe(&cm("p2")).unwrap();
-        let ctx = &contexts(&event_task(&s, 0, &change).unwrap())[0];
-        assert_eq!((ctx["type"].as_str(), ctx["groupName"].as_str()), (Some("Group"), Some("g")));
-        assert_eq!(ctx["snapshots"]["pods"].as_array().unwrap().len(), 2);
-        assert_eq!(ctx["snapshots"]["nodes"], json!([]), "every group member, even empty: {ctx}");
-    }
-
-    #[test]
-    fn held_events_follow_the_synchronization_in_order() {
-        let mut s = state();
-        let cms = s.bindings.get_mut(&2).unwrap();
-        cms.state.observe(&cm("c1"));
-        let change = cms.state.observe(&json!({"metadata": {"namespace": "ns", "name": "c1"}, "data": {"x": "1"}})).unwrap();
-        let held = event_task(&s, 2, &change).unwrap();
-        s.bindings.get_mut(&2).unwrap().state.hold(held.clone());
-        let tasks = release(&mut s, 2, true);
-        assert_eq!(tasks.len(), 2);
-        let sync = &contexts(&tasks[0])[0];
-        assert_eq!(sync["type"], "Synchronization");
-        assert_eq!(sync["objects"][0]["object"]["data"]["x"], "1", "current objects: {sync}");
-        assert_eq!(tasks[1].id, held.id);
-        assert!(release(&mut s, 2, true).is_empty(), "released once");
-    }
-
-    #[test]
-    fn queues_follow_the_binding() {
-        assert_eq!(queue_name("ns.app", None), "ns.app");
-        assert_eq!(queue_name("ns.app", Some("main")), "ns.app");
-        assert_eq!(queue_name("ns.app", Some("slow")), "ns.app/slow");
-    }
 }

@@ -1,11 +1,16 @@
-//! Kubernetes: the watch manager behind `kubernetes` bindings, kind resolution, and the
-//! execution of hooks' object operations.
+//! Kubernetes: the watch manager behind `kubernetes` bindings (`manager`: registration and
+//! watch events; `registry`: what is watched for whom; `tasks`: the HookRun tasks built from
+//! it), kind resolution, and the execution of hooks' object operations.
 
 mod binding;
 mod manager;
 mod operations;
+mod registry;
 mod resolve;
+mod tasks;
 
-pub use manager::{BindingObjects, KubeManager, SetError, WatchKey, hook_run_task, queue_name, schedule_spec_of};
+pub use manager::{BindingObjects, KubeManager, SetError};
 pub use operations::{OperationError, apply_operations};
+pub use registry::WatchKey;
 pub use resolve::{ResolveError, Resolved, Resolver};
+pub use tasks::{hook_run_task, queue_name};

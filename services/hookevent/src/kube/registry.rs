@@ -1,0 +1,69 @@
+//! The watch manager's registry: the watches, the bindings subscribed to them, and each
+//! package's bindings and hook configurations. Plain data under the manager's lock.
+
+use std::collections::{HashMap, HashSet};
+
+use berth_hooks::HookConfig;
+use kube::core::ApiResource;
+use tokio_util::sync::CancellationToken;
+
+use super::binding::{BindingState, ObjKey};
+
+/// What one watch covers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WatchKey {
+    pub api_version: String,
+    pub plural: String,
+    pub namespace: Option<String>,
+    pub labels: String,
+    pub fields: String,
+}
+
+impl std::fmt::Display for WatchKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.api_version, self.plural)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, " in {ns}")?;
+        }
+        if !self.labels.is_empty() {
+            write!(f, " labels {:?}", self.labels)?;
+        }
+        if !self.fields.is_empty() {
+            write!(f, " fields {:?}", self.fields)?;
+        }
+        Ok(())
+    }
+}
+
+pub(super) struct Watch {
+    pub(super) resource: ApiResource,
+    pub(super) subscribers: Vec<u64>,
+    pub(super) epoch: u64,
+    pub(super) cancel: CancellationToken,
+    /// Keys seen since the last `Init`; `Some` while a (re)list is in progress.
+    pub(super) relist: Option<HashSet<ObjKey>>,
+    pub(super) listed: bool,
+    pub(super) error: Option<String>,
+}
+
+pub(super) struct Registered {
+    pub(super) state: BindingState,
+    pub(super) keys: Vec<WatchKey>,
+    pub(super) pending: HashSet<WatchKey>,
+}
+
+pub(super) struct PackageState {
+    pub(super) generation: i64,
+    pub(super) bindings: Vec<u64>,
+    /// Per hook, the bindings as the context builders need them (selectors are not needed there).
+    pub(super) hooks: HashMap<String, HookConfig>,
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) next_id: u64,
+    pub(super) next_epoch: u64,
+    pub(super) watches: HashMap<WatchKey, Watch>,
+    pub(super) bindings: HashMap<u64, Registered>,
+    pub(super) packages: HashMap<String, PackageState>,
+}
