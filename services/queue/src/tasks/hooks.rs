@@ -9,6 +9,7 @@ use berth_hooks::binding_context::{self, BindingContext};
 use berth_hooks::{Hook, LifecycleBinding, RunOutput, RunRequest, Throttle};
 use berth_package::Package;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::bindings::{self, hook_snapshots};
 use super::context::TaskContext;
@@ -82,18 +83,23 @@ pub async fn run_hook(
     binding_context: Value,
     values: &Values,
 ) -> Result<RunOutput, TaskError> {
+    // The hook's own span: its run time shows in the trace, and the process's TRACEPARENT
+    // (taken inside it) makes whatever the hook traces a child of it.
     let span = tracing::info_span!("hook", hook.name = %hook.name);
-    let _ = &span;
-    berth_hooks::run(RunRequest {
-        hook,
-        binding_context,
-        values: values.current.clone(),
-        config_values: values.settings.clone(),
-        env: cx.hook_env(),
-        timeout: cx.config.hook_timeout,
-        cancel: cx.cancel.clone(),
-        tmp_dir: cx.config.hook_tmp_dir.clone(),
-    })
+    async {
+        berth_hooks::run(RunRequest {
+            hook,
+            binding_context,
+            values: values.current.clone(),
+            config_values: values.settings.clone(),
+            env: cx.hook_env(),
+            timeout: cx.config.hook_timeout,
+            cancel: cx.cancel.clone(),
+            tmp_dir: cx.config.hook_tmp_dir.clone(),
+        })
+        .await
+    }
+    .instrument(span)
     .await
     .map_err(|e| TaskError::retry(e.to_string()))
 }
