@@ -68,6 +68,8 @@ struct RawKubernetes {
     api_version: Option<String>,
     kind: Option<String>,
     execute_hook_on_event: Option<Vec<String>>,
+    /// shell-operator's older name of `executeHookOnEvent`; that one wins when both are given.
+    watch_event: Option<Vec<String>>,
     execute_hook_on_synchronization: Option<bool>,
     wait_for_synchronization: Option<bool>,
     keep_full_objects_in_memory: Option<bool>,
@@ -104,10 +106,10 @@ impl KubernetesBinding {
             name: non_empty(raw.name).unwrap_or_else(|| "kubernetes".to_owned()),
             api_version: non_empty(raw.api_version),
             kind,
-            execute_hook_on_event: events(
-                raw.execute_hook_on_event,
-                &join(path, "executeHookOnEvent"),
-            )?,
+            execute_hook_on_event: match (raw.execute_hook_on_event, raw.watch_event) {
+                (None, Some(old)) => events(Some(old), &join(path, "watchEvent"))?,
+                (current, _) => events(current, &join(path, "executeHookOnEvent"))?,
+            },
             execute_hook_on_synchronization: raw.execute_hook_on_synchronization.unwrap_or(true),
             wait_for_synchronization,
             keep_full_objects_in_memory: raw.keep_full_objects_in_memory.unwrap_or(true),
@@ -212,5 +214,22 @@ mod tests {
         let ok = json!({"kind": "Pod", "waitForSynchronization": false, "queue": "pods", "executeHookOnEvent": []});
         let b = KubernetesBinding::from_value(ok, "kubernetes[0]").expect("valid with queue");
         assert!(b.execute_hook_on_event.is_empty());
+    }
+
+    #[test]
+    fn watch_event_is_the_older_name_of_execute_hook_on_event() {
+        // shell-operator hooks written before `executeHookOnEvent` still say `watchEvent`.
+        let old = json!({"kind": "Pod", "watchEvent": ["Added", "Deleted"]});
+        let b = KubernetesBinding::from_value(old, "kubernetes[0]").expect("watchEvent accepted");
+        assert_eq!(
+            b.execute_hook_on_event,
+            vec![WatchEventType::Added, WatchEventType::Deleted]
+        );
+        let both = json!({"kind": "Pod", "watchEvent": ["Added"], "executeHookOnEvent": ["Modified"]});
+        let b = KubernetesBinding::from_value(both, "kubernetes[0]").expect("valid");
+        assert_eq!(b.execute_hook_on_event, vec![WatchEventType::Modified]);
+        let bad = json!({"kind": "Pod", "watchEvent": ["Updated"]});
+        let e = KubernetesBinding::from_value(bad, "kubernetes[0]").unwrap_err().to_string();
+        assert!(e.contains("kubernetes[0].watchEvent"), "{e}");
     }
 }
