@@ -93,7 +93,9 @@ impl BindingState {
         if !self.selected(&key) {
             return None;
         }
-        let (filter_result, checksum) = eval.result(self.jq.as_deref(), &self.hook, &self.spec.name);
+        // A filter that fails on the object drops the event (logged), as in shell-operator: the
+        // hook never sees a made-up `null`, and the cache keeps what it had.
+        let (filter_result, checksum) = eval.result(self.jq.as_deref(), &self.hook, &self.spec.name)?;
         let item = ObjectAndFilterResult { object: self.full(object), filter_result: filter_result.clone() };
         let previous = self.entries.insert(key, Entry { item, checksum });
         let event = match previous {
@@ -170,8 +172,8 @@ pub struct Evaluation<'a> {
     pub object: &'a Value,
     /// The object in jq's representation, converted on first use.
     input: Option<JqInput>,
-    /// Filter source → (result, checksum of the result).
-    filtered: HashMap<String, (Value, u64)>,
+    /// Filter source → (result, checksum of the result), or `None` where the filter failed.
+    filtered: HashMap<String, Option<(Value, u64)>>,
     /// Checksum of the whole object, for bindings without a filter.
     whole: Option<u64>,
 }
@@ -181,26 +183,33 @@ impl<'a> Evaluation<'a> {
         Evaluation { object, input: None, filtered: HashMap::new(), whole: None }
     }
 
-    /// The filter result (`None` without a filter) and the checksum compared between events.
-    /// `hook` and `binding` only name who asked when the filter fails.
-    fn result(&mut self, jq: Option<&JqProgram>, hook: &str, binding: &str) -> (Option<Value>, u64) {
+    /// The filter result (`None` without a filter) and the checksum compared between events;
+    /// `None` when the filter fails on the object (logged once per filter, naming the first
+    /// hook and binding that asked).
+    fn result(&mut self, jq: Option<&JqProgram>, hook: &str, binding: &str) -> Option<(Option<Value>, u64)> {
         let Some(jq) = jq else {
             // Without a filter the whole object is compared, so every change fires (as in
             // shell-operator).
             let object = self.object;
-            return (None, *self.whole.get_or_insert_with(|| checksum(object)));
+            return Some((None, *self.whole.get_or_insert_with(|| checksum(object))));
         };
-        if let Some((value, sum)) = self.filtered.get(jq.source()) {
-            return (Some(value.clone()), *sum);
+        if let Some(done) = self.filtered.get(jq.source()) {
+            return done.as_ref().map(|(value, sum)| (Some(value.clone()), *sum));
         }
         let input = self.input.get_or_insert_with(|| JqInput::new(self.object));
-        let value = jq.run_on(input).unwrap_or_else(|e| {
-            tracing::warn!(%hook, %binding, error = %e, "jqFilter failed; using null");
-            Value::Null
-        });
-        let sum = checksum(&value);
-        self.filtered.insert(jq.source().to_owned(), (value.clone(), sum));
-        (Some(value), sum)
+        let done = match jq.run_on(input) {
+            Ok(value) => {
+                let sum = checksum(&value);
+                Some((value, sum))
+            }
+            Err(e) => {
+                let (namespace, name) = obj_key(self.object);
+                tracing::error!(%hook, %binding, %namespace, %name, error = %e, "jqFilter failed on the object; event dropped");
+                None
+            }
+        };
+        self.filtered.insert(jq.source().to_owned(), done.clone());
+        done.map(|(value, sum)| (Some(value), sum))
     }
 }
 
@@ -271,6 +280,20 @@ mod tests {
         let mut eval = Evaluation::new(&renamed);
         let fired: Vec<bool> = bindings.iter_mut().map(|b| b.observe_in(&mut eval).is_some()).collect();
         assert_eq!(fired, [false, false, false, true]);
+    }
+
+    #[test]
+    fn a_filter_that_fails_on_an_object_drops_its_event() {
+        // `.data.v | tonumber` fails on "x": shell-operator logs it and drops the event.
+        let mut b = binding(r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".data.v | tonumber"}]}"#);
+        assert!(b.observe(&cm("a", "x", "1")).is_none(), "listed, left out");
+        b.pending_lists = 0;
+        assert!(b.observe(&cm("b", "x", "2")).is_none(), "no event with a null filterResult");
+        assert_eq!(b.len(), 0, "nothing cached for the snapshots either");
+        let c = b.observe(&cm("b", "7", "3")).expect("added once the filter works");
+        assert_eq!((c.event, c.object.filter_result), (WatchEventType::Added, Some(json!(7))));
+        assert!(b.observe(&cm("b", "y", "4")).is_none(), "a failing change is dropped");
+        assert_eq!(b.snapshot()[0].filter_result, Some(json!(7)), "the cache keeps the last good result");
     }
 
     #[test]
