@@ -5,11 +5,15 @@
 //! - hidden entries (`.*`), and directories named `lib` or `venv`, are skipped;
 //! - only executable regular files count (symlinks to files are followed,
 //!   symlinks to directories are not, which rules out cycles);
-//! - an **extension-less** file is first asked `hook list`; if it prints
-//!   `Found N items` (1 ≤ N ≤ 9999) it is a module-sdk batch binary and
-//!   `hook config` describes its hooks. Anything else is a shell hook and
-//!   is asked `<hook> --config`. Files with an extension are never probed
-//!   with `hook list`, so `*.sh`/`*.py` hooks see only `--config`.
+//! - an **extension-less compiled executable** (ELF or Mach-O magic), or a
+//!   script whose first line says it is a batch hook (contains
+//!   [`BATCH_MARKER`], e.g. `#!/usr/bin/env -S python3 # berth:batch-hook`),
+//!   is first asked `hook list`; if it prints `Found N items`
+//!   (1 ≤ N ≤ 9999) it is a module-sdk batch binary and `hook config`
+//!   describes its hooks. Anything else is a shell hook and is asked
+//!   `<hook> --config` only. Scripts are never run with `hook list` unless
+//!   they say so: a shell hook that treats any argument as "run" would do its
+//!   work during discovery.
 //!
 //! A missing `hooks_dir` means "no hooks". Any config error fails the whole
 //! discovery with the hook's path: a package with a broken hook must not load.
@@ -128,8 +132,46 @@ struct Found {
     settings_check: bool,
 }
 
+/// The first-line marker of a script that is a batch hook (answers `hook list`).
+pub const BATCH_MARKER: &str = "berth:batch-hook";
+
+/// Whether the file may be asked `hook list`: extension-less, and a compiled executable or a
+/// script whose first line carries [`BATCH_MARKER`]. Reads at most the first 256 bytes.
+fn may_be_batch(path: &Path) -> bool {
+    use std::io::Read as _;
+    if path.extension().is_some() {
+        return false;
+    }
+    let mut head = [0u8; 256];
+    let Ok(n) = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)) else {
+        return false;
+    };
+    let head = &head[..n];
+    const COMPILED: [&[u8]; 5] = [
+        b"\x7fELF",
+        &[0xfe, 0xed, 0xfa, 0xce],
+        &[0xfe, 0xed, 0xfa, 0xcf],
+        &[0xce, 0xfa, 0xed, 0xfe],
+        &[0xcf, 0xfa, 0xed, 0xfe],
+    ];
+    if COMPILED.iter().any(|magic| head.starts_with(magic)) {
+        return true;
+    }
+    let first_line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    first_line.starts_with(b"#!")
+        && first_line
+            .windows(BATCH_MARKER.len())
+            .any(|w| w == BATCH_MARKER.as_bytes())
+}
+
 async fn load(rel: String, path: PathBuf, timeout: Duration) -> Result<Found, DiscoverError> {
-    if path.extension().is_none() && is_batch(&path, timeout).await? {
+    let probe = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || may_be_batch(&path))
+            .await
+            .unwrap_or(false)
+    };
+    if probe && is_batch(&path, timeout).await? {
         return load_batch(rel, path, timeout).await;
     }
     let out = query(&path, &["--config"], "--config", timeout).await?;
@@ -323,6 +365,28 @@ fn walk(root: &Path, dir: &Path, found: &mut Vec<(String, PathBuf)>) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_compiled_executables_and_marked_scripts_are_probed() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, content: &[u8]| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, content).unwrap();
+            p
+        };
+        assert!(may_be_batch(&write("elf", b"\x7fELF\x02\x01\x01rest")));
+        assert!(may_be_batch(&write(
+            "marked",
+            b"#!/usr/bin/env -S sh # berth:batch-hook\necho\n"
+        )));
+        assert!(!may_be_batch(&write("shell", b"#!/bin/sh\necho run\n")));
+        assert!(!may_be_batch(&write(
+            "later",
+            b"#!/bin/sh\n# berth:batch-hook\n"
+        )));
+        assert!(!may_be_batch(&write("elf.sh", b"\x7fELF")), "has an extension");
+        assert!(!may_be_batch(&dir.path().join("missing")));
+    }
 
     #[test]
     fn found_items_line() {

@@ -226,3 +226,30 @@ async fn two_settings_checks_are_rejected() {
         "{err}"
     );
 }
+
+/// A shell hook without an extension that treats any argument but `--config` as "run" (as
+/// some secret-copying hooks do) is never run during discovery: only compiled executables and
+/// scripts marked as batch hooks are asked `hook list`.
+#[tokio::test]
+async fn extension_less_shell_hooks_are_not_run_with_hook_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work-done");
+    script(
+        dir.path(),
+        "hooks/copier",
+        &format!(
+            "#!/bin/sh\nif [ \"$1\" = --config ]; then echo '{{\"configVersion\":\"v1\",\"onStartup\":1}}'; exit 0; fi\necho \"$*\" >> '{}'\n",
+            work.display()
+        ),
+    );
+    let hooks = discover(&dir.path().join("hooks"), TIMEOUT)
+        .await
+        .expect("discovery succeeds");
+    assert_eq!(hooks.len(), 1);
+    assert_eq!(hooks[0].kind, HookKind::Shell);
+    assert!(
+        !work.exists(),
+        "discovery ran the hook: {:?}",
+        std::fs::read_to_string(&work)
+    );
+}

@@ -103,7 +103,7 @@ pub fn parse(text: &str) -> Value {
 }
 
 /// A module-sdk style batch binary, played by a shell script that dispatches on its arguments.
-pub const BATCH_HOOK: &str = r#"#!/bin/sh
+pub const BATCH_HOOK: &str = r#"#!/usr/bin/env -S sh # berth:batch-hook
 case "$1 $2" in
   "hook list") echo "Found 2 items"; exit 0 ;;
   "hook config") cat <<'EOF'
