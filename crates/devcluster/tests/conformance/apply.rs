@@ -144,30 +144,35 @@ async fn conflicting_apply_needs_force() {
         .expect("same value is shared");
     assert_eq!(same.metadata.managed_fields.map(|m| m.len()), Some(2));
 
+    let rival = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "cfg" }, "data": { "a": "2" } });
     let err = api
-        .patch(
-            "cfg",
-            &PatchParams::apply("rival"),
-            &Patch::Apply(config(&ns, json!({ "a": "2" }), json!({}))),
-        )
+        .patch("cfg", &PatchParams::apply("rival"), &Patch::Apply(rival.clone()))
         .await
         .expect_err("conflict");
     assert_eq!(code(&err), 409);
     if let kube::Error::Api(s) = &err {
-        assert!(
-            s.message.contains("conflict with \"owner\"")
-                && s.message.contains("conflict with \"sharer\"")
-                && s.message.contains(".data.a"),
-            "{}",
-            s.message
+        assert_eq!(
+            s.message,
+            "Apply failed with 2 conflicts: conflicts with \"owner\":\n- .data.a\nconflicts with \"sharer\":\n- .data.a"
         );
+        let details = s.details.as_ref().expect("details");
+        let mut causes: Vec<(String, String, String)> = details
+            .causes
+            .iter()
+            .map(|c| (c.reason.clone(), c.message.clone(), c.field.clone()))
+            .collect();
+        causes.sort();
+        let cause = |m: &str| {
+            (
+                "FieldManagerConflict".to_string(),
+                format!("conflict with \"{m}\""),
+                ".data.a".to_string(),
+            )
+        };
+        assert_eq!(causes, vec![cause("owner"), cause("sharer")]);
     }
     let forced = api
-        .patch(
-            "cfg",
-            &PatchParams::apply("rival").force(),
-            &Patch::Apply(config(&ns, json!({ "a": "2" }), json!({}))),
-        )
+        .patch("cfg", &PatchParams::apply("rival").force(), &Patch::Apply(rival))
         .await
         .expect("force");
     assert_eq!(
