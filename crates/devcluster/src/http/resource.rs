@@ -282,13 +282,6 @@ fn delete_collection(
             Err(e) => return Err(e),
         }
     }
-    if !rt.custom {
-        // Items of a list of built-in kinds carry no apiVersion and kind.
-        for o in deleted.iter_mut().filter_map(Value::as_object_mut) {
-            o.remove("apiVersion");
-            o.remove("kind");
-        }
-    }
     let mut list = json!({ "apiVersion": rt.api_version(), "kind": rt.list_kind, "metadata": { "resourceVersion": app.store.resource_version().to_string() }, "items": deleted });
     if deleted.is_empty() {
         list = success_status(json!({ "group": rt.group, "kind": rt.plural }));

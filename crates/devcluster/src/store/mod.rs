@@ -315,13 +315,8 @@ impl serde::Serialize for Presented<'_> {
             return self.object.serialize(s);
         };
         let mut map = s.serialize_map(None)?;
-        // Empty: left out (items of lists of built-in kinds).
-        if !self.api_version.is_empty() {
-            map.serialize_entry("apiVersion", self.api_version)?;
-        }
-        if !self.kind.is_empty() {
-            map.serialize_entry("kind", self.kind)?;
-        }
+        map.serialize_entry("apiVersion", self.api_version)?;
+        map.serialize_entry("kind", self.kind)?;
         for (k, v) in fields {
             if k != "apiVersion" && k != "kind" {
                 map.serialize_entry(k, v)?;

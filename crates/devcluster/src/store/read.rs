@@ -46,13 +46,6 @@ impl ListResult {
             items: Vec<super::Presented<'a>>,
         }
         let api_version = rt.api_version();
-        // Items of a list of built-in kinds carry no apiVersion and kind (kube-apiserver
-        // decodes them into typed lists); custom resources' items do.
-        let (item_version, item_kind) = if rt.custom {
-            (api_version.as_str(), rt.kind.as_str())
-        } else {
-            ("", "")
-        };
         let body = Body {
             api_version: api_version.clone(),
             kind: &rt.list_kind,
@@ -61,8 +54,8 @@ impl ListResult {
                 .items
                 .iter()
                 .map(|o| super::Presented {
-                    api_version: item_version,
-                    kind: item_kind,
+                    api_version: &api_version,
+                    kind: &rt.kind,
                     object: o,
                 })
                 .collect(),

@@ -459,8 +459,16 @@ fn explains(k: &Known, kind: &str, d: &Diff) -> bool {
         Some(prefix) => kind.starts_with(prefix),
         None => kind == *pat,
     });
+    // A pattern matches the difference's path or a prefix of it, segment by segment; a `*`
+    // segment matches any one segment.
     let path_ok = k.paths.iter().any(|p| {
-        d.path == *p || (d.path.starts_with(p) && d.path[p.len()..].starts_with('/'))
+        let pattern: Vec<&str> = p.split('/').collect();
+        let path: Vec<&str> = d.path.split('/').collect();
+        *p == d.path
+            || (!p.is_empty()
+                && pattern.len() <= path.len()
+                && pattern.iter().zip(&path).all(|(a, b)| a == b || *a == "*"))
+            || p.is_empty()
     });
     let when_ok = match k.when {
         When::Any => true,
