@@ -210,27 +210,39 @@ fn conflict_error(conflicts: &[(FieldPath, String)]) -> ApiError {
         .iter()
         .map(|(p, m)| {
             json!({
-                "type": "FieldManagerConflict",
+                "reason": "FieldManagerConflict",
                 "message": format!("conflict with \"{m}\""),
                 "field": display_path(p),
             })
         })
         .collect();
-    let lines: Vec<String> = conflicts
-        .iter()
-        .map(|(p, m)| format!("- conflict with \"{m}\": {}", display_path(p)))
-        .collect();
+    // As structured-merge-diff words it: one conflict on one line, several grouped by
+    // manager (managers sorted, each path on a line of its own).
+    let detail = match conflicts {
+        [(p, m)] => format!("conflict with \"{m}\": {}", display_path(p)),
+        _ => {
+            let mut by_manager: std::collections::BTreeMap<&str, Vec<String>> =
+                std::collections::BTreeMap::new();
+            for (p, m) in conflicts {
+                by_manager.entry(m).or_default().push(display_path(p));
+            }
+            by_manager
+                .iter()
+                .map(|(m, paths)| {
+                    let lines: Vec<String> = paths.iter().map(|p| format!("\n- {p}")).collect();
+                    format!("conflicts with \"{m}\":{}", lines.concat())
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    };
     let noun = if conflicts.len() == 1 {
         "conflict"
     } else {
         "conflicts"
     };
     ApiError::apply_conflict(
-        format!(
-            "Apply failed with {} {noun}: {}",
-            conflicts.len(),
-            lines.join("\n")
-        ),
+        format!("Apply failed with {} {noun}: {detail}", conflicts.len()),
         causes,
     )
 }
@@ -293,6 +305,19 @@ fn merge_config(live: &mut Value, config: &Value, names: &mut Vec<String>, built
     }
 }
 
+/// Fields of built-in kinds that are Go maps or lists (pointers, for `rollingUpdate`): an
+/// object without them has none, so a write that adds one changes the field itself.
+const MAP_FIELDS: &[&str] = &[
+    "labels",
+    "annotations",
+    "data",
+    "binaryData",
+    "matchLabels",
+    "nodeSelector",
+    "rollingUpdate",
+    "ownerReferences",
+];
+
 /// Records an ordinary (non-apply) write: `manager` takes ownership of every field whose
 /// value changed, other managers lose those fields and any field that no longer exists.
 pub fn track_update(
@@ -308,12 +333,44 @@ pub fn track_update(
     let old = old.unwrap_or(&empty);
     let mut entries = read_entries(old);
     let all = FieldSet::of_object(new, builtin);
-    let changed: Vec<FieldPath> = all
+    let mut changed: Vec<FieldPath> = all
         .0
         .iter()
         .filter(|p| get_path(old, p) != get_path(new, p) || get_path(old, p).is_none())
         .cloned()
         .collect();
+    // A map or list the write brought into existence is itself a changed field (`.` in
+    // fieldsV1), as structured-merge-diff's comparison reports it. Struct fields that a Go
+    // object always has (metadata, spec, ...) are never absent, so only maps and lists
+    // count for built-in kinds; custom resources have no such structs.
+    let mut created: Vec<FieldPath> = Vec::new();
+    for p in &changed {
+        for len in 1..p.len() {
+            let prefix = &p[..len];
+            let qualifies = match &prefix[len - 1] {
+                PathElem::Key(_) => false,
+                PathElem::Field(name) => {
+                    MAP_FIELDS.contains(&name.as_str()) || (!builtin && prefix[0] != PathElem::Field("metadata".into()))
+                }
+            };
+            if qualifies
+                && get_path(old, prefix).is_none()
+                && get_path(new, prefix).is_some_and(|v| v.is_object() || v.is_array())
+                && !created.iter().any(|c| c.as_slice() == prefix)
+            {
+                created.push(prefix.to_vec());
+            }
+        }
+    }
+    changed.extend(created);
+    // A new owner reference is owned as a whole (its fields are not listed), as
+    // kube-apiserver records it.
+    changed.retain(|p| {
+        !(p.len() > 3
+            && p[0] == PathElem::Field("metadata".into())
+            && p[1] == PathElem::Field("ownerReferences".into())
+            && get_path(old, &p[..3]).is_none())
+    });
     for e in entries.iter_mut() {
         e.fields
             .0

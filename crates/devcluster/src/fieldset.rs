@@ -95,9 +95,22 @@ impl FieldSet {
                     _ => unreachable!("fieldsV1 nodes are always objects"),
                 };
             }
-            // A list item is a member that also has children, so it is marked with ".".
-            // Paths sort before their extensions, so leaves are still empty here.
-            if matches!(path.last(), Some(PathElem::Key(_))) {
+        }
+        // A member that has children (a list item with fields, a map or list a write
+        // created and set fields in) is marked with ".".
+        for path in &self.0 {
+            let mut node = &mut root;
+            for elem in path {
+                let key = match elem {
+                    PathElem::Field(f) => format!("f:{f}"),
+                    PathElem::Key(k) => format!("k:{k}"),
+                };
+                node = match node.get_mut(&key) {
+                    Some(Value::Object(m)) => m,
+                    _ => unreachable!("every member is in the trie"),
+                };
+            }
+            if !node.is_empty() {
                 node.insert(".".into(), Value::Object(Map::new()));
             }
         }

@@ -28,7 +28,16 @@ impl ApiError {
     }
 
     fn with_details(mut self, group: &str, kind: &str, name: &str) -> ApiError {
-        self.details = Some(json!({ "name": name, "group": group, "kind": kind }));
+        // As in kube-apiserver, an empty group (the core group) and an empty name are left out.
+        let mut d = serde_json::Map::new();
+        if !name.is_empty() {
+            d.insert("name".into(), json!(name));
+        }
+        if !group.is_empty() {
+            d.insert("group".into(), json!(group));
+        }
+        d.insert("kind".into(), json!(kind));
+        self.details = Some(Value::Object(d));
         self
     }
 

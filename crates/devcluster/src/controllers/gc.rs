@@ -168,7 +168,6 @@ fn owners(store: &Store, registry: &Registry, objects: &[StoredObject]) {
         if refs.is_empty() {
             continue;
         }
-        has_dependents.extend(refs.iter().cloned());
         let live: Vec<&&StoredObject> = refs.iter().filter_map(|u| by_uid.get(u)).collect();
         if live.is_empty() {
             if !terminating(&o.object) {
@@ -181,6 +180,10 @@ fn owners(store: &Store, registry: &Registry, objects: &[StoredObject]) {
             .filter(|owner| terminating(&owner.object) && has_finalizer(&owner.object, "orphan"))
             .map(|owner| uid(&owner.object))
             .collect();
+        // An owner being orphaned does not wait for the dependents losing their reference to
+        // it in this pass: it loses its finalizer in this pass too (nothing else would wake
+        // the collector for it).
+        has_dependents.extend(refs.iter().filter(|u| !orphaning.contains(u)).cloned());
         if !orphaning.is_empty() {
             mutate(store, registry, o, |d| {
                 if let Some(Value::Array(refs)) = d.pointer_mut("/metadata/ownerReferences") {

@@ -17,6 +17,10 @@ pub fn version() -> Value {
     json!({
         "major": "1",
         "minor": KUBE_MINOR,
+        "emulationMajor": "1",
+        "emulationMinor": KUBE_MINOR,
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": KUBE_MINOR,
         "gitVersion": format!("v1.{KUBE_MINOR}.0+berth-devcluster"),
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",

@@ -105,13 +105,34 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
         (&Method::DELETE, Some(name)) => {
             let opts = query::delete_options(&req.query, req.body)?;
             let obj = app.store.delete(&rt, &ns, &name, &opts)?;
-            Ok(json_response(StatusCode::OK, &obj))
+            Ok(json_response(StatusCode::OK, &deleted_answer(&rt, obj)))
         }
         (&Method::DELETE, None) => delete_collection(app, &rt, &req, r.namespace.as_deref()),
         (m, _) => Err(ApiError::method_not_allowed(format!(
             "{m} is not supported on this path"
         ))),
     }
+}
+
+/// What a DELETE answers: the object while it is being finalized; once it is gone, a
+/// `Success` Status naming it for built-in kinds (as kube-apiserver does for every kind but
+/// custom resources and CRDs, whose deleted object is returned).
+fn deleted_answer(rt: &ResourceType, obj: Value) -> Value {
+    if rt.custom
+        || rt.group == "apiextensions.k8s.io"
+        || obj.pointer("/metadata/deletionTimestamp").is_some()
+    {
+        return obj;
+    }
+    let mut details = serde_json::Map::new();
+    let meta = |f: &str| obj.pointer(&format!("/metadata/{f}")).cloned().unwrap_or_default();
+    details.insert("name".into(), meta("name"));
+    if !rt.group.is_empty() {
+        details.insert("group".into(), json!(rt.group));
+    }
+    details.insert("kind".into(), json!(rt.plural));
+    details.insert("uid".into(), meta("uid"));
+    success_status(Value::Object(details))
 }
 
 fn gv(group: &str, version: &str) -> String {

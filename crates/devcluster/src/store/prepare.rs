@@ -258,6 +258,7 @@ pub fn kind_defaults(
     if rt.custom {
         return Ok(());
     }
+    omit_empty(rt, object);
     super::defaults::apply(rt, object);
     match (rt.group.as_str(), rt.kind.as_str()) {
         ("", "Secret") => secret_string_data(object),
@@ -274,6 +275,35 @@ pub fn kind_defaults(
         _ => {}
     }
     Ok(())
+}
+
+/// Built-in kinds are Go structs in kube-apiserver, whose empty `omitempty` maps and lists
+/// are not stored: `labels: {}` reads back as no labels. Server-side apply sees that too (a
+/// manager applying `labels: {}` changes the object, so it conflicts with another owner of
+/// `.metadata.labels`).
+fn omit_empty(rt: &ResourceType, object: &mut Value) {
+    let empty = |v: &Value| match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Null => true,
+        _ => false,
+    };
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, v| {
+            !(matches!(
+                k.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences"
+            ) && empty(v))
+        });
+    }
+    let fields: &[&str] = match rt.kind.as_str() {
+        "ConfigMap" => &["data", "binaryData"],
+        "Secret" => &["data"],
+        _ => &[],
+    };
+    if let Some(m) = object.as_object_mut() {
+        m.retain(|k, v| !(fields.contains(&k.as_str()) && empty(v)));
+    }
 }
 
 /// `stringData` is write-only: it is base64-encoded into `data` and never stored.

@@ -99,46 +99,80 @@ async fn conflicting_apply_needs_force() {
     let t = target().await;
     let ns = namespace(&t.client, "ssac").await;
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
-    api.patch(
-        "cfg",
-        &PatchParams::apply("owner"),
-        &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({}))),
-    )
-    .await
-    .expect("owner applies");
+    let owned = api
+        .patch(
+            "cfg",
+            &PatchParams::apply("owner"),
+            &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({}))),
+        )
+        .await
+        .expect("owner applies");
+    // The owner now owns `.metadata.labels` (an empty map), but an empty map is not stored.
+    assert_eq!(owned.metadata.labels, None, "empty labels are not stored");
+    let fields = owned.metadata.managed_fields.as_ref().expect("managedFields")[0]
+        .fields_v1
+        .as_ref()
+        .expect("fieldsV1");
+    assert_eq!(fields.0.pointer("/f:metadata/f:labels"), Some(&json!({})));
 
-    let same = api
+    // So another manager applying the very same configuration changes `.metadata.labels`
+    // (from absent to empty) and conflicts with the owner there.
+    let err = api
         .patch(
             "cfg",
             &PatchParams::apply("sharer"),
             &Patch::Apply(config(&ns, json!({ "a": "1" }), json!({}))),
         )
         .await
+        .expect_err("an empty labels map owned by another manager conflicts");
+    assert_eq!(code(&err), 409);
+    if let kube::Error::Api(s) = &err {
+        assert_eq!(
+            s.message,
+            "Apply failed with 1 conflict: conflict with \"owner\": .metadata.labels"
+        );
+    }
+
+    // Without the labels, setting `.data.a` to the value it has shares ownership of it.
+    let same = api
+        .patch(
+            "cfg",
+            &PatchParams::apply("sharer"),
+            &Patch::Apply(json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "cfg" }, "data": { "a": "1" } })),
+        )
+        .await
         .expect("same value is shared");
     assert_eq!(same.metadata.managed_fields.map(|m| m.len()), Some(2));
 
+    let rival = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "cfg" }, "data": { "a": "2" } });
     let err = api
-        .patch(
-            "cfg",
-            &PatchParams::apply("rival"),
-            &Patch::Apply(config(&ns, json!({ "a": "2" }), json!({}))),
-        )
+        .patch("cfg", &PatchParams::apply("rival"), &Patch::Apply(rival.clone()))
         .await
         .expect_err("conflict");
     assert_eq!(code(&err), 409);
     if let kube::Error::Api(s) = &err {
-        assert!(
-            s.message.contains("conflict") && s.message.contains(".data.a"),
-            "{}",
-            s.message
+        assert_eq!(
+            s.message,
+            "Apply failed with 2 conflicts: conflicts with \"owner\":\n- .data.a\nconflicts with \"sharer\":\n- .data.a"
         );
+        let details = s.details.as_ref().expect("details");
+        let mut causes: Vec<(String, String, String)> = details
+            .causes
+            .iter()
+            .map(|c| (c.reason.clone(), c.message.clone(), c.field.clone()))
+            .collect();
+        causes.sort();
+        let cause = |m: &str| {
+            (
+                "FieldManagerConflict".to_string(),
+                format!("conflict with \"{m}\""),
+                ".data.a".to_string(),
+            )
+        };
+        assert_eq!(causes, vec![cause("owner"), cause("sharer")]);
     }
     let forced = api
-        .patch(
-            "cfg",
-            &PatchParams::apply("rival").force(),
-            &Patch::Apply(config(&ns, json!({ "a": "2" }), json!({}))),
-        )
+        .patch("cfg", &PatchParams::apply("rival").force(), &Patch::Apply(rival))
         .await
         .expect("force");
     assert_eq!(

@@ -6,6 +6,7 @@ mod common;
 mod crd;
 mod crud;
 mod devonly;
+mod differential;
 mod discovery;
 mod helm;
 mod kubectl;

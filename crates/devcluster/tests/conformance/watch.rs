@@ -23,15 +23,27 @@ fn cm(name: &str) -> ConfigMap {
     .expect("configmap")
 }
 
-/// Whether the API server refused a streaming list: `sendInitialEvents` needs the WatchList
-/// feature (off by default in Kubernetes 1.31 and older, and in 1.33), and a server without it
-/// answers 422 Invalid.
-fn streaming_lists_unsupported(e: &watcher::Error) -> bool {
-    let invalid = |s: &kube::core::Status| s.code == 422 || s.reason == "Invalid";
+/// Why the API server refused a streaming list (`sendInitialEvents`), if it did:
+/// - the WatchList feature is off (Kubernetes 1.31 and older, and 1.33): 422 Invalid;
+/// - the storage cannot serve one (etcd older than 3.5.13 has no watch-progress requests):
+///   an ERROR event `500 InternalError` naming the `RequestWatchProgress` storage feature.
+fn streaming_lists_unsupported(e: &watcher::Error) -> Option<String> {
+    let why = |s: &kube::core::Status| {
+        if s.code == 422 || s.reason == "Invalid" {
+            Some(format!("422 Invalid (the WatchList feature is off): {}", s.message))
+        } else if s.code == 500 && s.message.contains("RequestWatchProgress") {
+            Some(format!(
+                "500 {} (the storage has no watch-progress requests): {}",
+                s.reason, s.message
+            ))
+        } else {
+            None
+        }
+    };
     match e {
-        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => invalid(s),
-        watcher::Error::WatchError(s) => invalid(s),
-        _ => false,
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => why(s),
+        watcher::Error::WatchError(s) => why(s),
+        _ => None,
     }
 }
 
@@ -39,8 +51,8 @@ fn streaming_lists_unsupported(e: &watcher::Error) -> bool {
 #[derive(Debug, PartialEq)]
 enum Outcome {
     Checked,
-    /// The server does not serve streaming lists; nothing was checked.
-    StreamingListsUnsupported,
+    /// The server does not serve streaming lists (why); nothing was checked.
+    StreamingListsUnsupported(String),
 }
 
 /// Drives a watcher until it has seen `cfg` added, modified and deleted.
@@ -54,15 +66,17 @@ async fn sees_lifecycle(api: Api<ConfigMap>, config: watcher::Config) -> Outcome
                 Ok(Some(Event::InitDone)) => return Outcome::Checked,
                 Ok(Some(_)) => {}
                 Ok(None) => panic!("watch stream ended before the initial list completed"),
-                Err(e) if streaming && streaming_lists_unsupported(&e) => {
-                    return Outcome::StreamingListsUnsupported;
-                }
+                Err(e) if streaming => match streaming_lists_unsupported(&e) {
+                    Some(why) => return Outcome::StreamingListsUnsupported(why),
+                    None => panic!("watch stream: {e}"),
+                },
                 Err(e) => panic!("watch stream: {e}"),
             }
         }
     });
-    if initial_done.await.expect("initial list completes") != Outcome::Checked {
-        return Outcome::StreamingListsUnsupported;
+    let initial = initial_done.await.expect("initial list completes");
+    if initial != Outcome::Checked {
+        return initial;
     }
     api.create(&PostParams::default(), &cm("cfg"))
         .await
@@ -120,15 +134,15 @@ async fn streaming_list_watcher_works() {
         watcher::Config::default().streaming_lists(),
     )
     .await;
-    if outcome == Outcome::StreamingListsUnsupported {
+    if let Outcome::StreamingListsUnsupported(why) = outcome {
         // The dev cluster serves streaming lists: there the whole test must run.
         assert!(
             t.dev.is_none(),
-            "the dev cluster refused a streaming list (sendInitialEvents)"
+            "the dev cluster refused a streaming list (sendInitialEvents): {why}"
         );
         eprintln!(
-            "\n!!!!!!!! SKIPPED: the cluster answered 422 Invalid to sendInitialEvents (the \
-             WatchList feature is off); streaming lists were NOT checked !!!!!!!!\n"
+            "\n!!!!!!!! SKIPPED: the cluster refused sendInitialEvents with {why}; streaming \
+             lists were NOT checked !!!!!!!!\n"
         );
     }
 }
