@@ -115,10 +115,6 @@
 //! - `list-paging`: a page of a label-selected list carries `remainingItemCount`
 //!   (kube-apiserver leaves it out when a selector is given) and the last page no
 //!   `continue` key (kube-apiserver: an empty one);
-//! - `list-item-kinds`: items of lists (and of deletecollection answers) of built-in kinds
-//!   carry `apiVersion` and `kind` (kube-apiserver leaves them out; berth-release's shared
-//!   watch caches still need them: `releases::wait_ready_follows_watches_until_every_object_is_current`
-//!   fails without them, to be fixed there first);
 //! - `table-columns`: `kubectl get` tables have generic Name/Age columns;
 //! - `controller-managed-fields`: managedFields of objects that kube-controller-manager
 //!   or the apiserver's own defaulting touch differ (no controller entries, defaulted

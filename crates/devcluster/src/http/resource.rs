@@ -277,7 +277,16 @@ fn delete_collection(
             .and_then(Value::as_str)
             .unwrap_or_default();
         match app.store.delete(rt, ns, name, &del) {
-            Ok(o) => deleted.push(o),
+            Ok(mut o) => {
+                // As in a list: items of built-in kinds carry no apiVersion/kind.
+                if !rt.custom
+                    && let Some(m) = o.as_object_mut()
+                {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                deleted.push(o)
+            }
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }

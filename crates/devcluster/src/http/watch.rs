@@ -57,6 +57,7 @@ fn render(rt: &ResourceType, event: &WatchEvent) -> Bytes {
                 api_version: &api_version,
                 kind: &rt.kind,
                 object: &event.object,
+                typed: true,
             },
         }),
     };

@@ -306,6 +306,9 @@ pub struct Presented<'a> {
     pub api_version: &'a str,
     pub kind: &'a str,
     pub object: &'a Value,
+    /// Whether apiVersion and kind are written: a real API server leaves them out of the
+    /// items of lists of built-in kinds (custom resources keep theirs).
+    pub typed: bool,
 }
 
 impl serde::Serialize for Presented<'_> {
@@ -315,8 +318,10 @@ impl serde::Serialize for Presented<'_> {
             return self.object.serialize(s);
         };
         let mut map = s.serialize_map(None)?;
-        map.serialize_entry("apiVersion", self.api_version)?;
-        map.serialize_entry("kind", self.kind)?;
+        if self.typed {
+            map.serialize_entry("apiVersion", self.api_version)?;
+            map.serialize_entry("kind", self.kind)?;
+        }
         for (k, v) in fields {
             if k != "apiVersion" && k != "kind" {
                 map.serialize_entry(k, v)?;

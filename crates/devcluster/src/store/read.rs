@@ -57,6 +57,7 @@ impl ListResult {
                     api_version: &api_version,
                     kind: &rt.kind,
                     object: o,
+                    typed: rt.custom,
                 })
                 .collect(),
         };

@@ -99,12 +99,6 @@ pub const KNOWN: &[Known] = &[
         when: When::Any,
     },
     Known {
-        id: "list-item-kinds",
-        kinds: &["list: *", "delete collection (label selector)"],
-        paths: &["/body/items/*/apiVersion", "/body/items/*/kind"],
-        when: When::RealAbsent,
-    },
-    Known {
         id: "table-columns",
         kinds: &["list: table (kubectl get)"],
         paths: &["/columns"],
