@@ -5,9 +5,8 @@ use std::path::PathBuf;
 use berth_proto::lifecycle::{ConditionUpdate, GetSpecRequest, ReportRequest, Spec};
 use berth_proto::queue::Task;
 use berth_proto::tasks::TaskKind;
-use tokio_util::sync::CancellationToken;
-
 use berth_queue::worker::TaskError;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{Services, TaskConfig};
 use crate::hook_cache::HookCache;
