@@ -145,7 +145,7 @@ pub async fn run(
     let sd = shutdown.clone();
     services.spawn(async move { ("release", berth_release::process::run(client, release_listener, sd).await.map_err(|e| e.to_string())) });
     let sd = shutdown.clone();
-    let tasks = berth_queue::tasks::TaskConfig {
+    let tasks = berth_worker::TaskConfig {
         lifecycle_endpoint: lifecycle.clone(),
         release_endpoint: release,
         hookevent_endpoint: hookevent,
@@ -156,7 +156,7 @@ pub async fn run(
     };
     let worker = berth_queue::worker::WorkerConfig { concurrency: config.worker_concurrency, ..Default::default() };
     services.spawn(async move {
-        let worked = berth_queue::process::work_with_metrics(&broker, tasks, worker, hook_metrics_listener, sd).await;
+        let worked = berth_worker::process::work_with_metrics(&broker, tasks, worker, hook_metrics_listener, sd).await;
         ("queue worker", worked.map_err(|e| e.to_string()))
     });
     let sd = shutdown.clone();

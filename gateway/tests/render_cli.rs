@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use berth_release::helm_binary::find_helm;
+use berth_helm::helm_binary::find_helm;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -33,7 +33,7 @@ fn berth_render_prints_what_helm_template_prints() {
         );
         return;
     };
-    let oracle = workspace().join("services/release/tests/oracle");
+    let oracle = workspace().join("crates/helm/tests/oracle");
     let args = |chart: &str| -> Vec<String> {
         vec![
             "demo".into(),

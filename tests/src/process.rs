@@ -137,6 +137,7 @@ impl SplitTopology {
         let (l, r, h) = (lifecycle.endpoint(), release.endpoint(), hookevent.endpoint());
         let mut args = vec!["work", "--broker", &b, "--lifecycle", &l, "--release", &r, "--hookevent", &h, "--cache-dir", &cache];
         args.extend_from_slice(worker_args);
+        // `berth-queue work` (built by berth-worker): berth's task handlers on the queue's runtime.
         let worker = Proc::start("berth-queue", &args, "worker ").await?;
         let gateway = Proc::start("berth-gateway", &["--listen", any, "--lifecycle", &lifecycle.endpoint()], "listening on ").await?;
         Ok(SplitTopology { gateway, others: vec![worker, release, hookevent, lifecycle, broker] })

@@ -126,7 +126,7 @@ pub enum Command {
     /// List packages.
     List,
     /// Render a chart locally and print its manifests, as `helm template [NAME] CHART` does.
-    Render(super::release::RenderArgs),
+    Render(berth_helm::template::command::TemplateArgs),
     /// Inspect, plan and roll back releases through the release service (not the gateway).
     Release(super::release::ReleaseArgs),
 }

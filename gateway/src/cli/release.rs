@@ -1,8 +1,8 @@
 //! `berth render` and `berth release ...`.
 //!
-//! `berth render` is `helm template` without a server: it renders in this process with the
-//! release service's renderer (`berth_release::template`), so what the compatibility oracle
-//! proves for that renderer holds for this command.
+//! `berth render` is `helm template` without a server: the command lives in the Helm engine's
+//! crate (`berth_helm::template::command`, whose dependency tree holds neither tonic nor kube),
+//! so what the compatibility oracle proves for that engine holds for this command.
 //!
 //! `berth release history|status|rollback|plan` talk to the release service directly
 //! (`--release-server`, env `BERTH_RELEASE`) rather than through the gateway. Releases are an
@@ -16,60 +16,17 @@ use std::time::Duration;
 
 use berth_proto::release::releases_client::ReleasesClient;
 use berth_proto::release::{self as pb, PlanAction};
-use berth_release::template::{self, TemplateOptions};
+use berth_helm::template::command::{self, TemplateArgs};
+use berth_helm::template::{self, TemplateOptions};
 
 /// How long to wait for the release service to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one release call may take (a rollback applies and prunes a whole release).
 const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// `berth render [NAME] CHART`, taking `helm template`'s arguments.
-#[derive(clap::Args, Debug)]
-pub struct RenderArgs {
-    /// `[NAME] CHART`: the release name (default `release-name`) and the chart directory or
-    /// packed `.tgz`; with one argument it is the chart.
-    #[arg(num_args = 1..=2, value_name = "[NAME] CHART", required = true)]
-    pub positional: Vec<String>,
-    /// Namespace the release is rendered for (`.Release.Namespace`).
-    #[arg(long, short = 'n', default_value = "default")]
-    pub namespace: String,
-    /// Values files (YAML or JSON); later ones win. Repeatable, or comma-separated.
-    #[arg(long = "values", short = 'f', value_delimiter = ',')]
-    pub values: Vec<PathBuf>,
-    /// `key=value` assignments (`a.b=c,list={x,y}`), applied after the files. Repeatable.
-    #[arg(long)]
-    pub set: Vec<String>,
-    /// Print the chart's `crds/` objects first.
-    #[arg(long)]
-    pub include_crds: bool,
-    /// Kubernetes version for `.Capabilities.KubeVersion`, e.g. `v1.31.0`.
-    #[arg(long)]
-    pub kube_version: Option<String>,
-}
-
-impl RenderArgs {
-    /// The release name and chart path from the one or two positional arguments.
-    fn name_and_chart(&self) -> Result<(String, PathBuf), String> {
-        match self.positional.as_slice() {
-            [chart] => Ok(("release-name".into(), PathBuf::from(chart))),
-            [name, chart] => Ok((name.clone(), PathBuf::from(chart))),
-            _ => Err("render takes [NAME] CHART".into()),
-        }
-    }
-}
-
 /// Renders and prints the manifests exactly as `helm template` would.
-pub fn render(args: &RenderArgs) -> Result<ExitCode, String> {
-    let (release_name, chart) = args.name_and_chart()?;
-    let opts = TemplateOptions {
-        release_name,
-        namespace: args.namespace.clone(),
-        values_files: args.values.clone(),
-        set: args.set.clone(),
-        include_crds: args.include_crds,
-        kube_version: args.kube_version.clone(),
-    };
-    let text = template::template(&chart, &opts).map_err(|e| e.to_string())?;
+pub fn render(args: &TemplateArgs) -> Result<ExitCode, String> {
+    let text = command::run(args).map_err(|e| e.to_string())?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)
 }
@@ -297,44 +254,6 @@ fn plan_lines(changes: &[pb::PlannedChange]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        args: RenderArgs,
-    }
-
-    #[test]
-    fn takes_helm_template_arguments() {
-        let w = Wrapper::try_parse_from([
-            "x",
-            "demo",
-            "./chart",
-            "-n",
-            "ns",
-            "-f",
-            "a.yaml,b.yaml",
-            "--values",
-            "c.yaml",
-            "--set",
-            "a=1",
-            "--set",
-            "b=2",
-        ])
-        .expect("valid arguments");
-        assert_eq!(
-            w.args.name_and_chart(),
-            Ok(("demo".to_string(), PathBuf::from("./chart")))
-        );
-        assert_eq!(w.args.values.len(), 3);
-        assert_eq!(w.args.set, vec!["a=1".to_string(), "b=2".to_string()]);
-        let one = Wrapper::try_parse_from(["x", "./chart"]).expect("chart only");
-        assert_eq!(
-            one.args.name_and_chart(),
-            Ok(("release-name".to_string(), PathBuf::from("./chart")))
-        );
-    }
 
     #[test]
     fn plan_lines_mark_each_action() {

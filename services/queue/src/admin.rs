@@ -1,4 +1,6 @@
-//! The broker's admin port: its Prometheus metrics over plain HTTP (`GET /metrics`).
+//! Admin ports: Prometheus metrics over plain HTTP (`GET /metrics`), the broker's own
+//! ([`serve_metrics`]) and, on a worker, whatever metrics its handler keeps
+//! ([`serve_text_metrics`]).
 //!
 //! Separate from the gRPC port so it can be exposed to a scraper (or kept on loopback) without
 //! exposing the Broker API, and so a scrape never competes with the gRPC server's settings.
@@ -15,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 /// Content type of the OpenMetrics text format that `prometheus_client` writes.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Content type of the Prometheus text format that hook metrics are rendered in.
+/// Content type of the Prometheus text format of [`serve_text_metrics`].
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Serves `registry` at `/metrics` on `listener` until `shutdown`.
@@ -28,11 +30,16 @@ pub async fn serve_metrics(
     serve_at_metrics(listener, shutdown, move || render(&registry)).await
 }
 
-/// Serves the metrics hooks wrote (`METRICS_PATH`), with their `hook` and `package` labels, at
-/// `/metrics` on `listener` until `shutdown`: the worker's admin port.
-pub async fn serve_hook_metrics(listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
-    serve_at_metrics(listener, shutdown, || {
-        ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], crate::tasks::metrics::render()).into_response()
+/// Serves the Prometheus text `render` returns at `/metrics` on `listener` until `shutdown`:
+/// a worker's admin port, for metrics its handler keeps outside a registry (berth's worker
+/// serves the metrics hooks wrote).
+pub async fn serve_text_metrics(
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    render: impl Fn() -> String + Clone + Send + Sync + 'static,
+) -> std::io::Result<()> {
+    serve_at_metrics(listener, shutdown, move || {
+        ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], render()).into_response()
     })
     .await
 }

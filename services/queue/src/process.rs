@@ -1,14 +1,11 @@
-//! The two roles of the `berth-queue` binary (and of `berth up`): the broker and a worker.
+//! The broker as a server: the `serve` role of the `berth-queue` binary (and of `berth up`).
 
 use std::time::Duration;
 
-use berth_proto::queue::broker_client::BrokerClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{self, BrokerConfig, BrokerService, Store};
-use crate::tasks::{TaskConfig, TaskRunner};
-use crate::worker::{self, WorkerConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -16,8 +13,6 @@ pub enum Error {
     Store(#[from] broker::StoreError),
     #[error("endpoint: {0}")]
     Endpoint(#[from] tonic::transport::Error),
-    #[error("worker: {0}")]
-    Worker(#[from] worker::WorkerError),
     #[error("metrics admin port: {0}")]
     Metrics(#[source] std::io::Error),
 }
@@ -85,38 +80,4 @@ pub async fn serve_with_metrics(
     let _ = maintenance.await;
     grpc?;
     admin
-}
-
-/// Runs a worker against the broker at `broker_endpoint` until `shutdown`.
-pub async fn work(
-    broker_endpoint: &str,
-    tasks: TaskConfig,
-    config: WorkerConfig,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    work_with_metrics(broker_endpoint, tasks, config, None, shutdown).await
-}
-
-/// Like [`work`], also serving the metrics hooks wrote on `metrics` (`GET /metrics`).
-pub async fn work_with_metrics(
-    broker_endpoint: &str,
-    tasks: TaskConfig,
-    config: WorkerConfig,
-    metrics: Option<TcpListener>,
-    shutdown: CancellationToken,
-) -> Result<(), Error> {
-    let channel = tonic::transport::Endpoint::from_shared(broker_endpoint.to_owned())?
-        .connect_timeout(Duration::from_secs(5))
-        .connect_lazy();
-    let runner = TaskRunner::new(tasks)?;
-    let admin = metrics.map(|listener| tokio::spawn(crate::admin::serve_hook_metrics(listener, shutdown.clone())));
-    let result = worker::run(BrokerClient::new(channel), runner, config, shutdown.clone()).await;
-    shutdown.cancel();
-    if let Some(admin) = admin
-        && let Ok(Err(e)) = admin.await
-    {
-        return Err(Error::Metrics(e));
-    }
-    result?;
-    Ok(())
 }

@@ -1,5 +1,6 @@
-//! The queue as separate real processes: `berth-queue serve` brokers and `queue-test-worker`
-//! workers (the real worker runtime with a scripted handler), killed with SIGKILL mid-work.
+//! The queue as separate real processes: `queue-test-broker serve` brokers (`berth-queue serve`
+//! built from this crate alone) and `queue-test-worker` workers (the real worker runtime with a
+//! scripted handler), killed with SIGKILL mid-work.
 //!
 //! What "completes once" means here. Delivery is at-least-once, so a task may *execute* more
 //! than once (a killed worker's task runs again elsewhere). What must happen exactly once is the

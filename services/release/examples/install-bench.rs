@@ -16,7 +16,7 @@ use berth_release::manager::ReleaseManager;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use berth_release::helm_binary::find_helm;
+use berth_helm::helm_binary::find_helm;
 
 /// Longest one install may take to become ready.
 const READY_DEADLINE: Duration = Duration::from_secs(180);
@@ -54,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let chart = dir.join("chart");
     write_chart(&chart)?;
-    let files = berth_release::template::read_chart(&chart)?;
+    let files = berth_helm::template::read_chart(&chart)?;
 
     let mut rows = Vec::new();
     for delay_ms in delays {

@@ -7,7 +7,7 @@
 //! out with a warning and the rest is kept, as Helm does. kube's `Discovery::run` would fail
 //! the whole pass instead, and every render would fall back to the default capabilities.
 
-use crate::render::Capabilities;
+use berth_helm::render::Capabilities;
 use futures::StreamExt as _;
 use kube::Client;
 use kube::core::GroupVersion;

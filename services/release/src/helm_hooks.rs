@@ -5,7 +5,7 @@
 //! (`before-hook-creation` is the default, as in Helm).
 
 use crate::record::format::HelmRelease;
-use crate::render::Manifest;
+use berth_helm::render::Manifest;
 use serde_json::Value;
 
 pub const HOOK_ANNOTATION: &str = "helm.sh/hook";
@@ -150,7 +150,7 @@ pub fn from_record(release: &HelmRelease) -> Vec<Hook> {
         .filter_map(|h| {
             let manifest = h.get("manifest")?.as_str()?;
             let path = h.get("path").and_then(Value::as_str).unwrap_or_default();
-            let object = crate::render::funcs::encoding::parse_yaml(manifest).ok()?;
+            let object = berth_helm::render::funcs::encoding::parse_yaml(manifest).ok()?;
             object
                 .is_object()
                 .then(|| Hook::from_parts(path, manifest, object))

@@ -97,7 +97,7 @@ fn parse_values(text: &str) -> Result<serde_json::Value, Status> {
     }
     let v: serde_json::Value = serde_json::from_str(text)
         .map_err(|e| Status::invalid_argument(format!("values_json: {e}")))?;
-    let v = crate::render::values::as_go_numbers(v);
+    let v = berth_helm::render::values::as_go_numbers(v);
     if !v.is_object() {
         return Err(Status::invalid_argument(
             "values_json must be a JSON object",
@@ -214,7 +214,7 @@ impl pb::releases_server::Releases for ReleaseService {
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::RenderResponse {
-            manifest: crate::template::output(&rendered, req.include_crds),
+            manifest: berth_helm::template::output(&rendered, req.include_crds),
             notes: rendered.notes,
         }))
     }
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn render_errors_are_invalid_argument() {
-        let e = ReleaseError::Render(crate::RenderError::Chart("x".into()));
+        let e = ReleaseError::Render(berth_helm::RenderError::Chart("x".into()));
         assert_eq!(to_status(e).code(), tonic::Code::InvalidArgument);
     }
 }

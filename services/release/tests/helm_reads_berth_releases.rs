@@ -9,7 +9,7 @@ use berth_proto::release::{InstallRequest, RenderRequest};
 use std::path::Path;
 use std::process::Command;
 use support::{chart, config_map, start};
-use berth_release::helm_binary::find_helm;
+use berth_helm::helm_binary::find_helm;
 
 
 /// Runs helm with an isolated home (no user repositories or caches involved).

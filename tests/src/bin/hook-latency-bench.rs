@@ -29,7 +29,7 @@
 //!
 //! The packages are installed and driven through lifecycle's API (the gateway only forwards to it
 //! and is not on the event path). Build in release and run:
-//! `cargo build --release -p berth-queue -p berth-lifecycle -p berth-hookevent -p berth-release
+//! `cargo build --release -p berth-worker -p berth-lifecycle -p berth-hookevent -p berth-release
 //! -p berth-tests --bins`, then `BERTH_LOG=warn target/release/hook-latency-bench [--rate 100]
 //! [--seconds 10] [--packages 100] [--concurrency 4] [--scenarios one,own,shared]
 //! [--data-dir DIR]` (`--concurrency` is the worker's: tasks it runs at once). The worker puts

@@ -1,5 +1,5 @@
-//! Real `berth-queue serve` brokers and `queue-test-worker` workers as child processes, for the
-//! tests that kill them. Cargo builds both binaries for this package's integration tests.
+//! Real brokers (`queue-test-broker serve`: `berth-queue serve` built from this crate alone)
+//! and `queue-test-worker` workers as child processes, for the tests that kill them. Cargo builds both binaries for this package's integration tests.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -67,7 +67,7 @@ impl Child9 {
     }
 }
 
-/// A `berth-queue serve` process.
+/// A `queue-test-broker serve` process (the `berth-queue serve` role).
 pub struct BrokerProc {
     pub proc: Child9,
     /// `127.0.0.1:PORT` of its gRPC API.
@@ -91,7 +91,7 @@ impl BrokerProc {
             &lease_ttl_ms.to_string(),
         ]
         .map(str::to_owned);
-        let proc = Child9::start(env!("CARGO_BIN_EXE_berth-queue"), &args, "listening on ").await;
+        let proc = Child9::start(env!("CARGO_BIN_EXE_queue-test-broker"), &args, "listening on ").await;
         let addr = proc.announced_value("listening on ").expect("gRPC address");
         let metrics_addr = proc
             .announced_value("metrics on ")

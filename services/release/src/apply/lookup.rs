@@ -2,7 +2,7 @@
 //! lookup blocks that thread on the async kube call (never a runtime worker thread).
 
 use super::{Applier, ApplyError, ObjectKey};
-use crate::render::Lookup;
+use berth_helm::render::Lookup;
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
 use std::time::Duration;

@@ -138,7 +138,7 @@ impl HelmRelease {
 
     pub fn encode(&self) -> Result<String, FormatError> {
         // Values hold Go-style float64 numbers; write whole ones as Go's encoder does (`8080`).
-        let json = serde_json::to_vec(&crate::render::values::go_json_numbers(
+        let json = serde_json::to_vec(&berth_helm::render::values::go_json_numbers(
             serde_json::to_value(self)?,
         ))?;
         let mut gz = GzEncoder::new(Vec::new(), Compression::default());
@@ -196,9 +196,9 @@ pub fn chart_record(
 /// The record's manifest as objects (for prune, uninstall and status), parsed back from the
 /// Helm text so releases written by Helm itself are understood too.
 pub fn recorded_objects(manifest: &str) -> Vec<serde_json::Value> {
-    crate::render::manifests::split_documents(manifest)
+    berth_helm::render::manifests::split_documents(manifest)
         .iter()
-        .filter_map(|doc| crate::render::funcs::encoding::parse_yaml(doc).ok())
+        .filter_map(|doc| berth_helm::render::funcs::encoding::parse_yaml(doc).ok())
         .filter(|v| v.is_object())
         .collect()
 }

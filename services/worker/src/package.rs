@@ -5,8 +5,10 @@
 use berth_package::{LocalRepository, Package};
 use serde_json::Value;
 
-use super::context::TaskContext;
-use crate::worker::TaskError;
+use berth_proto::lifecycle::ReportRequest;
+use berth_queue::worker::TaskError;
+
+use crate::context::TaskContext;
 
 /// Fetches (when missing) and loads the package version of the spec.
 pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
@@ -80,4 +82,16 @@ impl Values {
         self.patches = all;
         Ok(changed)
     }
+}
+
+/// Reports the values now and the patch operations new in this task.
+pub async fn report_values(cx: &TaskContext<'_>, values: &Values, inside_run: bool) -> Result<(), TaskError> {
+    cx.report(ReportRequest {
+        values: Some(berth_proto::json::to_struct(&values.current)),
+        values_patch_json: values.new_ops_json(),
+        patch_inside_run: inside_run,
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
 }

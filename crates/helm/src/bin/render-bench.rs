@@ -6,16 +6,16 @@
 //! found next to this one (build it with `cargo build --release -p berth-gateway --bin berth`),
 //! else this binary's own `--render-once` mode, which runs the same renderer and printer.
 //!
-//! `cargo run --release -p berth-release --bin render-bench -- [--iterations N]`; with
+//! `cargo run --release -p berth-helm --bin render-bench -- [--iterations N]`; with
 //! `--write-large DIR` it only writes the generated chart, and with `--repeat N CHART` it
 //! renders CHART N times in-process and prints the mean (both for profiling).
 
 use anyhow::Context as _;
-use berth_release::template::{self, TemplateOptions};
+use berth_helm::template::{self, TemplateOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use berth_release::helm_binary::find_helm;
+use berth_helm::helm_binary::find_helm;
 
 /// Both tools are told the same Kubernetes version so `.Capabilities` output agrees.
 const KUBE_VERSION: &str = "v1.31.0";

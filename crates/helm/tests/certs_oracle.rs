@@ -9,12 +9,12 @@
 //! helm is found as `tests/oracle.rs` finds it; without it the test fails under `CI=true`
 //! and otherwise prints a loud skip notice.
 
-use berth_release::template::{self, TemplateOptions};
+use berth_helm::template::{self, TemplateOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use x509_parser::prelude::*;
-use berth_release::helm_binary::find_helm;
+use berth_helm::helm_binary::find_helm;
 
 fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/certs")

@@ -1,11 +1,12 @@
-//! `berth-queue`: the task queue broker (`serve`) or a worker (`work`) as its own process.
+//! `berth-queue`: the task queue broker (`serve`, berth-queue's broker) or a worker running
+//! berth's tasks (`work`) as its own process. Built by berth-worker, which has both roles.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use berth_queue::broker::BrokerConfig;
-use berth_queue::tasks::TaskConfig;
+use berth_queue::cli::ServeArgs;
 use berth_queue::worker::WorkerConfig;
+use berth_worker::TaskConfig;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -29,24 +30,7 @@ struct Args {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve the broker.
-    Serve {
-        #[arg(long, env = "BERTH_QUEUE_LISTEN", default_value = "127.0.0.1:7071")]
-        listen: std::net::SocketAddr,
-        /// `sqlite://PATH` of the queue database.
-        #[arg(
-            long,
-            env = "BERTH_QUEUE_DATABASE",
-            default_value = "sqlite://.berth/queue.db"
-        )]
-        database: String,
-        /// Lease time-to-live in milliseconds: a dead worker's task is redelivered after it.
-        #[arg(long, env = "BERTH_QUEUE_LEASE_TTL_MS", default_value_t = 10_000)]
-        lease_ttl_ms: u64,
-        /// Serve Prometheus metrics at `http://ADDR/metrics` (off unless given; port 0 picks a
-        /// free one). The address is printed as `metrics on ADDR`.
-        #[arg(long, env = "BERTH_QUEUE_METRICS_LISTEN")]
-        metrics_listen: Option<std::net::SocketAddr>,
-    },
+    Serve(ServeArgs),
     /// Run a worker that leases and executes tasks.
     Work {
         #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
@@ -90,34 +74,7 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     match args.command {
-        Command::Serve {
-            listen,
-            database,
-            lease_ttl_ms,
-            metrics_listen,
-        } => {
-            berth_telemetry::ensure_sqlite_dir(&database)?;
-            // The metrics line comes first: harnesses wait for `listening on` and may stop
-            // reading after it.
-            let metrics = match metrics_listen {
-                Some(addr) => {
-                    let listener = tokio::net::TcpListener::bind(addr).await?;
-                    println!("metrics on {}", listener.local_addr()?);
-                    Some(listener)
-                }
-                None => None,
-            };
-            let listener = tokio::net::TcpListener::bind(listen).await?;
-            println!("listening on {}", listener.local_addr()?);
-            let config = BrokerConfig {
-                lease_ttl: Duration::from_millis(lease_ttl_ms),
-                ..Default::default()
-            };
-            berth_queue::process::serve_with_metrics(
-                &database, config, listener, metrics, shutdown,
-            )
-            .await?;
-        }
+        Command::Serve(serve) => berth_queue::cli::serve(serve, shutdown).await?,
         Command::Work {
             broker,
             lifecycle,
@@ -161,7 +118,7 @@ async fn main() -> anyhow::Result<()> {
                 None => None,
             };
             println!("worker {} started", config.id);
-            berth_queue::process::work_with_metrics(&broker, tasks, config, metrics, shutdown).await?;
+            berth_worker::process::work_with_metrics(&broker, tasks, config, metrics, shutdown).await?;
         }
     }
     Ok(())

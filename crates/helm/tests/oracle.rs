@@ -11,8 +11,8 @@
 //! helm is taken from PATH or `<workspace>/target/ci-tools/helm` (where `.ci/run` installs
 //! it). Without it the test fails under `CI=true` and otherwise prints a loud skip notice.
 
-use berth_release::helm_binary::find_helm;
-use berth_release::template::{self, TemplateOptions};
+use berth_helm::helm_binary::find_helm;
+use berth_helm::template::{self, TemplateOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

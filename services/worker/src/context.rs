@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use berth_proto::lifecycle::{ConditionUpdate, GetSpecRequest, ReportRequest, Spec};
 use berth_proto::queue::Task;
 use berth_proto::tasks::TaskKind;
+use berth_queue::worker::TaskError;
 use tokio_util::sync::CancellationToken;
 
-use super::{Services, TaskConfig, TaskRunner, hooks::HookCache};
-use crate::worker::TaskError;
+use crate::config::{Services, TaskConfig};
+use crate::hook_cache::HookCache;
 
 pub struct TaskContext<'a> {
     pub spec: Spec,
@@ -23,15 +24,22 @@ pub fn rpc_error(call: &str, status: tonic::Status) -> TaskError {
     TaskError::retry(format!("{call}: {} ({:?})", status.message(), status.code()))
 }
 
+/// A condition of the package: type, status, reason, message.
+pub fn condition(t: &str, s: &str, r: &str, m: &str) -> ConditionUpdate {
+    ConditionUpdate { r#type: t.into(), status: s.into(), reason: r.into(), message: m.into() }
+}
+
 impl<'a> TaskContext<'a> {
     /// Fetches the spec. `None` when the task is stale: the package is gone or has a newer
     /// generation (its tasks superseded this one).
     pub async fn start(
-        runner: &'a TaskRunner,
+        services: &Services,
+        config: &'a TaskConfig,
+        hooks: &'a HookCache,
         task: &Task,
         cancel: CancellationToken,
     ) -> Result<Option<TaskContext<'a>>, TaskError> {
-        let mut lifecycle = runner.services.lifecycle.clone();
+        let mut lifecycle = services.lifecycle.clone();
         let spec = match lifecycle.get_spec(GetSpecRequest { key: task.package.clone() }).await {
             Ok(spec) => spec.into_inner(),
             Err(s) if s.code() == tonic::Code::NotFound => return Ok(None),
@@ -42,11 +50,16 @@ impl<'a> TaskContext<'a> {
         }
         Ok(Some(TaskContext {
             spec,
-            services: runner.services.clone(),
-            config: &runner.config,
-            hooks: &runner.hooks,
+            services: services.clone(),
+            config,
+            hooks,
             cancel,
         }))
+    }
+
+    /// The package's hooks (discovered on first use by this worker).
+    pub async fn package_hooks(&self, pkg: &berth_package::Package) -> Result<std::sync::Arc<Vec<berth_hooks::Hook>>, TaskError> {
+        self.hooks.get(pkg, self.config.hook_timeout).await
     }
 
     pub fn key(&self) -> &str {
@@ -86,12 +99,7 @@ impl<'a> TaskContext<'a> {
             phase: phase.to_owned(),
             conditions: conditions
                 .iter()
-                .map(|(t, s, r, m)| ConditionUpdate {
-                    r#type: (*t).to_owned(),
-                    status: (*s).to_owned(),
-                    reason: (*r).to_owned(),
-                    message: (*m).to_owned(),
-                })
+                .map(|(t, s, r, m)| condition(t, s, r, m))
                 .collect(),
             ..Default::default()
         })

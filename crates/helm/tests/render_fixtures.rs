@@ -1,7 +1,7 @@
 //! Renders the charts under `tests/fixtures/` and compares with the manifest `helm template`
 //! prints for them (`<chart>.expected.yaml`, values from `<chart>.values.json`).
 
-use berth_release::template::{self, TemplateOptions};
+use berth_helm::template::{self, TemplateOptions};
 use std::path::Path;
 
 /// `helm template demo <chart> -f <chart>.values.json` as berth prints it, and the stored

@@ -7,8 +7,9 @@ use berth_hooks::{Hook, ObjectAndFilterResult, ObjectOperation, Snapshots};
 use berth_proto::hookevent as pb;
 use serde_json::Value;
 
-use super::context::{TaskContext, rpc_error};
-use crate::worker::TaskError;
+use berth_queue::worker::TaskError;
+
+use crate::context::{TaskContext, rpc_error};
 
 /// The namespace an app's bindings and object operations are locked to; empty for modules.
 pub fn app_namespace(cx: &TaskContext<'_>) -> String {

@@ -1,8 +1,10 @@
 //! The `helm template` front end: reads a chart from disk (a directory or a packed `.tgz`),
 //! merges `-f` values files and `--set` assignments as Helm does, renders without a cluster
 //! and prints the manifests in `helm template`'s layout. `berth render` and the compatibility
-//! oracle tests both go through here, so what the oracle proves holds for the command.
+//! oracle tests both go through here, so what the oracle proves holds for the command;
+//! [`command`] is that command, from its arguments to its output.
 
+pub mod command;
 mod set;
 
 pub use set::parse_set;

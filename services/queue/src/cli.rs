@@ -1,0 +1,63 @@
+//! The broker's command line (`serve`), shared by the `berth-queue` binary and the queue's own
+//! test broker (`queue-test-broker`), so both take the same flags and print the same lines.
+
+use std::time::Duration;
+
+use crate::broker::BrokerConfig;
+use tokio_util::sync::CancellationToken;
+
+/// `serve`: the broker's flags.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    #[arg(long, env = "BERTH_QUEUE_LISTEN", default_value = "127.0.0.1:7071")]
+    pub listen: std::net::SocketAddr,
+    /// `sqlite://PATH` of the queue database.
+    #[arg(
+        long,
+        env = "BERTH_QUEUE_DATABASE",
+        default_value = "sqlite://.berth/queue.db"
+    )]
+    pub database: String,
+    /// Lease time-to-live in milliseconds: a dead worker's task is redelivered after it.
+    #[arg(long, env = "BERTH_QUEUE_LEASE_TTL_MS", default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (off unless given; port 0 picks a
+    /// free one). The address is printed as `metrics on ADDR`.
+    #[arg(long, env = "BERTH_QUEUE_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+}
+
+/// Why `serve` stopped: the error as it was (the binary prints it unchanged).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Creating the database directory or binding a port.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Serve(#[from] crate::process::Error),
+}
+
+/// Binds the ports, prints `metrics on ADDR` (when asked) and then `listening on ADDR`, and
+/// serves the broker until `shutdown`.
+pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> Result<(), ServeError> {
+    berth_telemetry::ensure_sqlite_dir(&args.database)?;
+    // The metrics line comes first: harnesses wait for `listening on` and may stop reading
+    // after it.
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            println!("metrics on {}", listener.local_addr()?);
+            Some(listener)
+        }
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    println!("listening on {}", listener.local_addr()?);
+    let config = BrokerConfig {
+        lease_ttl: Duration::from_millis(args.lease_ttl_ms),
+        ..Default::default()
+    };
+    crate::process::serve_with_metrics(&args.database, config, listener, metrics, shutdown)
+        .await?;
+    Ok(())
+}

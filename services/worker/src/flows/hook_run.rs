@@ -1,0 +1,42 @@
+//! HookRun: one hook run with the binding contexts of its event (or schedule), under the
+//! hook's `settings` throttle.
+
+use berth_proto::lifecycle::ReportRequest;
+use berth_proto::queue::Task;
+use berth_queue::worker::TaskError;
+use serde_json::Value;
+
+use crate::context::TaskContext;
+use crate::hooks::{apply_outputs, report_run, run_hook};
+use crate::package::{Values, ensure};
+
+pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
+    let payload: Value = serde_json::from_str(&task.payload_json)
+        .map_err(|e| TaskError::permanent(format!("HookRun payload is not JSON: {e}")))?;
+    let name = payload["hook"].as_str().unwrap_or_default();
+    let contexts = payload.get("binding_contexts").cloned().unwrap_or_else(|| Value::Array(vec![]));
+    let pkg = ensure(cx).await?;
+    let hooks = cx.package_hooks(&pkg).await?;
+    let hook = hooks
+        .iter()
+        .find(|h| h.name == name)
+        .ok_or_else(|| TaskError::permanent(format!("package {} has no hook {name:?}", cx.key())))?;
+    let mut values = Values::compute(&pkg, cx)?;
+    cx.hooks.throttle(cx.key(), hook, &cx.cancel).await?;
+    let result = match run_hook(cx, hook, contexts, &values).await {
+        Ok(output) => apply_outputs(cx, &pkg, hook, output, &mut values).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = result {
+        report_run(cx, name, &e.message).await;
+        return Err(e);
+    }
+    cx.report(ReportRequest {
+        values: Some(berth_proto::json::to_struct(&values.current)),
+        values_patch_json: values.new_ops_json(),
+        hook_run: Some(berth_proto::lifecycle::HookRunReport { name: name.to_owned(), error: String::new() }),
+        ..Default::default()
+    })
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,26 @@
+//! The task flows, one module per group of task kinds; [`dispatch`] picks the flow of a task.
+
+mod hook_run;
+mod remove;
+mod run;
+mod start;
+
+use berth_proto::queue::Task;
+use berth_proto::tasks::TaskKind;
+use berth_queue::worker::TaskError;
+
+use crate::context::TaskContext;
+
+pub async fn dispatch(cx: &TaskContext<'_>, kind: TaskKind, task: &Task) -> Result<(), TaskError> {
+    match kind {
+        TaskKind::Download => start::download(cx).await,
+        TaskKind::Load => start::load(cx).await,
+        TaskKind::ApplySettings => start::apply_settings(cx).await,
+        TaskKind::Startup => start::startup(cx).await,
+        TaskKind::Run => run::run(cx).await,
+        TaskKind::HookRun => hook_run::hook_run(cx, task).await,
+        TaskKind::Disable => remove::disable(cx).await,
+        TaskKind::Uninstall => remove::uninstall(cx).await,
+        TaskKind::Cleanup => remove::cleanup(cx).await,
+    }
+}

@@ -1,0 +1,115 @@
+//! Run: beforeHelm hooks, the release install or upgrade, afterHelm hooks, then the wait for
+//! readiness.
+
+use std::time::{Duration, Instant};
+
+use berth_hooks::LifecycleBinding;
+use berth_proto::lifecycle::ReportRequest;
+use berth_proto::release::{ChartFile, InstallRequest, StatusRequest};
+use berth_queue::worker::TaskError;
+
+use crate::context::{TaskContext, condition, rpc_error};
+use crate::hooks::run_lifecycle;
+use crate::package::{Values, ensure, report_values};
+
+async fn install(cx: &TaskContext<'_>, pkg: &berth_package::Package, values: &Values) -> Result<(), TaskError> {
+    let files = pkg
+        .chart_files()
+        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?
+        .into_iter()
+        .map(|(path, content)| ChartFile { path, content })
+        .collect();
+    let (name, namespace) = cx.release();
+    let installed = cx
+        .services
+        .release
+        .clone()
+        .install(InstallRequest { name, namespace, files, values_json: values.current.to_string() })
+        .await;
+    match installed {
+        Ok(r) => {
+            let r = r.into_inner();
+            let msg = format!("revision {} with {} objects", r.revision, r.objects.len());
+            cx.progress("", &[("ManifestsApplied", "True", "Applied", &msg)]).await
+        }
+        Err(s) => {
+            cx.progress("", &[("ManifestsApplied", "False", "ApplyFailed", s.message())]).await?;
+            Err(rpc_error("release Install", s))
+        }
+    }
+}
+
+pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    let pkg = ensure(cx).await?;
+    let hooks = cx.package_hooks(&pkg).await?;
+    let mut values = Values::compute(&pkg, cx)?;
+    let hooks_result = async {
+        run_lifecycle(cx, &pkg, &hooks, LifecycleBinding::BeforeHelm, "beforeHelm", &mut values).await?;
+        if pkg.is_helm {
+            install(cx, &pkg, &values).await?;
+        }
+        let changed = run_lifecycle(cx, &pkg, &hooks, LifecycleBinding::AfterHelm, "afterHelm", &mut values).await?;
+        // afterHelm hooks that change the values get one more upgrade, as addon-operator does.
+        if changed && pkg.is_helm {
+            install(cx, &pkg, &values).await?;
+        }
+        Ok::<(), TaskError>(())
+    }
+    .await;
+    if let Err(e) = hooks_result {
+        cx.progress("", &[("HooksProcessed", "False", "HookFailed", &e.message)]).await?;
+        return Err(e);
+    }
+    report_values(cx, &values, true).await?;
+    cx.progress("", &[("HooksProcessed", "True", "Processed", "")]).await?;
+    if pkg.is_helm {
+        wait_ready(cx).await?;
+    }
+    cx.report(ReportRequest {
+        phase: "Running".to_owned(),
+        conditions: vec![condition("Ready", "True", "Ready", "")],
+        clear_error: true,
+        ..Default::default()
+    })
+    .await?;
+    Ok(())
+}
+
+/// Longest one waiting Status call is asked to hold on; the loop calls again until the ready
+/// timeout, so a restarted release service costs one call, not the whole wait.
+const STATUS_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until the release service reports every object ready, or the configured timeout. The
+/// release service follows readiness through watches (`StatusRequest.wait_ms`), so the answer
+/// comes on the event that makes the last object ready, not at the next poll.
+async fn wait_ready(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    let (name, namespace) = cx.release();
+    let deadline = Instant::now() + cx.config.ready_timeout;
+    let mut wait = Duration::ZERO;
+    let mut reported = false;
+    loop {
+        let request = StatusRequest {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
+        };
+        let mut release = cx.services.release.clone();
+        let status = tokio::select! {
+            answer = release.status(request) => answer.map_err(|s| rpc_error("release Status", s))?.into_inner(),
+            _ = cx.cancel.cancelled() => return Err(TaskError::permanent("cancelled")),
+        };
+        if status.ready {
+            return Ok(());
+        }
+        let waiting = status.not_ready.join(", ");
+        if !reported {
+            cx.progress("", &[("Ready", "False", "WaitingForObjects", &waiting)]).await?;
+            reported = true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(TaskError::retry(format!("not ready after {:?}: {waiting}", cx.config.ready_timeout)));
+        }
+        wait = (deadline - now).min(STATUS_WAIT);
+    }
+}

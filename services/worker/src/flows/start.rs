@@ -1,0 +1,136 @@
+//! Bringing a package up: Download, Load, ApplySettings and Startup (Synchronization, then
+//! onStartup hooks).
+
+use berth_hooks::LifecycleBinding;
+use berth_hooks::binding_context::{self, BindingContext};
+use berth_proto::lifecycle::{HookInfo, ReportRequest};
+use berth_queue::worker::TaskError;
+
+use crate::bindings::{self, hook_snapshots};
+use crate::context::{TaskContext, condition, rpc_error};
+use crate::hooks::{apply_outputs, report_run, run_hook, run_lifecycle};
+use crate::package::{Values, ensure, report_values};
+
+pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    cx.progress("Downloading", &[]).await?;
+    match ensure(cx).await {
+        Ok(_) => cx.progress("", &[("Downloaded", "True", "Downloaded", "")]).await,
+        Err(e) => {
+            cx.progress("", &[("Downloaded", "False", "DownloadFailed", &e.message)]).await?;
+            Err(e)
+        }
+    }
+}
+
+pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    let pkg = ensure(cx).await?;
+    let hooks = match cx.package_hooks(&pkg).await {
+        Ok(h) => h,
+        Err(e) => {
+            cx.progress("", &[("Loaded", "False", "HookConfigInvalid", &e.message)]).await?;
+            return Err(e);
+        }
+    };
+    let request = bindings::set_bindings_request(cx, &hooks);
+    if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
+        // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
+        if status.code() == tonic::Code::InvalidArgument {
+            cx.progress("", &[("Loaded", "False", "BindingInvalid", status.message())]).await?;
+        }
+        return Err(rpc_error("hookevent SetBindings", status));
+    }
+    cx.report(ReportRequest {
+        phase: "Loaded".to_owned(),
+        conditions: vec![condition("Loaded", "True", "Loaded", "")],
+        has_settings_schema: true,
+        settings_schema_json: pkg.settings_schema.as_ref().map(|s| s.as_json().to_string()).unwrap_or_default(),
+        has_hooks: true,
+        hooks: hooks
+            .iter()
+            .map(|h| HookInfo { name: h.name.clone(), bindings: h.binding_summaries() })
+            .collect(),
+        ..Default::default()
+    })
+    .await?;
+    Ok(())
+}
+
+pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    let pkg = ensure(cx).await?;
+    // A settings-only Update keeps the registered bindings: their runs must carry this
+    // generation from now on, or workers would skip them as superseded. (After a Load the
+    // bindings already carry it; adopting is then a no-op.)
+    cx.services
+        .hookevent
+        .clone()
+        .adopt_generation(berth_proto::hookevent::AdoptGenerationRequest { package: cx.key().to_owned(), generation: cx.spec.generation })
+        .await
+        .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
+    match Values::compute(&pkg, cx) {
+        Ok(values) => {
+            cx.report(ReportRequest {
+                conditions: vec![condition("SettingsValid", "True", "Valid", "")],
+                values: Some(berth_proto::json::to_struct(&values.current)),
+                ..Default::default()
+            })
+            .await?;
+            Ok(())
+        }
+        Err(e) => {
+            cx.progress("", &[("SettingsValid", "False", "Invalid", &e.message)]).await?;
+            Err(e)
+        }
+    }
+}
+
+pub async fn startup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    let pkg = ensure(cx).await?;
+    let hooks = cx.package_hooks(&pkg).await?;
+    let mut values = Values::compute(&pkg, cx)?;
+    // Decision (ARCHITECTURE.md): Synchronization runs before onStartup, as in the Deckhouse
+    // runtime.
+    synchronize(cx, &pkg, &hooks, &mut values).await?;
+    run_lifecycle(cx, &pkg, &hooks, LifecycleBinding::OnStartup, "onStartup", &mut values).await?;
+    report_values(cx, &values, true).await
+}
+
+/// Runs the Synchronization of every kubernetes binding that package start waits for
+/// (`waitForSynchronization`, the default), hooks in name order, bindings in config order; then
+/// tells hookevent to release the events it held meanwhile. Bindings that do not wait were
+/// synchronized by hookevent on their own queue.
+async fn synchronize(cx: &TaskContext<'_>, pkg: &berth_package::Package, hooks: &[berth_hooks::Hook], values: &mut Values) -> Result<(), TaskError> {
+    let all = bindings::snapshots(cx, hooks, true).await?;
+    if all.is_empty() {
+        return Ok(());
+    }
+    let mut ordered: Vec<&berth_hooks::Hook> = hooks.iter().collect();
+    ordered.sort_by(|a, b| a.name.cmp(&b.name));
+    for hook in ordered {
+        let snapshots = hook_snapshots(&all, &hook.name);
+        for k in &hook.config.kubernetes {
+            if !k.wait_for_synchronization || !k.execute_hook_on_synchronization {
+                continue;
+            }
+            let Some(b) = all.get(&hook.name).and_then(|h| h.get(&k.name)) else { continue };
+            if b.synchronized {
+                continue;
+            }
+            let context = BindingContext::synchronization(k, &b.objects, &hook.config, &snapshots);
+            let output = match run_hook(cx, hook, binding_context::to_json(&[context]), values).await {
+                Ok(o) => o,
+                Err(e) if k.allow_failure => {
+                    tracing::warn!(hook = %hook.name, binding = %k.name, error = %e.message, "Synchronization failed; allowed");
+                    report_run(cx, &hook.name, &e.message).await;
+                    continue;
+                }
+                Err(e) => {
+                    report_run(cx, &hook.name, &e.message).await;
+                    return Err(e);
+                }
+            };
+            apply_outputs(cx, pkg, hook, output, values).await?;
+            report_run(cx, &hook.name, "").await;
+        }
+    }
+    bindings::synchronization_done(cx).await
+}

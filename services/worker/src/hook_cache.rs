@@ -1,0 +1,73 @@
+//! The hooks a worker discovered, per package directory, and the token buckets of hooks with
+//! `settings`: per-process state every task of the worker shares.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use berth_hooks::{Hook, Throttle};
+use berth_package::Package;
+use berth_queue::worker::TaskError;
+
+/// Packages whose discovered hooks are kept; the cache is cleared when it grows past this, since a
+/// rediscovery only costs a `--config` run per hook.
+const HOOK_CACHE_ENTRIES: usize = 256;
+
+/// Discovered hooks per package directory: discovery runs every hook with `--config`, too costly
+/// to repeat for every event.
+#[derive(Default)]
+pub struct HookCache {
+    entries: Mutex<HashMap<PathBuf, Arc<Vec<Hook>>>>,
+    /// Token buckets of hooks with `settings` (executionMinInterval/executionBurst), by
+    /// `<package>/<hook>`. Per worker: several workers each allow the configured rate.
+    throttles: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Throttle>>>>,
+}
+
+impl HookCache {
+    /// The package's hooks, discovered (each run with `--config`, for at most `timeout`) on
+    /// first use.
+    pub async fn get(&self, pkg: &Package, timeout: Duration) -> Result<Arc<Vec<Hook>>, TaskError> {
+        let Some(dir) = pkg.hooks_dir.clone() else {
+            return Ok(Arc::new(vec![]));
+        };
+        if let Some(hooks) = self.lock().get(&dir) {
+            return Ok(hooks.clone());
+        }
+        let hooks = Arc::new(
+            berth_hooks::discover(&dir, timeout)
+                .await
+                .map_err(|e| TaskError::retry(e.to_string()))?,
+        );
+        let mut entries = self.lock();
+        if entries.len() >= HOOK_CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(dir, hooks.clone());
+        Ok(hooks)
+    }
+
+    /// Waits until the hook's `settings` throttle lets it run (at once without settings).
+    pub async fn throttle(&self, package: &str, hook: &Hook, cancel: &tokio_util::sync::CancellationToken) -> Result<(), TaskError> {
+        let Some(settings) = hook.config.settings else { return Ok(()) };
+        let bucket = {
+            let mut all = self.throttles.lock().unwrap_or_else(|p| p.into_inner());
+            if all.len() >= HOOK_CACHE_ENTRIES * 8 {
+                all.clear();
+            }
+            all.entry(format!("{package}/{}", hook.name)).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Throttle::new(settings)))).clone()
+        };
+        tokio::select! {
+            _ = async { bucket.lock().await.acquire().await } => Ok(()),
+            _ = cancel.cancelled() => Err(TaskError::permanent("cancelled while throttled")),
+        }
+    }
+
+    pub fn forget(&self, dir_prefix: &std::path::Path) {
+        self.lock().retain(|k, _| !k.starts_with(dir_prefix));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Vec<Hook>>>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

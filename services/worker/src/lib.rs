@@ -1,0 +1,46 @@
+//! berth-worker: berth's package runtime, as task handlers for the queue's worker runtime
+//! (`berth_queue::worker`). What a worker does for each kind of task (DESIGN.md section 4).
+//! Each handler is idempotent — delivered twice, it converges to the same state:
+//!
+//! | task | effect | delivered twice |
+//! |---|---|---|
+//! | Download | copy the package version into this worker's cache | second copy is skipped (same digest) |
+//! | Load | read the package, discover hooks, report schema and hooks, register schedule and kubernetes bindings | same report, bindings replaced |
+//! | ApplySettings | bindings adopt the generation; validate settings, compute values, report them | same values |
+//! | Startup | Synchronization runs of kubernetes bindings, release their events, then onStartup hooks | hooks run again (hooks must be idempotent, as in shell-operator) |
+//! | Run | beforeHelm hooks → release install/upgrade → afterHelm hooks → wait ready | server-side apply is idempotent |
+//! | HookRun | run one hook with its binding contexts, apply its outputs | the hook runs again |
+//! | Disable | remove the package's bindings | no-op |
+//! | Uninstall | beforeDeleteHelm → release uninstall → afterDeleteHelm | uninstall of a missing release is a no-op |
+//! | Cleanup | forget the package's state and cached files | no-op |
+//!
+//! A task of a generation older than the package's current one is skipped: it was superseded.
+//!
+//! Modules, each importing only the ones listed before it:
+//!
+//! - [`config`]: where the other services are and the worker's local limits; the clients.
+//! - `hook_cache` (discovered hooks and `settings` throttles per worker) and [`metrics`] (the
+//!   metrics hooks write): per-process state, no imports from this crate.
+//! - `context`: one task's context (the package spec, clients, reporting).
+//! - `package` (the package in this worker's cache, and its values) and `bindings` (what the
+//!   worker tells and asks hookevent): over the context.
+//! - `hooks`: running a package's hooks and applying their outputs.
+//! - `flows`: the task flows, one module per group of task kinds.
+//! - [`runner`]: [`TaskRunner`], the queue's `Handler` that dispatches to the flows.
+//! - [`process`]: the `work` role (a worker against a broker, with its metrics port), which
+//!   the `berth-queue` binary (`src/main.rs`, with the broker's `serve` role) and `berth up`
+//!   run.
+
+mod bindings;
+pub mod config;
+mod context;
+mod flows;
+mod hook_cache;
+mod hooks;
+pub mod metrics;
+mod package;
+pub mod process;
+pub mod runner;
+
+pub use config::TaskConfig;
+pub use runner::TaskRunner;

@@ -1,0 +1,59 @@
+//! [`TaskRunner`]: the queue's [`Handler`] that runs berth's tasks. It opens each task's
+//! context (skipping superseded tasks), hands it to the flow of its kind, and reports a
+//! failure to lifecycle.
+
+use std::sync::Arc;
+
+use berth_proto::queue::Task;
+use berth_proto::tasks::TaskKind;
+use berth_queue::worker::{Handler, TaskError};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::{Services, TaskConfig};
+use crate::context::TaskContext;
+use crate::flows;
+use crate::hook_cache::HookCache;
+
+/// The [`Handler`] that runs berth's tasks.
+pub struct TaskRunner {
+    services: Services,
+    config: TaskConfig,
+    hooks: HookCache,
+}
+
+impl TaskRunner {
+    pub fn new(config: TaskConfig) -> Result<Arc<TaskRunner>, tonic::transport::Error> {
+        let services = Services::connect_lazy(&config)?;
+        Ok(Arc::new(TaskRunner { services, config, hooks: HookCache::default() }))
+    }
+}
+
+impl Handler for TaskRunner {
+    async fn handle(&self, task: Task, cancel: CancellationToken) -> Result<(), TaskError> {
+        let span = berth_telemetry::with_traceparent(
+            tracing::info_span!("task", task.id = %task.id, task.kind = %task.kind, package.key = %task.package, generation = task.generation),
+            &task.traceparent,
+        );
+        async move {
+            let Some(kind) = TaskKind::parse(&task.kind) else {
+                return Err(TaskError::permanent(format!("unknown task kind {:?}", task.kind)));
+            };
+            let Some(cx) = TaskContext::start(&self.services, &self.config, &self.hooks, &task, cancel).await? else {
+                tracing::debug!("superseded; skipped");
+                return Ok(());
+            };
+            let result = flows::dispatch(&cx, kind, &task).await;
+            match &result {
+                Ok(()) => tracing::info!("task done"),
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "task failed");
+                    cx.report_error(kind, &e.message).await;
+                }
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+}
