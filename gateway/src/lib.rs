@@ -25,19 +25,36 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("lifecycle endpoint {endpoint}: {source}")]
-    Lifecycle { endpoint: String, source: tonic::transport::Error },
+    Lifecycle {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
 
 /// Serves the public API on `listener` until `shutdown`.
-pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> Result<(), Error> {
-    let channel = berth_telemetry::connect_lazy(&config.lifecycle_endpoint)
-        .map_err(|source| Error::Lifecycle { endpoint: config.lifecycle_endpoint.clone(), source })?;
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let channel = berth_telemetry::connect_lazy(&config.lifecycle_endpoint).map_err(|source| {
+        Error::Lifecycle {
+            endpoint: config.lifecycle_endpoint.clone(),
+            source,
+        }
+    })?;
     let gateway = Gateway::new(LifecycleClient::new(channel));
     let api = PackagesServer::with_interceptor(gateway, Auth::new(config.token));
     let router = berth_telemetry::grpc_server().add_service(api);
-    berth_telemetry::serve_router(router, listener, berth_proto::FILE_DESCRIPTOR_SET, &["berth.v1.Packages"], shutdown)
-        .await?;
+    berth_telemetry::serve_router(
+        router,
+        listener,
+        berth_proto::FILE_DESCRIPTOR_SET,
+        &["berth.v1.Packages"],
+        shutdown,
+    )
+    .await?;
     Ok(())
 }

@@ -3,7 +3,10 @@
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "berth-gateway", about = "berth gateway: the public berth.v1.Packages gRPC API")]
+#[command(
+    name = "berth-gateway",
+    about = "berth gateway: the public berth.v1.Packages gRPC API"
+)]
 struct Args {
     #[arg(long, env = "BERTH_GATEWAY_LISTEN", default_value = berth_gateway::DEFAULT_LISTEN)]
     listen: std::net::SocketAddr,
@@ -25,7 +28,10 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     berth_gateway::run(
-        berth_gateway::Config { lifecycle_endpoint: args.lifecycle, token: args.token },
+        berth_gateway::Config {
+            lifecycle_endpoint: args.lifecycle,
+            token: args.token,
+        },
         listener,
         shutdown,
     )

@@ -24,7 +24,10 @@ impl Gateway {
 /// a caller can tell "lifecycle is down" from anything lifecycle itself answered.
 fn upstream(status: Status) -> Status {
     match status.code() {
-        tonic::Code::Unavailable => Status::unavailable(format!("lifecycle service unavailable: {}", status.message())),
+        tonic::Code::Unavailable => Status::unavailable(format!(
+            "lifecycle service unavailable: {}",
+            status.message()
+        )),
         _ => status,
     }
 }
@@ -33,21 +36,35 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Package, Status>> + Send
 
 macro_rules! forward {
     ($self:ident, $method:ident, $req:ident) => {
-        $self.lifecycle.clone().$method($req.into_inner()).await.map_err(upstream)
+        $self
+            .lifecycle
+            .clone()
+            .$method($req.into_inner())
+            .await
+            .map_err(upstream)
     };
 }
 
 #[tonic::async_trait]
 impl Packages for Gateway {
-    async fn update(&self, req: Request<v1::UpdateRequest>) -> Result<Response<v1::UpdateResponse>, Status> {
+    async fn update(
+        &self,
+        req: Request<v1::UpdateRequest>,
+    ) -> Result<Response<v1::UpdateResponse>, Status> {
         forward!(self, update, req)
     }
 
-    async fn remove(&self, req: Request<v1::RemoveRequest>) -> Result<Response<v1::RemoveResponse>, Status> {
+    async fn remove(
+        &self,
+        req: Request<v1::RemoveRequest>,
+    ) -> Result<Response<v1::RemoveResponse>, Status> {
         forward!(self, remove, req)
     }
 
-    async fn dump(&self, req: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
+    async fn dump(
+        &self,
+        req: Request<v1::DumpRequest>,
+    ) -> Result<Response<v1::DumpResponse>, Status> {
         forward!(self, dump, req)
     }
 
@@ -62,7 +79,10 @@ impl Packages for Gateway {
         forward!(self, get, req)
     }
 
-    async fn list(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
+    async fn list(
+        &self,
+        req: Request<v1::ListRequest>,
+    ) -> Result<Response<v1::ListResponse>, Status> {
         forward!(self, list, req)
     }
 
@@ -70,7 +90,9 @@ impl Packages for Gateway {
 
     async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<WatchStream>, Status> {
         let upstream_stream = forward!(self, watch, req)?.into_inner();
-        Ok(Response::new(Box::pin(upstream_stream.map(|item| item.map_err(upstream)))))
+        Ok(Response::new(Box::pin(
+            upstream_stream.map(|item| item.map_err(upstream)),
+        )))
     }
 }
 
@@ -82,17 +104,27 @@ pub struct Auth {
 
 impl Auth {
     pub fn new(token: Option<String>) -> Self {
-        Auth { expected: token.map(|t| format!("Bearer {t}")) }
+        Auth {
+            expected: token.map(|t| format!("Bearer {t}")),
+        }
     }
 }
 
 impl tonic::service::Interceptor for Auth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let Some(expected) = &self.expected else { return Ok(req) };
-        match req.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
+        let Some(expected) = &self.expected else {
+            return Ok(req);
+        };
+        match req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+        {
             Some(given) if given == expected => Ok(req),
             Some(_) => Err(Status::unauthenticated("invalid bearer token")),
-            None => Err(Status::unauthenticated("missing bearer token (authorization: Bearer <token>)")),
+            None => Err(Status::unauthenticated(
+                "missing bearer token (authorization: Bearer <token>)",
+            )),
         }
     }
 }

@@ -37,13 +37,23 @@ pub struct UpConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum UpError {
     #[error("data directory {path}: {source}")]
-    DataDir { path: String, source: std::io::Error },
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("binding {what} on {addr}: {source}")]
-    Bind { what: &'static str, addr: String, source: std::io::Error },
+    Bind {
+        what: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("dev cluster: {0}")]
     DevCluster(String),
     #[error("{service}: {message}")]
-    Service { service: &'static str, message: String },
+    Service {
+        service: &'static str,
+        message: String,
+    },
 }
 
 /// Where `berth up` is serving, printed at start and used by tests.
@@ -58,7 +68,13 @@ pub struct Running {
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, UpError> {
-    TcpListener::bind(addr).await.map_err(|source| UpError::Bind { what, addr: addr.to_string(), source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| UpError::Bind {
+            what,
+            addr: addr.to_string(),
+            source,
+        })
 }
 
 fn loopback() -> SocketAddr {
@@ -76,10 +92,19 @@ pub async fn run(
     on_ready: impl FnOnce(&Running),
 ) -> Result<(), UpError> {
     let data = &config.data_dir;
-    std::fs::create_dir_all(data).map_err(|source| UpError::DataDir { path: data.display().to_string(), source })?;
-    let data = data.canonicalize().map_err(|source| UpError::DataDir { path: data.display().to_string(), source })?;
+    std::fs::create_dir_all(data).map_err(|source| UpError::DataDir {
+        path: data.display().to_string(),
+        source,
+    })?;
+    let data = data.canonicalize().map_err(|source| UpError::DataDir {
+        path: data.display().to_string(),
+        source,
+    })?;
     if let Some(dir) = &config.hook_tmp_dir {
-        std::fs::create_dir_all(dir).map_err(|source| UpError::DataDir { path: dir.display().to_string(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| UpError::DataDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
     }
 
     let (cluster, kubeconfig) = match &config.kubeconfig {
@@ -94,8 +119,12 @@ pub async fn run(
             .await
             .map_err(|e| UpError::DevCluster(e.to_string()))?;
             let path = data.join("kubeconfig");
-            std::fs::write(&path, cluster.kubeconfig_yaml())
-                .map_err(|source| UpError::DataDir { path: path.display().to_string(), source })?;
+            std::fs::write(&path, cluster.kubeconfig_yaml()).map_err(|source| {
+                UpError::DataDir {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?;
             (Some(cluster), path)
         }
     };
@@ -121,29 +150,71 @@ pub async fn run(
     let running = Running {
         gateway: gateway_listener.local_addr().expect("bound listener"),
         kubeconfig: kubeconfig.clone(),
-        metrics: metrics_listener.as_ref().map(|l| l.local_addr().expect("bound listener")),
-        hook_metrics: hook_metrics_listener.as_ref().map(|l| l.local_addr().expect("bound listener")),
+        metrics: metrics_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("bound listener")),
+        hook_metrics: hook_metrics_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("bound listener")),
     };
 
     let client = berth_release::process::kube_client(Some(&kubeconfig))
         .await
-        .map_err(|e| UpError::Service { service: "release", message: e.to_string() })?;
+        .map_err(|e| UpError::Service {
+            service: "release",
+            message: e.to_string(),
+        })?;
 
     let mut services: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
     let sd = shutdown.clone();
     let db = sqlite(&data, "queue.db");
     services.spawn(async move {
-        let served = berth_queue::process::serve_with_metrics(&db, Default::default(), broker_listener, metrics_listener, sd).await;
+        let served = berth_queue::process::serve_with_metrics(
+            &db,
+            Default::default(),
+            broker_listener,
+            metrics_listener,
+            sd,
+        )
+        .await;
         ("queue broker", served.map_err(|e| e.to_string()))
     });
     let sd = shutdown.clone();
-    let lc = berth_lifecycle::Config { database_url: sqlite(&data, "lifecycle.db"), broker_endpoint: broker.clone() };
-    services.spawn(async move { ("lifecycle", berth_lifecycle::run(lc, lifecycle_listener, sd).await.map_err(|e| e.to_string())) });
+    let lc = berth_lifecycle::Config {
+        database_url: sqlite(&data, "lifecycle.db"),
+        broker_endpoint: broker.clone(),
+    };
+    services.spawn(async move {
+        (
+            "lifecycle",
+            berth_lifecycle::run(lc, lifecycle_listener, sd)
+                .await
+                .map_err(|e| e.to_string()),
+        )
+    });
     let sd = shutdown.clone();
-    let he = berth_hookevent::Config { database_url: sqlite(&data, "hookevent.db"), broker_endpoint: broker.clone(), kubeconfig: Some(kubeconfig.clone()) };
-    services.spawn(async move { ("hookevent", berth_hookevent::run(he, hookevent_listener, sd).await.map_err(|e| e.to_string())) });
+    let he = berth_hookevent::Config {
+        database_url: sqlite(&data, "hookevent.db"),
+        broker_endpoint: broker.clone(),
+        kubeconfig: Some(kubeconfig.clone()),
+    };
+    services.spawn(async move {
+        (
+            "hookevent",
+            berth_hookevent::run(he, hookevent_listener, sd)
+                .await
+                .map_err(|e| e.to_string()),
+        )
+    });
     let sd = shutdown.clone();
-    services.spawn(async move { ("release", berth_release::process::run(client, release_listener, sd).await.map_err(|e| e.to_string())) });
+    services.spawn(async move {
+        (
+            "release",
+            berth_release::process::run(client, release_listener, sd)
+                .await
+                .map_err(|e| e.to_string()),
+        )
+    });
     let sd = shutdown.clone();
     let tasks = berth_worker::TaskConfig {
         lifecycle_endpoint: lifecycle.clone(),
@@ -154,14 +225,34 @@ pub async fn run(
         ready_timeout: config.ready_timeout,
         hook_tmp_dir: config.hook_tmp_dir.clone(),
     };
-    let worker = berth_queue::worker::WorkerConfig { concurrency: config.worker_concurrency, ..Default::default() };
+    let worker = berth_queue::worker::WorkerConfig {
+        concurrency: config.worker_concurrency,
+        ..Default::default()
+    };
     services.spawn(async move {
-        let worked = berth_worker::process::work_with_metrics(&broker, tasks, worker, hook_metrics_listener, sd).await;
+        let worked = berth_worker::process::work_with_metrics(
+            &broker,
+            tasks,
+            worker,
+            hook_metrics_listener,
+            sd,
+        )
+        .await;
         ("queue worker", worked.map_err(|e| e.to_string()))
     });
     let sd = shutdown.clone();
-    let gw = crate::Config { lifecycle_endpoint: lifecycle, token: config.token.clone() };
-    services.spawn(async move { ("gateway", crate::run(gw, gateway_listener, sd).await.map_err(|e| e.to_string())) });
+    let gw = crate::Config {
+        lifecycle_endpoint: lifecycle,
+        token: config.token.clone(),
+    };
+    services.spawn(async move {
+        (
+            "gateway",
+            crate::run(gw, gateway_listener, sd)
+                .await
+                .map_err(|e| e.to_string()),
+        )
+    });
 
     on_ready(&running);
 

@@ -132,7 +132,9 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
     )
     .await?;
     assert!(
-        plan.contains(&format!("~ update    ConfigMap/settings (namespace {ns}): data")),
+        plan.contains(&format!(
+            "~ update    ConfigMap/settings (namespace {ns}): data"
+        )),
         "{plan}"
     );
     assert!(

@@ -3,14 +3,13 @@
 //! `<workspace>/target/ci-tools/helm`; without it the test fails under `CI=true` and
 //! otherwise prints a loud skip notice.
 
+use berth_helm::helm_binary::find_helm;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use berth_helm::helm_binary::find_helm;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
-
 
 fn stdout_of(cmd: &mut Command) -> String {
     let out = cmd.output().expect("command runs");

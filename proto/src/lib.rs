@@ -30,19 +30,20 @@ mod generated {
     }
 }
 
-/// The public API (`berth.v1`).
-pub use generated::berth::v1;
+/// Internal API of the hookevent service (`berth.hookevent.v1`).
+pub use generated::berth::hookevent::v1 as hookevent;
 /// Internal API of the lifecycle service (`berth.lifecycle.v1`).
 pub use generated::berth::lifecycle::v1 as lifecycle;
 /// Internal API of the queue broker (`berth.queue.v1`).
 pub use generated::berth::queue::v1 as queue;
-/// Internal API of the hookevent service (`berth.hookevent.v1`).
-pub use generated::berth::hookevent::v1 as hookevent;
 /// Internal API of the release service (`berth.release.v1`).
 pub use generated::berth::release::v1 as release;
+/// The public API (`berth.v1`).
+pub use generated::berth::v1;
 
 /// The encoded descriptor set of every berth proto, for gRPC server reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/berth_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/berth_descriptor.bin"));
 
 /// Conversions between `google.protobuf.Struct`/`Value` and `serde_json::Value`: settings and
 /// values travel as Structs on the wire and as JSON everywhere else.

@@ -23,14 +23,23 @@ impl TestCluster {
         let (kubeconfig, dev) = match std::env::var_os("BERTH_TEST_KUBECONFIG") {
             Some(path) => (PathBuf::from(path), None),
             None => {
-                let dev = DevCluster::start(DevClusterConfig { simulate_workloads: true, ..Default::default() }).await?;
+                let dev = DevCluster::start(DevClusterConfig {
+                    simulate_workloads: true,
+                    ..Default::default()
+                })
+                .await?;
                 let path = dir.path().join("kubeconfig");
                 std::fs::write(&path, dev.kubeconfig_yaml())?;
                 (path, Some(dev))
             }
         };
         let client = client_for(&kubeconfig).await?;
-        Ok(TestCluster { kubeconfig, client, dev, _dir: dir })
+        Ok(TestCluster {
+            kubeconfig,
+            client,
+            dev,
+            _dir: dir,
+        })
     }
 
     pub async fn stop(self) {

@@ -23,7 +23,11 @@ pub async fn connect(endpoint: &str) -> anyhow::Result<Client> {
 }
 
 pub fn hello(namespace: &str) -> PackageRef {
-    PackageRef { kind: PackageKind::App as i32, name: "hello".into(), namespace: namespace.into() }
+    PackageRef {
+        kind: PackageKind::App as i32,
+        name: "hello".into(),
+        namespace: namespace.into(),
+    }
 }
 
 fn settings(v: Value) -> Option<prost_types::Struct> {
@@ -31,9 +35,18 @@ fn settings(v: Value) -> Option<prost_types::Struct> {
 }
 
 /// Follows Watch until `generation` is Running; fails on a reported task error.
-pub async fn wait_running(client: &mut Client, r: &PackageRef, generation: i64) -> anyhow::Result<v1::Package> {
+pub async fn wait_running(
+    client: &mut Client,
+    r: &PackageRef,
+    generation: i64,
+) -> anyhow::Result<v1::Package> {
     let follow = async {
-        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
         while let Some(p) = stream.next().await {
             let p = p?;
             if !p.last_error.is_empty() {
@@ -45,13 +58,20 @@ pub async fn wait_running(client: &mut Client, r: &PackageRef, generation: i64) 
         }
         bail!("watch ended before the package was Running")
     };
-    tokio::time::timeout(CONVERGE_DEADLINE, follow).await.context("package did not become Running in time")?
+    tokio::time::timeout(CONVERGE_DEADLINE, follow)
+        .await
+        .context("package did not become Running in time")?
 }
 
 /// Follows Watch until the package is gone (NotFound).
 pub async fn wait_gone(client: &mut Client, r: &PackageRef) -> anyhow::Result<()> {
     let follow = async {
-        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
         while let Some(item) = stream.next().await {
             match item {
                 Ok(_) => continue,
@@ -61,7 +81,9 @@ pub async fn wait_gone(client: &mut Client, r: &PackageRef) -> anyhow::Result<()
         }
         bail!("watch ended while the package still existed")
     };
-    tokio::time::timeout(CONVERGE_DEADLINE, follow).await.context("package was not removed in time")?
+    tokio::time::timeout(CONVERGE_DEADLINE, follow)
+        .await
+        .context("package was not removed in time")?
 }
 
 /// Runs the whole journey against the gateway at `endpoint`, in a fresh namespace of `kube`.
@@ -81,10 +103,19 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     };
 
     // Install.
-    let accepted = client.update(update(json!({"message": "world", "replicas": 2}))).await?.into_inner();
+    let accepted = client
+        .update(update(json!({"message": "world", "replicas": 2})))
+        .await?
+        .into_inner();
     assert_eq!(accepted.key, format!("{namespace}.hello"));
     let running = wait_running(&mut client, &r, accepted.generation).await?;
-    assert!(running.conditions.iter().any(|c| c.r#type == "Ready" && c.status == "True"), "{running:?}");
+    assert!(
+        running
+            .conditions
+            .iter()
+            .any(|c| c.r#type == "Ready" && c.status == "True"),
+        "{running:?}"
+    );
     namespace.label(&kube).await?;
 
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &namespace);
@@ -92,55 +123,128 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let services: Api<Service> = Api::namespaced(kube.clone(), &namespace);
     let cm = cms.get("hello").await.context("ConfigMap hello")?;
     let data = cm.data.unwrap_or_default();
-    assert_eq!(data.get("message").map(String::as_str), Some("world"), "settings reach the templates");
-    assert_eq!(data.get("greeting").map(String::as_str), Some("Hello, world!"), "the beforeHelm hook's values reach the templates");
+    assert_eq!(
+        data.get("message").map(String::as_str),
+        Some("world"),
+        "settings reach the templates"
+    );
+    assert_eq!(
+        data.get("greeting").map(String::as_str),
+        Some("Hello, world!"),
+        "the beforeHelm hook's values reach the templates"
+    );
     let d = deployments.get("hello").await.context("Deployment hello")?;
     assert_eq!(d.spec.replicas, Some(2));
     services.get("hello").await.context("Service hello")?;
     let secrets: Api<Secret> = Api::namespaced(kube.clone(), &namespace);
-    let records = secrets.list(&ListParams::default().labels("owner=helm,name=hello")).await?;
-    assert_eq!(records.items.len(), 1, "one Helm release record after the install");
+    let records = secrets
+        .list(&ListParams::default().labels("owner=helm,name=hello"))
+        .await?;
+    assert_eq!(
+        records.items.len(),
+        1,
+        "one Helm release record after the install"
+    );
 
     // Settings change: the objects follow.
-    let changed = client.update(update(json!({"message": "berth", "replicas": 3}))).await?.into_inner();
+    let changed = client
+        .update(update(json!({"message": "berth", "replicas": 3})))
+        .await?
+        .into_inner();
     assert!(changed.generation > accepted.generation);
     wait_running(&mut client, &r, changed.generation).await?;
     let data = cms.get("hello").await?.data.unwrap_or_default();
-    assert_eq!(data.get("greeting").map(String::as_str), Some("Hello, berth!"));
+    assert_eq!(
+        data.get("greeting").map(String::as_str),
+        Some("Hello, berth!")
+    );
     let d = deployments.get("hello").await?;
     assert_eq!(d.spec.replicas, Some(3));
 
     // Bad settings are refused, naming the field, and change nothing.
-    let bad = v1::ValidateSettingsRequest { r#ref: Some(r.clone()), settings: settings(json!({"message": "x", "replicas": "many"})) };
-    let err = client.validate_settings(bad).await.expect_err("bad settings must be refused");
+    let bad = v1::ValidateSettingsRequest {
+        r#ref: Some(r.clone()),
+        settings: settings(json!({"message": "x", "replicas": "many"})),
+    };
+    let err = client
+        .validate_settings(bad)
+        .await
+        .expect_err("bad settings must be refused");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().contains("replicas"), "error names the field: {}", err.message());
-    let err = client.update(update(json!({"replicas": 1}))).await.expect_err("missing required setting");
+    assert!(
+        err.message().contains("replicas"),
+        "error names the field: {}",
+        err.message()
+    );
+    let err = client
+        .update(update(json!({"replicas": 1})))
+        .await
+        .expect_err("missing required setting");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().contains("message"), "error names the field: {}", err.message());
-    let p = client.get(v1::GetRequest { r#ref: Some(r.clone()) }).await?.into_inner();
-    assert_eq!(p.generation, changed.generation, "a refused Update changes nothing");
+    assert!(
+        err.message().contains("message"),
+        "error names the field: {}",
+        err.message()
+    );
+    let p = client
+        .get(v1::GetRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        p.generation, changed.generation,
+        "a refused Update changes nothing"
+    );
 
     // Dump shows the package with its phase, settings, values and hooks.
     let dump = client.dump(v1::DumpRequest {}).await?.into_inner().yaml;
-    for needle in [format!("key: {namespace}.hello"), "phase: Running".into(), "greeting: Hello, berth!".into(), "10-greeting.sh".into()] {
+    for needle in [
+        format!("key: {namespace}.hello"),
+        "phase: Running".into(),
+        "greeting: Hello, berth!".into(),
+        "10-greeting.sh".into(),
+    ] {
         ensure!(dump.contains(&needle), "dump lacks {needle:?}:\n{dump}");
     }
 
     // Remove: everything goes.
-    let removed = client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+    let removed = client
+        .remove(v1::RemoveRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?
+        .into_inner();
     assert!(removed.found);
     wait_gone(&mut client, &r).await?;
-    let err = client.get(v1::GetRequest { r#ref: Some(r.clone()) }).await.expect_err("removed package");
+    let err = client
+        .get(v1::GetRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await
+        .expect_err("removed package");
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert!(cms.get_opt("hello").await?.is_none(), "ConfigMap deleted");
-    assert!(deployments.get_opt("hello").await?.is_none(), "Deployment deleted");
-    assert!(services.get_opt("hello").await?.is_none(), "Service deleted");
-    let records = secrets.list(&ListParams::default().labels("owner=helm,name=hello")).await?;
+    assert!(
+        deployments.get_opt("hello").await?.is_none(),
+        "Deployment deleted"
+    );
+    assert!(
+        services.get_opt("hello").await?.is_none(),
+        "Service deleted"
+    );
+    let records = secrets
+        .list(&ListParams::default().labels("owner=helm,name=hello"))
+        .await?;
     assert!(records.items.is_empty(), "release records deleted");
 
     // A second Remove is a no-op.
-    let again = client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+    let again = client
+        .remove(v1::RemoveRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?
+        .into_inner();
     assert!(!again.found);
     Ok(())
 }

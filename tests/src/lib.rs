@@ -16,14 +16,19 @@ pub use process::{AllInOne, Proc, SplitTopology, binary};
 
 /// The example package repository shipped with berth.
 pub fn examples_repo() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/packages").canonicalize().expect("examples/packages exists")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/packages")
+        .canonicalize()
+        .expect("examples/packages exists")
 }
 
 /// `GET /metrics` from `addr` over plain HTTP/1.0 (one request needs no HTTP client crate).
 pub async fn scrape_metrics(addr: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: berth\r\n\r\n").await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: berth\r\n\r\n")
+        .await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;
     anyhow::ensure!(

@@ -23,7 +23,10 @@ pub fn cpu_time(pid: u32, children: bool) -> anyhow::Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The fields after the command name (in parentheses, may hold spaces); utime, stime, cutime
     // and cstime are fields 14–17 of the line, 12–15 after the name.
-    let after = stat.rsplit_once(')').context("/proc stat without a command name")?.1;
+    let after = stat
+        .rsplit_once(')')
+        .context("/proc stat without a command name")?
+        .1;
     let fields: Vec<&str> = after.split_whitespace().collect();
     let last = if children { 15 } else { 13 };
     let ticks: u64 = fields

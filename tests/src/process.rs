@@ -14,7 +14,10 @@ const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 /// Path of a workspace binary, next to the test executable's `deps/` directory.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
     let path = dir.join(name);
     assert!(
         path.exists(),
@@ -44,11 +47,17 @@ impl Proc {
     /// Like [`Proc::start`], for the executable at `path` (e.g. a release build next to a
     /// benchmark binary).
     pub async fn start_path(path: &Path, args: &[&str], announce: &str) -> anyhow::Result<Proc> {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let name = name.as_str();
         let mut child = Command::new(path)
             .args(args)
-            .env("BERTH_LOG", std::env::var("BERTH_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "BERTH_LOG",
+                std::env::var("BERTH_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -71,11 +80,20 @@ impl Proc {
         })
         .await
         .with_context(|| format!("{name} did not announce itself within {STARTUP_DEADLINE:?}"))??;
-        let Some(line) = first else { bail!("{name} exited before announcing itself") };
+        let Some(line) = first else {
+            bail!("{name} exited before announcing itself")
+        };
         // Keep draining stdout so the process never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let addr = line.strip_prefix("listening on ").map(|a| a.trim().to_owned());
-        Ok(Proc { name: name.to_owned(), metrics, addr, child })
+        let addr = line
+            .strip_prefix("listening on ")
+            .map(|a| a.trim().to_owned());
+        Ok(Proc {
+            name: name.to_owned(),
+            metrics,
+            addr,
+            child,
+        })
     }
 
     /// The OS process id, while it runs.
@@ -84,15 +102,24 @@ impl Proc {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr.as_deref().expect("a serving process"))
+        format!(
+            "http://{}",
+            self.addr.as_deref().expect("a serving process")
+        )
     }
 
     /// Stops the process with SIGTERM and waits for it to exit; SIGKILL after a grace period.
     pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
-        if tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .is_err()
+        {
             let _ = self.child.kill().await;
         }
     }
@@ -115,32 +142,92 @@ impl SplitTopology {
 
     /// Like [`SplitTopology::start`], with `worker_args` appended to the worker's command line
     /// (e.g. `["--hook-timeout", "2"]`).
-    pub async fn start_with(kubeconfig: &Path, dir: &Path, worker_args: &[&str]) -> anyhow::Result<SplitTopology> {
+    pub async fn start_with(
+        kubeconfig: &Path,
+        dir: &Path,
+        worker_args: &[&str],
+    ) -> anyhow::Result<SplitTopology> {
         let any = "127.0.0.1:0";
-        let broker = Proc::start("berth-queue", &["serve", "--listen", any, "--database", &sqlite(dir, "queue.db")], "listening on ").await?;
+        let broker = Proc::start(
+            "berth-queue",
+            &[
+                "serve",
+                "--listen",
+                any,
+                "--database",
+                &sqlite(dir, "queue.db"),
+            ],
+            "listening on ",
+        )
+        .await?;
         let b = broker.endpoint();
         let lifecycle = Proc::start(
             "berth-lifecycle",
-            &["--listen", any, "--database", &sqlite(dir, "lifecycle.db"), "--broker", &b],
+            &[
+                "--listen",
+                any,
+                "--database",
+                &sqlite(dir, "lifecycle.db"),
+                "--broker",
+                &b,
+            ],
             "listening on ",
         )
         .await?;
         let kc = kubeconfig.display().to_string();
         let hookevent = Proc::start(
             "berth-hookevent",
-            &["--listen", any, "--database", &sqlite(dir, "hookevent.db"), "--broker", &b, "--kubeconfig", &kc],
+            &[
+                "--listen",
+                any,
+                "--database",
+                &sqlite(dir, "hookevent.db"),
+                "--broker",
+                &b,
+                "--kubeconfig",
+                &kc,
+            ],
             "listening on ",
         )
         .await?;
-        let release = Proc::start("berth-release", &["--listen", any, "--kubeconfig", &kc], "listening on ").await?;
+        let release = Proc::start(
+            "berth-release",
+            &["--listen", any, "--kubeconfig", &kc],
+            "listening on ",
+        )
+        .await?;
         let cache = dir.join("packages").display().to_string();
-        let (l, r, h) = (lifecycle.endpoint(), release.endpoint(), hookevent.endpoint());
-        let mut args = vec!["work", "--broker", &b, "--lifecycle", &l, "--release", &r, "--hookevent", &h, "--cache-dir", &cache];
+        let (l, r, h) = (
+            lifecycle.endpoint(),
+            release.endpoint(),
+            hookevent.endpoint(),
+        );
+        let mut args = vec![
+            "work",
+            "--broker",
+            &b,
+            "--lifecycle",
+            &l,
+            "--release",
+            &r,
+            "--hookevent",
+            &h,
+            "--cache-dir",
+            &cache,
+        ];
         args.extend_from_slice(worker_args);
         // `berth-queue work` (built by berth-worker): berth's task handlers on the queue's runtime.
         let worker = Proc::start("berth-queue", &args, "worker ").await?;
-        let gateway = Proc::start("berth-gateway", &["--listen", any, "--lifecycle", &lifecycle.endpoint()], "listening on ").await?;
-        Ok(SplitTopology { gateway, others: vec![worker, release, hookevent, lifecycle, broker] })
+        let gateway = Proc::start(
+            "berth-gateway",
+            &["--listen", any, "--lifecycle", &lifecycle.endpoint()],
+            "listening on ",
+        )
+        .await?;
+        Ok(SplitTopology {
+            gateway,
+            others: vec![worker, release, hookevent, lifecycle, broker],
+        })
     }
 
     /// The queue worker.
@@ -167,14 +254,24 @@ impl AllInOne {
     /// The broker's metrics are served on an OS-chosen port (`proc.metrics`).
     pub async fn start(data_dir: &Path, kubeconfig: Option<&Path>) -> anyhow::Result<AllInOne> {
         let dd = data_dir.display().to_string();
-        let mut args = vec!["up", "--listen", "127.0.0.1:0", "--data-dir", &dd, "--metrics-listen", "127.0.0.1:0"];
+        let mut args = vec![
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &dd,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ];
         let kc;
         if let Some(k) = kubeconfig {
             kc = k.display().to_string();
             args.extend(["--kubeconfig", &kc]);
         }
         let proc = Proc::start("berth", &args, "listening on ").await?;
-        let kubeconfig = kubeconfig.map(Path::to_path_buf).unwrap_or_else(|| data_dir.join("kubeconfig"));
+        let kubeconfig = kubeconfig
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| data_dir.join("kubeconfig"));
         Ok(AllInOne { proc, kubeconfig })
     }
 }

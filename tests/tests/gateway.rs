@@ -3,10 +3,10 @@
 use berth_proto::v1;
 use berth_tests::Proc;
 use futures::StreamExt;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-use tonic_reflection::pb::v1::ServerReflectionRequest;
 
 /// A port nobody listens on: bind one, note it, close it.
 fn dead_endpoint() -> String {
@@ -15,31 +15,62 @@ fn dead_endpoint() -> String {
 }
 
 #[tokio::test]
-async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() -> anyhow::Result<()> {
-    let gateway = Proc::start("berth-gateway", &["--listen", "127.0.0.1:0", "--lifecycle", &dead_endpoint()], "listening on ").await?;
+async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() -> anyhow::Result<()>
+{
+    let gateway = Proc::start(
+        "berth-gateway",
+        &["--listen", "127.0.0.1:0", "--lifecycle", &dead_endpoint()],
+        "listening on ",
+    )
+    .await?;
     let endpoint = gateway.endpoint();
 
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())?.connect().await?;
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())?
+        .connect()
+        .await?;
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let status = health
-        .check(tonic_health::pb::HealthCheckRequest { service: "berth.v1.Packages".into() })
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "berth.v1.Packages".into(),
+        })
         .await?
         .into_inner();
-    assert_eq!(status.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    assert_eq!(
+        status.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 
     let mut reflection = ServerReflectionClient::new(channel);
-    let request = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
-    let mut answers = reflection.server_reflection_info(futures::stream::iter([request])).await?.into_inner();
-    let Some(MessageResponse::ListServicesResponse(list)) = answers.next().await.transpose()?.and_then(|r| r.message_response) else {
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = reflection
+        .server_reflection_info(futures::stream::iter([request]))
+        .await?
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) = answers
+        .next()
+        .await
+        .transpose()?
+        .and_then(|r| r.message_response)
+    else {
         panic!("reflection did not list services");
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
     assert!(names.contains(&"berth.v1.Packages".to_owned()), "{names:?}");
 
     let mut packages = v1::packages_client::PackagesClient::connect(endpoint).await?;
-    let err = packages.list(v1::ListRequest {}).await.expect_err("lifecycle is down");
+    let err = packages
+        .list(v1::ListRequest {})
+        .await
+        .expect_err("lifecycle is down");
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
-    assert!(err.message().contains("lifecycle"), "the error names the missing service: {}", err.message());
+    assert!(
+        err.message().contains("lifecycle"),
+        "the error names the missing service: {}",
+        err.message()
+    );
     gateway.stop().await;
     Ok(())
 }
@@ -52,19 +83,42 @@ async fn queues_with_the_broker_down_is_an_error_not_an_empty_list() -> anyhow::
     let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
     let lifecycle = Proc::start(
         "berth-lifecycle",
-        &["--listen", "127.0.0.1:0", "--database", &database, "--broker", &dead_endpoint()],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            &database,
+            "--broker",
+            &dead_endpoint(),
+        ],
         "listening on ",
     )
     .await?;
-    let gateway =
-        Proc::start("berth-gateway", &["--listen", "127.0.0.1:0", "--lifecycle", &lifecycle.endpoint()], "listening on ").await?;
+    let gateway = Proc::start(
+        "berth-gateway",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--lifecycle",
+            &lifecycle.endpoint(),
+        ],
+        "listening on ",
+    )
+    .await?;
     let output = tokio::process::Command::new(berth_tests::binary("berth"))
         .args(["--server", &gateway.endpoint(), "queues"])
         .output()
         .await?;
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "berth queues must fail; stdout: {}", String::from_utf8_lossy(&output.stdout));
-    assert!(stderr.contains("queues are unknown") && stderr.contains("queue broker"), "{stderr}");
+    assert!(
+        !output.status.success(),
+        "berth queues must fail; stdout: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert!(
+        stderr.contains("queues are unknown") && stderr.contains("queue broker"),
+        "{stderr}"
+    );
     gateway.stop().await;
     lifecycle.stop().await;
     Ok(())

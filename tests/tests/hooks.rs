@@ -16,7 +16,10 @@ use serde_json::{Value, json};
 const REACT_DEADLINE: Duration = Duration::from_secs(60);
 
 fn fixtures() -> String {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages").display().to_string()
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/packages")
+        .display()
+        .to_string()
 }
 
 /// A fresh labelled namespace, deleted from a real cluster when dropped (whatever the outcome).
@@ -25,30 +28,61 @@ async fn namespace(kube: &kube::Client) -> anyhow::Result<TestNamespace> {
 }
 
 fn configmap(name: &str, labels: Value, data: Value) -> anyhow::Result<ConfigMap> {
-    Ok(serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": data}))?)
+    Ok(serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": data}),
+    )?)
 }
 
 /// The package's `seen` values, as recorded by its hooks.
 fn seen(p: &v1::Package) -> Vec<String> {
-    let values = p.values.as_ref().map(berth_proto::json::from_struct).unwrap_or(Value::Null);
-    values["seen"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default()
+    let values = p
+        .values
+        .as_ref()
+        .map(berth_proto::json::from_struct)
+        .unwrap_or(Value::Null);
+    values["seen"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Follows the package until `done(seen)` holds; fails on a hook error.
-async fn wait_seen(client: &mut journey::Client, r: &v1::PackageRef, what: &str, done: impl Fn(&[String]) -> bool) -> anyhow::Result<Vec<String>> {
+async fn wait_seen(
+    client: &mut journey::Client,
+    r: &v1::PackageRef,
+    what: &str,
+    done: impl Fn(&[String]) -> bool,
+) -> anyhow::Result<Vec<String>> {
     let p = wait_package(client, r, what, |p| done(&seen(p))).await?;
     Ok(seen(&p))
 }
 
 /// The package's values as JSON.
 fn values(p: &v1::Package) -> Value {
-    p.values.as_ref().map(berth_proto::json::from_struct).unwrap_or(Value::Null)
+    p.values
+        .as_ref()
+        .map(berth_proto::json::from_struct)
+        .unwrap_or(Value::Null)
 }
 
 /// Follows the package until `done(package)` holds; fails on a hook error.
-async fn wait_package(client: &mut journey::Client, r: &v1::PackageRef, what: &str, done: impl Fn(&v1::Package) -> bool) -> anyhow::Result<v1::Package> {
+async fn wait_package(
+    client: &mut journey::Client,
+    r: &v1::PackageRef,
+    what: &str,
+    done: impl Fn(&v1::Package) -> bool,
+) -> anyhow::Result<v1::Package> {
     let follow = async {
-        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
         let mut last = Value::Null;
         while let Some(p) = stream.next().await {
             let p = p?;
@@ -62,13 +96,20 @@ async fn wait_package(client: &mut journey::Client, r: &v1::PackageRef, what: &s
         }
         bail!("watch ended; values so far: {last}")
     };
-    tokio::time::timeout(REACT_DEADLINE, follow).await.with_context(|| format!("waiting for {what}"))?
+    tokio::time::timeout(REACT_DEADLINE, follow)
+        .await
+        .with_context(|| format!("waiting for {what}"))?
 }
 
 /// Follows the package until it reports an error, and returns it.
 async fn wait_error(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<String> {
     tokio::time::timeout(REACT_DEADLINE, async {
-        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
         while let Some(p) = stream.next().await {
             let p = p?;
             if !p.last_error.is_empty() {
@@ -105,7 +146,8 @@ async fn kubernetes_binding_synchronization_events_and_object_operations() -> an
     let cluster = TestCluster::start().await?;
     let dir = tempfile::tempdir()?;
     let topology = SplitTopology::start(&cluster.kubeconfig, dir.path()).await?;
-    let result = kubernetes_binding_journey(&topology.gateway.endpoint(), cluster.client.clone()).await;
+    let result =
+        kubernetes_binding_journey(&topology.gateway.endpoint(), cluster.client.clone()).await;
     topology.stop().await;
     cluster.stop().await;
     result
@@ -115,49 +157,111 @@ async fn kubernetes_binding_journey(endpoint: &str, kube: kube::Client) -> anyho
     let ns = namespace(&kube).await?;
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
     let pp = PostParams::default();
-    cms.create(&pp, &configmap("pre", json!({"app": "watched"}), json!({"v": "1"}))?).await?;
-    cms.create(&pp, &configmap("ignored", json!({"app": "other"}), json!({"v": "x"}))?).await?;
+    cms.create(
+        &pp,
+        &configmap("pre", json!({"app": "watched"}), json!({"v": "1"}))?,
+    )
+    .await?;
+    cms.create(
+        &pp,
+        &configmap("ignored", json!({"app": "other"}), json!({"v": "x"}))?,
+    )
+    .await?;
 
     let mut client = journey::connect(endpoint).await?;
-    let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "watcher".into(), namespace: ns.to_string() };
+    let r = v1::PackageRef {
+        kind: v1::PackageKind::App as i32,
+        name: "watcher".into(),
+        namespace: ns.to_string(),
+    };
     let accepted = client
-        .update(v1::UpdateRequest { r#ref: Some(r.clone()), repository: fixtures(), version: "1.0.0".into(), ..Default::default() })
+        .update(v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: fixtures(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        })
         .await?
         .into_inner();
     journey::wait_running(&mut client, &r, accepted.generation).await?;
 
     // Synchronization saw the existing watched ConfigMap (not the other one), before onStartup.
-    let s = wait_seen(&mut client, &r, "Synchronization and onStartup", |s| s.len() >= 2).await?;
-    assert_eq!(s[..2], ["Synchronization:cms:pre=1".to_owned(), "onStartup".to_owned()], "{s:?}");
+    let s = wait_seen(&mut client, &r, "Synchronization and onStartup", |s| {
+        s.len() >= 2
+    })
+    .await?;
+    assert_eq!(
+        s[..2],
+        [
+            "Synchronization:cms:pre=1".to_owned(),
+            "onStartup".to_owned()
+        ],
+        "{s:?}"
+    );
     let mirror = |name: &'static str, v: &'static str| {
         let cms = cms.clone();
         move || {
             let cms = cms.clone();
             async move {
                 let cm = cms.get_opt(&format!("{name}-mirror")).await?;
-                Ok(cm.and_then(|c| c.data).and_then(|d| d.get("v").cloned()).as_deref() == Some(v))
+                Ok(cm
+                    .and_then(|c| c.data)
+                    .and_then(|d| d.get("v").cloned())
+                    .as_deref()
+                    == Some(v))
             }
         }
     };
-    wait_cluster("pre-mirror created by the Synchronization run", mirror("pre", "1")).await?;
+    wait_cluster(
+        "pre-mirror created by the Synchronization run",
+        mirror("pre", "1"),
+    )
+    .await?;
 
     // Added.
-    cms.create(&pp, &configmap("a", json!({"app": "watched"}), json!({"v": "a"}))?).await?;
-    wait_seen(&mut client, &r, "Added", |s| s.contains(&"Event:Added:a:a".to_owned())).await?;
+    cms.create(
+        &pp,
+        &configmap("a", json!({"app": "watched"}), json!({"v": "a"}))?,
+    )
+    .await?;
+    wait_seen(&mut client, &r, "Added", |s| {
+        s.contains(&"Event:Added:a:a".to_owned())
+    })
+    .await?;
     wait_cluster("a-mirror created by the Added run", mirror("a", "a")).await?;
 
     // A change outside the filter result fires nothing; a change inside fires Modified.
     let merge = |data: Value| Patch::Merge(json!({"data": data}));
-    cms.patch("a", &PatchParams::default(), &merge(json!({"other": "ignored"}))).await?;
-    cms.patch("a", &PatchParams::default(), &merge(json!({"v": "b"}))).await?;
-    let s = wait_seen(&mut client, &r, "Modified", |s| s.contains(&"Event:Modified:a:b".to_owned())).await?;
-    let after_added: Vec<&String> = s.iter().skip_while(|x| *x != "Event:Added:a:a").skip(1).collect();
-    assert_eq!(after_added, ["Event:Modified:a:b"], "the unrelated change was dropped: {s:?}");
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &merge(json!({"other": "ignored"})),
+    )
+    .await?;
+    cms.patch("a", &PatchParams::default(), &merge(json!({"v": "b"})))
+        .await?;
+    let s = wait_seen(&mut client, &r, "Modified", |s| {
+        s.contains(&"Event:Modified:a:b".to_owned())
+    })
+    .await?;
+    let after_added: Vec<&String> = s
+        .iter()
+        .skip_while(|x| *x != "Event:Added:a:a")
+        .skip(1)
+        .collect();
+    assert_eq!(
+        after_added,
+        ["Event:Modified:a:b"],
+        "the unrelated change was dropped: {s:?}"
+    );
     wait_cluster("a-mirror updated", mirror("a", "b")).await?;
 
     // Deleted.
     cms.delete("a", &DeleteParams::default()).await?;
-    wait_seen(&mut client, &r, "Deleted", |s| s.contains(&"Event:Deleted:a:b".to_owned())).await?;
+    wait_seen(&mut client, &r, "Deleted", |s| {
+        s.contains(&"Event:Deleted:a:b".to_owned())
+    })
+    .await?;
     wait_cluster("a-mirror deleted by the Deleted run", || {
         let cms = cms.clone();
         async move { Ok(cms.get_opt("a-mirror").await?.is_none()) }
@@ -165,19 +269,35 @@ async fn kubernetes_binding_journey(endpoint: &str, kube: kube::Client) -> anyho
     .await?;
     // A settings-only Update keeps the bindings, and their events still reach the hook.
     let again = client
-        .update(v1::UpdateRequest { r#ref: Some(r.clone()), repository: fixtures(), version: "1.0.0".into(), ..Default::default() })
+        .update(v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: fixtures(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        })
         .await?
         .into_inner();
     assert!(again.generation > accepted.generation);
     journey::wait_running(&mut client, &r, again.generation).await?;
-    cms.create(&pp, &configmap("b", json!({"app": "watched"}), json!({"v": "b"}))?).await?;
-    wait_seen(&mut client, &r, "Added after a settings-only Update", |s| s.contains(&"Event:Added:b:b".to_owned())).await?;
+    cms.create(
+        &pp,
+        &configmap("b", json!({"app": "watched"}), json!({"v": "b"}))?,
+    )
+    .await?;
+    wait_seen(&mut client, &r, "Added after a settings-only Update", |s| {
+        s.contains(&"Event:Added:b:b".to_owned())
+    })
+    .await?;
 
     // Objects outside the label selector never reached the hook.
     let s = wait_seen(&mut client, &r, "final values", |_| true).await?;
     assert!(!s.iter().any(|x| x.contains("ignored")), "{s:?}");
 
-    client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+    client
+        .remove(v1::RemoveRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?;
     journey::wait_gone(&mut client, &r).await?;
     Ok(())
 }
@@ -193,15 +313,34 @@ async fn invalid_object_operations_apply_nothing() -> anyhow::Result<()> {
         let kube = cluster.client.clone();
         let ns = namespace(&kube).await?;
         let mut client = journey::connect(&topology.gateway.endpoint()).await?;
-        let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "badops".into(), namespace: ns.to_string() };
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "badops".into(),
+            namespace: ns.to_string(),
+        };
         client
-            .update(v1::UpdateRequest { r#ref: Some(r.clone()), repository: fixtures(), version: "1.0.0".into(), ..Default::default() })
+            .update(v1::UpdateRequest {
+                r#ref: Some(r.clone()),
+                repository: fixtures(),
+                version: "1.0.0".into(),
+                ..Default::default()
+            })
             .await?;
         let error = wait_error(&mut client, &r).await?;
-        assert!(error.contains("bad.sh") && error.contains("colour"), "the error names the hook and the key: {error}");
+        assert!(
+            error.contains("bad.sh") && error.contains("colour"),
+            "the error names the hook and the key: {error}"
+        );
         let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
-        assert!(cms.get_opt("must-not-exist").await?.is_none(), "nothing of the batch was applied");
-        client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+        assert!(
+            cms.get_opt("must-not-exist").await?.is_none(),
+            "nothing of the batch was applied"
+        );
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
         journey::wait_gone(&mut client, &r).await?;
         Ok(())
     }
@@ -228,11 +367,20 @@ where
 }
 
 fn app(name: &str, ns: &str) -> v1::PackageRef {
-    v1::PackageRef { kind: v1::PackageKind::App as i32, name: name.into(), namespace: ns.into() }
+    v1::PackageRef {
+        kind: v1::PackageKind::App as i32,
+        name: name.into(),
+        namespace: ns.into(),
+    }
 }
 
 /// An Update of the fixture package `package` as the instance `r`.
-fn update(r: &v1::PackageRef, repository: &str, package: &str, settings: Option<Value>) -> v1::UpdateRequest {
+fn update(
+    r: &v1::PackageRef,
+    repository: &str,
+    package: &str,
+    settings: Option<Value>,
+) -> v1::UpdateRequest {
     v1::UpdateRequest {
         r#ref: Some(r.clone()),
         repository: repository.to_owned(),
@@ -244,7 +392,11 @@ fn update(r: &v1::PackageRef, repository: &str, package: &str, settings: Option<
 
 /// Removes the package and waits until it is gone (its namespace's guard deletes the namespace).
 async fn remove(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<()> {
-    client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+    client
+        .remove(v1::RemoveRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?;
     journey::wait_gone(client, r).await
 }
 
@@ -252,13 +404,22 @@ async fn remove(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Res
 fn group_alive(pgid: i32) -> anyhow::Result<bool> {
     for entry in std::fs::read_dir("/proc")? {
         let entry = entry?;
-        if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
             continue;
         }
         // A process may exit between read_dir and read: that is "not alive".
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
         // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         if let [state, _ppid, pgrp, ..] = fields[..]
             && pgrp == pgid.to_string()
@@ -271,10 +432,17 @@ fn group_alive(pgid: i32) -> anyhow::Result<bool> {
 }
 
 /// Polls until process group `pgid` is gone; returns how long that took from `since`.
-async fn wait_group_gone(pgid: i32, since: tokio::time::Instant, limit: Duration) -> anyhow::Result<Duration> {
+async fn wait_group_gone(
+    pgid: i32,
+    since: tokio::time::Instant,
+    limit: Duration,
+) -> anyhow::Result<Duration> {
     while group_alive(pgid)? {
         if since.elapsed() > limit {
-            bail!("process group {pgid} still alive {:?} after it should have been killed", since.elapsed());
+            bail!(
+                "process group {pgid} still alive {:?} after it should have been killed",
+                since.elapsed()
+            );
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -288,7 +456,13 @@ fn recorded_pids(path: &std::path::Path) -> anyhow::Result<Vec<i32>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
         Err(e) => return Err(e.into()),
     };
-    text.lines().map(|l| l.trim().parse::<i32>().with_context(|| format!("pid line {l:?}"))).collect()
+    text.lines()
+        .map(|l| {
+            l.trim()
+                .parse::<i32>()
+                .with_context(|| format!("pid line {l:?}"))
+        })
+        .collect()
 }
 
 /// Waits until the sleeper hook has recorded at least `n` runs.
@@ -300,7 +474,10 @@ async fn wait_pids(path: &std::path::Path, n: usize) -> anyhow::Result<Vec<i32>>
             return Ok(pids);
         }
         if tokio::time::Instant::now() >= deadline {
-            bail!("the hook recorded {} runs, expected {n}, within {REACT_DEADLINE:?}", pids.len());
+            bail!(
+                "the hook recorded {} runs, expected {n}, within {REACT_DEADLINE:?}",
+                pids.len()
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -317,12 +494,22 @@ async fn hung_hook_is_killed_at_its_timeout() -> anyhow::Result<()> {
         let mut client = journey::connect(&endpoint).await?;
         let r = app("sleeper", &ns);
         let settings = json!({"pidFile": pid_file.display().to_string(), "mode": "hang"});
-        client.update(update(&r, &fixtures(), "", Some(settings))).await?;
+        client
+            .update(update(&r, &fixtures(), "", Some(settings)))
+            .await?;
         let started = wait_pids(&pid_file, 1).await?;
         let error = wait_error(&mut client, &r).await?;
-        assert!(error.contains("hang.sh") && error.contains("timed out after 2s"), "the error names the hook and the timeout: {error}");
+        assert!(
+            error.contains("hang.sh") && error.contains("timed out after 2s"),
+            "the error names the hook and the timeout: {error}"
+        );
         // The group was killed before the failure was reported; allow the kernel a moment to reap.
-        wait_group_gone(started[0], tokio::time::Instant::now(), Duration::from_secs(1)).await?;
+        wait_group_gone(
+            started[0],
+            tokio::time::Instant::now(),
+            Duration::from_secs(1),
+        )
+        .await?;
         remove(&mut client, &r).await
     })
     .await
@@ -338,22 +525,41 @@ async fn update_cancels_a_running_hook_within_one_second() -> anyhow::Result<()>
         let pid_file = pids.path().join("pids");
         let mut client = journey::connect(&endpoint).await?;
         let r = app("sleeper", &ns);
-        let settings = |mode: &str| json!({"pidFile": pid_file.display().to_string(), "mode": mode});
-        let first = client.update(update(&r, &fixtures(), "", Some(settings("hang")))).await?.into_inner();
+        let settings =
+            |mode: &str| json!({"pidFile": pid_file.display().to_string(), "mode": mode});
+        let first = client
+            .update(update(&r, &fixtures(), "", Some(settings("hang"))))
+            .await?
+            .into_inner();
         let hung = wait_pids(&pid_file, 1).await?[0];
         assert!(group_alive(hung)?, "the hung hook is running");
 
-        let second = client.update(update(&r, &fixtures(), "", Some(settings("pass")))).await?.into_inner();
+        let second = client
+            .update(update(&r, &fixtures(), "", Some(settings("pass"))))
+            .await?
+            .into_inner();
         let returned = tokio::time::Instant::now();
         assert!(second.generation > first.generation);
         let took = wait_group_gone(hung, returned, Duration::from_secs(5)).await?;
         eprintln!("the running hook's process group was gone {took:?} after the Update returned");
-        assert!(took <= Duration::from_secs(1), "the running hook was cancelled {took:?} after the Update (limit 1s)");
+        assert!(
+            took <= Duration::from_secs(1),
+            "the running hook was cancelled {took:?} after the Update (limit 1s)"
+        );
 
         let running = journey::wait_running(&mut client, &r, second.generation).await?;
-        assert_eq!(values(&running)["passed"], json!(true), "the new generation's hook ran: {:?}", values(&running));
+        assert_eq!(
+            values(&running)["passed"],
+            json!(true),
+            "the new generation's hook ran: {:?}",
+            values(&running)
+        );
         let all = recorded_pids(&pid_file)?;
-        assert_eq!(all.len(), 2, "one cancelled run and one passing run: {all:?}");
+        assert_eq!(
+            all.len(),
+            2,
+            "one cancelled run and one passing run: {all:?}"
+        );
         remove(&mut client, &r).await
     })
     .await
@@ -403,9 +609,17 @@ async fn after_helm_and_delete_bindings_run() -> anyhow::Result<()> {
         let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
         let mut client = journey::connect(&endpoint).await?;
         let r = app("lifecycle", &ns);
-        let accepted = client.update(update(&r, &fixtures(), "", None)).await?.into_inner();
+        let accepted = client
+            .update(update(&r, &fixtures(), "", None))
+            .await?
+            .into_inner();
         let running = journey::wait_running(&mut client, &r, accepted.generation).await?;
-        assert_eq!(values(&running)["ran"], json!("afterHelm"), "{:?}", values(&running));
+        assert_eq!(
+            values(&running)["ran"],
+            json!("afterHelm"),
+            "{:?}",
+            values(&running)
+        );
         let marker = |name: &str| {
             let cms = cms.clone();
             let name = name.to_owned();
@@ -415,14 +629,31 @@ async fn after_helm_and_delete_bindings_run() -> anyhow::Result<()> {
             }
         };
         wait_cluster("afterhelm-marker", marker("afterhelm-marker")).await?;
-        assert!(cms.get_opt("beforedeletehelm-marker").await?.is_none(), "no delete hook ran before the Remove");
+        assert!(
+            cms.get_opt("beforedeletehelm-marker").await?.is_none(),
+            "no delete hook ran before the Remove"
+        );
 
-        client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
         journey::wait_gone(&mut client, &r).await?;
         for name in ["beforedeletehelm-marker", "afterdeletehelm-marker"] {
-            let cm = cms.get_opt(name).await?.with_context(|| format!("{name}: the delete hook's object operation was applied"))?;
-            let binding = cm.data.unwrap_or_default().remove("binding").unwrap_or_default();
-            assert_eq!(binding.to_lowercase() + "-marker", name, "the hook saw its own binding");
+            let cm = cms.get_opt(name).await?.with_context(|| {
+                format!("{name}: the delete hook's object operation was applied")
+            })?;
+            let binding = cm
+                .data
+                .unwrap_or_default()
+                .remove("binding")
+                .unwrap_or_default();
+            assert_eq!(
+                binding.to_lowercase() + "-marker",
+                name,
+                "the hook saw its own binding"
+            );
         }
         Ok(())
     })
@@ -439,13 +670,30 @@ async fn bad_values_patch_and_non_zero_exit_apply_nothing() -> anyhow::Result<()
         for (fail, cause) in [("patch", "/no/such/path"), ("exit", "exit code 3")] {
             let ns = namespace(&kube).await?;
             let r = app("badout", &ns);
-            client.update(update(&r, &fixtures(), "", Some(json!({"fail": fail})))).await?;
+            client
+                .update(update(&r, &fixtures(), "", Some(json!({"fail": fail}))))
+                .await?;
             let error = wait_error(&mut client, &r).await?;
-            assert!(error.contains("bad.py") && error.contains(cause), "fail={fail}: the error names the hook and {cause:?}: {error}");
-            let p = client.get(v1::GetRequest { r#ref: Some(r.clone()) }).await?.into_inner();
-            assert!(values(&p).get("applied").is_none(), "fail={fail}: the values patch was not applied: {}", values(&p));
+            assert!(
+                error.contains("bad.py") && error.contains(cause),
+                "fail={fail}: the error names the hook and {cause:?}: {error}"
+            );
+            let p = client
+                .get(v1::GetRequest {
+                    r#ref: Some(r.clone()),
+                })
+                .await?
+                .into_inner();
+            assert!(
+                values(&p).get("applied").is_none(),
+                "fail={fail}: the values patch was not applied: {}",
+                values(&p)
+            );
             let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
-            assert!(cms.get_opt("must-not-exist").await?.is_none(), "fail={fail}: the object operation was not applied");
+            assert!(
+                cms.get_opt("must-not-exist").await?.is_none(),
+                "fail={fail}: the object operation was not applied"
+            );
             remove(&mut client, &r).await?;
         }
         Ok(())
@@ -462,25 +710,56 @@ async fn batch_hook_binary_serves_its_hooks() -> anyhow::Result<()> {
     let repo = tempfile::tempdir()?;
     let pkg = repo.path().join("batch/1.0.0");
     std::fs::create_dir_all(pkg.join("hooks"))?;
-    std::fs::copy(std::path::Path::new(&fixtures()).join("batch/1.0.0/package.yaml"), pkg.join("package.yaml"))?;
-    std::fs::copy(env!("CARGO_BIN_EXE_batch-hook"), pkg.join("hooks/batch-hook")).context("copying the batch-hook binary")?;
+    std::fs::copy(
+        std::path::Path::new(&fixtures()).join("batch/1.0.0/package.yaml"),
+        pkg.join("package.yaml"),
+    )?;
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_batch-hook"),
+        pkg.join("hooks/batch-hook"),
+    )
+    .context("copying the batch-hook binary")?;
     let repository = repo.path().display().to_string();
     with_topology(&[], |endpoint, kube| async move {
         let ns = namespace(&kube).await?;
         let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
         let pp = PostParams::default();
-        cms.create(&pp, &configmap("batch-a", json!({"app": "batch"}), json!({}))?).await?;
+        cms.create(
+            &pp,
+            &configmap("batch-a", json!({"app": "batch"}), json!({}))?,
+        )
+        .await?;
         let mut client = journey::connect(&endpoint).await?;
         let r = app("batch", &ns);
-        let accepted = client.update(update(&r, &repository, "", None)).await?.into_inner();
+        let accepted = client
+            .update(update(&r, &repository, "", None))
+            .await?
+            .into_inner();
         let running = journey::wait_running(&mut client, &r, accepted.generation).await?;
-        assert_eq!(values(&running)["batchStartup"], json!(true), "{:?}", values(&running));
-        assert_eq!(values(&running)["batchCms"], json!("batch-a"), "Synchronization saw the snapshot: {:?}", values(&running));
+        assert_eq!(
+            values(&running)["batchStartup"],
+            json!(true),
+            "{:?}",
+            values(&running)
+        );
+        assert_eq!(
+            values(&running)["batchCms"],
+            json!("batch-a"),
+            "Synchronization saw the snapshot: {:?}",
+            values(&running)
+        );
         let names: Vec<String> = running.hooks.iter().map(|h| h.name.clone()).collect();
         assert_eq!(names.len(), 2, "one binary, two hooks: {names:?}");
 
-        cms.create(&pp, &configmap("batch-b", json!({"app": "batch"}), json!({}))?).await?;
-        wait_package(&mut client, &r, "the batch hook's event run", |p| values(p)["batchCms"] == json!("batch-a,batch-b")).await?;
+        cms.create(
+            &pp,
+            &configmap("batch-b", json!({"app": "batch"}), json!({}))?,
+        )
+        .await?;
+        wait_package(&mut client, &r, "the batch hook's event run", |p| {
+            values(p)["batchCms"] == json!("batch-a,batch-b")
+        })
+        .await?;
         remove(&mut client, &r).await
     })
     .await
@@ -493,17 +772,27 @@ async fn resynchronization_period_reruns_synchronization() -> anyhow::Result<()>
         let ns = namespace(&kube).await?;
         let mut client = journey::connect(&endpoint).await?;
         let r = app("resync", &ns);
-        let accepted = client.update(update(&r, &fixtures(), "resync", None)).await?.into_inner();
+        let accepted = client
+            .update(update(&r, &fixtures(), "resync", None))
+            .await?
+            .into_inner();
         journey::wait_running(&mut client, &r, accepted.generation).await?;
-        let runs = |p: &v1::Package| p.hooks.iter().find(|h| h.name == "resync.sh").map_or(0, |h| h.runs);
+        let runs = |p: &v1::Package| {
+            p.hooks
+                .iter()
+                .find(|h| h.name == "resync.sh")
+                .map_or(0, |h| h.runs)
+        };
         // The first Synchronization runs at Startup; two more can only come from the period.
-        let p = wait_package(&mut client, &r, "three Synchronization runs", |p| runs(p) >= 3).await?;
+        let p = wait_package(&mut client, &r, "three Synchronization runs", |p| {
+            runs(p) >= 3
+        })
+        .await?;
         assert!(runs(&p) >= 3);
         remove(&mut client, &r).await
     })
     .await
 }
-
 
 /// Metrics a hook writes to `METRICS_PATH` are served on the worker's metrics port with the
 /// hook's name as a label.
@@ -516,29 +805,57 @@ async fn hook_metrics_are_served_with_a_hook_label() -> anyhow::Result<()> {
     let topology = SplitTopology::start_with(
         &cluster.kubeconfig,
         dir.path(),
-        &["--metrics-listen", "127.0.0.1:0", "--hook-tmp-dir", &hook_tmp_arg],
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--hook-tmp-dir",
+            &hook_tmp_arg,
+        ],
     )
     .await?;
-    let metrics = topology.worker().metrics.clone().context("the worker announced its metrics port")?;
+    let metrics = topology
+        .worker()
+        .metrics
+        .clone()
+        .context("the worker announced its metrics port")?;
     let kube = cluster.client.clone();
     let result = async {
         let ns = namespace(&kube).await?;
         let mut client = journey::connect(&topology.gateway.endpoint()).await?;
         let r = app("lifecycle", &ns);
-        let accepted = client.update(update(&r, &fixtures(), "", None)).await?.into_inner();
+        let accepted = client
+            .update(update(&r, &fixtures(), "", None))
+            .await?
+            .into_inner();
         journey::wait_running(&mut client, &r, accepted.generation).await?;
         let text = berth_tests::scrape_metrics(&metrics).await?;
         let series = text
             .lines()
-            .find(|l| l.starts_with("lifecycle_marker_runs_total{") && l.contains(r#"binding="afterHelm""#))
+            .find(|l| {
+                l.starts_with("lifecycle_marker_runs_total{")
+                    && l.contains(r#"binding="afterHelm""#)
+            })
             .with_context(|| format!("no afterHelm series in:\n{text}"))?;
         assert!(series.contains(r#"hook="marker.sh""#), "{series}");
-        assert!(series.contains(&format!(r#"package="{ns}.lifecycle""#)), "{series}");
+        assert!(
+            series.contains(&format!(r#"package="{ns}.lifecycle""#)),
+            "{series}"
+        );
         assert!(series.ends_with(" 1"), "one afterHelm run: {series}");
         // The run's files were made under --hook-tmp-dir, and removed once it finished.
-        let marker = Api::<ConfigMap>::namespaced(kube.clone(), &ns).get("afterhelm-marker").await?;
-        let run_dir = marker.data.unwrap_or_default().remove("runDir").unwrap_or_default();
-        assert_eq!(std::path::Path::new(&run_dir), hook_tmp.as_path(), "the hook ran in {run_dir}");
+        let marker = Api::<ConfigMap>::namespaced(kube.clone(), &ns)
+            .get("afterhelm-marker")
+            .await?;
+        let run_dir = marker
+            .data
+            .unwrap_or_default()
+            .remove("runDir")
+            .unwrap_or_default();
+        assert_eq!(
+            std::path::Path::new(&run_dir),
+            hook_tmp.as_path(),
+            "the hook ran in {run_dir}"
+        );
         let left: Vec<_> = std::fs::read_dir(&hook_tmp)?.collect();
         assert!(left.is_empty(), "temporary files left behind: {left:?}");
         remove(&mut client, &r).await

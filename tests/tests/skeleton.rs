@@ -39,7 +39,6 @@ async fn all_in_one_journey() -> anyhow::Result<()> {
     Ok(())
 }
 
-
 /// hookevent fires a schedule binding, a worker runs the hook with a Schedule binding context,
 /// and the run shows up on the package; after Remove, the schedule stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,7 +50,11 @@ async fn schedule_hooks_fire_until_removed() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let topology = SplitTopology::start(&cluster.kubeconfig, dir.path()).await?;
     let mut client = journey::connect(&topology.gateway.endpoint()).await?;
-    let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "ticker".into(), namespace: String::new() };
+    let r = v1::PackageRef {
+        kind: v1::PackageKind::App as i32,
+        name: "ticker".into(),
+        namespace: String::new(),
+    };
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages");
     let accepted = client
         .update(v1::UpdateRequest {
@@ -64,9 +67,19 @@ async fn schedule_hooks_fire_until_removed() -> anyhow::Result<()> {
         .into_inner();
     journey::wait_running(&mut client, &r, accepted.generation).await?;
 
-    let runs = |p: &v1::Package| p.hooks.iter().find(|h| h.name == "tick.sh").map(|h| (h.runs, h.last_error.clone()));
+    let runs = |p: &v1::Package| {
+        p.hooks
+            .iter()
+            .find(|h| h.name == "tick.sh")
+            .map(|h| (h.runs, h.last_error.clone()))
+    };
     let fired = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
         while let Some(p) = stream.next().await {
             let p = p?;
             if let Some((n, error)) = runs(&p) {
@@ -81,11 +94,17 @@ async fn schedule_hooks_fire_until_removed() -> anyhow::Result<()> {
     .await;
     let result = match fired {
         Ok(Ok(_)) => {
-            client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+            client
+                .remove(v1::RemoveRequest {
+                    r#ref: Some(r.clone()),
+                })
+                .await?;
             journey::wait_gone(&mut client, &r).await
         }
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(anyhow::anyhow!("the schedule hook did not run twice within 30 s")),
+        Err(_) => Err(anyhow::anyhow!(
+            "the schedule hook did not run twice within 30 s"
+        )),
     };
     topology.stop().await;
     cluster.stop().await;
@@ -104,17 +123,25 @@ async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
 
     let cluster = TestCluster::start().await?;
     let dir = tempfile::tempdir()?;
-    let topology = SplitTopology::start_with(&cluster.kubeconfig, dir.path(), &["--ready-timeout", "5"]).await?;
+    let topology =
+        SplitTopology::start_with(&cluster.kubeconfig, dir.path(), &["--ready-timeout", "5"])
+            .await?;
     let namespace = berth_tests::TestNamespace::to_be_created("wait");
     let result = async {
         let mut client = journey::connect(&topology.gateway.endpoint()).await?;
-        let r = v1::PackageRef { kind: v1::PackageKind::App as i32, name: "gated".into(), namespace: namespace.to_string() };
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "gated".into(),
+            namespace: namespace.to_string(),
+        };
         let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages");
         let update = |hold: bool| v1::UpdateRequest {
             r#ref: Some(r.clone()),
             repository: repo.display().to_string(),
             version: "1.0.0".into(),
-            settings: Some(berth_proto::json::to_struct(&serde_json::json!({ "hold": hold }))),
+            settings: Some(berth_proto::json::to_struct(
+                &serde_json::json!({ "hold": hold }),
+            )),
             ..Default::default()
         };
         let deadline = std::time::Duration::from_secs(120);
@@ -122,11 +149,19 @@ async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
         // Held pods: the Run gives up at the ready timeout, naming the Deployment, and the
         // package never reports Running.
         let held = client.update(update(true)).await?.into_inner();
-        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
         let failed = tokio::time::timeout(deadline, async {
             while let Some(p) = stream.next().await {
                 let p = p?;
-                anyhow::ensure!(p.phase != "Running", "Running while its Deployment has no available replica: {p:?}");
+                anyhow::ensure!(
+                    p.phase != "Running",
+                    "Running while its Deployment has no available replica: {p:?}"
+                );
                 if p.last_error.contains("not ready after") {
                     return Ok(p.last_error);
                 }
@@ -135,14 +170,30 @@ async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
         })
         .await
         .context("the Run did not fail at its ready timeout")??;
-        anyhow::ensure!(failed.contains("Deployment") && failed.contains("Available: 0/2"), "{failed}");
+        anyhow::ensure!(
+            failed.contains("Deployment") && failed.contains("Available: 0/2"),
+            "{failed}"
+        );
         namespace.label(&cluster.client).await?;
-        let p = client.get(v1::GetRequest { r#ref: Some(r.clone()) }).await?.into_inner();
-        anyhow::ensure!(p.generation == held.generation && p.phase != "Running", "{p:?}");
+        let p = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        anyhow::ensure!(
+            p.generation == held.generation && p.phase != "Running",
+            "{p:?}"
+        );
 
         // Released pods: Running comes only with the rollout done.
         let released = client.update(update(false)).await?.into_inner();
-        let mut stream = client.watch(v1::WatchRequest { r#ref: Some(r.clone()) }).await?.into_inner();
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
         tokio::time::timeout(deadline, async {
             while let Some(p) = stream.next().await {
                 let p = p?;
@@ -154,7 +205,9 @@ async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
         })
         .await
         .context("the package did not become Running")??;
-        let d = kube::Api::<Deployment>::namespaced(cluster.client.clone(), &namespace).get("gated").await?;
+        let d = kube::Api::<Deployment>::namespaced(cluster.client.clone(), &namespace)
+            .get("gated")
+            .await?;
         let status = d.status.unwrap_or_default();
         anyhow::ensure!(
             status.observed_generation == d.metadata.generation
@@ -163,7 +216,11 @@ async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
                 && status.replicas == Some(2),
             "Running before the Deployment was available: {status:?}"
         );
-        client.remove(v1::RemoveRequest { r#ref: Some(r.clone()) }).await?;
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
         journey::wait_gone(&mut client, &r).await
     }
     .await;

@@ -350,7 +350,8 @@ pub fn track_update(
             let qualifies = match &prefix[len - 1] {
                 PathElem::Key(_) => false,
                 PathElem::Field(name) => {
-                    MAP_FIELDS.contains(&name.as_str()) || (!builtin && prefix[0] != PathElem::Field("metadata".into()))
+                    MAP_FIELDS.contains(&name.as_str())
+                        || (!builtin && prefix[0] != PathElem::Field("metadata".into()))
                 }
             };
             if qualifies

@@ -11,8 +11,16 @@ fn resources(gv: &str, list: &[(&str, &str)]) -> Value {
     let resources: Vec<Value> = list
         .iter()
         .map(|(name, kind)| {
-            let singular = if name.contains('/') { "" } else { name.trim_end_matches('s') };
-            let short: &[&str] = if *name == "deployments" { &["deploy"] } else { &[] };
+            let singular = if name.contains('/') {
+                ""
+            } else {
+                name.trim_end_matches('s')
+            };
+            let short: &[&str] = if *name == "deployments" {
+                &["deploy"]
+            } else {
+                &[]
+            };
             json!({
                 "name": name, "singularName": singular, "namespaced": true, "kind": kind,
                 "verbs": ["get", "list"], "shortNames": short,
@@ -51,7 +59,11 @@ pub fn client_with_an_unavailable_aggregated_api() -> kube::Client {
                 StatusCode::OK,
                 resources(
                     "v1",
-                    &[("configmaps", "ConfigMap"), ("pods", "Pod"), ("pods/log", "Pod")],
+                    &[
+                        ("configmaps", "ConfigMap"),
+                        ("pods", "Pod"),
+                        ("pods/log", "Pod"),
+                    ],
                 ),
             ),
             "/apis/apps/v1" => (

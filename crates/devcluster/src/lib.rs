@@ -138,12 +138,10 @@ mod apply;
 mod cluster;
 mod config;
 pub mod controllers;
-#[cfg(feature = "test-support")]
-pub mod fake_api;
-#[cfg(feature = "test-support")]
-pub mod test_namespace;
 mod crd;
 mod error;
+#[cfg(feature = "test-support")]
+pub mod fake_api;
 mod fieldset;
 mod http;
 mod kubeconfig;
@@ -156,6 +154,8 @@ mod schema;
 mod selectors;
 mod status;
 mod store;
+#[cfg(feature = "test-support")]
+pub mod test_namespace;
 mod watch;
 
 pub use cluster::DevCluster;

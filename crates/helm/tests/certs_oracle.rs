@@ -9,17 +9,16 @@
 //! helm is found as `tests/oracle.rs` finds it; without it the test fails under `CI=true`
 //! and otherwise prints a loud skip notice.
 
+use berth_helm::helm_binary::find_helm;
 use berth_helm::template::{self, TemplateOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use x509_parser::prelude::*;
-use berth_helm::helm_binary::find_helm;
 
 fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/certs")
 }
-
 
 fn helm(helm: &Path, set: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(helm);

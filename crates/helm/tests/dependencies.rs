@@ -22,8 +22,14 @@ fn the_engine_depends_on_neither_tonic_nor_kube() {
     );
     let metadata: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
     let deps = normal_dependencies(&metadata, "berth-helm");
-    assert!(deps.contains("gotmpl"), "the walk found the engine's own dependencies: {deps:?}");
-    let found: Vec<&&str> = FORBIDDEN.iter().filter(|name| deps.contains(**name)).collect();
+    assert!(
+        deps.contains("gotmpl"),
+        "the walk found the engine's own dependencies: {deps:?}"
+    );
+    let found: Vec<&&str> = FORBIDDEN
+        .iter()
+        .filter(|name| deps.contains(**name))
+        .collect();
     assert!(found.is_empty(), "berth-helm depends on {found:?}");
 }
 
@@ -33,7 +39,12 @@ fn normal_dependencies(metadata: &Value, root: &str) -> BTreeSet<String> {
     let packages = metadata["packages"].as_array().expect("packages");
     let name_of: HashMap<&str, &str> = packages
         .iter()
-        .map(|p| (p["id"].as_str().unwrap_or_default(), p["name"].as_str().unwrap_or_default()))
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap_or_default(),
+                p["name"].as_str().unwrap_or_default(),
+            )
+        })
         .collect();
     let root_id = packages
         .iter()

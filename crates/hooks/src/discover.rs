@@ -384,7 +384,10 @@ mod tests {
             "later",
             b"#!/bin/sh\n# berth:batch-hook\n"
         )));
-        assert!(!may_be_batch(&write("elf.sh", b"\x7fELF")), "has an extension");
+        assert!(
+            !may_be_batch(&write("elf.sh", b"\x7fELF")),
+            "has an extension"
+        );
         assert!(!may_be_batch(&dir.path().join("missing")));
     }
 

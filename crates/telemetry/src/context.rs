@@ -100,7 +100,10 @@ mod tests {
             let stored = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
             let span = with_traceparent(tracing::info_span!("task"), stored);
             let _guard = span.enter();
-            assert_eq!(trace_id(&current_traceparent()), "4bf92f3577b34da6a3ce929d0e0e4736");
+            assert_eq!(
+                trace_id(&current_traceparent()),
+                "4bf92f3577b34da6a3ce929d0e0e4736"
+            );
         });
     }
 

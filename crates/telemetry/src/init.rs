@@ -40,7 +40,10 @@ pub fn init(service_name: &'static str, format: LogFormat) -> TelemetryGuard {
     let otlp_configured = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
         || std::env::var_os("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some();
     if otlp_configured {
-        match opentelemetry_otlp::SpanExporter::builder().with_tonic().build() {
+        match opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()
+        {
             Ok(exporter) => builder = builder.with_batch_exporter(exporter),
             Err(e) => eprintln!("berth: OTLP exporter disabled: {e}"),
         }
@@ -55,7 +58,11 @@ pub fn init(service_name: &'static str, format: LogFormat) -> TelemetryGuard {
             .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
             .try_init(),
         LogFormat::Json => registry
-            .with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
     };
     opentelemetry::global::set_tracer_provider(provider.clone());

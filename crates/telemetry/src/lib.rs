@@ -9,8 +9,8 @@ mod storage;
 
 pub use context::{TraceContext, current_traceparent, with_traceparent};
 pub use init::{LogFormat, TelemetryGuard, init};
-pub use storage::{begin_write, connect_sqlite, ensure_sqlite_dir};
 pub use serve::{GrpcServer, grpc_server, serve_router, shutdown_on_signal};
+pub use storage::{begin_write, connect_sqlite, ensure_sqlite_dir};
 
 /// Client channel type used between berth services: a tonic channel that injects the current
 /// trace context into every call.
@@ -25,5 +25,8 @@ pub fn connect_lazy(endpoint: &str) -> Result<Channel, tonic::transport::Error> 
         .timeout(std::time::Duration::from_secs(120))
         .connect_timeout(std::time::Duration::from_secs(5))
         .connect_lazy();
-    Ok(tonic::service::interceptor::InterceptedService::new(channel, TraceContext))
+    Ok(tonic::service::interceptor::InterceptedService::new(
+        channel,
+        TraceContext,
+    ))
 }

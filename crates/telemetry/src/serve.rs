@@ -40,8 +40,12 @@ pub async fn serve_router(
             .register_encoded_file_descriptor_set(descriptor_set)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_v1 = reflection().build_v1().expect("berth's own descriptor set is valid");
-    let reflection_v1alpha = reflection().build_v1alpha().expect("berth's own descriptor set is valid");
+    let reflection_v1 = reflection()
+        .build_v1()
+        .expect("berth's own descriptor set is valid");
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .expect("berth's own descriptor set is valid");
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::debug!(?addr, "serving gRPC");
     router
@@ -56,7 +60,9 @@ pub async fn serve_router(
 /// `serve_with_incoming`): gRPC writes small frames and waits for the answer, so Nagle plus
 /// delayed ACKs would add up to 40 ms to a request/response on loopback. A connection whose
 /// option cannot be set is still served.
-fn nodelay(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+fn nodelay(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     use tokio_stream::StreamExt;
     TcpListenerStream::new(listener).map(|conn| {
         let conn = conn?;
@@ -72,15 +78,16 @@ pub async fn shutdown_on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                let _ = ctrl_c.await;
-                shutdown.cancel();
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                    let _ = ctrl_c.await;
+                    shutdown.cancel();
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

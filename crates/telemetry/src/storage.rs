@@ -3,7 +3,9 @@
 /// Creates the parent directory of a `sqlite://PATH` database file, so a fresh data directory
 /// works without a manual `mkdir`. Other URLs are left alone.
 pub fn ensure_sqlite_dir(url: &str) -> std::io::Result<()> {
-    let Some(path) = url.strip_prefix("sqlite://") else { return Ok(()) };
+    let Some(path) = url.strip_prefix("sqlite://") else {
+        return Ok(());
+    };
     let path = path.split('?').next().unwrap_or(path);
     match std::path::Path::new(path).parent() {
         Some(parent) if !parent.as_os_str().is_empty() => std::fs::create_dir_all(parent),
@@ -14,7 +16,10 @@ pub fn ensure_sqlite_dir(url: &str) -> std::io::Result<()> {
 /// Opens a SQLite database the way every berth service keeps its state: created when missing,
 /// WAL journal (readers never block the writer), and a 10 s busy timeout so concurrent writers
 /// wait instead of failing.
-pub async fn connect_sqlite(url: &str, max_connections: u32) -> Result<sqlx::SqlitePool, sqlx::Error> {
+pub async fn connect_sqlite(
+    url: &str,
+    max_connections: u32,
+) -> Result<sqlx::SqlitePool, sqlx::Error> {
     use std::str::FromStr;
     let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
@@ -29,7 +34,9 @@ pub async fn connect_sqlite(url: &str, max_connections: u32) -> Result<sqlx::Sql
 /// A write transaction. SQLite's default deferred transaction starts as a reader and fails with
 /// "database is locked" (without waiting) when it later needs to write while another connection
 /// wrote meanwhile; taking the write lock up front makes it wait its turn instead.
-pub async fn begin_write(pool: &sqlx::SqlitePool) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+pub async fn begin_write(
+    pool: &sqlx::SqlitePool,
+) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
     pool.begin_with("BEGIN IMMEDIATE").await
 }
 

@@ -8,7 +8,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[command(name = "berth", version, about = "berth: a Kubernetes package runtime")]
 pub struct Cli {
     /// The gateway to talk to.
-    #[arg(long, env = "BERTH_SERVER", default_value = "http://127.0.0.1:7070", global = true)]
+    #[arg(
+        long,
+        env = "BERTH_SERVER",
+        default_value = "http://127.0.0.1:7070",
+        global = true
+    )]
     pub server: String,
     /// Bearer token for the gateway, when it requires one.
     #[arg(long, env = "BERTH_TOKEN", global = true, hide_env_values = true)]
@@ -144,11 +149,41 @@ mod tests {
     #[test]
     fn update_takes_the_documented_flags() {
         let cli = Cli::try_parse_from([
-            "berth", "update", "hello", "--package", "hello", "--repo", "examples/packages", "--version", "1.0.0",
-            "--settings", "s.yaml", "--namespace", "demo", "--kind", "app", "--wait",
+            "berth",
+            "update",
+            "hello",
+            "--package",
+            "hello",
+            "--repo",
+            "examples/packages",
+            "--version",
+            "1.0.0",
+            "--settings",
+            "s.yaml",
+            "--namespace",
+            "demo",
+            "--kind",
+            "app",
+            "--wait",
         ])
         .unwrap();
-        let Command::Update { target, version, wait, .. } = cli.command else { panic!("not update") };
-        assert_eq!((target.name.as_str(), target.namespace.as_deref(), version.as_str(), wait), ("hello", Some("demo"), "1.0.0", true));
+        let Command::Update {
+            target,
+            version,
+            wait,
+            ..
+        } = cli.command
+        else {
+            panic!("not update")
+        };
+        assert_eq!(
+            (
+                target.name.as_str(),
+                target.namespace.as_deref(),
+                version.as_str(),
+                wait
+            ),
+            ("hello", Some("demo"), "1.0.0", true)
+        );
     }
 }

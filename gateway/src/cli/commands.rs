@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::args::{Cli, Command, KindArg, Target};
 use super::output;
 
-type Client = PackagesClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>;
+type Client = PackagesClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;
 
 /// Adds the bearer token, when given, to every call.
 #[derive(Clone)]
@@ -32,12 +34,18 @@ async fn connect(cli: &Cli) -> Result<Client, String> {
     let endpoint = tonic::transport::Endpoint::from_shared(cli.server.clone())
         .map_err(|e| format!("--server {:?}: {e}", cli.server))?
         .connect_timeout(Duration::from_secs(5));
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| format!("cannot reach berth at {}: {e} (is `berth up` running? set --server or BERTH_SERVER)", cli.server))?;
+    let channel = endpoint.connect().await.map_err(|e| {
+        format!(
+            "cannot reach berth at {}: {e} (is `berth up` running? set --server or BERTH_SERVER)",
+            cli.server
+        )
+    })?;
     let token = match &cli.token {
-        Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| "--token: not a valid header value".to_owned())?),
+        Some(t) => Some(
+            format!("Bearer {t}")
+                .parse()
+                .map_err(|_| "--token: not a valid header value".to_owned())?,
+        ),
         None => None,
     };
     Ok(PackagesClient::with_interceptor(channel, Bearer(token)))
@@ -61,16 +69,21 @@ fn package_ref(t: &Target) -> PackageRef {
 
 /// Reads a settings file (YAML or JSON; JSON is YAML) into a Struct.
 fn read_settings(path: &Path) -> Result<prost_types::Struct, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("--settings {}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--settings {}: {e}", path.display()))?;
     let value: Value = if text.trim().is_empty() {
         Value::Object(Default::default())
     } else {
-        serde_saphyr::from_str(&text).map_err(|e| format!("--settings {}: not valid YAML or JSON: {e}", path.display()))?
+        serde_saphyr::from_str(&text)
+            .map_err(|e| format!("--settings {}: not valid YAML or JSON: {e}", path.display()))?
     };
     match value {
         Value::Object(_) => Ok(berth_proto::json::to_struct(&value)),
         Value::Null => Ok(prost_types::Struct::default()),
-        _ => Err(format!("--settings {}: must be a mapping of setting names to values", path.display())),
+        _ => Err(format!(
+            "--settings {}: must be a mapping of setting names to values",
+            path.display()
+        )),
     }
 }
 
@@ -126,9 +139,18 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             .map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Update { target, package, repo, version, settings, wait, timeout } => {
+        Command::Update {
+            target,
+            package,
+            repo,
+            version,
+            settings,
+            wait,
+            timeout,
+        } => {
             let mut client = connect(&cli).await?;
-            let repo = std::path::absolute(repo).map_err(|e| format!("--repo {}: {e}", repo.display()))?;
+            let repo =
+                std::path::absolute(repo).map_err(|e| format!("--repo {}: {e}", repo.display()))?;
             let request = v1::UpdateRequest {
                 r#ref: Some(package_ref(target)),
                 repository: repo.display().to_string(),
@@ -136,17 +158,36 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 version: version.clone(),
                 settings: settings.as_deref().map(read_settings).transpose()?,
             };
-            let accepted = client.update(request).await.map_err(call_error)?.into_inner();
-            println!("{}: generation {} accepted", accepted.key, accepted.generation);
+            let accepted = client
+                .update(request)
+                .await
+                .map_err(call_error)?
+                .into_inner();
+            println!(
+                "{}: generation {} accepted",
+                accepted.key, accepted.generation
+            );
             if *wait {
-                return wait_running(&mut client, target, accepted.generation, Duration::from_secs(*timeout)).await;
+                return wait_running(
+                    &mut client,
+                    target,
+                    accepted.generation,
+                    Duration::from_secs(*timeout),
+                )
+                .await;
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Remove { target, wait, timeout } => {
+        Command::Remove {
+            target,
+            wait,
+            timeout,
+        } => {
             let mut client = connect(&cli).await?;
             let removed = client
-                .remove(v1::RemoveRequest { r#ref: Some(package_ref(target)) })
+                .remove(v1::RemoveRequest {
+                    r#ref: Some(package_ref(target)),
+                })
                 .await
                 .map_err(call_error)?
                 .into_inner();
@@ -154,7 +195,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 println!("{}: not installed; nothing to remove", removed.key);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("{}: removal accepted (generation {})", removed.key, removed.generation);
+            println!(
+                "{}: removal accepted (generation {})",
+                removed.key, removed.generation
+            );
             if *wait {
                 return wait_gone(&mut client, target, Duration::from_secs(*timeout)).await;
             }
@@ -163,12 +207,22 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Render(args) => super::release::render(args),
         Command::Release(args) => super::release::release(args).await,
         Command::Dump => {
-            let dump = connect(&cli).await?.dump(v1::DumpRequest {}).await.map_err(call_error)?.into_inner();
+            let dump = connect(&cli)
+                .await?
+                .dump(v1::DumpRequest {})
+                .await
+                .map_err(call_error)?
+                .into_inner();
             print!("{}", dump.yaml);
             Ok(ExitCode::SUCCESS)
         }
         Command::Queues => {
-            let dump = connect(&cli).await?.dump(v1::DumpRequest {}).await.map_err(call_error)?.into_inner();
+            let dump = connect(&cli)
+                .await?
+                .dump(v1::DumpRequest {})
+                .await
+                .map_err(call_error)?
+                .into_inner();
             print!("{}", super::queues::table(&dump.yaml)?);
             Ok(ExitCode::SUCCESS)
         }
@@ -177,9 +231,16 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 r#ref: Some(package_ref(target)),
                 settings: Some(read_settings(settings)?),
             };
-            let answer = connect(&cli).await?.validate_settings(request).await.map_err(call_error)?.into_inner();
+            let answer = connect(&cli)
+                .await?
+                .validate_settings(request)
+                .await
+                .map_err(call_error)?
+                .into_inner();
             if answer.deferred {
-                println!("valid (package not loaded yet: the settings will be checked when it loads)");
+                println!(
+                    "valid (package not loaded yet: the settings will be checked when it loads)"
+                );
             } else {
                 println!("valid");
             }
@@ -188,7 +249,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Get { target } => {
             let p = connect(&cli)
                 .await?
-                .get(v1::GetRequest { r#ref: Some(package_ref(target)) })
+                .get(v1::GetRequest {
+                    r#ref: Some(package_ref(target)),
+                })
                 .await
                 .map_err(call_error)?
                 .into_inner();
@@ -196,7 +259,12 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::List => {
-            let list = connect(&cli).await?.list(v1::ListRequest {}).await.map_err(call_error)?.into_inner();
+            let list = connect(&cli)
+                .await?
+                .list(v1::ListRequest {})
+                .await
+                .map_err(call_error)?
+                .into_inner();
             print!("{}", output::table(&list.packages));
             Ok(ExitCode::SUCCESS)
         }
@@ -204,10 +272,17 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
 }
 
 /// Follows the package until `generation` is Running, or a task of it fails.
-async fn wait_running(client: &mut Client, target: &Target, generation: i64, timeout: Duration) -> Result<ExitCode, String> {
+async fn wait_running(
+    client: &mut Client,
+    target: &Target,
+    generation: i64,
+    timeout: Duration,
+) -> Result<ExitCode, String> {
     let follow = async {
         let mut stream = client
-            .watch(v1::WatchRequest { r#ref: Some(package_ref(target)) })
+            .watch(v1::WatchRequest {
+                r#ref: Some(package_ref(target)),
+            })
             .await
             .map_err(call_error)?
             .into_inner();
@@ -215,7 +290,10 @@ async fn wait_running(client: &mut Client, target: &Target, generation: i64, tim
         while let Some(item) = stream.next().await {
             let p = item.map_err(call_error)?;
             if p.generation > generation {
-                return Err(format!("{}: superseded by generation {}", p.key, p.generation));
+                return Err(format!(
+                    "{}: superseded by generation {}",
+                    p.key, p.generation
+                ));
             }
             let line = output::progress(&p);
             if line != last {
@@ -223,7 +301,10 @@ async fn wait_running(client: &mut Client, target: &Target, generation: i64, tim
                 last = line;
             }
             if !p.last_error.is_empty() {
-                return Err(format!("{}: {} (berth keeps retrying; see `berth get {}`)", p.key, p.last_error, target.name));
+                return Err(format!(
+                    "{}: {} (berth keeps retrying; see `berth get {}`)",
+                    p.key, p.last_error, target.name
+                ));
             }
             if p.phase == "Running" && p.observed_generation >= generation {
                 return Ok(ExitCode::SUCCESS);
@@ -231,16 +312,25 @@ async fn wait_running(client: &mut Client, target: &Target, generation: i64, tim
         }
         Err("the gateway closed the watch".to_owned())
     };
-    tokio::time::timeout(timeout, follow)
-        .await
-        .map_err(|_| format!("timed out after {}s waiting for the package to be Running", timeout.as_secs()))?
+    tokio::time::timeout(timeout, follow).await.map_err(|_| {
+        format!(
+            "timed out after {}s waiting for the package to be Running",
+            timeout.as_secs()
+        )
+    })?
 }
 
 /// Follows the package until it is gone.
-async fn wait_gone(client: &mut Client, target: &Target, timeout: Duration) -> Result<ExitCode, String> {
+async fn wait_gone(
+    client: &mut Client,
+    target: &Target,
+    timeout: Duration,
+) -> Result<ExitCode, String> {
     let follow = async {
         let mut stream = client
-            .watch(v1::WatchRequest { r#ref: Some(package_ref(target)) })
+            .watch(v1::WatchRequest {
+                r#ref: Some(package_ref(target)),
+            })
             .await
             .map_err(call_error)?
             .into_inner();
@@ -262,7 +352,12 @@ async fn wait_gone(client: &mut Client, target: &Target, timeout: Duration) -> R
             }
         }
         // The stream ends without an item when the package was gone before it started.
-        match client.get(v1::GetRequest { r#ref: Some(package_ref(target)) }).await {
+        match client
+            .get(v1::GetRequest {
+                r#ref: Some(package_ref(target)),
+            })
+            .await
+        {
             Err(s) if s.code() == tonic::Code::NotFound => {
                 println!("removed");
                 Ok(ExitCode::SUCCESS)
@@ -270,7 +365,10 @@ async fn wait_gone(client: &mut Client, target: &Target, timeout: Duration) -> R
             _ => Err("the gateway closed the watch".to_owned()),
         }
     };
-    tokio::time::timeout(timeout, follow)
-        .await
-        .map_err(|_| format!("timed out after {}s waiting for the removal", timeout.as_secs()))?
+    tokio::time::timeout(timeout, follow).await.map_err(|_| {
+        format!(
+            "timed out after {}s waiting for the removal",
+            timeout.as_secs()
+        )
+    })?
 }

@@ -13,7 +13,11 @@ fn timestamp(t: &Option<prost_types::Timestamp>) -> Value {
 /// A package as YAML, for `berth get`.
 pub fn package_yaml(p: &v1::Package) -> String {
     let r = p.r#ref.clone().unwrap_or_default();
-    let kind = if r.kind == v1::PackageKind::Module as i32 { "Module" } else { "App" };
+    let kind = if r.kind == v1::PackageKind::Module as i32 {
+        "Module"
+    } else {
+        "App"
+    };
     let doc = json!({
         "key": p.key,
         "kind": kind,
@@ -37,16 +41,28 @@ pub fn package_yaml(p: &v1::Package) -> String {
             "lastRun": timestamp(&h.last_run), "lastError": h.last_error,
         })).collect::<Vec<_>>(),
     });
-    serde_saphyr::to_string(&doc).unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{doc:#}"))
+    serde_saphyr::to_string(&doc)
+        .unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{doc:#}"))
 }
 
 fn ready(p: &v1::Package) -> &str {
-    p.conditions.iter().find(|c| c.r#type == "Ready").map(|c| c.status.as_str()).unwrap_or("Unknown")
+    p.conditions
+        .iter()
+        .find(|c| c.r#type == "Ready")
+        .map(|c| c.status.as_str())
+        .unwrap_or("Unknown")
 }
 
 /// `berth list`.
 pub fn table(packages: &[v1::Package]) -> String {
-    let mut rows = vec![["KEY".to_owned(), "PACKAGE".into(), "VERSION".into(), "GENERATION".into(), "PHASE".into(), "READY".into()]];
+    let mut rows = vec![[
+        "KEY".to_owned(),
+        "PACKAGE".into(),
+        "VERSION".into(),
+        "GENERATION".into(),
+        "PHASE".into(),
+        "READY".into(),
+    ]];
     for p in packages {
         rows.push([
             p.key.clone(),
@@ -57,10 +73,19 @@ pub fn table(packages: &[v1::Package]) -> String {
             ready(p).to_owned(),
         ]);
     }
-    let widths: Vec<usize> = (0..6).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..6)
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
     rows.iter()
         .map(|r| {
-            r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_owned() + "\n"
+            r.iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_owned()
+                + "\n"
         })
         .collect()
 }
@@ -71,7 +96,13 @@ pub fn progress(p: &v1::Package) -> String {
         .conditions
         .iter()
         .filter(|c| c.status != "True" && c.observed_generation == p.generation)
-        .map(|c| if c.message.is_empty() { format!("{}={}", c.r#type, c.status) } else { format!("{}={} ({})", c.r#type, c.status, c.message) })
+        .map(|c| {
+            if c.message.is_empty() {
+                format!("{}={}", c.r#type, c.status)
+            } else {
+                format!("{}={} ({})", c.r#type, c.status, c.message)
+            }
+        })
         .collect();
     let mut line = format!("{}: generation {} {}", p.key, p.generation, p.phase);
     if !pending.is_empty() {

@@ -38,14 +38,23 @@ const ERROR_WIDTH: usize = 60;
 
 /// Renders the queues of the Dump YAML `dump` as a table, or says that there are none.
 pub fn table(dump: &str) -> Result<String, String> {
-    let doc: DumpQueues = serde_saphyr::from_str(dump).map_err(|e| format!("cannot read the Dump's queues: {e}"))?;
+    let doc: DumpQueues =
+        serde_saphyr::from_str(dump).map_err(|e| format!("cannot read the Dump's queues: {e}"))?;
     if let Some(reason) = &doc.queues_unavailable {
         return Err(format!("the queues are unknown: {reason}"));
     }
     if doc.queues.is_empty() {
         return Ok("no queued or running tasks\n".to_owned());
     }
-    let header = ["QUEUE", "LENGTH", "HEAD", "ATTEMPTS", "LEASED BY", "LAST ERROR"].map(str::to_owned);
+    let header = [
+        "QUEUE",
+        "LENGTH",
+        "HEAD",
+        "ATTEMPTS",
+        "LEASED BY",
+        "LAST ERROR",
+    ]
+    .map(str::to_owned);
     let mut rows = vec![header];
     for q in &doc.queues {
         rows.push([
@@ -53,14 +62,29 @@ pub fn table(dump: &str) -> Result<String, String> {
             q.length.to_string(),
             q.head.clone(),
             q.head_attempts.to_string(),
-            if q.lease_holder.is_empty() { "-".to_owned() } else { q.lease_holder.clone() },
+            if q.lease_holder.is_empty() {
+                "-".to_owned()
+            } else {
+                q.lease_holder.clone()
+            },
             excerpt(&q.head_last_error),
         ]);
     }
-    let widths: Vec<usize> = (0..6).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..6)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
     Ok(rows
         .iter()
-        .map(|r| r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_owned() + "\n")
+        .map(|r| {
+            r.iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_owned()
+                + "\n"
+        })
         .collect())
 }
 
@@ -101,22 +125,50 @@ queues:
         let table = table(DUMP).expect("table");
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 3, "{table}");
-        assert!(lines[0].starts_with("QUEUE") && lines[0].ends_with("LAST ERROR"), "{table}");
-        let cols = |line: &str| line.split("  ").filter(|c| !c.is_empty()).map(str::trim).map(str::to_owned).collect::<Vec<_>>();
-        assert_eq!(cols(lines[1]), ["app/default/hello", "2", "Run 7f3a", "3", "worker-1", "hook failed: exit status 1…"]);
-        assert_eq!(cols(lines[2]), ["module/metrics", "1", "Startup 9c1d", "0", "-"]);
+        assert!(
+            lines[0].starts_with("QUEUE") && lines[0].ends_with("LAST ERROR"),
+            "{table}"
+        );
+        let cols = |line: &str| {
+            line.split("  ")
+                .filter(|c| !c.is_empty())
+                .map(str::trim)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            cols(lines[1]),
+            [
+                "app/default/hello",
+                "2",
+                "Run 7f3a",
+                "3",
+                "worker-1",
+                "hook failed: exit status 1…"
+            ]
+        );
+        assert_eq!(
+            cols(lines[2]),
+            ["module/metrics", "1", "Startup 9c1d", "0", "-"]
+        );
     }
 
     #[test]
     fn no_queues_says_so() {
-        assert_eq!(table("packages: []\nqueues: []\n").expect("table"), "no queued or running tasks\n");
+        assert_eq!(
+            table("packages: []\nqueues: []\n").expect("table"),
+            "no queued or running tasks\n"
+        );
     }
 
     #[test]
     fn an_unreachable_broker_is_an_error_not_an_empty_table() {
         let err = table("packages: []\nqueues: []\nqueuesUnavailable: 'queue broker: Unavailable: connection refused'\n")
             .expect_err("unknown queues");
-        assert!(err.contains("unknown") && err.contains("connection refused"), "{err}");
+        assert!(
+            err.contains("unknown") && err.contains("connection refused"),
+            "{err}"
+        );
     }
 
     #[test]

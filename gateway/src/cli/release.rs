@@ -14,10 +14,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use berth_proto::release::releases_client::ReleasesClient;
-use berth_proto::release::{self as pb, PlanAction};
 use berth_helm::template::command::{self, TemplateArgs};
 use berth_helm::template::{self, TemplateOptions};
+use berth_proto::release::releases_client::ReleasesClient;
+use berth_proto::release::{self as pb, PlanAction};
 
 /// How long to wait for the release service to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -20,7 +20,12 @@ pub fn spec_of(b: &pb::KubernetesBinding) -> Result<KubernetesBinding, String> {
         .execute_hook_on_event
         .iter()
         .map(|e| {
-            WatchEventType::ALL.into_iter().find(|t| t.as_str() == e).ok_or_else(|| format!("executeHookOnEvent: {e:?} is not one of Added, Modified, Deleted"))
+            WatchEventType::ALL
+                .into_iter()
+                .find(|t| t.as_str() == e)
+                .ok_or_else(|| {
+                    format!("executeHookOnEvent: {e:?} is not one of Added, Modified, Deleted")
+                })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
@@ -49,7 +54,11 @@ pub fn spec_of(b: &pb::KubernetesBinding) -> Result<KubernetesBinding, String> {
 /// The hook-contract view of a registered schedule.
 pub fn schedule_spec_of(s: &pb::ScheduleBinding) -> ScheduleBinding {
     ScheduleBinding {
-        name: if s.binding.is_empty() { "schedule".into() } else { s.binding.clone() },
+        name: if s.binding.is_empty() {
+            "schedule".into()
+        } else {
+            s.binding.clone()
+        },
         crontab: s.crontab.clone(),
         allow_failure: s.allow_failure,
         queue: (!s.queue.is_empty()).then(|| s.queue.clone()),
@@ -60,7 +69,11 @@ pub fn schedule_spec_of(s: &pb::ScheduleBinding) -> ScheduleBinding {
 
 /// A registered schedule binding, parsed for the scheduler. The error names the crontab's
 /// problem.
-pub fn schedule_of(package: &str, generation: i64, b: &pb::ScheduleBinding) -> Result<Schedule, String> {
+pub fn schedule_of(
+    package: &str,
+    generation: i64,
+    b: &pb::ScheduleBinding,
+) -> Result<Schedule, String> {
     let cron = parse_crontab(&b.crontab)?;
     Ok(Schedule {
         package: package.to_owned(),

@@ -29,7 +29,10 @@ pub struct Enqueuer {
 
 impl Enqueuer {
     /// Starts the sender task; it ends when every [`Enqueuer`] is dropped or on `shutdown`.
-    pub fn start(broker: BrokerClient<berth_telemetry::Channel>, shutdown: CancellationToken) -> Enqueuer {
+    pub fn start(
+        broker: BrokerClient<berth_telemetry::Channel>,
+        shutdown: CancellationToken,
+    ) -> Enqueuer {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         tokio::spawn(deliver(broker, rx, shutdown));
         Enqueuer { tx }
@@ -46,7 +49,11 @@ impl Enqueuer {
     }
 }
 
-async fn deliver(mut broker: BrokerClient<berth_telemetry::Channel>, mut rx: mpsc::Receiver<Task>, shutdown: CancellationToken) {
+async fn deliver(
+    mut broker: BrokerClient<berth_telemetry::Channel>,
+    mut rx: mpsc::Receiver<Task>,
+    shutdown: CancellationToken,
+) {
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         batch.clear();
@@ -59,7 +66,9 @@ async fn deliver(mut broker: BrokerClient<berth_telemetry::Channel>, mut rx: mps
         }
         let mut delay = Duration::from_millis(50);
         for attempt in 1..=ENQUEUE_ATTEMPTS {
-            let call = broker.enqueue(EnqueueRequest { tasks: batch.clone() });
+            let call = broker.enqueue(EnqueueRequest {
+                tasks: batch.clone(),
+            });
             let error = match tokio::time::timeout(ENQUEUE_TIMEOUT, call).await {
                 Ok(Ok(_)) => break,
                 Ok(Err(status)) => status.message().to_owned(),

@@ -27,13 +27,21 @@ impl ServiceError {
     /// A failed object-operations batch of `hook`.
     pub fn operations(hook: &str, e: OperationError) -> ServiceError {
         let message = format!("hook {hook}: {e}");
-        if e.is_invalid() { ServiceError::Invalid(message) } else { ServiceError::Aborted(message) }
+        if e.is_invalid() {
+            ServiceError::Invalid(message)
+        } else {
+            ServiceError::Aborted(message)
+        }
     }
 }
 
 impl From<SetError> for ServiceError {
     fn from(e: SetError) -> ServiceError {
-        if e.is_invalid() { ServiceError::Invalid(e.to_string()) } else { ServiceError::Unavailable(e.to_string()) }
+        if e.is_invalid() {
+            ServiceError::Invalid(e.to_string())
+        } else {
+            ServiceError::Unavailable(e.to_string())
+        }
     }
 }
 

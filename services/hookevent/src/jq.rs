@@ -27,25 +27,55 @@ pub struct JqProgram {
 
 impl std::fmt::Debug for JqProgram {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JqProgram").field("source", &self.source).finish()
+        f.debug_struct("JqProgram")
+            .field("source", &self.source)
+            .finish()
     }
 }
 
 impl JqProgram {
     pub fn compile(source: &str) -> Result<JqProgram, JqError> {
-        let error = |reason: String| JqError::Compile { program: source.to_owned(), reason };
-        let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
-        let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
+        let error = |reason: String| JqError::Compile {
+            program: source.to_owned(),
+            reason,
+        };
+        let defs = jaq_core::defs()
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs());
+        let funs = jaq_core::funs()
+            .chain(jaq_std::funs())
+            .chain(jaq_json::funs());
         let loader = Loader::new(defs);
         let arena = Arena::default();
         let modules = loader
-            .load(&arena, File { code: source, path: () })
-            .map_err(|errors| error(format!("{} parse error(s): {:?}", errors.len(), first_errors(&errors))))?;
+            .load(
+                &arena,
+                File {
+                    code: source,
+                    path: (),
+                },
+            )
+            .map_err(|errors| {
+                error(format!(
+                    "{} parse error(s): {:?}",
+                    errors.len(),
+                    first_errors(&errors)
+                ))
+            })?;
         let filter = Compiler::default()
             .with_funs(funs)
             .compile(modules)
-            .map_err(|errors| error(format!("{} compile error(s): {:?}", errors.len(), first_errors(&errors))))?;
-        Ok(JqProgram { source: source.to_owned(), filter })
+            .map_err(|errors| {
+                error(format!(
+                    "{} compile error(s): {:?}",
+                    errors.len(),
+                    first_errors(&errors)
+                ))
+            })?;
+        Ok(JqProgram {
+            source: source.to_owned(),
+            filter,
+        })
     }
 
     pub fn source(&self) -> &str {
@@ -61,7 +91,10 @@ impl JqProgram {
 
     /// Like [`JqProgram::run`], on an input converted once for several programs.
     pub fn run_on(&self, input: &JqInput) -> Result<Value, JqError> {
-        let error = |reason: String| JqError::Run { program: self.source.clone(), reason };
+        let error = |reason: String| JqError::Run {
+            program: self.source.clone(),
+            reason,
+        };
         let input = input.0.clone().map_err(|e| error(format!("input: {e}")))?;
         let ctx = Ctx::<JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
         let mut outputs = Vec::with_capacity(1);
@@ -69,7 +102,10 @@ impl JqProgram {
             let val = out.map_err(|e| error(e.to_string()))?;
             // `Val` prints as JSON; reading it back gives a serde_json value.
             let text = val.to_string();
-            outputs.push(serde_json::from_str(&text).map_err(|e| error(format!("output {text:?} is not JSON: {e}")))?);
+            outputs.push(
+                serde_json::from_str(&text)
+                    .map_err(|e| error(format!("output {text:?} is not JSON: {e}")))?,
+            );
         }
         Ok(match outputs.len() {
             0 => Value::Null,
@@ -115,7 +151,12 @@ impl JqInput {
 }
 
 fn first_errors<T: std::fmt::Debug>(errors: &[T]) -> String {
-    errors.iter().take(3).map(|e| format!("{e:?}")).collect::<Vec<_>>().join("; ")
+    errors
+        .iter()
+        .take(3)
+        .map(|e| format!("{e:?}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]
@@ -127,12 +168,20 @@ mod tests {
     #[test]
     fn filters_objects() {
         let p = JqProgram::compile(".metadata.labels.app // \"none\"").unwrap();
-        assert_eq!(p.run(&json!({"metadata": {"labels": {"app": "web"}}})).unwrap(), json!("web"));
+        assert_eq!(
+            p.run(&json!({"metadata": {"labels": {"app": "web"}}}))
+                .unwrap(),
+            json!("web")
+        );
         assert_eq!(p.run(&json!({"metadata": {}})).unwrap(), json!("none"));
         let many = JqProgram::compile(".items[]").unwrap();
         assert_eq!(many.run(&json!({"items": [1, 2]})).unwrap(), json!([1, 2]));
         let obj = JqProgram::compile("{name: .metadata.name, data: (.data | keys)}").unwrap();
-        assert_eq!(obj.run(&json!({"metadata": {"name": "a"}, "data": {"y": 1, "x": 2}})).unwrap(), json!({"name": "a", "data": ["x", "y"]}));
+        assert_eq!(
+            obj.run(&json!({"metadata": {"name": "a"}, "data": {"y": 1, "x": 2}}))
+                .unwrap(),
+            json!({"name": "a", "data": ["x", "y"]})
+        );
     }
 
     #[test]
@@ -155,7 +204,10 @@ mod tests {
         drop((a, b));
         cache.compile(".kind").unwrap();
         let live: Vec<String> = cache.programs.lock().unwrap().keys().cloned().collect();
-        assert!(!live.contains(&".metadata.name".to_owned()), "dropped programs are pruned: {live:?}");
+        assert!(
+            !live.contains(&".metadata.name".to_owned()),
+            "dropped programs are pruned: {live:?}"
+        );
         let e = cache.compile(".[").unwrap_err().to_string();
         assert!(e.contains("\".[\""), "errors name the program: {e}");
     }

@@ -27,9 +27,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use enqueue::Enqueuer;
+pub use error::ServiceError;
 pub use jq::{JqError, JqProgram};
 pub use schedule::parse_crontab;
-pub use error::ServiceError;
 pub use scheduler::Scheduler;
 pub use service::HookEventService;
 pub use store::{Store, StoreError};
@@ -49,7 +49,10 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("broker endpoint {endpoint}: {source}")]
-    Broker { endpoint: String, source: tonic::transport::Error },
+    Broker {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
     #[error("kubeconfig {path}: {reason}")]
     Kubeconfig { path: String, reason: String },
     #[error("serving gRPC: {0}")]
@@ -57,12 +60,20 @@ pub enum Error {
 }
 
 /// A client for `kubeconfig`, or the ambient cluster; `Ok(None)` when there is none.
-pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Option<::kube::Client>, Error> {
+pub async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<Option<::kube::Client>, Error> {
     let config = match kubeconfig {
         Some(path) => {
-            let error = |reason: String| Error::Kubeconfig { path: path.display().to_string(), reason };
-            let kc = ::kube::config::Kubeconfig::read_from(path).map_err(|e| error(e.to_string()))?;
-            ::kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.map_err(|e| error(e.to_string()))?
+            let error = |reason: String| Error::Kubeconfig {
+                path: path.display().to_string(),
+                reason,
+            };
+            let kc =
+                ::kube::config::Kubeconfig::read_from(path).map_err(|e| error(e.to_string()))?;
+            ::kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| error(e.to_string()))?
         }
         None => match ::kube::Config::infer().await {
             Ok(c) => c,
@@ -72,15 +83,25 @@ pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Option<
             }
         },
     };
-    let client = ::kube::Client::try_from(config).map_err(|e| Error::Kubeconfig { path: "(ambient)".into(), reason: e.to_string() })?;
+    let client = ::kube::Client::try_from(config).map_err(|e| Error::Kubeconfig {
+        path: "(ambient)".into(),
+        reason: e.to_string(),
+    })?;
     Ok(Some(client))
 }
 
 /// Runs the service on `listener` until `shutdown` fires.
-pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let store = Store::open(&config.database_url).await?;
-    let channel = berth_telemetry::connect_lazy(&config.broker_endpoint)
-        .map_err(|source| Error::Broker { endpoint: config.broker_endpoint.clone(), source })?;
+    let channel =
+        berth_telemetry::connect_lazy(&config.broker_endpoint).map_err(|source| Error::Broker {
+            endpoint: config.broker_endpoint.clone(),
+            source,
+        })?;
     let enqueuer = Enqueuer::start(BrokerClient::new(channel), shutdown.clone());
     let kube = kube_client(config.kubeconfig.as_deref())
         .await?

@@ -3,13 +3,20 @@
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "berth-hookevent", about = "berth hookevent service: schedule (and watch) bindings into HookRun tasks")]
+#[command(
+    name = "berth-hookevent",
+    about = "berth hookevent service: schedule (and watch) bindings into HookRun tasks"
+)]
 struct Args {
     /// Address to serve gRPC on.
     #[arg(long, env = "BERTH_HOOKEVENT_LISTEN", default_value = "127.0.0.1:7073")]
     listen: std::net::SocketAddr,
     /// `sqlite://PATH` of the hookevent database.
-    #[arg(long, env = "BERTH_HOOKEVENT_DATABASE", default_value = "sqlite://.berth/hookevent.db")]
+    #[arg(
+        long,
+        env = "BERTH_HOOKEVENT_DATABASE",
+        default_value = "sqlite://.berth/hookevent.db"
+    )]
     database: String,
     /// The queue broker's gRPC endpoint.
     #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
@@ -31,7 +38,11 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     berth_hookevent::run(
-        berth_hookevent::Config { database_url: args.database, broker_endpoint: args.broker, kubeconfig: args.kubeconfig },
+        berth_hookevent::Config {
+            database_url: args.database,
+            broker_endpoint: args.broker,
+            kubeconfig: args.kubeconfig,
+        },
         listener,
         shutdown,
     )

@@ -86,6 +86,10 @@ mod tests {
     #[test]
     fn bad_crontabs_name_the_problem() {
         assert!(parse_crontab("* * *").unwrap_err().contains("expected 5"));
-        assert!(parse_crontab("61 * * * *").unwrap_err().contains("61 * * * *"));
+        assert!(
+            parse_crontab("61 * * * *")
+                .unwrap_err()
+                .contains("61 * * * *")
+        );
     }
 }

@@ -30,8 +30,17 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    pub fn new(schedules: Vec<Schedule>, enqueuer: Enqueuer, kube: Option<Arc<KubeManager>>) -> Scheduler {
-        Scheduler { schedules: Arc::new(Mutex::new(schedules)), wake: Arc::new(Notify::new()), enqueuer, kube }
+    pub fn new(
+        schedules: Vec<Schedule>,
+        enqueuer: Enqueuer,
+        kube: Option<Arc<KubeManager>>,
+    ) -> Scheduler {
+        Scheduler {
+            schedules: Arc::new(Mutex::new(schedules)),
+            wake: Arc::new(Notify::new()),
+            enqueuer,
+            kube,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Schedule>> {
@@ -62,7 +71,11 @@ impl Scheduler {
             let now = Utc::now();
             let (due, next) = {
                 let all = self.lock();
-                let due: Vec<Schedule> = all.iter().filter(|s| s.next_after(last).is_some_and(|t| t <= now)).cloned().collect();
+                let due: Vec<Schedule> = all
+                    .iter()
+                    .filter(|s| s.next_after(last).is_some_and(|t| t <= now))
+                    .cloned()
+                    .collect();
                 let next = all.iter().filter_map(|s| s.next_after(now)).min();
                 (due, next)
             };
@@ -71,7 +84,10 @@ impl Scheduler {
                 let tasks = due.iter().map(|s| self.fire(s)).collect();
                 self.enqueuer.send(tasks).await;
             }
-            let sleep = next.and_then(|t| (t - Utc::now()).to_std().ok()).unwrap_or(MAX_SLEEP).min(MAX_SLEEP);
+            let sleep = next
+                .and_then(|t| (t - Utc::now()).to_std().ok())
+                .unwrap_or(MAX_SLEEP)
+                .min(MAX_SLEEP);
             tokio::select! {
                 _ = tokio::time::sleep(sleep) => {}
                 _ = self.wake.notified() => {}
@@ -87,11 +103,22 @@ impl Scheduler {
         let binding = schedule_binding(s);
         let (config, snapshots) = match &self.kube {
             Some(kube) if binding.group.is_some() || !binding.include_snapshots_from.is_empty() => {
-                (kube.hook_config(&s.package, &s.hook), kube.hook_snapshots(&s.package, &s.hook))
+                (
+                    kube.hook_config(&s.package, &s.hook),
+                    kube.hook_snapshots(&s.package, &s.hook),
+                )
             }
             _ => (HookConfig::default(), Default::default()),
         };
         let ctx = BindingContext::schedule(&binding, &config, &snapshots);
-        hook_run_task(&s.package, s.generation, &s.hook, "Schedule", binding.queue.as_deref(), s.allow_failure, binding_context::to_json(&[ctx]))
+        hook_run_task(
+            &s.package,
+            s.generation,
+            &s.hook,
+            "Schedule",
+            binding.queue.as_deref(),
+            s.allow_failure,
+            binding_context::to_json(&[ctx]),
+        )
     }
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use berth_proto::hookevent::hook_events_server::HookEvents;
 use berth_proto::hookevent::{
-    AdoptGenerationRequest, AdoptGenerationResponse, ApplyObjectOperationsRequest, ApplyObjectOperationsResponse, GetSnapshotsRequest,
-    GetSnapshotsResponse, RemoveBindingsRequest, RemoveBindingsResponse, SetBindingsRequest, SetBindingsResponse,
+    AdoptGenerationRequest, AdoptGenerationResponse, ApplyObjectOperationsRequest,
+    ApplyObjectOperationsResponse, GetSnapshotsRequest, GetSnapshotsResponse,
+    RemoveBindingsRequest, RemoveBindingsResponse, SetBindingsRequest, SetBindingsResponse,
     SynchronizationDoneRequest, SynchronizationDoneResponse,
 };
 use prost::Message;
@@ -31,10 +32,18 @@ pub struct HookEventService {
 }
 
 impl HookEventService {
-    pub async fn new(store: Store, enqueuer: Enqueuer, kube: Option<Arc<KubeManager>>) -> Result<Self, crate::store::StoreError> {
+    pub async fn new(
+        store: Store,
+        enqueuer: Enqueuer,
+        kube: Option<Arc<KubeManager>>,
+    ) -> Result<Self, crate::store::StoreError> {
         let schedules = store.load_all().await?;
         let scheduler = Scheduler::new(schedules, enqueuer, kube.clone());
-        Ok(HookEventService { store, scheduler, kube })
+        Ok(HookEventService {
+            store,
+            scheduler,
+            kube,
+        })
     }
 
     /// The scheduler that fires this service's schedules; run it beside the service.
@@ -58,7 +67,17 @@ impl HookEventService {
                 tracing::warn!(package, "skipping an unreadable stored registration");
                 continue;
             };
-            if let Err(e) = kube.set(&req.package, req.generation, &req.app_namespace, &req.kubernetes, &req.schedules, true).await {
+            if let Err(e) = kube
+                .set(
+                    &req.package,
+                    req.generation,
+                    &req.app_namespace,
+                    &req.kubernetes,
+                    &req.schedules,
+                    true,
+                )
+                .await
+            {
                 tracing::error!(package, error = %e, "cannot watch the stored kubernetes bindings again");
             }
         }
@@ -80,8 +99,9 @@ impl HookEventService {
         }
         let mut parsed = Vec::with_capacity(req.schedules.len());
         for (i, b) in req.schedules.iter().enumerate() {
-            let schedule = schedule_of(&req.package, req.generation, b)
-                .map_err(|e| ServiceError::Invalid(format!("schedules[{i}] (hook {}): {e}", b.hook)))?;
+            let schedule = schedule_of(&req.package, req.generation, b).map_err(|e| {
+                ServiceError::Invalid(format!("schedules[{i}] (hook {}): {e}", b.hook))
+            })?;
             parsed.push(schedule);
         }
         // Kubernetes bindings first: they may be refused (unknown kind, bad jqFilter), and then
@@ -89,13 +109,31 @@ impl HookEventService {
         if req.kubernetes.is_empty() {
             if let Some(kube) = &self.kube {
                 // Schedules may still include snapshots of nothing; keep hook configs current.
-                kube.set(&req.package, req.generation, &req.app_namespace, &[], &req.schedules, false).await?;
+                kube.set(
+                    &req.package,
+                    req.generation,
+                    &req.app_namespace,
+                    &[],
+                    &req.schedules,
+                    false,
+                )
+                .await?;
             }
             self.store.set_registration(&req.package, None).await?;
         } else {
             let kube = self.kube()?;
-            kube.set(&req.package, req.generation, &req.app_namespace, &req.kubernetes, &req.schedules, false).await?;
-            self.store.set_registration(&req.package, Some(&req.encode_to_vec())).await?;
+            kube.set(
+                &req.package,
+                req.generation,
+                &req.app_namespace,
+                &req.kubernetes,
+                &req.schedules,
+                false,
+            )
+            .await?;
+            self.store
+                .set_registration(&req.package, Some(&req.encode_to_vec()))
+                .await?;
         }
         self.store.replace(&req.package, &parsed).await?;
         self.scheduler.replace(&req.package, parsed);
@@ -125,7 +163,9 @@ impl HookEventService {
             && registration.generation < generation
         {
             registration.generation = generation;
-            self.store.set_registration(package, Some(&registration.encode_to_vec())).await?;
+            self.store
+                .set_registration(package, Some(&registration.encode_to_vec()))
+                .await?;
         }
         Ok(())
     }
@@ -134,43 +174,68 @@ impl HookEventService {
 #[tonic::async_trait]
 impl HookEvents for HookEventService {
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
-    async fn set_bindings(&self, req: Request<SetBindingsRequest>) -> Result<Response<SetBindingsResponse>, Status> {
+    async fn set_bindings(
+        &self,
+        req: Request<SetBindingsRequest>,
+    ) -> Result<Response<SetBindingsResponse>, Status> {
         self.set(req.into_inner()).await?;
         Ok(Response::new(SetBindingsResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
-    async fn remove_bindings(&self, req: Request<RemoveBindingsRequest>) -> Result<Response<RemoveBindingsResponse>, Status> {
+    async fn remove_bindings(
+        &self,
+        req: Request<RemoveBindingsRequest>,
+    ) -> Result<Response<RemoveBindingsResponse>, Status> {
         self.remove(&req.get_ref().package).await?;
         Ok(Response::new(RemoveBindingsResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
-    async fn get_snapshots(&self, req: Request<GetSnapshotsRequest>) -> Result<Response<GetSnapshotsResponse>, Status> {
+    async fn get_snapshots(
+        &self,
+        req: Request<GetSnapshotsRequest>,
+    ) -> Result<Response<GetSnapshotsResponse>, Status> {
         let req = req.into_inner();
-        let Some(kube) = &self.kube else { return Ok(Response::new(GetSnapshotsResponse::default())) };
-        let bindings = kube.snapshots(&req.package, req.for_synchronization).into_iter().map(binding_snapshot).collect();
+        let Some(kube) = &self.kube else {
+            return Ok(Response::new(GetSnapshotsResponse::default()));
+        };
+        let bindings = kube
+            .snapshots(&req.package, req.for_synchronization)
+            .into_iter()
+            .map(binding_snapshot)
+            .collect();
         Ok(Response::new(GetSnapshotsResponse { bindings }))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
-    async fn synchronization_done(&self, req: Request<SynchronizationDoneRequest>) -> Result<Response<SynchronizationDoneResponse>, Status> {
+    async fn synchronization_done(
+        &self,
+        req: Request<SynchronizationDoneRequest>,
+    ) -> Result<Response<SynchronizationDoneResponse>, Status> {
         let req = req.into_inner();
         if let Some(kube) = &self.kube {
-            kube.synchronization_done(&req.package, req.generation).await;
+            kube.synchronization_done(&req.package, req.generation)
+                .await;
         }
         Ok(Response::new(SynchronizationDoneResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
-    async fn adopt_generation(&self, req: Request<AdoptGenerationRequest>) -> Result<Response<AdoptGenerationResponse>, Status> {
+    async fn adopt_generation(
+        &self,
+        req: Request<AdoptGenerationRequest>,
+    ) -> Result<Response<AdoptGenerationResponse>, Status> {
         let req = req.into_inner();
         self.adopt(&req.package, req.generation).await?;
         Ok(Response::new(AdoptGenerationResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package, hook = %req.get_ref().hook))]
-    async fn apply_object_operations(&self, req: Request<ApplyObjectOperationsRequest>) -> Result<Response<ApplyObjectOperationsResponse>, Status> {
+    async fn apply_object_operations(
+        &self,
+        req: Request<ApplyObjectOperationsRequest>,
+    ) -> Result<Response<ApplyObjectOperationsResponse>, Status> {
         let req = req.into_inner();
         if req.operations.is_empty() {
             return Ok(Response::new(ApplyObjectOperationsResponse::default()));

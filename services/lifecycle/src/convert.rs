@@ -8,11 +8,17 @@ use crate::store::PackageRow;
 
 /// Parses a requested package reference. Apps are the default kind.
 pub fn package_id(r: Option<&v1::PackageRef>) -> Result<PackageId, tonic::Status> {
-    let r = r.ok_or_else(|| tonic::Status::invalid_argument("ref: required (the package's name)"))?;
+    let r =
+        r.ok_or_else(|| tonic::Status::invalid_argument("ref: required (the package's name)"))?;
     let kind = match v1::PackageKind::try_from(r.kind) {
         Ok(v1::PackageKind::Unspecified | v1::PackageKind::App) => Kind::App,
         Ok(v1::PackageKind::Module) => Kind::Module,
-        Err(_) => return Err(tonic::Status::invalid_argument(format!("ref.kind: unknown value {}", r.kind))),
+        Err(_) => {
+            return Err(tonic::Status::invalid_argument(format!(
+                "ref.kind: unknown value {}",
+                r.kind
+            )));
+        }
     };
     PackageId::new(kind, &r.name, &r.namespace)
         .map_err(|e| tonic::Status::invalid_argument(format!("ref.{e}")))
@@ -31,7 +37,10 @@ pub fn package_ref(id: &PackageId) -> v1::PackageRef {
 
 fn timestamp(rfc3339: &str) -> Option<prost_types::Timestamp> {
     let t = chrono::DateTime::parse_from_rfc3339(rfc3339).ok()?;
-    Some(prost_types::Timestamp { seconds: t.timestamp(), nanos: t.timestamp_subsec_nanos() as i32 })
+    Some(prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    })
 }
 
 fn condition(c: &Condition) -> v1::Condition {

@@ -59,7 +59,11 @@ pub struct QueueDoc {
 
 /// Renders the dump. When the broker did not answer, `queues` is empty and `broker_error` says
 /// why, so a reader can tell "no tasks" from "unknown".
-pub fn render(rows: &[PackageRow], queues: &[QueueDoc], broker_error: Option<&str>) -> Result<String, String> {
+pub fn render(
+    rows: &[PackageRow],
+    queues: &[QueueDoc],
+    broker_error: Option<&str>,
+) -> Result<String, String> {
     let packages = rows
         .iter()
         .map(|r| PackageDoc {
@@ -85,6 +89,10 @@ pub fn render(rows: &[PackageRow], queues: &[QueueDoc], broker_error: Option<&st
                 .collect(),
         })
         .collect();
-    let doc = DumpDoc { packages, queues: queues.to_vec(), queues_unavailable: broker_error };
+    let doc = DumpDoc {
+        packages,
+        queues: queues.to_vec(),
+        queues_unavailable: broker_error,
+    };
     serde_saphyr::to_string(&doc).map_err(|e| e.to_string())
 }

@@ -41,10 +41,22 @@ fn tasks(key: &str, generation: i64, kinds: &[TaskKind]) -> Vec<Value> {
 /// - settings change only: ApplySettings → Run.
 ///
 /// Returns the tasks and whether the package starts over (its phase goes back to Pending).
-pub fn update(previous: Option<&PackageRow>, key: &str, generation: i64, new: &NewSpec<'_>) -> (bool, Vec<Value>) {
+pub fn update(
+    previous: Option<&PackageRow>,
+    key: &str,
+    generation: i64,
+    new: &NewSpec<'_>,
+) -> (bool, Vec<Value>) {
     use TaskKind::*;
     match previous {
-        None => (true, tasks(key, generation, &[Download, Load, ApplySettings, Startup, Run])),
+        None => (
+            true,
+            tasks(
+                key,
+                generation,
+                &[Download, Load, ApplySettings, Startup, Run],
+            ),
+        ),
         Some(prev)
             if prev.removing
                 || prev.version != new.version
@@ -53,7 +65,14 @@ pub fn update(previous: Option<&PackageRow>, key: &str, generation: i64, new: &N
                 // Never loaded (e.g. the first Download failed): start over.
                 || prev.settings_schema.is_none() =>
         {
-            (true, tasks(key, generation, &[Disable, Download, Load, ApplySettings, Startup, Run]))
+            (
+                true,
+                tasks(
+                    key,
+                    generation,
+                    &[Disable, Download, Load, ApplySettings, Startup, Run],
+                ),
+            )
         }
         Some(_) => (false, tasks(key, generation, &[ApplySettings, Run])),
     }
@@ -68,12 +87,21 @@ pub struct NewSpec<'a> {
 
 /// The tasks of a Remove: Disable → Uninstall → Cleanup.
 pub fn remove(key: &str, generation: i64) -> Vec<Value> {
-    tasks(key, generation, &[TaskKind::Disable, TaskKind::Uninstall, TaskKind::Cleanup])
+    tasks(
+        key,
+        generation,
+        &[TaskKind::Disable, TaskKind::Uninstall, TaskKind::Cleanup],
+    )
 }
 
 /// A Run after a hook outside a Run changed the values.
 pub fn rerun(key: &str, generation: i64) -> Vec<Value> {
-    vec![task(key, generation, TaskKind::Run, json!({"reason": "values changed by a hook"}))]
+    vec![task(
+        key,
+        generation,
+        TaskKind::Run,
+        json!({"reason": "values changed by a hook"}),
+    )]
 }
 
 #[cfg(test)]
@@ -112,13 +140,27 @@ mod tests {
             .collect()
     }
 
-    const NEW: NewSpec<'static> = NewSpec { repository: "/repo", package: "hello", version: "1.0.0" };
+    const NEW: NewSpec<'static> = NewSpec {
+        repository: "/repo",
+        package: "hello",
+        version: "1.0.0",
+    };
 
     #[test]
     fn a_new_package_installs_from_scratch() {
         let (restart, out) = update(None, "default.hello", 1, &NEW);
         assert!(restart);
-        assert_eq!(kinds(&out), ["Supersede", "Download", "Load", "ApplySettings", "Startup", "Run"]);
+        assert_eq!(
+            kinds(&out),
+            [
+                "Supersede",
+                "Download",
+                "Load",
+                "ApplySettings",
+                "Startup",
+                "Run"
+            ]
+        );
     }
 
     #[test]
@@ -132,7 +174,18 @@ mod tests {
     #[test]
     fn a_version_change_disables_first() {
         let (_, out) = update(Some(&row("0.9.0", true, false)), "default.hello", 2, &NEW);
-        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load", "ApplySettings", "Startup", "Run"]);
+        assert_eq!(
+            kinds(&out),
+            [
+                "Supersede",
+                "Disable",
+                "Download",
+                "Load",
+                "ApplySettings",
+                "Startup",
+                "Run"
+            ]
+        );
     }
 
     #[test]
@@ -145,6 +198,9 @@ mod tests {
 
     #[test]
     fn remove_disables_uninstalls_and_cleans_up() {
-        assert_eq!(kinds(&remove("default.hello", 4)), ["Supersede", "Disable", "Uninstall", "Cleanup"]);
+        assert_eq!(
+            kinds(&remove("default.hello", 4)),
+            ["Supersede", "Disable", "Uninstall", "Cleanup"]
+        );
     }
 }

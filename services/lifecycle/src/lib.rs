@@ -36,21 +36,34 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("broker endpoint {endpoint}: {source}")]
-    Broker { endpoint: String, source: tonic::transport::Error },
+    Broker {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
 
 /// Runs the service on `listener` until `shutdown` fires.
-pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let store = Store::open(&config.database_url).await?;
-    let channel = berth_telemetry::connect_lazy(&config.broker_endpoint).map_err(|source| Error::Broker {
-        endpoint: config.broker_endpoint.clone(),
-        source,
-    })?;
+    let channel =
+        berth_telemetry::connect_lazy(&config.broker_endpoint).map_err(|source| Error::Broker {
+            endpoint: config.broker_endpoint.clone(),
+            source,
+        })?;
     let broker = BrokerClient::new(channel);
     let wake = Arc::new(tokio::sync::Notify::new());
-    let relay = tokio::spawn(relay::run(store.clone(), broker.clone(), wake.clone(), shutdown.clone()));
+    let relay = tokio::spawn(relay::run(
+        store.clone(),
+        broker.clone(),
+        wake.clone(),
+        shutdown.clone(),
+    ));
     let service = LifecycleService::new(store, broker, wake);
     let router = berth_telemetry::grpc_server().add_service(LifecycleServer::new(service));
     let served = berth_telemetry::serve_router(

@@ -3,13 +3,20 @@
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "berth-lifecycle", about = "berth lifecycle service: package state, generations, task flows")]
+#[command(
+    name = "berth-lifecycle",
+    about = "berth lifecycle service: package state, generations, task flows"
+)]
 struct Args {
     /// Address to serve gRPC on.
     #[arg(long, env = "BERTH_LIFECYCLE_LISTEN", default_value = "127.0.0.1:7072")]
     listen: std::net::SocketAddr,
     /// `sqlite://PATH` of the lifecycle database.
-    #[arg(long, env = "BERTH_LIFECYCLE_DATABASE", default_value = "sqlite://.berth/lifecycle.db")]
+    #[arg(
+        long,
+        env = "BERTH_LIFECYCLE_DATABASE",
+        default_value = "sqlite://.berth/lifecycle.db"
+    )]
     database: String,
     /// The queue broker's gRPC endpoint.
     #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
@@ -28,7 +35,10 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     berth_lifecycle::run(
-        berth_lifecycle::Config { database_url: args.database, broker_endpoint: args.broker },
+        berth_lifecycle::Config {
+            database_url: args.database,
+            broker_endpoint: args.broker,
+        },
         listener,
         shutdown,
     )

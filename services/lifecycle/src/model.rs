@@ -51,7 +51,11 @@ impl PackageId {
                 namespace.to_owned()
             }
         };
-        Ok(PackageId { kind, name: name.to_owned(), namespace })
+        Ok(PackageId {
+            kind,
+            name: name.to_owned(),
+            namespace,
+        })
     }
 
     pub fn key(&self) -> String {
@@ -66,7 +70,9 @@ impl PackageId {
 pub fn check_label(field: &str, value: &str) -> Result<(), String> {
     let ok = !value.is_empty()
         && value.len() <= 63
-        && value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !value.starts_with('-')
         && !value.ends_with('-');
     if ok {
@@ -100,9 +106,15 @@ impl Phase {
     }
 
     pub fn parse(s: &str) -> Option<Phase> {
-        [Phase::Pending, Phase::Downloading, Phase::Loaded, Phase::Running, Phase::Removing]
-            .into_iter()
-            .find(|p| p.as_str() == s)
+        [
+            Phase::Pending,
+            Phase::Downloading,
+            Phase::Loaded,
+            Phase::Running,
+            Phase::Removing,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
     }
 }
 
@@ -167,7 +179,11 @@ mod tests {
     fn bad_names_are_named_in_the_error() {
         let err = PackageId::new(Kind::App, "Hello_World", "").unwrap_err();
         assert!(err.contains("name \"Hello_World\""), "{err}");
-        assert!(PackageId::new(Kind::App, "ok", "-bad").unwrap_err().contains("namespace"));
+        assert!(
+            PackageId::new(Kind::App, "ok", "-bad")
+                .unwrap_err()
+                .contains("namespace")
+        );
     }
 
     #[test]

@@ -93,7 +93,9 @@ async fn flush(
         return Ok(());
     }
     broker
-        .enqueue(EnqueueRequest { tasks: std::mem::take(pending) })
+        .enqueue(EnqueueRequest {
+            tasks: std::mem::take(pending),
+        })
         .await
         .map_err(|s| format!("Enqueue: {}", s.message()))?;
     Ok(())

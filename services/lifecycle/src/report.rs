@@ -46,7 +46,9 @@ impl Change {
         let patch = if req.values_patch_json.is_empty() {
             vec![]
         } else {
-            match serde_json::from_str(&req.values_patch_json).map_err(|e| format!("values_patch_json: {e}"))? {
+            match serde_json::from_str(&req.values_patch_json)
+                .map_err(|e| format!("values_patch_json: {e}"))?
+            {
                 Value::Array(ops) => ops,
                 _ => return Err("values_patch_json: must be a JSON array of operations".into()),
             }
@@ -56,13 +58,19 @@ impl Change {
             phase,
             conditions: req.conditions.clone(),
             settings_schema,
-            hooks: req
-                .has_hooks
-                .then(|| req.hooks.iter().map(|h| (h.name.clone(), h.bindings.clone())).collect()),
+            hooks: req.has_hooks.then(|| {
+                req.hooks
+                    .iter()
+                    .map(|h| (h.name.clone(), h.bindings.clone()))
+                    .collect()
+            }),
             values: req.values.as_ref().map(berth_proto::json::from_struct),
             patch,
             patch_inside_run: req.patch_inside_run,
-            hook_run: req.hook_run.as_ref().map(|h| (h.name.clone(), h.error.clone())),
+            hook_run: req
+                .hook_run
+                .as_ref()
+                .map(|h| (h.name.clone(), h.error.clone())),
             error: if req.clear_error {
                 Some(String::new())
             } else if req.error.is_empty() {
@@ -83,7 +91,15 @@ impl Change {
             }
         }
         for c in &self.conditions {
-            set_condition(&mut row.conditions, &c.r#type, &c.status, &c.reason, &c.message, self.generation, now);
+            set_condition(
+                &mut row.conditions,
+                &c.r#type,
+                &c.status,
+                &c.reason,
+                &c.message,
+                self.generation,
+                now,
+            );
         }
         if let Some(schema) = self.settings_schema {
             row.settings_schema = Some(schema);
@@ -93,8 +109,17 @@ impl Change {
             row.hooks = hooks
                 .into_iter()
                 .map(|(name, bindings)| {
-                    let old = row.hooks.iter().find(|h| h.name == name).cloned().unwrap_or_default();
-                    HookState { name, bindings, ..old }
+                    let old = row
+                        .hooks
+                        .iter()
+                        .find(|h| h.name == name)
+                        .cloned()
+                        .unwrap_or_default();
+                    HookState {
+                        name,
+                        bindings,
+                        ..old
+                    }
                 })
                 .collect();
         }

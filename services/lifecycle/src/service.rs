@@ -42,7 +42,12 @@ impl LifecycleService {
         outbox_wake: Arc<Notify>,
     ) -> Self {
         let (changes, _) = broadcast::channel(WATCH_CHANNEL);
-        LifecycleService { store, broker, outbox_wake, changes }
+        LifecycleService {
+            store,
+            broker,
+            outbox_wake,
+            changes,
+        }
     }
 
     fn changed(&self, key: &str) {
@@ -79,7 +84,9 @@ fn settings_of(s: Option<&prost_types::Struct>) -> Result<Value, Status> {
 /// Validates settings against a loaded schema. `Ok(false)` when there is no loaded schema to check
 /// against yet.
 fn check_settings(schema: Option<&Option<Value>>, settings: &Value) -> Result<bool, Status> {
-    let Some(schema) = schema else { return Ok(false) };
+    let Some(schema) = schema else {
+        return Ok(false);
+    };
     let compiled = match schema {
         Some(doc) => Some(
             berth_package::Schema::from_openapi(doc)
@@ -103,17 +110,26 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Package, Status>> + Send
 #[tonic::async_trait]
 impl Lifecycle for LifecycleService {
     #[tracing::instrument(skip_all, fields(package.key))]
-    async fn update(&self, req: Request<v1::UpdateRequest>) -> Result<Response<v1::UpdateResponse>, Status> {
+    async fn update(
+        &self,
+        req: Request<v1::UpdateRequest>,
+    ) -> Result<Response<v1::UpdateResponse>, Status> {
         let req = req.into_inner();
         let id = convert::package_id(req.r#ref.as_ref())?;
         tracing::Span::current().record("package.key", id.key());
         if req.repository.is_empty() {
-            return Err(Status::invalid_argument("repository: required (a directory holding <package>/<version>/)"));
+            return Err(Status::invalid_argument(
+                "repository: required (a directory holding <package>/<version>/)",
+            ));
         }
         if req.version.is_empty() {
             return Err(Status::invalid_argument("version: required"));
         }
-        let package = if req.package.is_empty() { id.name.clone() } else { req.package.clone() };
+        let package = if req.package.is_empty() {
+            id.name.clone()
+        } else {
+            req.package.clone()
+        };
         crate::model::check_label("package", &package).map_err(Status::invalid_argument)?;
         let settings = settings_of(req.settings.as_ref())?;
         let spec = DesiredSpec {
@@ -123,7 +139,11 @@ impl Lifecycle for LifecycleService {
             version: req.version.clone(),
             settings: settings.clone(),
         };
-        let new = NewSpec { repository: &req.repository, package: &package, version: &req.version };
+        let new = NewSpec {
+            repository: &req.repository,
+            package: &package,
+            version: &req.version,
+        };
         let outcome = self
             .store
             .update(spec, |previous, key, generation| {
@@ -149,15 +169,25 @@ impl Lifecycle for LifecycleService {
         self.outbox_wake.notify_one();
         self.changed(&outcome.key);
         tracing::info!(package.key = %outcome.key, generation = outcome.generation, "update accepted");
-        Ok(Response::new(v1::UpdateResponse { key: outcome.key, generation: outcome.generation }))
+        Ok(Response::new(v1::UpdateResponse {
+            key: outcome.key,
+            generation: outcome.generation,
+        }))
     }
 
     #[tracing::instrument(skip_all, fields(package.key))]
-    async fn remove(&self, req: Request<v1::RemoveRequest>) -> Result<Response<v1::RemoveResponse>, Status> {
+    async fn remove(
+        &self,
+        req: Request<v1::RemoveRequest>,
+    ) -> Result<Response<v1::RemoveResponse>, Status> {
         let id = convert::package_id(req.get_ref().r#ref.as_ref())?;
         let key = id.key();
         tracing::Span::current().record("package.key", &key);
-        let generation = self.store.remove(&key, |_, g| flows::remove(&key, g)).await.map_err(internal)?;
+        let generation = self
+            .store
+            .remove(&key, |_, g| flows::remove(&key, g))
+            .await
+            .map_err(internal)?;
         self.outbox_wake.notify_one();
         self.changed(&key);
         Ok(Response::new(v1::RemoveResponse {
@@ -167,10 +197,18 @@ impl Lifecycle for LifecycleService {
         }))
     }
 
-    async fn dump(&self, _: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
+    async fn dump(
+        &self,
+        _: Request<v1::DumpRequest>,
+    ) -> Result<Response<v1::DumpResponse>, Status> {
         let rows = self.store.list().await.map_err(internal)?;
         let mut broker_error = None;
-        let queues = match self.broker.clone().dump(berth_proto::queue::DumpRequest {}).await {
+        let queues = match self
+            .broker
+            .clone()
+            .dump(berth_proto::queue::DumpRequest {})
+            .await
+        {
             Ok(r) => r
                 .into_inner()
                 .queues
@@ -178,7 +216,11 @@ impl Lifecycle for LifecycleService {
                 .map(|q| QueueDoc {
                     name: q.name,
                     length: q.length,
-                    head: if q.head_kind.is_empty() { String::new() } else { format!("{} {}", q.head_kind, q.head_id) },
+                    head: if q.head_kind.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{} {}", q.head_kind, q.head_id)
+                    },
                     head_attempts: q.head_attempts,
                     head_last_error: q.head_last_error,
                     lease_holder: q.lease_holder,
@@ -186,11 +228,16 @@ impl Lifecycle for LifecycleService {
                 .collect(),
             Err(status) => {
                 tracing::warn!(error = %status.message(), "queue broker unavailable for Dump");
-                broker_error = Some(format!("queue broker: {:?}: {}", status.code(), status.message()));
+                broker_error = Some(format!(
+                    "queue broker: {:?}: {}",
+                    status.code(),
+                    status.message()
+                ));
                 vec![]
             }
         };
-        let yaml = dump::render(&rows, &queues, broker_error.as_deref()).map_err(Status::internal)?;
+        let yaml =
+            dump::render(&rows, &queues, broker_error.as_deref()).map_err(Status::internal)?;
         Ok(Response::new(v1::DumpResponse { yaml }))
     }
 
@@ -206,7 +253,10 @@ impl Lifecycle for LifecycleService {
             Some(row) => check_settings(row.settings_schema.as_ref(), &settings)?,
             None => false,
         };
-        Ok(Response::new(v1::ValidateSettingsResponse { valid: true, deferred: !checked }))
+        Ok(Response::new(v1::ValidateSettingsResponse {
+            valid: true,
+            deferred: !checked,
+        }))
     }
 
     async fn get(&self, req: Request<v1::GetRequest>) -> Result<Response<v1::Package>, Status> {
@@ -214,9 +264,14 @@ impl Lifecycle for LifecycleService {
         Ok(Response::new(convert::package(&row)))
     }
 
-    async fn list(&self, _: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
+    async fn list(
+        &self,
+        _: Request<v1::ListRequest>,
+    ) -> Result<Response<v1::ListResponse>, Status> {
         let rows = self.store.list().await.map_err(internal)?;
-        Ok(Response::new(v1::ListResponse { packages: rows.iter().map(convert::package).collect() }))
+        Ok(Response::new(v1::ListResponse {
+            packages: rows.iter().map(convert::package).collect(),
+        }))
     }
 
     type WatchStream = WatchStream;
@@ -233,7 +288,9 @@ impl Lifecycle for LifecycleService {
                 Some(key) => match store.get(key).await {
                     Ok(Some(row)) => vec![row],
                     Ok(None) => {
-                        let _ = tx.send(Err(Status::not_found(format!("package {key} not found")))).await;
+                        let _ = tx
+                            .send(Err(Status::not_found(format!("package {key} not found"))))
+                            .await;
                         return;
                     }
                     Err(e) => {
@@ -254,7 +311,13 @@ impl Lifecycle for LifecycleService {
                     // Fell behind: resend everything in scope.
                     Err(broadcast::error::RecvError::Lagged(_)) => match &filter {
                         Some(k) => vec![k.clone()],
-                        None => store.list().await.unwrap_or_default().into_iter().map(|r| r.key).collect(),
+                        None => store
+                            .list()
+                            .await
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|r| r.key)
+                            .collect(),
                     },
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
@@ -299,10 +362,16 @@ impl Lifecycle for LifecycleService {
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().key, generation = req.get_ref().generation))]
-    async fn report(&self, req: Request<ReportRequest>) -> Result<Response<ReportResponse>, Status> {
+    async fn report(
+        &self,
+        req: Request<ReportRequest>,
+    ) -> Result<Response<ReportResponse>, Status> {
         let req = req.into_inner();
         let accepted = if req.removed {
-            self.store.delete_if(&req.key, req.generation).await.map_err(internal)?
+            self.store
+                .delete_if(&req.key, req.generation)
+                .await
+                .map_err(internal)?
         } else {
             let change = report::Change::parse(&req).map_err(Status::invalid_argument)?;
             let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);

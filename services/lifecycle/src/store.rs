@@ -16,7 +16,11 @@ pub enum StoreError {
     #[error("lifecycle database: {0}")]
     Sql(#[from] sqlx::Error),
     #[error("corrupt {column} of package {key}: {reason}")]
-    Corrupt { key: String, column: &'static str, reason: String },
+    Corrupt {
+        key: String,
+        column: &'static str,
+        reason: String,
+    },
 }
 
 /// One package as stored.
@@ -85,7 +89,10 @@ impl Store {
         // SQLite serialises writers anyway; a few connections let reads overlap.
         let pool = berth_telemetry::connect_sqlite(url, 4)
             .await
-            .map_err(|source| StoreError::Open { url: url.to_owned(), source })?;
+            .map_err(|source| StoreError::Open {
+                url: url.to_owned(),
+                source,
+            })?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         Ok(Store { pool })
     }
@@ -132,7 +139,11 @@ impl Store {
         .await?;
         insert_outbox(&mut tx, &outbox).await?;
         tx.commit().await?;
-        Ok(Ok(UpdateOutcome { key, generation, previous }))
+        Ok(Ok(UpdateOutcome {
+            key,
+            generation,
+            previous,
+        }))
     }
 
     /// Marks a package as being removed under a new generation, with its outbox rows. `None` when
@@ -165,7 +176,9 @@ impl Store {
     }
 
     pub async fn list(&self) -> Result<Vec<PackageRow>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM packages ORDER BY key").fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT * FROM packages ORDER BY key")
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(decode).collect()
     }
 
@@ -186,10 +199,11 @@ impl Store {
             return Ok(false);
         }
         let outbox = change(&mut row);
-        let schema = row
-            .settings_schema
-            .as_ref()
-            .map(|s| s.as_ref().map(Value::to_string).unwrap_or_else(|| "null".to_owned()));
+        let schema = row.settings_schema.as_ref().map(|s| {
+            s.as_ref()
+                .map(Value::to_string)
+                .unwrap_or_else(|| "null".to_owned())
+        });
         sqlx::query(
             "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
                settings_schema = ?, schema_version = ?, hooks = ?, last_error = ? WHERE key = ?",
@@ -214,11 +228,12 @@ impl Store {
     /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
     /// overtook).
     pub async fn delete_if(&self, key: &str, generation: i64) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM packages WHERE key = ? AND generation = ? AND removing = 1")
-            .bind(key)
-            .bind(generation)
-            .execute(&self.pool)
-            .await?;
+        let done =
+            sqlx::query("DELETE FROM packages WHERE key = ? AND generation = ? AND removing = 1")
+                .bind(key)
+                .bind(generation)
+                .execute(&self.pool)
+                .await?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -232,13 +247,19 @@ impl Store {
             .iter()
             .map(|r| {
                 let body: String = r.get("body");
-                (r.get("id"), serde_json::from_str(&body).unwrap_or(Value::Null))
+                (
+                    r.get("id"),
+                    serde_json::from_str(&body).unwrap_or(Value::Null),
+                )
             })
             .collect())
     }
 
     pub async fn outbox_delete(&self, up_to: i64) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM outbox WHERE id <= ?").bind(up_to).execute(&self.pool).await?;
+        sqlx::query("DELETE FROM outbox WHERE id <= ?")
+            .bind(up_to)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 }
@@ -303,7 +324,8 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
     let settings_schema = match schema {
         None => None,
         Some(text) => {
-            let v: Value = serde_json::from_str(&text).map_err(|e| corrupt("settings_schema", e.to_string()))?;
+            let v: Value = serde_json::from_str(&text)
+                .map_err(|e| corrupt("settings_schema", e.to_string()))?;
             Some(if v.is_null() { None } else { Some(v) })
         }
     };
@@ -330,7 +352,8 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
         values_patch,
         settings_schema,
         schema_version: r.get("schema_version"),
-        hooks: serde_json::from_value(json("hooks")?).map_err(|e| corrupt("hooks", e.to_string()))?,
+        hooks: serde_json::from_value(json("hooks")?)
+            .map_err(|e| corrupt("hooks", e.to_string()))?,
         last_error: r.get("last_error"),
         removing: r.get::<i64, _>("removing") != 0,
         key,

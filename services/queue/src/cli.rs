@@ -57,7 +57,6 @@ pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> Result<(), S
         lease_ttl: Duration::from_millis(args.lease_ttl_ms),
         ..Default::default()
     };
-    crate::process::serve_with_metrics(&args.database, config, listener, metrics, shutdown)
-        .await?;
+    crate::process::serve_with_metrics(&args.database, config, listener, metrics, shutdown).await?;
     Ok(())
 }

@@ -494,7 +494,11 @@ async fn a_completion_hands_out_the_next_task_in_the_same_call(db: Db) {
         .complete_and_lease(&first[0], "w1", 1)
         .await
         .expect("complete a1");
-    assert_eq!(ids(&next), ["a2"], "the freed queue's next task, in the same call");
+    assert_eq!(
+        ids(&next),
+        ["a2"],
+        "the freed queue's next task, in the same call"
+    );
     let holders: Vec<(String, String)> = b
         .dump()
         .await
@@ -720,6 +724,9 @@ async fn a_task_enqueued_while_its_queue_head_completes_still_runs(db: Db) {
         .map(|q| format!("q{q}"))
         .filter(|q| !seconds.contains(q))
         .collect();
-    assert!(stalled.is_empty(), "queues whose second task never ran: {stalled:?}");
+    assert!(
+        stalled.is_empty(),
+        "queues whose second task never ran: {stalled:?}"
+    );
     b.stop().await;
 }

@@ -32,10 +32,14 @@ async fn a_waiting_lease_wakes_when_another_broker_enqueues() {
         (tasks, started.elapsed())
     });
     // Enqueue only once the poll on broker b is parked.
-    support::eventually(Duration::from_secs(5), "the lease to park on broker b", || {
-        let parked = b.service.metrics().leases_waiting() == 1;
-        async move { parked.then_some(()) }
-    })
+    support::eventually(
+        Duration::from_secs(5),
+        "the lease to park on broker b",
+        || {
+            let parked = b.service.metrics().leases_waiting() == 1;
+            async move { parked.then_some(()) }
+        },
+    )
     .await;
     a.enqueue(vec![task("t", "q", "p")]).await;
     let (tasks, waited) = waiting.await.expect("lease task");
@@ -217,7 +221,12 @@ async fn enqueues_racing_with_settlements_never_stall_a_queue() {
                         max: 2,
                         wait_ms: 100,
                     };
-                    in_hand = client.lease(request).await.expect("lease").into_inner().tasks;
+                    in_hand = client
+                        .lease(request)
+                        .await
+                        .expect("lease")
+                        .into_inner()
+                        .tasks;
                     continue;
                 }
                 let t = in_hand.remove(0);
@@ -264,7 +273,10 @@ async fn enqueues_racing_with_settlements_never_stall_a_queue() {
     let superseding = &order["s"];
     let position = |id: &str| {
         let (generation, n) = id[1..].split_once('-').expect("s<gen>-<n>");
-        (generation.parse::<i64>().expect("gen"), n.parse::<usize>().expect("n"))
+        (
+            generation.parse::<i64>().expect("gen"),
+            n.parse::<usize>().expect("n"),
+        )
     };
     let positions: Vec<(i64, usize)> = superseding.iter().map(|id| position(id)).collect();
     assert!(
@@ -281,4 +293,3 @@ async fn enqueues_racing_with_settlements_never_stall_a_queue() {
         b.stop().await;
     }
 }
-

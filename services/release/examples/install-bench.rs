@@ -12,11 +12,11 @@
 //! `cargo run --release -p berth-release --example install-bench -- [--runs N] [--delay-ms MS]`
 
 use anyhow::Context as _;
+use berth_helm::helm_binary::find_helm;
 use berth_release::manager::ReleaseManager;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use berth_helm::helm_binary::find_helm;
 
 /// Longest one install may take to become ready.
 const READY_DEADLINE: Duration = Duration::from_secs(180);
@@ -164,7 +164,6 @@ impl Drop for Cleanup {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
-
 
 fn write_chart(root: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(root.join("templates"))?;

@@ -8,7 +8,10 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Debug)]
-#[command(name = "berth-release", about = "berth release service: render, apply, record, uninstall")]
+#[command(
+    name = "berth-release",
+    about = "berth release service: render, apply, record, uninstall"
+)]
 struct Args {
     #[arg(long, env = "BERTH_RELEASE_LISTEN", default_value = "127.0.0.1:7074")]
     listen: std::net::SocketAddr,
@@ -31,7 +34,8 @@ async fn main() -> anyhow::Result<()> {
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
-    let service = berth_release::service::ReleaseService::new(client).with_history_max(args.history_max);
+    let service =
+        berth_release::service::ReleaseService::new(client).with_history_max(args.history_max);
     berth_release::process::run_service(service, listener, shutdown).await?;
     Ok(())
 }

@@ -163,7 +163,11 @@ impl pb::releases_server::Releases for ReleaseService {
         let req = request.into_inner();
         let seen = if req.wait_ms > 0 {
             let wait = Duration::from_millis(req.wait_ms as u64).min(MAX_STATUS_WAIT);
-            match self.manager.wait_ready(&req.name, &req.namespace, wait).await {
+            match self
+                .manager
+                .wait_ready(&req.name, &req.namespace, wait)
+                .await
+            {
                 Ok(seen) => seen,
                 // No release (yet): answer as Status does, `found: false`.
                 Err(ReleaseError::NotFound(_)) => self

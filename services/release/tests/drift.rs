@@ -84,7 +84,11 @@ async fn drift_reported(
         .drift
         .iter()
         .map(|d| {
-            let object = d.object.as_ref().map(|o| o.name.clone()).unwrap_or_default();
+            let object = d
+                .object
+                .as_ref()
+                .map(|o| o.name.clone())
+                .unwrap_or_default();
             (object, d.kind.clone(), d.repaired)
         })
         .collect();

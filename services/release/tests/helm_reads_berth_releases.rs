@@ -5,12 +5,11 @@
 
 mod support;
 
+use berth_helm::helm_binary::find_helm;
 use berth_proto::release::{InstallRequest, RenderRequest};
 use std::path::Path;
 use std::process::Command;
 use support::{chart, config_map, start};
-use berth_helm::helm_binary::find_helm;
-
 
 /// Runs helm with an isolated home (no user repositories or caches involved).
 async fn helm(

@@ -713,10 +713,12 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
     // Deployment must still count as not ready: a real API server lists objects without
     // apiVersion and kind, and a wait that lost the kind took any object for Current.
     let deployments = Api::<Deployment>::namespaced(idle.kube.clone(), &idle.namespace);
-    let observed = kube::runtime::wait::await_condition(deployments, "web", |d: Option<&Deployment>| {
-        d.and_then(|d| d.status.as_ref())
-            .is_some_and(|s| s.observed_generation == Some(1) && s.unavailable_replicas == Some(2))
-    });
+    let observed =
+        kube::runtime::wait::await_condition(deployments, "web", |d: Option<&Deployment>| {
+            d.and_then(|d| d.status.as_ref()).is_some_and(|s| {
+                s.observed_generation == Some(1) && s.unavailable_replicas == Some(2)
+            })
+        });
     tokio::time::timeout(std::time::Duration::from_secs(60), observed).await??;
     let idle_manager = berth_release::manager::ReleaseManager::new(idle.kube.clone());
     let seen = idle_manager
@@ -726,9 +728,14 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
             std::time::Duration::from_millis(500),
         )
         .await?;
-    assert!(!seen.ready, "a Deployment with no available replica is not ready");
     assert!(
-        seen.not_ready.iter().any(|m| m.contains("Deployment") && m.contains("Available: 0/2")),
+        !seen.ready,
+        "a Deployment with no available replica is not ready"
+    );
+    assert!(
+        seen.not_ready
+            .iter()
+            .any(|m| m.contains("Deployment") && m.contains("Available: 0/2")),
         "{:?}",
         seen.not_ready
     );
@@ -752,7 +759,10 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
         .into_inner();
     assert!(timed_out.found && !timed_out.ready);
     assert!(
-        timed_out.not_ready.iter().any(|m| m.contains("Deployment") && m.contains("Available: 0/2")),
+        timed_out
+            .not_ready
+            .iter()
+            .any(|m| m.contains("Deployment") && m.contains("Available: 0/2")),
         "{:?}",
         timed_out.not_ready
     );
@@ -772,15 +782,19 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
 #[tokio::test]
 async fn history_is_trimmed_to_the_configured_limit() -> anyhow::Result<()> {
     let h = start().await?;
-    let manager =
-        berth_release::manager::ReleaseManager::new(h.kube.clone()).with_history_max(2);
+    let manager = berth_release::manager::ReleaseManager::new(h.kube.clone()).with_history_max(2);
     for greeting in ["one", "two", "three"] {
         let files = chart(&[("templates/c.yaml", &config_map("c", false))])
             .into_iter()
             .map(|f| (f.path, f.content))
             .collect();
         manager
-            .install("hist", &h.namespace, files, serde_json::json!({ "greeting": greeting }))
+            .install(
+                "hist",
+                &h.namespace,
+                files,
+                serde_json::json!({ "greeting": greeting }),
+            )
             .await?;
     }
     let revisions: Vec<i32> = manager
@@ -793,8 +807,15 @@ async fn history_is_trimmed_to_the_configured_limit() -> anyhow::Result<()> {
     let secrets = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace)
         .list(&ListParams::default().labels("owner=helm,name=hist"))
         .await?;
-    let mut names: Vec<String> = secrets.items.iter().filter_map(|s| s.metadata.name.clone()).collect();
+    let mut names: Vec<String> = secrets
+        .items
+        .iter()
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
     names.sort();
-    assert_eq!(names, ["sh.helm.release.v1.hist.v2", "sh.helm.release.v1.hist.v3"]);
+    assert_eq!(
+        names,
+        ["sh.helm.release.v1.hist.v2", "sh.helm.release.v1.hist.v3"]
+    );
     Ok(())
 }

@@ -46,7 +46,8 @@ async fn statuses_of_revision_during(
     operation: impl std::future::Future<Output = anyhow::Result<()>>,
 ) -> anyhow::Result<Vec<String>> {
     let secrets: Api<Secret> = Api::namespaced(h.kube.clone(), &h.namespace);
-    let config = watcher::Config::default().labels(&format!("owner=helm,name={name},version={version}"));
+    let config =
+        watcher::Config::default().labels(&format!("owner=helm,name={name},version={version}"));
     let mut events = Box::pin(watcher(secrets, config));
     // The watch is established once its initial (empty) listing is complete.
     loop {
@@ -78,7 +79,8 @@ async fn statuses_of_revision_during(
         }
         anyhow::bail!("watch ended after {seen:?}")
     };
-    let (seen, done) = tokio::time::timeout(DEADLINE, async { tokio::join!(seen, operation) }).await?;
+    let (seen, done) =
+        tokio::time::timeout(DEADLINE, async { tokio::join!(seen, operation) }).await?;
     done?;
     seen
 }

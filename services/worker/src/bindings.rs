@@ -14,7 +14,11 @@ use crate::context::{TaskContext, rpc_error};
 /// The namespace an app's bindings and object operations are locked to; empty for modules.
 pub fn app_namespace(cx: &TaskContext<'_>) -> String {
     let r = cx.spec.r#ref.clone().unwrap_or_default();
-    if r.kind == berth_proto::v1::PackageKind::Module as i32 { String::new() } else { r.namespace }
+    if r.kind == berth_proto::v1::PackageKind::Module as i32 {
+        String::new()
+    } else {
+        r.namespace
+    }
 }
 
 /// The SetBindings request for a package's hooks.
@@ -40,13 +44,35 @@ pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBind
                 binding: k.name.clone(),
                 api_version: k.api_version.clone().unwrap_or_default(),
                 kind: k.kind.clone(),
-                namespaces: namespace.name_selector.map(|n| n.match_names).unwrap_or_default(),
-                namespace_label_selector: namespace.label_selector.map(|l| l.to_query()).unwrap_or_default(),
-                names: k.name_selector.clone().map(|n| n.match_names).unwrap_or_default(),
-                label_selector: k.label_selector.as_ref().map(|l| l.to_query()).unwrap_or_default(),
-                field_selector: k.field_selector.as_ref().map(|f| f.to_query()).unwrap_or_default(),
+                namespaces: namespace
+                    .name_selector
+                    .map(|n| n.match_names)
+                    .unwrap_or_default(),
+                namespace_label_selector: namespace
+                    .label_selector
+                    .map(|l| l.to_query())
+                    .unwrap_or_default(),
+                names: k
+                    .name_selector
+                    .clone()
+                    .map(|n| n.match_names)
+                    .unwrap_or_default(),
+                label_selector: k
+                    .label_selector
+                    .as_ref()
+                    .map(|l| l.to_query())
+                    .unwrap_or_default(),
+                field_selector: k
+                    .field_selector
+                    .as_ref()
+                    .map(|f| f.to_query())
+                    .unwrap_or_default(),
                 jq_filter: k.jq_filter.clone().unwrap_or_default(),
-                execute_hook_on_event: k.execute_hook_on_event.iter().map(|e| e.as_str().to_owned()).collect(),
+                execute_hook_on_event: k
+                    .execute_hook_on_event
+                    .iter()
+                    .map(|e| e.as_str().to_owned())
+                    .collect(),
                 execute_hook_on_synchronization: k.execute_hook_on_synchronization,
                 wait_for_synchronization: k.wait_for_synchronization,
                 keep_full_objects_in_memory: k.keep_full_objects_in_memory,
@@ -90,23 +116,44 @@ pub async fn snapshots(
         .services
         .hookevent
         .clone()
-        .get_snapshots(pb::GetSnapshotsRequest { package: cx.key().to_owned(), for_synchronization })
+        .get_snapshots(pb::GetSnapshotsRequest {
+            package: cx.key().to_owned(),
+            for_synchronization,
+        })
         .await
         .map_err(|s| rpc_error("hookevent GetSnapshots", s))?
         .into_inner();
     let mut out: BTreeMap<String, BTreeMap<String, BindingObjects>> = BTreeMap::new();
     for b in answer.bindings {
-        let objects = parse_objects(&b.objects_json)
-            .map_err(|e| TaskError::retry(format!("hookevent GetSnapshots: binding {} of hook {}: {e}", b.binding, b.hook)))?;
-        out.entry(b.hook).or_default().insert(b.binding, BindingObjects { objects, synchronized: b.synchronized });
+        let objects = parse_objects(&b.objects_json).map_err(|e| {
+            TaskError::retry(format!(
+                "hookevent GetSnapshots: binding {} of hook {}: {e}",
+                b.binding, b.hook
+            ))
+        })?;
+        out.entry(b.hook).or_default().insert(
+            b.binding,
+            BindingObjects {
+                objects,
+                synchronized: b.synchronized,
+            },
+        );
     }
     Ok(out)
 }
 
 /// The `snapshots` map of one hook.
-pub fn hook_snapshots(all: &BTreeMap<String, BTreeMap<String, BindingObjects>>, hook: &str) -> Snapshots {
+pub fn hook_snapshots(
+    all: &BTreeMap<String, BTreeMap<String, BindingObjects>>,
+    hook: &str,
+) -> Snapshots {
     all.get(hook)
-        .map(|bindings| bindings.iter().map(|(name, b)| (name.clone(), b.objects.clone())).collect())
+        .map(|bindings| {
+            bindings
+                .iter()
+                .map(|(name, b)| (name.clone(), b.objects.clone()))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -126,7 +173,10 @@ pub async fn synchronization_done(cx: &TaskContext<'_>) -> Result<(), TaskError>
     cx.services
         .hookevent
         .clone()
-        .synchronization_done(pb::SynchronizationDoneRequest { package: cx.key().to_owned(), generation: cx.spec.generation })
+        .synchronization_done(pb::SynchronizationDoneRequest {
+            package: cx.key().to_owned(),
+            generation: cx.spec.generation,
+        })
         .await
         .map_err(|s| rpc_error("hookevent SynchronizationDone", s))?;
     Ok(())
@@ -134,7 +184,11 @@ pub async fn synchronization_done(cx: &TaskContext<'_>) -> Result<(), TaskError>
 
 /// Has hookevent execute a hook's object operations as one batch. An invalid batch (unknown
 /// kind, a namespace outside the app's) is a permanent failure naming the operation.
-pub async fn apply_operations(cx: &TaskContext<'_>, hook: &str, operations: &[ObjectOperation]) -> Result<(), TaskError> {
+pub async fn apply_operations(
+    cx: &TaskContext<'_>,
+    hook: &str,
+    operations: &[ObjectOperation],
+) -> Result<(), TaskError> {
     if operations.is_empty() {
         return Ok(());
     }
@@ -144,14 +198,23 @@ pub async fn apply_operations(cx: &TaskContext<'_>, hook: &str, operations: &[Ob
         app_namespace: app_namespace(cx),
         operations: operations.iter().map(to_proto).collect(),
     };
-    match cx.services.hookevent.clone().apply_object_operations(request).await {
+    match cx
+        .services
+        .hookevent
+        .clone()
+        .apply_object_operations(request)
+        .await
+    {
         Ok(answer) => {
             for line in answer.into_inner().results {
                 tracing::info!(hook, result = %line, "object operation");
             }
             Ok(())
         }
-        Err(s) if s.code() == tonic::Code::InvalidArgument => Err(TaskError::permanent(format!("object operations: {}", s.message()))),
+        Err(s) if s.code() == tonic::Code::InvalidArgument => Err(TaskError::permanent(format!(
+            "object operations: {}",
+            s.message()
+        ))),
         Err(s) => Err(rpc_error("hookevent ApplyObjectOperations", s)),
     }
 }
@@ -173,23 +236,47 @@ fn to_proto(op: &ObjectOperation) -> pb::ObjectOperation {
         ..Default::default()
     };
     match op {
-        ObjectOperation::Create { object, subresource } => create("Create", object, subresource),
-        ObjectOperation::CreateOrUpdate { object, subresource } => create("CreateOrUpdate", object, subresource),
-        ObjectOperation::CreateIfNotExists { object, subresource } => create("CreateIfNotExists", object, subresource),
+        ObjectOperation::Create {
+            object,
+            subresource,
+        } => create("Create", object, subresource),
+        ObjectOperation::CreateOrUpdate {
+            object,
+            subresource,
+        } => create("CreateOrUpdate", object, subresource),
+        ObjectOperation::CreateIfNotExists {
+            object,
+            subresource,
+        } => create("CreateIfNotExists", object, subresource),
         ObjectOperation::Delete { target: t } => target("Delete", t),
         ObjectOperation::DeleteInBackground { target: t } => target("DeleteInBackground", t),
         ObjectOperation::DeleteNonCascading { target: t } => target("DeleteNonCascading", t),
-        ObjectOperation::MergePatch { target: t, merge_patch, ignore_missing_object, .. } => pb::ObjectOperation {
+        ObjectOperation::MergePatch {
+            target: t,
+            merge_patch,
+            ignore_missing_object,
+            ..
+        } => pb::ObjectOperation {
             json: merge_patch.to_string(),
             ignore_missing_object: *ignore_missing_object,
             ..target("MergePatch", t)
         },
-        ObjectOperation::JsonPatch { target: t, json_patch, ignore_missing_object, .. } => pb::ObjectOperation {
+        ObjectOperation::JsonPatch {
+            target: t,
+            json_patch,
+            ignore_missing_object,
+            ..
+        } => pb::ObjectOperation {
             json: serde_json::to_string(json_patch).unwrap_or_else(|_| "[]".into()),
             ignore_missing_object: *ignore_missing_object,
             ..target("JSONPatch", t)
         },
-        ObjectOperation::JqPatch { target: t, jq_filter, ignore_missing_object, .. } => pb::ObjectOperation {
+        ObjectOperation::JqPatch {
+            target: t,
+            jq_filter,
+            ignore_missing_object,
+            ..
+        } => pb::ObjectOperation {
             jq_filter: jq_filter.clone(),
             ignore_missing_object: *ignore_missing_object,
             ..target("JQPatch", t)

@@ -38,9 +38,13 @@ impl Services {
     /// Clients of the services `config` names; they connect on first use.
     pub fn connect_lazy(config: &TaskConfig) -> Result<Services, tonic::transport::Error> {
         Ok(Services {
-            lifecycle: LifecycleClient::new(berth_telemetry::connect_lazy(&config.lifecycle_endpoint)?),
+            lifecycle: LifecycleClient::new(berth_telemetry::connect_lazy(
+                &config.lifecycle_endpoint,
+            )?),
             release: ReleasesClient::new(berth_telemetry::connect_lazy(&config.release_endpoint)?),
-            hookevent: HookEventsClient::new(berth_telemetry::connect_lazy(&config.hookevent_endpoint)?),
+            hookevent: HookEventsClient::new(berth_telemetry::connect_lazy(
+                &config.hookevent_endpoint,
+            )?),
         })
     }
 }

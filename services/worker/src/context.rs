@@ -21,12 +21,21 @@ pub struct TaskContext<'a> {
 
 /// A gRPC failure as a retryable task error naming the call.
 pub fn rpc_error(call: &str, status: tonic::Status) -> TaskError {
-    TaskError::retry(format!("{call}: {} ({:?})", status.message(), status.code()))
+    TaskError::retry(format!(
+        "{call}: {} ({:?})",
+        status.message(),
+        status.code()
+    ))
 }
 
 /// A condition of the package: type, status, reason, message.
 pub fn condition(t: &str, s: &str, r: &str, m: &str) -> ConditionUpdate {
-    ConditionUpdate { r#type: t.into(), status: s.into(), reason: r.into(), message: m.into() }
+    ConditionUpdate {
+        r#type: t.into(),
+        status: s.into(),
+        reason: r.into(),
+        message: m.into(),
+    }
 }
 
 impl<'a> TaskContext<'a> {
@@ -40,7 +49,12 @@ impl<'a> TaskContext<'a> {
         cancel: CancellationToken,
     ) -> Result<Option<TaskContext<'a>>, TaskError> {
         let mut lifecycle = services.lifecycle.clone();
-        let spec = match lifecycle.get_spec(GetSpecRequest { key: task.package.clone() }).await {
+        let spec = match lifecycle
+            .get_spec(GetSpecRequest {
+                key: task.package.clone(),
+            })
+            .await
+        {
             Ok(spec) => spec.into_inner(),
             Err(s) if s.code() == tonic::Code::NotFound => return Ok(None),
             Err(s) => return Err(rpc_error("lifecycle GetSpec", s)),
@@ -58,7 +72,10 @@ impl<'a> TaskContext<'a> {
     }
 
     /// The package's hooks (discovered on first use by this worker).
-    pub async fn package_hooks(&self, pkg: &berth_package::Package) -> Result<std::sync::Arc<Vec<berth_hooks::Hook>>, TaskError> {
+    pub async fn package_hooks(
+        &self,
+        pkg: &berth_package::Package,
+    ) -> Result<std::sync::Arc<Vec<berth_hooks::Hook>>, TaskError> {
         self.hooks.get(pkg, self.config.hook_timeout).await
     }
 
@@ -69,7 +86,10 @@ impl<'a> TaskContext<'a> {
     /// `<cache>/<package key>/<version>`: each instance has its own copy, so Cleanup can delete it
     /// without touching another instance of the same package.
     pub fn package_dir(&self) -> PathBuf {
-        self.config.cache_dir.join(&self.spec.key).join(&self.spec.version)
+        self.config
+            .cache_dir
+            .join(&self.spec.key)
+            .join(&self.spec.version)
     }
 
     /// The Helm release name and namespace of this package instance.
@@ -94,7 +114,11 @@ impl<'a> TaskContext<'a> {
     }
 
     /// Reports a phase and conditions.
-    pub async fn progress(&self, phase: &str, conditions: &[(&str, &str, &str, &str)]) -> Result<(), TaskError> {
+    pub async fn progress(
+        &self,
+        phase: &str,
+        conditions: &[(&str, &str, &str, &str)],
+    ) -> Result<(), TaskError> {
         self.report(ReportRequest {
             phase: phase.to_owned(),
             conditions: conditions
@@ -110,7 +134,13 @@ impl<'a> TaskContext<'a> {
     /// Records a task failure on the package; best effort.
     pub async fn report_error(&self, kind: TaskKind, message: &str) {
         let error = format!("{}: {message}", kind.as_str());
-        if let Err(e) = self.report(ReportRequest { error, ..Default::default() }).await {
+        if let Err(e) = self
+            .report(ReportRequest {
+                error,
+                ..Default::default()
+            })
+            .await
+        {
             tracing::warn!(error = %e.message, "could not report a task failure");
         }
     }
@@ -120,8 +150,14 @@ impl<'a> TaskContext<'a> {
         let r = self.spec.r#ref.clone().unwrap_or_default();
         let mut env = vec![
             ("BERTH_PACKAGE_KEY".to_owned(), self.spec.key.clone()),
-            ("BERTH_PACKAGE_VERSION".to_owned(), self.spec.version.clone()),
-            ("TRACEPARENT".to_owned(), berth_telemetry::current_traceparent()),
+            (
+                "BERTH_PACKAGE_VERSION".to_owned(),
+                self.spec.version.clone(),
+            ),
+            (
+                "TRACEPARENT".to_owned(),
+                berth_telemetry::current_traceparent(),
+            ),
         ];
         if r.kind == berth_proto::v1::PackageKind::Module as i32 {
             env.push(("MODULE_NAME".to_owned(), r.name));

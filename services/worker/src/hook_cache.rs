@@ -48,14 +48,23 @@ impl HookCache {
     }
 
     /// Waits until the hook's `settings` throttle lets it run (at once without settings).
-    pub async fn throttle(&self, package: &str, hook: &Hook, cancel: &tokio_util::sync::CancellationToken) -> Result<(), TaskError> {
-        let Some(settings) = hook.config.settings else { return Ok(()) };
+    pub async fn throttle(
+        &self,
+        package: &str,
+        hook: &Hook,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<(), TaskError> {
+        let Some(settings) = hook.config.settings else {
+            return Ok(());
+        };
         let bucket = {
             let mut all = self.throttles.lock().unwrap_or_else(|p| p.into_inner());
             if all.len() >= HOOK_CACHE_ENTRIES * 8 {
                 all.clear();
             }
-            all.entry(format!("{package}/{}", hook.name)).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Throttle::new(settings)))).clone()
+            all.entry(format!("{package}/{}", hook.name))
+                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Throttle::new(settings))))
+                .clone()
         };
         tokio::select! {
             _ = async { bucket.lock().await.acquire().await } => Ok(()),

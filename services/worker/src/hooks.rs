@@ -55,10 +55,18 @@ pub async fn run_lifecycle(
     if bound.is_empty() {
         return Ok(false);
     }
-    let snapshots = if binding == LifecycleBinding::OnStartup { Default::default() } else { bindings::snapshots(cx, hooks, false).await? };
+    let snapshots = if binding == LifecycleBinding::OnStartup {
+        Default::default()
+    } else {
+        bindings::snapshots(cx, hooks, false).await?
+    };
     let mut changed = false;
     for hook in bound {
-        let context = BindingContext::lifecycle(binding, &hook.config, &hook_snapshots(&snapshots, &hook.name));
+        let context = BindingContext::lifecycle(
+            binding,
+            &hook.config,
+            &hook_snapshots(&snapshots, &hook.name),
+        );
         let output = run_hook(cx, hook, binding_context::to_json(&[context]), values).await?;
         changed |= apply_outputs(cx, pkg, hook, output, values).await?;
         report_run(cx, &hook.name, "").await;
@@ -84,7 +92,10 @@ pub async fn apply_outputs(
 /// Records a hook run for Dump; best effort.
 pub async fn report_run(cx: &TaskContext<'_>, hook: &str, error: &str) {
     let report = berth_proto::lifecycle::ReportRequest {
-        hook_run: Some(berth_proto::lifecycle::HookRunReport { name: hook.to_owned(), error: error.to_owned() }),
+        hook_run: Some(berth_proto::lifecycle::HookRunReport {
+            name: hook.to_owned(),
+            error: error.to_owned(),
+        }),
         ..Default::default()
     };
     if let Err(e) = cx.report(report).await {

@@ -118,7 +118,8 @@ async fn main() -> anyhow::Result<()> {
                 None => None,
             };
             println!("worker {} started", config.id);
-            berth_worker::process::work_with_metrics(&broker, tasks, config, metrics, shutdown).await?;
+            berth_worker::process::work_with_metrics(&broker, tasks, config, metrics, shutdown)
+                .await?;
         }
     }
     Ok(())

@@ -14,13 +14,19 @@ use berth_hooks::MetricOperation;
 /// Most series kept; past it, new series are dropped (and logged) so a hook cannot exhaust memory.
 const MAX_SERIES: usize = 10_000;
 /// Buckets of `observe` when the hook names none (Prometheus' defaults).
-const DEFAULT_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 #[derive(Clone, Debug, PartialEq)]
 enum Series {
     Counter(f64),
     Gauge(f64),
-    Histogram { buckets: Vec<(f64, u64)>, sum: f64, count: u64 },
+    Histogram {
+        buckets: Vec<(f64, u64)>,
+        sum: f64,
+        count: u64,
+    },
 }
 
 /// A series: metric name and its sorted labels.
@@ -46,13 +52,17 @@ pub fn record(package: &str, hook: &str, operations: &[MetricOperation]) {
     let mut expired = std::collections::BTreeSet::new();
     for op in operations {
         let group = match op {
-            MetricOperation::Add { group, .. } | MetricOperation::Set { group, .. } => group.clone(),
+            MetricOperation::Add { group, .. } | MetricOperation::Set { group, .. } => {
+                group.clone()
+            }
             MetricOperation::Expire { group } => Some(group.clone()),
             MetricOperation::Observe { .. } => None,
         };
         if let Some(g) = group
             && expired.insert(g.clone())
-            && let Some(keys) = store.groups.remove(&(package.to_owned(), hook.to_owned(), g))
+            && let Some(keys) = store
+                .groups
+                .remove(&(package.to_owned(), hook.to_owned(), g))
         {
             for key in keys {
                 store.series.remove(&key);
@@ -61,11 +71,23 @@ pub fn record(package: &str, hook: &str, operations: &[MetricOperation]) {
     }
     for op in operations {
         let (name, labels, group) = match op {
-            MetricOperation::Add { name, labels, group, .. } | MetricOperation::Set { name, labels, group, .. } => (name, labels, group.clone()),
+            MetricOperation::Add {
+                name,
+                labels,
+                group,
+                ..
+            }
+            | MetricOperation::Set {
+                name,
+                labels,
+                group,
+                ..
+            } => (name, labels, group.clone()),
             MetricOperation::Observe { name, labels, .. } => (name, labels, None),
             MetricOperation::Expire { .. } => continue,
         };
-        let mut labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut labels: Vec<(String, String)> =
+            labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         labels.push(("hook".into(), hook.to_owned()));
         labels.push(("package".into(), package.to_owned()));
         labels.sort();
@@ -86,9 +108,22 @@ pub fn record(package: &str, hook: &str, operations: &[MetricOperation]) {
                 entry.insert_entry(Series::Gauge(*value));
             }
             MetricOperation::Observe { value, buckets, .. } => {
-                let bounds: Vec<f64> = if buckets.is_empty() { DEFAULT_BUCKETS.to_vec() } else { buckets.clone() };
-                let s = entry.or_insert_with(|| Series::Histogram { buckets: bounds.iter().map(|b| (*b, 0)).collect(), sum: 0.0, count: 0 });
-                if let Series::Histogram { buckets, sum, count } = s {
+                let bounds: Vec<f64> = if buckets.is_empty() {
+                    DEFAULT_BUCKETS.to_vec()
+                } else {
+                    buckets.clone()
+                };
+                let s = entry.or_insert_with(|| Series::Histogram {
+                    buckets: bounds.iter().map(|b| (*b, 0)).collect(),
+                    sum: 0.0,
+                    count: 0,
+                });
+                if let Series::Histogram {
+                    buckets,
+                    sum,
+                    count,
+                } = s
+                {
                     for (bound, n) in buckets.iter_mut() {
                         if *value <= *bound {
                             *n += 1;
@@ -101,14 +136,25 @@ pub fn record(package: &str, hook: &str, operations: &[MetricOperation]) {
             MetricOperation::Expire { .. } => {}
         }
         if let Some(g) = group {
-            store.groups.entry((package.to_owned(), hook.to_owned(), g)).or_default().push(key);
+            store
+                .groups
+                .entry((package.to_owned(), hook.to_owned(), g))
+                .or_default()
+                .push(key);
         }
     }
 }
 
 fn label_text(labels: &[(String, String)], extra: Option<(&str, String)>) -> String {
-    let escape = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-    let mut parts: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+    let escape = |v: &str| {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
+    let mut parts: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
     if let Some((k, v)) = extra {
         parts.push(format!("{k}=\"{v}\""));
     }
@@ -119,17 +165,31 @@ fn label_text(labels: &[(String, String)], extra: Option<(&str, String)>) -> Str
 pub fn render() -> String {
     let guard = STORE.lock().unwrap_or_else(|p| p.into_inner());
     let mut out = String::new();
-    let Some(store) = guard.as_ref() else { return out };
+    let Some(store) = guard.as_ref() else {
+        return out;
+    };
     for ((name, labels), series) in &store.series {
         match series {
             Series::Counter(v) | Series::Gauge(v) => {
                 let _ = writeln!(out, "{name}{} {v}", label_text(labels, None));
             }
-            Series::Histogram { buckets, sum, count } => {
+            Series::Histogram {
+                buckets,
+                sum,
+                count,
+            } => {
                 for (bound, n) in buckets {
-                    let _ = writeln!(out, "{name}_bucket{} {n}", label_text(labels, Some(("le", bound.to_string()))));
+                    let _ = writeln!(
+                        out,
+                        "{name}_bucket{} {n}",
+                        label_text(labels, Some(("le", bound.to_string())))
+                    );
                 }
-                let _ = writeln!(out, "{name}_bucket{} {count}", label_text(labels, Some(("le", "+Inf".into()))));
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{} {count}",
+                    label_text(labels, Some(("le", "+Inf".into())))
+                );
                 let _ = writeln!(out, "{name}_sum{} {sum}", label_text(labels, None));
                 let _ = writeln!(out, "{name}_count{} {count}", label_text(labels, None));
             }
@@ -148,16 +208,33 @@ mod tests {
 
     #[test]
     fn series_carry_the_hook_label_and_groups_expire() {
-        record("ns.m1", "a.sh", &ops(r#"{"name":"m1_runs","add":1}
+        record(
+            "ns.m1",
+            "a.sh",
+            &ops(r#"{"name":"m1_runs","add":1}
 {"name":"m1_runs","add":2}
-{"name":"m1_size","set":5,"labels":{"x":"1"},"group":"g"}"#));
+{"name":"m1_size","set":5,"labels":{"x":"1"},"group":"g"}"#),
+        );
         let text = render();
-        assert!(text.contains(r#"m1_runs{hook="a.sh",package="ns.m1"} 3"#), "{text}");
-        assert!(text.contains(r#"m1_size{hook="a.sh",package="ns.m1",x="1"} 5"#), "{text}");
-        record("ns.m1", "a.sh", &ops(r#"{"name":"m1_size","set":7,"labels":{"x":"2"},"group":"g"}"#));
+        assert!(
+            text.contains(r#"m1_runs{hook="a.sh",package="ns.m1"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"m1_size{hook="a.sh",package="ns.m1",x="1"} 5"#),
+            "{text}"
+        );
+        record(
+            "ns.m1",
+            "a.sh",
+            &ops(r#"{"name":"m1_size","set":7,"labels":{"x":"2"},"group":"g"}"#),
+        );
         let text = render();
         assert!(!text.contains(r#"x="1""#), "group g was replaced: {text}");
-        assert!(text.contains(r#"m1_size{hook="a.sh",package="ns.m1",x="2"} 7"#), "{text}");
+        assert!(
+            text.contains(r#"m1_size{hook="a.sh",package="ns.m1",x="2"} 7"#),
+            "{text}"
+        );
         record("ns.m1", "a.sh", &ops(r#"{"group":"g","action":"expire"}"#));
         assert!(!render().contains("m1_size"));
     }

@@ -21,9 +21,12 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
         if !dest.join("package.yaml").exists() {
             LocalRepository::new(&repo)
                 .fetch(&package, &version, &dest)
-                .map_err(|e| TaskError::retry(format!("fetching {package} {version} from {repo}: {e}")))?;
+                .map_err(|e| {
+                    TaskError::retry(format!("fetching {package} {version} from {repo}: {e}"))
+                })?;
         }
-        berth_package::load(&dest).map_err(|e| TaskError::retry(format!("loading {package} {version}: {e}")))
+        berth_package::load(&dest)
+            .map_err(|e| TaskError::retry(format!("loading {package} {version}: {e}")))
     })
     .await
     .map_err(|e| TaskError::retry(format!("package loader panicked: {e}")))?
@@ -42,25 +45,41 @@ pub struct Values {
 impl Values {
     pub fn compute(pkg: &Package, cx: &TaskContext<'_>) -> Result<Values, TaskError> {
         let settings = berth_proto::json::from_opt_struct(cx.spec.settings.as_ref());
-        let patches: json_patch::Patch = serde_json::from_str(&cx.spec.values_patch_json)
-            .map_err(|e| TaskError::permanent(format!("stored values patch is not a JSON patch: {e}")))?;
+        let patches: json_patch::Patch =
+            serde_json::from_str(&cx.spec.values_patch_json).map_err(|e| {
+                TaskError::permanent(format!("stored values patch is not a JSON patch: {e}"))
+            })?;
         // Stored patches replay leniently: a settings change may have removed a path an old
         // patch touched, and that must not wedge the package.
         let current = berth_package::rebuild_values(pkg, &settings, &patches)
             .map_err(|e| TaskError::retry(e.to_string()))?;
         let stored = patches.0.len();
-        Ok(Values { settings, patches, current, stored })
+        Ok(Values {
+            settings,
+            patches,
+            current,
+            stored,
+        })
     }
 
     /// The patch operations added in this task, as JSON for lifecycle ("" when none).
     pub fn new_ops_json(&self) -> String {
         let new = &self.patches.0[self.stored.min(self.patches.0.len())..];
-        if new.is_empty() { String::new() } else { serde_json::to_string(new).unwrap_or_default() }
+        if new.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(new).unwrap_or_default()
+        }
     }
 
     /// Applies a hook's patch on top: strict, and validated against the values schema. Returns
     /// whether the values changed.
-    pub fn apply(&mut self, pkg: &Package, hook: &str, patch: json_patch::Patch) -> Result<bool, TaskError> {
+    pub fn apply(
+        &mut self,
+        pkg: &Package,
+        hook: &str,
+        patch: json_patch::Patch,
+    ) -> Result<bool, TaskError> {
         if patch.0.is_empty() {
             return Ok(false);
         }
@@ -72,7 +91,10 @@ impl Values {
         if let Some(schema) = &pkg.values_schema {
             schema.validate(&values).map_err(|errors| {
                 let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-                TaskError::retry(format!("values patch of hook {hook}: values do not match the values schema: {}", text.join("; ")))
+                TaskError::retry(format!(
+                    "values patch of hook {hook}: values do not match the values schema: {}",
+                    text.join("; ")
+                ))
             })?;
         }
         let mut all = self.patches.clone();
@@ -85,7 +107,11 @@ impl Values {
 }
 
 /// Reports the values now and the patch operations new in this task.
-pub async fn report_values(cx: &TaskContext<'_>, values: &Values, inside_run: bool) -> Result<(), TaskError> {
+pub async fn report_values(
+    cx: &TaskContext<'_>,
+    values: &Values,
+    inside_run: bool,
+) -> Result<(), TaskError> {
     cx.report(ReportRequest {
         values: Some(berth_proto::json::to_struct(&values.current)),
         values_patch_json: values.new_ops_json(),

@@ -44,7 +44,13 @@ pub async fn work_with_metrics(
         .connect_timeout(Duration::from_secs(5))
         .connect_lazy();
     let runner = TaskRunner::new(tasks)?;
-    let admin = metrics.map(|listener| tokio::spawn(berth_queue::admin::serve_text_metrics(listener, shutdown.clone(), crate::metrics::render)));
+    let admin = metrics.map(|listener| {
+        tokio::spawn(berth_queue::admin::serve_text_metrics(
+            listener,
+            shutdown.clone(),
+            crate::metrics::render,
+        ))
+    });
     let result = worker::run(BrokerClient::new(channel), runner, config, shutdown.clone()).await;
     shutdown.cancel();
     if let Some(admin) = admin

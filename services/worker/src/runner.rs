@@ -25,7 +25,11 @@ pub struct TaskRunner {
 impl TaskRunner {
     pub fn new(config: TaskConfig) -> Result<Arc<TaskRunner>, tonic::transport::Error> {
         let services = Services::connect_lazy(&config)?;
-        Ok(Arc::new(TaskRunner { services, config, hooks: HookCache::default() }))
+        Ok(Arc::new(TaskRunner {
+            services,
+            config,
+            hooks: HookCache::default(),
+        }))
     }
 }
 
@@ -37,9 +41,15 @@ impl Handler for TaskRunner {
         );
         async move {
             let Some(kind) = TaskKind::parse(&task.kind) else {
-                return Err(TaskError::permanent(format!("unknown task kind {:?}", task.kind)));
+                return Err(TaskError::permanent(format!(
+                    "unknown task kind {:?}",
+                    task.kind
+                )));
             };
-            let Some(cx) = TaskContext::start(&self.services, &self.config, &self.hooks, &task, cancel).await? else {
+            let Some(cx) =
+                TaskContext::start(&self.services, &self.config, &self.hooks, &task, cancel)
+                    .await?
+            else {
                 tracing::debug!("superseded; skipped");
                 return Ok(());
             };

@@ -31,12 +31,16 @@ fn env_path(name: &str) -> anyhow::Result<String> {
 }
 
 fn run(index: &str) -> anyhow::Result<()> {
-    let contexts: Value = serde_json::from_str(&std::fs::read_to_string(env_path("BINDING_CONTEXT_PATH")?)?)
-        .context("BINDING_CONTEXT_PATH is not JSON")?;
+    let contexts: Value =
+        serde_json::from_str(&std::fs::read_to_string(env_path("BINDING_CONTEXT_PATH")?)?)
+            .context("BINDING_CONTEXT_PATH is not JSON")?;
     let patch = match index {
         "0" => json!([{"op": "add", "path": "/batchStartup", "value": true}]),
         "1" => {
-            let last = contexts.as_array().and_then(|a| a.last()).context("no binding context")?;
+            let last = contexts
+                .as_array()
+                .and_then(|a| a.last())
+                .context("no binding context")?;
             if last["type"] != "Group" || last["groupName"] != "main" {
                 bail!("expected a Group context of group main, got {last}");
             }

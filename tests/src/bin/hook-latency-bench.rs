@@ -44,8 +44,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail, ensure};
 use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
 use berth_proto::v1::{self, PackageKind, PackageRef};
-use berth_tests::{Proc, TestCluster};
 use berth_tests::measure::{cpu_time, percentile};
+use berth_tests::{Proc, TestCluster};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -63,7 +63,10 @@ const INSTALL_CONCURRENCY: usize = 16;
 type Lifecycle = LifecycleClient<tonic::transport::Channel>;
 
 #[derive(clap::Parser)]
-#[command(name = "hook-latency-bench", about = "event→hook start latency of berth's hooks")]
+#[command(
+    name = "hook-latency-bench",
+    about = "event→hook start latency of berth's hooks"
+)]
 struct Options {
     /// ConfigMap changes per second, over all packages.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
@@ -107,37 +110,99 @@ struct Topology {
 }
 
 impl Topology {
-    async fn start(bin: &Path, kubeconfig: &Path, dir: &Path, concurrency: usize) -> anyhow::Result<Topology> {
+    async fn start(
+        bin: &Path,
+        kubeconfig: &Path,
+        dir: &Path,
+        concurrency: usize,
+    ) -> anyhow::Result<Topology> {
         let start = |name: &str, args: Vec<String>, announce: &'static str| {
             let path = bin.join(name);
             async move {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 Proc::start_path(&path, &args, announce)
                     .await
-                    .with_context(|| format!("starting {} (build it in the same profile as the bench)", path.display()))
+                    .with_context(|| {
+                        format!(
+                            "starting {} (build it in the same profile as the bench)",
+                            path.display()
+                        )
+                    })
             }
         };
         let any = "127.0.0.1:0".to_owned();
         let sqlite = |name: &str| format!("sqlite://{}", dir.join(name).display());
         let kc = kubeconfig.display().to_string();
         let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
-        let broker = start("berth-queue", s(&["serve", "--listen", &any, "--database", &sqlite("queue.db")]), "listening on ").await?;
-        let b = broker.endpoint();
-        let lifecycle = start("berth-lifecycle", s(&["--listen", &any, "--database", &sqlite("lifecycle.db"), "--broker", &b]), "listening on ").await?;
-        let hookevent = start(
-            "berth-hookevent",
-            s(&["--listen", &any, "--database", &sqlite("hookevent.db"), "--broker", &b, "--kubeconfig", &kc]),
+        let broker = start(
+            "berth-queue",
+            s(&["serve", "--listen", &any, "--database", &sqlite("queue.db")]),
             "listening on ",
         )
         .await?;
-        let release = start("berth-release", s(&["--listen", &any, "--kubeconfig", &kc]), "listening on ").await?;
+        let b = broker.endpoint();
+        let lifecycle = start(
+            "berth-lifecycle",
+            s(&[
+                "--listen",
+                &any,
+                "--database",
+                &sqlite("lifecycle.db"),
+                "--broker",
+                &b,
+            ]),
+            "listening on ",
+        )
+        .await?;
+        let hookevent = start(
+            "berth-hookevent",
+            s(&[
+                "--listen",
+                &any,
+                "--database",
+                &sqlite("hookevent.db"),
+                "--broker",
+                &b,
+                "--kubeconfig",
+                &kc,
+            ]),
+            "listening on ",
+        )
+        .await?;
+        let release = start(
+            "berth-release",
+            s(&["--listen", &any, "--kubeconfig", &kc]),
+            "listening on ",
+        )
+        .await?;
         let cache = dir.join("packages").display().to_string();
-        let (l, r, h) = (lifecycle.endpoint(), release.endpoint(), hookevent.endpoint());
+        let (l, r, h) = (
+            lifecycle.endpoint(),
+            release.endpoint(),
+            hookevent.endpoint(),
+        );
         let n = concurrency.to_string();
-        let worker_args = ["work", "--broker", &b, "--lifecycle", &l, "--release", &r, "--hookevent", &h, "--cache-dir", &cache, "--concurrency", &n];
+        let worker_args = [
+            "work",
+            "--broker",
+            &b,
+            "--lifecycle",
+            &l,
+            "--release",
+            &r,
+            "--hookevent",
+            &h,
+            "--cache-dir",
+            &cache,
+            "--concurrency",
+            &n,
+        ];
         let worker = start("berth-queue", s(&worker_args), "worker ").await?;
         let client = LifecycleClient::connect(l).await?;
-        Ok(Topology { procs: vec![worker, release, hookevent, lifecycle, broker], lifecycle: client })
+        Ok(Topology {
+            procs: vec![worker, release, hookevent, lifecycle, broker],
+            lifecycle: client,
+        })
     }
 
     /// CPU time used so far by each process (with its reaped children: the worker's include
@@ -146,10 +211,21 @@ impl Topology {
         let mut out = Vec::with_capacity(self.procs.len() + 1);
         for p in &self.procs {
             let pid = p.pid().with_context(|| format!("{} exited", p.name))?;
-            let name = if p.name == "berth-queue" { if out.is_empty() { "worker (with hooks)" } else { "broker" } } else { p.name.as_str() };
+            let name = if p.name == "berth-queue" {
+                if out.is_empty() {
+                    "worker (with hooks)"
+                } else {
+                    "broker"
+                }
+            } else {
+                p.name.as_str()
+            };
             out.push((name.to_owned(), cpu_time(pid, true)?));
         }
-        out.push(("bench + dev cluster".to_owned(), cpu_time(std::process::id(), true)?));
+        out.push((
+            "bench + dev cluster".to_owned(),
+            cpu_time(std::process::id(), true)?,
+        ));
         Ok(out)
     }
 
@@ -197,51 +273,92 @@ fn scenarios(o: &Options) -> Vec<Scenario> {
     };
     let own = Scenario {
         title: format!("{n} packages in own namespaces, {} events/s in all", o.rate),
-        packages: (0..n).map(|p| (format!("lat{n}-{id}-{p}"), format!("lat-{p}"))).collect(),
+        packages: (0..n)
+            .map(|p| (format!("lat{n}-{id}-{p}"), format!("lat-{p}")))
+            .collect(),
         rate: o.rate as f64,
         events,
         route: own_namespaces,
     };
     let shared_ns = format!("latshared-{id}");
     let shared = Scenario {
-        title: format!("{n} packages sharing one watch, {} events/s × {n} hooks (bursts)", o.rate as f64 / n as f64),
-        packages: (0..n).map(|p| (shared_ns.clone(), format!("lat-{p}"))).collect(),
+        title: format!(
+            "{n} packages sharing one watch, {} events/s × {n} hooks (bursts)",
+            o.rate as f64 / n as f64
+        ),
+        packages: (0..n)
+            .map(|p| (shared_ns.clone(), format!("lat-{p}")))
+            .collect(),
         rate: o.rate as f64 / n as f64,
         events: (events / n).max(1),
         route: shared_namespace,
     };
-    [("one", one), ("own", own), ("shared", shared)].into_iter().filter(|(name, _)| o.scenarios.iter().any(|s| s == name)).map(|(_, s)| s).collect()
+    [("one", one), ("own", own), ("shared", shared)]
+        .into_iter()
+        .filter(|(name, _)| o.scenarios.iter().any(|s| s == name))
+        .map(|(_, s)| s)
+        .collect()
 }
 
 fn package_ref(namespace: &str, name: &str) -> PackageRef {
-    PackageRef { kind: PackageKind::App as i32, name: name.to_owned(), namespace: namespace.to_owned() }
+    PackageRef {
+        kind: PackageKind::App as i32,
+        name: name.to_owned(),
+        namespace: namespace.to_owned(),
+    }
 }
 
 fn fixtures() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages").display().to_string()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/packages")
+        .display()
+        .to_string()
 }
 
 async fn create_namespace(kube: &kube::Client, name: &str) -> anyhow::Result<()> {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-    Api::<Namespace>::all(kube.clone()).create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
     Ok(())
 }
 
 /// Polls List until `done` holds for the packages of `keys` (bounded); fails on a package error.
-async fn wait_packages(lifecycle: &mut Lifecycle, keys: &HashMap<String, i64>, what: &str, done: fn(Option<&v1::Package>, i64) -> bool) -> anyhow::Result<()> {
+async fn wait_packages(
+    lifecycle: &mut Lifecycle,
+    keys: &HashMap<String, i64>,
+    what: &str,
+    done: fn(Option<&v1::Package>, i64) -> bool,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + CONVERGE_DEADLINE;
     loop {
-        let list = lifecycle.list(v1::ListRequest {}).await?.into_inner().packages;
-        let by_key: HashMap<&str, &v1::Package> = list.iter().map(|p| (p.key.as_str(), p)).collect();
-        if let Some(p) = keys.keys().filter_map(|k| by_key.get(k.as_str())).find(|p| !p.last_error.is_empty()) {
+        let list = lifecycle
+            .list(v1::ListRequest {})
+            .await?
+            .into_inner()
+            .packages;
+        let by_key: HashMap<&str, &v1::Package> =
+            list.iter().map(|p| (p.key.as_str(), p)).collect();
+        if let Some(p) = keys
+            .keys()
+            .filter_map(|k| by_key.get(k.as_str()))
+            .find(|p| !p.last_error.is_empty())
+        {
             bail!("package {} failed: {}", p.key, p.last_error);
         }
-        let pending = keys.iter().filter(|(k, g)| !done(by_key.get(k.as_str()).copied(), **g)).count();
+        let pending = keys
+            .iter()
+            .filter(|(k, g)| !done(by_key.get(k.as_str()).copied(), **g))
+            .count();
         if pending == 0 {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{pending} of {} packages not {what} within {CONVERGE_DEADLINE:?}", keys.len());
+            bail!(
+                "{pending} of {} packages not {what} within {CONVERGE_DEADLINE:?}",
+                keys.len()
+            );
         }
         tokio::time::sleep(POLL * 4).await;
     }
@@ -256,7 +373,12 @@ fn gone(p: Option<&v1::Package>, _: i64) -> bool {
 }
 
 /// Installs the scenario's packages, each appending its hook starts to `starts/<index>`.
-async fn install(s: &Scenario, lifecycle: &Lifecycle, kube: &kube::Client, starts: &Path) -> anyhow::Result<HashMap<String, i64>> {
+async fn install(
+    s: &Scenario,
+    lifecycle: &Lifecycle,
+    kube: &kube::Client,
+    starts: &Path,
+) -> anyhow::Result<HashMap<String, i64>> {
     let namespaces: HashSet<&String> = s.packages.iter().map(|(ns, _)| ns).collect();
     for ns in namespaces {
         create_namespace(kube, ns).await?;
@@ -270,27 +392,46 @@ async fn install(s: &Scenario, lifecycle: &Lifecycle, kube: &kube::Client, start
             repository: fixtures(),
             package: "latency".into(),
             version: "1.0.0".into(),
-            settings: Some(berth_proto::json::to_struct(&json!({"startsFile": file.display().to_string()}))),
+            settings: Some(berth_proto::json::to_struct(
+                &json!({"startsFile": file.display().to_string()}),
+            )),
         };
         async move {
             let accepted = client.update(request).await.context("Update")?.into_inner();
             Ok::<_, anyhow::Error>((accepted.key, accepted.generation))
         }
     });
-    let keys = futures::StreamExt::collect::<Vec<_>>(futures::StreamExt::buffer_unordered(futures::stream::iter(updates), INSTALL_CONCURRENCY)).await;
+    let keys = futures::StreamExt::collect::<Vec<_>>(futures::StreamExt::buffer_unordered(
+        futures::stream::iter(updates),
+        INSTALL_CONCURRENCY,
+    ))
+    .await;
     let keys: HashMap<String, i64> = keys.into_iter().collect::<anyhow::Result<_>>()?;
     wait_packages(&mut lifecycle.clone(), &keys, "Running", running).await?;
     Ok(keys)
 }
 
-async fn uninstall(s: &Scenario, lifecycle: &Lifecycle, kube: &kube::Client, keys: &HashMap<String, i64>) -> anyhow::Result<()> {
+async fn uninstall(
+    s: &Scenario,
+    lifecycle: &Lifecycle,
+    kube: &kube::Client,
+    keys: &HashMap<String, i64>,
+) -> anyhow::Result<()> {
     for (ns, name) in &s.packages {
-        lifecycle.clone().remove(v1::RemoveRequest { r#ref: Some(package_ref(ns, name)) }).await.context("Remove")?;
+        lifecycle
+            .clone()
+            .remove(v1::RemoveRequest {
+                r#ref: Some(package_ref(ns, name)),
+            })
+            .await
+            .context("Remove")?;
     }
     wait_packages(&mut lifecycle.clone(), keys, "removed", gone).await?;
     let namespaces: HashSet<&String> = s.packages.iter().map(|(ns, _)| ns).collect();
     for ns in namespaces {
-        let _ = Api::<Namespace>::all(kube.clone()).delete(ns, &DeleteParams::default()).await;
+        let _ = Api::<Namespace>::all(kube.clone())
+            .delete(ns, &DeleteParams::default())
+            .await;
     }
     Ok(())
 }
@@ -312,11 +453,19 @@ struct Observed {
 
 /// Parses one line of a starts file: the start time, a space, the binding contexts.
 fn parse_start(line: &str) -> anyhow::Result<(SystemTime, Vec<String>)> {
-    let (time, contexts) = line.split_once(' ').context("no space after the start time")?;
+    let (time, contexts) = line
+        .split_once(' ')
+        .context("no space after the start time")?;
     // `$EPOCHREALTIME` is `seconds.microseconds` (the locale's decimal point is a dot here).
-    let (secs, micros) = time.split_once('.').context("start time without a decimal point")?;
-    ensure!(micros.len() == 6, "start time {time:?} does not have 6 decimals");
-    let at = UNIX_EPOCH + Duration::from_secs(secs.parse()?) + Duration::from_micros(micros.parse()?);
+    let (secs, micros) = time
+        .split_once('.')
+        .context("start time without a decimal point")?;
+    ensure!(
+        micros.len() == 6,
+        "start time {time:?} does not have 6 decimals"
+    );
+    let at =
+        UNIX_EPOCH + Duration::from_secs(secs.parse()?) + Duration::from_micros(micros.parse()?);
     let contexts: Value = serde_json::from_str(contexts).context("binding contexts")?;
     let names = contexts
         .as_array()
@@ -330,7 +479,12 @@ fn parse_start(line: &str) -> anyhow::Result<(SystemTime, Vec<String>)> {
 
 impl Observed {
     /// Reads the complete lines added to the starts files since the last scan.
-    fn scan(&mut self, starts: &Path, packages: usize, expected: &HashMap<(usize, String), SystemTime>) -> anyhow::Result<()> {
+    fn scan(
+        &mut self,
+        starts: &Path,
+        packages: usize,
+        expected: &HashMap<(usize, String), SystemTime>,
+    ) -> anyhow::Result<()> {
         for p in 0..packages {
             let path = starts.join(p.to_string());
             let text = match std::fs::read_to_string(&path) {
@@ -340,9 +494,12 @@ impl Observed {
             };
             let offset = self.read.entry(p).or_default();
             // A line still being written has no newline yet: it is read next time.
-            let Some(end) = text.rfind('\n').map(|i| i + 1).filter(|end| *end > *offset) else { continue };
+            let Some(end) = text.rfind('\n').map(|i| i + 1).filter(|end| *end > *offset) else {
+                continue;
+            };
             for line in text[*offset..end].lines() {
-                let (at, names) = parse_start(line).with_context(|| format!("{}: line {line:?}", path.display()))?;
+                let (at, names) = parse_start(line)
+                    .with_context(|| format!("{}: line {line:?}", path.display()))?;
                 self.processes += 1;
                 for name in names {
                     let key = (p, name);
@@ -364,8 +521,12 @@ impl Observed {
 
 fn configmap(name: &str) -> anyhow::Result<ConfigMap> {
     // About 300 bytes of data: a typical small ConfigMap.
-    let data: serde_json::Map<String, Value> = (0..10).map(|i| (format!("key-{i}"), Value::from("x".repeat(24)))).collect();
-    Ok(serde_json::from_value(json!({"metadata": {"name": name}, "data": data}))?)
+    let data: serde_json::Map<String, Value> = (0..10)
+        .map(|i| (format!("key-{i}"), Value::from("x".repeat(24))))
+        .collect();
+    Ok(serde_json::from_value(
+        json!({"metadata": {"name": name}, "data": data}),
+    )?)
 }
 
 struct Outcome {
@@ -383,7 +544,12 @@ struct Outcome {
 }
 
 /// Creates the scenario's ConfigMaps at its rate and waits for every expected hook start.
-async fn drive(s: &Scenario, topology: &Topology, kube: &kube::Client, starts: &Path) -> anyhow::Result<Outcome> {
+async fn drive(
+    s: &Scenario,
+    topology: &Topology,
+    kube: &kube::Client,
+    starts: &Path,
+) -> anyhow::Result<Outcome> {
     let n = s.packages.len();
     let cpu_before = topology.cpu()?;
     let mut expected: HashMap<(usize, String), SystemTime> = HashMap::new();
@@ -404,7 +570,9 @@ async fn drive(s: &Scenario, topology: &Topology, kube: &kube::Client, starts: &
         // Concurrent, so a slow create does not lower the offered rate.
         creates.push(tokio::spawn(async move {
             let t = Instant::now();
-            cms.create(&PostParams::default(), &cm).await.map(|_| t.elapsed())
+            cms.create(&PostParams::default(), &cm)
+                .await
+                .map(|_| t.elapsed())
         }));
     }
     let offered = s.events as f64 / began.elapsed().as_secs_f64();
@@ -421,7 +589,11 @@ async fn drive(s: &Scenario, topology: &Topology, kube: &kube::Client, starts: &
             break;
         }
         if Instant::now() > deadline {
-            let mut missing: Vec<String> = expected.keys().filter(|k| !observed.starts.contains_key(*k)).map(|(p, name)| format!("{}/{name}", s.packages[*p].1)).collect();
+            let mut missing: Vec<String> = expected
+                .keys()
+                .filter(|k| !observed.starts.contains_key(*k))
+                .map(|(p, name)| format!("{}/{name}", s.packages[*p].1))
+                .collect();
             missing.sort();
             missing.truncate(5);
             bail!(
@@ -434,8 +606,18 @@ async fn drive(s: &Scenario, topology: &Topology, kube: &kube::Client, starts: &
         }
         tokio::time::sleep(POLL).await;
     }
-    let cpu = topology.cpu()?.into_iter().zip(cpu_before).map(|((name, after), (_, before))| (name, after.saturating_sub(before))).collect();
-    ensure!(observed.unexpected == 0, "{}: hooks ran for {} objects the bench did not create for them", s.title, observed.unexpected);
+    let cpu = topology
+        .cpu()?
+        .into_iter()
+        .zip(cpu_before)
+        .map(|((name, after), (_, before))| (name, after.saturating_sub(before)))
+        .collect();
+    ensure!(
+        observed.unexpected == 0,
+        "{}: hooks ran for {} objects the bench did not create for them",
+        s.title,
+        observed.unexpected
+    );
     let mut sorted: Vec<Duration> = observed
         .starts
         .iter()
@@ -462,7 +644,10 @@ fn ms(d: Duration) -> String {
 
 /// The 1-minute load average.
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next().map(str::to_owned)).unwrap_or_else(|| "?".into())
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
 }
 
 #[tokio::main]
@@ -471,7 +656,8 @@ async fn main() -> anyhow::Result<()> {
     let load_before = loadavg();
     let cluster = TestCluster::start().await?;
     let dir = match &o.data_dir {
-        Some(parent) => tempfile::tempdir_in(parent).with_context(|| format!("--data-dir {}", parent.display()))?,
+        Some(parent) => tempfile::tempdir_in(parent)
+            .with_context(|| format!("--data-dir {}", parent.display()))?,
         None => tempfile::tempdir()?,
     };
     let exe = std::env::current_exe()?;
@@ -498,13 +684,19 @@ async fn main() -> anyhow::Result<()> {
     topology.stop().await;
     cluster.stop().await;
 
-    let cluster_kind = if TestCluster::is_real() { "BERTH_TEST_KUBECONFIG cluster" } else { "embedded dev cluster" };
+    let cluster_kind = if TestCluster::is_real() {
+        "BERTH_TEST_KUBECONFIG cluster"
+    } else {
+        "embedded dev cluster"
+    };
     println!(
         "hook-latency-bench: {} hook runs/s for {} s, worker concurrency {}, {cluster_kind}, load average before {load_before}",
         o.rate, o.seconds, o.concurrency
     );
     println!();
-    println!("| scenario | events (offered/s) | hook starts | hook processes | event → hook start p50 | p99 | max | create call p99 | load (1 min) |");
+    println!(
+        "| scenario | events (offered/s) | hook starts | hook processes | event → hook start p50 | p99 | max | create call p99 | load (1 min) |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for r in &outcomes {
         println!(
@@ -515,7 +707,11 @@ async fn main() -> anyhow::Result<()> {
             r.sorted.len(),
             r.expected,
             r.processes,
-            if r.repeated > 0 { format!(" ({} repeated)", r.repeated) } else { String::new() },
+            if r.repeated > 0 {
+                format!(" ({} repeated)", r.repeated)
+            } else {
+                String::new()
+            },
             ms(percentile(&r.sorted, 50.0)),
             ms(percentile(&r.sorted, 99.0)),
             ms(percentile(&r.sorted, 100.0)),
@@ -533,9 +729,19 @@ async fn main() -> anyhow::Result<()> {
         println!("| scenario | {} | total |", names.join(" | "));
         println!("|---|{}---|", "---|".repeat(names.len()));
         for r in &outcomes {
-            let per = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1000.0 / r.expected.max(1) as f64);
+            let per =
+                |d: Duration| format!("{:.2}", d.as_secs_f64() * 1000.0 / r.expected.max(1) as f64);
             let total: Duration = r.cpu.iter().map(|(_, d)| *d).sum();
-            println!("| {} | {} | {} |", r.title, r.cpu.iter().map(|(_, d)| per(*d)).collect::<Vec<_>>().join(" | "), per(total));
+            println!(
+                "| {} | {} | {} |",
+                r.title,
+                r.cpu
+                    .iter()
+                    .map(|(_, d)| per(*d))
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+                per(total)
+            );
         }
     }
     result

@@ -25,11 +25,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use berth_proto::hookevent::hook_events_client::HookEventsClient;
-use berth_proto::hookevent::{KubernetesBinding, RemoveBindingsRequest, SetBindingsRequest, SynchronizationDoneRequest};
+use berth_proto::hookevent::{
+    KubernetesBinding, RemoveBindingsRequest, SetBindingsRequest, SynchronizationDoneRequest,
+};
 use berth_proto::queue::broker_server::{Broker, BrokerServer};
 use berth_proto::queue::*;
-use berth_tests::{Proc, TestCluster};
 use berth_tests::measure::{cpu_time, percentile};
+use berth_tests::{Proc, TestCluster};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
@@ -59,7 +61,12 @@ impl RecordingBroker {
     }
 
     fn count(&self, prefix: &str) -> usize {
-        self.received.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|(_, n)| n.starts_with(prefix)).count()
+        self.received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, n)| n.starts_with(prefix))
+            .count()
     }
 }
 
@@ -67,29 +74,50 @@ impl RecordingBroker {
 fn added_name(task: &Task) -> Option<String> {
     let payload: Value = serde_json::from_str(&task.payload_json).ok()?;
     let ctx = payload["binding_contexts"].as_array()?.last()?;
-    (ctx["watchEvent"] == "Added").then(|| ctx["filterResult"].as_str().map(str::to_owned)).flatten()
+    (ctx["watchEvent"] == "Added")
+        .then(|| ctx["filterResult"].as_str().map(str::to_owned))
+        .flatten()
 }
 
 #[tonic::async_trait]
 impl Broker for RecordingBroker {
-    async fn enqueue(&self, request: Request<EnqueueRequest>) -> Result<Response<EnqueueResponse>, Status> {
+    async fn enqueue(
+        &self,
+        request: Request<EnqueueRequest>,
+    ) -> Result<Response<EnqueueResponse>, Status> {
         let now = Instant::now();
         let tasks = request.into_inner().tasks;
         let accepted = tasks.len() as i32;
-        let names: Vec<Received> = tasks.iter().filter_map(added_name).map(|n| (now, n)).collect();
-        self.received.lock().unwrap_or_else(|p| p.into_inner()).extend(names);
+        let names: Vec<Received> = tasks
+            .iter()
+            .filter_map(added_name)
+            .map(|n| (now, n))
+            .collect();
+        self.received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(names);
         Ok(Response::new(EnqueueResponse { accepted }))
     }
-    async fn supersede(&self, _: Request<SupersedeRequest>) -> Result<Response<SupersedeResponse>, Status> {
+    async fn supersede(
+        &self,
+        _: Request<SupersedeRequest>,
+    ) -> Result<Response<SupersedeResponse>, Status> {
         Err(Status::unimplemented("bench broker"))
     }
     async fn lease(&self, _: Request<LeaseRequest>) -> Result<Response<LeaseResponse>, Status> {
         Err(Status::unimplemented("bench broker"))
     }
-    async fn heartbeat(&self, _: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
+    async fn heartbeat(
+        &self,
+        _: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, Status> {
         Err(Status::unimplemented("bench broker"))
     }
-    async fn complete(&self, _: Request<CompleteRequest>) -> Result<Response<CompleteResponse>, Status> {
+    async fn complete(
+        &self,
+        _: Request<CompleteRequest>,
+    ) -> Result<Response<CompleteResponse>, Status> {
         Err(Status::unimplemented("bench broker"))
     }
     async fn fail(&self, _: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
@@ -101,7 +129,10 @@ impl Broker for RecordingBroker {
 }
 
 #[derive(clap::Parser)]
-#[command(name = "hookevent-bench", about = "hookevent's event→HookRun latency, CPU and memory")]
+#[command(
+    name = "hookevent-bench",
+    about = "hookevent's event→HookRun latency, CPU and memory"
+)]
 struct Options {
     /// ConfigMap changes per second.
     #[arg(long, default_value_t = 100)]
@@ -137,25 +168,45 @@ fn binding(namespace: &str, selector: &str) -> KubernetesBinding {
 
 type Hookevent = HookEventsClient<tonic::transport::Channel>;
 
-async fn bind(hookevent: &mut Hookevent, package: &str, b: KubernetesBinding) -> anyhow::Result<()> {
+async fn bind(
+    hookevent: &mut Hookevent,
+    package: &str,
+    b: KubernetesBinding,
+) -> anyhow::Result<()> {
     hookevent
-        .set_bindings(SetBindingsRequest { package: package.into(), generation: 1, kubernetes: vec![b], ..Default::default() })
+        .set_bindings(SetBindingsRequest {
+            package: package.into(),
+            generation: 1,
+            kubernetes: vec![b],
+            ..Default::default()
+        })
         .await
         .with_context(|| format!("SetBindings {package}"))?;
-    hookevent.synchronization_done(SynchronizationDoneRequest { package: package.into(), generation: 1 }).await?;
+    hookevent
+        .synchronization_done(SynchronizationDoneRequest {
+            package: package.into(),
+            generation: 1,
+        })
+        .await?;
     Ok(())
 }
 
 async fn create_namespace(kube: &kube::Client, name: &str) -> anyhow::Result<()> {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
-    Api::<Namespace>::all(kube.clone()).create(&PostParams::default(), &ns).await?;
+    Api::<Namespace>::all(kube.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
     Ok(())
 }
 
 fn configmap(name: &str, label: &str) -> anyhow::Result<ConfigMap> {
     // About 300 bytes of data: a typical small ConfigMap.
-    let data: serde_json::Map<String, Value> = (0..10).map(|i| (format!("key-{i}"), Value::from("x".repeat(24)))).collect();
-    Ok(serde_json::from_value(json!({"metadata": {"name": name, "labels": {"bench": label}}, "data": data}))?)
+    let data: serde_json::Map<String, Value> = (0..10)
+        .map(|i| (format!("key-{i}"), Value::from("x".repeat(24))))
+        .collect();
+    Ok(serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"bench": label}}, "data": data}),
+    )?)
 }
 
 /// Waits until the broker received `expected` Added runs for names starting with `prefix`.
@@ -163,7 +214,10 @@ async fn drain(broker: &RecordingBroker, prefix: &str, expected: usize) -> anyho
     let deadline = Instant::now() + DRAIN_DEADLINE;
     while broker.count(prefix) < expected {
         if Instant::now() > deadline {
-            bail!("only {} of {expected} HookRuns for {prefix}* within {DRAIN_DEADLINE:?}", broker.count(prefix));
+            bail!(
+                "only {} of {expected} HookRuns for {prefix}* within {DRAIN_DEADLINE:?}",
+                broker.count(prefix)
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -181,12 +235,24 @@ struct Latency {
 
 /// Binds `packages` packages to one label, creates `rate × seconds` ConfigMaps at `rate`/s and
 /// measures create → HookRun at the broker for every (package, object).
-async fn latency(o: &Options, packages: usize, pid: u32, kube: &kube::Client, hookevent: &mut Hookevent, broker: &RecordingBroker) -> anyhow::Result<Latency> {
+async fn latency(
+    o: &Options,
+    packages: usize,
+    pid: u32,
+    kube: &kube::Client,
+    hookevent: &mut Hookevent,
+    broker: &RecordingBroker,
+) -> anyhow::Result<Latency> {
     let ns = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     create_namespace(kube, &ns).await?;
     let label = format!("latency-{packages}");
     for p in 0..packages {
-        bind(hookevent, &format!("bench-{packages}-{p}"), binding(&ns, &format!("bench={label}"))).await?;
+        bind(
+            hookevent,
+            &format!("bench-{packages}-{p}"),
+            binding(&ns, &format!("bench={label}")),
+        )
+        .await?;
     }
     broker.take();
     let cpu_before = cpu_time(pid, false)?;
@@ -204,7 +270,9 @@ async fn latency(o: &Options, packages: usize, pid: u32, kube: &kube::Client, ho
         started.insert(name, Instant::now());
         let cms = cms.clone();
         // Concurrent, so a slow create does not lower the offered rate.
-        creates.push(tokio::spawn(async move { cms.create(&PostParams::default(), &cm).await.map(|_| ()) }));
+        creates.push(tokio::spawn(async move {
+            cms.create(&PostParams::default(), &cm).await.map(|_| ())
+        }));
     }
     for c in creates {
         c.await?.context("creating a ConfigMap")?;
@@ -214,26 +282,55 @@ async fn latency(o: &Options, packages: usize, pid: u32, kube: &kube::Client, ho
     let mut sorted: Vec<Duration> = broker
         .take()
         .into_iter()
-        .filter_map(|(at, name)| started.get(&name).map(|t0| at.saturating_duration_since(*t0)))
+        .filter_map(|(at, name)| {
+            started
+                .get(&name)
+                .map(|t0| at.saturating_duration_since(*t0))
+        })
         .collect();
     sorted.sort_unstable();
     for p in 0..packages {
-        hookevent.remove_bindings(RemoveBindingsRequest { package: format!("bench-{packages}-{p}") }).await?;
+        hookevent
+            .remove_bindings(RemoveBindingsRequest {
+                package: format!("bench-{packages}-{p}"),
+            })
+            .await?;
     }
-    let _ = Api::<Namespace>::all(kube.clone()).delete(&ns, &Default::default()).await;
-    Ok(Latency { packages, events, runs: sorted.len(), sorted, cpu })
+    let _ = Api::<Namespace>::all(kube.clone())
+        .delete(&ns, &Default::default())
+        .await;
+    Ok(Latency {
+        packages,
+        events,
+        runs: sorted.len(),
+        sorted,
+        cpu,
+    })
 }
 
 /// `VmRSS` of `pid`, in bytes.
 fn rss(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS line")?;
-    let kib: u64 = line.split_whitespace().nth(1).context("VmRSS value")?.parse()?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS line")?;
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .context("VmRSS value")?
+        .parse()?;
     Ok(kib * 1024)
 }
 
 /// RSS of hookevent before and after one binding caches `objects` ConfigMaps.
-async fn memory(o: &Options, pid: u32, kube: &kube::Client, hookevent: &mut Hookevent, broker: &RecordingBroker) -> anyhow::Result<(u64, u64, Duration)> {
+async fn memory(
+    o: &Options,
+    pid: u32,
+    kube: &kube::Client,
+    hookevent: &mut Hookevent,
+    broker: &RecordingBroker,
+) -> anyhow::Result<(u64, u64, Duration)> {
     let ns = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     create_namespace(kube, &ns).await?;
     bind(hookevent, "bench-rss", binding(&ns, "bench=rss")).await?;
@@ -245,7 +342,11 @@ async fn memory(o: &Options, pid: u32, kube: &kube::Client, hookevent: &mut Hook
         .map(|i| {
             let cms = cms.clone();
             async move {
-                cms.create(&PostParams::default(), &configmap(&format!("rss-{i}"), "rss")?).await?;
+                cms.create(
+                    &PostParams::default(),
+                    &configmap(&format!("rss-{i}"), "rss")?,
+                )
+                .await?;
                 Ok(())
             }
         })
@@ -266,10 +367,15 @@ async fn hook_start(n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> 
     let hooks = dir.path().join("hooks");
     std::fs::create_dir_all(&hooks)?;
     let path = hooks.join("noop.sh");
-    std::fs::write(&path, "#!/bin/sh\n[ \"$1\" = --config ] && echo '{\"configVersion\":\"v1\",\"onStartup\":1}'\nexit 0\n")?;
+    std::fs::write(
+        &path,
+        "#!/bin/sh\n[ \"$1\" = --config ] && echo '{\"configVersion\":\"v1\",\"onStartup\":1}'\nexit 0\n",
+    )?;
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let discovered = berth_hooks::discover(&hooks, Duration::from_secs(10)).await?;
-    let hook = discovered.first().context("the no-op hook was not discovered")?;
+    let hook = discovered
+        .first()
+        .context("the no-op hook was not discovered")?;
     let mut runs = Vec::with_capacity(n);
     for _ in 0..n {
         let t0 = Instant::now();
@@ -316,29 +422,58 @@ async fn main() -> anyhow::Result<()> {
 
     let dir = tempfile::tempdir()?;
     let exe = std::env::current_exe()?;
-    let hookevent_path = exe.parent().context("bench directory")?.join("berth-hookevent");
+    let hookevent_path = exe
+        .parent()
+        .context("bench directory")?
+        .join("berth-hookevent");
     let database = format!("sqlite://{}", dir.path().join("hookevent.db").display());
     let kubeconfig = cluster.kubeconfig.display().to_string();
     let hookevent = Proc::start_path(
         &hookevent_path,
-        &["--listen", "127.0.0.1:0", "--database", &database, "--broker", &broker_endpoint, "--kubeconfig", &kubeconfig],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            &database,
+            "--broker",
+            &broker_endpoint,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
         "listening on ",
     )
     .await
-    .with_context(|| format!("starting {} (build it in the same profile)", hookevent_path.display()))?;
+    .with_context(|| {
+        format!(
+            "starting {} (build it in the same profile)",
+            hookevent_path.display()
+        )
+    })?;
     let pid = hookevent.pid().context("hookevent pid")?;
     let mut client = HookEventsClient::connect(hookevent.endpoint()).await?;
 
     // Memory first, on the fresh process: the latency runs leave allocator slack behind.
-    let (rss_before, rss_after, fill) = memory(&o, pid, &cluster.client, &mut client, &broker).await?;
-    client.remove_bindings(RemoveBindingsRequest { package: "bench-rss".into() }).await?;
+    let (rss_before, rss_after, fill) =
+        memory(&o, pid, &cluster.client, &mut client, &broker).await?;
+    client
+        .remove_bindings(RemoveBindingsRequest {
+            package: "bench-rss".into(),
+        })
+        .await?;
     let one = latency(&o, 1, pid, &cluster.client, &mut client, &broker).await?;
     let hundred = latency(&o, 100, pid, &cluster.client, &mut client, &broker).await?;
     let rss_end = rss(pid)?;
     let (runs, bare) = hook_start(200).await?;
 
-    let cluster_kind = if TestCluster::is_real() { "BERTH_TEST_KUBECONFIG cluster" } else { "embedded dev cluster" };
-    println!("hookevent-bench: {} events/s for {} s, {cluster_kind}", o.rate, o.seconds);
+    let cluster_kind = if TestCluster::is_real() {
+        "BERTH_TEST_KUBECONFIG cluster"
+    } else {
+        "embedded dev cluster"
+    };
+    println!(
+        "hookevent-bench: {} events/s for {} s, {cluster_kind}",
+        o.rate, o.seconds
+    );
     println!();
     println!("| measure | p50 | p99 | max | samples | hookevent CPU per event | target |");
     println!("|---|---|---|---|---|---|---|");
@@ -354,15 +489,36 @@ async fn main() -> anyhow::Result<()> {
             l.cpu.as_secs_f64() * 1000.0 / l.events.max(1) as f64
         );
     }
-    println!("| hook start overhead (no-op hook, berth_hooks::run) | {} | {} | {} | {} | — | — |", ms(percentile(&runs, 50.0)), ms(percentile(&runs, 99.0)), ms(percentile(&runs, 100.0)), runs.len());
-    println!("| bare fork/exec of /bin/true | {} | {} | {} | {} | — | — |", ms(percentile(&bare, 50.0)), ms(percentile(&bare, 99.0)), ms(percentile(&bare, 100.0)), bare.len());
+    println!(
+        "| hook start overhead (no-op hook, berth_hooks::run) | {} | {} | {} | {} | — | — |",
+        ms(percentile(&runs, 50.0)),
+        ms(percentile(&runs, 99.0)),
+        ms(percentile(&runs, 100.0)),
+        runs.len()
+    );
+    println!(
+        "| bare fork/exec of /bin/true | {} | {} | {} | {} | — | — |",
+        ms(percentile(&bare, 50.0)),
+        ms(percentile(&bare, 99.0)),
+        ms(percentile(&bare, 100.0)),
+        bare.len()
+    );
     println!();
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!("| hookevent RSS | MiB | target |");
     println!("|---|---|---|");
     println!("| idle, bindings registered | {:.1} | — |", mib(rss_before));
-    println!("| {} watched ConfigMaps, keepFullObjectsInMemory: false (filled in {:.1} s) | {:.1} | ≤ 100 MiB |", o.objects, fill.as_secs_f64(), mib(rss_after));
-    println!("| after the latency runs (100 bindings × {} objects, then removed) | {:.1} | — |", o.rate * o.seconds, mib(rss_end));
+    println!(
+        "| {} watched ConfigMaps, keepFullObjectsInMemory: false (filled in {:.1} s) | {:.1} | ≤ 100 MiB |",
+        o.objects,
+        fill.as_secs_f64(),
+        mib(rss_after)
+    );
+    println!(
+        "| after the latency runs (100 bindings × {} objects, then removed) | {:.1} | — |",
+        o.rate * o.seconds,
+        mib(rss_end)
+    );
 
     hookevent.stop().await;
     shutdown.cancel();

@@ -281,7 +281,10 @@ mod tests {
         assert_eq!(s["conditions"][0]["status"], "False");
         let mut done = d.clone();
         done["status"] = s;
-        assert!(!needs_status("deployments", &done), "observed, so not written again");
+        assert!(
+            !needs_status("deployments", &done),
+            "observed, so not written again"
+        );
     }
 
     #[test]

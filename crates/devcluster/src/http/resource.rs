@@ -125,7 +125,11 @@ fn deleted_answer(rt: &ResourceType, obj: Value) -> Value {
         return obj;
     }
     let mut details = serde_json::Map::new();
-    let meta = |f: &str| obj.pointer(&format!("/metadata/{f}")).cloned().unwrap_or_default();
+    let meta = |f: &str| {
+        obj.pointer(&format!("/metadata/{f}"))
+            .cloned()
+            .unwrap_or_default()
+    };
     details.insert("name".into(), meta("name"));
     if !rt.group.is_empty() {
         details.insert("group".into(), json!(rt.group));

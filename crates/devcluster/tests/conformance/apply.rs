@@ -109,7 +109,11 @@ async fn conflicting_apply_needs_force() {
         .expect("owner applies");
     // The owner now owns `.metadata.labels` (an empty map), but an empty map is not stored.
     assert_eq!(owned.metadata.labels, None, "empty labels are not stored");
-    let fields = owned.metadata.managed_fields.as_ref().expect("managedFields")[0]
+    let fields = owned
+        .metadata
+        .managed_fields
+        .as_ref()
+        .expect("managedFields")[0]
         .fields_v1
         .as_ref()
         .expect("fieldsV1");
@@ -146,7 +150,11 @@ async fn conflicting_apply_needs_force() {
 
     let rival = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "cfg" }, "data": { "a": "2" } });
     let err = api
-        .patch("cfg", &PatchParams::apply("rival"), &Patch::Apply(rival.clone()))
+        .patch(
+            "cfg",
+            &PatchParams::apply("rival"),
+            &Patch::Apply(rival.clone()),
+        )
         .await
         .expect_err("conflict");
     assert_eq!(code(&err), 409);
@@ -172,7 +180,11 @@ async fn conflicting_apply_needs_force() {
         assert_eq!(causes, vec![cause("owner"), cause("sharer")]);
     }
     let forced = api
-        .patch("cfg", &PatchParams::apply("rival").force(), &Patch::Apply(rival))
+        .patch(
+            "cfg",
+            &PatchParams::apply("rival").force(),
+            &Patch::Apply(rival),
+        )
         .await
         .expect("force");
     assert_eq!(

@@ -6,10 +6,10 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use berth_devcluster::{DevCluster, DevClusterConfig};
 pub use berth_devcluster::test_namespace::{
     TEST_LABEL, TestNamespace, delete_namespace_now, real_cluster,
 };
+use berth_devcluster::{DevCluster, DevClusterConfig};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -28,7 +28,6 @@ pub struct Target {
     pub dev: Option<DevCluster>,
     _dir: tempfile::TempDir,
 }
-
 
 pub async fn client_for(kubeconfig_yaml: &str) -> Client {
     client_from(Kubeconfig::from_yaml(kubeconfig_yaml).expect("kubeconfig parses")).await

@@ -30,7 +30,10 @@ fn cm(name: &str) -> ConfigMap {
 fn streaming_lists_unsupported(e: &watcher::Error) -> Option<String> {
     let why = |s: &kube::core::Status| {
         if s.code == 422 || s.reason == "Invalid" {
-            Some(format!("422 Invalid (the WatchList feature is off): {}", s.message))
+            Some(format!(
+                "422 Invalid (the WatchList feature is off): {}",
+                s.message
+            ))
         } else if s.code == 500 && s.message.contains("RequestWatchProgress") {
             Some(format!(
                 "500 {} (the storage has no watch-progress requests): {}",

@@ -11,11 +11,11 @@
 //! renders CHART N times in-process and prints the mean (both for profiling).
 
 use anyhow::Context as _;
+use berth_helm::helm_binary::find_helm;
 use berth_helm::template::{self, TemplateOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use berth_helm::helm_binary::find_helm;
 
 /// Both tools are told the same Kubernetes version so `.Capabilities` output agrees.
 const KUBE_VERSION: &str = "v1.31.0";
@@ -188,7 +188,6 @@ fn berth_command() -> anyhow::Result<(Vec<String>, String)> {
         format!("{s} --render-once (berth binary not built)"),
     ))
 }
-
 
 /// A chart shaped like real large ones: shared helpers, per-component values, and templates
 /// using include/nindent/toYaml/range/with/quote/default.

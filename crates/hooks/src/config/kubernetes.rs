@@ -225,11 +225,14 @@ mod tests {
             b.execute_hook_on_event,
             vec![WatchEventType::Added, WatchEventType::Deleted]
         );
-        let both = json!({"kind": "Pod", "watchEvent": ["Added"], "executeHookOnEvent": ["Modified"]});
+        let both =
+            json!({"kind": "Pod", "watchEvent": ["Added"], "executeHookOnEvent": ["Modified"]});
         let b = KubernetesBinding::from_value(both, "kubernetes[0]").expect("valid");
         assert_eq!(b.execute_hook_on_event, vec![WatchEventType::Modified]);
         let bad = json!({"kind": "Pod", "watchEvent": ["Updated"]});
-        let e = KubernetesBinding::from_value(bad, "kubernetes[0]").unwrap_err().to_string();
+        let e = KubernetesBinding::from_value(bad, "kubernetes[0]")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("kubernetes[0].watchEvent"), "{e}");
     }
 }

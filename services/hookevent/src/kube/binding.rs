@@ -55,7 +55,13 @@ pub struct BindingState {
 }
 
 impl BindingState {
-    pub fn new(package: &str, hook: &str, spec: KubernetesBinding, jq: Option<Arc<JqProgram>>, names: Vec<String>) -> Self {
+    pub fn new(
+        package: &str,
+        hook: &str,
+        spec: KubernetesBinding,
+        jq: Option<Arc<JqProgram>>,
+        names: Vec<String>,
+    ) -> Self {
         BindingState {
             package: package.to_owned(),
             hook: hook.to_owned(),
@@ -95,15 +101,25 @@ impl BindingState {
         }
         // A filter that fails on the object drops the event (logged), as in shell-operator: the
         // hook never sees a made-up `null`, and the cache keeps what it had.
-        let (filter_result, checksum) = eval.result(self.jq.as_deref(), &self.hook, &self.spec.name)?;
-        let item = ObjectAndFilterResult { object: self.full(object), filter_result: filter_result.clone() };
+        let (filter_result, checksum) =
+            eval.result(self.jq.as_deref(), &self.hook, &self.spec.name)?;
+        let item = ObjectAndFilterResult {
+            object: self.full(object),
+            filter_result: filter_result.clone(),
+        };
         let previous = self.entries.insert(key, Entry { item, checksum });
         let event = match previous {
             Some(p) if p.checksum == checksum => return None,
             Some(_) => WatchEventType::Modified,
             None => WatchEventType::Added,
         };
-        self.listed().then(|| Change { event, object: ObjectAndFilterResult { object: self.full(object), filter_result } })
+        self.listed().then(|| Change {
+            event,
+            object: ObjectAndFilterResult {
+                object: self.full(object),
+                filter_result,
+            },
+        })
     }
 
     /// Records a deletion; deletions always fire (once listed).
@@ -111,13 +127,21 @@ impl BindingState {
         let key = obj_key(object);
         let previous = self.entries.remove(&key)?;
         let filter_result = previous.item.filter_result;
-        self.listed().then(|| Change { event: WatchEventType::Deleted, object: ObjectAndFilterResult { object: self.full(object), filter_result } })
+        self.listed().then(|| Change {
+            event: WatchEventType::Deleted,
+            object: ObjectAndFilterResult {
+                object: self.full(object),
+                filter_result,
+            },
+        })
     }
 
     /// A copy of `object` when the binding's contexts show objects (keepFullObjectsInMemory);
     /// otherwise no copy is made, since the hook would never see it.
     fn full(&self, object: &Value) -> Option<Value> {
-        self.spec.keep_full_objects_in_memory.then(|| object.clone())
+        self.spec
+            .keep_full_objects_in_memory
+            .then(|| object.clone())
     }
 
     /// After a relist of the watch on `namespace` (`None`: all namespaces): the objects that
@@ -133,9 +157,17 @@ impl BindingState {
         for key in gone {
             if let Some(entry) = self.entries.remove(&key) {
                 // The last known state stands in for the object: the deletion was not seen.
-                let object = entry.item.object.unwrap_or_else(|| serde_json::json!({"metadata": {"namespace": key.0, "name": key.1}}));
+                let object = entry.item.object.unwrap_or_else(
+                    || serde_json::json!({"metadata": {"namespace": key.0, "name": key.1}}),
+                );
                 if self.listed() {
-                    changes.push(Change { event: WatchEventType::Deleted, object: ObjectAndFilterResult { object: Some(object), filter_result: entry.item.filter_result } });
+                    changes.push(Change {
+                        event: WatchEventType::Deleted,
+                        object: ObjectAndFilterResult {
+                            object: Some(object),
+                            filter_result: entry.item.filter_result,
+                        },
+                    });
                 }
             }
         }
@@ -180,13 +212,23 @@ pub struct Evaluation<'a> {
 
 impl<'a> Evaluation<'a> {
     pub fn new(object: &'a Value) -> Self {
-        Evaluation { object, input: None, filtered: HashMap::new(), whole: None }
+        Evaluation {
+            object,
+            input: None,
+            filtered: HashMap::new(),
+            whole: None,
+        }
     }
 
     /// The filter result (`None` without a filter) and the checksum compared between events;
     /// `None` when the filter fails on the object (logged once per filter, naming the first
     /// hook and binding that asked).
-    fn result(&mut self, jq: Option<&JqProgram>, hook: &str, binding: &str) -> Option<(Option<Value>, u64)> {
+    fn result(
+        &mut self,
+        jq: Option<&JqProgram>,
+        hook: &str,
+        binding: &str,
+    ) -> Option<(Option<Value>, u64)> {
         let Some(jq) = jq else {
             // Without a filter the whole object is compared, so every change fires (as in
             // shell-operator).
@@ -194,7 +236,9 @@ impl<'a> Evaluation<'a> {
             return Some((None, *self.whole.get_or_insert_with(|| checksum(object))));
         };
         if let Some(done) = self.filtered.get(jq.source()) {
-            return done.as_ref().map(|(value, sum)| (Some(value.clone()), *sum));
+            return done
+                .as_ref()
+                .map(|(value, sum)| (Some(value.clone()), *sum));
         }
         let input = self.input.get_or_insert_with(|| JqInput::new(self.object));
         let done = match jq.run_on(input) {
@@ -229,7 +273,10 @@ mod tests {
     fn binding(config: &str) -> BindingState {
         let c = berth_hooks::HookConfig::parse(config).unwrap();
         let spec = c.kubernetes[0].clone();
-        let jq = spec.jq_filter.as_deref().map(|f| Arc::new(JqProgram::compile(f).unwrap()));
+        let jq = spec
+            .jq_filter
+            .as_deref()
+            .map(|f| Arc::new(JqProgram::compile(f).unwrap()));
         let mut b = BindingState::new("p", "h", spec, jq, vec![]);
         b.pending_lists = 1;
         b
@@ -241,17 +288,34 @@ mod tests {
 
     #[test]
     fn listing_is_silent_then_events_fire_and_unchanged_filter_results_are_dropped() {
-        let mut b = binding(r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".data.v","keepFullObjectsInMemory":false}]}"#);
-        assert!(b.observe(&cm("a", "1", "1")).is_none(), "initial list emits nothing");
+        let mut b = binding(
+            r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".data.v","keepFullObjectsInMemory":false}]}"#,
+        );
+        assert!(
+            b.observe(&cm("a", "1", "1")).is_none(),
+            "initial list emits nothing"
+        );
         b.pending_lists = 0;
         let c = b.observe(&cm("b", "1", "2")).expect("added");
         assert_eq!(c.event, WatchEventType::Added);
-        assert!(b.observe(&cm("b", "1", "3")).is_none(), "same filter result: dropped");
+        assert!(
+            b.observe(&cm("b", "1", "3")).is_none(),
+            "same filter result: dropped"
+        );
         let c = b.observe(&cm("b", "2", "4")).expect("modified");
-        assert_eq!((c.event, c.object.filter_result), (WatchEventType::Modified, Some(json!("2"))));
+        assert_eq!(
+            (c.event, c.object.filter_result),
+            (WatchEventType::Modified, Some(json!("2")))
+        );
         let c = b.forget(&cm("b", "2", "5")).expect("deleted");
         assert_eq!(c.event, WatchEventType::Deleted);
-        assert_eq!(b.snapshot(), vec![ObjectAndFilterResult { object: None, filter_result: Some(json!("1")) }]);
+        assert_eq!(
+            b.snapshot(),
+            vec![ObjectAndFilterResult {
+                object: None,
+                filter_result: Some(json!("1"))
+            }]
+        );
     }
 
     #[test]
@@ -260,7 +324,9 @@ mod tests {
         let mut bindings = [
             binding(by_value),
             binding(by_value),
-            binding(r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".metadata.name"}]}"#),
+            binding(
+                r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".metadata.name"}]}"#,
+            ),
             binding(r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap"}]}"#),
         ];
         for b in &mut bindings {
@@ -268,32 +334,64 @@ mod tests {
         }
         let object = cm("x", "1", "1");
         let mut eval = Evaluation::new(&object);
-        let changes: Vec<Change> = bindings.iter_mut().map(|b| b.observe_in(&mut eval).expect("added")).collect();
-        let results: Vec<Option<Value>> = changes.iter().map(|c| c.object.filter_result.clone()).collect();
-        assert_eq!(results, [Some(json!("1")), Some(json!("1")), Some(json!("x")), None]);
+        let changes: Vec<Change> = bindings
+            .iter_mut()
+            .map(|b| b.observe_in(&mut eval).expect("added"))
+            .collect();
+        let results: Vec<Option<Value>> = changes
+            .iter()
+            .map(|c| c.object.filter_result.clone())
+            .collect();
+        assert_eq!(
+            results,
+            [Some(json!("1")), Some(json!("1")), Some(json!("x")), None]
+        );
         assert_eq!(eval.filtered.len(), 2, "one run per distinct filter");
-        assert!(changes[0].object.object.is_none(), "keepFullObjectsInMemory: false copies no object");
+        assert!(
+            changes[0].object.object.is_none(),
+            "keepFullObjectsInMemory: false copies no object"
+        );
         assert_eq!(changes[2].object.object.as_ref(), Some(&object));
 
         // A change outside `.data.v` fires only for the bindings that see it.
         let renamed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "ns", "name": "x", "resourceVersion": "2", "labels": {"a": "b"}}, "data": {"v": "1"}});
         let mut eval = Evaluation::new(&renamed);
-        let fired: Vec<bool> = bindings.iter_mut().map(|b| b.observe_in(&mut eval).is_some()).collect();
+        let fired: Vec<bool> = bindings
+            .iter_mut()
+            .map(|b| b.observe_in(&mut eval).is_some())
+            .collect();
         assert_eq!(fired, [false, false, false, true]);
     }
 
     #[test]
     fn a_filter_that_fails_on_an_object_drops_its_event() {
         // `.data.v | tonumber` fails on "x": shell-operator logs it and drops the event.
-        let mut b = binding(r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".data.v | tonumber"}]}"#);
+        let mut b = binding(
+            r#"{"kubernetes":[{"name":"cms","kind":"ConfigMap","jqFilter":".data.v | tonumber"}]}"#,
+        );
         assert!(b.observe(&cm("a", "x", "1")).is_none(), "listed, left out");
         b.pending_lists = 0;
-        assert!(b.observe(&cm("b", "x", "2")).is_none(), "no event with a null filterResult");
+        assert!(
+            b.observe(&cm("b", "x", "2")).is_none(),
+            "no event with a null filterResult"
+        );
         assert_eq!(b.len(), 0, "nothing cached for the snapshots either");
-        let c = b.observe(&cm("b", "7", "3")).expect("added once the filter works");
-        assert_eq!((c.event, c.object.filter_result), (WatchEventType::Added, Some(json!(7))));
-        assert!(b.observe(&cm("b", "y", "4")).is_none(), "a failing change is dropped");
-        assert_eq!(b.snapshot()[0].filter_result, Some(json!(7)), "the cache keeps the last good result");
+        let c = b
+            .observe(&cm("b", "7", "3"))
+            .expect("added once the filter works");
+        assert_eq!(
+            (c.event, c.object.filter_result),
+            (WatchEventType::Added, Some(json!(7)))
+        );
+        assert!(
+            b.observe(&cm("b", "y", "4")).is_none(),
+            "a failing change is dropped"
+        );
+        assert_eq!(
+            b.snapshot()[0].filter_result,
+            Some(json!(7)),
+            "the cache keeps the last good result"
+        );
     }
 
     #[test]
@@ -305,7 +403,10 @@ mod tests {
         let seen = HashSet::from([("ns".to_owned(), "a".to_owned())]);
         let gone = b.relisted(Some("ns"), &seen);
         assert_eq!(gone.len(), 1);
-        assert_eq!(gone[0].object.object.as_ref().unwrap()["metadata"]["name"], "b");
+        assert_eq!(
+            gone[0].object.object.as_ref().unwrap()["metadata"]["name"],
+            "b"
+        );
         assert_eq!(b.len(), 1);
     }
 

@@ -38,9 +38,19 @@ pub const MAX_KUBE_BINDINGS: usize = 256;
 #[derive(Debug, thiserror::Error)]
 pub enum SetError {
     #[error("kubernetes[{index}] (hook {hook}, binding {binding}): {reason}")]
-    Invalid { index: usize, hook: String, binding: String, reason: String },
+    Invalid {
+        index: usize,
+        hook: String,
+        binding: String,
+        reason: String,
+    },
     #[error("kubernetes[{index}] (hook {hook}, binding {binding}): {source}")]
-    Resolve { index: usize, hook: String, binding: String, source: ResolveError },
+    Resolve {
+        index: usize,
+        hook: String,
+        binding: String,
+        source: ResolveError,
+    },
     #[error("listing namespaces for kubernetes[{index}]: {source}")]
     Namespaces { index: usize, source: kube::Error },
     #[error("watch of {watch}: {reason}")]
@@ -51,7 +61,14 @@ pub enum SetError {
 
 impl SetError {
     pub fn is_invalid(&self) -> bool {
-        matches!(self, SetError::Invalid { .. } | SetError::Resolve { source: ResolveError::NotFound { .. }, .. })
+        matches!(
+            self,
+            SetError::Invalid { .. }
+                | SetError::Resolve {
+                    source: ResolveError::NotFound { .. },
+                    ..
+                }
+        )
     }
 }
 
@@ -75,7 +92,11 @@ pub struct KubeManager {
 }
 
 impl KubeManager {
-    pub fn new(client: kube::Client, enqueuer: Enqueuer, shutdown: CancellationToken) -> Arc<KubeManager> {
+    pub fn new(
+        client: kube::Client,
+        enqueuer: Enqueuer,
+        shutdown: CancellationToken,
+    ) -> Arc<KubeManager> {
         Arc::new(KubeManager {
             resolver: Resolver::new(client),
             jq: JqCache::default(),
@@ -117,7 +138,10 @@ impl KubeManager {
                 index: MAX_KUBE_BINDINGS,
                 hook: String::new(),
                 binding: String::new(),
-                reason: format!("{} bindings exceed the limit of {MAX_KUBE_BINDINGS}", kube.len()),
+                reason: format!(
+                    "{} bindings exceed the limit of {MAX_KUBE_BINDINGS}",
+                    kube.len()
+                ),
             });
         }
         let mut prepared = Vec::with_capacity(kube.len());
@@ -149,10 +173,24 @@ impl KubeManager {
                 let mut state_binding = state_binding;
                 state_binding.pending_lists = keys.len();
                 let pending = keys.iter().cloned().collect();
-                state.bindings.insert(id, Registered { state: state_binding, keys, pending });
+                state.bindings.insert(
+                    id,
+                    Registered {
+                        state: state_binding,
+                        keys,
+                        pending,
+                    },
+                );
                 ids.push(id);
             }
-            state.packages.insert(package.to_owned(), PackageState { generation, bindings: ids.clone(), hooks });
+            state.packages.insert(
+                package.to_owned(),
+                PackageState {
+                    generation,
+                    bindings: ids.clone(),
+                    hooks,
+                },
+            );
             for key in restart {
                 self.restart_locked(&mut state, &key);
             }
@@ -166,7 +204,9 @@ impl KubeManager {
             let mut state = self.lock();
             let mut tasks = vec![];
             for id in &ids {
-                let Some(r) = state.bindings.get(id) else { continue };
+                let Some(r) = state.bindings.get(id) else {
+                    continue;
+                };
                 if restored || !r.state.spec.wait_for_synchronization {
                     tasks.extend(release(&mut state, *id, true));
                 }
@@ -183,8 +223,13 @@ impl KubeManager {
     fn start_resyncs(self: &Arc<Self>, ids: &[u64]) {
         let state = self.lock();
         for id in ids {
-            let Some(r) = state.bindings.get(id) else { continue };
-            if let (Some(period), true) = (r.state.spec.resynchronization_period, r.state.spec.execute_hook_on_synchronization) {
+            let Some(r) = state.bindings.get(id) else {
+                continue;
+            };
+            if let (Some(period), true) = (
+                r.state.spec.resynchronization_period,
+                r.state.spec.execute_hook_on_synchronization,
+            ) {
                 tokio::spawn(Arc::clone(self).resync(*id, period));
             }
         }
@@ -220,17 +265,31 @@ impl KubeManager {
         package: &str,
         app_namespace: &str,
     ) -> Result<(BindingState, ApiResource, Vec<WatchKey>), SetError> {
-        let invalid = |reason: String| SetError::Invalid { index, hook: b.hook.clone(), binding: b.binding.clone(), reason };
+        let invalid = |reason: String| SetError::Invalid {
+            index,
+            hook: b.hook.clone(),
+            binding: b.binding.clone(),
+            reason,
+        };
         let spec = spec_of(b).map_err(invalid)?;
         let jq = match &spec.jq_filter {
-            Some(f) => Some(self.jq.compile(f).map_err(|e| invalid(format!("jqFilter: {e}")))?),
+            Some(f) => Some(
+                self.jq
+                    .compile(f)
+                    .map_err(|e| invalid(format!("jqFilter: {e}")))?,
+            ),
             None => None,
         };
         let resolved = self
             .resolver
             .resolve(&b.api_version, &b.kind)
             .await
-            .map_err(|source| SetError::Resolve { index, hook: b.hook.clone(), binding: b.binding.clone(), source })?;
+            .map_err(|source| SetError::Resolve {
+                index,
+                hook: b.hook.clone(),
+                binding: b.binding.clone(),
+                source,
+            })?;
         let mut fields = b.field_selector.clone();
         let mut names = vec![];
         match b.names.as_slice() {
@@ -246,7 +305,10 @@ impl KubeManager {
         }
         let namespaces: Vec<Option<String>> = if !resolved.namespaced {
             if !app_namespace.is_empty() {
-                return Err(invalid(format!("{} is cluster-scoped; an app's bindings are locked to its namespace {app_namespace}", resolved.resource.kind)));
+                return Err(invalid(format!(
+                    "{} is cluster-scoped; an app's bindings are locked to its namespace {app_namespace}",
+                    resolved.resource.kind
+                )));
             }
             vec![None]
         } else if !app_namespace.is_empty() {
@@ -255,7 +317,11 @@ impl KubeManager {
         } else if !b.namespaces.is_empty() {
             b.namespaces.iter().cloned().map(Some).collect()
         } else if !b.namespace_label_selector.is_empty() {
-            self.namespaces_matching(index, &b.namespace_label_selector).await?.into_iter().map(Some).collect()
+            self.namespaces_matching(index, &b.namespace_label_selector)
+                .await?
+                .into_iter()
+                .map(Some)
+                .collect()
         } else {
             vec![None]
         };
@@ -275,13 +341,27 @@ impl KubeManager {
 
     /// The namespaces a namespace label selector matches now. (Namespaces created later are not
     /// picked up until the package is loaded again.)
-    async fn namespaces_matching(&self, index: usize, selector: &str) -> Result<Vec<String>, SetError> {
-        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.resolver.client().clone());
-        let list = tokio::time::timeout(LIST_TIMEOUT, api.list(&ListParams::default().labels(selector)))
-            .await
-            .map_err(|_| SetError::ListTimeout { pending: format!("namespaces matching {selector:?}") })?
-            .map_err(|source| SetError::Namespaces { index, source })?;
-        Ok(list.items.into_iter().filter_map(|n| n.metadata.name).collect())
+    async fn namespaces_matching(
+        &self,
+        index: usize,
+        selector: &str,
+    ) -> Result<Vec<String>, SetError> {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> =
+            Api::all(self.resolver.client().clone());
+        let list = tokio::time::timeout(
+            LIST_TIMEOUT,
+            api.list(&ListParams::default().labels(selector)),
+        )
+        .await
+        .map_err(|_| SetError::ListTimeout {
+            pending: format!("namespaces matching {selector:?}"),
+        })?
+        .map_err(|source| SetError::Namespaces { index, source })?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect())
     }
 
     async fn wait_listed(&self, ids: &[u64]) -> Result<(), SetError> {
@@ -292,10 +372,17 @@ impl KubeManager {
             notified.as_mut().enable();
             let pending: Vec<WatchKey> = {
                 let state = self.lock();
-                let pending: Vec<WatchKey> = ids.iter().filter_map(|id| state.bindings.get(id)).flat_map(|r| r.pending.iter().cloned()).collect();
+                let pending: Vec<WatchKey> = ids
+                    .iter()
+                    .filter_map(|id| state.bindings.get(id))
+                    .flat_map(|r| r.pending.iter().cloned())
+                    .collect();
                 for key in &pending {
                     if let Some(reason) = state.watches.get(key).and_then(|w| w.error.clone()) {
-                        return Err(SetError::Watch { watch: key.to_string(), reason });
+                        return Err(SetError::Watch {
+                            watch: key.to_string(),
+                            reason,
+                        });
                     }
                 }
                 pending
@@ -304,7 +391,11 @@ impl KubeManager {
                 return Ok(());
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                let pending = pending.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+                let pending = pending
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 return Err(SetError::ListTimeout { pending });
             }
         }
@@ -317,9 +408,13 @@ impl KubeManager {
     }
 
     fn remove_locked(&self, state: &mut State, package: &str) {
-        let Some(pkg) = state.packages.remove(package) else { return };
+        let Some(pkg) = state.packages.remove(package) else {
+            return;
+        };
         for id in pkg.bindings {
-            let Some(r) = state.bindings.remove(&id) else { continue };
+            let Some(r) = state.bindings.remove(&id) else {
+                continue;
+            };
             for key in r.keys {
                 if let Some(w) = state.watches.get_mut(&key) {
                     w.subscribers.retain(|s| *s != id);
@@ -336,7 +431,9 @@ impl KubeManager {
     fn restart_locked(self: &Arc<Self>, state: &mut State, key: &WatchKey) {
         state.next_epoch += 1;
         let epoch = state.next_epoch;
-        let Some(w) = state.watches.get_mut(key) else { return };
+        let Some(w) = state.watches.get_mut(key) else {
+            return;
+        };
         w.cancel.cancel();
         w.cancel = self.shutdown.child_token();
         w.epoch = epoch;
@@ -378,17 +475,29 @@ impl KubeManager {
     fn on_error(&self, key: &WatchKey, epoch: u64, error: String) {
         tracing::warn!(watch = %key, %error, "watch failed; retrying with backoff");
         let mut state = self.lock();
-        if let Some(w) = state.watches.get_mut(key).filter(|w| w.epoch == epoch && !w.listed) {
+        if let Some(w) = state
+            .watches
+            .get_mut(key)
+            .filter(|w| w.epoch == epoch && !w.listed)
+        {
             w.error = Some(error);
             drop(state);
             self.listed.notify_waiters();
         }
     }
 
-    async fn on_event(&self, key: &WatchKey, epoch: u64, resource: &ApiResource, event: watcher::Event<DynamicObject>) {
+    async fn on_event(
+        &self,
+        key: &WatchKey,
+        epoch: u64,
+        resource: &ApiResource,
+        event: watcher::Event<DynamicObject>,
+    ) {
         let tasks = {
             let mut state = self.lock();
-            let Some(w) = state.watches.get_mut(key).filter(|w| w.epoch == epoch) else { return };
+            let Some(w) = state.watches.get_mut(key).filter(|w| w.epoch == epoch) else {
+                return;
+            };
             let subscribers = w.subscribers.clone();
             let mut changes: Vec<(u64, Change)> = vec![];
             match event {
@@ -400,7 +509,11 @@ impl KubeManager {
                     }
                     let mut eval = Evaluation::new(&object);
                     for id in subscribers {
-                        if let Some(c) = state.bindings.get_mut(&id).and_then(|r| r.state.observe_in(&mut eval)) {
+                        if let Some(c) = state
+                            .bindings
+                            .get_mut(&id)
+                            .and_then(|r| r.state.observe_in(&mut eval))
+                        {
                             changes.push((id, c));
                         }
                     }
@@ -408,7 +521,11 @@ impl KubeManager {
                 watcher::Event::Delete(o) => {
                     let object = object_json(o, resource);
                     for id in subscribers {
-                        if let Some(c) = state.bindings.get_mut(&id).and_then(|r| r.state.forget(&object)) {
+                        if let Some(c) = state
+                            .bindings
+                            .get_mut(&id)
+                            .and_then(|r| r.state.forget(&object))
+                        {
                             changes.push((id, c));
                         }
                     }
@@ -418,8 +535,15 @@ impl KubeManager {
                     w.listed = true;
                     w.error = None;
                     for id in subscribers {
-                        let Some(r) = state.bindings.get_mut(&id) else { continue };
-                        changes.extend(r.state.relisted(key.namespace.as_deref(), &seen).into_iter().map(|c| (id, c)));
+                        let Some(r) = state.bindings.get_mut(&id) else {
+                            continue;
+                        };
+                        changes.extend(
+                            r.state
+                                .relisted(key.namespace.as_deref(), &seen)
+                                .into_iter()
+                                .map(|c| (id, c)),
+                        );
                         r.pending.remove(key);
                         r.state.pending_lists = r.pending.len();
                     }
@@ -428,12 +552,18 @@ impl KubeManager {
             }
             let mut tasks = vec![];
             for (id, change) in changes {
-                let Some(r) = state.bindings.get(&id) else { continue };
+                let Some(r) = state.bindings.get(&id) else {
+                    continue;
+                };
                 if !r.state.spec.execute_hook_on_event.contains(&change.event) {
                     continue;
                 }
-                let Some(task) = event_task(&state, id, &change) else { continue };
-                let Some(r) = state.bindings.get_mut(&id) else { continue };
+                let Some(task) = event_task(&state, id, &change) else {
+                    continue;
+                };
+                let Some(r) = state.bindings.get_mut(&id) else {
+                    continue;
+                };
                 if r.state.synchronized {
                     tasks.push(task);
                 } else {
@@ -450,10 +580,16 @@ impl KubeManager {
     /// Synchronization run sees these objects, which already include them.
     pub fn snapshots(&self, package: &str, for_synchronization: bool) -> Vec<BindingObjects> {
         let mut state = self.lock();
-        let ids = state.packages.get(package).map(|p| p.bindings.clone()).unwrap_or_default();
+        let ids = state
+            .packages
+            .get(package)
+            .map(|p| p.bindings.clone())
+            .unwrap_or_default();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(r) = state.bindings.get_mut(&id) else { continue };
+            let Some(r) = state.bindings.get_mut(&id) else {
+                continue;
+            };
             if for_synchronization && !r.state.synchronized {
                 r.state.buffer.clear();
                 r.state.overflowed = false;
@@ -482,14 +618,20 @@ impl KubeManager {
 
     /// The hook's bindings as context builders need them.
     pub fn hook_config(&self, package: &str, hook: &str) -> HookConfig {
-        self.lock().packages.get(package).and_then(|p| p.hooks.get(hook).cloned()).unwrap_or_default()
+        self.lock()
+            .packages
+            .get(package)
+            .and_then(|p| p.hooks.get(hook).cloned())
+            .unwrap_or_default()
     }
 
     /// The worker ran the package's Synchronization: release the held events, in order.
     pub async fn synchronization_done(&self, package: &str, generation: i64) {
         let tasks = {
             let mut state = self.lock();
-            let Some(pkg) = state.packages.get(package) else { return };
+            let Some(pkg) = state.packages.get(package) else {
+                return;
+            };
             if pkg.generation > generation {
                 return;
             }
@@ -508,8 +650,10 @@ fn object_json(object: DynamicObject, resource: &ApiResource) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     // List items come without apiVersion/kind; hooks expect them, as kubectl shows them.
     if let Value::Object(map) = &mut value {
-        map.entry("apiVersion").or_insert_with(|| Value::from(resource.api_version.clone()));
-        map.entry("kind").or_insert_with(|| Value::from(resource.kind.clone()));
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::from(resource.api_version.clone()));
+        map.entry("kind")
+            .or_insert_with(|| Value::from(resource.kind.clone()));
     }
     value
 }
@@ -521,10 +665,18 @@ fn hook_configs(
 ) -> HashMap<String, HookConfig> {
     let mut hooks: HashMap<String, HookConfig> = HashMap::new();
     for (b, (state, _, _)) in kube.iter().zip(prepared) {
-        hooks.entry(b.hook.clone()).or_default().kubernetes.push(state.spec.clone());
+        hooks
+            .entry(b.hook.clone())
+            .or_default()
+            .kubernetes
+            .push(state.spec.clone());
     }
     for s in schedules {
-        hooks.entry(s.hook.clone()).or_default().schedule.push(schedule_spec_of(s));
+        hooks
+            .entry(s.hook.clone())
+            .or_default()
+            .schedule
+            .push(schedule_spec_of(s));
     }
     hooks
 }

@@ -32,11 +32,23 @@ pub const MAX_OPERATIONS: usize = 1000;
 #[derive(Debug, thiserror::Error)]
 pub enum OperationError {
     #[error("operations[{index}] ({what}): {reason}")]
-    Invalid { index: usize, what: String, reason: String },
+    Invalid {
+        index: usize,
+        what: String,
+        reason: String,
+    },
     #[error("operations[{index}] ({what}): {source}")]
-    Resolve { index: usize, what: String, source: ResolveError },
+    Resolve {
+        index: usize,
+        what: String,
+        source: ResolveError,
+    },
     #[error("operations[{index}] ({what}): {reason}")]
-    Failed { index: usize, what: String, reason: String },
+    Failed {
+        index: usize,
+        what: String,
+        reason: String,
+    },
 }
 
 impl OperationError {
@@ -59,9 +71,20 @@ struct Planned {
 }
 
 /// Checks then executes `operations` in order; returns one line per operation.
-pub async fn apply_operations(resolver: &Resolver, app_namespace: &str, operations: &[ObjectOperation]) -> Result<Vec<String>, OperationError> {
+pub async fn apply_operations(
+    resolver: &Resolver,
+    app_namespace: &str,
+    operations: &[ObjectOperation],
+) -> Result<Vec<String>, OperationError> {
     if operations.len() > MAX_OPERATIONS {
-        return Err(OperationError::Invalid { index: MAX_OPERATIONS, what: "batch".into(), reason: format!("{} operations exceed the limit of {MAX_OPERATIONS}", operations.len()) });
+        return Err(OperationError::Invalid {
+            index: MAX_OPERATIONS,
+            what: "batch".into(),
+            reason: format!(
+                "{} operations exceed the limit of {MAX_OPERATIONS}",
+                operations.len()
+            ),
+        });
     }
     let mut planned = Vec::with_capacity(operations.len());
     for (index, op) in operations.iter().enumerate() {
@@ -69,38 +92,110 @@ pub async fn apply_operations(resolver: &Resolver, app_namespace: &str, operatio
     }
     let mut results = Vec::with_capacity(planned.len());
     for (index, p) in planned.iter().enumerate() {
-        let outcome = execute(resolver.client(), p).await.map_err(|reason| OperationError::Failed { index, what: p.what.clone(), reason })?;
+        let outcome =
+            execute(resolver.client(), p)
+                .await
+                .map_err(|reason| OperationError::Failed {
+                    index,
+                    what: p.what.clone(),
+                    reason,
+                })?;
         results.push(format!("{}: {outcome}", p.what));
     }
     Ok(results)
 }
 
-async fn plan(resolver: &Resolver, app_namespace: &str, index: usize, op: &ObjectOperation) -> Result<Planned, OperationError> {
-    let kind_of_create = matches!(op.operation.as_str(), "Create" | "CreateOrUpdate" | "CreateIfNotExists");
+async fn plan(
+    resolver: &Resolver,
+    app_namespace: &str,
+    index: usize,
+    op: &ObjectOperation,
+) -> Result<Planned, OperationError> {
+    let kind_of_create = matches!(
+        op.operation.as_str(),
+        "Create" | "CreateOrUpdate" | "CreateIfNotExists"
+    );
     let body: Value = if op.json.is_empty() {
         Value::Null
     } else {
-        serde_json::from_str(&op.json).map_err(|e| OperationError::Invalid { index, what: op.operation.clone(), reason: format!("json: {e}") })?
+        serde_json::from_str(&op.json).map_err(|e| OperationError::Invalid {
+            index,
+            what: op.operation.clone(),
+            reason: format!("json: {e}"),
+        })?
     };
     let (api_version, kind, namespace, name) = if kind_of_create {
-        let s = |p: &str| body.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
-        (s("/apiVersion"), s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+        let s = |p: &str| {
+            body.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        (
+            s("/apiVersion"),
+            s("/kind"),
+            s("/metadata/namespace"),
+            s("/metadata/name"),
+        )
     } else {
-        (op.api_version.clone(), op.kind.clone(), op.namespace.clone(), op.name.clone())
+        (
+            op.api_version.clone(),
+            op.kind.clone(),
+            op.namespace.clone(),
+            op.name.clone(),
+        )
     };
-    let what = format!("{} {}{kind} {}{name}", op.operation, if api_version.is_empty() { String::new() } else { format!("{api_version}/") }, if namespace.is_empty() { String::new() } else { format!("{namespace}/") });
-    let invalid = |reason: String| OperationError::Invalid { index, what: what.clone(), reason };
+    let what = format!(
+        "{} {}{kind} {}{name}",
+        op.operation,
+        if api_version.is_empty() {
+            String::new()
+        } else {
+            format!("{api_version}/")
+        },
+        if namespace.is_empty() {
+            String::new()
+        } else {
+            format!("{namespace}/")
+        }
+    );
+    let invalid = |reason: String| OperationError::Invalid {
+        index,
+        what: what.clone(),
+        reason,
+    };
     if name.is_empty() {
         return Err(invalid("the object has no name (metadata.name)".into()));
     }
-    let resolved = resolver.resolve(&api_version, &kind).await.map_err(|source| OperationError::Resolve { index, what: what.clone(), source })?;
-    let namespace = match (resolved.namespaced, namespace.is_empty(), app_namespace.is_empty()) {
+    let resolved = resolver
+        .resolve(&api_version, &kind)
+        .await
+        .map_err(|source| OperationError::Resolve {
+            index,
+            what: what.clone(),
+            source,
+        })?;
+    let namespace = match (
+        resolved.namespaced,
+        namespace.is_empty(),
+        app_namespace.is_empty(),
+    ) {
         (false, _, true) => None,
-        (false, _, false) => return Err(invalid(format!("{kind} is cluster-scoped; an app may only touch objects in its namespace {app_namespace}"))),
-        (true, true, true) => return Err(invalid(format!("{kind} is namespaced: namespace is required"))),
+        (false, _, false) => {
+            return Err(invalid(format!(
+                "{kind} is cluster-scoped; an app may only touch objects in its namespace {app_namespace}"
+            )));
+        }
+        (true, true, true) => {
+            return Err(invalid(format!(
+                "{kind} is namespaced: namespace is required"
+            )));
+        }
         (true, true, false) => Some(app_namespace.to_owned()),
         (true, false, _) if !app_namespace.is_empty() && namespace != app_namespace => {
-            return Err(invalid(format!("namespace {namespace}: an app may only touch objects in its namespace {app_namespace}")));
+            return Err(invalid(format!(
+                "namespace {namespace}: an app may only touch objects in its namespace {app_namespace}"
+            )));
         }
         (true, false, _) => Some(namespace),
     };
@@ -109,10 +204,16 @@ async fn plan(resolver: &Resolver, app_namespace: &str, index: usize, op: &Objec
         _ => None,
     };
     if op.operation == "JSONPatch" {
-        serde_json::from_value::<json_patch::Patch>(body.clone()).map_err(|e| invalid(format!("jsonPatch: {e}")))?;
+        serde_json::from_value::<json_patch::Patch>(body.clone())
+            .map_err(|e| invalid(format!("jsonPatch: {e}")))?;
     }
     let mut body = body;
-    if kind_of_create && let (Some(ns), Some(meta)) = (&namespace, body.get_mut("metadata").and_then(Value::as_object_mut)) {
+    if kind_of_create
+        && let (Some(ns), Some(meta)) = (
+            &namespace,
+            body.get_mut("metadata").and_then(Value::as_object_mut),
+        )
+    {
         meta.insert("namespace".into(), Value::from(ns.clone()));
     }
     Ok(Planned {
@@ -131,7 +232,9 @@ async fn plan(resolver: &Resolver, app_namespace: &str, index: usize, op: &Objec
 async fn bounded<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
         Ok(r) => r,
-        Err(_) => Err(kube::Error::Service(format!("no answer within {CALL_TIMEOUT:?}").into())),
+        Err(_) => Err(kube::Error::Service(
+            format!("no answer within {CALL_TIMEOUT:?}").into(),
+        )),
     }
 }
 
@@ -147,21 +250,24 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
     let text = |e: kube::Error| e.to_string();
     match p.op.as_str() {
         "Create" | "CreateIfNotExists" | "CreateOrUpdate" => {
-            let object: DynamicObject = serde_json::from_value(p.body.clone()).map_err(|e| format!("object: {e}"))?;
+            let object: DynamicObject =
+                serde_json::from_value(p.body.clone()).map_err(|e| format!("object: {e}"))?;
             match bounded(api.create(&PostParams::default(), &object)).await {
                 Ok(_) => {
                     write_subresource(&api, p).await?;
                     Ok("created")
                 }
-                Err(e) if status_is(&e, kube::core::Status::is_already_exists) => match p.op.as_str() {
-                    "CreateIfNotExists" => Ok("exists; left as is"),
-                    "CreateOrUpdate" => {
-                        replace_keeping_version(&api, p, |_current| Ok(p.body.clone())).await?;
-                        write_subresource(&api, p).await?;
-                        Ok("updated")
+                Err(e) if status_is(&e, kube::core::Status::is_already_exists) => {
+                    match p.op.as_str() {
+                        "CreateIfNotExists" => Ok("exists; left as is"),
+                        "CreateOrUpdate" => {
+                            replace_keeping_version(&api, p, |_current| Ok(p.body.clone())).await?;
+                            write_subresource(&api, p).await?;
+                            Ok("updated")
+                        }
+                        _ => Err(text(e)),
                     }
-                    _ => Err(text(e)),
-                },
+                }
                 Err(e) => Err(text(e)),
             }
         }
@@ -175,7 +281,9 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
                 // Still there (finalizers, dependents being deleted first): the API server
                 // answers with the object, else with a Status.
                 Ok(answer) => answer.left().and_then(|object| object.metadata.uid),
-                Err(e) if status_is(&e, kube::core::Status::is_not_found) => return Ok("already absent"),
+                Err(e) if status_is(&e, kube::core::Status::is_not_found) => {
+                    return Ok("already absent");
+                }
                 Err(e) => return Err(text(e)),
             };
             if let (true, Some(uid)) = (p.op == "Delete", pending) {
@@ -197,7 +305,10 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
             let patch: Patch<Value> = if p.op == "MergePatch" {
                 Patch::Merge(p.body.clone())
             } else {
-                Patch::Json(serde_json::from_value(p.body.clone()).map_err(|e| format!("jsonPatch: {e}"))?)
+                Patch::Json(
+                    serde_json::from_value(p.body.clone())
+                        .map_err(|e| format!("jsonPatch: {e}"))?,
+                )
             };
             let pp = PatchParams::default();
             let result = match &p.subresource {
@@ -206,13 +317,21 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
             };
             match result {
                 Ok(_) => Ok("patched"),
-                Err(e) if p.ignore_missing && status_is(&e, kube::core::Status::is_not_found) => Ok("absent; ignored"),
+                Err(e) if p.ignore_missing && status_is(&e, kube::core::Status::is_not_found) => {
+                    Ok("absent; ignored")
+                }
                 Err(e) => Err(text(e)),
             }
         }
         "JQPatch" => {
-            let Some(jq) = &p.jq else { return Err("jqFilter missing".into()) };
-            match replace_keeping_version(&api, p, |current| jq.run(current).map_err(|e| e.to_string())).await {
+            let Some(jq) = &p.jq else {
+                return Err("jqFilter missing".into());
+            };
+            match replace_keeping_version(&api, p, |current| {
+                jq.run(current).map_err(|e| e.to_string())
+            })
+            .await
+            {
                 Ok(()) => Ok("patched"),
                 Err(e) if p.ignore_missing && e.starts_with("not found") => Ok("absent; ignored"),
                 Err(e) => Err(e),
@@ -223,23 +342,37 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
 }
 
 /// Get → compute the new object → replace with the read resourceVersion; retried on conflict.
-async fn replace_keeping_version(api: &Api<DynamicObject>, p: &Planned, compute: impl Fn(&Value) -> Result<Value, String>) -> Result<(), String> {
+async fn replace_keeping_version(
+    api: &Api<DynamicObject>,
+    p: &Planned,
+    compute: impl Fn(&Value) -> Result<Value, String>,
+) -> Result<(), String> {
     for _ in 0..CONFLICT_ATTEMPTS {
-        let Some(current) = bounded(api.get_opt(&p.name)).await.map_err(|e| e.to_string())? else {
+        let Some(current) = bounded(api.get_opt(&p.name))
+            .await
+            .map_err(|e| e.to_string())?
+        else {
             return Err("not found".into());
         };
         let current = serde_json::to_value(&current).map_err(|e| e.to_string())?;
         let mut next = compute(&current)?;
-        let version = current.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+        let version = current
+            .pointer("/metadata/resourceVersion")
+            .cloned()
+            .unwrap_or(Value::Null);
         match next.pointer_mut("/metadata").and_then(Value::as_object_mut) {
             Some(meta) => {
                 meta.insert("resourceVersion".into(), version);
             }
             None => return Err("the new object has no metadata".into()),
         }
-        let object: DynamicObject = serde_json::from_value(next).map_err(|e| format!("new object: {e}"))?;
+        let object: DynamicObject =
+            serde_json::from_value(next).map_err(|e| format!("new object: {e}"))?;
         let result = match p.subresource.as_deref().filter(|_| p.op == "JQPatch") {
-            Some(sub) => bounded(api.replace_subresource(sub, &p.name, &PostParams::default(), &object)).await,
+            Some(sub) => {
+                bounded(api.replace_subresource(sub, &p.name, &PostParams::default(), &object))
+                    .await
+            }
             None => bounded(api.replace(&p.name, &PostParams::default(), &object)).await,
         };
         match result {
@@ -254,8 +387,15 @@ async fn replace_keeping_version(api: &Api<DynamicObject>, p: &Planned, compute:
 /// For Create*/CreateOrUpdate with `subresource` (e.g. `status`): writes that part of the
 /// object through the subresource, since the main endpoint ignores it.
 async fn write_subresource(api: &Api<DynamicObject>, p: &Planned) -> Result<(), String> {
-    let Some(sub) = &p.subresource else { return Ok(()) };
-    let Some(part) = p.body.get(sub.as_str()) else { return Ok(()) };
+    let Some(sub) = &p.subresource else {
+        return Ok(());
+    };
+    let Some(part) = p.body.get(sub.as_str()) else {
+        return Ok(());
+    };
     let patch = Patch::Merge(serde_json::json!({ sub.clone(): part }));
-    bounded(api.patch_subresource(sub, &p.name, &PatchParams::default(), &patch)).await.map(|_| ()).map_err(|e| e.to_string())
+    bounded(api.patch_subresource(sub, &p.name, &PatchParams::default(), &patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

@@ -29,7 +29,11 @@ pub enum ResolveError {
 }
 
 fn in_version(api_version: &str) -> String {
-    if api_version.is_empty() { String::new() } else { format!(" in {api_version}") }
+    if api_version.is_empty() {
+        String::new()
+    } else {
+        format!(" in {api_version}")
+    }
 }
 
 /// A resource a binding or an operation addresses.
@@ -46,7 +50,10 @@ pub struct Resolver {
 
 impl Resolver {
     pub fn new(client: kube::Client) -> Resolver {
-        Resolver { client, cache: Mutex::new(HashMap::new()) }
+        Resolver {
+            client,
+            cache: Mutex::new(HashMap::new()),
+        }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -57,7 +64,12 @@ impl Resolver {
     /// (the core group first).
     pub async fn resolve(&self, api_version: &str, kind: &str) -> Result<Resolved, ResolveError> {
         let key = (api_version.to_owned(), kind.to_owned());
-        if let Some(hit) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(hit) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
             return Ok(hit.clone());
         }
         let found = if api_version.is_empty() {
@@ -66,8 +78,14 @@ impl Resolver {
             let list = self.resources(api_version).await?;
             find(&list, kind)
         };
-        let resolved = found.ok_or_else(|| ResolveError::NotFound { api_version: api_version.to_owned(), kind: kind.to_owned() })?;
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(key, resolved.clone());
+        let resolved = found.ok_or_else(|| ResolveError::NotFound {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+        })?;
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, resolved.clone());
         Ok(resolved)
     }
 
@@ -80,7 +98,12 @@ impl Resolver {
         // the kinds of all the others: it is skipped, and named if the kind is found nowhere.
         let mut failed = Vec::new();
         for group in groups.groups {
-            let Some(version) = group.preferred_version.or_else(|| group.versions.into_iter().next()) else { continue };
+            let Some(version) = group
+                .preferred_version
+                .or_else(|| group.versions.into_iter().next())
+            else {
+                continue;
+            };
             match self.resources(&version.group_version).await {
                 Ok(list) => {
                     if let Some(found) = find(&list, kind) {
@@ -93,23 +116,46 @@ impl Resolver {
                 }
             }
         }
-        if failed.is_empty() { Ok(None) } else { Err(ResolveError::Incomplete { kind: kind.to_owned(), failed }) }
+        if failed.is_empty() {
+            Ok(None)
+        } else {
+            Err(ResolveError::Incomplete {
+                kind: kind.to_owned(),
+                failed,
+            })
+        }
     }
 
     async fn resources(&self, api_version: &str) -> Result<APIResourceList, ResolveError> {
         if api_version.contains('/') {
-            bounded(api_version, self.client.list_api_group_resources(api_version)).await
+            bounded(
+                api_version,
+                self.client.list_api_group_resources(api_version),
+            )
+            .await
         } else {
-            bounded(api_version, self.client.list_core_api_resources(api_version)).await
+            bounded(
+                api_version,
+                self.client.list_core_api_resources(api_version),
+            )
+            .await
         }
     }
 }
 
-async fn bounded<T>(what: &str, call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, ResolveError> {
+async fn bounded<T>(
+    what: &str,
+    call: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ResolveError> {
     match tokio::time::timeout(DISCOVERY_TIMEOUT, call).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(source)) => Err(ResolveError::Api { what: what.to_owned(), source }),
-        Err(_) => Err(ResolveError::Timeout { what: what.to_owned() }),
+        Ok(Err(source)) => Err(ResolveError::Api {
+            what: what.to_owned(),
+            source,
+        }),
+        Err(_) => Err(ResolveError::Timeout {
+            what: what.to_owned(),
+        }),
     }
 }
 
@@ -121,7 +167,9 @@ fn find(list: &APIResourceList, name: &str) -> Option<Resolved> {
             && (r.kind.eq_ignore_ascii_case(name)
                 || r.name == lower
                 || r.singular_name.eq_ignore_ascii_case(name)
-                || r.short_names.as_ref().is_some_and(|s| s.iter().any(|s| s.eq_ignore_ascii_case(name))))
+                || r.short_names
+                    .as_ref()
+                    .is_some_and(|s| s.iter().any(|s| s.eq_ignore_ascii_case(name))))
     };
     let r = list.resources.iter().find(|r| matches(r))?;
     let (group, version) = match list.group_version.split_once('/') {
@@ -157,9 +205,23 @@ mod tests {
 
     #[test]
     fn kind_plural_singular_and_short_names_in_any_case() {
-        for name in ["Deployment", "deployment", "DEPLOYMENTS", "deployments", "deploy", "Deploy"] {
+        for name in [
+            "Deployment",
+            "deployment",
+            "DEPLOYMENTS",
+            "deployments",
+            "deploy",
+            "Deploy",
+        ] {
             let r = find(&list(), name).unwrap_or_else(|| panic!("{name} resolves"));
-            assert_eq!((r.resource.api_version.as_str(), r.resource.kind.as_str(), r.resource.plural.as_str()), ("apps/v1", "Deployment", "deployments"));
+            assert_eq!(
+                (
+                    r.resource.api_version.as_str(),
+                    r.resource.kind.as_str(),
+                    r.resource.plural.as_str()
+                ),
+                ("apps/v1", "Deployment", "deployments")
+            );
             assert!(r.namespaced);
         }
         assert!(find(&list(), "deployments/status").is_none());
@@ -168,18 +230,28 @@ mod tests {
 
     #[tokio::test]
     async fn an_unavailable_group_is_skipped_and_named_when_the_kind_is_not_found() {
-        let resolver = Resolver::new(berth_devcluster::fake_api::client_with_an_unavailable_aggregated_api());
-        let deploy = resolver.resolve("", "deploy").await.expect("found past the broken group");
+        let resolver =
+            Resolver::new(berth_devcluster::fake_api::client_with_an_unavailable_aggregated_api());
+        let deploy = resolver
+            .resolve("", "deploy")
+            .await
+            .expect("found past the broken group");
         assert_eq!(deploy.resource.api_version, "apps/v1");
         assert_eq!(deploy.resource.kind, "Deployment");
         match resolver.resolve("", "PodMetrics").await {
             Err(e @ ResolveError::Incomplete { .. }) => {
                 let text = e.to_string();
-                assert!(text.contains("PodMetrics") && text.contains("metrics.k8s.io/v1beta1"), "{text}");
+                assert!(
+                    text.contains("PodMetrics") && text.contains("metrics.k8s.io/v1beta1"),
+                    "{text}"
+                );
             }
             other => panic!("expected Incomplete, not a definite answer: {other:?}"),
         }
         // A kind missing from a fully answering cluster part is still NotFound.
-        assert!(matches!(resolver.resolve("v1", "Widget").await, Err(ResolveError::NotFound { .. })));
+        assert!(matches!(
+            resolver.resolve("v1", "Widget").await,
+            Err(ResolveError::NotFound { .. })
+        ));
     }
 }

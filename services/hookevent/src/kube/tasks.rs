@@ -16,13 +16,22 @@ use super::registry::State;
 /// Marks a binding synchronized and returns what to queue: its Synchronization run (when
 /// `run_sync`, or when its buffer overflowed) followed by its held events.
 pub(super) fn release(state: &mut State, id: u64, run_sync: bool) -> Vec<Task> {
-    let Some(r) = state.bindings.get(&id) else { return vec![] };
+    let Some(r) = state.bindings.get(&id) else {
+        return vec![];
+    };
     if r.state.synchronized {
         return vec![];
     }
-    let wants_sync = (run_sync && r.state.spec.execute_hook_on_synchronization) || r.state.overflowed;
-    let sync = if wants_sync { sync_task(state, id) } else { None };
-    let Some(r) = state.bindings.get_mut(&id) else { return vec![] };
+    let wants_sync =
+        (run_sync && r.state.spec.execute_hook_on_synchronization) || r.state.overflowed;
+    let sync = if wants_sync {
+        sync_task(state, id)
+    } else {
+        None
+    };
+    let Some(r) = state.bindings.get_mut(&id) else {
+        return vec![];
+    };
     r.state.synchronized = true;
     let held = std::mem::take(&mut r.state.buffer);
     let overflowed = std::mem::replace(&mut r.state.overflowed, false);
@@ -34,7 +43,9 @@ pub(super) fn release(state: &mut State, id: u64, run_sync: bool) -> Vec<Task> {
 }
 
 pub(super) fn hook_snapshots(state: &State, package: &str, hook: &str) -> Snapshots {
-    let Some(pkg) = state.packages.get(package) else { return Snapshots::new() };
+    let Some(pkg) = state.packages.get(package) else {
+        return Snapshots::new();
+    };
     pkg.bindings
         .iter()
         .filter_map(|id| state.bindings.get(id))
@@ -52,9 +63,20 @@ pub(super) fn event_task(state: &State, id: u64, change: &Change) -> Option<Task
     let b = &r.state;
     let pkg = state.packages.get(&b.package)?;
     let config = pkg.hooks.get(&b.hook)?;
-    let snapshots = if needs_snapshots(&b.spec) { hook_snapshots(state, &b.package, &b.hook) } else { Snapshots::new() };
+    let snapshots = if needs_snapshots(&b.spec) {
+        hook_snapshots(state, &b.package, &b.hook)
+    } else {
+        Snapshots::new()
+    };
     let ctx = BindingContext::event(&b.spec, change.event, &change.object, config, &snapshots);
-    Some(hook_run(&b.package, pkg.generation, &b.hook, "Kubernetes", &b.spec, vec![ctx]))
+    Some(hook_run(
+        &b.package,
+        pkg.generation,
+        &b.hook,
+        "Kubernetes",
+        &b.spec,
+        vec![ctx],
+    ))
 }
 
 pub(super) fn sync_task(state: &State, id: u64) -> Option<Task> {
@@ -64,7 +86,14 @@ pub(super) fn sync_task(state: &State, id: u64) -> Option<Task> {
     let config = pkg.hooks.get(&b.hook)?;
     let snapshots = hook_snapshots(state, &b.package, &b.hook);
     let ctx = BindingContext::synchronization(&b.spec, &b.snapshot(), config, &snapshots);
-    Some(hook_run(&b.package, pkg.generation, &b.hook, "Synchronization", &b.spec, vec![ctx]))
+    Some(hook_run(
+        &b.package,
+        pkg.generation,
+        &b.hook,
+        "Synchronization",
+        &b.spec,
+        vec![ctx],
+    ))
 }
 
 /// The queue a binding's runs go to: the package's main queue or `<package>/<queue>`.
@@ -75,8 +104,23 @@ pub fn queue_name(package: &str, queue: Option<&str>) -> String {
     }
 }
 
-fn hook_run(package: &str, generation: i64, hook: &str, binding_type: &str, spec: &KubernetesBinding, contexts: Vec<BindingContext>) -> Task {
-    hook_run_task(package, generation, hook, binding_type, spec.queue.as_deref(), spec.allow_failure, binding_context::to_json(&contexts))
+fn hook_run(
+    package: &str,
+    generation: i64,
+    hook: &str,
+    binding_type: &str,
+    spec: &KubernetesBinding,
+    contexts: Vec<BindingContext>,
+) -> Task {
+    hook_run_task(
+        package,
+        generation,
+        hook,
+        binding_type,
+        spec.queue.as_deref(),
+        spec.allow_failure,
+        binding_context::to_json(&contexts),
+    )
 }
 
 /// A HookRun task in the payload shape workers and the broker's compaction read.
@@ -95,7 +139,9 @@ pub fn hook_run_task(
         package: package.to_owned(),
         generation,
         kind: TaskKind::HookRun.as_str().to_owned(),
-        payload_json: json!({"hook": hook, "binding_type": binding_type, "binding_contexts": contexts}).to_string(),
+        payload_json:
+            json!({"hook": hook, "binding_type": binding_type, "binding_contexts": contexts})
+                .to_string(),
         traceparent: berth_telemetry::current_traceparent(),
         allow_failure,
         ..Default::default()
@@ -125,22 +171,51 @@ mod tests {
             execute_hook_on_synchronization: true,
             wait_for_synchronization: true,
             keep_full_objects_in_memory: true,
-            include_snapshots_from: extra["include"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default(),
+            include_snapshots_from: extra["include"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
             group: extra["group"].as_str().unwrap_or_default().to_owned(),
             ..Default::default()
         };
-        let protos = [binding("pods", json!({"group": "g"})), binding("nodes", json!({"group": "g"})), binding("cms", json!({"include": ["pods"]}))];
+        let protos = [
+            binding("pods", json!({"group": "g"})),
+            binding("nodes", json!({"group": "g"})),
+            binding("cms", json!({"include": ["pods"]})),
+        ];
         let mut state = State::default();
         let mut ids = vec![];
         let mut hooks: HashMap<String, HookConfig> = HashMap::new();
         for (id, p) in protos.iter().enumerate() {
             let spec = spec_of(p).unwrap();
-            hooks.entry("h.sh".into()).or_default().kubernetes.push(spec.clone());
+            hooks
+                .entry("h.sh".into())
+                .or_default()
+                .kubernetes
+                .push(spec.clone());
             let b = BindingState::new("ns.app", "h.sh", spec, None, vec![]);
-            state.bindings.insert(id as u64, Registered { state: b, keys: vec![], pending: HashSet::new() });
+            state.bindings.insert(
+                id as u64,
+                Registered {
+                    state: b,
+                    keys: vec![],
+                    pending: HashSet::new(),
+                },
+            );
             ids.push(id as u64);
         }
-        state.packages.insert("ns.app".into(), PackageState { generation: 3, bindings: ids, hooks });
+        state.packages.insert(
+            "ns.app".into(),
+            PackageState {
+                generation: 3,
+                bindings: ids,
+                hooks,
+            },
+        );
         state
     }
 
@@ -160,19 +235,38 @@ mod tests {
         let cms = s.bindings.get_mut(&2).unwrap();
         let change = cms.state.observe(&cm("c1")).expect("an Added event");
         let task = event_task(&s, 2, &change).unwrap();
-        assert_eq!((task.queue.as_str(), task.generation, task.kind.as_str()), ("ns.app", 3, "HookRun"));
+        assert_eq!(
+            (task.queue.as_str(), task.generation, task.kind.as_str()),
+            ("ns.app", 3, "HookRun")
+        );
         let ctx = &contexts(&task)[0];
-        assert_eq!((ctx["type"].as_str(), ctx["watchEvent"].as_str()), (Some("Event"), Some("Added")));
+        assert_eq!(
+            (ctx["type"].as_str(), ctx["watchEvent"].as_str()),
+            (Some("Event"), Some("Added"))
+        );
         assert_eq!(ctx["object"]["metadata"]["name"], "c1");
-        assert_eq!(ctx["snapshots"]["pods"][0]["object"]["metadata"]["name"], "p1", "{ctx}");
-        assert!(ctx["snapshots"].get("cms").is_none(), "only the included bindings: {ctx}");
+        assert_eq!(
+            ctx["snapshots"]["pods"][0]["object"]["metadata"]["name"], "p1",
+            "{ctx}"
+        );
+        assert!(
+            ctx["snapshots"].get("cms").is_none(),
+            "only the included bindings: {ctx}"
+        );
 
         let pods = s.bindings.get_mut(&0).unwrap();
         let change = pods.state.observe(&cm("p2")).unwrap();
         let ctx = &contexts(&event_task(&s, 0, &change).unwrap())[0];
-        assert_eq!((ctx["type"].as_str(), ctx["groupName"].as_str()), (Some("Group"), Some("g")));
+        assert_eq!(
+            (ctx["type"].as_str(), ctx["groupName"].as_str()),
+            (Some("Group"), Some("g"))
+        );
         assert_eq!(ctx["snapshots"]["pods"].as_array().unwrap().len(), 2);
-        assert_eq!(ctx["snapshots"]["nodes"], json!([]), "every group member, even empty: {ctx}");
+        assert_eq!(
+            ctx["snapshots"]["nodes"],
+            json!([]),
+            "every group member, even empty: {ctx}"
+        );
     }
 
     #[test]
@@ -180,14 +274,20 @@ mod tests {
         let mut s = state();
         let cms = s.bindings.get_mut(&2).unwrap();
         cms.state.observe(&cm("c1"));
-        let change = cms.state.observe(&json!({"metadata": {"namespace": "ns", "name": "c1"}, "data": {"x": "1"}})).unwrap();
+        let change = cms
+            .state
+            .observe(&json!({"metadata": {"namespace": "ns", "name": "c1"}, "data": {"x": "1"}}))
+            .unwrap();
         let held = event_task(&s, 2, &change).unwrap();
         s.bindings.get_mut(&2).unwrap().state.hold(held.clone());
         let tasks = release(&mut s, 2, true);
         assert_eq!(tasks.len(), 2);
         let sync = &contexts(&tasks[0])[0];
         assert_eq!(sync["type"], "Synchronization");
-        assert_eq!(sync["objects"][0]["object"]["data"]["x"], "1", "current objects: {sync}");
+        assert_eq!(
+            sync["objects"][0]["object"]["data"]["x"], "1",
+            "current objects: {sync}"
+        );
         assert_eq!(tasks[1].id, held.id);
         assert!(release(&mut s, 2, true).is_empty(), "released once");
     }

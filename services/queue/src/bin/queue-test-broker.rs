@@ -8,7 +8,10 @@ use berth_queue::cli::ServeArgs;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "queue-test-broker", about = "the queue broker alone, for the queue's tests")]
+#[command(
+    name = "queue-test-broker",
+    about = "the queue broker alone, for the queue's tests"
+)]
 struct Args {
     #[arg(
         long,

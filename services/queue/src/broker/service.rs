@@ -60,12 +60,10 @@ impl BrokerService {
                 ),
             }
         }
-        let completer = runtime
-            .as_ref()
-            .map(|runtime| {
-                let limits = lease_limits(&config, config.max_lease_batch as i64);
-                Completer::spawn(runtime, store.clone(), limits, now_ms, status, stop.clone())
-            });
+        let completer = runtime.as_ref().map(|runtime| {
+            let limits = lease_limits(&config, config.max_lease_batch as i64);
+            Completer::spawn(runtime, store.clone(), limits, now_ms, status, stop.clone())
+        });
         let metrics = BrokerMetrics::default();
         Self {
             inner: Arc::new(Inner {
@@ -361,7 +359,11 @@ impl pb::broker_server::Broker for BrokerService {
             saturate(config.lease_ttl.as_millis() as i64)
         };
         Ok(Response::new(pb::CompleteResponse {
-            tasks: completed.next.into_iter().map(convert::leased_task).collect(),
+            tasks: completed
+                .next
+                .into_iter()
+                .map(convert::leased_task)
+                .collect(),
             lease_ttl_ms,
         }))
     }

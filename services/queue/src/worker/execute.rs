@@ -32,7 +32,8 @@ pub(crate) async fn execute<H: Handler>(
     mut cancel: CancellationToken,
 ) {
     loop {
-        let Some(next) = execute_one(&handler, &broker, &held, &config, &leasing, task, cancel).await
+        let Some(next) =
+            execute_one(&handler, &broker, &held, &config, &leasing, task, cancel).await
         else {
             return;
         };
@@ -73,14 +74,25 @@ async fn execute_one<H: Handler>(
         held.remove(&lease.task_id, lease.fence);
         let want_next = !leasing.is_cancelled();
         let sent_at = Instant::now();
-        let reply = report(broker.clone(), config, lease, result, cancel.is_cancelled(), want_next).await?;
+        let reply = report(
+            broker.clone(),
+            config,
+            lease,
+            result,
+            cancel.is_cancelled(),
+            want_next,
+        )
+        .await?;
         let ttl = Duration::from_millis(u64::try_from(reply.lease_ttl_ms).unwrap_or(0));
         let mut tasks = reply.tasks.into_iter();
         let next = tasks.next()?;
         // At most one was asked for; anything more would be a broker bug. Leave extra tasks to
         // expire and be redelivered rather than run them outside a slot.
         if tasks.len() > 0 {
-            tracing::warn!(extra = tasks.len(), "broker returned more next tasks than asked for");
+            tracing::warn!(
+                extra = tasks.len(),
+                "broker returned more next tasks than asked for"
+            );
         }
         let cancel = held.insert(next.id.clone(), next.fence, ttl, sent_at);
         Some((next, cancel))

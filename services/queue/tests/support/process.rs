@@ -91,7 +91,12 @@ impl BrokerProc {
             &lease_ttl_ms.to_string(),
         ]
         .map(str::to_owned);
-        let proc = Child9::start(env!("CARGO_BIN_EXE_queue-test-broker"), &args, "listening on ").await;
+        let proc = Child9::start(
+            env!("CARGO_BIN_EXE_queue-test-broker"),
+            &args,
+            "listening on ",
+        )
+        .await;
         let addr = proc.announced_value("listening on ").expect("gRPC address");
         let metrics_addr = proc
             .announced_value("metrics on ")

@@ -208,7 +208,10 @@ mod tests {
             panic!("{seen:?}")
         };
         let types = live.types.as_ref().expect("types filled in");
-        assert_eq!((types.api_version.as_str(), types.kind.as_str()), ("v1", "ConfigMap"));
+        assert_eq!(
+            (types.api_version.as_str(), types.kind.as_str()),
+            ("v1", "ConfigMap")
+        );
     }
 
     #[test]

@@ -98,7 +98,11 @@ impl ReleaseManager {
             (HookEvent::PreUpgrade, HookEvent::PostUpgrade)
         };
         let (what, pending, underway) = if revision == 1 {
-            ("Install", Status::PendingInstall, "Initial install underway")
+            (
+                "Install",
+                Status::PendingInstall,
+                "Initial install underway",
+            )
         } else {
             ("Upgrade", Status::PendingUpgrade, "Preparing upgrade")
         };

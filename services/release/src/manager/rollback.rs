@@ -52,8 +52,14 @@ impl ReleaseManager {
         record.info.last_deployed = now;
         record.info.deleted = format::zero_time();
         let underway = format!("Rolling back to {wanted}");
-        revision::begin(&store, &mut record, &checksum, Status::PendingRollback, &underway)
-            .await?;
+        revision::begin(
+            &store,
+            &mut record,
+            &checksum,
+            Status::PendingRollback,
+            &underway,
+        )
+        .await?;
         let mut objects = recorded_objects(&target.manifest);
         objects.sort_by_key(|o| install_rank(kind_of(o)));
         let hooks = helm_hooks::from_record(&target);

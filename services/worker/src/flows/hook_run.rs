@@ -14,13 +14,15 @@ pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError
     let payload: Value = serde_json::from_str(&task.payload_json)
         .map_err(|e| TaskError::permanent(format!("HookRun payload is not JSON: {e}")))?;
     let name = payload["hook"].as_str().unwrap_or_default();
-    let contexts = payload.get("binding_contexts").cloned().unwrap_or_else(|| Value::Array(vec![]));
+    let contexts = payload
+        .get("binding_contexts")
+        .cloned()
+        .unwrap_or_else(|| Value::Array(vec![]));
     let pkg = ensure(cx).await?;
     let hooks = cx.package_hooks(&pkg).await?;
-    let hook = hooks
-        .iter()
-        .find(|h| h.name == name)
-        .ok_or_else(|| TaskError::permanent(format!("package {} has no hook {name:?}", cx.key())))?;
+    let hook = hooks.iter().find(|h| h.name == name).ok_or_else(|| {
+        TaskError::permanent(format!("package {} has no hook {name:?}", cx.key()))
+    })?;
     let mut values = Values::compute(&pkg, cx)?;
     cx.hooks.throttle(cx.key(), hook, &cx.cancel).await?;
     let result = match run_hook(cx, hook, contexts, &values).await {
@@ -34,7 +36,10 @@ pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError
     cx.report(ReportRequest {
         values: Some(berth_proto::json::to_struct(&values.current)),
         values_patch_json: values.new_ops_json(),
-        hook_run: Some(berth_proto::lifecycle::HookRunReport { name: name.to_owned(), error: String::new() }),
+        hook_run: Some(berth_proto::lifecycle::HookRunReport {
+            name: name.to_owned(),
+            error: String::new(),
+        }),
         ..Default::default()
     })
     .await?;

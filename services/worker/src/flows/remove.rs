@@ -15,7 +15,9 @@ pub async fn disable(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     cx.services
         .hookevent
         .clone()
-        .remove_bindings(RemoveBindingsRequest { package: cx.key().to_owned() })
+        .remove_bindings(RemoveBindingsRequest {
+            package: cx.key().to_owned(),
+        })
         .await
         .map_err(|s| rpc_error("hookevent RemoveBindings", s))?;
     Ok(())
@@ -40,7 +42,15 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         None => None,
     };
     if let (Some(p), Some(v)) = (&pkg, values.as_mut()) {
-        run_lifecycle(cx, p, &hooks, LifecycleBinding::BeforeDeleteHelm, "beforeDeleteHelm", v).await?;
+        run_lifecycle(
+            cx,
+            p,
+            &hooks,
+            LifecycleBinding::BeforeDeleteHelm,
+            "beforeDeleteHelm",
+            v,
+        )
+        .await?;
     }
     let (name, namespace) = cx.release();
     cx.services
@@ -50,7 +60,15 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         .await
         .map_err(|s| rpc_error("release Uninstall", s))?;
     if let (Some(p), Some(v)) = (&pkg, values.as_mut()) {
-        run_lifecycle(cx, p, &hooks, LifecycleBinding::AfterDeleteHelm, "afterDeleteHelm", v).await?;
+        run_lifecycle(
+            cx,
+            p,
+            &hooks,
+            LifecycleBinding::AfterDeleteHelm,
+            "afterDeleteHelm",
+            v,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -63,6 +81,10 @@ pub async fn cleanup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             .await
             .map_err(|e| TaskError::retry(format!("deleting {}: {e}", dir.display())))?;
     }
-    cx.report(ReportRequest { removed: true, ..Default::default() }).await?;
+    cx.report(ReportRequest {
+        removed: true,
+        ..Default::default()
+    })
+    .await?;
     Ok(())
 }

@@ -12,7 +12,11 @@ use crate::context::{TaskContext, condition, rpc_error};
 use crate::hooks::run_lifecycle;
 use crate::package::{Values, ensure, report_values};
 
-async fn install(cx: &TaskContext<'_>, pkg: &berth_package::Package, values: &Values) -> Result<(), TaskError> {
+async fn install(
+    cx: &TaskContext<'_>,
+    pkg: &berth_package::Package,
+    values: &Values,
+) -> Result<(), TaskError> {
     let files = pkg
         .chart_files()
         .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?
@@ -24,16 +28,26 @@ async fn install(cx: &TaskContext<'_>, pkg: &berth_package::Package, values: &Va
         .services
         .release
         .clone()
-        .install(InstallRequest { name, namespace, files, values_json: values.current.to_string() })
+        .install(InstallRequest {
+            name,
+            namespace,
+            files,
+            values_json: values.current.to_string(),
+        })
         .await;
     match installed {
         Ok(r) => {
             let r = r.into_inner();
             let msg = format!("revision {} with {} objects", r.revision, r.objects.len());
-            cx.progress("", &[("ManifestsApplied", "True", "Applied", &msg)]).await
+            cx.progress("", &[("ManifestsApplied", "True", "Applied", &msg)])
+                .await
         }
         Err(s) => {
-            cx.progress("", &[("ManifestsApplied", "False", "ApplyFailed", s.message())]).await?;
+            cx.progress(
+                "",
+                &[("ManifestsApplied", "False", "ApplyFailed", s.message())],
+            )
+            .await?;
             Err(rpc_error("release Install", s))
         }
     }
@@ -44,11 +58,27 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let hooks = cx.package_hooks(&pkg).await?;
     let mut values = Values::compute(&pkg, cx)?;
     let hooks_result = async {
-        run_lifecycle(cx, &pkg, &hooks, LifecycleBinding::BeforeHelm, "beforeHelm", &mut values).await?;
+        run_lifecycle(
+            cx,
+            &pkg,
+            &hooks,
+            LifecycleBinding::BeforeHelm,
+            "beforeHelm",
+            &mut values,
+        )
+        .await?;
         if pkg.is_helm {
             install(cx, &pkg, &values).await?;
         }
-        let changed = run_lifecycle(cx, &pkg, &hooks, LifecycleBinding::AfterHelm, "afterHelm", &mut values).await?;
+        let changed = run_lifecycle(
+            cx,
+            &pkg,
+            &hooks,
+            LifecycleBinding::AfterHelm,
+            "afterHelm",
+            &mut values,
+        )
+        .await?;
         // afterHelm hooks that change the values get one more upgrade, as addon-operator does.
         if changed && pkg.is_helm {
             install(cx, &pkg, &values).await?;
@@ -57,11 +87,13 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     }
     .await;
     if let Err(e) = hooks_result {
-        cx.progress("", &[("HooksProcessed", "False", "HookFailed", &e.message)]).await?;
+        cx.progress("", &[("HooksProcessed", "False", "HookFailed", &e.message)])
+            .await?;
         return Err(e);
     }
     report_values(cx, &values, true).await?;
-    cx.progress("", &[("HooksProcessed", "True", "Processed", "")]).await?;
+    cx.progress("", &[("HooksProcessed", "True", "Processed", "")])
+        .await?;
     if pkg.is_helm {
         wait_ready(cx).await?;
     }
@@ -103,12 +135,16 @@ async fn wait_ready(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         }
         let waiting = status.not_ready.join(", ");
         if !reported {
-            cx.progress("", &[("Ready", "False", "WaitingForObjects", &waiting)]).await?;
+            cx.progress("", &[("Ready", "False", "WaitingForObjects", &waiting)])
+                .await?;
             reported = true;
         }
         let now = Instant::now();
         if now >= deadline {
-            return Err(TaskError::retry(format!("not ready after {:?}: {waiting}", cx.config.ready_timeout)));
+            return Err(TaskError::retry(format!(
+                "not ready after {:?}: {waiting}",
+                cx.config.ready_timeout
+            )));
         }
         wait = (deadline - now).min(STATUS_WAIT);
     }

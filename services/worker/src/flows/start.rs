@@ -14,9 +14,13 @@ use crate::package::{Values, ensure, report_values};
 pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     cx.progress("Downloading", &[]).await?;
     match ensure(cx).await {
-        Ok(_) => cx.progress("", &[("Downloaded", "True", "Downloaded", "")]).await,
+        Ok(_) => {
+            cx.progress("", &[("Downloaded", "True", "Downloaded", "")])
+                .await
+        }
         Err(e) => {
-            cx.progress("", &[("Downloaded", "False", "DownloadFailed", &e.message)]).await?;
+            cx.progress("", &[("Downloaded", "False", "DownloadFailed", &e.message)])
+                .await?;
             Err(e)
         }
     }
@@ -27,7 +31,8 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let hooks = match cx.package_hooks(&pkg).await {
         Ok(h) => h,
         Err(e) => {
-            cx.progress("", &[("Loaded", "False", "HookConfigInvalid", &e.message)]).await?;
+            cx.progress("", &[("Loaded", "False", "HookConfigInvalid", &e.message)])
+                .await?;
             return Err(e);
         }
     };
@@ -35,7 +40,11 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
         // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
         if status.code() == tonic::Code::InvalidArgument {
-            cx.progress("", &[("Loaded", "False", "BindingInvalid", status.message())]).await?;
+            cx.progress(
+                "",
+                &[("Loaded", "False", "BindingInvalid", status.message())],
+            )
+            .await?;
         }
         return Err(rpc_error("hookevent SetBindings", status));
     }
@@ -43,11 +52,18 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         phase: "Loaded".to_owned(),
         conditions: vec![condition("Loaded", "True", "Loaded", "")],
         has_settings_schema: true,
-        settings_schema_json: pkg.settings_schema.as_ref().map(|s| s.as_json().to_string()).unwrap_or_default(),
+        settings_schema_json: pkg
+            .settings_schema
+            .as_ref()
+            .map(|s| s.as_json().to_string())
+            .unwrap_or_default(),
         has_hooks: true,
         hooks: hooks
             .iter()
-            .map(|h| HookInfo { name: h.name.clone(), bindings: h.binding_summaries() })
+            .map(|h| HookInfo {
+                name: h.name.clone(),
+                bindings: h.binding_summaries(),
+            })
             .collect(),
         ..Default::default()
     })
@@ -63,7 +79,10 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     cx.services
         .hookevent
         .clone()
-        .adopt_generation(berth_proto::hookevent::AdoptGenerationRequest { package: cx.key().to_owned(), generation: cx.spec.generation })
+        .adopt_generation(berth_proto::hookevent::AdoptGenerationRequest {
+            package: cx.key().to_owned(),
+            generation: cx.spec.generation,
+        })
         .await
         .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
     match Values::compute(&pkg, cx) {
@@ -77,7 +96,8 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             Ok(())
         }
         Err(e) => {
-            cx.progress("", &[("SettingsValid", "False", "Invalid", &e.message)]).await?;
+            cx.progress("", &[("SettingsValid", "False", "Invalid", &e.message)])
+                .await?;
             Err(e)
         }
     }
@@ -90,7 +110,15 @@ pub async fn startup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     // Decision (ARCHITECTURE.md): Synchronization runs before onStartup, as in the Deckhouse
     // runtime.
     synchronize(cx, &pkg, &hooks, &mut values).await?;
-    run_lifecycle(cx, &pkg, &hooks, LifecycleBinding::OnStartup, "onStartup", &mut values).await?;
+    run_lifecycle(
+        cx,
+        &pkg,
+        &hooks,
+        LifecycleBinding::OnStartup,
+        "onStartup",
+        &mut values,
+    )
+    .await?;
     report_values(cx, &values, true).await
 }
 
@@ -98,7 +126,12 @@ pub async fn startup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 /// (`waitForSynchronization`, the default), hooks in name order, bindings in config order; then
 /// tells hookevent to release the events it held meanwhile. Bindings that do not wait were
 /// synchronized by hookevent on their own queue.
-async fn synchronize(cx: &TaskContext<'_>, pkg: &berth_package::Package, hooks: &[berth_hooks::Hook], values: &mut Values) -> Result<(), TaskError> {
+async fn synchronize(
+    cx: &TaskContext<'_>,
+    pkg: &berth_package::Package,
+    hooks: &[berth_hooks::Hook],
+    values: &mut Values,
+) -> Result<(), TaskError> {
     let all = bindings::snapshots(cx, hooks, true).await?;
     if all.is_empty() {
         return Ok(());
@@ -111,12 +144,16 @@ async fn synchronize(cx: &TaskContext<'_>, pkg: &berth_package::Package, hooks: 
             if !k.wait_for_synchronization || !k.execute_hook_on_synchronization {
                 continue;
             }
-            let Some(b) = all.get(&hook.name).and_then(|h| h.get(&k.name)) else { continue };
+            let Some(b) = all.get(&hook.name).and_then(|h| h.get(&k.name)) else {
+                continue;
+            };
             if b.synchronized {
                 continue;
             }
             let context = BindingContext::synchronization(k, &b.objects, &hook.config, &snapshots);
-            let output = match run_hook(cx, hook, binding_context::to_json(&[context]), values).await {
+            let output = match run_hook(cx, hook, binding_context::to_json(&[context]), values)
+                .await
+            {
                 Ok(o) => o,
                 Err(e) if k.allow_failure => {
                     tracing::warn!(hook = %hook.name, binding = %k.name, error = %e.message, "Synchronization failed; allowed");

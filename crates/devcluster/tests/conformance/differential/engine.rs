@@ -223,7 +223,10 @@ impl Side {
                     req.kind
                 )
             });
-            let text = v.as_str().map(String::from).unwrap_or_else(|| v.to_string());
+            let text = v
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| v.to_string());
             self.vars.insert(var.clone(), text);
         }
         self.remember_generated(&answer["body"]);
@@ -233,10 +236,9 @@ impl Side {
     fn remember_generated(&mut self, v: &Value) {
         match v {
             Value::Object(m) => {
-                if let (Some(Value::String(prefix)), Some(Value::String(name))) = (
-                    m.get("generateName"),
-                    m.get("name"),
-                ) && name.starts_with(prefix.as_str())
+                if let (Some(Value::String(prefix)), Some(Value::String(name))) =
+                    (m.get("generateName"), m.get("name"))
+                    && name.starts_with(prefix.as_str())
                     && name != prefix
                 {
                     self.generated.insert(name.clone());
@@ -418,8 +420,14 @@ impl Harness {
                 text.push_str(&format!(
                     "\n    at {}:\n      dev:  {}\n      real: {}",
                     if d.path.is_empty() { "/" } else { &d.path },
-                    d.dev.as_ref().map(short).unwrap_or_else(|| "(absent)".into()),
-                    d.real.as_ref().map(short).unwrap_or_else(|| "(absent)".into()),
+                    d.dev
+                        .as_ref()
+                        .map(short)
+                        .unwrap_or_else(|| "(absent)".into()),
+                    d.real
+                        .as_ref()
+                        .map(short)
+                        .unwrap_or_else(|| "(absent)".into()),
                 ));
             }
             self.failures.push(text);
@@ -524,7 +532,9 @@ fn normalize_str(side: &Side, s: &str) -> String {
     for g in side.generated.iter().rev() {
         out = out.replace(g.as_str(), "<generated>");
     }
-    out = out.replace(&*side.ns, "{{ns}}").replace(&side.suffix, "{{sfx}}");
+    out = out
+        .replace(&*side.ns, "{{ns}}")
+        .replace(&side.suffix, "{{sfx}}");
     UUID.replace_all(&out, "<uuid>").into_owned()
 }
 
@@ -564,7 +574,10 @@ fn keyed(v: &mut Value) {
 fn diff_values(path: &mut String, dev: Option<&Value>, real: Option<&Value>, out: &mut Vec<Diff>) {
     match (dev, real) {
         (Some(Value::Object(a)), Some(Value::Object(b))) => {
-            let keys: Vec<&String> = a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))).collect();
+            let keys: Vec<&String> = a
+                .keys()
+                .chain(b.keys().filter(|k| !a.contains_key(*k)))
+                .collect();
             for k in keys {
                 let len = path.len();
                 path.push('/');

@@ -33,7 +33,11 @@ pub const KNOWN: &[Known] = &[
     },
     Known {
         id: "unknown-path-body",
-        kinds: &["discovery: unknown group", "get: unknown resource (404)", "scale: of a kind without one (404)"],
+        kinds: &[
+            "discovery: unknown group",
+            "get: unknown resource (404)",
+            "scale: of a kind without one (404)",
+        ],
         paths: &["/body"],
         when: When::Any,
     },
@@ -51,7 +55,10 @@ pub const KNOWN: &[Known] = &[
     },
     Known {
         id: "builtin-validation",
-        kinds: &["create: invalid data key (422)", "create deployment: missing required fields (422)"],
+        kinds: &[
+            "create: invalid data key (422)",
+            "create deployment: missing required fields (422)",
+        ],
         paths: &[""],
         when: When::Any,
     },
@@ -70,7 +77,12 @@ pub const KNOWN: &[Known] = &[
     Known {
         id: "error-wording",
         kinds: &["*"],
-        paths: &["/body/message", "/body/details/causes", "/body/details/kind", "/body/details/name"],
+        paths: &[
+            "/body/message",
+            "/body/details/causes",
+            "/body/details/kind",
+            "/body/details/name",
+        ],
         when: When::Any,
     },
     Known {
@@ -88,14 +100,25 @@ pub const KNOWN: &[Known] = &[
     },
     Known {
         id: "json-patch-errors",
-        kinds: &["patch: JSON patch test fails (422)", "patch: JSON patch on a missing path (422)", "patch: strategic merge"],
+        kinds: &[
+            "patch: JSON patch test fails (422)",
+            "patch: JSON patch on a missing path (422)",
+            "patch: strategic merge",
+        ],
         paths: &["/code", "/body"],
         when: When::Any,
     },
     Known {
         id: "list-paging",
-        kinds: &["list: first page (limit)", "list: next page (continue)", "custom resource: list"],
-        paths: &["/body/metadata/remainingItemCount", "/body/metadata/continue"],
+        kinds: &[
+            "list: first page (limit)",
+            "list: next page (continue)",
+            "custom resource: list",
+        ],
+        paths: &[
+            "/body/metadata/remainingItemCount",
+            "/body/metadata/continue",
+        ],
         when: When::Any,
     },
     Known {
@@ -130,7 +153,10 @@ pub const KNOWN: &[Known] = &[
     Known {
         id: "namespace-conditions",
         kinds: &["namespace: delete", "status: merge patch"],
-        paths: &["/body/status/conditions", "/body/metadata/deletionGracePeriodSeconds"],
+        paths: &[
+            "/body/status/conditions",
+            "/body/metadata/deletionGracePeriodSeconds",
+        ],
         when: When::Any,
     },
     Known {
@@ -147,7 +173,12 @@ pub const KNOWN: &[Known] = &[
     Known {
         id: "cr-unconditional-update",
         kinds: &["custom resource: status update", "custom resource: get"],
-        paths: &["", "/body/status", "/body/spec", "/body/metadata/generation"],
+        paths: &[
+            "",
+            "/body/status",
+            "/body/spec",
+            "/body/metadata/generation",
+        ],
         when: When::Any,
     },
     Known {
@@ -165,7 +196,10 @@ pub const KNOWN: &[Known] = &[
     Known {
         id: "watch-selector-exit",
         kinds: &["watch from a resourceVersion (label selector)"],
-        paths: &["/events/2/object/metadata/labels", "/events/2/object/metadata/managedFields"],
+        paths: &[
+            "/events/2/object/metadata/labels",
+            "/events/2/object/metadata/managedFields",
+        ],
         when: When::Any,
     },
 ];

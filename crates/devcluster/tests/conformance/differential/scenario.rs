@@ -40,18 +40,18 @@ async fn discovery(h: &mut Harness) {
         .await;
     h.run(Req::get("discovery: group", "/apis/apps").view(View::Keyed(&["/body/versions"])))
         .await;
-    h.run(
-        Req::get("discovery: core resources", "/api/v1")
-            .view(View::Keyed(&["/body/resources"])),
-    )
-    .await;
+    h.run(Req::get("discovery: core resources", "/api/v1").view(View::Keyed(&["/body/resources"])))
+        .await;
     h.run(
         Req::get("discovery: group resources", "/apis/apps/v1")
             .view(View::Keyed(&["/body/resources"])),
     )
     .await;
-    h.run(Req::get("discovery: unknown group", "/apis/nope.example.com/v1"))
-        .await;
+    h.run(Req::get(
+        "discovery: unknown group",
+        "/apis/nope.example.com/v1",
+    ))
+    .await;
     h.run(Req::get("version", "/version").view(View::Project(shape)))
         .await;
     h.run(Req::get("openapi v2", "/openapi/v2").view(View::Project(openapi_v2)))
@@ -83,7 +83,12 @@ fn groups_served_by_dev(a: &Value) -> Value {
         let kept: serde_json::Map<String, Value> = groups
             .iter()
             .filter(|g| GROUPS.contains(&g["name"].as_str().unwrap_or_default()))
-            .map(|g| (g["name"].as_str().unwrap_or_default().to_string(), g.clone()))
+            .map(|g| {
+                (
+                    g["name"].as_str().unwrap_or_default().to_string(),
+                    g.clone(),
+                )
+            })
             .collect();
         out["body"]["groups"] = Value::Object(kept);
     }
@@ -112,8 +117,10 @@ fn openapi_v2(a: &Value) -> Value {
 /// OpenAPI v3 index: the core group and apps are listed, each with a URL.
 fn openapi_v3_index(a: &Value) -> Value {
     let paths = &a["body"]["paths"];
-    let entry = |p: &str| json!({ "listed": paths.get(p).is_some(),
-        "has serverRelativeURL": paths[p]["serverRelativeURL"].is_string() });
+    let entry = |p: &str| {
+        json!({ "listed": paths.get(p).is_some(),
+        "has serverRelativeURL": paths[p]["serverRelativeURL"].is_string() })
+    };
     json!({ "code": a["code"], "api/v1": entry("api/v1"), "apis/apps/v1": entry("apis/apps/v1") })
 }
 
@@ -134,17 +141,45 @@ fn openapi_v3_document(a: &Value) -> Value {
 
 async fn create_and_read(h: &mut Harness) {
     h.run(
-        Req::post("create", CM, cm("a", json!({ "suite": "diff", "tier": "web" }), json!({ "k": "1" })))
-            .save("rv_a", "/metadata/resourceVersion")
-            .save("uid_a", "/metadata/uid"),
+        Req::post(
+            "create",
+            CM,
+            cm(
+                "a",
+                json!({ "suite": "diff", "tier": "web" }),
+                json!({ "k": "1" }),
+            ),
+        )
+        .save("rv_a", "/metadata/resourceVersion")
+        .save("uid_a", "/metadata/uid"),
     )
     .await;
-    h.run(Req::post("create", CM, cm("b", json!({ "suite": "diff", "tier": "db" }), json!({ "k": "2" }))))
-        .await;
-    h.run(Req::post("create", CM, cm("c", json!({ "suite": "diff", "tier": "web" }), json!({ "k": "3" }))))
-        .await;
-    h.run(Req::post("create", CM, cm("d", json!({ "suite": "diff" }), json!({}))))
-        .await;
+    h.run(Req::post(
+        "create",
+        CM,
+        cm(
+            "b",
+            json!({ "suite": "diff", "tier": "db" }),
+            json!({ "k": "2" }),
+        ),
+    ))
+    .await;
+    h.run(Req::post(
+        "create",
+        CM,
+        cm(
+            "c",
+            json!({ "suite": "diff", "tier": "web" }),
+            json!({ "k": "3" }),
+        ),
+    ))
+    .await;
+    h.run(Req::post(
+        "create",
+        CM,
+        cm("d", json!({ "suite": "diff" }), json!({})),
+    ))
+    .await;
     h.run(Req::post(
         "create with generateName",
         CM,
@@ -152,10 +187,18 @@ async fn create_and_read(h: &mut Harness) {
             "metadata": { "generateName": "gen-", "labels": { "suite": "gen" } } }),
     ))
     .await;
-    h.run(Req::post("create: already exists (409)", CM, cm("a", json!({}), json!({}))))
-        .await;
-    h.run(Req::post("create: invalid name (422)", CM, cm("Bad_Name", json!({}), json!({}))))
-        .await;
+    h.run(Req::post(
+        "create: already exists (409)",
+        CM,
+        cm("a", json!({}), json!({})),
+    ))
+    .await;
+    h.run(Req::post(
+        "create: invalid name (422)",
+        CM,
+        cm("Bad_Name", json!({}), json!({})),
+    ))
+    .await;
     h.run(Req::post(
         "create: missing name (422)",
         CM,
@@ -192,8 +235,11 @@ async fn create_and_read(h: &mut Harness) {
         cm("badkey", json!({}), json!({ "not a key!": "x" })),
     ))
     .await;
-    h.run(Req::post("create: malformed JSON (400)", CM, json!(null)).raw("application/json", "{\"kind\":"))
-        .await;
+    h.run(
+        Req::post("create: malformed JSON (400)", CM, json!(null))
+            .raw("application/json", "{\"kind\":"),
+    )
+    .await;
     h.run(Req::post(
         "create: namespace missing (404)",
         "/api/v1/namespaces/missing-{{sfx}}/configmaps",
@@ -210,12 +256,21 @@ async fn create_and_read(h: &mut Harness) {
     h.run(Req::get("get", &format!("{CM}/a"))).await;
     h.run(Req::get("get: not found (404)", &format!("{CM}/missing")))
         .await;
-    h.run(Req::get("get: unknown resource (404)", "/api/v1/namespaces/{{ns}}/gizmos"))
-        .await;
-    h.run(Req::get("get secret", "/api/v1/namespaces/{{ns}}/secrets/s"))
-        .await;
+    h.run(Req::get(
+        "get: unknown resource (404)",
+        "/api/v1/namespaces/{{ns}}/gizmos",
+    ))
+    .await;
+    h.run(Req::get(
+        "get secret",
+        "/api/v1/namespaces/{{ns}}/secrets/s",
+    ))
+    .await;
     h.wait(
-        Req::get("get: namespace's kube-root-ca.crt", &format!("{CM}/kube-root-ca.crt")),
+        Req::get(
+            "get: namespace's kube-root-ca.crt",
+            &format!("{CM}/kube-root-ca.crt"),
+        ),
         "kube-root-ca.crt to be created in the namespace",
         |a| code(a) == 200,
     )
@@ -223,8 +278,11 @@ async fn create_and_read(h: &mut Harness) {
 }
 
 async fn lists(h: &mut Harness) {
-    h.run(Req::get("list: label selector (equality)", &format!("{CM}?labelSelector=tier%3Dweb")))
-        .await;
+    h.run(Req::get(
+        "list: label selector (equality)",
+        &format!("{CM}?labelSelector=tier%3Dweb"),
+    ))
+    .await;
     h.run(Req::get(
         "list: label selector (set-based)",
         &format!("{CM}?labelSelector=suite%3Ddiff,tier%20in%20(web,db)"),
@@ -235,20 +293,32 @@ async fn lists(h: &mut Harness) {
         &format!("{CM}?labelSelector=suite%3Ddiff,!tier"),
     ))
     .await;
-    h.run(Req::get("list: field selector", &format!("{CM}?fieldSelector=metadata.name%3Db")))
-        .await;
+    h.run(Req::get(
+        "list: field selector",
+        &format!("{CM}?fieldSelector=metadata.name%3Db"),
+    ))
+    .await;
     h.run(Req::get(
         "list: field selector (not equal)",
         &format!("{CM}?labelSelector=suite%3Ddiff&fieldSelector=metadata.name!%3Db"),
     ))
     .await;
-    h.run(Req::get("list: invalid label selector (400)", &format!("{CM}?labelSelector=tier%3D%3D%3Dx")))
-        .await;
-    h.run(Req::get("list: unsupported field selector (400)", &format!("{CM}?fieldSelector=data.k%3D1")))
-        .await;
+    h.run(Req::get(
+        "list: invalid label selector (400)",
+        &format!("{CM}?labelSelector=tier%3D%3D%3Dx"),
+    ))
+    .await;
+    h.run(Req::get(
+        "list: unsupported field selector (400)",
+        &format!("{CM}?fieldSelector=data.k%3D1"),
+    ))
+    .await;
     h.run(
-        Req::get("list: first page (limit)", &format!("{CM}?labelSelector=suite%3Ddiff&limit=2"))
-            .save("next", "/metadata/continue"),
+        Req::get(
+            "list: first page (limit)",
+            &format!("{CM}?labelSelector=suite%3Ddiff&limit=2"),
+        )
+        .save("next", "/metadata/continue"),
     )
     .await;
     h.run(Req::get(
@@ -256,13 +326,21 @@ async fn lists(h: &mut Harness) {
         &format!("{CM}?labelSelector=suite%3Ddiff&limit=2&continue={{{{next}}}}"),
     ))
     .await;
-    h.run(Req::get("list: invalid continue token (400)", &format!("{CM}?limit=2&continue=garbage")))
-        .await;
+    h.run(Req::get(
+        "list: invalid continue token (400)",
+        &format!("{CM}?limit=2&continue=garbage"),
+    ))
+    .await;
     h.run(Req::get("list: all namespaces", "/api/v1/configmaps?labelSelector=tier%3Dweb,suite%3Ddiff&fieldSelector=metadata.namespace%3D{{ns}}"))
         .await;
-    h.run(Req::get("list: table (kubectl get)", &format!("{CM}?labelSelector=suite%3Ddiff"))
+    h.run(
+        Req::get(
+            "list: table (kubectl get)",
+            &format!("{CM}?labelSelector=suite%3Ddiff"),
+        )
         .accept("application/json;as=Table;v=v1;g=meta.k8s.io")
-        .view(View::Project(table_shape)))
+        .view(View::Project(table_shape)),
+    )
     .await;
 }
 
@@ -364,24 +442,41 @@ async fn patches(h: &mut Harness) {
         json!({ "data": { "x": "1" } }),
     ))
     .await;
-    h.run(Req::patch("patch: unsupported content type (415)", &format!("{CM}/b"), MERGE, json!({}))
-        .raw("text/plain", "data"))
+    h.run(
+        Req::patch(
+            "patch: unsupported content type (415)",
+            &format!("{CM}/b"),
+            MERGE,
+            json!({}),
+        )
+        .raw("text/plain", "data"),
+    )
     .await;
-    h.run(Req::patch("patch: malformed body (400)", &format!("{CM}/b"), MERGE, json!({}))
-        .raw(MERGE, "{not json"))
+    h.run(
+        Req::patch(
+            "patch: malformed body (400)",
+            &format!("{CM}/b"),
+            MERGE,
+            json!({}),
+        )
+        .raw(MERGE, "{not json"),
+    )
     .await;
     // Strategic merge patches of keyed lists: containers merge by name.
     let deploy = "/apis/apps/v1/namespaces/{{ns}}/deployments";
-    h.run(Req::post(
-        "create deployment",
-        deploy,
-        json!({ "apiVersion": "apps/v1", "kind": "Deployment",
+    h.run(
+        Req::post(
+            "create deployment",
+            deploy,
+            json!({ "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": { "name": "web", "labels": { "suite": "diff" } },
             "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "web" } },
                 "template": { "metadata": { "labels": { "app": "web" } },
                     "spec": { "containers": [ { "name": "web", "image": "nginx:1" },
                                               { "name": "side", "image": "busybox:1" } ] } } } }),
-    ).view_status_free())
+        )
+        .view_status_free(),
+    )
     .await;
     h.run(
         Req::patch(
@@ -438,16 +533,28 @@ async fn server_side_apply(h: &mut Harness) {
             "metadata": { "name": "applied", "labels": labels }, "data": data })
     };
     h.run(
-        Req::patch("apply: create", &format!("{path}?fieldManager=owner"), APPLY,
-            cfg(json!({ "a": "1", "b": "1" }), json!({})))
+        Req::patch(
+            "apply: create",
+            &format!("{path}?fieldManager=owner"),
+            APPLY,
+            cfg(json!({ "a": "1", "b": "1" }), json!({})),
+        )
         .save("rv_applied", "/metadata/resourceVersion"),
     )
     .await;
-    h.run(Req::patch("apply: no-op", &format!("{path}?fieldManager=owner"), APPLY,
-        cfg(json!({ "a": "1", "b": "1" }), json!({}))))
+    h.run(Req::patch(
+        "apply: no-op",
+        &format!("{path}?fieldManager=owner"),
+        APPLY,
+        cfg(json!({ "a": "1", "b": "1" }), json!({})),
+    ))
     .await;
-    h.run(Req::patch("apply: conflict on an empty map (409)", &format!("{path}?fieldManager=sharer"), APPLY,
-        cfg(json!({ "a": "1" }), json!({}))))
+    h.run(Req::patch(
+        "apply: conflict on an empty map (409)",
+        &format!("{path}?fieldManager=sharer"),
+        APPLY,
+        cfg(json!({ "a": "1" }), json!({})),
+    ))
     .await;
     h.run(Req::patch("apply: second manager shares a value", &format!("{path}?fieldManager=sharer"), APPLY,
         json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "applied" }, "data": { "a": "1" } })))
@@ -458,74 +565,157 @@ async fn server_side_apply(h: &mut Harness) {
     h.run(Req::patch("apply: force", &format!("{path}?fieldManager=rival&force=true"), APPLY,
         json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "applied" }, "data": { "a": "2" } })))
     .await;
-    h.run(Req::patch("apply: prunes fields the manager stopped setting", &format!("{path}?fieldManager=owner"), APPLY,
-        cfg(json!({ "b": "1" }), json!({ "l": "1" }))))
+    h.run(Req::patch(
+        "apply: prunes fields the manager stopped setting",
+        &format!("{path}?fieldManager=owner"),
+        APPLY,
+        cfg(json!({ "b": "1" }), json!({ "l": "1" })),
+    ))
     .await;
-    h.run(Req::patch("patch: merge takes ownership (Update)", &format!("{path}?fieldManager=editor"), MERGE,
-        json!({ "data": { "b": "edited" } })))
+    h.run(Req::patch(
+        "patch: merge takes ownership (Update)",
+        &format!("{path}?fieldManager=editor"),
+        MERGE,
+        json!({ "data": { "b": "edited" } }),
+    ))
     .await;
-    h.run(Req::patch("apply: conflict with an Update manager (409)", &format!("{path}?fieldManager=owner"), APPLY,
-        cfg(json!({ "b": "1" }), json!({ "l": "1" }))))
+    h.run(Req::patch(
+        "apply: conflict with an Update manager (409)",
+        &format!("{path}?fieldManager=owner"),
+        APPLY,
+        cfg(json!({ "b": "1" }), json!({ "l": "1" })),
+    ))
     .await;
-    h.run(Req::patch("apply: missing fieldManager (400)", &path, APPLY,
-        cfg(json!({ "a": "1" }), json!({}))))
+    h.run(Req::patch(
+        "apply: missing fieldManager (400)",
+        &path,
+        APPLY,
+        cfg(json!({ "a": "1" }), json!({})),
+    ))
     .await;
-    h.run(Req::patch("apply: missing kind (400)", &format!("{path}?fieldManager=owner"), APPLY,
-        json!({ "apiVersion": "v1", "metadata": { "name": "applied" } })))
+    h.run(Req::patch(
+        "apply: missing kind (400)",
+        &format!("{path}?fieldManager=owner"),
+        APPLY,
+        json!({ "apiVersion": "v1", "metadata": { "name": "applied" } }),
+    ))
     .await;
-    h.run(Req::patch("apply: name mismatch (400)", &format!("{path}?fieldManager=owner"), APPLY,
-        json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "other" } })))
+    h.run(Req::patch(
+        "apply: name mismatch (400)",
+        &format!("{path}?fieldManager=owner"),
+        APPLY,
+        json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "other" } }),
+    ))
     .await;
     h.run(Req::patch("apply: stale resourceVersion (409)", &format!("{path}?fieldManager=owner"), APPLY,
         json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "applied", "resourceVersion": "{{rv_applied}}" } })))
     .await;
-    h.run(Req::patch("apply: YAML body", &format!("{CM}/yaml?fieldManager=owner"), APPLY, json!({}))
-        .raw(APPLY, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: yaml\ndata:\n  k: v\n"))
+    h.run(
+        Req::patch(
+            "apply: YAML body",
+            &format!("{CM}/yaml?fieldManager=owner"),
+            APPLY,
+            json!({}),
+        )
+        .raw(
+            APPLY,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: yaml\ndata:\n  k: v\n",
+        ),
+    )
     .await;
-    h.run(Req::get("get: managed fields after apply", &path)).await;
+    h.run(Req::get("get: managed fields after apply", &path))
+        .await;
 }
 
 async fn dry_runs(h: &mut Harness) {
-    h.run(Req::post("dry run: create", &format!("{CM}?dryRun=All"), cm("dry", json!({ "suite": "dry" }), json!({ "k": "v" }))))
-        .await;
-    h.run(Req::get("get: dry-run create stored nothing (404)", &format!("{CM}/dry")))
-        .await;
-    h.run(Req::patch("dry run: patch", &format!("{CM}/c?dryRun=All"), MERGE, json!({ "data": { "k": "dry" } })))
-        .await;
+    h.run(Req::post(
+        "dry run: create",
+        &format!("{CM}?dryRun=All"),
+        cm("dry", json!({ "suite": "dry" }), json!({ "k": "v" })),
+    ))
+    .await;
+    h.run(Req::get(
+        "get: dry-run create stored nothing (404)",
+        &format!("{CM}/dry"),
+    ))
+    .await;
+    h.run(Req::patch(
+        "dry run: patch",
+        &format!("{CM}/c?dryRun=All"),
+        MERGE,
+        json!({ "data": { "k": "dry" } }),
+    ))
+    .await;
     h.run(Req::patch("dry run: apply", &format!("{CM}/c?dryRun=All&fieldManager=dry"), APPLY,
         json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" }, "data": { "n": "1" } })))
     .await;
-    h.run(Req::delete("dry run: delete", &format!("{CM}/c?dryRun=All")))
-        .await;
-    h.run(Req::get("get: after dry runs, unchanged", &format!("{CM}/c")))
-        .await;
-    h.run(Req::post("dry run: invalid value (400)", &format!("{CM}?dryRun=Some"), cm("dry", json!({}), json!({}))))
-        .await;
+    h.run(Req::delete(
+        "dry run: delete",
+        &format!("{CM}/c?dryRun=All"),
+    ))
+    .await;
+    h.run(Req::get(
+        "get: after dry runs, unchanged",
+        &format!("{CM}/c"),
+    ))
+    .await;
+    h.run(Req::post(
+        "dry run: invalid value (400)",
+        &format!("{CM}?dryRun=Some"),
+        cm("dry", json!({}), json!({})),
+    ))
+    .await;
 }
 
 async fn deletes(h: &mut Harness) {
-    h.run(Req::delete("delete: uid precondition fails (409)", &format!("{CM}/d"))
-        .json(json!({ "kind": "DeleteOptions", "apiVersion": "v1",
-            "preconditions": { "uid": "00000000-0000-0000-0000-000000000000" } })))
+    h.run(
+        Req::delete("delete: uid precondition fails (409)", &format!("{CM}/d"))
+            .json(json!({ "kind": "DeleteOptions", "apiVersion": "v1",
+            "preconditions": { "uid": "00000000-0000-0000-0000-000000000000" } })),
+    )
     .await;
     h.run(Req::delete("delete", &format!("{CM}/d"))).await;
-    h.run(Req::delete("delete: not found (404)", &format!("{CM}/d"))).await;
-    h.run(Req::delete("delete: invalid propagationPolicy (400)", &format!("{CM}/c?propagationPolicy=Sideways")))
+    h.run(Req::delete("delete: not found (404)", &format!("{CM}/d")))
         .await;
-    h.run(Req::post("create with a finalizer", CM, json!({ "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": { "name": "with-finalizer", "finalizers": ["berth.io/hold"] } })))
+    h.run(Req::delete(
+        "delete: invalid propagationPolicy (400)",
+        &format!("{CM}/c?propagationPolicy=Sideways"),
+    ))
     .await;
-    h.run(Req::delete("delete: object with a finalizer", &format!("{CM}/with-finalizer")))
-        .await;
-    h.run(Req::patch("patch: remove the last finalizer", &format!("{CM}/with-finalizer"), MERGE,
-        json!({ "metadata": { "finalizers": null } })))
+    h.run(Req::post(
+        "create with a finalizer",
+        CM,
+        json!({ "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "with-finalizer", "finalizers": ["berth.io/hold"] } }),
+    ))
     .await;
-    h.run(Req::get("get: finalized object is gone (404)", &format!("{CM}/with-finalizer")))
-        .await;
-    h.run(Req::delete("delete collection (label selector)", &format!("{CM}?labelSelector=suite%3Dgen")))
-        .await;
-    h.run(Req::get("list: after delete collection", &format!("{CM}?labelSelector=suite%3Dgen")))
-        .await;
+    h.run(Req::delete(
+        "delete: object with a finalizer",
+        &format!("{CM}/with-finalizer"),
+    ))
+    .await;
+    h.run(Req::patch(
+        "patch: remove the last finalizer",
+        &format!("{CM}/with-finalizer"),
+        MERGE,
+        json!({ "metadata": { "finalizers": null } }),
+    ))
+    .await;
+    h.run(Req::get(
+        "get: finalized object is gone (404)",
+        &format!("{CM}/with-finalizer"),
+    ))
+    .await;
+    h.run(Req::delete(
+        "delete collection (label selector)",
+        &format!("{CM}?labelSelector=suite%3Dgen"),
+    ))
+    .await;
+    h.run(Req::get(
+        "list: after delete collection",
+        &format!("{CM}?labelSelector=suite%3Dgen"),
+    ))
+    .await;
 }
 
 async fn garbage_collection(h: &mut Harness) {
@@ -533,8 +723,12 @@ async fn garbage_collection(h: &mut Harness) {
         let owner = format!("owner-{}", policy.to_lowercase());
         let uid_var = format!("uid_{}", policy.to_lowercase());
         h.run(
-            Req::post("create", CM, cm(&owner, json!({ "suite": "gc" }), json!({})))
-                .save(&uid_var, "/metadata/uid"),
+            Req::post(
+                "create",
+                CM,
+                cm(&owner, json!({ "suite": "gc" }), json!({})),
+            )
+            .save(&uid_var, "/metadata/uid"),
         )
         .await;
         h.run(Req::post(
@@ -578,8 +772,12 @@ async fn garbage_collection(h: &mut Harness) {
 
 async fn watches(h: &mut Harness) {
     h.run(
-        Req::post("create", CM, cm("w0", json!({ "suite": "watch" }), json!({ "v": "0" })))
-            .save("rv_w", "/metadata/resourceVersion"),
+        Req::post(
+            "create",
+            CM,
+            cm("w0", json!({ "suite": "watch" }), json!({ "v": "0" })),
+        )
+        .save("rv_w", "/metadata/resourceVersion"),
     )
     .await;
     h.watch(
@@ -588,9 +786,23 @@ async fn watches(h: &mut Harness) {
             &format!("{CM}?watch=true&labelSelector=suite%3Dwatch&resourceVersion={{{{rv_w}}}}"),
         ),
         vec![
-            Req::post("create", CM, cm("w1", json!({ "suite": "watch" }), json!({ "v": "1" }))),
-            Req::patch("patch: merge", &format!("{CM}/w1"), MERGE, json!({ "data": { "v": "2" } })),
-            Req::patch("patch: merge", &format!("{CM}/w0"), MERGE, json!({ "metadata": { "labels": { "suite": "other" } } })),
+            Req::post(
+                "create",
+                CM,
+                cm("w1", json!({ "suite": "watch" }), json!({ "v": "1" })),
+            ),
+            Req::patch(
+                "patch: merge",
+                &format!("{CM}/w1"),
+                MERGE,
+                json!({ "data": { "v": "2" } }),
+            ),
+            Req::patch(
+                "patch: merge",
+                &format!("{CM}/w0"),
+                MERGE,
+                json!({ "metadata": { "labels": { "suite": "other" } } }),
+            ),
             Req::delete("delete", &format!("{CM}/w1")),
         ],
         4,
@@ -599,17 +811,26 @@ async fn watches(h: &mut Harness) {
     h.watch(
         Req::get(
             "watch: field selector on name",
-            &format!("{CM}?watch=true&fieldSelector=metadata.name%3Dw2&resourceVersion={{{{rv_w}}}}"),
+            &format!(
+                "{CM}?watch=true&fieldSelector=metadata.name%3Dw2&resourceVersion={{{{rv_w}}}}"
+            ),
         ),
         vec![
-            Req::post("create", CM, cm("w2", json!({ "suite": "watch" }), json!({}))),
+            Req::post(
+                "create",
+                CM,
+                cm("w2", json!({ "suite": "watch" }), json!({})),
+            ),
             Req::delete("delete", &format!("{CM}/w2")),
         ],
         2,
     )
     .await;
-    h.run(Req::get("watch: invalid resourceVersion (400)", &format!("{CM}?watch=true&resourceVersion=abc")))
-        .await;
+    h.run(Req::get(
+        "watch: invalid resourceVersion (400)",
+        &format!("{CM}?watch=true&resourceVersion=abc"),
+    ))
+    .await;
 }
 
 async fn subresources(h: &mut Harness) {
@@ -617,8 +838,13 @@ async fn subresources(h: &mut Harness) {
     h.run(Req::get("scale: get", &format!("{deploy}/scale")).view(View::Project(without_status)))
         .await;
     h.run(
-        Req::patch("scale: patch", &format!("{deploy}/scale"), MERGE, json!({ "spec": { "replicas": 2 } }))
-            .view(View::Project(without_status)),
+        Req::patch(
+            "scale: patch",
+            &format!("{deploy}/scale"),
+            MERGE,
+            json!({ "spec": { "replicas": 2 } }),
+        )
+        .view(View::Project(without_status)),
     )
     .await;
     h.run(
@@ -627,8 +853,11 @@ async fn subresources(h: &mut Harness) {
         .view(View::Project(without_status)),
     )
     .await;
-    h.run(Req::get("scale: of a kind without one (404)", &format!("{CM}/a/scale")))
-        .await;
+    h.run(Req::get(
+        "scale: of a kind without one (404)",
+        &format!("{CM}/a/scale"),
+    ))
+    .await;
     h.run(Req::get("status: get", "/api/v1/namespaces/{{ns}}/status"))
         .await;
 }
@@ -649,14 +878,25 @@ async fn namespaces(h: &mut Harness) {
     ))
     .await;
     h.run(Req::get("namespace: get", ns)).await;
-    h.run(Req::patch("status: merge patch", &format!("{ns}/status"), MERGE,
-        json!({ "status": { "conditions": [] } })))
+    h.run(Req::patch(
+        "status: merge patch",
+        &format!("{ns}/status"),
+        MERGE,
+        json!({ "status": { "conditions": [] } }),
+    ))
     .await;
-    h.run(Req::post("create", &format!("{ns}/configmaps"), cm("inside", json!({}), json!({}))))
-        .await;
+    h.run(Req::post(
+        "create",
+        &format!("{ns}/configmaps"),
+        cm("inside", json!({}), json!({})),
+    ))
+    .await;
     h.run(Req::delete("namespace: delete", ns)).await;
-    h.run(Req::post("create in a terminating namespace (403)", &format!("{ns}/configmaps"),
-        cm("late", json!({}), json!({}))))
+    h.run(Req::post(
+        "create in a terminating namespace (403)",
+        &format!("{ns}/configmaps"),
+        cm("late", json!({}), json!({})),
+    ))
     .await;
     h.wait(
         Req::get("namespace: terminated (404)", ns),
@@ -683,64 +923,109 @@ async fn custom_resources(h: &mut Harness) {
                     "status": { "type": "object", "properties": { "replicas": { "type": "integer" }, "phase": { "type": "string" } } } } } } } ] } });
     h.run(Req::post("crd: create", crd_path, crd).view(View::Project(without_status)))
         .await;
-    h.run(Req::post("crd: invalid (422)", crd_path,
+    h.run(Req::post(
+        "crd: invalid (422)",
+        crd_path,
         json!({ "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": { "name": format!("wrong.{group}") },
             "spec": { "group": group, "scope": "Namespaced",
-                "names": { "plural": "gadgets", "kind": "Gadget" }, "versions": [] } })))
+                "names": { "plural": "gadgets", "kind": "Gadget" }, "versions": [] } }),
+    ))
     .await;
     let crd_one = format!("{crd_path}/widgets.{group}");
     h.wait(
         Req::get("crd: established", &crd_one).view(View::Project(crd_conditions)),
         "the CRD to be Established",
         |a| {
-            a["body"]["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter().any(|c| c["type"] == "Established" && c["status"] == "True")
-            })
+            a["body"]["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Established" && c["status"] == "True")
+                })
         },
     )
     .await;
     let widgets = format!("/apis/{group}/v1/namespaces/{{{{ns}}}}/widgets");
-    let widget = |name: &str, spec: Value| {
-        json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": { "name": name }, "spec": spec })
-    };
+    let widget = |name: &str, spec: Value| json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": { "name": name }, "spec": spec });
     h.wait(
         Req::get("custom resource: list", &widgets),
         "the custom resource to be served",
         |a| code(a) == 200,
     )
     .await;
-    h.run(Req::post("custom resource: create (pruned, defaulted)", &widgets,
-        widget("w", json!({ "size": 2, "unknown": true }))))
+    h.run(Req::post(
+        "custom resource: create (pruned, defaulted)",
+        &widgets,
+        widget("w", json!({ "size": 2, "unknown": true })),
+    ))
     .await;
-    h.run(Req::post("custom resource: wrong type (422)", &widgets, widget("bad-type", json!({ "size": "big" }))))
-        .await;
-    h.run(Req::post("custom resource: enum and minimum (422)", &widgets,
-        widget("bad-enum", json!({ "size": 0, "mode": "medium" }))))
+    h.run(Req::post(
+        "custom resource: wrong type (422)",
+        &widgets,
+        widget("bad-type", json!({ "size": "big" })),
+    ))
     .await;
-    h.run(Req::post("custom resource: missing required (422)", &widgets, widget("missing", json!({}))))
-        .await;
-    h.run(Req::post("custom resource: unknown field, fieldValidation=Strict (400)",
-        &format!("{widgets}?fieldValidation=Strict"), widget("strict", json!({ "size": 1, "unknown": 1 }))))
+    h.run(Req::post(
+        "custom resource: enum and minimum (422)",
+        &widgets,
+        widget("bad-enum", json!({ "size": 0, "mode": "medium" })),
+    ))
     .await;
-    h.run(Req::patch("custom resource: merge patch", &format!("{widgets}/w"), MERGE,
-        json!({ "metadata": { "labels": { "x": "1" } }, "spec": { "replicas": 1 } })))
+    h.run(Req::post(
+        "custom resource: missing required (422)",
+        &widgets,
+        widget("missing", json!({})),
+    ))
     .await;
-    h.run(Req::patch("custom resource: strategic merge patch (415)", &format!("{widgets}/w"), STRATEGIC,
-        json!({ "spec": { "size": 3 } })))
+    h.run(Req::post(
+        "custom resource: unknown field, fieldValidation=Strict (400)",
+        &format!("{widgets}?fieldValidation=Strict"),
+        widget("strict", json!({ "size": 1, "unknown": 1 })),
+    ))
     .await;
-    h.run(Req::patch("custom resource: apply", &format!("{widgets}/w?fieldManager=owner"), APPLY,
-        widget("w", json!({ "size": 4 }))))
+    h.run(Req::patch(
+        "custom resource: merge patch",
+        &format!("{widgets}/w"),
+        MERGE,
+        json!({ "metadata": { "labels": { "x": "1" } }, "spec": { "replicas": 1 } }),
+    ))
     .await;
-    h.run(Req::put("custom resource: status update", &format!("{widgets}/w/status"),
+    h.run(Req::patch(
+        "custom resource: strategic merge patch (415)",
+        &format!("{widgets}/w"),
+        STRATEGIC,
+        json!({ "spec": { "size": 3 } }),
+    ))
+    .await;
+    h.run(Req::patch(
+        "custom resource: apply",
+        &format!("{widgets}/w?fieldManager=owner"),
+        APPLY,
+        widget("w", json!({ "size": 4 })),
+    ))
+    .await;
+    h.run(Req::put(
+        "custom resource: status update",
+        &format!("{widgets}/w/status"),
         json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": { "name": "w" },
-            "spec": { "size": 99 }, "status": { "replicas": 1, "phase": "Ready" } })))
+            "spec": { "size": 99 }, "status": { "replicas": 1, "phase": "Ready" } }),
+    ))
     .await;
-    h.run(Req::get("custom resource: scale", &format!("{widgets}/w/scale"))).await;
-    h.run(Req::patch("custom resource: scale patch", &format!("{widgets}/w/scale"), MERGE,
-        json!({ "spec": { "replicas": 3 } })))
+    h.run(Req::get(
+        "custom resource: scale",
+        &format!("{widgets}/w/scale"),
+    ))
     .await;
-    h.run(Req::get("custom resource: get", &format!("{widgets}/w"))).await;
+    h.run(Req::patch(
+        "custom resource: scale patch",
+        &format!("{widgets}/w/scale"),
+        MERGE,
+        json!({ "spec": { "replicas": 3 } }),
+    ))
+    .await;
+    h.run(Req::get("custom resource: get", &format!("{widgets}/w")))
+        .await;
     h.run(Req::delete("crd: delete", &crd_one).view(View::Project(without_status)))
         .await;
     h.wait(

@@ -103,7 +103,11 @@ async fn main() -> anyhow::Result<()> {
             "≥ 2000/s"
         };
         let mut best = 0.0f64;
-        let runs: &[usize] = if args.latency_rate.is_some() { &[] } else { &[1, 3] };
+        let runs: &[usize] = if args.latency_rate.is_some() {
+            &[]
+        } else {
+            &[1, 3]
+        };
         for &workers in runs {
             let rate = scenarios::throughput(&args, &database, workers)
                 .await

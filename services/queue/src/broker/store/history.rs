@@ -44,7 +44,14 @@ pub(crate) async fn record_many(
                 let p = 8 * i;
                 format!(
                     "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                    p + 1, p + 2, p + 3, p + 4, p + 5, p + 6, p + 7, p + 8
+                    p + 1,
+                    p + 2,
+                    p + 3,
+                    p + 4,
+                    p + 5,
+                    p + 6,
+                    p + 7,
+                    p + 8
                 )
             })
             .collect();

@@ -99,7 +99,9 @@ impl Store {
         if tasks.iter().any(|(_, t)| t.task.kind == HOOK_RUN_KIND) {
             let mut tx = self.begin("compact").await?;
             batch.tasks = compact_heads(&mut tx, self.dialect(), tasks, limits, now_ms).await?;
-            tx.commit().await.map_err(query_failed("commit compaction"))?;
+            tx.commit()
+                .await
+                .map_err(query_failed("commit compaction"))?;
         } else {
             batch.tasks = tasks.into_iter().map(|(_, t)| t).collect();
         }
@@ -143,9 +145,7 @@ impl Store {
         let look =
             heads::promote(&mut tx, self.dialect(), queues.iter().map(String::as_str)).await?;
         self.signal_change(&mut tx).await?;
-        tx.commit()
-            .await
-            .map_err(query_failed("commit reaping"))?;
+        tx.commit().await.map_err(query_failed("commit reaping"))?;
         // The queues it emptied may have got a task meanwhile (see `heads`).
         self.look_again(look).await?;
         Ok(!removed.is_empty())
@@ -200,7 +200,15 @@ pub(super) async fn compact_heads(
     let mut tasks = Vec::with_capacity(heads.len());
     for (seq, mut task) in heads {
         if task.task.kind == HOOK_RUN_KIND {
-            compact(conn, dialect, seq, &mut task, limits.merged_payload_bytes, now_ms).await?;
+            compact(
+                conn,
+                dialect,
+                seq,
+                &mut task,
+                limits.merged_payload_bytes,
+                now_ms,
+            )
+            .await?;
         }
         tasks.push(task);
     }
@@ -234,12 +242,12 @@ async fn compact(
         ),
     );
     let followers = sqlx::query(candidates)
-    .bind(&head.task.queue)
-    .bind(seq)
-    .bind(COMPACTION_WINDOW)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(query_failed("select compaction candidates"))?;
+        .bind(&head.task.queue)
+        .bind(seq)
+        .bind(COMPACTION_WINDOW)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(query_failed("select compaction candidates"))?;
     let mut absorbed = Vec::new();
     // Upper estimate of the merged payload: the contexts are copied, the envelopes dropped.
     let mut merged_bytes = head.task.payload_json.len();

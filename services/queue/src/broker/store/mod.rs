@@ -128,8 +128,13 @@ impl Store {
         let lease_pool = match dialect.lease_session_setup() {
             None => pool.clone(),
             Some(setup) => {
-                connect_pool(dialect, database_url, dialect.lease_connections(), Some(setup))
-                    .await?
+                connect_pool(
+                    dialect,
+                    database_url,
+                    dialect.lease_connections(),
+                    Some(setup),
+                )
+                .await?
             }
         };
         Ok(Store {
@@ -387,21 +392,35 @@ mod tests {
         };
         // The database comes back without the lease's write (a PostgreSQL crash with
         // asynchronous lease commits): the row is as it was before the lease.
-        sqlx::query("UPDATE tasks SET fence = 0, lease_holder = '', lease_until = 0, leased_at = 0")
-            .execute(store.pool())
+        sqlx::query(
+            "UPDATE tasks SET fence = 0, lease_holder = '', lease_until = 0, leased_at = 0",
+        )
+        .execute(store.pool())
+        .await
+        .expect("rewind");
+        let second = store
+            .lease("w2", limits(), 2_001)
             .await
-            .expect("rewind");
-        let second = store.lease("w2", limits(), 2_001).await.expect("lease again");
-        assert_ne!(second.tasks[0].fence, lost.fence, "a fence is never handed out twice");
+            .expect("lease again");
+        assert_ne!(
+            second.tasks[0].fence, lost.fence,
+            "a fence is never handed out twice"
+        );
         assert!(
-            matches!(store.complete(&lost, 2_500).await, Err(StoreError::StaleLease { .. })),
+            matches!(
+                store.complete(&lost, 2_500).await,
+                Err(StoreError::StaleLease { .. })
+            ),
             "the holder of the lost lease cannot settle the task"
         );
         let current = LeaseRef {
             task_id: "a".into(),
             fence: second.tasks[0].fence,
         };
-        store.complete(&current, 2_600).await.expect("the new holder settles it");
+        store
+            .complete(&current, 2_600)
+            .await
+            .expect("the new holder settles it");
     }
 
     async fn a_queue_whose_head_mark_was_lost_runs_again_from_its_oldest_task(store: Store) {

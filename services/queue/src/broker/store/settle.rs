@@ -81,7 +81,9 @@ impl Store {
                  WHERE lease_holder = $2 AND cancelled = 0 AND {} RETURNING id, fence",
                 lease_match(3, chunk.len())
             );
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(lease_until).bind(worker);
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(lease_until)
+                .bind(worker);
             for lease in chunk {
                 query = query.bind(&lease.task_id).bind(lease.fence);
             }
@@ -209,8 +211,12 @@ impl Store {
             leased.insert(worker, VecDeque::from(tasks));
         }
         for (completion, answer) in completions.iter().zip(answers.iter_mut()) {
-            if let (Ok(completed), Some(tasks)) = (answer, leased.get_mut(completion.worker.as_str())) {
-                let take = usize::try_from(completion.next).unwrap_or(0).min(tasks.len());
+            if let (Ok(completed), Some(tasks)) =
+                (answer, leased.get_mut(completion.worker.as_str()))
+            {
+                let take = usize::try_from(completion.next)
+                    .unwrap_or(0)
+                    .min(tasks.len());
                 completed.next.extend(tasks.drain(..take));
             }
         }
@@ -325,7 +331,13 @@ const LEASES_PER_STATEMENT: usize = 256;
 fn lease_match(first: usize, n: usize) -> String {
     let ids: Vec<String> = (0..n).map(|i| format!("${}", first + 2 * i)).collect();
     let pairs: Vec<String> = (0..n)
-        .map(|i| format!("(id = ${} AND fence = ${})", first + 2 * i, first + 2 * i + 1))
+        .map(|i| {
+            format!(
+                "(id = ${} AND fence = ${})",
+                first + 2 * i,
+                first + 2 * i + 1
+            )
+        })
         .collect();
     format!("(id IN ({}) AND ({}))", ids.join(", "), pairs.join(" OR "))
 }
@@ -343,7 +355,7 @@ async fn remove_leased(
         lease_match(1, leases.len())
     );
     // Only placeholders are generated; every value is bound.
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
     for lease in leases {
         query = query.bind(&lease.task_id).bind(lease.fence);
     }

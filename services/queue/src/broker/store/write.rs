@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 
 use sqlx::AnyConnection;
 
-use super::{heads, history};
 use super::{Store, StoreError, query_failed};
+use super::{heads, history};
 use crate::broker::model::NewTask;
 
 /// Counts of what [`Store::supersede`] did.
