@@ -31,8 +31,9 @@ pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
 pub use patches::{compact_patches, replay_patches};
 pub use repo::{
-    ArchiveRepository, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES, Fetched,
-    Limits, LocalRepository, RepoError, digest_tree,
+    ArchiveRepository, CONFIG_MEDIA_TYPE, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,
+    DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, OciAuth, OciFetched, OciRepository,
+    Packed, RepoError, digest_tree, pack, write_archive,
 };
 pub use requirements::{Dependency, DependencyGroup, Requirements};
 pub use schema::{Schema, SchemaError, ValidationError};

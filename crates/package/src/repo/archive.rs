@@ -220,7 +220,7 @@ fn copy_hashed(source: fs::File, dest: &Path, limit: u64) -> Result<String, Repo
 }
 
 /// The unpacked package root: the staging dir itself, or its single top-level directory.
-fn package_root(unpacked: &Path) -> Result<PathBuf, RepoError> {
+pub(super) fn package_root(unpacked: &Path) -> Result<PathBuf, RepoError> {
     if unpacked.join(DEFINITION_FILE).exists() {
         return Ok(unpacked.to_owned());
     }

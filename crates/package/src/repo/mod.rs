@@ -6,11 +6,14 @@
 //! package with the requested name and version and renames it into place. The digest of a
 //! published tree ([`digest`]) makes re-fetching idempotent.
 //!
-//! The API is blocking (std::fs); async callers run it on `spawn_blocking`.
+//! The local and archive APIs are blocking (std::fs); async callers run them on
+//! `spawn_blocking`. The OCI repository is async (it talks HTTP).
 
 mod archive;
 mod digest;
 mod local;
+mod oci;
+mod pack;
 mod publish;
 mod stage;
 
@@ -20,6 +23,8 @@ use std::path::PathBuf;
 pub use archive::ArchiveRepository;
 pub use digest::digest_tree;
 pub use local::LocalRepository;
+pub use oci::{CONFIG_MEDIA_TYPE, OciAuth, OciFetched, OciRepository};
+pub use pack::{Packed, pack, write_archive};
 
 use crate::load::LoadError;
 
@@ -85,6 +90,12 @@ pub enum RepoError {
     LimitExceeded { limit: String },
     #[error("archive {}: {message}", path.display())]
     Archive { path: PathBuf, message: String },
+    #[error("registry {repository}: {op}: {message}")]
+    Registry {
+        repository: String,
+        op: String,
+        message: String,
+    },
     #[error("fetched package is not valid: {0}")]
     InvalidPackage(#[source] Box<LoadError>),
     #[error("fetched package is {found}, but {expected} was requested")]
