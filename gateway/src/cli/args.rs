@@ -134,6 +134,8 @@ pub enum Command {
     Render(berth_helm::template::command::TemplateArgs),
     /// Inspect, plan and roll back releases through the release service (not the gateway).
     Release(super::release::ReleaseArgs),
+    /// Build a package into a `.tar.gz`, or push it to an OCI registry.
+    Package(super::package::PackageArgs),
 }
 
 #[cfg(test)]

@@ -206,6 +206,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Render(args) => super::release::render(args),
         Command::Release(args) => super::release::release(args).await,
+        Command::Package(args) => super::package::package(args).await,
         Command::Dump => {
             let dump = connect(&cli)
                 .await?

@@ -3,6 +3,7 @@
 mod args;
 mod commands;
 mod output;
+mod package;
 mod queues;
 mod release;
 
