@@ -92,7 +92,9 @@ pub async fn run(
     on_ready: impl FnOnce(&Running),
 ) -> Result<(), UpError> {
     let data = &config.data_dir;
-    std::fs::create_dir_all(data).map_err(|source| UpError::DataDir {
+    // Databases, the package cache and the dev cluster's state (its Secrets among them): the
+    // owner's only.
+    berth_devcluster::private::create_private_dir(data).map_err(|source| UpError::DataDir {
         path: data.display().to_string(),
         source,
     })?;
@@ -119,11 +121,10 @@ pub async fn run(
             .await
             .map_err(|e| UpError::DevCluster(e.to_string()))?;
             let path = data.join("kubeconfig");
-            std::fs::write(&path, cluster.kubeconfig_yaml()).map_err(|source| {
-                UpError::DataDir {
-                    path: path.display().to_string(),
-                    source,
-                }
+            berth_devcluster::private::write_private(&path, cluster.kubeconfig_yaml().as_bytes())
+                .map_err(|source| UpError::DataDir {
+                path: path.display().to_string(),
+                source,
             })?;
             (Some(cluster), path)
         }

@@ -20,6 +20,31 @@ async fn all_in_one_journey() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
     let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    // Its data (databases, package cache, the dev cluster's Secrets and kubeconfig) is the
+    // owner's only.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode =
+            |p: &std::path::Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777);
+        anyhow::ensure!(
+            mode(&dir.path().join("data"))? == 0o700,
+            "data dir readable by others"
+        );
+        if real.is_none() {
+            anyhow::ensure!(
+                mode(&up.kubeconfig)? == 0o600,
+                "kubeconfig readable by others"
+            );
+            for entry in std::fs::read_dir(dir.path().join("data/cluster"))? {
+                let path = entry?.path();
+                anyhow::ensure!(
+                    path.is_dir() || mode(&path)? == 0o600,
+                    "{} readable by others",
+                    path.display()
+                );
+            }
+        }
+    }
     let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
     let result = journey::run(&up.proc.endpoint(), kube).await;
     let metrics = match (&result, &up.proc.metrics) {

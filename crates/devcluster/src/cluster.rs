@@ -52,12 +52,14 @@ impl DevCluster {
         let kubeconfig_path = match &config.data_dir {
             Some(dir) => {
                 let path = dir.join("kubeconfig");
-                std::fs::write(&path, kubeconfig::render(&url, config.token.as_deref())).map_err(
-                    |source| Error::Kubeconfig {
-                        path: path.clone(),
-                        source,
-                    },
-                )?;
+                crate::private::write_private(
+                    &path,
+                    kubeconfig::render(&url, config.token.as_deref()).as_bytes(),
+                )
+                .map_err(|source| Error::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                })?;
                 Some(path)
             }
             None => None,

@@ -148,6 +148,7 @@ mod kubeconfig;
 mod merge_keys;
 mod patch;
 mod persistence;
+pub mod private;
 mod protobuf;
 mod resources;
 mod schema;

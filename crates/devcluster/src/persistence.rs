@@ -11,6 +11,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -90,7 +91,7 @@ pub struct Persistence {
 impl Persistence {
     /// Takes the directory lock, loads snapshot + log, compacts, and opens the log for appends.
     pub fn open(dir: &Path) -> Result<(Persistence, Loaded), PersistError> {
-        fs::create_dir_all(dir).map_err(|source| PersistError::CreateDir {
+        crate::private::create_private_dir(dir).map_err(|source| PersistError::CreateDir {
             path: dir.into(),
             source,
         })?;
@@ -98,15 +99,12 @@ impl Persistence {
         let loaded = load(dir)?;
         write_snapshot(dir, loaded.resource_version, &loaded.objects)?;
         let log_path = dir.join(LOG);
-        let log = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&log_path)
-            .map_err(|source| PersistError::Write {
+        let log = crate::private::open_private(&log_path, true).map_err(|source| {
+            PersistError::Write {
                 path: log_path,
                 source,
-            })?;
+            }
+        })?;
         Ok((
             Persistence {
                 dir: dir.into(),
@@ -139,7 +137,7 @@ impl Persistence {
     ) -> Result<(), PersistError> {
         write_snapshot(&self.dir, resource_version, objects)?;
         let log_path = self.dir.join(LOG);
-        File::create(&log_path).map_err(|source| PersistError::Write {
+        crate::private::open_private(&log_path, true).map_err(|source| PersistError::Write {
             path: log_path,
             source,
         })?;
@@ -150,7 +148,12 @@ impl Persistence {
 
 fn take_lock(dir: &Path) -> Result<(), PersistError> {
     let path = dir.join(LOCK);
-    match OpenOptions::new().write(true).create_new(true).open(&path) {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
         Ok(mut f) => f
             .write_all(std::process::id().to_string().as_bytes())
             .map_err(|source| PersistError::Write { path, source }),
@@ -166,7 +169,7 @@ fn take_lock(dir: &Path) -> Result<(), PersistError> {
                 });
             }
             // A stale lock from a process that died without shutdown: take it over.
-            fs::write(&path, std::process::id().to_string())
+            crate::private::write_private(&path, std::process::id().to_string().as_bytes())
                 .map_err(|source| PersistError::Write { path, source })
         }
         Err(source) => Err(PersistError::Write { path, source }),
@@ -295,7 +298,7 @@ fn write_snapshot(
         path: path.clone(),
         source: std::io::Error::other(e),
     })?;
-    fs::write(&tmp, bytes).map_err(|source| PersistError::Write {
+    crate::private::write_private(&tmp, &bytes).map_err(|source| PersistError::Write {
         path: tmp.clone(),
         source,
     })?;
