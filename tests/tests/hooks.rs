@@ -350,6 +350,48 @@ async fn invalid_object_operations_apply_nothing() -> anyhow::Result<()> {
     result
 }
 
+/// An object operation whose name would change the request's URL (`..`, `/`, `?`) is refused
+/// with the name in the error, and nothing of its batch is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_names_that_would_change_the_url_are_refused() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let mut client = journey::connect(&endpoint).await?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "urlops".into(),
+            namespace: ns.to_string(),
+        };
+        client
+            .update(v1::UpdateRequest {
+                r#ref: Some(r.clone()),
+                repository: fixtures(),
+                version: "1.0.0".into(),
+                ..Default::default()
+            })
+            .await?;
+        let error = wait_error(&mut client, &r).await?;
+        assert!(
+            error.contains("escape.sh")
+                && error.contains("may not contain '/'")
+                && error.contains("../../kube-system"),
+            "the error names the hook and the name: {error}"
+        );
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        assert!(
+            cms.get_opt("must-not-exist").await?.is_none(),
+            "nothing of the batch was applied"
+        );
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
+        journey::wait_gone(&mut client, &r).await
+    })
+    .await
+}
+
 /// Starts a cluster and the split topology (the worker with `worker_args`), runs `journey` with
 /// the gateway endpoint and a kube client, and stops everything whatever the outcome.
 async fn with_topology<F, Fut>(worker_args: &[&str], journey: F) -> anyhow::Result<()>

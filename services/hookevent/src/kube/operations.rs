@@ -167,6 +167,22 @@ async fn plan(
     if name.is_empty() {
         return Err(invalid("the object has no name (metadata.name)".into()));
     }
+    // Names, namespaces and subresources become segments of the request's URL path, unescaped
+    // by the client: anything that could change the URL is refused.
+    if let Some(reason) = unsafe_path_segment(&name) {
+        return Err(invalid(format!("name {name:?}: {reason}")));
+    }
+    if !namespace.is_empty()
+        && let Some(reason) = unsafe_path_segment(&namespace)
+    {
+        return Err(invalid(format!("namespace {namespace:?}: {reason}")));
+    }
+    if !op.subresource.is_empty() && !op.subresource.bytes().all(|b| b.is_ascii_lowercase()) {
+        return Err(invalid(format!(
+            "subresource {:?}: only lowercase letters",
+            op.subresource
+        )));
+    }
     let resolved = resolver
         .resolve(&api_version, &kind)
         .await
@@ -227,6 +243,24 @@ async fn plan(
         ignore_missing: op.ignore_missing_object,
         what,
     })
+}
+
+/// Why `segment` cannot be an object name in a URL path, if it cannot: the API server's own
+/// rule for names (not `.` or `..`, no `/` or `%`), plus what would end or break the path
+/// (`?`, `#`, whitespace and control characters) and its length limit.
+fn unsafe_path_segment(segment: &str) -> Option<&'static str> {
+    if segment == "." || segment == ".." {
+        Some("may not be '.' or '..'")
+    } else if segment.len() > 253 {
+        Some("is longer than 253 characters")
+    } else if segment
+        .chars()
+        .any(|c| matches!(c, '/' | '%' | '?' | '#') || c.is_whitespace() || c.is_control())
+    {
+        Some("may not contain '/', '%', '?', '#', spaces or control characters")
+    } else {
+        None
+    }
 }
 
 async fn bounded<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
@@ -398,4 +432,35 @@ async fn write_subresource(api: &Api<DynamicObject>, p: &Planned) -> Result<(), 
         .await
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unsafe_path_segment;
+
+    #[test]
+    fn names_that_would_change_a_url_path_are_refused() {
+        for bad in [
+            ".",
+            "..",
+            "a/b",
+            "x?dryRun=All",
+            "x#y",
+            "50%",
+            "a b",
+            "a\nb",
+        ] {
+            assert!(unsafe_path_segment(bad).is_some(), "{bad:?}");
+        }
+        let long = "a".repeat(254);
+        assert!(unsafe_path_segment(&long).is_some());
+        for good in [
+            "web",
+            "my.config-1",
+            "system:controller:x",
+            "a".repeat(253).as_str(),
+        ] {
+            assert_eq!(unsafe_path_segment(good), None, "{good:?}");
+        }
+    }
 }
