@@ -87,7 +87,14 @@ fn metric(doc: Value) -> Result<MetricOperation, String> {
     if !value.is_finite() {
         return Err(format!("`value` must be finite, got {value}"));
     }
+    check_metric_name(&name)?;
     let labels = raw.labels;
+    for label in labels.keys() {
+        check_label_name(label)?;
+    }
+    if let Some(b) = raw.buckets.iter().find(|b| !b.is_finite()) {
+        return Err(format!("`buckets` must be finite, got {b}"));
+    }
     match action.as_str() {
         "add" => Ok(MetricOperation::Add {
             name,
@@ -114,9 +121,79 @@ fn metric(doc: Value) -> Result<MetricOperation, String> {
     }
 }
 
+/// Labels berth sets on every series itself: a hook may not set (or forge) them.
+pub const RESERVED_LABELS: [&str; 3] = ["hook", "package", "le"];
+
+/// A Prometheus metric name: `[a-zA-Z_:][a-zA-Z0-9_:]*`. Anything else would break the
+/// exposition text (or smuggle series into it).
+fn check_metric_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':');
+    if first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+        Ok(())
+    } else {
+        Err(format!(
+            "`name` {name:?} is not a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
+        ))
+    }
+}
+
+/// A Prometheus label name (`[a-zA-Z_][a-zA-Z0-9_]*`, not `__`-prefixed), and not one berth
+/// sets itself.
+fn check_label_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') || name.starts_with("__")
+    {
+        return Err(format!(
+            "label {name:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, no leading __)"
+        ));
+    }
+    if RESERVED_LABELS.contains(&name) {
+        return Err(format!("label {name:?} is reserved: berth sets it"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_would_break_or_forge_the_exposition_are_refused() {
+        for (line, needle) in [
+            (
+                r#"{"name":"a{package=\"other\"} 1\nx","set":1}"#,
+                "not a Prometheus metric name",
+            ),
+            (
+                r#"{"name":"9lives","set":1}"#,
+                "not a Prometheus metric name",
+            ),
+            (
+                r#"{"name":"a","set":1,"labels":{"package":"other"}}"#,
+                "reserved",
+            ),
+            (r#"{"name":"a","set":1,"labels":{"hook":"x"}}"#, "reserved"),
+            (
+                r#"{"name":"a","set":1,"labels":{"bad-label":"x"}}"#,
+                "not a Prometheus label name",
+            ),
+            (
+                r#"{"name":"a","set":1,"labels":{"__name__":"x"}}"#,
+                "not a Prometheus label name",
+            ),
+        ] {
+            let err = parse_metrics(line).unwrap_err();
+            assert!(err.contains(needle), "{line}: {err}");
+        }
+        let ok = r#"{"name":"ns:my_metric_total","add":1,"labels":{"_x":"a\"b\nc"}}"#;
+        assert!(parse_metrics(ok).is_ok());
+    }
 
     #[test]
     fn all_forms() {
