@@ -44,6 +44,74 @@ async fn hook_sees_binding_context_values_and_config_values() {
     assert_eq!(seen["inherited"], true);
 }
 
+/// A hook inherits only an allow-listed part of berth's environment: PATH and the locale, not
+/// berth's own variables (its tokens among them), nor anything else of the worker's.
+#[tokio::test]
+async fn hooks_see_an_allow_listed_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let seen = dir.path().join("seen");
+    let path = script(
+        dir.path(),
+        "hooks/env.sh",
+        &format!(
+            "#!/bin/sh
+env > '{}'
+",
+            seen.display()
+        ),
+    );
+    let hook = shell_hook(path);
+    let mut req = request(&hook, tmp.path());
+    req.env = vec![("APPLICATION_NAME".into(), "demo".into())];
+    run(req).await.expect("hook succeeds");
+    let env = std::fs::read_to_string(&seen).expect("hook wrote its environment");
+    let names: Vec<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
+    assert!(
+        names.contains(&"PATH") && names.contains(&"APPLICATION_NAME"),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"VALUES_PATH"),
+        "the contract's files: {names:?}"
+    );
+    // The test process runs with cargo's and nextest's variables; none reaches the hook.
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some() || std::env::var_os("CARGO").is_some()
+    );
+    let leaked: Vec<&&str> = names
+        .iter()
+        .filter(|n| {
+            n.starts_with("CARGO")
+                || n.starts_with("NEXTEST")
+                || n.starts_with("RUST")
+                || n.starts_with("BERTH")
+        })
+        .collect();
+    assert!(leaked.is_empty(), "leaked into the hook: {leaked:?}");
+}
+
+#[test]
+fn the_inherited_environment_is_the_allow_list() {
+    let vars = [
+        ("PATH", "/bin"),
+        ("LC_ALL", "C.UTF-8"),
+        ("LC_", "x"),
+        ("BERTH_TOKEN", "secret"),
+        ("DATABASE_URL", "postgres://u:p@h/db"),
+        ("AWS_SECRET_ACCESS_KEY", "k"),
+    ]
+    .map(|(k, v)| (std::ffi::OsString::from(k), std::ffi::OsString::from(v)));
+    let kept: Vec<String> = berth_hooks::inherited_env(vars.into_iter())
+        .into_iter()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept, ["PATH", "LC_ALL"]);
+}
+
 #[tokio::test]
 async fn values_patch_array_stream_and_empty_forms() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -44,6 +44,24 @@ pub(crate) struct Invocation<'a> {
     pub combined_limit: usize,
 }
 
+/// Variables of berth's own environment a hook inherits: what programs need to find each other
+/// and to speak the right language and time zone. Everything else (`BERTH_*` tokens, database
+/// URLs, cloud credentials, proxies with passwords) stays with berth.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR", "LANG", "LANGUAGE",
+];
+
+/// The part of `vars` a hook inherits: [`INHERITED_ENV`] and the `LC_*` locale variables.
+pub fn inherited_env(
+    vars: impl Iterator<Item = (OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
+    vars.filter(|(k, _)| {
+        k.to_str()
+            .is_some_and(|k| INHERITED_ENV.contains(&k) || (k.starts_with("LC_") && k.len() > 3))
+    })
+    .collect()
+}
+
 /// How the process ended.
 #[derive(Debug)]
 pub(crate) enum Ending {
@@ -68,6 +86,10 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
     command
         .args(inv.args)
         .current_dir(inv.cwd)
+        // Hooks are untrusted: they see an allow-listed part of berth's environment (no
+        // tokens, database URLs or credentials), then what the contract gives them.
+        .env_clear()
+        .envs(inherited_env(std::env::vars_os()))
         .envs(inv.env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
