@@ -4,6 +4,8 @@
 
 use crate::apply::ObjectKey;
 use crate::manager::{PlanAction, ReleaseError, ReleaseManager};
+use crate::record::StoreError;
+use crate::record::format::FormatError;
 use berth_proto::release as pb;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
@@ -59,9 +61,12 @@ impl ReleaseService {
 
 fn to_status(e: ReleaseError) -> Status {
     match &e {
-        ReleaseError::InvalidArgument(_) | ReleaseError::Render(_) => {
-            Status::invalid_argument(e.to_string())
-        }
+        ReleaseError::InvalidArgument(_)
+        | ReleaseError::Render(_)
+        | ReleaseError::Store(StoreError::Format {
+            source: FormatError::TooLargeToStore { .. },
+            ..
+        }) => Status::invalid_argument(e.to_string()),
         ReleaseError::NotFound(_) => Status::failed_precondition(e.to_string()),
         _ if e.is_unavailable() => Status::unavailable(e.to_string()),
         _ => Status::internal(e.to_string()),

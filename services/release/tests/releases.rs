@@ -455,6 +455,37 @@ async fn lookup_of_a_list_gives_each_item_its_api_version_and_kind() -> anyhow::
     Ok(())
 }
 
+#[tokio::test]
+async fn a_release_too_large_to_record_is_refused_before_anything_is_applied() -> anyhow::Result<()>
+{
+    let mut h = start().await?;
+    // 2 MB of random letters: the record (gzip, then base64) cannot fit the 1 MiB of a Secret.
+    let big = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  noise: \"{{ range until 500 }}{{ randAlphaNum 4096 }}{{ end }}\"\n";
+    let files = chart(&[
+        ("templates/a.yaml", &config_map("small", false)),
+        ("templates/big.yaml", big),
+    ]);
+    let err = h
+        .grpc
+        .install(install(&h, "big", files, ""))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    assert!(
+        err.message().contains("a Secret can hold"),
+        "{}",
+        err.message()
+    );
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    assert!(cms.get_opt("small").await?.is_none(), "nothing applied");
+    let secrets = Api::<Secret>::namespaced(h.kube.clone(), &h.namespace);
+    let records = secrets
+        .list(&ListParams::default().labels("owner=helm,name=big"))
+        .await?;
+    assert!(records.items.is_empty(), "no record written");
+    Ok(())
+}
+
 /// A hook Job that completes at once. Its image is on registry.k8s.io (no Docker Hub pull
 /// limits behind the install's wait on a real cluster).
 fn hook_job(name: &str, event: &str, policy: &str) -> String {

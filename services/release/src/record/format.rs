@@ -14,6 +14,8 @@ const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 /// Decompressed records larger than this are refused: a Secret holds at most 1 MiB, and a
 /// small gzip stream must not be able to expand without bound.
 const MAX_DECODED_BYTES: u64 = 64 << 20;
+/// Most bytes of `data.release` one Secret can hold (Kubernetes refuses Secrets over 1 MiB).
+const MAX_ENCODED_BYTES: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
@@ -23,6 +25,16 @@ pub enum FormatError {
     Gzip(#[source] std::io::Error),
     #[error("release record is larger than {MAX_DECODED_BYTES} bytes when decompressed")]
     TooLarge,
+    #[error(
+        "the release record would be {size} bytes {what}, over the {limit} bytes {why}; \
+         render less (fewer or smaller objects)"
+    )]
+    TooLargeToStore {
+        size: usize,
+        what: &'static str,
+        limit: usize,
+        why: &'static str,
+    },
     #[error("release record is not the expected JSON: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -141,10 +153,31 @@ impl HelmRelease {
         let json = serde_json::to_vec(&berth_helm::render::values::go_json_numbers(
             serde_json::to_value(self)?,
         ))?;
+        // A record that could not be read back would leave the release unmanageable (no
+        // upgrade, no uninstall): refuse it before it is written, and so before anything of
+        // the revision is applied.
+        let decoded_limit = usize::try_from(MAX_DECODED_BYTES).unwrap_or(usize::MAX);
+        if json.len() > decoded_limit {
+            return Err(FormatError::TooLargeToStore {
+                size: json.len(),
+                what: "of JSON",
+                limit: decoded_limit,
+                why: "berth and Helm read back",
+            });
+        }
         let mut gz = GzEncoder::new(Vec::new(), Compression::default());
         gz.write_all(&json).map_err(FormatError::Gzip)?;
         let compressed = gz.finish().map_err(FormatError::Gzip)?;
-        Ok(base64::engine::general_purpose::STANDARD.encode(compressed))
+        let encoded = base64::engine::general_purpose::STANDARD.encode(compressed);
+        if encoded.len() > MAX_ENCODED_BYTES {
+            return Err(FormatError::TooLargeToStore {
+                size: encoded.len(),
+                what: "compressed",
+                limit: MAX_ENCODED_BYTES,
+                why: "a Secret can hold",
+            });
+        }
+        Ok(encoded)
     }
 
     /// Decodes a record written by Helm or by berth. Helm 3 always gzips; the magic-number
@@ -247,6 +280,35 @@ mod tests {
             Some(r.clone())
         );
         assert_eq!(r.secret_name(), "sh.helm.release.v1.rel.v3");
+    }
+
+    #[test]
+    fn records_that_could_not_be_stored_or_read_back_are_refused_when_encoded() {
+        // Repetitive: compresses far below a Secret's limit, but expands past what is read back.
+        let mut huge = sample();
+        huge.manifest = "a".repeat(usize::try_from(MAX_DECODED_BYTES).unwrap() + 1);
+        let err = huge.encode().unwrap_err().to_string();
+        assert!(
+            err.contains("of JSON") && err.contains("read back"),
+            "{err}"
+        );
+        // Incompressible: over a Secret's 1 MiB once compressed.
+        let mut noisy = sample();
+        let mut x = 0x2545_f491_u64;
+        noisy.manifest = (0..2_000_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'!' + (x % 90) as u8)
+            })
+            .collect();
+        let err = noisy.encode().unwrap_err().to_string();
+        assert!(
+            err.contains("compressed") && err.contains("Secret"),
+            "{err}"
+        );
+        assert!(sample().encode().is_ok());
     }
 
     #[test]
