@@ -15,9 +15,14 @@ pub struct Cli {
         global = true
     )]
     pub server: String,
-    /// Bearer token for the gateway, when it requires one.
+    /// Bearer token for the gateway, when it requires one. It is sent only over TLS
+    /// (`https://`) or to this machine.
     #[arg(long, env = "BERTH_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// PEM file of the CA that signed the gateway's certificate (`https://` servers); the
+    /// system's roots are trusted too.
+    #[arg(long, env = "BERTH_CA_FILE", global = true)]
+    pub ca_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }

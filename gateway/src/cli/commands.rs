@@ -30,10 +30,43 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
+/// Refuses to send a bearer token in clear text over a network: with a token, the server must
+/// be `https://` or on this machine (loopback).
+pub fn check_token_transport(uri: &http::Uri, has_token: bool) -> Result<(), String> {
+    if !has_token || uri.scheme_str() == Some("https") {
+        return Ok(());
+    }
+    let host = uri.host().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare == "localhost"
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        Ok(())
+    } else {
+        Err(format!(
+            "refusing to send --token over plain HTTP to {host}: use https:// (with --ca-file for a private CA), or a loopback address"
+        ))
+    }
+}
+
 async fn connect(cli: &Cli) -> Result<Client, String> {
-    let endpoint = tonic::transport::Endpoint::from_shared(cli.server.clone())
+    let mut endpoint = tonic::transport::Endpoint::from_shared(cli.server.clone())
         .map_err(|e| format!("--server {:?}: {e}", cli.server))?
         .connect_timeout(Duration::from_secs(5));
+    check_token_transport(endpoint.uri(), cli.token.is_some())?;
+    if endpoint.uri().scheme_str() == Some("https") {
+        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+        if let Some(path) = &cli.ca_file {
+            let pem =
+                std::fs::read(path).map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        }
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| format!("--server {:?}: TLS: {e}", cli.server))?;
+    }
     let channel = endpoint.connect().await.map_err(|e| {
         format!(
             "cannot reach berth at {}: {e} (is `berth up` running? set --server or BERTH_SERVER)",
@@ -372,4 +405,32 @@ async fn wait_gone(
             timeout.as_secs()
         )
     })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_token_transport;
+
+    #[test]
+    fn a_token_goes_only_over_tls_or_to_this_machine() {
+        let check = |uri: &str, token| check_token_transport(&uri.parse().unwrap(), token);
+        for ok in [
+            "http://127.0.0.1:7070",
+            "http://localhost:7070",
+            "http://[::1]:7070",
+            "https://berth.example.com",
+        ] {
+            assert!(check(ok, true).is_ok(), "{ok}");
+        }
+        let err = check("http://berth.example.com:7070", true).unwrap_err();
+        assert!(
+            err.contains("plain HTTP") && err.contains("berth.example.com"),
+            "{err}"
+        );
+        assert!(check("http://10.1.2.3:7070", true).is_err());
+        assert!(
+            check("http://berth.example.com:7070", false).is_ok(),
+            "no token, no secret"
+        );
+    }
 }
