@@ -29,6 +29,10 @@ pub struct TemplateArgs {
     /// Kubernetes version for `.Capabilities.KubeVersion`, e.g. `v1.31.0`.
     #[arg(long)]
     pub kube_version: Option<String>,
+    /// Kubernetes API versions for `.Capabilities.APIVersions`, added to the defaults.
+    /// Repeatable, or comma-separated.
+    #[arg(long = "api-versions", short = 'a', value_delimiter = ',')]
+    pub api_versions: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +64,7 @@ pub fn run(args: &TemplateArgs) -> Result<String, CommandError> {
         set: args.set.clone(),
         include_crds: args.include_crds,
         kube_version: args.kube_version.clone(),
+        api_versions: args.api_versions.clone(),
     };
     Ok(template(&chart, &opts)?)
 }
