@@ -221,6 +221,8 @@ pub struct TemplateData<'a> {
     pub files: Value,
     pub template_name: &'a str,
     pub base_path: &'a str,
+    /// `.Subcharts`: each enabled subchart's top-level objects (without `.Template`).
+    pub subcharts: Value,
 }
 
 impl TemplateData<'_> {
@@ -231,6 +233,7 @@ impl TemplateData<'_> {
             ("Chart", self.chart),
             ("Capabilities", self.capabilities.clone()),
             ("Files", self.files),
+            ("Subcharts", self.subcharts),
             (
                 "Template",
                 entries([

@@ -106,3 +106,93 @@ fn capabilities_are_helms_offline_defaults() {
         "k: v1.36.0 1 36\nh: v4.2.3\nn: 55\na: true\n"
     );
 }
+
+#[test]
+fn a_deep_copy_shares_nothing_with_the_values() {
+    let chart = [
+        (
+            "values.yaml",
+            "g:\n  x: 1\n  nn:\n    k: 2\na:\n  x: 3\n  z: 4\n",
+        ),
+        (
+            "templates/t.yaml",
+            "{{- $m := mergeOverwrite (deepCopy .Values.g) .Values.a }}\n\
+             {{- $c := deepCopy .Values }}\n\
+             {{- $_ := unset $c \"a\" }}\n\
+             m: {{ $m | toJson }}\nv: {{ .Values | toJson }}\n",
+        ),
+    ];
+    assert_eq!(
+        render_one(&chart, json!({})),
+        concat!(
+            r#"m: {"nn":{"k":2},"x":3,"z":4}"#,
+            "\n",
+            r#"v: {"a":{"x":3,"z":4},"g":{"nn":{"k":2},"x":1}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn to_yaml_quotes_strings_go_yaml_reads_as_timestamps() {
+    let t = r#"a: {{ list "2001-12-14" "2001-12-14t21:59:43.10-05:00" "2001-12-14T21:59:43Z" "2001-12-14 21:59:43.10" "2001-2-3" "2001-02-30" "2000-02-29" "2001-12-14T21:59:43" "2001-12-14 21:59:43Z" "2001-13-01" "12001-12-14" "2001-12-14T25:00:00Z" "2001-12-14T1:2:3+01:00" "2001-12-14T1:2:3+1:00" "2001-12-14T21:59:43.1234567891Z" "2001-12-14 " "2001-12-14T21:59:43,5Z" | toYaml | nindent 2 }}
+"#;
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        r#"a: 
+  - "2001-12-14"
+  - "2001-12-14t21:59:43.10-05:00"
+  - "2001-12-14T21:59:43Z"
+  - "2001-12-14 21:59:43.10"
+  - "2001-2-3"
+  - 2001-02-30
+  - "2000-02-29"
+  - 2001-12-14T21:59:43
+  - 2001-12-14 21:59:43Z
+  - 2001-13-01
+  - 12001-12-14
+  - 2001-12-14T25:00:00Z
+  - "2001-12-14T1:2:3+01:00"
+  - 2001-12-14T1:2:3+1:00
+  - "2001-12-14T21:59:43.1234567891Z"
+  - '2001-12-14 '
+  - "2001-12-14T21:59:43,5Z"
+"#
+    );
+}
+
+#[test]
+fn nil_reads_as_an_empty_dict_where_a_dict_is_expected() {
+    let t = "{{- $d := dict \"a\" 1 }}{{ $n := .Values.nothing }}\n\
+             b: {{ mergeOverwrite $d $n | toJson }}\n\
+             c: {{ merge (dict \"b\" 2) $n $d | toJson }}\n\
+             d: {{ hasKey $n \"k\" }}\ne: {{ get $n \"k\" }}\nf: {{ keys $n | toJson }}\n\
+             g: {{ merge $n $d | toJson }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "b: {\"a\":1}\nc: {\"a\":1,\"b\":2}\nd: false\ne: \nf: []\ng: {\"a\":1}\n"
+    );
+}
+
+#[test]
+fn subcharts_are_visible_through_dot_subcharts() {
+    let chart = [
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 0.2.0\n",
+        ),
+        ("charts/sub/values.yaml", "z: 1\n"),
+        ("values.yaml", "sub:\n  w: 2\n"),
+        (
+            "templates/t.yaml",
+            "a: {{ .Subcharts.sub.Values.z }} {{ .Subcharts.sub.Values.w }} \
+             {{ .Subcharts.sub.Chart.Name }} {{ .Subcharts.sub.Chart.Version }} \
+             {{ keys .Subcharts | toJson }} {{ .Subcharts.sub.Subcharts | toJson }} \
+             {{ .Subcharts.sub.Release.Name }}\n",
+        ),
+    ];
+    assert_eq!(
+        render_one(&chart, json!({})),
+        "a: 1 2 sub 0.2.0 [\"sub\"] {} rel\n"
+    );
+}
