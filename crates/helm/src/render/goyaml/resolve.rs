@@ -50,7 +50,8 @@ fn looks_like_timestamp(s: &str) -> bool {
         let month = num(&mut i, false)?;
         expect(&mut i, b'-')?;
         let day = num(&mut i, false)?;
-        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+        let leap =
+            year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400));
         let days = match month {
             1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
             4 | 6 | 9 | 11 => 30,
