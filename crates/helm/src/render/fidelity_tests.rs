@@ -196,3 +196,36 @@ fn subcharts_are_visible_through_dot_subcharts() {
         "a: 1 2 sub 0.2.0 [\"sub\"] {} rel\n"
     );
 }
+
+#[test]
+fn only_the_top_charts_helmignore_applies() {
+    let chart = [
+        (".helmignore", "*.md\n"),
+        ("README.md", "r"),
+        ("t.txt", "t"),
+        (
+            "templates/t.yaml",
+            "top: {{ range $p, $_ := .Files }}{{ $p }} {{ end }}\n",
+        ),
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 0.1.0\n",
+        ),
+        ("charts/sub/.helmignore", "files/b.txt\n*.txt\n"),
+        ("charts/sub/files/a.txt", "a"),
+        ("charts/sub/files/b.txt", "b"),
+        ("charts/sub/README.md", "r"),
+        (
+            "charts/sub/templates/t.yaml",
+            "sub: {{ range $p, $_ := .Files }}{{ $p }} {{ end }}\n",
+        ),
+    ];
+    // helm template prints `sub: .helmignore files/a.txt files/b.txt ` and
+    // `top: .helmignore t.txt` (its document trimmed).
+    let out = render_one(&chart, json!({}));
+    assert!(
+        out.contains("sub: .helmignore files/a.txt files/b.txt \n"),
+        "{out}"
+    );
+    assert!(out.contains("top: .helmignore t.txt \n"), "{out}");
+}
