@@ -35,10 +35,25 @@ d: {{ regexReplaceAll "\\Qa.b\\E" "xa.bxacb" "Y" }}
 e: {{ regexMatch "^[\\d-z]+$" "1-z" }}
 f: {{ regexFindAll "\\bw" "éw w" -1 }}
 g: {{ regexFindAll "[^\\W]+" "héllo" -1 }}
+h: {{ regexMatch "{(v[0-9])*[^}]*}}$" "x{v1abc}}" }}
+i: {{ regexReplaceAll "[^A-Za-z0-9-_.]|sha256" "a-b_c.d/e sha256" "" }}
+j: {{ regexReplaceAll "(-?[^a-z\\d\\-])+-?" "ab-CD-9x" "_" }}
+k: {{ regexFindAll "a{2}|b{1,}|c{,2}" "aaabbc{,2}" -1 | toJson | quote }}
 "#;
     assert_eq!(
         render_one(&[("templates/t.yaml", t)], json!({})),
-        "a: true\nb: [h llo w rld]\nc: true\nd: xYxacb\ne: true\nf: [w w]\ng: [h llo]\n"
+        r#"a: true
+b: [h llo w rld]
+c: true
+d: xYxacb
+e: true
+f: [w w]
+g: [h llo]
+h: true
+i: a-b_c.de
+j: ab_9x
+k: "[\"aa\",\"bb\",\"c{,2}\"]"
+"#
     );
 }
 

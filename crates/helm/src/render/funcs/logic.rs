@@ -264,6 +264,12 @@ pub(crate) fn re2_to_rust(pattern: &str) -> String {
             continue;
         }
         if !in_class {
+            if c == '{' && !is_repetition(&chars[i..]) {
+                // Not `{n}`, `{n,}` or `{n,m}`: RE2 reads a literal brace.
+                out.push_str("\\{");
+                i += 1;
+                continue;
+            }
             if c == '[' {
                 in_class = true;
                 class_empty = true;
@@ -344,6 +350,19 @@ pub(crate) fn re2_to_rust(pattern: &str) -> String {
         }
     }
     out
+}
+
+/// Whether `rest` (starting at `{`) is a counted repetition: `{n}`, `{n,}` or `{n,m}`.
+fn is_repetition(rest: &[char]) -> bool {
+    let Some(end) = rest.iter().position(|&c| c == '}') else {
+        return false;
+    };
+    let inner: String = rest[1..end].iter().collect();
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    match inner.split_once(',') {
+        Some((min, max)) => digits(min) && (max.is_empty() || digits(max)),
+        None => digits(&inner),
+    }
 }
 
 fn regex_match(args: &[Value]) -> Result<Value> {
