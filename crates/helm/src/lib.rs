@@ -44,7 +44,8 @@
 //! - Without a cluster, `lookup` finds nothing (as in `helm template`) and `.Capabilities` is
 //!   [`render::Capabilities::default`]: helm v4.2.3's offline answer (Kubernetes v1.36.0, its
 //!   client library's API versions, its `HelmVersion` fields), which moves with helm's
-//!   version. `.Capabilities.HelmVersion` printed whole shows as a map, not Go's struct.
+//!   version. `.Capabilities.HelmVersion` and `.Capabilities.KubeVersion` printed whole show as
+//!   maps, not as Go prints them (a struct; the version string).
 //! - Maps are not shared by reference (see "Maps are references" below): `set`, `unset` and
 //!   `merge*` change `.Values` (any map inside it, through any path) and a variable they are
 //!   assigned back to (`$_ := set $d ...`), but not a dict reached any other way: the root data
