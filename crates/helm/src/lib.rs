@@ -42,8 +42,61 @@
 //!   and `Key`, EC keys must be on P-256 or P-384 and carry their public key, and a result
 //!   printed whole shows as a map (`render::funcs::certs`); extensions come in rcgen's order.
 //! - Without a cluster, `lookup` finds nothing (as in `helm template`) and `.Capabilities` is
-//!   [`render::Capabilities::default`], berth's own table, whose default Kubernetes version
-//!   need not match the one helm's client library carries (the oracles pass `--kube-version`).
+//!   [`render::Capabilities::default`]: helm v4.2.3's offline answer (Kubernetes v1.36.0, its
+//!   client library's API versions, its `HelmVersion` fields), which moves with helm's
+//!   version. `.Capabilities.HelmVersion` and `.Capabilities.KubeVersion` printed whole show as
+//!   maps, not as Go prints them (a struct; the version string).
+//! - Maps are not shared by reference (see "Maps are references" below): `set`, `unset` and
+//!   `merge*` change `.Values` (any map inside it, through any path) and a variable they are
+//!   assigned back to (`$_ := set $d ...`), but not a dict reached any other way: the root data
+//!   (`set . "k" v`, `set $ "Values" ...`), a dict passed to `include` (`set .target ...`), a
+//!   local dict's nested field (`set $o.in ...`), a dict inside a deep copy.
+//! - A nil where a dict is expected reads as an empty dict in `merge`, `mergeOverwrite`,
+//!   `get`, `hasKey`, `keys`, ... (Go does this for a nil variable; for a missing field
+//!   passed directly, helm fails with "wrong type for value", berth does not).
+//! - Errors name the template and the message (`execution error in NAME: ...`), not Go's
+//!   `template: NAME:LINE:COL: executing "NAME" at <...>:` form.
+//!
+//! # Maps are references (the engine berth needs)
+//!
+//! In Go templates a map is a reference: `set`, `unset`, `merge` and `mergeOverwrite` change
+//! the one map every path to it sees (`.`, `$`, a variable, a nested field, an `include`
+//! argument, a subchart's `.Values` inside its parent's). Charts rely on it everywhere
+//! (jupyterhub's and harbor's `set . "k" v` helpers, coredns building `$ports` in a `range`,
+//! nats and linkerd filling defaults into `$tree.Values.x`, falco's and consul's merges).
+//! gotmpl 0.6 cannot express it: its `Value::Map` is an immutable `Arc<BTreeMap>`, functions
+//! take `&[Value]` and return a new value, and variables hold copies. berth emulates the
+//! `.Values` part (`render::live_values`: reads of `.Values` rewritten in the source to ask a
+//! store, changed maps swapped into the tree by identity) and the `$_ := set $d` idiom (a
+//! source rewrite, `render::methods`); that emulation cannot reach the other paths above and
+//! rewriting template source is not a fix. The design change:
+//!
+//! - Own the executor. gotmpl's parse tree is public (`gotmpl::parse`; berth already edits
+//!   it), so berth executes it itself: `render::exec` walks `ListNode`s with Go's rules
+//!   (pipelines, variables and their scopes, `if`/`range`/`with`/`else with`, `define`/
+//!   `template`/`block`, `break`/`continue`, missing keys, `<no value>`, Go's printing).
+//! - Its value type has a map that is a shared cell: `Map(Rc<RefCell<Dict>>)` (a render runs
+//!   on one thread; parsing stays parallel because trees hold no values), compared and
+//!   indexed by identity. `set`/`unset`/`merge*` mutate the cell and return it; `dict`,
+//!   `deepCopy`, `fromYaml`, `pick`, `omit` make new cells; lists stay immutable
+//!   (`Arc<[Value]>`: Sprig's list functions all copy). `nil` keeps Go's two kinds: a nil
+//!   interface from a variable (passes as an empty map) and a missing field (does not).
+//! - Chart values become cells once per render: a subchart's `.Values` is the same cell as
+//!   its parent's `.Values.<name>`, and the root data of every template shares those cells,
+//!   so `set $ "Values" (merge ...)` and every later template see each change in Helm's
+//!   order. `render::live_values` and the `.Values`/`$_ := set` source rewrites go.
+//! - Method calls become real: `.Files.Get`, `(.Files.Glob x).AsConfig`,
+//!   `.Capabilities.APIVersions.Has`, `.Capabilities.KubeVersion.GitVersion`, printing of
+//!   Helm's structs (`{v4.2.3 ...}`), so the method rewrites go too.
+//! - Errors carry node positions, giving helm's `template: NAME:LINE:COL: executing "NAME"
+//!   at <.Values.x>: ...` texts.
+//! - The lexer and parser fixes `render::methods::lexer_fixes` respells (a comment with a left
+//!   trim marker only; a pipeline ending in `|`) need a parser berth owns too: either a fork
+//!   of gotmpl's `parse` module (MIT) or berth's own.
+//!
+//! The function pack (`render::funcs`) moves to the new value type; the YAML emitter/reader,
+//! chart loading and values coalescing stay. This is several sessions of work; it fixes the
+//! corpus cases listed as "maps are references" in the fidelity report.
 //! - Functions whose output is random or time-dependent (`randAlphaNum`, `now`, `uuidv4`, ...)
 //!   are outside the byte-for-byte corpus.
 

@@ -150,6 +150,7 @@ fn berth_template(c: &Case) -> Result<String, String> {
         set: c.set.iter().map(|s| s.to_string()).collect(),
         include_crds: c.include_crds,
         kube_version: Some(KUBE_VERSION.into()),
+        ..TemplateOptions::default()
     };
     template::template(&dir.join(c.chart), &opts).map_err(|e| e.to_string())
 }

@@ -75,8 +75,11 @@ impl Chart {
             subcharts: BTreeMap::new(),
             schema: None,
         };
+        // Only the top chart's `.helmignore` applies (to every path below it, subcharts'
+        // included, as Helm walks the whole directory with it); a subchart's is a plain file.
         let ignore = files
             .iter()
+            .filter(|_| at.is_empty())
             .find(|(p, _)| p == ".helmignore")
             .map(|(_, b)| super::helmignore::HelmIgnore::parse(&String::from_utf8_lossy(b)))
             .unwrap_or_default();
@@ -113,7 +116,7 @@ impl Chart {
                 }
                 "values.schema.json" => chart.schema = Some(bytes.to_vec()),
                 // Lock files and the Helm 2 dependency list are chart metadata, not `.Files`.
-                "Chart.lock" | "requirements.yaml" | "requirements.lock" | ".helmignore" => {}
+                "Chart.lock" | "requirements.yaml" | "requirements.lock" => {}
                 p if p.starts_with("templates/") => {
                     chart.templates.insert(path.clone(), text()?);
                 }

@@ -11,42 +11,79 @@ use std::sync::Arc;
 /// What the cluster offers, for `.Capabilities`.
 #[derive(Debug, Clone)]
 pub struct Capabilities {
-    /// e.g. `v1.37.0`.
+    /// e.g. `v1.36.0`.
     pub kube_version: String,
     /// `group/version` and `group/version/Kind` strings.
     pub api_versions: Vec<String>,
 }
 
+/// The API versions `helm template` (v4.2.3) assumes without a cluster, in its order: the
+/// group versions its Kubernetes client library registers.
+const DEFAULT_API_VERSIONS: [&str; 55] = [
+    "v1",
+    "admissionregistration.k8s.io/v1",
+    "admissionregistration.k8s.io/v1alpha1",
+    "admissionregistration.k8s.io/v1beta1",
+    "internal.apiserver.k8s.io/v1alpha1",
+    "apps/v1",
+    "apps/v1beta1",
+    "apps/v1beta2",
+    "authentication.k8s.io/v1",
+    "authentication.k8s.io/v1alpha1",
+    "authentication.k8s.io/v1beta1",
+    "authorization.k8s.io/v1",
+    "authorization.k8s.io/v1beta1",
+    "autoscaling/v1",
+    "autoscaling/v2",
+    "batch/v1",
+    "batch/v1beta1",
+    "certificates.k8s.io/v1",
+    "certificates.k8s.io/v1beta1",
+    "certificates.k8s.io/v1alpha1",
+    "coordination.k8s.io/v1alpha2",
+    "coordination.k8s.io/v1beta1",
+    "coordination.k8s.io/v1",
+    "discovery.k8s.io/v1",
+    "discovery.k8s.io/v1beta1",
+    "events.k8s.io/v1",
+    "events.k8s.io/v1beta1",
+    "extensions/v1beta1",
+    "flowcontrol.apiserver.k8s.io/v1",
+    "flowcontrol.apiserver.k8s.io/v1beta1",
+    "flowcontrol.apiserver.k8s.io/v1beta2",
+    "flowcontrol.apiserver.k8s.io/v1beta3",
+    "networking.k8s.io/v1",
+    "networking.k8s.io/v1beta1",
+    "node.k8s.io/v1",
+    "node.k8s.io/v1alpha1",
+    "node.k8s.io/v1beta1",
+    "policy/v1",
+    "policy/v1beta1",
+    "rbac.authorization.k8s.io/v1",
+    "rbac.authorization.k8s.io/v1beta1",
+    "rbac.authorization.k8s.io/v1alpha1",
+    "resource.k8s.io/v1",
+    "resource.k8s.io/v1beta2",
+    "resource.k8s.io/v1beta1",
+    "resource.k8s.io/v1alpha3",
+    "scheduling.k8s.io/v1alpha2",
+    "scheduling.k8s.io/v1beta1",
+    "scheduling.k8s.io/v1",
+    "storage.k8s.io/v1beta1",
+    "storage.k8s.io/v1",
+    "storage.k8s.io/v1alpha1",
+    "storagemigration.k8s.io/v1beta1",
+    "apiextensions.k8s.io/v1beta1",
+    "apiextensions.k8s.io/v1",
+];
+
 impl Default for Capabilities {
-    /// What `helm template` assumes without a cluster: a recent Kubernetes and its built-in
-    /// API group versions.
+    /// What `helm template` (v4.2.3) assumes without a cluster: Kubernetes v1.36.0 and the
+    /// API versions its client library knows.
     fn default() -> Self {
-        let gvs = [
-            "v1",
-            "admissionregistration.k8s.io/v1",
-            "apiextensions.k8s.io/v1",
-            "apiregistration.k8s.io/v1",
-            "apps/v1",
-            "authentication.k8s.io/v1",
-            "authorization.k8s.io/v1",
-            "autoscaling/v1",
-            "autoscaling/v2",
-            "batch/v1",
-            "certificates.k8s.io/v1",
-            "coordination.k8s.io/v1",
-            "discovery.k8s.io/v1",
-            "events.k8s.io/v1",
-            "flowcontrol.apiserver.k8s.io/v1",
-            "networking.k8s.io/v1",
-            "node.k8s.io/v1",
-            "policy/v1",
-            "rbac.authorization.k8s.io/v1",
-            "scheduling.k8s.io/v1",
-            "storage.k8s.io/v1",
-        ];
         Capabilities {
-            kube_version: "v1.37.0".into(),
-            api_versions: gvs.iter().map(|s| s.to_string()).collect(),
+            kube_version: "v1.36.0".into(),
+            api_versions: DEFAULT_API_VERSIONS.iter().map(|s| s.to_string()).collect(),
         }
     }
 }
@@ -147,7 +184,16 @@ pub fn capabilities(caps: &Capabilities) -> Value {
             "APIVersions",
             Value::List(caps.api_versions.iter().map(|v| s(v)).collect()),
         ),
-        ("HelmVersion", entries([("Version", s("v3.16.0"))])),
+        (
+            "HelmVersion",
+            entries([
+                ("Version", s("v4.2.3")),
+                ("GitCommit", s("43e8b7feece8beb0fcba47059ec9b522fd929a64")),
+                ("GitTreeState", s("clean")),
+                ("GoVersion", s("go1.26.5")),
+                ("KubeClientVersion", s("v1.36")),
+            ]),
+        ),
     ])
 }
 
@@ -175,6 +221,8 @@ pub struct TemplateData<'a> {
     pub files: Value,
     pub template_name: &'a str,
     pub base_path: &'a str,
+    /// `.Subcharts`: each enabled subchart's top-level objects (without `.Template`).
+    pub subcharts: Value,
 }
 
 impl TemplateData<'_> {
@@ -185,6 +233,7 @@ impl TemplateData<'_> {
             ("Chart", self.chart),
             ("Capabilities", self.capabilities.clone()),
             ("Files", self.files),
+            ("Subcharts", self.subcharts),
             (
                 "Template",
                 entries([

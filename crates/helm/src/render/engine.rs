@@ -100,18 +100,60 @@ pub fn render_each(
     let caps_v = context::capabilities(caps);
     // `.Chart` and `.Files` are the same for every template of a chart; convert them once.
     let mut per_chart: HashMap<usize, (Value, Value)> = HashMap::new();
+    let mut chart_and_files = |idx: usize| {
+        per_chart
+            .entry(idx)
+            .or_insert_with(|| {
+                let s = scopes[idx].0;
+                (context::chart_in_scope(s), context::files(s.chart))
+            })
+            .clone()
+    };
+    // `.Subcharts`: each enabled subchart's top-level objects, by the name it is known by.
+    fn subcharts(
+        scope: &Scope<'_>,
+        index: &dyn Fn(&Scope<'_>) -> Option<usize>,
+        chart_and_files: &mut dyn FnMut(usize) -> (Value, Value),
+        live: &LiveValues,
+        release: &Value,
+        caps: &Value,
+    ) -> Value {
+        let mut out = std::collections::BTreeMap::new();
+        for sub in &scope.subcharts {
+            let Some(idx) = index(sub) else { continue };
+            let (chart, files) = chart_and_files(idx);
+            let nested = subcharts(sub, index, chart_and_files, live, release, caps);
+            let data: std::collections::BTreeMap<Arc<str>, Value> = [
+                ("Chart", chart),
+                ("Files", files),
+                ("Release", release.clone()),
+                ("Capabilities", caps.clone()),
+                ("Values", live.current(idx)),
+                ("Subcharts", nested),
+            ]
+            .into_iter()
+            .map(|(k, v)| (Arc::<str>::from(k), v))
+            .collect();
+            out.insert(
+                Arc::<str>::from(sub.name.as_str()),
+                Value::Map(Arc::new(data)),
+            );
+        }
+        Value::Map(Arc::new(out))
+    }
     for e in entries.iter().filter(|e| e.executable) {
         let scope = scope_index(e.scope).unwrap_or(0);
-        let (chart, files) = per_chart
-            .entry(scope)
-            .or_insert_with(|| {
-                (
-                    context::chart_in_scope(e.scope),
-                    context::files(e.scope.chart),
-                )
-            })
-            .clone();
+        let (chart, files) = chart_and_files(scope);
+        let subs = subcharts(
+            e.scope,
+            &scope_index,
+            &mut chart_and_files,
+            &live,
+            &release_v,
+            &caps_v,
+        );
         let data = TemplateData {
+            subcharts: subs,
             values: live.current(scope),
             release: &release_v,
             capabilities: &caps_v,

@@ -86,6 +86,9 @@ fn rewrite_actions(src: &str, hook: bool) -> std::borrow::Cow<'_, str> {
         let end = start + len;
         let original = &src[start..end];
         let mut action = Cow::Borrowed(original);
+        if let Some(fixed) = lexer_fixes(original) {
+            action = Cow::Owned(fixed);
+        }
         for rw in REWRITES.iter() {
             if action.contains(rw.needle) {
                 let replaced = rw.pattern.replace_all(&action, rw.replacement).into_owned();
@@ -110,6 +113,51 @@ fn rewrite_actions(src: &str, hook: bool) -> std::borrow::Cow<'_, str> {
     }
     out.push_str(&src[copied..]);
     Cow::Owned(out)
+}
+
+/// Two spellings gotmpl 0.6's lexer and parser read differently from Go's text/template,
+/// respelled into forms they read as Go does (each keeps the action's line count, so positions
+/// in error messages do not move):
+/// - `{{- /* c */}}` (a comment with a left trim marker only): Go trims the space before it
+///   and keeps the space after it; gotmpl trims both. It becomes `{{- "" }}`, which prints
+///   nothing and trims on the left only.
+/// - `{{ x | }}` (a pipeline ending in `|`): Go accepts it as `{{ x }}`; gotmpl rejects it.
+///
+/// These belong in the template engine's lexer and parser; they go when berth owns its engine
+/// (see the crate docs).
+fn lexer_fixes(action: &str) -> Option<String> {
+    let inner = action.strip_prefix("{{")?.strip_suffix("}}")?;
+    let newlines = "\n".repeat(inner.matches('\n').count());
+    if let Some(rest) = inner.strip_prefix('-')
+        && rest.starts_with(char::is_whitespace)
+        && rest.trim_start().starts_with("/*")
+    {
+        let body = rest.trim_end();
+        // `... */ -}}` trims on the right too, which gotmpl handles.
+        if body.ends_with("*/") {
+            return Some(format!("{{{{- \"\"{newlines} }}}}"));
+        }
+        return None;
+    }
+    if inner.trim_start_matches('-').trim_start().starts_with("/*") {
+        return None;
+    }
+    let (body, close) = match inner.strip_suffix('-') {
+        Some(b) if b.ends_with(char::is_whitespace) => (b, " -}}"),
+        _ => (inner, "}}"),
+    };
+    let trimmed = body.trim_end();
+    let head = trimmed.strip_suffix('|')?;
+    if head.ends_with('|') || head.trim().is_empty() || head.trim() == "-" {
+        return None;
+    }
+    // Not inside a string literal: the `|` must not be preceded by an open quote.
+    let quotes = head.bytes().filter(|&b| b == b'"').count() - head.matches("\\\"").count();
+    if quotes % 2 == 1 || head.bytes().filter(|&b| b == b'`').count() % 2 == 1 {
+        return None;
+    }
+    let tail = &body[trimmed.len()..];
+    Some(format!("{{{{{head}{tail}{close}"))
 }
 
 /// Appends the print hook to every printing action of a parsed tree: the same as
@@ -197,8 +245,17 @@ fn values_reads(action: &str) -> String {
             i += 1;
             continue;
         }
+        // A comment is not code: skip to its end.
+        if b[i..].starts_with(b"/*") {
+            i = match b[i + 2..].windows(2).position(|w| w == b"*/") {
+                Some(end) => i + 2 + end + 2,
+                None => b.len(),
+            };
+            continue;
+        }
         let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
-        if action[i..].starts_with(FIELD) && !b.get(i + FIELD.len()).copied().is_some_and(is_ident)
+        if b[i..].starts_with(FIELD.as_bytes())
+            && !b.get(i + FIELD.len()).copied().is_some_and(is_ident)
         {
             // Walk back over `.field` parts and an optional `$var` to the receiver's start.
             let mut start = i;
@@ -216,12 +273,14 @@ fn values_reads(action: &str) -> String {
                 }
                 break;
             }
-            // A receiver glued to something else (`(x).Values`, `"a".Values`) is left alone.
-            let glued = start > 0
-                && !matches!(
-                    b[start - 1],
-                    b' ' | b'\t' | b'\n' | b'\r' | b'(' | b'{' | b'|' | b',' | b'=' | b'-'
-                );
+            // A receiver glued to something else (`(x).Values`, `"a".Values`) is left alone, and
+            // so is a field of what was just rewritten (`.Values.Values`).
+            let glued = start < copied
+                || start > 0
+                    && !matches!(
+                        b[start - 1],
+                        b' ' | b'\t' | b'\n' | b'\r' | b'(' | b'{' | b'|' | b',' | b'=' | b'-'
+                    );
             if !glued {
                 let receiver = &action[start..i];
                 out.push_str(&action[copied..start]);
@@ -309,6 +368,16 @@ mod tests {
         assert_eq!(
             rewrite("{{ with .context.Values }}{{ .ValuesX }}{{ end }}"),
             "{{ with (__values .context) }}{{ .ValuesX | __goprint }}{{ end }}"
+        );
+        // Text that is not ASCII, comments and a field named `Values` must not trip it up.
+        assert_eq!(rewrite("{{/* é .Values */}}"), "{{/* é .Values */}}");
+        assert_eq!(
+            rewrite("{{- $v := .Values.Values -}}"),
+            "{{- $v := (__values .).Values -}}"
+        );
+        assert_eq!(
+            rewrite("{{ \"é\" }}{{ ($.Values.a).Values }}"),
+            "{{ \"é\" | __goprint }}{{ ((__values $).a).Values | __goprint }}"
         );
         assert_eq!(
             rewrite("{{ (.Values) }}"),

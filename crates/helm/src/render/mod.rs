@@ -292,4 +292,6 @@ fn crd_manifests(scope: &values::Scope<'_>, prefix: &str) -> Result<Vec<Manifest
 #[cfg(test)]
 mod binary_tests;
 #[cfg(test)]
+mod fidelity_tests;
+#[cfg(test)]
 mod tests;

@@ -28,7 +28,7 @@ fn chart(extra: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Renders and returns the text of the single document the chart produces.
-fn render_one(extra: &[(&str, &str)], values: serde_json::Value) -> String {
+pub(super) fn render_one(extra: &[(&str, &str)], values: serde_json::Value) -> String {
     match render_release(&chart(extra), &values, &release(), &Capabilities::default()) {
         Ok(r) => r
             .manifests

@@ -16,30 +16,33 @@ pub struct Scope<'a> {
     pub subcharts: Vec<Scope<'a>>,
 }
 
-/// Deep-merges `over` onto `base`: maps merge key by key, anything else in `over` wins, and
-/// a `null` in `over` removes the key.
+/// Deep-merges `over` (the user's values) onto `base` (a chart's defaults) as Helm coalesces
+/// them: maps merge key by key, anything else in `over` wins, a `null` in `over` removes the
+/// default it meets, a `null` among the defaults is dropped (at any depth of maps), and a
+/// `null` the user sets where the chart has no default is kept.
 pub fn coalesce(base: &Value, over: &Value) -> Value {
     match (base, over) {
         (Value::Object(b), Value::Object(o)) => {
-            let mut out: Map<String, Value> = b.clone();
-            for (k, ov) in o {
-                match (out.get(k), ov) {
-                    (_, Value::Null) => {
+            let mut out: Map<String, Value> = o.clone();
+            for (k, bv) in b {
+                match o.get(k) {
+                    Some(Value::Null) => {
                         out.remove(k);
                     }
-                    (Some(bv), _) => {
+                    Some(ov) => {
                         let merged = coalesce(bv, ov);
                         out.insert(k.clone(), merged);
                     }
-                    (None, _) => {
-                        out.insert(k.clone(), strip_nulls(ov));
+                    None if bv.is_null() => {}
+                    None => {
+                        out.insert(k.clone(), strip_nulls(bv));
                     }
                 }
             }
             Value::Object(out)
         }
-        (_, Value::Null) => base.clone(),
-        (_, o) => strip_nulls(o),
+        (_, Value::Null) => strip_nulls(base),
+        (_, o) => o.clone(),
     }
 }
 
@@ -246,7 +249,7 @@ mod tests {
         let over = json!({"image": {"tag": "2"}, "drop": null, "extra": {"a": null, "b": 1}});
         assert_eq!(
             coalesce(&base, &over),
-            json!({"image": {"repo": "nginx", "tag": "2"}, "keep": [1], "extra": {"b": 1}})
+            json!({"image": {"repo": "nginx", "tag": "2"}, "keep": [1], "extra": {"a": null, "b": 1}})
         );
     }
 }

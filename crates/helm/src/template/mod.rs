@@ -51,6 +51,8 @@ pub struct TemplateOptions {
     pub include_crds: bool,
     /// `--kube-version`, e.g. `v1.30.0`; the renderer's default otherwise.
     pub kube_version: Option<String>,
+    /// `--api-versions`: added after the default API versions (`.Capabilities.APIVersions`).
+    pub api_versions: Vec<String>,
 }
 
 impl Default for TemplateOptions {
@@ -62,6 +64,7 @@ impl Default for TemplateOptions {
             set: Vec::new(),
             include_crds: false,
             kube_version: None,
+            api_versions: Vec::new(),
         }
     }
 }
@@ -203,6 +206,7 @@ pub fn render(
             format!("v{v}")
         };
     }
+    caps.api_versions.extend(opts.api_versions.iter().cloned());
     Ok(render_listing(files, &values, &release, &caps)?)
 }
 

@@ -29,7 +29,7 @@ pub fn register(fm: &mut FuncMap) {
         ("mergeOverwrite", |a| merge("mergeOverwrite", a, true)),
         ("pick", |a| pick_omit("pick", a, true)),
         ("omit", |a| pick_omit("omit", a, false)),
-        ("deepCopy", |a| arg("deepCopy", a, 0).cloned()),
+        ("deepCopy", |a| arg("deepCopy", a, 0).map(deep_copy)),
         ("dig", dig),
         ("first", |a| {
             list_part("first", a, |l| l.first().cloned().unwrap_or(Value::Nil))
@@ -81,7 +81,18 @@ pub fn register(fm: &mut FuncMap) {
     register_all(fm, funcs);
 }
 
+/// A dict argument. A nil one reads as an empty dict, as Go passes a nil variable to a map
+/// parameter as a nil map (`mergeOverwrite $d $nil`, `hasKey $nil "k"`); functions that write
+/// into their argument take [`dict_arg_strict`].
 fn dict_arg<'a>(name: &str, args: &'a [Value], i: usize) -> Result<&'a Dict> {
+    static EMPTY: Dict = BTreeMap::new();
+    match arg(name, args, i)? {
+        Value::Nil => Ok(&EMPTY),
+        _ => dict_arg_strict(name, args, i),
+    }
+}
+
+fn dict_arg_strict<'a>(name: &str, args: &'a [Value], i: usize) -> Result<&'a Dict> {
     match arg(name, args, i)? {
         Value::Map(m) => Ok(m),
         other => Err(fail(
@@ -119,14 +130,14 @@ fn get(args: &[Value]) -> Result<Value> {
 
 fn set(args: &[Value]) -> Result<Value> {
     exact("set", args, 3)?;
-    let mut m = dict_arg("set", args, 0)?.clone();
+    let mut m = dict_arg_strict("set", args, 0)?.clone();
     m.insert(str_arg("set", args, 1)?.into(), args[2].clone());
     Ok(Value::Map(Arc::new(m)))
 }
 
 fn unset(args: &[Value]) -> Result<Value> {
     exact("unset", args, 2)?;
-    let mut m = dict_arg("unset", args, 0)?.clone();
+    let mut m = dict_arg_strict("unset", args, 0)?.clone();
     m.remove(str_arg("unset", args, 1)?.as_str());
     Ok(Value::Map(Arc::new(m)))
 }
@@ -402,6 +413,18 @@ fn kind_name(v: &Value) -> &'static str {
         Value::Float(_) => "float64",
         Value::Bool(_) => "bool",
         _ => "invalid",
+    }
+}
+
+/// A copy that shares no map or list with `v`: the values tree tells its maps apart by
+/// identity (`render::live_values`), so a change to the copy must not reach the original.
+fn deep_copy(v: &Value) -> Value {
+    match v {
+        Value::Map(m) => Value::Map(std::sync::Arc::new(
+            m.iter().map(|(k, v)| (k.clone(), deep_copy(v))).collect(),
+        )),
+        Value::List(l) => Value::List(l.iter().map(deep_copy).collect()),
+        other => other.clone(),
     }
 }
 

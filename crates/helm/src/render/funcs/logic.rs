@@ -160,10 +160,209 @@ fn type_of(v: &Value) -> String {
 
 fn compile(name: &str, pattern: &str) -> Result<regex::Regex> {
     // Bounded compiled size: templates are untrusted input.
-    regex::RegexBuilder::new(pattern)
+    regex::RegexBuilder::new(&re2_to_rust(pattern))
         .size_limit(1 << 20)
         .build()
         .map_err(|e| fail(name, e))
+}
+
+/// Go's regexp is RE2, whose syntax differs from the regex crate's in a few places that chart
+/// authors hit: `\w`, `\d`, `\s` and `\b` are ASCII-only, `-` in a class is a literal where it
+/// cannot end a range (`[\w-\.]`, `[a-c-e]`), `\Q...\E` quotes, and `[`, `&&`, `--`, `~~`
+/// inside a class are plain characters. This rewrites an RE2 pattern into a regex-crate
+/// pattern with the same meaning; an invalid pattern stays invalid.
+pub(crate) fn re2_to_rust(pattern: &str) -> String {
+    const WORD: &str = "0-9A-Za-z_";
+    const DIGIT: &str = "0-9";
+    const SPACE: &str = r"\t\n\x0C\r ";
+    let perl = |c: char| match c {
+        'w' | 'W' => Some(WORD),
+        'd' | 'D' => Some(DIGIT),
+        's' | 'S' => Some(SPACE),
+        _ => None,
+    };
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = String::with_capacity(pattern.len() + 8);
+    let mut i = 0;
+    // Inside a class: whether the last item was a single character that may start a range, and
+    // whether the class has any item yet.
+    let mut in_class = false;
+    let mut class_empty = false;
+    let mut prev_single = false;
+    let push_lit = |out: &mut String, c: char| {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\\' && i + 1 < chars.len() {
+            let e = chars[i + 1];
+            i += 2;
+            if e == 'Q' {
+                // Literal text up to `\E` (or the end).
+                while i < chars.len() {
+                    if chars[i] == '\\' && chars.get(i + 1) == Some(&'E') {
+                        i += 2;
+                        break;
+                    }
+                    push_lit(&mut out, chars[i]);
+                    i += 1;
+                }
+                continue;
+            }
+            if let Some(set) = perl(e) {
+                let neg = e.is_ascii_uppercase();
+                match (in_class, neg) {
+                    (true, false) => out.push_str(set),
+                    (true, true) => {
+                        out.push_str("[^");
+                        out.push_str(set);
+                        out.push(']');
+                    }
+                    (false, _) => {
+                        out.push('[');
+                        if neg {
+                            out.push('^');
+                        }
+                        out.push_str(set);
+                        out.push(']');
+                    }
+                }
+                prev_single = false;
+                class_empty = false;
+                continue;
+            }
+            if !in_class && (e == 'b' || e == 'B') {
+                out.push_str("(?-u:\\");
+                out.push(e);
+                out.push(')');
+                continue;
+            }
+            out.push('\\');
+            out.push(e);
+            if matches!(e, 'x' | 'p' | 'P') {
+                // `\x41`, `\x{263a}`, `\pL`, `\p{Greek}`: the argument is copied as it is.
+                let n = if chars.get(i) == Some(&'{') {
+                    chars[i..]
+                        .iter()
+                        .position(|&c| c == '}')
+                        .map_or(0, |p| p + 1)
+                } else if e == 'x' {
+                    2
+                } else {
+                    1
+                };
+                let n = n.min(chars.len() - i);
+                out.extend(&chars[i..i + n]);
+                i += n;
+            }
+            prev_single =
+                !e.is_ascii_alphabetic() || matches!(e, 'a' | 'f' | 't' | 'n' | 'r' | 'v' | 'x');
+            class_empty = false;
+            continue;
+        }
+        if !in_class {
+            if c == '{' && !is_repetition(&chars[i..]) {
+                // Not `{n}`, `{n,}` or `{n,m}`: RE2 reads a literal brace.
+                out.push_str("\\{");
+                i += 1;
+                continue;
+            }
+            if c == '[' {
+                in_class = true;
+                class_empty = true;
+                prev_single = false;
+                out.push('[');
+                i += 1;
+                if chars.get(i) == Some(&'^') {
+                    out.push('^');
+                    i += 1;
+                }
+                // A `]` first in a class is a literal.
+                if chars.get(i) == Some(&']') {
+                    out.push_str("\\]");
+                    class_empty = false;
+                    prev_single = true;
+                    i += 1;
+                }
+                continue;
+            }
+            out.push(c);
+            i += 1;
+            continue;
+        }
+        // Inside a class.
+        match c {
+            ']' => {
+                in_class = false;
+                out.push(']');
+                i += 1;
+            }
+            '[' if chars.get(i + 1) == Some(&':') => {
+                // A POSIX class `[:alpha:]`: copied whole.
+                let rest: String = chars[i..].iter().collect();
+                match rest.find(":]") {
+                    Some(end) => {
+                        let n = rest[..end + 2].chars().count();
+                        out.extend(&chars[i..i + n]);
+                        i += n;
+                    }
+                    None => {
+                        out.push_str("\\[");
+                        i += 1;
+                    }
+                }
+                prev_single = false;
+                class_empty = false;
+            }
+            '-' => {
+                let ends = chars.get(i + 1) == Some(&']');
+                if class_empty || ends || !prev_single {
+                    out.push_str("\\-");
+                    prev_single = true;
+                } else {
+                    out.push('-');
+                    i += 1;
+                    // The range's end: one character or escape.
+                    if let Some(&n) = chars.get(i) {
+                        if n == '\\' && i + 1 < chars.len() {
+                            out.push('\\');
+                            out.push(chars[i + 1]);
+                            i += 1;
+                        } else {
+                            push_lit(&mut out, n);
+                        }
+                    }
+                    prev_single = false;
+                }
+                class_empty = false;
+                i += 1;
+                continue;
+            }
+            _ => {
+                push_lit(&mut out, c);
+                prev_single = true;
+                class_empty = false;
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Whether `rest` (starting at `{`) is a counted repetition: `{n}`, `{n,}` or `{n,m}`.
+fn is_repetition(rest: &[char]) -> bool {
+    let Some(end) = rest.iter().position(|&c| c == '}') else {
+        return false;
+    };
+    let inner: String = rest[1..end].iter().collect();
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    match inner.split_once(',') {
+        Some((min, max)) => digits(min) && (max.is_empty() || digits(max)),
+        None => digits(&inner),
+    }
 }
 
 fn regex_match(args: &[Value]) -> Result<Value> {

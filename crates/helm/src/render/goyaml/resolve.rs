@@ -21,7 +21,89 @@ pub(super) fn resolves_to_non_string(s: &str) -> bool {
     if !matches!(first, '+' | '-' | '.' | '0'..='9') {
         return false;
     }
-    looks_like_int(s) || looks_like_float(s) || looks_like_base60(s)
+    looks_like_int(s) || looks_like_float(s) || looks_like_base60(s) || looks_like_timestamp(s)
+}
+
+/// go-yaml v2 reads plain text as a timestamp when it starts with a four-digit year and a `-`
+/// and parses whole in one of its layouts: `YYYY-M-D`, `YYYY-M-DTh:m:s[.frac]ZONE` (`T` or
+/// `t`; ZONE `Z` or `+hh:mm`) or `YYYY-M-D h:m:s[.frac]`, with Go's `time.Parse` range checks.
+fn looks_like_timestamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    // Reads 1 or 2 digits (exactly `width` when it is 2 and `fixed`) at `*i`.
+    let num = |i: &mut usize, fixed: bool| -> Option<u32> {
+        let start = *i;
+        while *i < b.len() && *i - start < 2 && b[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        if *i == start || (fixed && *i - start != 2) {
+            return None;
+        }
+        s[start..*i].parse().ok()
+    };
+    let expect = |i: &mut usize, c: u8| -> Option<()> { (b.get(*i) == Some(&c)).then(|| *i += 1) };
+    let parse = || -> Option<()> {
+        if b.len() < 5 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {
+            return None;
+        }
+        let year: u32 = s[..4].parse().ok()?;
+        let mut i = 5;
+        let month = num(&mut i, false)?;
+        expect(&mut i, b'-')?;
+        let day = num(&mut i, false)?;
+        let leap =
+            year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400));
+        let days = match month {
+            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+            4 | 6 | 9 | 11 => 30,
+            2 if leap => 29,
+            2 => 28,
+            _ => return None,
+        };
+        if day == 0 || day > days {
+            return None;
+        }
+        if i == b.len() {
+            return Some(());
+        }
+        let zoned = match b[i] {
+            b'T' | b't' => true,
+            b' ' => false,
+            _ => return None,
+        };
+        i += 1;
+        let hour = num(&mut i, false)?;
+        expect(&mut i, b':')?;
+        let minute = num(&mut i, false)?;
+        expect(&mut i, b':')?;
+        let second = num(&mut i, false)?;
+        if hour >= 24 || minute >= 60 || second >= 60 {
+            return None;
+        }
+        if i + 1 < b.len() && matches!(b[i], b'.' | b',') && b[i + 1].is_ascii_digit() {
+            i += 1;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+        }
+        if zoned {
+            if b.get(i) == Some(&b'Z') {
+                i += 1;
+            } else {
+                if !matches!(b.get(i), Some(b'+' | b'-')) {
+                    return None;
+                }
+                i += 1;
+                let hh = num(&mut i, true)?;
+                expect(&mut i, b':')?;
+                let mm = num(&mut i, true)?;
+                if hh > 24 || mm > 60 {
+                    return None;
+                }
+            }
+        }
+        (i == b.len()).then_some(())
+    };
+    parse().is_some()
 }
 
 fn looks_like_int(s: &str) -> bool {

@@ -1,0 +1,246 @@
+//! Fidelity on real-world charts: each test is a minimal template reproducing one cause of a
+//! difference seen on the chart corpus, and its expected text is what `helm template` (v4.2.3)
+//! printed for it.
+
+use super::tests::render_one;
+use serde_json::json;
+
+#[test]
+fn comments_and_fields_named_values_do_not_crash_the_renderer() {
+    assert_eq!(
+        render_one(
+            &[("templates/t.yaml", "{{/* é .Values */}}\na: 1\n")],
+            json!({})
+        ),
+        "a: 1\n"
+    );
+    assert_eq!(
+        render_one(
+            &[(
+                "templates/t.yaml",
+                "{{- $v := .Values.Values -}}\na: {{ $v }}\nb: 1\n"
+            )],
+            json!({})
+        ),
+        "a: \nb: 1\n"
+    );
+}
+
+#[test]
+fn regular_expressions_are_re2() {
+    let t = r#"a: {{ regexMatch "^[\\w-\\.]+$" "a-b.c" }}
+b: {{ regexFindAll "\\w+" "héllo wörld" -1 }}
+c: {{ regexMatch "^[a-c-e]+$" "a-e" }}
+d: {{ regexReplaceAll "\\Qa.b\\E" "xa.bxacb" "Y" }}
+e: {{ regexMatch "^[\\d-z]+$" "1-z" }}
+f: {{ regexFindAll "\\bw" "éw w" -1 }}
+g: {{ regexFindAll "[^\\W]+" "héllo" -1 }}
+h: {{ regexMatch "{(v[0-9])*[^}]*}}$" "x{v1abc}}" }}
+i: {{ regexReplaceAll "[^A-Za-z0-9-_.]|sha256" "a-b_c.d/e sha256" "" }}
+j: {{ regexReplaceAll "(-?[^a-z\\d\\-])+-?" "ab-CD-9x" "_" }}
+k: {{ regexFindAll "a{2}|b{1,}|c{,2}" "aaabbc{,2}" -1 | toJson | quote }}
+"#;
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        r#"a: true
+b: [h llo w rld]
+c: true
+d: xYxacb
+e: true
+f: [w w]
+g: [h llo]
+h: true
+i: a-b_c.de
+j: ab_9x
+k: "[\"aa\",\"bb\",\"c{,2}\"]"
+"#
+    );
+}
+
+#[test]
+fn a_comment_with_a_left_trim_marker_trims_left_only() {
+    assert_eq!(
+        render_one(
+            &[(
+                "templates/t.yaml",
+                "a: |\n  x\n  {{- /* c */}}\n  y\n  {{- /* multi\nline */}}\n  z\n  {{- /* both */ -}}\n  w\n"
+            )],
+            json!({})
+        ),
+        "a: |\n  x\n  y\n  zw\n"
+    );
+}
+
+#[test]
+fn a_pipeline_may_end_in_a_pipe() {
+    assert_eq!(
+        render_one(
+            &[(
+                "templates/t.yaml",
+                "a:\n  {{- toYaml .Values.m | nindent 2 | }}\nb: {{ \"|\" | }}\n"
+            )],
+            json!({"m": {"k": "v"}})
+        ),
+        "a:\n  k: v\nb: |\n"
+    );
+}
+
+#[test]
+fn nulls_among_chart_defaults_are_dropped_and_user_nulls_kept() {
+    let chart = [
+        (
+            "values.yaml",
+            "top:\na:\n  b: 1\n  c:\n  d:\n    e:\n    f: [1, null]\n",
+        ),
+        ("templates/t.yaml", "v: {{ .Values | toJson }}\n"),
+    ];
+    assert_eq!(
+        render_one(&chart, json!({})),
+        concat!(r#"v: {"a":{"b":1,"d":{"f":[1,null]}}}"#, "\n")
+    );
+    assert_eq!(
+        render_one(
+            &chart,
+            json!({"a": {"b": null, "g": 2, "h": null}, "q": null})
+        ),
+        concat!(
+            r#"v: {"a":{"d":{"f":[1,null]},"g":2,"h":null},"q":null}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn capabilities_are_helms_offline_defaults() {
+    let t = "k: {{ .Capabilities.KubeVersion.Version }} {{ .Capabilities.KubeVersion.Major }} \
+             {{ .Capabilities.KubeVersion.Minor }}\nh: {{ .Capabilities.HelmVersion.Version }}\n\
+             n: {{ len .Capabilities.APIVersions }}\n\
+             a: {{ .Capabilities.APIVersions.Has \"storagemigration.k8s.io/v1beta1\" }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "k: v1.36.0 1 36\nh: v4.2.3\nn: 55\na: true\n"
+    );
+}
+
+#[test]
+fn a_deep_copy_shares_nothing_with_the_values() {
+    let chart = [
+        (
+            "values.yaml",
+            "g:\n  x: 1\n  nn:\n    k: 2\na:\n  x: 3\n  z: 4\n",
+        ),
+        (
+            "templates/t.yaml",
+            "{{- $m := mergeOverwrite (deepCopy .Values.g) .Values.a }}\n\
+             {{- $c := deepCopy .Values }}\n\
+             {{- $_ := unset $c \"a\" }}\n\
+             m: {{ $m | toJson }}\nv: {{ .Values | toJson }}\n",
+        ),
+    ];
+    assert_eq!(
+        render_one(&chart, json!({})),
+        concat!(
+            r#"m: {"nn":{"k":2},"x":3,"z":4}"#,
+            "\n",
+            r#"v: {"a":{"x":3,"z":4},"g":{"nn":{"k":2},"x":1}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn to_yaml_quotes_strings_go_yaml_reads_as_timestamps() {
+    let t = r#"a: {{ list "2001-12-14" "2001-12-14t21:59:43.10-05:00" "2001-12-14T21:59:43Z" "2001-12-14 21:59:43.10" "2001-2-3" "2001-02-30" "2000-02-29" "2001-12-14T21:59:43" "2001-12-14 21:59:43Z" "2001-13-01" "12001-12-14" "2001-12-14T25:00:00Z" "2001-12-14T1:2:3+01:00" "2001-12-14T1:2:3+1:00" "2001-12-14T21:59:43.1234567891Z" "2001-12-14 " "2001-12-14T21:59:43,5Z" | toYaml | nindent 2 }}
+"#;
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        r#"a: 
+  - "2001-12-14"
+  - "2001-12-14t21:59:43.10-05:00"
+  - "2001-12-14T21:59:43Z"
+  - "2001-12-14 21:59:43.10"
+  - "2001-2-3"
+  - 2001-02-30
+  - "2000-02-29"
+  - 2001-12-14T21:59:43
+  - 2001-12-14 21:59:43Z
+  - 2001-13-01
+  - 12001-12-14
+  - 2001-12-14T25:00:00Z
+  - "2001-12-14T1:2:3+01:00"
+  - 2001-12-14T1:2:3+1:00
+  - "2001-12-14T21:59:43.1234567891Z"
+  - '2001-12-14 '
+  - "2001-12-14T21:59:43,5Z"
+"#
+    );
+}
+
+#[test]
+fn nil_reads_as_an_empty_dict_where_a_dict_is_expected() {
+    let t = "{{- $d := dict \"a\" 1 }}{{ $n := .Values.nothing }}\n\
+             b: {{ mergeOverwrite $d $n | toJson }}\n\
+             c: {{ merge (dict \"b\" 2) $n $d | toJson }}\n\
+             d: {{ hasKey $n \"k\" }}\ne: {{ get $n \"k\" }}\nf: {{ keys $n | toJson }}\n\
+             g: {{ merge $n $d | toJson }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "b: {\"a\":1}\nc: {\"a\":1,\"b\":2}\nd: false\ne: \nf: []\ng: {\"a\":1}\n"
+    );
+}
+
+#[test]
+fn subcharts_are_visible_through_dot_subcharts() {
+    let chart = [
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 0.2.0\n",
+        ),
+        ("charts/sub/values.yaml", "z: 1\n"),
+        ("values.yaml", "sub:\n  w: 2\n"),
+        (
+            "templates/t.yaml",
+            "a: {{ .Subcharts.sub.Values.z }} {{ .Subcharts.sub.Values.w }} \
+             {{ .Subcharts.sub.Chart.Name }} {{ .Subcharts.sub.Chart.Version }} \
+             {{ keys .Subcharts | toJson }} {{ .Subcharts.sub.Subcharts | toJson }} \
+             {{ .Subcharts.sub.Release.Name }}\n",
+        ),
+    ];
+    assert_eq!(
+        render_one(&chart, json!({})),
+        "a: 1 2 sub 0.2.0 [\"sub\"] {} rel\n"
+    );
+}
+
+#[test]
+fn only_the_top_charts_helmignore_applies() {
+    let chart = [
+        (".helmignore", "*.md\n"),
+        ("README.md", "r"),
+        ("t.txt", "t"),
+        (
+            "templates/t.yaml",
+            "top: {{ range $p, $_ := .Files }}{{ $p }} {{ end }}\n",
+        ),
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 0.1.0\n",
+        ),
+        ("charts/sub/.helmignore", "files/b.txt\n*.txt\n"),
+        ("charts/sub/files/a.txt", "a"),
+        ("charts/sub/files/b.txt", "b"),
+        ("charts/sub/README.md", "r"),
+        (
+            "charts/sub/templates/t.yaml",
+            "sub: {{ range $p, $_ := .Files }}{{ $p }} {{ end }}\n",
+        ),
+    ];
+    // helm template prints `sub: .helmignore files/a.txt files/b.txt ` and
+    // `top: .helmignore t.txt` (its document trimmed).
+    let out = render_one(&chart, json!({}));
+    assert!(
+        out.contains("sub: .helmignore files/a.txt files/b.txt \n"),
+        "{out}"
+    );
+    assert!(out.contains("top: .helmignore t.txt \n"), "{out}");
+}
