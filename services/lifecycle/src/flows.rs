@@ -4,30 +4,33 @@
 use berth_proto::tasks::TaskKind;
 use serde_json::{Value, json};
 
+use crate::outbox::{Op, QueuedTask, Row};
 use crate::store::PackageRow;
 
 /// Drop the package's queued tasks older than `generation` and cancel its running ones.
-pub fn supersede(key: &str, generation: i64) -> Value {
-    json!({"op": "supersede", "package": key, "generation": generation})
-}
-
-/// One task on the package's main queue.
-pub fn task(key: &str, generation: i64, kind: TaskKind, payload: Value) -> Value {
-    json!({
-        "op": "enqueue",
-        "task": {
-            "id": uuid::Uuid::new_v4().to_string(),
-            "queue": key,
-            "package": key,
-            "generation": generation,
-            "kind": kind.as_str(),
-            "payload_json": payload.to_string(),
-            "traceparent": berth_telemetry::current_traceparent(),
-        }
+pub fn supersede(key: &str, generation: i64) -> Row {
+    Row::new(Op::Supersede {
+        package: key.to_owned(),
+        generation,
     })
 }
 
-fn tasks(key: &str, generation: i64, kinds: &[TaskKind]) -> Vec<Value> {
+/// One task on the package's main queue.
+pub fn task(key: &str, generation: i64, kind: TaskKind, payload: Value) -> Row {
+    Row::new(Op::Enqueue {
+        task: QueuedTask {
+            id: uuid::Uuid::new_v4().to_string(),
+            queue: key.to_owned(),
+            package: key.to_owned(),
+            generation,
+            kind: kind.as_str().to_owned(),
+            payload_json: payload.to_string(),
+            traceparent: berth_telemetry::current_traceparent(),
+        },
+    })
+}
+
+fn tasks(key: &str, generation: i64, kinds: &[TaskKind]) -> Vec<Row> {
     std::iter::once(supersede(key, generation))
         .chain(kinds.iter().map(|k| task(key, generation, *k, json!({}))))
         .collect()
@@ -46,7 +49,7 @@ pub fn update(
     key: &str,
     generation: i64,
     new: &NewSpec<'_>,
-) -> (bool, Vec<Value>) {
+) -> (bool, Vec<Row>) {
     use TaskKind::*;
     match previous {
         None => (
@@ -86,7 +89,7 @@ pub struct NewSpec<'a> {
 }
 
 /// The tasks of a Remove: Disable → Uninstall → Cleanup.
-pub fn remove(key: &str, generation: i64) -> Vec<Value> {
+pub fn remove(key: &str, generation: i64) -> Vec<Row> {
     tasks(
         key,
         generation,
@@ -95,7 +98,7 @@ pub fn remove(key: &str, generation: i64) -> Vec<Value> {
 }
 
 /// A Run after a hook outside a Run changed the values.
-pub fn rerun(key: &str, generation: i64) -> Vec<Value> {
+pub fn rerun(key: &str, generation: i64) -> Vec<Row> {
     vec![task(
         key,
         generation,
@@ -131,11 +134,11 @@ mod tests {
         }
     }
 
-    fn kinds(out: &[Value]) -> Vec<String> {
+    fn kinds(out: &[Row]) -> Vec<String> {
         out.iter()
-            .map(|v| match v["op"].as_str() {
-                Some("supersede") => "Supersede".to_owned(),
-                _ => v["task"]["kind"].as_str().unwrap_or_default().to_owned(),
+            .map(|row| match &row.op {
+                Op::Supersede { .. } => "Supersede".to_owned(),
+                Op::Enqueue { task } => task.kind.clone(),
             })
             .collect()
     }
@@ -168,7 +171,11 @@ mod tests {
         let (restart, out) = update(Some(&row("1.0.0", true, false)), "default.hello", 2, &NEW);
         assert!(!restart);
         assert_eq!(kinds(&out), ["Supersede", "ApplySettings", "Run"]);
-        assert!(out[1..].iter().all(|t| t["task"]["generation"] == 2));
+        assert!(
+            out[1..]
+                .iter()
+                .all(|row| matches!(&row.op, Op::Enqueue { task } if task.generation == 2))
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod convert;
 mod dump;
 mod flows;
 mod model;
+mod outbox;
 mod relay;
 mod report;
 mod service;

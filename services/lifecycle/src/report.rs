@@ -3,9 +3,9 @@
 use berth_proto::lifecycle::ReportRequest;
 use serde_json::Value;
 
-use crate::flows;
 use crate::model::{Phase, set_condition};
 use crate::store::{HookState, PackageRow};
+use crate::{flows, outbox};
 
 /// Largest values patch list kept per package; older operations on the same path are compacted
 /// away first (only the last operation per path matters on replay).
@@ -82,7 +82,7 @@ impl Change {
     }
 
     /// Applies the report to `row`; returns the outbox rows it implies.
-    pub fn apply(self, row: &mut PackageRow, now: &str) -> Vec<Value> {
+    pub fn apply(self, row: &mut PackageRow, now: &str) -> Vec<outbox::Row> {
         let mut outbox = vec![];
         if let Some(phase) = self.phase {
             row.phase = phase;

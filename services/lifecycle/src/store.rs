@@ -6,6 +6,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
 use crate::model::{Condition, Kind, PackageId, Phase};
+use crate::outbox;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -106,7 +107,7 @@ impl Store {
     pub async fn update<E>(
         &self,
         spec: DesiredSpec,
-        plan: impl FnOnce(Option<&PackageRow>, &str, i64) -> Result<(Phase, Vec<Value>), E>,
+        plan: impl FnOnce(Option<&PackageRow>, &str, i64) -> Result<(Phase, Vec<outbox::Row>), E>,
     ) -> Result<Result<UpdateOutcome, E>, StoreError> {
         let key = spec.id.key();
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
@@ -151,7 +152,7 @@ impl Store {
     pub async fn remove(
         &self,
         key: &str,
-        plan: impl FnOnce(&PackageRow, i64) -> Vec<Value>,
+        plan: impl FnOnce(&PackageRow, i64) -> Vec<outbox::Row>,
     ) -> Result<Option<i64>, StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let Some(row) = fetch(&mut *tx, key).await? else {
@@ -189,7 +190,7 @@ impl Store {
         &self,
         key: &str,
         generation: i64,
-        change: impl FnOnce(&mut PackageRow) -> Vec<Value>,
+        change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row>,
     ) -> Result<bool, StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let Some(mut row) = fetch(&mut *tx, key).await? else {
@@ -237,22 +238,23 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    /// The oldest undelivered outbox rows.
-    pub async fn outbox_batch(&self, limit: i64) -> Result<Vec<(i64, Value)>, StoreError> {
+    /// The oldest undelivered outbox rows, as stored (id, body); the relay decodes them.
+    pub async fn outbox_batch(&self, limit: i64) -> Result<Vec<(i64, String)>, StoreError> {
         let rows = sqlx::query("SELECT id, body FROM outbox ORDER BY id LIMIT ?")
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                let body: String = r.get("body");
-                (
-                    r.get("id"),
-                    serde_json::from_str(&body).unwrap_or(Value::Null),
-                )
-            })
-            .collect())
+        Ok(rows.iter().map(|r| (r.get("id"), r.get("body"))).collect())
+    }
+
+    /// Writes an outbox row body as is, for tests of rows this lifecycle would not write.
+    #[cfg(test)]
+    pub(crate) async fn outbox_insert_raw(&self, body: &str) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO outbox (body) VALUES (?)")
+            .bind(body)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     pub async fn outbox_delete(&self, up_to: i64) -> Result<(), StoreError> {
@@ -281,11 +283,11 @@ async fn next_generation(
 
 async fn insert_outbox(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    bodies: &[Value],
+    rows: &[outbox::Row],
 ) -> Result<(), StoreError> {
-    for body in bodies {
+    for row in rows {
         sqlx::query("INSERT INTO outbox (body) VALUES (?)")
-            .bind(body.to_string())
+            .bind(row.encode())
             .execute(&mut **tx)
             .await?;
     }
