@@ -68,14 +68,7 @@ impl PackageId {
 
 /// Checks a DNS-1123 label: 1–63 lowercase alphanumerics or '-', starting and ending alphanumeric.
 pub fn check_label(field: &str, value: &str) -> Result<(), String> {
-    let ok = !value.is_empty()
-        && value.len() <= 63
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !value.starts_with('-')
-        && !value.ends_with('-');
-    if ok {
+    if berth_names::is_dns_label(value) {
         Ok(())
     } else {
         Err(format!(
