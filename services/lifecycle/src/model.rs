@@ -111,7 +111,71 @@ impl Phase {
     }
 }
 
-/// A Kubernetes-style condition.
+/// The conditions of a package.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionType {
+    RequirementsMet,
+    Downloaded,
+    Loaded,
+    SettingsValid,
+    HooksProcessed,
+    ManifestsApplied,
+    Ready,
+}
+
+impl ConditionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::RequirementsMet => "RequirementsMet",
+            ConditionType::Downloaded => "Downloaded",
+            ConditionType::Loaded => "Loaded",
+            ConditionType::SettingsValid => "SettingsValid",
+            ConditionType::HooksProcessed => "HooksProcessed",
+            ConditionType::ManifestsApplied => "ManifestsApplied",
+            ConditionType::Ready => "Ready",
+        }
+    }
+}
+
+/// The status of a condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// A condition as a report sets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionSet {
+    pub type_: ConditionType,
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ConditionSet {
+    pub fn new(type_: ConditionType, status: ConditionStatus, reason: &str) -> ConditionSet {
+        ConditionSet {
+            type_,
+            status,
+            reason: reason.to_owned(),
+            message: String::new(),
+        }
+    }
+}
+
+/// A Kubernetes-style condition, as stored and shown (type and status as text).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
@@ -128,13 +192,12 @@ pub struct Condition {
 /// Sets `update` in `conditions`, keeping the transition time when the status did not change.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
+    update: &ConditionSet,
     generation: i64,
     now: &str,
 ) {
+    let (type_, status) = (update.type_.as_str(), update.status.as_str());
+    let (reason, message) = (update.reason.as_str(), update.message.as_str());
     if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
         if existing.status != status {
             existing.last_transition_time = now.to_owned();
@@ -181,12 +244,17 @@ mod tests {
 
     #[test]
     fn condition_transition_time_changes_only_with_status() {
+        let ready = |status, reason| ConditionSet::new(ConditionType::Ready, status, reason);
         let mut c = vec![];
-        set_condition(&mut c, "Ready", "False", "A", "", 1, "t1");
-        set_condition(&mut c, "Ready", "False", "B", "", 2, "t2");
+        set_condition(&mut c, &ready(ConditionStatus::False, "A"), 1, "t1");
+        set_condition(&mut c, &ready(ConditionStatus::False, "B"), 2, "t2");
         assert_eq!(c[0].last_transition_time, "t1");
         assert_eq!(c[0].reason, "B");
-        set_condition(&mut c, "Ready", "True", "C", "", 2, "t3");
+        assert_eq!(
+            (c[0].type_.as_str(), c[0].status.as_str()),
+            ("Ready", "False")
+        );
+        set_condition(&mut c, &ready(ConditionStatus::True, "C"), 2, "t3");
         assert_eq!(c[0].last_transition_time, "t3");
     }
 }

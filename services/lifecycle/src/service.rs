@@ -367,18 +367,20 @@ impl Lifecycle for LifecycleService {
         req: Request<ReportRequest>,
     ) -> Result<Response<ReportResponse>, Status> {
         let req = req.into_inner();
-        let accepted = if req.removed {
-            self.store
+        let report = convert::report(&req).map_err(Status::invalid_argument)?;
+        let accepted = match report {
+            report::Report::Removed => self
+                .store
                 .delete_if(&req.key, req.generation)
                 .await
-                .map_err(internal)?
-        } else {
-            let change = report::Change::parse(&req).map_err(Status::invalid_argument)?;
-            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-            self.store
-                .modify(&req.key, req.generation, |row| change.apply(row, &now))
-                .await
-                .map_err(internal)?
+                .map_err(internal)?,
+            report::Report::Change(change) => {
+                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                self.store
+                    .modify(&req.key, req.generation, |row| change.apply(row, &now))
+                    .await
+                    .map_err(internal)?
+            }
         };
         if accepted {
             self.outbox_wake.notify_one();

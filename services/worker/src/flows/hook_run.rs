@@ -1,7 +1,8 @@
 //! HookRun: one hook run with the binding contexts of its event (or schedule), under the
 //! hook's `settings` throttle.
 
-use berth_proto::lifecycle::ReportRequest;
+use berth_proto::lifecycle::HookRunReport;
+use berth_proto::lifecycle::report_request::Report;
 use berth_proto::queue::Task;
 use berth_queue::worker::TaskError;
 use serde_json::Value;
@@ -33,15 +34,15 @@ pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError
         report_run(cx, name, &e.message).await;
         return Err(e);
     }
-    cx.report(ReportRequest {
-        values: Some(berth_proto::json::to_struct(&values.current)),
-        values_patch_json: values.new_ops_json(),
-        hook_run: Some(berth_proto::lifecycle::HookRunReport {
-            name: name.to_owned(),
-            error: String::new(),
+    cx.report(Report::HookRun(HookRunReport {
+        name: name.to_owned(),
+        error: String::new(),
+        values: Some(berth_proto::lifecycle::Values {
+            values: Some(berth_proto::json::to_struct(&values.current)),
+            values_patch_json: values.new_ops_json(),
+            patch_inside_run: false,
         }),
-        ..Default::default()
-    })
+    }))
     .await?;
     Ok(())
 }
