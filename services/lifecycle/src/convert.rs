@@ -5,7 +5,7 @@ use berth_proto::lifecycle::report_request::Report as Rpt;
 use berth_proto::{json, v1};
 
 use crate::model::{
-    Condition, ConditionSet, ConditionStatus, ConditionType, Kind, PackageId, Phase,
+    Condition, ConditionSet, ConditionStatus, ConditionType, Generation, Kind, PackageId, Phase,
 };
 use crate::report::{self, Change, Report};
 use crate::store::PackageRow;
@@ -61,11 +61,11 @@ fn condition(c: &Condition) -> v1::Condition {
 pub fn package(row: &PackageRow) -> v1::Package {
     v1::Package {
         r#ref: Some(package_ref(&row.id)),
-        key: row.key.clone(),
+        key: row.key.to_string(),
         repository: row.repository.clone(),
         package: row.package.clone(),
         version: row.version.clone(),
-        generation: row.generation,
+        generation: row.generation.get(),
         phase: row.phase.as_str().to_owned(),
         conditions: row.conditions.iter().map(condition).collect(),
         settings: Some(json::to_struct(&row.settings)),
@@ -82,13 +82,13 @@ pub fn package(row: &PackageRow) -> v1::Package {
             })
             .collect(),
         last_error: row.last_error.clone(),
-        observed_generation: row.observed_generation,
+        observed_generation: row.observed_generation.get(),
     }
 }
 
 /// Parses a worker's report; the error names the field.
 pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
-    let mut c = Change::new(req.generation);
+    let mut c = Change::new(Generation::new(req.generation));
     match req.report.as_ref().ok_or("report: required")? {
         Rpt::Removed(pb::Removed {}) => return Ok(Report::Removed),
         Rpt::Progress(p) => {

@@ -4,25 +4,26 @@
 use berth_proto::tasks::TaskKind;
 use serde_json::{Value, json};
 
+use crate::model::{Generation, PackageKey};
 use crate::outbox::{Op, QueuedTask, Row};
 use crate::store::PackageRow;
 
 /// Drop the package's queued tasks older than `generation` and cancel its running ones.
-pub fn supersede(key: &str, generation: i64) -> Row {
+pub fn supersede(key: &PackageKey, generation: Generation) -> Row {
     Row::new(Op::Supersede {
-        package: key.to_owned(),
-        generation,
+        package: key.to_string(),
+        generation: generation.get(),
     })
 }
 
 /// One task on the package's main queue.
-pub fn task(key: &str, generation: i64, kind: TaskKind, payload: Value) -> Row {
+pub fn task(key: &PackageKey, generation: Generation, kind: TaskKind, payload: Value) -> Row {
     Row::new(Op::Enqueue {
         task: QueuedTask {
             id: uuid::Uuid::new_v4().to_string(),
-            queue: key.to_owned(),
-            package: key.to_owned(),
-            generation,
+            queue: key.to_string(),
+            package: key.to_string(),
+            generation: generation.get(),
             kind: kind.as_str().to_owned(),
             payload_json: payload.to_string(),
             traceparent: berth_telemetry::current_traceparent(),
@@ -30,7 +31,7 @@ pub fn task(key: &str, generation: i64, kind: TaskKind, payload: Value) -> Row {
     })
 }
 
-fn tasks(key: &str, generation: i64, kinds: &[TaskKind]) -> Vec<Row> {
+fn tasks(key: &PackageKey, generation: Generation, kinds: &[TaskKind]) -> Vec<Row> {
     std::iter::once(supersede(key, generation))
         .chain(kinds.iter().map(|k| task(key, generation, *k, json!({}))))
         .collect()
@@ -46,8 +47,8 @@ fn tasks(key: &str, generation: i64, kinds: &[TaskKind]) -> Vec<Row> {
 /// Returns the tasks and whether the package starts over (its phase goes back to Pending).
 pub fn update(
     previous: Option<&PackageRow>,
-    key: &str,
-    generation: i64,
+    key: &PackageKey,
+    generation: Generation,
     new: &NewSpec<'_>,
 ) -> (bool, Vec<Row>) {
     use TaskKind::*;
@@ -89,7 +90,7 @@ pub struct NewSpec<'a> {
 }
 
 /// The tasks of a Remove: Disable → Uninstall → Cleanup.
-pub fn remove(key: &str, generation: i64) -> Vec<Row> {
+pub fn remove(key: &PackageKey, generation: Generation) -> Vec<Row> {
     tasks(
         key,
         generation,
@@ -98,7 +99,7 @@ pub fn remove(key: &str, generation: i64) -> Vec<Row> {
 }
 
 /// A Run after a hook outside a Run changed the values.
-pub fn rerun(key: &str, generation: i64) -> Vec<Row> {
+pub fn rerun(key: &PackageKey, generation: Generation) -> Vec<Row> {
     vec![task(
         key,
         generation,
@@ -112,15 +113,23 @@ mod tests {
     use super::*;
     use crate::model::{Kind, PackageId, Phase};
 
+    fn key() -> PackageKey {
+        PackageKey::from_issued("default.hello".into())
+    }
+
+    fn g(n: i64) -> Generation {
+        Generation::new(n)
+    }
+
     fn row(version: &str, loaded: bool, removing: bool) -> PackageRow {
         PackageRow {
             id: PackageId::new(Kind::App, "hello", "").unwrap(),
-            key: "default.hello".into(),
+            key: key(),
             repository: "/repo".into(),
             package: "hello".into(),
             version: version.into(),
-            generation: 1,
-            observed_generation: 1,
+            generation: g(1),
+            observed_generation: g(1),
             settings: serde_json::json!({}),
             phase: Phase::Running,
             conditions: vec![],
@@ -151,7 +160,7 @@ mod tests {
 
     #[test]
     fn a_new_package_installs_from_scratch() {
-        let (restart, out) = update(None, "default.hello", 1, &NEW);
+        let (restart, out) = update(None, &key(), g(1), &NEW);
         assert!(restart);
         assert_eq!(
             kinds(&out),
@@ -168,7 +177,7 @@ mod tests {
 
     #[test]
     fn a_settings_change_only_reapplies_and_runs() {
-        let (restart, out) = update(Some(&row("1.0.0", true, false)), "default.hello", 2, &NEW);
+        let (restart, out) = update(Some(&row("1.0.0", true, false)), &key(), g(2), &NEW);
         assert!(!restart);
         assert_eq!(kinds(&out), ["Supersede", "ApplySettings", "Run"]);
         assert!(
@@ -180,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_version_change_disables_first() {
-        let (_, out) = update(Some(&row("0.9.0", true, false)), "default.hello", 2, &NEW);
+        let (_, out) = update(Some(&row("0.9.0", true, false)), &key(), g(2), &NEW);
         assert_eq!(
             kinds(&out),
             [
@@ -197,16 +206,16 @@ mod tests {
 
     #[test]
     fn an_update_during_removal_or_before_load_starts_over() {
-        let (restart, _) = update(Some(&row("1.0.0", true, true)), "default.hello", 3, &NEW);
+        let (restart, _) = update(Some(&row("1.0.0", true, true)), &key(), g(3), &NEW);
         assert!(restart);
-        let (restart, _) = update(Some(&row("1.0.0", false, false)), "default.hello", 3, &NEW);
+        let (restart, _) = update(Some(&row("1.0.0", false, false)), &key(), g(3), &NEW);
         assert!(restart);
     }
 
     #[test]
     fn remove_disables_uninstalls_and_cleans_up() {
         assert_eq!(
-            kinds(&remove("default.hello", 4)),
+            kinds(&remove(&key(), g(4))),
             ["Supersede", "Disable", "Uninstall", "Cleanup"]
         );
     }

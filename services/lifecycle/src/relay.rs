@@ -140,6 +140,7 @@ async fn flush(
 mod tests {
     use super::*;
     use crate::flows;
+    use crate::model::{Generation, PackageKey};
 
     /// A broker client that is never reached: connecting is lazy and nothing listens there.
     fn unreachable_broker() -> BrokerClient<berth_telemetry::Channel> {
@@ -151,12 +152,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
         let store = Store::open(&url).await.unwrap();
+        let key = PackageKey::from_issued("default.hello".into());
         store
             .outbox_insert_raw(r#"{"v":99,"op":"teleport","package":"default.hello"}"#)
             .await
             .unwrap();
         store
-            .outbox_insert_raw(&flows::supersede("default.hello", 2).encode())
+            .outbox_insert_raw(&flows::supersede(&key, Generation::new(2)).encode())
             .await
             .unwrap();
         let mut broker = unreachable_broker();

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::model::{ConditionSet, Phase, set_condition};
+use crate::model::{ConditionSet, Generation, Phase, set_condition};
 use crate::store::{HookState, PackageRow};
 use crate::{flows, outbox};
 
@@ -19,7 +19,7 @@ pub enum Report {
 
 /// What a report changes on the package; every field empty leaves it as it is.
 pub struct Change {
-    pub generation: i64,
+    pub generation: Generation,
     pub phase: Option<Phase>,
     pub conditions: Vec<ConditionSet>,
     pub settings_schema: Option<Option<Value>>,
@@ -45,7 +45,7 @@ pub fn parse_patch(json: &str) -> Result<Vec<Value>, String> {
 
 impl Change {
     /// A report of generation `generation` that changes nothing yet.
-    pub fn new(generation: i64) -> Change {
+    pub fn new(generation: Generation) -> Change {
         Change {
             generation,
             phase: None,

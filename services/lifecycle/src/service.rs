@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 use crate::convert;
 use crate::dump::{self, QueueDoc};
 use crate::flows::{self, NewSpec};
-use crate::model::Phase;
+use crate::model::{Generation, PackageKey, Phase};
 use crate::report;
 use crate::store::{DesiredSpec, Store, StoreError};
 
@@ -32,7 +32,7 @@ pub struct LifecycleService {
     store: Store,
     broker: BrokerClient<berth_telemetry::Channel>,
     outbox_wake: Arc<Notify>,
-    changes: broadcast::Sender<String>,
+    changes: broadcast::Sender<PackageKey>,
 }
 
 impl LifecycleService {
@@ -50,9 +50,9 @@ impl LifecycleService {
         }
     }
 
-    fn changed(&self, key: &str) {
+    fn changed(&self, key: &PackageKey) {
         // No receivers is fine: nobody is watching.
-        let _ = self.changes.send(key.to_owned());
+        let _ = self.changes.send(key.clone());
     }
 
     async fn load(&self, r: Option<&v1::PackageRef>) -> Result<crate::store::PackageRow, Status> {
@@ -116,7 +116,7 @@ impl Lifecycle for LifecycleService {
     ) -> Result<Response<v1::UpdateResponse>, Status> {
         let req = req.into_inner();
         let id = convert::package_id(req.r#ref.as_ref())?;
-        tracing::Span::current().record("package.key", id.key());
+        tracing::Span::current().record("package.key", id.key().as_str());
         if req.repository.is_empty() {
             return Err(Status::invalid_argument(
                 "repository: required (a directory holding <package>/<version>/)",
@@ -168,10 +168,10 @@ impl Lifecycle for LifecycleService {
             .map_err(internal)??;
         self.outbox_wake.notify_one();
         self.changed(&outcome.key);
-        tracing::info!(package.key = %outcome.key, generation = outcome.generation, "update accepted");
+        tracing::info!(package.key = %outcome.key, generation = outcome.generation.get(), "update accepted");
         Ok(Response::new(v1::UpdateResponse {
-            key: outcome.key,
-            generation: outcome.generation,
+            key: outcome.key.into_string(),
+            generation: outcome.generation.get(),
         }))
     }
 
@@ -182,7 +182,7 @@ impl Lifecycle for LifecycleService {
     ) -> Result<Response<v1::RemoveResponse>, Status> {
         let id = convert::package_id(req.get_ref().r#ref.as_ref())?;
         let key = id.key();
-        tracing::Span::current().record("package.key", &key);
+        tracing::Span::current().record("package.key", key.as_str());
         let generation = self
             .store
             .remove(&key, |_, g| flows::remove(&key, g))
@@ -192,8 +192,8 @@ impl Lifecycle for LifecycleService {
         self.changed(&key);
         Ok(Response::new(v1::RemoveResponse {
             found: generation.is_some(),
-            generation: generation.unwrap_or_default(),
-            key,
+            generation: generation.map(Generation::get).unwrap_or_default(),
+            key: key.into_string(),
         }))
     }
 
@@ -306,7 +306,7 @@ impl Lifecycle for LifecycleService {
                 }
             }
             loop {
-                let keys: Vec<String> = match changes.recv().await {
+                let keys: Vec<PackageKey> = match changes.recv().await {
                     Ok(key) => vec![key],
                     // Fell behind: resend everything in scope.
                     Err(broadcast::error::RecvError::Lagged(_)) => match &filter {
@@ -341,20 +341,20 @@ impl Lifecycle for LifecycleService {
     }
 
     async fn get_spec(&self, req: Request<GetSpecRequest>) -> Result<Response<Spec>, Status> {
-        let key = &req.get_ref().key;
+        let key = PackageKey::from_issued(req.into_inner().key);
         let row = self
             .store
-            .get(key)
+            .get(&key)
             .await
             .map_err(internal)?
             .ok_or_else(|| Status::not_found(format!("package {key} not found")))?;
         Ok(Response::new(Spec {
-            key: row.key.clone(),
+            key: row.key.to_string(),
             r#ref: Some(convert::package_ref(&row.id)),
             repository: row.repository.clone(),
             package: row.package.clone(),
             version: row.version.clone(),
-            generation: row.generation,
+            generation: row.generation.get(),
             settings: Some(json::to_struct(&row.settings)),
             values_patch_json: Value::Array(row.values_patch.clone()).to_string(),
             present: !row.removing,
@@ -368,23 +368,25 @@ impl Lifecycle for LifecycleService {
     ) -> Result<Response<ReportResponse>, Status> {
         let req = req.into_inner();
         let report = convert::report(&req).map_err(Status::invalid_argument)?;
+        let key = PackageKey::from_issued(req.key);
+        let generation = Generation::new(req.generation);
         let accepted = match report {
             report::Report::Removed => self
                 .store
-                .delete_if(&req.key, req.generation)
+                .delete_if(&key, generation)
                 .await
                 .map_err(internal)?,
             report::Report::Change(change) => {
                 let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
                 self.store
-                    .modify(&req.key, req.generation, |row| change.apply(row, &now))
+                    .modify(&key, generation, |row| change.apply(row, &now))
                     .await
                     .map_err(internal)?
             }
         };
         if accepted {
             self.outbox_wake.notify_one();
-            self.changed(&req.key);
+            self.changed(&key);
         }
         Ok(Response::new(ReportResponse { accepted }))
     }
