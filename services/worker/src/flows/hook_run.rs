@@ -4,21 +4,18 @@
 use berth_proto::lifecycle::HookRunReport;
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::queue::Task;
+use berth_proto::tasks::HookRunPayload;
 use berth_queue::worker::TaskError;
-use serde_json::Value;
 
 use crate::context::TaskContext;
 use crate::hooks::{apply_outputs, report_run, run_hook};
 use crate::package::{Values, ensure};
 
 pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
-    let payload: Value = serde_json::from_str(&task.payload_json)
-        .map_err(|e| TaskError::permanent(format!("HookRun payload is not JSON: {e}")))?;
-    let name = payload["hook"].as_str().unwrap_or_default();
-    let contexts = payload
-        .get("binding_contexts")
-        .cloned()
-        .unwrap_or_else(|| Value::Array(vec![]));
+    let payload = HookRunPayload::from_json(&task.payload_json)
+        .map_err(|e| TaskError::permanent(format!("HookRun payload: {e}")))?;
+    let name = payload.hook.as_str();
+    let contexts = payload.binding_contexts;
     let pkg = ensure(cx).await?;
     let hooks = cx.package_hooks(&pkg).await?;
     let hook = hooks.iter().find(|h| h.name == name).ok_or_else(|| {
