@@ -4,6 +4,7 @@ use berth_proto::lifecycle as pb;
 use berth_proto::lifecycle::report_request::Report as Rpt;
 use berth_proto::{json, v1};
 
+use crate::error::LifecycleError;
 use crate::model::{
     Condition, ConditionSet, ConditionStatus, ConditionType, Generation, Kind, PackageId, Phase,
 };
@@ -11,21 +12,17 @@ use crate::report::{self, Change, Report};
 use crate::store::PackageRow;
 
 /// Parses a requested package reference. Apps are the default kind.
-pub fn package_id(r: Option<&v1::PackageRef>) -> Result<PackageId, tonic::Status> {
-    let r =
-        r.ok_or_else(|| tonic::Status::invalid_argument("ref: required (the package's name)"))?;
+pub fn package_id(r: Option<&v1::PackageRef>) -> Result<PackageId, LifecycleError> {
+    let invalid = LifecycleError::InvalidArgument;
+    let r = r.ok_or_else(|| invalid("ref: required (the package's name)".into()))?;
     let kind = match v1::PackageKind::try_from(r.kind) {
         Ok(v1::PackageKind::Unspecified | v1::PackageKind::App) => Kind::App,
         Ok(v1::PackageKind::Module) => Kind::Module,
         Err(_) => {
-            return Err(tonic::Status::invalid_argument(format!(
-                "ref.kind: unknown value {}",
-                r.kind
-            )));
+            return Err(invalid(format!("ref.kind: unknown value {}", r.kind)));
         }
     };
-    PackageId::new(kind, &r.name, &r.namespace)
-        .map_err(|e| tonic::Status::invalid_argument(format!("ref.{e}")))
+    PackageId::new(kind, &r.name, &r.namespace).map_err(|e| invalid(format!("ref.{e}")))
 }
 
 pub fn package_ref(id: &PackageId) -> v1::PackageRef {

@@ -5,6 +5,7 @@
 
 mod convert;
 mod dump;
+mod error;
 mod flows;
 mod model;
 mod outbox;

@@ -16,10 +16,11 @@ use tonic::{Request, Response, Status};
 
 use crate::convert;
 use crate::dump::{self, QueueDoc};
+use crate::error::LifecycleError;
 use crate::flows::{self, NewSpec};
 use crate::model::{Generation, PackageKey, Phase};
 use crate::report;
-use crate::store::{DesiredSpec, Store, StoreError};
+use crate::store::{DesiredSpec, Store};
 
 /// Largest accepted settings document, serialised.
 const MAX_SETTINGS_BYTES: usize = 1 << 20;
@@ -60,23 +61,18 @@ impl LifecycleService {
         let key = id.key();
         self.store
             .get(&key)
-            .await
-            .map_err(internal)?
-            .ok_or_else(|| Status::not_found(format!("package {key} not found")))
+            .await?
+            .ok_or_else(|| LifecycleError::NotFound(key).into())
     }
-}
-
-fn internal(e: StoreError) -> Status {
-    tracing::error!(error = %e, "lifecycle store failed");
-    Status::internal(e.to_string())
 }
 
 fn settings_of(s: Option<&prost_types::Struct>) -> Result<Value, Status> {
     let settings = json::from_opt_struct(s);
     if settings.to_string().len() > MAX_SETTINGS_BYTES {
-        return Err(Status::invalid_argument(format!(
+        return Err(LifecycleError::InvalidArgument(format!(
             "settings: larger than the {MAX_SETTINGS_BYTES}-byte limit"
-        )));
+        ))
+        .into());
     }
     Ok(settings)
 }
@@ -90,7 +86,7 @@ fn check_settings(schema: Option<&Option<Value>>, settings: &Value) -> Result<bo
     let compiled = match schema {
         Some(doc) => Some(
             berth_package::Schema::from_openapi(doc)
-                .map_err(|e| Status::internal(format!("stored settings schema: {e}")))?,
+                .map_err(|e| LifecycleError::Internal(format!("stored settings schema: {e}")))?,
         ),
         None => None,
     };
@@ -101,7 +97,7 @@ fn check_settings(schema: Option<&Option<Value>>, settings: &Value) -> Result<bo
                 .iter()
                 .map(|e| format!("settings{}: {}", e.path, e.message))
                 .collect();
-            Status::invalid_argument(text.join("; "))
+            LifecycleError::InvalidArgument(text.join("; ")).into()
         })
 }
 
@@ -118,19 +114,20 @@ impl Lifecycle for LifecycleService {
         let id = convert::package_id(req.r#ref.as_ref())?;
         tracing::Span::current().record("package.key", id.key().as_str());
         if req.repository.is_empty() {
-            return Err(Status::invalid_argument(
-                "repository: required (a directory holding <package>/<version>/)",
-            ));
+            return Err(LifecycleError::InvalidArgument(
+                "repository: required (a directory holding <package>/<version>/)".into(),
+            )
+            .into());
         }
         if req.version.is_empty() {
-            return Err(Status::invalid_argument("version: required"));
+            return Err(LifecycleError::InvalidArgument("version: required".into()).into());
         }
         let package = if req.package.is_empty() {
             id.name.clone()
         } else {
             req.package.clone()
         };
-        crate::model::check_label("package", &package).map_err(Status::invalid_argument)?;
+        crate::model::check_label("package", &package).map_err(LifecycleError::InvalidArgument)?;
         let settings = settings_of(req.settings.as_ref())?;
         let spec = DesiredSpec {
             id,
@@ -164,8 +161,7 @@ impl Lifecycle for LifecycleService {
                 };
                 Ok::<_, Status>((phase, tasks))
             })
-            .await
-            .map_err(internal)??;
+            .await??;
         self.outbox_wake.notify_one();
         self.changed(&outcome.key);
         tracing::info!(package.key = %outcome.key, generation = outcome.generation.get(), "update accepted");
@@ -186,8 +182,7 @@ impl Lifecycle for LifecycleService {
         let generation = self
             .store
             .remove(&key, |_, g| flows::remove(&key, g))
-            .await
-            .map_err(internal)?;
+            .await?;
         self.outbox_wake.notify_one();
         self.changed(&key);
         Ok(Response::new(v1::RemoveResponse {
@@ -201,7 +196,7 @@ impl Lifecycle for LifecycleService {
         &self,
         _: Request<v1::DumpRequest>,
     ) -> Result<Response<v1::DumpResponse>, Status> {
-        let rows = self.store.list().await.map_err(internal)?;
+        let rows = self.store.list().await?;
         let mut broker_error = None;
         let queues = match self
             .broker
@@ -236,8 +231,8 @@ impl Lifecycle for LifecycleService {
                 vec![]
             }
         };
-        let yaml =
-            dump::render(&rows, &queues, broker_error.as_deref()).map_err(Status::internal)?;
+        let yaml = dump::render(&rows, &queues, broker_error.as_deref())
+            .map_err(LifecycleError::Internal)?;
         Ok(Response::new(v1::DumpResponse { yaml }))
     }
 
@@ -248,7 +243,7 @@ impl Lifecycle for LifecycleService {
         let req = req.into_inner();
         let id = convert::package_id(req.r#ref.as_ref())?;
         let settings = settings_of(req.settings.as_ref())?;
-        let row = self.store.get(&id.key()).await.map_err(internal)?;
+        let row = self.store.get(&id.key()).await?;
         let checked = match &row {
             Some(row) => check_settings(row.settings_schema.as_ref(), &settings)?,
             None => false,
@@ -268,7 +263,7 @@ impl Lifecycle for LifecycleService {
         &self,
         _: Request<v1::ListRequest>,
     ) -> Result<Response<v1::ListResponse>, Status> {
-        let rows = self.store.list().await.map_err(internal)?;
+        let rows = self.store.list().await?;
         Ok(Response::new(v1::ListResponse {
             packages: rows.iter().map(convert::package).collect(),
         }))
@@ -289,12 +284,12 @@ impl Lifecycle for LifecycleService {
                     Ok(Some(row)) => vec![row],
                     Ok(None) => {
                         let _ = tx
-                            .send(Err(Status::not_found(format!("package {key} not found"))))
+                            .send(Err(LifecycleError::NotFound(key.clone()).into()))
                             .await;
                         return;
                     }
                     Err(e) => {
-                        let _ = tx.send(Err(Status::internal(e.to_string()))).await;
+                        let _ = tx.send(Err(e.into())).await;
                         return;
                     }
                 },
@@ -327,8 +322,8 @@ impl Lifecycle for LifecycleService {
                     }
                     let item = match store.get(&key).await {
                         Ok(Some(row)) => Ok(convert::package(&row)),
-                        Ok(None) => Err(Status::not_found(format!("package {key} not found"))),
-                        Err(e) => Err(Status::internal(e.to_string())),
+                        Ok(None) => Err(LifecycleError::NotFound(key).into()),
+                        Err(e) => Err(e.into()),
                     };
                     let gone = item.is_err();
                     if tx.send(item).await.is_err() || (gone && filter.is_some()) {
@@ -345,9 +340,8 @@ impl Lifecycle for LifecycleService {
         let row = self
             .store
             .get(&key)
-            .await
-            .map_err(internal)?
-            .ok_or_else(|| Status::not_found(format!("package {key} not found")))?;
+            .await?
+            .ok_or_else(|| LifecycleError::NotFound(key.clone()))?;
         Ok(Response::new(Spec {
             key: row.key.to_string(),
             r#ref: Some(convert::package_ref(&row.id)),
@@ -367,21 +361,16 @@ impl Lifecycle for LifecycleService {
         req: Request<ReportRequest>,
     ) -> Result<Response<ReportResponse>, Status> {
         let req = req.into_inner();
-        let report = convert::report(&req).map_err(Status::invalid_argument)?;
+        let report = convert::report(&req).map_err(LifecycleError::InvalidArgument)?;
         let key = PackageKey::from_issued(req.key);
         let generation = Generation::new(req.generation);
         let accepted = match report {
-            report::Report::Removed => self
-                .store
-                .delete_if(&key, generation)
-                .await
-                .map_err(internal)?,
+            report::Report::Removed => self.store.delete_if(&key, generation).await?,
             report::Report::Change(change) => {
                 let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
                 self.store
                     .modify(&key, generation, |row| change.apply(row, &now))
-                    .await
-                    .map_err(internal)?
+                    .await?
             }
         };
         if accepted {
