@@ -184,4 +184,57 @@ pub mod tasks {
             TaskKind::ALL.into_iter().find(|k| k.as_str() == s)
         }
     }
+
+    /// The payload of a `HookRun` task (`Task.payload_json`), written by hookevent and read by
+    /// workers. The broker's compaction reads the same shape generically (it merges
+    /// `binding_contexts` of consecutive runs of one hook and binding type). The binding
+    /// contexts stay JSON: they are the shell-operator contract handed to the hook as is.
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    pub struct HookRunPayload {
+        /// The hook's name within its package.
+        #[serde(default)]
+        pub hook: String,
+        /// `schedule` or `kubernetes`; runs merge only with runs of the same binding type.
+        #[serde(default)]
+        pub binding_type: String,
+        /// A JSON array of binding contexts.
+        #[serde(default = "no_contexts")]
+        pub binding_contexts: serde_json::Value,
+    }
+
+    fn no_contexts() -> serde_json::Value {
+        serde_json::Value::Array(vec![])
+    }
+
+    impl HookRunPayload {
+        pub fn to_json(&self) -> String {
+            serde_json::to_string(self).expect("a HookRun payload serializes")
+        }
+
+        pub fn from_json(json: &str) -> Result<HookRunPayload, serde_json::Error> {
+            serde_json::from_str(json)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn hook_run_payloads_keep_their_json_shape() {
+            let payload = HookRunPayload {
+                hook: "h".into(),
+                binding_type: "schedule".into(),
+                binding_contexts: serde_json::json!([{"binding": "every"}]),
+            };
+            let json = payload.to_json();
+            assert_eq!(
+                json,
+                r#"{"hook":"h","binding_type":"schedule","binding_contexts":[{"binding":"every"}]}"#
+            );
+            assert_eq!(HookRunPayload::from_json(&json).unwrap(), payload);
+            let bare = HookRunPayload::from_json(r#"{"hook":"h"}"#).unwrap();
+            assert_eq!(bare.binding_contexts, serde_json::json!([]));
+        }
+    }
 }

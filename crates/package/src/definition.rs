@@ -59,21 +59,12 @@ impl DefinitionError {
 }
 
 /// Longest package name accepted: names become parts of Kubernetes object and release names.
-pub const MAX_NAME_LEN: usize = 63;
+pub const MAX_NAME_LEN: usize = berth_names::MAX_LABEL_LEN;
 
 /// Package names are DNS labels (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters), because
 /// they end up in release names, queue names and directory names.
 pub(crate) fn check_name(name: &str) -> Result<(), String> {
-    let bytes = name.as_bytes();
-    let valid_chars = bytes
-        .iter()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
-    if name.is_empty()
-        || name.len() > MAX_NAME_LEN
-        || !valid_chars
-        || name.starts_with('-')
-        || name.ends_with('-')
-    {
+    if !berth_names::is_dns_label(name) {
         return Err(format!(
             "{name:?} is not a valid package name (lowercase letters, digits and '-', at most {MAX_NAME_LEN} characters, no leading or trailing '-')"
         ));

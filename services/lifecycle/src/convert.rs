@@ -1,27 +1,28 @@
 //! proto ↔ domain conversions for the lifecycle service, in one place.
 
-use berth_proto::json;
-use berth_proto::v1;
+use berth_proto::lifecycle as pb;
+use berth_proto::lifecycle::report_request::Report as Rpt;
+use berth_proto::{json, v1};
 
-use crate::model::{Condition, Kind, PackageId};
+use crate::error::LifecycleError;
+use crate::model::{
+    Condition, ConditionSet, ConditionStatus, ConditionType, Generation, Kind, PackageId, Phase,
+};
+use crate::report::{self, Change, Report};
 use crate::store::PackageRow;
 
 /// Parses a requested package reference. Apps are the default kind.
-pub fn package_id(r: Option<&v1::PackageRef>) -> Result<PackageId, tonic::Status> {
-    let r =
-        r.ok_or_else(|| tonic::Status::invalid_argument("ref: required (the package's name)"))?;
+pub fn package_id(r: Option<&v1::PackageRef>) -> Result<PackageId, LifecycleError> {
+    let invalid = LifecycleError::InvalidArgument;
+    let r = r.ok_or_else(|| invalid("ref: required (the package's name)".into()))?;
     let kind = match v1::PackageKind::try_from(r.kind) {
         Ok(v1::PackageKind::Unspecified | v1::PackageKind::App) => Kind::App,
         Ok(v1::PackageKind::Module) => Kind::Module,
         Err(_) => {
-            return Err(tonic::Status::invalid_argument(format!(
-                "ref.kind: unknown value {}",
-                r.kind
-            )));
+            return Err(invalid(format!("ref.kind: unknown value {}", r.kind)));
         }
     };
-    PackageId::new(kind, &r.name, &r.namespace)
-        .map_err(|e| tonic::Status::invalid_argument(format!("ref.{e}")))
+    PackageId::new(kind, &r.name, &r.namespace).map_err(|e| invalid(format!("ref.{e}")))
 }
 
 pub fn package_ref(id: &PackageId) -> v1::PackageRef {
@@ -57,11 +58,11 @@ fn condition(c: &Condition) -> v1::Condition {
 pub fn package(row: &PackageRow) -> v1::Package {
     v1::Package {
         r#ref: Some(package_ref(&row.id)),
-        key: row.key.clone(),
+        key: row.key.to_string(),
         repository: row.repository.clone(),
         package: row.package.clone(),
         version: row.version.clone(),
-        generation: row.generation,
+        generation: row.generation.get(),
         phase: row.phase.as_str().to_owned(),
         conditions: row.conditions.iter().map(condition).collect(),
         settings: Some(json::to_struct(&row.settings)),
@@ -78,6 +79,126 @@ pub fn package(row: &PackageRow) -> v1::Package {
             })
             .collect(),
         last_error: row.last_error.clone(),
-        observed_generation: row.observed_generation,
+        observed_generation: row.observed_generation.get(),
     }
+}
+
+/// Parses a worker's report; the error names the field.
+pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
+    let mut c = Change::new(Generation::new(req.generation));
+    match req.report.as_ref().ok_or("report: required")? {
+        Rpt::Removed(pb::Removed {}) => return Ok(Report::Removed),
+        Rpt::Progress(p) => {
+            c.phase = phase(p.phase)?;
+            c.conditions = p
+                .conditions
+                .iter()
+                .map(condition_set)
+                .collect::<Result<_, _>>()?;
+        }
+        Rpt::Loaded(l) => {
+            c.phase = Some(Phase::Loaded);
+            c.conditions = vec![ConditionSet::new(
+                ConditionType::Loaded,
+                ConditionStatus::True,
+                "Loaded",
+            )];
+            c.settings_schema = Some(if l.settings_schema_json.is_empty() {
+                None
+            } else {
+                Some(
+                    serde_json::from_str(&l.settings_schema_json)
+                        .map_err(|e| format!("loaded.settings_schema_json: {e}"))?,
+                )
+            });
+            c.hooks = Some(
+                l.hooks
+                    .iter()
+                    .map(|h| (h.name.clone(), h.bindings.clone()))
+                    .collect(),
+            );
+        }
+        Rpt::Values(v) => values(&mut c, v, "values")?,
+        Rpt::SettingsApplied(s) => {
+            c.conditions = vec![ConditionSet::new(
+                ConditionType::SettingsValid,
+                ConditionStatus::True,
+                "Valid",
+            )];
+            c.values = s.values.as_ref().map(json::from_struct);
+        }
+        Rpt::HookRun(h) => {
+            c.hook_run = Some((h.name.clone(), h.error.clone()));
+            if let Some(v) = &h.values {
+                values(&mut c, v, "hook_run.values")?;
+            }
+        }
+        Rpt::RunSucceeded(pb::RunSucceeded {}) => {
+            c.phase = Some(Phase::Running);
+            c.conditions = vec![ConditionSet::new(
+                ConditionType::Ready,
+                ConditionStatus::True,
+                "Ready",
+            )];
+            c.error = Some(String::new());
+        }
+        Rpt::TaskFailed(f) => c.error = (!f.error.is_empty()).then(|| f.error.clone()),
+    }
+    Ok(Report::Change(Box::new(c)))
+}
+
+fn values(c: &mut Change, v: &pb::Values, field: &str) -> Result<(), String> {
+    c.values = v.values.as_ref().map(json::from_struct);
+    c.patch = report::parse_patch(&v.values_patch_json)
+        .map_err(|e| format!("{field}.values_patch_json: {e}"))?;
+    c.patch_inside_run = v.patch_inside_run;
+    Ok(())
+}
+
+/// A reported phase; `None` (keep the phase) when unspecified.
+fn phase(value: i32) -> Result<Option<Phase>, String> {
+    Ok(Some(match pb::Phase::try_from(value) {
+        Ok(pb::Phase::Unspecified) => return Ok(None),
+        Ok(pb::Phase::Pending) => Phase::Pending,
+        Ok(pb::Phase::Downloading) => Phase::Downloading,
+        Ok(pb::Phase::Loaded) => Phase::Loaded,
+        Ok(pb::Phase::Running) => Phase::Running,
+        Ok(pb::Phase::Removing) => Phase::Removing,
+        Err(_) => return Err(format!("progress.phase: unknown value {value}")),
+    }))
+}
+
+fn condition_set(c: &pb::ConditionUpdate) -> Result<ConditionSet, String> {
+    let type_ = match pb::ConditionType::try_from(c.r#type) {
+        Ok(pb::ConditionType::RequirementsMet) => ConditionType::RequirementsMet,
+        Ok(pb::ConditionType::Downloaded) => ConditionType::Downloaded,
+        Ok(pb::ConditionType::Loaded) => ConditionType::Loaded,
+        Ok(pb::ConditionType::SettingsValid) => ConditionType::SettingsValid,
+        Ok(pb::ConditionType::HooksProcessed) => ConditionType::HooksProcessed,
+        Ok(pb::ConditionType::ManifestsApplied) => ConditionType::ManifestsApplied,
+        Ok(pb::ConditionType::Ready) => ConditionType::Ready,
+        Ok(pb::ConditionType::Unspecified) | Err(_) => {
+            return Err(format!(
+                "progress.conditions.type: unknown value {}",
+                c.r#type
+            ));
+        }
+    };
+    let status = match pb::ConditionStatus::try_from(c.status) {
+        Ok(pb::ConditionStatus::True) => ConditionStatus::True,
+        Ok(pb::ConditionStatus::False) => ConditionStatus::False,
+        Ok(pb::ConditionStatus::Unknown) => ConditionStatus::Unknown,
+        Ok(pb::ConditionStatus::Unspecified) | Err(_) => {
+            return Err(format!(
+                "progress.conditions.status: unknown value {}",
+                c.status
+            ));
+        }
+    };
+    Ok(ConditionSet {
+        type_,
+        status,
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+    })
 }

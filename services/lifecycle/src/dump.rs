@@ -67,15 +67,15 @@ pub fn render(
     let packages = rows
         .iter()
         .map(|r| PackageDoc {
-            key: &r.key,
+            key: r.key.as_str(),
             kind: r.id.kind.as_str(),
             name: &r.id.name,
             namespace: &r.id.namespace,
             repository: &r.repository,
             package: &r.package,
             version: &r.version,
-            generation: r.generation,
-            observed_generation: r.observed_generation,
+            generation: r.generation.get(),
+            observed_generation: r.observed_generation.get(),
             phase: r.phase.as_str(),
             last_error: &r.last_error,
             conditions: &r.conditions,
@@ -84,7 +84,7 @@ pub fn render(
             hooks: &r.hooks,
             queues: queues
                 .iter()
-                .filter(|q| q.name == r.key || q.name.starts_with(&format!("{}/", r.key)))
+                .filter(|q| q.name == r.key.as_str() || q.name.starts_with(&format!("{}/", r.key)))
                 .map(|q| (q.name.clone(), q.length))
                 .collect(),
         })

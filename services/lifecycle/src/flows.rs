@@ -4,30 +4,34 @@
 use berth_proto::tasks::TaskKind;
 use serde_json::{Value, json};
 
+use crate::model::{Generation, PackageKey};
+use crate::outbox::{Op, QueuedTask, Row};
 use crate::store::PackageRow;
 
 /// Drop the package's queued tasks older than `generation` and cancel its running ones.
-pub fn supersede(key: &str, generation: i64) -> Value {
-    json!({"op": "supersede", "package": key, "generation": generation})
-}
-
-/// One task on the package's main queue.
-pub fn task(key: &str, generation: i64, kind: TaskKind, payload: Value) -> Value {
-    json!({
-        "op": "enqueue",
-        "task": {
-            "id": uuid::Uuid::new_v4().to_string(),
-            "queue": key,
-            "package": key,
-            "generation": generation,
-            "kind": kind.as_str(),
-            "payload_json": payload.to_string(),
-            "traceparent": berth_telemetry::current_traceparent(),
-        }
+pub fn supersede(key: &PackageKey, generation: Generation) -> Row {
+    Row::new(Op::Supersede {
+        package: key.to_string(),
+        generation: generation.get(),
     })
 }
 
-fn tasks(key: &str, generation: i64, kinds: &[TaskKind]) -> Vec<Value> {
+/// One task on the package's main queue.
+pub fn task(key: &PackageKey, generation: Generation, kind: TaskKind, payload: Value) -> Row {
+    Row::new(Op::Enqueue {
+        task: QueuedTask {
+            id: uuid::Uuid::new_v4().to_string(),
+            queue: key.to_string(),
+            package: key.to_string(),
+            generation: generation.get(),
+            kind: kind.as_str().to_owned(),
+            payload_json: payload.to_string(),
+            traceparent: berth_telemetry::current_traceparent(),
+        },
+    })
+}
+
+fn tasks(key: &PackageKey, generation: Generation, kinds: &[TaskKind]) -> Vec<Row> {
     std::iter::once(supersede(key, generation))
         .chain(kinds.iter().map(|k| task(key, generation, *k, json!({}))))
         .collect()
@@ -43,10 +47,10 @@ fn tasks(key: &str, generation: i64, kinds: &[TaskKind]) -> Vec<Value> {
 /// Returns the tasks and whether the package starts over (its phase goes back to Pending).
 pub fn update(
     previous: Option<&PackageRow>,
-    key: &str,
-    generation: i64,
+    key: &PackageKey,
+    generation: Generation,
     new: &NewSpec<'_>,
-) -> (bool, Vec<Value>) {
+) -> (bool, Vec<Row>) {
     use TaskKind::*;
     match previous {
         None => (
@@ -86,7 +90,7 @@ pub struct NewSpec<'a> {
 }
 
 /// The tasks of a Remove: Disable → Uninstall → Cleanup.
-pub fn remove(key: &str, generation: i64) -> Vec<Value> {
+pub fn remove(key: &PackageKey, generation: Generation) -> Vec<Row> {
     tasks(
         key,
         generation,
@@ -95,7 +99,7 @@ pub fn remove(key: &str, generation: i64) -> Vec<Value> {
 }
 
 /// A Run after a hook outside a Run changed the values.
-pub fn rerun(key: &str, generation: i64) -> Vec<Value> {
+pub fn rerun(key: &PackageKey, generation: Generation) -> Vec<Row> {
     vec![task(
         key,
         generation,
@@ -109,15 +113,23 @@ mod tests {
     use super::*;
     use crate::model::{Kind, PackageId, Phase};
 
+    fn key() -> PackageKey {
+        PackageKey::from_issued("default.hello".into())
+    }
+
+    fn g(n: i64) -> Generation {
+        Generation::new(n)
+    }
+
     fn row(version: &str, loaded: bool, removing: bool) -> PackageRow {
         PackageRow {
             id: PackageId::new(Kind::App, "hello", "").unwrap(),
-            key: "default.hello".into(),
+            key: key(),
             repository: "/repo".into(),
             package: "hello".into(),
             version: version.into(),
-            generation: 1,
-            observed_generation: 1,
+            generation: g(1),
+            observed_generation: g(1),
             settings: serde_json::json!({}),
             phase: Phase::Running,
             conditions: vec![],
@@ -131,11 +143,11 @@ mod tests {
         }
     }
 
-    fn kinds(out: &[Value]) -> Vec<String> {
+    fn kinds(out: &[Row]) -> Vec<String> {
         out.iter()
-            .map(|v| match v["op"].as_str() {
-                Some("supersede") => "Supersede".to_owned(),
-                _ => v["task"]["kind"].as_str().unwrap_or_default().to_owned(),
+            .map(|row| match &row.op {
+                Op::Supersede { .. } => "Supersede".to_owned(),
+                Op::Enqueue { task } => task.kind.clone(),
             })
             .collect()
     }
@@ -148,7 +160,7 @@ mod tests {
 
     #[test]
     fn a_new_package_installs_from_scratch() {
-        let (restart, out) = update(None, "default.hello", 1, &NEW);
+        let (restart, out) = update(None, &key(), g(1), &NEW);
         assert!(restart);
         assert_eq!(
             kinds(&out),
@@ -165,15 +177,19 @@ mod tests {
 
     #[test]
     fn a_settings_change_only_reapplies_and_runs() {
-        let (restart, out) = update(Some(&row("1.0.0", true, false)), "default.hello", 2, &NEW);
+        let (restart, out) = update(Some(&row("1.0.0", true, false)), &key(), g(2), &NEW);
         assert!(!restart);
         assert_eq!(kinds(&out), ["Supersede", "ApplySettings", "Run"]);
-        assert!(out[1..].iter().all(|t| t["task"]["generation"] == 2));
+        assert!(
+            out[1..]
+                .iter()
+                .all(|row| matches!(&row.op, Op::Enqueue { task } if task.generation == 2))
+        );
     }
 
     #[test]
     fn a_version_change_disables_first() {
-        let (_, out) = update(Some(&row("0.9.0", true, false)), "default.hello", 2, &NEW);
+        let (_, out) = update(Some(&row("0.9.0", true, false)), &key(), g(2), &NEW);
         assert_eq!(
             kinds(&out),
             [
@@ -190,16 +206,16 @@ mod tests {
 
     #[test]
     fn an_update_during_removal_or_before_load_starts_over() {
-        let (restart, _) = update(Some(&row("1.0.0", true, true)), "default.hello", 3, &NEW);
+        let (restart, _) = update(Some(&row("1.0.0", true, true)), &key(), g(3), &NEW);
         assert!(restart);
-        let (restart, _) = update(Some(&row("1.0.0", false, false)), "default.hello", 3, &NEW);
+        let (restart, _) = update(Some(&row("1.0.0", false, false)), &key(), g(3), &NEW);
         assert!(restart);
     }
 
     #[test]
     fn remove_disables_uninstalls_and_cleans_up() {
         assert_eq!(
-            kinds(&remove("default.hello", 4)),
+            kinds(&remove(&key(), g(4))),
             ["Supersede", "Disable", "Uninstall", "Cleanup"]
         );
     }

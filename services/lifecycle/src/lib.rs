@@ -5,8 +5,10 @@
 
 mod convert;
 mod dump;
+mod error;
 mod flows;
 mod model;
+mod outbox;
 mod relay;
 mod report;
 mod service;

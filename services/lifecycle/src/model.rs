@@ -29,6 +29,54 @@ impl Kind {
     }
 }
 
+/// A package instance's key: `<namespace>.<name>` for apps, `<name>` for modules. Built from a
+/// validated `PackageId`, or taken back as lifecycle handed it out (stored rows, workers' reports
+/// and spec requests, which only find a package under a key lifecycle made).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PackageKey(String);
+
+impl PackageKey {
+    /// A key lifecycle handed out earlier (stored, or echoed back by a worker).
+    pub fn from_issued(key: String) -> PackageKey {
+        PackageKey(key)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl std::fmt::Display for PackageKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A generation of a package: it grows with every Update and Remove, even across re-creation,
+/// so a newer generation always supersedes an older one's tasks and reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Generation(i64);
+
+impl Generation {
+    pub fn new(generation: i64) -> Generation {
+        Generation(generation)
+    }
+
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// The identity of a package instance. Its key is `<namespace>.<name>` for apps and `<name>` for
 /// modules; the key names the package's queues and its Helm release.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,24 +106,17 @@ impl PackageId {
         })
     }
 
-    pub fn key(&self) -> String {
-        match self.kind {
+    pub fn key(&self) -> PackageKey {
+        PackageKey(match self.kind {
             Kind::App => format!("{}.{}", self.namespace, self.name),
             Kind::Module => self.name.clone(),
-        }
+        })
     }
 }
 
 /// Checks a DNS-1123 label: 1–63 lowercase alphanumerics or '-', starting and ending alphanumeric.
 pub fn check_label(field: &str, value: &str) -> Result<(), String> {
-    let ok = !value.is_empty()
-        && value.len() <= 63
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !value.starts_with('-')
-        && !value.ends_with('-');
-    if ok {
+    if berth_names::is_dns_label(value) {
         Ok(())
     } else {
         Err(format!(
@@ -118,7 +159,71 @@ impl Phase {
     }
 }
 
-/// A Kubernetes-style condition.
+/// The conditions of a package.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionType {
+    RequirementsMet,
+    Downloaded,
+    Loaded,
+    SettingsValid,
+    HooksProcessed,
+    ManifestsApplied,
+    Ready,
+}
+
+impl ConditionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::RequirementsMet => "RequirementsMet",
+            ConditionType::Downloaded => "Downloaded",
+            ConditionType::Loaded => "Loaded",
+            ConditionType::SettingsValid => "SettingsValid",
+            ConditionType::HooksProcessed => "HooksProcessed",
+            ConditionType::ManifestsApplied => "ManifestsApplied",
+            ConditionType::Ready => "Ready",
+        }
+    }
+}
+
+/// The status of a condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// A condition as a report sets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConditionSet {
+    pub type_: ConditionType,
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ConditionSet {
+    pub fn new(type_: ConditionType, status: ConditionStatus, reason: &str) -> ConditionSet {
+        ConditionSet {
+            type_,
+            status,
+            reason: reason.to_owned(),
+            message: String::new(),
+        }
+    }
+}
+
+/// A Kubernetes-style condition, as stored and shown (type and status as text).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
@@ -135,13 +240,12 @@ pub struct Condition {
 /// Sets `update` in `conditions`, keeping the transition time when the status did not change.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    generation: i64,
+    update: &ConditionSet,
+    generation: Generation,
     now: &str,
 ) {
+    let (type_, status) = (update.type_.as_str(), update.status.as_str());
+    let (reason, message) = (update.reason.as_str(), update.message.as_str());
     if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
         if existing.status != status {
             existing.last_transition_time = now.to_owned();
@@ -149,14 +253,14 @@ pub fn set_condition(
         existing.status = status.to_owned();
         existing.reason = reason.to_owned();
         existing.message = message.to_owned();
-        existing.observed_generation = generation;
+        existing.observed_generation = generation.get();
     } else {
         conditions.push(Condition {
             type_: type_.to_owned(),
             status: status.to_owned(),
             reason: reason.to_owned(),
             message: message.to_owned(),
-            observed_generation: generation,
+            observed_generation: generation.get(),
             last_transition_time: now.to_owned(),
         });
     }
@@ -169,9 +273,9 @@ mod tests {
     #[test]
     fn keys_follow_kind() {
         let app = PackageId::new(Kind::App, "hello", "").unwrap();
-        assert_eq!(app.key(), "default.hello");
+        assert_eq!(app.key().as_str(), "default.hello");
         let module = PackageId::new(Kind::Module, "hello", "ignored").unwrap();
-        assert_eq!(module.key(), "hello");
+        assert_eq!(module.key().as_str(), "hello");
         assert_eq!(module.namespace, SYSTEM_NAMESPACE);
     }
 
@@ -188,12 +292,32 @@ mod tests {
 
     #[test]
     fn condition_transition_time_changes_only_with_status() {
+        let ready = |status, reason| ConditionSet::new(ConditionType::Ready, status, reason);
         let mut c = vec![];
-        set_condition(&mut c, "Ready", "False", "A", "", 1, "t1");
-        set_condition(&mut c, "Ready", "False", "B", "", 2, "t2");
+        set_condition(
+            &mut c,
+            &ready(ConditionStatus::False, "A"),
+            Generation(1),
+            "t1",
+        );
+        set_condition(
+            &mut c,
+            &ready(ConditionStatus::False, "B"),
+            Generation(2),
+            "t2",
+        );
         assert_eq!(c[0].last_transition_time, "t1");
         assert_eq!(c[0].reason, "B");
-        set_condition(&mut c, "Ready", "True", "C", "", 2, "t3");
+        assert_eq!(
+            (c[0].type_.as_str(), c[0].status.as_str()),
+            ("Ready", "False")
+        );
+        set_condition(
+            &mut c,
+            &ready(ConditionStatus::True, "C"),
+            Generation(2),
+            "t3",
+        );
         assert_eq!(c[0].last_transition_time, "t3");
     }
 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::queue::{EnqueueRequest, SupersedeRequest, Task};
-use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use crate::outbox::{self, Op};
+use crate::store::{Store, StoreError};
 
 /// Outbox rows delivered per round trip.
 const BATCH: i64 = 64;
@@ -54,41 +54,73 @@ pub async fn run(
     }
 }
 
-/// Delivers one batch. Ok(true) when there may be more.
+/// Why a batch was not (wholly) delivered; the relay logs it and retries after a pause.
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A row this lifecycle cannot read: the relay stops before it and keeps it, since skipping
+    /// it would silently lose the work it stands for.
+    #[error("{0}; the relay stops here until it can be read")]
+    Unreadable(#[from] outbox::DecodeError),
+    #[error("{call}: {message}")]
+    Broker { call: &'static str, message: String },
+}
+
+/// Delivers one batch, in order. Ok(true) when there may be more. Rows before an unreadable row
+/// are delivered and deleted; that row and everything after it stay.
 async fn deliver(
     store: &Store,
     broker: &mut BrokerClient<berth_telemetry::Channel>,
-) -> Result<bool, String> {
-    let batch = store.outbox_batch(BATCH).await.map_err(|e| e.to_string())?;
-    let Some(last) = batch.last().map(|(id, _)| *id) else {
-        return Ok(false);
-    };
+) -> Result<bool, RelayError> {
+    let batch = store.outbox_batch(BATCH).await?;
+    let full = batch.len() as i64 == BATCH;
+    let mut delivered = None;
     let mut pending: Vec<Task> = Vec::new();
-    for (_, body) in &batch {
-        match body["op"].as_str() {
-            Some("enqueue") => pending.push(task_from_json(&body["task"])),
-            Some("supersede") => {
+    let mut unreadable = None;
+    for (id, body) in batch {
+        let row = match outbox::Row::decode(id, &body) {
+            Ok(row) => row,
+            Err(e) => {
+                unreadable = Some(e);
+                break;
+            }
+        };
+        match row.op {
+            Op::Enqueue { task } => pending.push(task.into()),
+            Op::Supersede {
+                package,
+                generation,
+            } => {
                 flush(broker, &mut pending).await?;
                 broker
                     .supersede(SupersedeRequest {
-                        package: body["package"].as_str().unwrap_or_default().to_owned(),
-                        generation: body["generation"].as_i64().unwrap_or_default(),
+                        package,
+                        generation,
                     })
                     .await
-                    .map_err(|s| format!("Supersede: {}", s.message()))?;
+                    .map_err(|s| RelayError::Broker {
+                        call: "Supersede",
+                        message: s.message().to_owned(),
+                    })?;
             }
-            _ => tracing::error!(%body, "dropping an outbox row of unknown shape"),
         }
+        delivered = Some(id);
     }
     flush(broker, &mut pending).await?;
-    store.outbox_delete(last).await.map_err(|e| e.to_string())?;
-    Ok(batch.len() as i64 == BATCH)
+    if let Some(last) = delivered {
+        store.outbox_delete(last).await?;
+    }
+    match unreadable {
+        Some(e) => Err(e.into()),
+        None => Ok(full),
+    }
 }
 
 async fn flush(
     broker: &mut BrokerClient<berth_telemetry::Channel>,
     pending: &mut Vec<Task>,
-) -> Result<(), String> {
+) -> Result<(), RelayError> {
     if pending.is_empty() {
         return Ok(());
     }
@@ -97,20 +129,45 @@ async fn flush(
             tasks: std::mem::take(pending),
         })
         .await
-        .map_err(|s| format!("Enqueue: {}", s.message()))?;
+        .map_err(|s| RelayError::Broker {
+            call: "Enqueue",
+            message: s.message().to_owned(),
+        })?;
     Ok(())
 }
 
-fn task_from_json(t: &Value) -> Task {
-    let s = |k: &str| t[k].as_str().unwrap_or_default().to_owned();
-    Task {
-        id: s("id"),
-        queue: s("queue"),
-        package: s("package"),
-        generation: t["generation"].as_i64().unwrap_or_default(),
-        kind: s("kind"),
-        payload_json: s("payload_json"),
-        traceparent: s("traceparent"),
-        ..Default::default()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flows;
+    use crate::model::{Generation, PackageKey};
+
+    /// A broker client that is never reached: connecting is lazy and nothing listens there.
+    fn unreachable_broker() -> BrokerClient<berth_telemetry::Channel> {
+        BrokerClient::new(berth_telemetry::connect_lazy("http://127.0.0.1:9").unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_unknown_row_stops_the_relay_and_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+        let store = Store::open(&url).await.unwrap();
+        let key = PackageKey::from_issued("default.hello".into());
+        store
+            .outbox_insert_raw(r#"{"v":99,"op":"teleport","package":"default.hello"}"#)
+            .await
+            .unwrap();
+        store
+            .outbox_insert_raw(&flows::supersede(&key, Generation::new(2)).encode())
+            .await
+            .unwrap();
+        let mut broker = unreachable_broker();
+        for _ in 0..2 {
+            let err = deliver(&store, &mut broker).await.unwrap_err();
+            assert!(matches!(err, RelayError::Unreadable(_)), "{err}");
+        }
+        let kept = store.outbox_batch(BATCH).await.unwrap();
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert!(kept[0].1.contains("teleport"));
     }
 }

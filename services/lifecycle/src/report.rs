@@ -1,88 +1,67 @@
 //! Worker reports: progress of a package's tasks, folded into its stored state.
 
-use berth_proto::lifecycle::ReportRequest;
 use serde_json::Value;
 
-use crate::flows;
-use crate::model::{Phase, set_condition};
+use crate::model::{ConditionSet, Generation, Phase, set_condition};
 use crate::store::{HookState, PackageRow};
+use crate::{flows, outbox};
 
 /// Largest values patch list kept per package; older operations on the same path are compacted
 /// away first (only the last operation per path matters on replay).
 const MAX_PATCH_OPS: usize = 1000;
 
-/// A parsed report.
+/// A worker's report, parsed (`convert::report`).
+pub enum Report {
+    /// The Cleanup task finished: forget the package unless it was re-created meanwhile.
+    Removed,
+    Change(Box<Change>),
+}
+
+/// What a report changes on the package; every field empty leaves it as it is.
 pub struct Change {
-    generation: i64,
-    phase: Option<Phase>,
-    conditions: Vec<berth_proto::lifecycle::ConditionUpdate>,
-    settings_schema: Option<Option<Value>>,
-    hooks: Option<Vec<(String, Vec<String>)>>,
-    values: Option<Value>,
-    patch: Vec<Value>,
-    patch_inside_run: bool,
-    hook_run: Option<(String, String)>,
-    error: Option<String>,
+    pub generation: Generation,
+    pub phase: Option<Phase>,
+    pub conditions: Vec<ConditionSet>,
+    pub settings_schema: Option<Option<Value>>,
+    pub hooks: Option<Vec<(String, Vec<String>)>>,
+    pub values: Option<Value>,
+    pub patch: Vec<Value>,
+    pub patch_inside_run: bool,
+    pub hook_run: Option<(String, String)>,
+    /// `Some("")` clears the package's error.
+    pub error: Option<String>,
+}
+
+/// Parses a values patch: a JSON array of operations (empty text for none).
+pub fn parse_patch(json: &str) -> Result<Vec<Value>, String> {
+    if json.is_empty() {
+        return Ok(vec![]);
+    }
+    match serde_json::from_str(json).map_err(|e| e.to_string())? {
+        Value::Array(ops) => Ok(ops),
+        _ => Err("must be a JSON array of operations".into()),
+    }
 }
 
 impl Change {
-    pub fn parse(req: &ReportRequest) -> Result<Change, String> {
-        let phase = match req.phase.as_str() {
-            "" => None,
-            p => Some(Phase::parse(p).ok_or_else(|| format!("phase: unknown phase {p:?}"))?),
-        };
-        let settings_schema = if req.has_settings_schema {
-            Some(if req.settings_schema_json.is_empty() {
-                None
-            } else {
-                Some(
-                    serde_json::from_str(&req.settings_schema_json)
-                        .map_err(|e| format!("settings_schema_json: {e}"))?,
-                )
-            })
-        } else {
-            None
-        };
-        let patch = if req.values_patch_json.is_empty() {
-            vec![]
-        } else {
-            match serde_json::from_str(&req.values_patch_json)
-                .map_err(|e| format!("values_patch_json: {e}"))?
-            {
-                Value::Array(ops) => ops,
-                _ => return Err("values_patch_json: must be a JSON array of operations".into()),
-            }
-        };
-        Ok(Change {
-            generation: req.generation,
-            phase,
-            conditions: req.conditions.clone(),
-            settings_schema,
-            hooks: req.has_hooks.then(|| {
-                req.hooks
-                    .iter()
-                    .map(|h| (h.name.clone(), h.bindings.clone()))
-                    .collect()
-            }),
-            values: req.values.as_ref().map(berth_proto::json::from_struct),
-            patch,
-            patch_inside_run: req.patch_inside_run,
-            hook_run: req
-                .hook_run
-                .as_ref()
-                .map(|h| (h.name.clone(), h.error.clone())),
-            error: if req.clear_error {
-                Some(String::new())
-            } else if req.error.is_empty() {
-                None
-            } else {
-                Some(req.error.clone())
-            },
-        })
+    /// A report of generation `generation` that changes nothing yet.
+    pub fn new(generation: Generation) -> Change {
+        Change {
+            generation,
+            phase: None,
+            conditions: vec![],
+            settings_schema: None,
+            hooks: None,
+            values: None,
+            patch: vec![],
+            patch_inside_run: false,
+            hook_run: None,
+            error: None,
+        }
     }
 
     /// Applies the report to `row`; returns the outbox rows it implies.
-    pub fn apply(self, row: &mut PackageRow, now: &str) -> Vec<Value> {
+    pub fn apply(self, row: &mut PackageRow, now: &str) -> Vec<outbox::Row> {
         let mut outbox = vec![];
         if let Some(phase) = self.phase {
             row.phase = phase;
@@ -91,15 +70,7 @@ impl Change {
             }
         }
         for c in &self.conditions {
-            set_condition(
-                &mut row.conditions,
-                &c.r#type,
-                &c.status,
-                &c.reason,
-                &c.message,
-                self.generation,
-                now,
-            );
+            set_condition(&mut row.conditions, c, self.generation, now);
         }
         if let Some(schema) = self.settings_schema {
             row.settings_schema = Some(schema);

@@ -16,10 +16,11 @@ use tonic::{Request, Response, Status};
 
 use crate::convert;
 use crate::dump::{self, QueueDoc};
+use crate::error::LifecycleError;
 use crate::flows::{self, NewSpec};
-use crate::model::Phase;
+use crate::model::{Generation, PackageKey, Phase};
 use crate::report;
-use crate::store::{DesiredSpec, Store, StoreError};
+use crate::store::{DesiredSpec, Store};
 
 /// Largest accepted settings document, serialised.
 const MAX_SETTINGS_BYTES: usize = 1 << 20;
@@ -32,7 +33,7 @@ pub struct LifecycleService {
     store: Store,
     broker: BrokerClient<berth_telemetry::Channel>,
     outbox_wake: Arc<Notify>,
-    changes: broadcast::Sender<String>,
+    changes: broadcast::Sender<PackageKey>,
 }
 
 impl LifecycleService {
@@ -50,9 +51,9 @@ impl LifecycleService {
         }
     }
 
-    fn changed(&self, key: &str) {
+    fn changed(&self, key: &PackageKey) {
         // No receivers is fine: nobody is watching.
-        let _ = self.changes.send(key.to_owned());
+        let _ = self.changes.send(key.clone());
     }
 
     async fn load(&self, r: Option<&v1::PackageRef>) -> Result<crate::store::PackageRow, Status> {
@@ -60,23 +61,18 @@ impl LifecycleService {
         let key = id.key();
         self.store
             .get(&key)
-            .await
-            .map_err(internal)?
-            .ok_or_else(|| Status::not_found(format!("package {key} not found")))
+            .await?
+            .ok_or_else(|| LifecycleError::NotFound(key).into())
     }
-}
-
-fn internal(e: StoreError) -> Status {
-    tracing::error!(error = %e, "lifecycle store failed");
-    Status::internal(e.to_string())
 }
 
 fn settings_of(s: Option<&prost_types::Struct>) -> Result<Value, Status> {
     let settings = json::from_opt_struct(s);
     if settings.to_string().len() > MAX_SETTINGS_BYTES {
-        return Err(Status::invalid_argument(format!(
+        return Err(LifecycleError::InvalidArgument(format!(
             "settings: larger than the {MAX_SETTINGS_BYTES}-byte limit"
-        )));
+        ))
+        .into());
     }
     Ok(settings)
 }
@@ -90,7 +86,7 @@ fn check_settings(schema: Option<&Option<Value>>, settings: &Value) -> Result<bo
     let compiled = match schema {
         Some(doc) => Some(
             berth_package::Schema::from_openapi(doc)
-                .map_err(|e| Status::internal(format!("stored settings schema: {e}")))?,
+                .map_err(|e| LifecycleError::Internal(format!("stored settings schema: {e}")))?,
         ),
         None => None,
     };
@@ -101,7 +97,7 @@ fn check_settings(schema: Option<&Option<Value>>, settings: &Value) -> Result<bo
                 .iter()
                 .map(|e| format!("settings{}: {}", e.path, e.message))
                 .collect();
-            Status::invalid_argument(text.join("; "))
+            LifecycleError::InvalidArgument(text.join("; ")).into()
         })
 }
 
@@ -116,21 +112,22 @@ impl Lifecycle for LifecycleService {
     ) -> Result<Response<v1::UpdateResponse>, Status> {
         let req = req.into_inner();
         let id = convert::package_id(req.r#ref.as_ref())?;
-        tracing::Span::current().record("package.key", id.key());
+        tracing::Span::current().record("package.key", id.key().as_str());
         if req.repository.is_empty() {
-            return Err(Status::invalid_argument(
-                "repository: required (a directory holding <package>/<version>/)",
-            ));
+            return Err(LifecycleError::InvalidArgument(
+                "repository: required (a directory holding <package>/<version>/)".into(),
+            )
+            .into());
         }
         if req.version.is_empty() {
-            return Err(Status::invalid_argument("version: required"));
+            return Err(LifecycleError::InvalidArgument("version: required".into()).into());
         }
         let package = if req.package.is_empty() {
             id.name.clone()
         } else {
             req.package.clone()
         };
-        crate::model::check_label("package", &package).map_err(Status::invalid_argument)?;
+        crate::model::check_label("package", &package).map_err(LifecycleError::InvalidArgument)?;
         let settings = settings_of(req.settings.as_ref())?;
         let spec = DesiredSpec {
             id,
@@ -164,14 +161,13 @@ impl Lifecycle for LifecycleService {
                 };
                 Ok::<_, Status>((phase, tasks))
             })
-            .await
-            .map_err(internal)??;
+            .await??;
         self.outbox_wake.notify_one();
         self.changed(&outcome.key);
-        tracing::info!(package.key = %outcome.key, generation = outcome.generation, "update accepted");
+        tracing::info!(package.key = %outcome.key, generation = outcome.generation.get(), "update accepted");
         Ok(Response::new(v1::UpdateResponse {
-            key: outcome.key,
-            generation: outcome.generation,
+            key: outcome.key.into_string(),
+            generation: outcome.generation.get(),
         }))
     }
 
@@ -182,18 +178,17 @@ impl Lifecycle for LifecycleService {
     ) -> Result<Response<v1::RemoveResponse>, Status> {
         let id = convert::package_id(req.get_ref().r#ref.as_ref())?;
         let key = id.key();
-        tracing::Span::current().record("package.key", &key);
+        tracing::Span::current().record("package.key", key.as_str());
         let generation = self
             .store
             .remove(&key, |_, g| flows::remove(&key, g))
-            .await
-            .map_err(internal)?;
+            .await?;
         self.outbox_wake.notify_one();
         self.changed(&key);
         Ok(Response::new(v1::RemoveResponse {
             found: generation.is_some(),
-            generation: generation.unwrap_or_default(),
-            key,
+            generation: generation.map(Generation::get).unwrap_or_default(),
+            key: key.into_string(),
         }))
     }
 
@@ -201,7 +196,7 @@ impl Lifecycle for LifecycleService {
         &self,
         _: Request<v1::DumpRequest>,
     ) -> Result<Response<v1::DumpResponse>, Status> {
-        let rows = self.store.list().await.map_err(internal)?;
+        let rows = self.store.list().await?;
         let mut broker_error = None;
         let queues = match self
             .broker
@@ -236,8 +231,8 @@ impl Lifecycle for LifecycleService {
                 vec![]
             }
         };
-        let yaml =
-            dump::render(&rows, &queues, broker_error.as_deref()).map_err(Status::internal)?;
+        let yaml = dump::render(&rows, &queues, broker_error.as_deref())
+            .map_err(LifecycleError::Internal)?;
         Ok(Response::new(v1::DumpResponse { yaml }))
     }
 
@@ -248,7 +243,7 @@ impl Lifecycle for LifecycleService {
         let req = req.into_inner();
         let id = convert::package_id(req.r#ref.as_ref())?;
         let settings = settings_of(req.settings.as_ref())?;
-        let row = self.store.get(&id.key()).await.map_err(internal)?;
+        let row = self.store.get(&id.key()).await?;
         let checked = match &row {
             Some(row) => check_settings(row.settings_schema.as_ref(), &settings)?,
             None => false,
@@ -268,7 +263,7 @@ impl Lifecycle for LifecycleService {
         &self,
         _: Request<v1::ListRequest>,
     ) -> Result<Response<v1::ListResponse>, Status> {
-        let rows = self.store.list().await.map_err(internal)?;
+        let rows = self.store.list().await?;
         Ok(Response::new(v1::ListResponse {
             packages: rows.iter().map(convert::package).collect(),
         }))
@@ -289,12 +284,12 @@ impl Lifecycle for LifecycleService {
                     Ok(Some(row)) => vec![row],
                     Ok(None) => {
                         let _ = tx
-                            .send(Err(Status::not_found(format!("package {key} not found"))))
+                            .send(Err(LifecycleError::NotFound(key.clone()).into()))
                             .await;
                         return;
                     }
                     Err(e) => {
-                        let _ = tx.send(Err(Status::internal(e.to_string()))).await;
+                        let _ = tx.send(Err(e.into())).await;
                         return;
                     }
                 },
@@ -306,7 +301,7 @@ impl Lifecycle for LifecycleService {
                 }
             }
             loop {
-                let keys: Vec<String> = match changes.recv().await {
+                let keys: Vec<PackageKey> = match changes.recv().await {
                     Ok(key) => vec![key],
                     // Fell behind: resend everything in scope.
                     Err(broadcast::error::RecvError::Lagged(_)) => match &filter {
@@ -327,8 +322,8 @@ impl Lifecycle for LifecycleService {
                     }
                     let item = match store.get(&key).await {
                         Ok(Some(row)) => Ok(convert::package(&row)),
-                        Ok(None) => Err(Status::not_found(format!("package {key} not found"))),
-                        Err(e) => Err(Status::internal(e.to_string())),
+                        Ok(None) => Err(LifecycleError::NotFound(key).into()),
+                        Err(e) => Err(e.into()),
                     };
                     let gone = item.is_err();
                     if tx.send(item).await.is_err() || (gone && filter.is_some()) {
@@ -341,20 +336,19 @@ impl Lifecycle for LifecycleService {
     }
 
     async fn get_spec(&self, req: Request<GetSpecRequest>) -> Result<Response<Spec>, Status> {
-        let key = &req.get_ref().key;
+        let key = PackageKey::from_issued(req.into_inner().key);
         let row = self
             .store
-            .get(key)
-            .await
-            .map_err(internal)?
-            .ok_or_else(|| Status::not_found(format!("package {key} not found")))?;
+            .get(&key)
+            .await?
+            .ok_or_else(|| LifecycleError::NotFound(key.clone()))?;
         Ok(Response::new(Spec {
-            key: row.key.clone(),
+            key: row.key.to_string(),
             r#ref: Some(convert::package_ref(&row.id)),
             repository: row.repository.clone(),
             package: row.package.clone(),
             version: row.version.clone(),
-            generation: row.generation,
+            generation: row.generation.get(),
             settings: Some(json::to_struct(&row.settings)),
             values_patch_json: Value::Array(row.values_patch.clone()).to_string(),
             present: !row.removing,
@@ -367,22 +361,21 @@ impl Lifecycle for LifecycleService {
         req: Request<ReportRequest>,
     ) -> Result<Response<ReportResponse>, Status> {
         let req = req.into_inner();
-        let accepted = if req.removed {
-            self.store
-                .delete_if(&req.key, req.generation)
-                .await
-                .map_err(internal)?
-        } else {
-            let change = report::Change::parse(&req).map_err(Status::invalid_argument)?;
-            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-            self.store
-                .modify(&req.key, req.generation, |row| change.apply(row, &now))
-                .await
-                .map_err(internal)?
+        let report = convert::report(&req).map_err(LifecycleError::InvalidArgument)?;
+        let key = PackageKey::from_issued(req.key);
+        let generation = Generation::new(req.generation);
+        let accepted = match report {
+            report::Report::Removed => self.store.delete_if(&key, generation).await?,
+            report::Report::Change(change) => {
+                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                self.store
+                    .modify(&key, generation, |row| change.apply(row, &now))
+                    .await?
+            }
         };
         if accepted {
             self.outbox_wake.notify_one();
-            self.changed(&req.key);
+            self.changed(&key);
         }
         Ok(Response::new(ReportResponse { accepted }))
     }

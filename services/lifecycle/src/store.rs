@@ -5,7 +5,8 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
-use crate::model::{Condition, Kind, PackageId, Phase};
+use crate::model::{Condition, Generation, Kind, PackageId, PackageKey, Phase};
+use crate::outbox;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -27,12 +28,12 @@ pub enum StoreError {
 #[derive(Clone, Debug)]
 pub struct PackageRow {
     pub id: PackageId,
-    pub key: String,
+    pub key: PackageKey,
     pub repository: String,
     pub package: String,
     pub version: String,
-    pub generation: i64,
-    pub observed_generation: i64,
+    pub generation: Generation,
+    pub observed_generation: Generation,
     pub settings: Value,
     pub phase: Phase,
     pub conditions: Vec<Condition>,
@@ -76,8 +77,8 @@ pub struct Store {
 
 /// What an Update did, so the caller can plan the tasks.
 pub struct UpdateOutcome {
-    pub key: String,
-    pub generation: i64,
+    pub key: PackageKey,
+    pub generation: Generation,
     /// None for a new package; otherwise the previous row.
     pub previous: Option<PackageRow>,
 }
@@ -106,7 +107,11 @@ impl Store {
     pub async fn update<E>(
         &self,
         spec: DesiredSpec,
-        plan: impl FnOnce(Option<&PackageRow>, &str, i64) -> Result<(Phase, Vec<Value>), E>,
+        plan: impl FnOnce(
+            Option<&PackageRow>,
+            &PackageKey,
+            Generation,
+        ) -> Result<(Phase, Vec<outbox::Row>), E>,
     ) -> Result<Result<UpdateOutcome, E>, StoreError> {
         let key = spec.id.key();
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
@@ -125,14 +130,14 @@ impl Store {
                version = excluded.version, generation = excluded.generation, settings = excluded.settings,
                phase = excluded.phase, removing = 0, last_error = ''",
         )
-        .bind(&key)
+        .bind(key.as_str())
         .bind(spec.id.kind.as_str())
         .bind(&spec.id.name)
         .bind(&spec.id.namespace)
         .bind(&spec.repository)
         .bind(&spec.package)
         .bind(&spec.version)
-        .bind(generation)
+        .bind(generation.get())
         .bind(&settings)
         .bind(phase.as_str())
         .execute(&mut *tx)
@@ -150,9 +155,9 @@ impl Store {
     /// there is no such package.
     pub async fn remove(
         &self,
-        key: &str,
-        plan: impl FnOnce(&PackageRow, i64) -> Vec<Value>,
-    ) -> Result<Option<i64>, StoreError> {
+        key: &PackageKey,
+        plan: impl FnOnce(&PackageRow, Generation) -> Vec<outbox::Row>,
+    ) -> Result<Option<Generation>, StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let Some(row) = fetch(&mut *tx, key).await? else {
             return Ok(None);
@@ -160,9 +165,9 @@ impl Store {
         let generation = next_generation(&mut tx, key).await?;
         let outbox = plan(&row, generation);
         sqlx::query("UPDATE packages SET generation = ?, phase = ?, removing = 1, last_error = '' WHERE key = ?")
-            .bind(generation)
+            .bind(generation.get())
             .bind(Phase::Removing.as_str())
-            .bind(key)
+            .bind(key.as_str())
             .execute(&mut *tx)
             .await?;
         insert_outbox(&mut tx, &outbox).await?;
@@ -170,7 +175,7 @@ impl Store {
         Ok(Some(generation))
     }
 
-    pub async fn get(&self, key: &str) -> Result<Option<PackageRow>, StoreError> {
+    pub async fn get(&self, key: &PackageKey) -> Result<Option<PackageRow>, StoreError> {
         let mut conn = self.pool.acquire().await?;
         fetch(&mut *conn, key).await
     }
@@ -187,9 +192,9 @@ impl Store {
     /// newer (a stale report).
     pub async fn modify(
         &self,
-        key: &str,
-        generation: i64,
-        change: impl FnOnce(&mut PackageRow) -> Vec<Value>,
+        key: &PackageKey,
+        generation: Generation,
+        change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row>,
     ) -> Result<bool, StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let Some(mut row) = fetch(&mut *tx, key).await? else {
@@ -209,7 +214,7 @@ impl Store {
                settings_schema = ?, schema_version = ?, hooks = ?, last_error = ? WHERE key = ?",
         )
         .bind(row.phase.as_str())
-        .bind(row.observed_generation)
+        .bind(row.observed_generation.get())
         .bind(serde_json::to_string(&row.conditions).unwrap_or_default())
         .bind(row.values.to_string())
         .bind(Value::Array(row.values_patch.clone()).to_string())
@@ -217,7 +222,7 @@ impl Store {
         .bind(&row.schema_version)
         .bind(serde_json::to_string(&row.hooks).unwrap_or_default())
         .bind(&row.last_error)
-        .bind(key)
+        .bind(key.as_str())
         .execute(&mut *tx)
         .await?;
         insert_outbox(&mut tx, &outbox).await?;
@@ -227,32 +232,37 @@ impl Store {
 
     /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
     /// overtook).
-    pub async fn delete_if(&self, key: &str, generation: i64) -> Result<bool, StoreError> {
+    pub async fn delete_if(
+        &self,
+        key: &PackageKey,
+        generation: Generation,
+    ) -> Result<bool, StoreError> {
         let done =
             sqlx::query("DELETE FROM packages WHERE key = ? AND generation = ? AND removing = 1")
-                .bind(key)
-                .bind(generation)
+                .bind(key.as_str())
+                .bind(generation.get())
                 .execute(&self.pool)
                 .await?;
         Ok(done.rows_affected() > 0)
     }
 
-    /// The oldest undelivered outbox rows.
-    pub async fn outbox_batch(&self, limit: i64) -> Result<Vec<(i64, Value)>, StoreError> {
+    /// The oldest undelivered outbox rows, as stored (id, body); the relay decodes them.
+    pub async fn outbox_batch(&self, limit: i64) -> Result<Vec<(i64, String)>, StoreError> {
         let rows = sqlx::query("SELECT id, body FROM outbox ORDER BY id LIMIT ?")
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                let body: String = r.get("body");
-                (
-                    r.get("id"),
-                    serde_json::from_str(&body).unwrap_or(Value::Null),
-                )
-            })
-            .collect())
+        Ok(rows.iter().map(|r| (r.get("id"), r.get("body"))).collect())
+    }
+
+    /// Writes an outbox row body as is, for tests of rows this lifecycle would not write.
+    #[cfg(test)]
+    pub(crate) async fn outbox_insert_raw(&self, body: &str) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO outbox (body) VALUES (?)")
+            .bind(body)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     pub async fn outbox_delete(&self, up_to: i64) -> Result<(), StoreError> {
@@ -266,38 +276,38 @@ impl Store {
 
 async fn next_generation(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    key: &str,
-) -> Result<i64, StoreError> {
+    key: &PackageKey,
+) -> Result<Generation, StoreError> {
     let row = sqlx::query(
         "INSERT INTO generations (key, generation) VALUES (?, 1)
          ON CONFLICT (key) DO UPDATE SET generation = generations.generation + 1
          RETURNING generation",
     )
-    .bind(key)
+    .bind(key.as_str())
     .fetch_one(&mut **tx)
     .await?;
-    Ok(row.get("generation"))
+    Ok(Generation::new(row.get("generation")))
 }
 
 async fn insert_outbox(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    bodies: &[Value],
+    rows: &[outbox::Row],
 ) -> Result<(), StoreError> {
-    for body in bodies {
+    for row in rows {
         sqlx::query("INSERT INTO outbox (body) VALUES (?)")
-            .bind(body.to_string())
+            .bind(row.encode())
             .execute(&mut **tx)
             .await?;
     }
     Ok(())
 }
 
-async fn fetch<'c, E>(executor: E, key: &str) -> Result<Option<PackageRow>, StoreError>
+async fn fetch<'c, E>(executor: E, key: &PackageKey) -> Result<Option<PackageRow>, StoreError>
 where
     E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
 {
     let row = sqlx::query("SELECT * FROM packages WHERE key = ?")
-        .bind(key)
+        .bind(key.as_str())
         .fetch_optional(executor)
         .await?;
     row.as_ref().map(decode).transpose()
@@ -342,8 +352,8 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
         repository: r.get("repository"),
         package: r.get("package"),
         version: r.get("version"),
-        generation: r.get("generation"),
-        observed_generation: r.get("observed_generation"),
+        generation: Generation::new(r.get("generation")),
+        observed_generation: Generation::new(r.get("observed_generation")),
         settings: json("settings")?,
         phase: Phase::parse(&phase).ok_or_else(|| corrupt("phase", phase.clone()))?,
         conditions: serde_json::from_value(json("conditions")?)
@@ -356,6 +366,6 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
             .map_err(|e| corrupt("hooks", e.to_string()))?,
         last_error: r.get("last_error"),
         removing: r.get::<i64, _>("removing") != 0,
-        key,
+        key: PackageKey::from_issued(key),
     })
 }

@@ -2,7 +2,11 @@
 
 use std::path::PathBuf;
 
-use berth_proto::lifecycle::{ConditionUpdate, GetSpecRequest, ReportRequest, Spec};
+use berth_proto::lifecycle::report_request::Report;
+use berth_proto::lifecycle::{
+    ConditionStatus, ConditionType, ConditionUpdate, GetSpecRequest, Phase, Progress,
+    ReportRequest, Spec, TaskFailed,
+};
 use berth_proto::queue::Task;
 use berth_proto::tasks::TaskKind;
 use berth_queue::worker::TaskError;
@@ -26,16 +30,6 @@ pub fn rpc_error(call: &str, status: tonic::Status) -> TaskError {
         status.message(),
         status.code()
     ))
-}
-
-/// A condition of the package: type, status, reason, message.
-pub fn condition(t: &str, s: &str, r: &str, m: &str) -> ConditionUpdate {
-    ConditionUpdate {
-        r#type: t.into(),
-        status: s.into(),
-        reason: r.into(),
-        message: m.into(),
-    }
 }
 
 impl<'a> TaskContext<'a> {
@@ -98,9 +92,12 @@ impl<'a> TaskContext<'a> {
         (r.name, r.namespace)
     }
 
-    pub async fn report(&self, mut req: ReportRequest) -> Result<bool, TaskError> {
-        req.key = self.spec.key.clone();
-        req.generation = self.spec.generation;
+    pub async fn report(&self, report: Report) -> Result<bool, TaskError> {
+        let req = ReportRequest {
+            key: self.spec.key.clone(),
+            generation: self.spec.generation,
+            report: Some(report),
+        };
         let accepted = self
             .services
             .lifecycle
@@ -113,20 +110,33 @@ impl<'a> TaskContext<'a> {
         Ok(accepted)
     }
 
-    /// Reports a phase and conditions.
-    pub async fn progress(
+    /// Reports a new phase.
+    pub async fn set_phase(&self, phase: Phase) -> Result<(), TaskError> {
+        self.report(Report::Progress(Progress {
+            phase: phase as i32,
+            conditions: vec![],
+        }))
+        .await
+        .map(|_| ())
+    }
+
+    /// Reports a condition of the package: type, status, reason, message.
+    pub async fn set_condition(
         &self,
-        phase: &str,
-        conditions: &[(&str, &str, &str, &str)],
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
     ) -> Result<(), TaskError> {
-        self.report(ReportRequest {
-            phase: phase.to_owned(),
-            conditions: conditions
-                .iter()
-                .map(|(t, s, r, m)| condition(t, s, r, m))
-                .collect(),
-            ..Default::default()
-        })
+        self.report(Report::Progress(Progress {
+            phase: Phase::Unspecified as i32,
+            conditions: vec![ConditionUpdate {
+                r#type: type_ as i32,
+                status: status as i32,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+            }],
+        }))
         .await
         .map(|_| ())
     }
@@ -134,13 +144,7 @@ impl<'a> TaskContext<'a> {
     /// Records a task failure on the package; best effort.
     pub async fn report_error(&self, kind: TaskKind, message: &str) {
         let error = format!("{}: {message}", kind.as_str());
-        if let Err(e) = self
-            .report(ReportRequest {
-                error,
-                ..Default::default()
-            })
-            .await
-        {
+        if let Err(e) = self.report(Report::TaskFailed(TaskFailed { error })).await {
             tracing::warn!(error = %e.message, "could not report a task failure");
         }
     }

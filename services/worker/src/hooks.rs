@@ -4,6 +4,8 @@
 use berth_hooks::binding_context::{self, BindingContext};
 use berth_hooks::{Hook, LifecycleBinding, RunOutput, RunRequest};
 use berth_package::Package;
+use berth_proto::lifecycle::HookRunReport;
+use berth_proto::lifecycle::report_request::Report;
 use berth_queue::worker::TaskError;
 use serde_json::Value;
 use tracing::Instrument as _;
@@ -91,13 +93,11 @@ pub async fn apply_outputs(
 
 /// Records a hook run for Dump; best effort.
 pub async fn report_run(cx: &TaskContext<'_>, hook: &str, error: &str) {
-    let report = berth_proto::lifecycle::ReportRequest {
-        hook_run: Some(berth_proto::lifecycle::HookRunReport {
-            name: hook.to_owned(),
-            error: error.to_owned(),
-        }),
-        ..Default::default()
-    };
+    let report = Report::HookRun(HookRunReport {
+        name: hook.to_owned(),
+        error: error.to_owned(),
+        values: None,
+    });
     if let Err(e) = cx.report(report).await {
         tracing::warn!(error = %e.message, "could not report a hook run");
     }

@@ -5,7 +5,7 @@
 use berth_package::{LocalRepository, Package};
 use serde_json::Value;
 
-use berth_proto::lifecycle::ReportRequest;
+use berth_proto::lifecycle::report_request::Report;
 use berth_queue::worker::TaskError;
 
 use crate::context::TaskContext;
@@ -112,12 +112,11 @@ pub async fn report_values(
     values: &Values,
     inside_run: bool,
 ) -> Result<(), TaskError> {
-    cx.report(ReportRequest {
+    cx.report(Report::Values(berth_proto::lifecycle::Values {
         values: Some(berth_proto::json::to_struct(&values.current)),
         values_patch_json: values.new_ops_json(),
         patch_inside_run: inside_run,
-        ..Default::default()
-    })
+    }))
     .await
     .map(|_| ())
 }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use berth_hooks::binding_context::{self, BindingContext};
 use berth_hooks::{KubernetesBinding, Snapshots};
 use berth_proto::queue::Task;
-use berth_proto::tasks::TaskKind;
-use serde_json::{Value, json};
+use berth_proto::tasks::{HookRunPayload, TaskKind};
+use serde_json::Value;
 
 use super::binding::Change;
 use super::registry::State;
@@ -139,9 +139,12 @@ pub fn hook_run_task(
         package: package.to_owned(),
         generation,
         kind: TaskKind::HookRun.as_str().to_owned(),
-        payload_json:
-            json!({"hook": hook, "binding_type": binding_type, "binding_contexts": contexts})
-                .to_string(),
+        payload_json: HookRunPayload {
+            hook: hook.to_owned(),
+            binding_type: binding_type.to_owned(),
+            binding_contexts: contexts,
+        }
+        .to_json(),
         traceparent: berth_telemetry::current_traceparent(),
         allow_failure,
         ..Default::default()
@@ -154,6 +157,7 @@ mod tests {
 
     use berth_hooks::HookConfig;
     use berth_proto::hookevent as pb;
+    use serde_json::json;
 
     use super::super::binding::BindingState;
     use super::super::registry::{PackageState, Registered};

@@ -151,19 +151,11 @@ pub struct ReleaseManager {
 /// Validates a release name (DNS-1123 subdomain, at most 53 characters, as Helm requires) or
 /// a namespace (`dots: false`: DNS-1123 label, at most 63).
 pub fn validate_name(what: &str, name: &str, max: usize, dots: bool) -> Result<(), ReleaseError> {
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && l.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && l.ends_with(|c: char| c.is_ascii_alphanumeric())
+    let ok = if dots {
+        berth_names::is_dns_subdomain(name, max)
+    } else {
+        name.len() <= max && berth_names::is_dns_label(name)
     };
-    let ok = name.len() <= max
-        && if dots {
-            name.split('.').all(label_ok)
-        } else {
-            label_ok(name)
-        };
     if ok {
         return Ok(());
     }
@@ -179,7 +171,7 @@ pub fn validate_name(what: &str, name: &str, max: usize, dots: bool) -> Result<(
 
 fn validate_release(name: &str, namespace: &str) -> Result<(), ReleaseError> {
     validate_name("release name", name, MAX_NAME_LEN, true)?;
-    validate_name("namespace", namespace, 63, false)
+    validate_name("namespace", namespace, berth_names::MAX_LABEL_LEN, false)
 }
 impl ReleaseManager {
     pub fn new(client: Client) -> Self {

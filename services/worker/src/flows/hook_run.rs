@@ -1,23 +1,21 @@
 //! HookRun: one hook run with the binding contexts of its event (or schedule), under the
 //! hook's `settings` throttle.
 
-use berth_proto::lifecycle::ReportRequest;
+use berth_proto::lifecycle::HookRunReport;
+use berth_proto::lifecycle::report_request::Report;
 use berth_proto::queue::Task;
+use berth_proto::tasks::HookRunPayload;
 use berth_queue::worker::TaskError;
-use serde_json::Value;
 
 use crate::context::TaskContext;
 use crate::hooks::{apply_outputs, report_run, run_hook};
 use crate::package::{Values, ensure};
 
 pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
-    let payload: Value = serde_json::from_str(&task.payload_json)
-        .map_err(|e| TaskError::permanent(format!("HookRun payload is not JSON: {e}")))?;
-    let name = payload["hook"].as_str().unwrap_or_default();
-    let contexts = payload
-        .get("binding_contexts")
-        .cloned()
-        .unwrap_or_else(|| Value::Array(vec![]));
+    let payload = HookRunPayload::from_json(&task.payload_json)
+        .map_err(|e| TaskError::permanent(format!("HookRun payload: {e}")))?;
+    let name = payload.hook.as_str();
+    let contexts = payload.binding_contexts;
     let pkg = ensure(cx).await?;
     let hooks = cx.package_hooks(&pkg).await?;
     let hook = hooks.iter().find(|h| h.name == name).ok_or_else(|| {
@@ -33,15 +31,15 @@ pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError
         report_run(cx, name, &e.message).await;
         return Err(e);
     }
-    cx.report(ReportRequest {
-        values: Some(berth_proto::json::to_struct(&values.current)),
-        values_patch_json: values.new_ops_json(),
-        hook_run: Some(berth_proto::lifecycle::HookRunReport {
-            name: name.to_owned(),
-            error: String::new(),
+    cx.report(Report::HookRun(HookRunReport {
+        name: name.to_owned(),
+        error: String::new(),
+        values: Some(berth_proto::lifecycle::Values {
+            values: Some(berth_proto::json::to_struct(&values.current)),
+            values_patch_json: values.new_ops_json(),
+            patch_inside_run: false,
         }),
-        ..Default::default()
-    })
+    }))
     .await?;
     Ok(())
 }

@@ -3,7 +3,8 @@
 
 use berth_hooks::LifecycleBinding;
 use berth_proto::hookevent::RemoveBindingsRequest;
-use berth_proto::lifecycle::ReportRequest;
+use berth_proto::lifecycle::Removed;
+use berth_proto::lifecycle::report_request::Report;
 use berth_proto::release::UninstallRequest;
 use berth_queue::worker::TaskError;
 
@@ -81,10 +82,6 @@ pub async fn cleanup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             .await
             .map_err(|e| TaskError::retry(format!("deleting {}: {e}", dir.display())))?;
     }
-    cx.report(ReportRequest {
-        removed: true,
-        ..Default::default()
-    })
-    .await?;
+    cx.report(Report::Removed(Removed {})).await?;
     Ok(())
 }

@@ -4,11 +4,12 @@
 use std::time::{Duration, Instant};
 
 use berth_hooks::LifecycleBinding;
-use berth_proto::lifecycle::ReportRequest;
+use berth_proto::lifecycle::report_request::Report;
+use berth_proto::lifecycle::{ConditionStatus, ConditionType, RunSucceeded};
 use berth_proto::release::{ChartFile, InstallRequest, StatusRequest};
 use berth_queue::worker::TaskError;
 
-use crate::context::{TaskContext, condition, rpc_error};
+use crate::context::{TaskContext, rpc_error};
 use crate::hooks::run_lifecycle;
 use crate::package::{Values, ensure, report_values};
 
@@ -39,13 +40,20 @@ async fn install(
         Ok(r) => {
             let r = r.into_inner();
             let msg = format!("revision {} with {} objects", r.revision, r.objects.len());
-            cx.progress("", &[("ManifestsApplied", "True", "Applied", &msg)])
-                .await
+            cx.set_condition(
+                ConditionType::ManifestsApplied,
+                ConditionStatus::True,
+                "Applied",
+                &msg,
+            )
+            .await
         }
         Err(s) => {
-            cx.progress(
-                "",
-                &[("ManifestsApplied", "False", "ApplyFailed", s.message())],
+            cx.set_condition(
+                ConditionType::ManifestsApplied,
+                ConditionStatus::False,
+                "ApplyFailed",
+                s.message(),
             )
             .await?;
             Err(rpc_error("release Install", s))
@@ -87,23 +95,27 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     }
     .await;
     if let Err(e) = hooks_result {
-        cx.progress("", &[("HooksProcessed", "False", "HookFailed", &e.message)])
-            .await?;
+        cx.set_condition(
+            ConditionType::HooksProcessed,
+            ConditionStatus::False,
+            "HookFailed",
+            &e.message,
+        )
+        .await?;
         return Err(e);
     }
     report_values(cx, &values, true).await?;
-    cx.progress("", &[("HooksProcessed", "True", "Processed", "")])
-        .await?;
+    cx.set_condition(
+        ConditionType::HooksProcessed,
+        ConditionStatus::True,
+        "Processed",
+        "",
+    )
+    .await?;
     if pkg.is_helm {
         wait_ready(cx).await?;
     }
-    cx.report(ReportRequest {
-        phase: "Running".to_owned(),
-        conditions: vec![condition("Ready", "True", "Ready", "")],
-        clear_error: true,
-        ..Default::default()
-    })
-    .await?;
+    cx.report(Report::RunSucceeded(RunSucceeded {})).await?;
     Ok(())
 }
 
@@ -135,8 +147,13 @@ async fn wait_ready(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         }
         let waiting = status.not_ready.join(", ");
         if !reported {
-            cx.progress("", &[("Ready", "False", "WaitingForObjects", &waiting)])
-                .await?;
+            cx.set_condition(
+                ConditionType::Ready,
+                ConditionStatus::False,
+                "WaitingForObjects",
+                &waiting,
+            )
+            .await?;
             reported = true;
         }
         let now = Instant::now();

@@ -3,24 +3,37 @@
 
 use berth_hooks::LifecycleBinding;
 use berth_hooks::binding_context::{self, BindingContext};
-use berth_proto::lifecycle::{HookInfo, ReportRequest};
+use berth_proto::lifecycle::report_request::Report;
+use berth_proto::lifecycle::{
+    ConditionStatus, ConditionType, HookInfo, Loaded, Phase, SettingsApplied,
+};
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
-use crate::context::{TaskContext, condition, rpc_error};
+use crate::context::{TaskContext, rpc_error};
 use crate::hooks::{apply_outputs, report_run, run_hook, run_lifecycle};
 use crate::package::{Values, ensure, report_values};
 
 pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
-    cx.progress("Downloading", &[]).await?;
+    cx.set_phase(Phase::Downloading).await?;
     match ensure(cx).await {
         Ok(_) => {
-            cx.progress("", &[("Downloaded", "True", "Downloaded", "")])
-                .await
+            cx.set_condition(
+                ConditionType::Downloaded,
+                ConditionStatus::True,
+                "Downloaded",
+                "",
+            )
+            .await
         }
         Err(e) => {
-            cx.progress("", &[("Downloaded", "False", "DownloadFailed", &e.message)])
-                .await?;
+            cx.set_condition(
+                ConditionType::Downloaded,
+                ConditionStatus::False,
+                "DownloadFailed",
+                &e.message,
+            )
+            .await?;
             Err(e)
         }
     }
@@ -31,8 +44,13 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let hooks = match cx.package_hooks(&pkg).await {
         Ok(h) => h,
         Err(e) => {
-            cx.progress("", &[("Loaded", "False", "HookConfigInvalid", &e.message)])
-                .await?;
+            cx.set_condition(
+                ConditionType::Loaded,
+                ConditionStatus::False,
+                "HookConfigInvalid",
+                &e.message,
+            )
+            .await?;
             return Err(e);
         }
     };
@@ -40,24 +58,22 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
         // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
         if status.code() == tonic::Code::InvalidArgument {
-            cx.progress(
-                "",
-                &[("Loaded", "False", "BindingInvalid", status.message())],
+            cx.set_condition(
+                ConditionType::Loaded,
+                ConditionStatus::False,
+                "BindingInvalid",
+                status.message(),
             )
             .await?;
         }
         return Err(rpc_error("hookevent SetBindings", status));
     }
-    cx.report(ReportRequest {
-        phase: "Loaded".to_owned(),
-        conditions: vec![condition("Loaded", "True", "Loaded", "")],
-        has_settings_schema: true,
+    cx.report(Report::Loaded(Loaded {
         settings_schema_json: pkg
             .settings_schema
             .as_ref()
             .map(|s| s.as_json().to_string())
             .unwrap_or_default(),
-        has_hooks: true,
         hooks: hooks
             .iter()
             .map(|h| HookInfo {
@@ -65,8 +81,7 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
                 bindings: h.binding_summaries(),
             })
             .collect(),
-        ..Default::default()
-    })
+    }))
     .await?;
     Ok(())
 }
@@ -87,17 +102,20 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
     match Values::compute(&pkg, cx) {
         Ok(values) => {
-            cx.report(ReportRequest {
-                conditions: vec![condition("SettingsValid", "True", "Valid", "")],
+            cx.report(Report::SettingsApplied(SettingsApplied {
                 values: Some(berth_proto::json::to_struct(&values.current)),
-                ..Default::default()
-            })
+            }))
             .await?;
             Ok(())
         }
         Err(e) => {
-            cx.progress("", &[("SettingsValid", "False", "Invalid", &e.message)])
-                .await?;
+            cx.set_condition(
+                ConditionType::SettingsValid,
+                ConditionStatus::False,
+                "Invalid",
+                &e.message,
+            )
+            .await?;
             Err(e)
         }
     }
