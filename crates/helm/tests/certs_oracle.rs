@@ -199,11 +199,23 @@ fn key_shape(text: &str) -> String {
             ),
             Err(e) => format!("bad pkcs8 {e}"),
         },
+        // version, p, q, g, y, x. p and q have their top bit set, so their sizes are fixed;
+        // g, y (mod p) and x (mod q) are random and one byte shorter once in 256 draws, in
+        // helm's keys as in berth's: only their bounds are compared.
         "DSA PRIVATE KEY" => match Vec::<der::asn1::UintRef<'_>>::from_der(&der) {
-            Ok(ints) => format!(
-                "dsa {:?}",
-                ints.iter().map(|i| i.as_bytes().len()).collect::<Vec<_>>()
-            ),
+            Ok(ints) if ints.len() == 6 => {
+                let len = |i: usize| ints[i].as_bytes().len();
+                format!(
+                    "dsa v{:?} p={} q={} g<=p:{} y<=p:{} x<=q:{}",
+                    ints[0].as_bytes(),
+                    len(1),
+                    len(2),
+                    len(3) <= len(1),
+                    len(4) <= len(1),
+                    len(5) <= len(2)
+                )
+            }
+            Ok(ints) => format!("dsa with {} integers", ints.len()),
             Err(e) => format!("bad dsa {e}"),
         },
         other => format!("unexpected label {other}"),
