@@ -100,6 +100,7 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         package: String::new(),
         version: "1.0.0".into(),
         settings: settings(s),
+        force: false,
     };
 
     // Install.
@@ -117,6 +118,63 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         "{running:?}"
     );
     namespace.label(&kube).await?;
+
+    // The same Update again changes nothing: same generation, no hook runs again. With
+    // `force`, the package converges again under a new generation.
+    let runs = |p: &v1::Package| {
+        p.hooks
+            .iter()
+            .map(|h| (h.name.clone(), h.runs))
+            .collect::<Vec<_>>()
+    };
+    let before = client
+        .get(v1::GetRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?
+        .into_inner();
+    let same = client
+        .update(update(json!({"message": "world", "replicas": 2})))
+        .await?
+        .into_inner();
+    assert_eq!(
+        same.generation, accepted.generation,
+        "an identical Update is a no-op"
+    );
+    let after = client
+        .get(v1::GetRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (after.generation, runs(&after)),
+        (before.generation, runs(&before)),
+        "nothing ran again"
+    );
+    let forced = client
+        .update(v1::UpdateRequest {
+            force: true,
+            ..update(json!({"message": "world", "replicas": 2}))
+        })
+        .await?
+        .into_inner();
+    assert!(
+        forced.generation > accepted.generation,
+        "force converges again"
+    );
+    let rerun = wait_running(&mut client, &r, forced.generation).await?;
+    let greeting_runs = |p: &v1::Package| {
+        p.hooks
+            .iter()
+            .find(|h| h.name == "10-greeting.sh")
+            .map(|h| h.runs)
+    };
+    assert!(
+        greeting_runs(&rerun) > greeting_runs(&before),
+        "the beforeHelm hook ran again: {rerun:?}"
+    );
+    let accepted = forced;
 
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &namespace);
     let deployments: Api<Deployment> = Api::namespaced(kube.clone(), &namespace);

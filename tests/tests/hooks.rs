@@ -267,12 +267,14 @@ async fn kubernetes_binding_journey(endpoint: &str, kube: kube::Client) -> anyho
         async move { Ok(cms.get_opt("a-mirror").await?.is_none()) }
     })
     .await?;
-    // A settings-only Update keeps the bindings, and their events still reach the hook.
+    // Converging again (a forced Update of the same spec) keeps the bindings, and their
+    // events still reach the hook.
     let again = client
         .update(v1::UpdateRequest {
             r#ref: Some(r.clone()),
             repository: fixtures(),
             version: "1.0.0".into(),
+            force: true,
             ..Default::default()
         })
         .await?
@@ -284,7 +286,7 @@ async fn kubernetes_binding_journey(endpoint: &str, kube: kube::Client) -> anyho
         &configmap("b", json!({"app": "watched"}), json!({"v": "b"}))?,
     )
     .await?;
-    wait_seen(&mut client, &r, "Added after a settings-only Update", |s| {
+    wait_seen(&mut client, &r, "Added after a forced Update", |s| {
         s.contains(&"Event:Added:b:b".to_owned())
     })
     .await?;
@@ -397,6 +399,7 @@ fn update(
         package: package.to_owned(),
         version: "1.0.0".into(),
         settings: settings.as_ref().map(berth_proto::json::to_struct),
+        force: false,
     }
 }
 

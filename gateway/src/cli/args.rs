@@ -100,6 +100,10 @@ pub enum Command {
         /// Settings as a YAML or JSON file.
         #[arg(long)]
         settings: Option<PathBuf>,
+        /// Converge again (hooks and release) even when nothing changed; an identical Update
+        /// is otherwise a no-op.
+        #[arg(long)]
+        force: bool,
         /// Wait until the package is Running (or failed), printing its phases.
         #[arg(long)]
         wait: bool,

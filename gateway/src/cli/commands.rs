@@ -178,6 +178,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             repo,
             version,
             settings,
+            force,
             wait,
             timeout,
         } => {
@@ -190,6 +191,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 package: package.clone().unwrap_or_default(),
                 version: version.clone(),
                 settings: settings.as_deref().map(read_settings).transpose()?,
+                force: *force,
             };
             let accepted = client
                 .update(request)

@@ -129,6 +129,22 @@ impl Lifecycle for LifecycleService {
         };
         crate::model::check_label("package", &package).map_err(LifecycleError::InvalidArgument)?;
         let settings = settings_of(req.settings.as_ref())?;
+        // An Update identical to what is wanted already is a no-op (unless forced): it answers
+        // the current generation, and no hook runs again.
+        if !req.force
+            && let Some(current) = self.store.get(&id.key()).await?
+            && !current.removing
+            && current.repository == req.repository
+            && current.package == package
+            && current.version == req.version
+            && current.settings == settings
+        {
+            tracing::info!(package.key = %current.key, generation = current.generation.get(), "update identical to the current spec: nothing to do");
+            return Ok(Response::new(v1::UpdateResponse {
+                key: current.key.into_string(),
+                generation: current.generation.get(),
+            }));
+        }
         let spec = DesiredSpec {
             id,
             repository: req.repository.clone(),

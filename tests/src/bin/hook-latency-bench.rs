@@ -395,6 +395,7 @@ async fn install(
             settings: Some(berth_proto::json::to_struct(
                 &json!({"startsFile": file.display().to_string()}),
             )),
+            force: false,
         };
         async move {
             let accepted = client.update(request).await.context("Update")?.into_inner();
