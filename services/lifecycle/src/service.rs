@@ -66,6 +66,13 @@ impl LifecycleService {
     }
 }
 
+/// Why an Update wrote nothing: its settings were refused, or it asked for what is wanted
+/// already (the current generation).
+enum NotPlanned {
+    Refused(Status),
+    Unchanged(Generation),
+}
+
 fn settings_of(s: Option<&prost_types::Struct>) -> Result<Value, Status> {
     let settings = json::from_opt_struct(s);
     if settings.to_string().len() > MAX_SETTINGS_BYTES {
@@ -129,22 +136,7 @@ impl Lifecycle for LifecycleService {
         };
         crate::model::check_label("package", &package).map_err(LifecycleError::InvalidArgument)?;
         let settings = settings_of(req.settings.as_ref())?;
-        // An Update identical to what is wanted already is a no-op (unless forced): it answers
-        // the current generation, and no hook runs again.
-        if !req.force
-            && let Some(current) = self.store.get(&id.key()).await?
-            && !current.removing
-            && current.repository == req.repository
-            && current.package == package
-            && current.version == req.version
-            && current.settings == settings
-        {
-            tracing::info!(package.key = %current.key, generation = current.generation.get(), "update identical to the current spec: nothing to do");
-            return Ok(Response::new(v1::UpdateResponse {
-                key: current.key.into_string(),
-                generation: current.generation.get(),
-            }));
-        }
+        let id_key = id.key();
         let spec = DesiredSpec {
             id,
             repository: req.repository.clone(),
@@ -157,9 +149,22 @@ impl Lifecycle for LifecycleService {
             package: &package,
             version: &req.version,
         };
-        let outcome = self
+        let planned = self
             .store
             .update(spec, |previous, key, generation| {
+                // An Update identical to what is wanted already is a no-op (unless forced): it
+                // writes nothing and answers the current generation, and no hook runs again.
+                // Decided on the row being replaced, in the same transaction.
+                if let Some(existing) = previous
+                    && !req.force
+                    && !existing.removing
+                    && existing.repository == req.repository
+                    && existing.package == package
+                    && existing.version == req.version
+                    && existing.settings == settings
+                {
+                    return Err(NotPlanned::Unchanged(existing.generation));
+                }
                 // Settings of a loaded package are checked now, against the row being replaced
                 // (in the same transaction), so bad input changes nothing. A new version may
                 // bring a new schema: then they are checked when it loads.
@@ -168,16 +173,29 @@ impl Lifecycle for LifecycleService {
                     && existing.package == package
                     && !existing.removing
                 {
-                    check_settings(existing.settings_schema.as_ref(), &settings)?;
+                    check_settings(existing.settings_schema.as_ref(), &settings)
+                        .map_err(NotPlanned::Refused)?;
                 }
                 let (restart, tasks) = flows::update(previous, key, generation, &new);
                 let phase = match previous {
                     Some(p) if !restart => p.phase,
                     _ => Phase::Pending,
                 };
-                Ok::<_, Status>((phase, tasks))
+                Ok((phase, tasks))
             })
-            .await??;
+            .await?;
+        let outcome = match planned {
+            Ok(outcome) => outcome,
+            Err(NotPlanned::Refused(status)) => return Err(status),
+            Err(NotPlanned::Unchanged(generation)) => {
+                let key = id_key;
+                tracing::info!(package.key = %key, generation = generation.get(), "update identical to the current spec: nothing to do");
+                return Ok(Response::new(v1::UpdateResponse {
+                    key: key.into_string(),
+                    generation: generation.get(),
+                }));
+            }
+        };
         self.outbox_wake.notify_one();
         self.changed(&outcome.key);
         tracing::info!(package.key = %outcome.key, generation = outcome.generation.get(), "update accepted");
