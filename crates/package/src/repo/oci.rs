@@ -165,6 +165,17 @@ impl OciRepository {
 
     /// The versions tagged for `package`, ascending; tags that are not versions are ignored.
     pub async fn versions(&self, package: &str) -> Result<Vec<semver::Version>, RepoError> {
+        Ok(self
+            .tags(package)
+            .await?
+            .into_iter()
+            .map(|(v, _)| v)
+            .collect())
+    }
+
+    /// `package`'s tags that are versions, as (version, tag text: `1.2.0` or `v1.2.0`),
+    /// ascending by version.
+    async fn tags(&self, package: &str) -> Result<Vec<(semver::Version, String)>, RepoError> {
         check_segment("package name", package)?;
         let image = self.reference(package, "latest");
         let tags = match self
@@ -180,8 +191,10 @@ impl OciRepository {
             }
             Err(e) => return Err(self.registry_error(package, "listing tags", e)),
         };
-        let mut versions: Vec<semver::Version> =
-            tags.iter().filter_map(|t| parse_version(t).ok()).collect();
+        let mut versions: Vec<(semver::Version, String)> = tags
+            .into_iter()
+            .filter_map(|t| parse_version(&t).ok().map(|v| (v, t)))
+            .collect();
         if versions.is_empty() {
             return Err(RepoError::PackageNotFound {
                 package: package.to_owned(),
@@ -198,16 +211,25 @@ impl OciRepository {
         package: &str,
         constraint: &str,
     ) -> Result<semver::Version, RepoError> {
+        Ok(self.resolve_tag(package, constraint).await?.0)
+    }
+
+    /// [`resolve`](Self::resolve), with the tag text that version was pushed under.
+    async fn resolve_tag(
+        &self,
+        package: &str,
+        constraint: &str,
+    ) -> Result<(semver::Version, String), RepoError> {
         let wanted = VersionConstraint::parse(constraint).map_err(|_| RepoError::InvalidName {
             what: "version constraint",
             value: constraint.to_owned(),
             reason: "is neither a version nor a semver constraint",
         })?;
-        self.versions(package)
+        self.tags(package)
             .await?
             .into_iter()
             .rev()
-            .find(|v| wanted.matches(v))
+            .find(|(v, _)| wanted.matches(v))
             .ok_or_else(|| RepoError::VersionNotFound {
                 package: package.to_owned(),
                 version: constraint.to_owned(),
@@ -223,12 +245,7 @@ impl OciRepository {
         dest: &Path,
         expected_manifest: Option<&str>,
     ) -> Result<OciFetched, RepoError> {
-        let version = self.resolve(package, constraint).await?;
-        // Tags keep the text they were pushed with (`1.2.0` or `v1.2.0`).
-        let tag = self
-            .tag_of(package, &version)
-            .await?
-            .unwrap_or_else(|| version.to_string());
+        let (version, tag) = self.resolve_tag(package, constraint).await?;
         let image = self.reference(package, &tag);
         let (manifest, manifest_digest) = self
             .client
@@ -299,24 +316,6 @@ impl OciRepository {
             version,
             manifest_digest,
         })
-    }
-
-    /// The tag text of `version` (tags may carry a leading `v`).
-    async fn tag_of(
-        &self,
-        package: &str,
-        version: &semver::Version,
-    ) -> Result<Option<String>, RepoError> {
-        let image = self.reference(package, "latest");
-        let tags = self
-            .client
-            .list_tags(&image, &self.auth(), Some(MAX_TAGS), None)
-            .await
-            .map_err(|e| self.registry_error(package, "listing tags", e))?;
-        Ok(tags
-            .tags
-            .into_iter()
-            .find(|t| parse_version(t).is_ok_and(|v| v == *version)))
     }
 
     /// Downloads the layer into `to`, bounded by the layer's declared size and the limits, and
