@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 
+use super::stage::check_link_target;
 use super::{Limits, RepoError};
 use crate::load::load;
 
@@ -129,13 +130,8 @@ fn collect(
             .map_err(RepoError::io("read metadata", &path))?;
         if kind.is_symlink() {
             let target = fs::read_link(&path).map_err(RepoError::io("read link", &path))?;
-            let resolved = rel.parent().unwrap_or(Path::new("")).join(&target);
-            if target.is_absolute() || escapes(&resolved) {
-                return Err(RepoError::LinkEscapes {
-                    path: rel.display().to_string(),
-                    target: target.display().to_string(),
-                });
-            }
+            // The rule an unpacking repository applies to the same link.
+            check_link_target(&rel, &target)?;
         } else if !kind.is_dir() && !kind.is_file() {
             return Err(RepoError::UnsupportedEntry {
                 path: rel.display().to_string(),
@@ -153,20 +149,4 @@ fn collect(
         }
     }
     Ok(())
-}
-
-/// Whether a relative path climbs above its root.
-fn escapes(path: &Path) -> bool {
-    let mut depth = 0i64;
-    for c in path.components() {
-        match c {
-            std::path::Component::ParentDir => depth -= 1,
-            std::path::Component::Normal(_) => depth += 1,
-            _ => {}
-        }
-        if depth < 0 {
-            return true;
-        }
-    }
-    false
 }

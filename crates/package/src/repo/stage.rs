@@ -149,7 +149,7 @@ pub(crate) fn safe_relative(rel: &Path, max_depth: usize) -> Result<PathBuf, Rep
 }
 
 /// Resolves `target` relative to the link's directory without touching the filesystem.
-fn check_link_target(rel: &Path, target: &Path) -> Result<(), RepoError> {
+pub(super) fn check_link_target(rel: &Path, target: &Path) -> Result<(), RepoError> {
     let escapes = || RepoError::LinkEscapes {
         path: rel.display().to_string(),
         target: target.display().to_string(),
