@@ -79,12 +79,10 @@ impl DiscoveryCache {
 }
 
 /// kube reports an unknown kind in a known group-version as a discovery error, and an unknown
-/// group-version as a 404. A real API server answers a group it does not serve (yet: a CRD
-/// that was just Established) with a plain-text `404 page not found`, which kube cannot read
-/// as a `Status`, so its reason is not `NotFound`: the code decides.
+/// group-version (also one a CRD established a moment ago) as a 404.
 fn is_missing(e: &kube::Error) -> bool {
     match e {
-        kube::Error::Api(s) => s.is_not_found() || s.code == 404,
+        kube::Error::Api(s) => super::is_not_found(s),
         kube::Error::Discovery(_) => true,
         _ => false,
     }

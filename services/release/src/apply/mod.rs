@@ -405,7 +405,7 @@ impl Applier {
             Err(ApplyError::Kube {
                 source: kube::Error::Api(s),
                 ..
-            }) if s.is_not_found() || s.code == 404 => {
+            }) if is_not_found(&s) => {
                 return Ok(Some((key, false)));
             }
             Err(e) => return Err(e),
@@ -435,4 +435,11 @@ impl Applier {
         }
         Ok(Some((key, true)))
     }
+}
+
+/// Whether the API server said "not found". kube reads the reason only, and a real API
+/// server answers a group it does not serve (yet: a CRD established a moment ago) with a
+/// plain-text `404 page not found`, which has no reason: the code decides.
+pub(crate) fn is_not_found(s: &kube::core::Status) -> bool {
+    s.is_not_found() || s.code == 404
 }

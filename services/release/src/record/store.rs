@@ -205,7 +205,7 @@ impl ReleaseStore {
             Err(StoreError::Kube {
                 source: kube::Error::Api(s),
                 ..
-            }) if s.is_not_found() || s.code == 404 => Ok(()),
+            }) if crate::apply::is_not_found(&s) => Ok(()),
             Err(e) => Err(e),
         }
     }
