@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "berth/queue/v1/queue.proto",
     "berth/hookevent/v1/hookevent.proto",
     "berth/release/v1/release.proto",
+    "berth/tasks/v1/tasks.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -27,6 +27,11 @@ mod generated {
                 tonic::include_proto!("berth.release.v1");
             }
         }
+        pub mod tasks {
+            pub mod v1 {
+                tonic::include_proto!("berth.tasks.v1");
+            }
+        }
     }
 }
 
@@ -127,33 +132,15 @@ pub mod json {
     }
 }
 
-/// The kinds of queued task, shared by their producers (lifecycle, hookevent) and their consumer
-/// (the queue workers). Each is idempotent: delivering it twice converges to the same state.
+/// berth's task contract (`berth.tasks.v1`) and how it travels in the generic queue's `Task`
+/// envelope (a kind name and a payload text). Producers (lifecycle, hookevent) and the workers
+/// build and read tasks only through these types. Each task is idempotent: delivering it twice
+/// converges to the same state.
 pub mod tasks {
-    /// A task kind as stored in `Task.kind`.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub enum TaskKind {
-        /// Fetch the package version into the worker's package cache (skipped when present).
-        Download,
-        /// Read the package, discover its hooks, report its schema and hooks, register its bindings.
-        Load,
-        /// Validate the settings and compute the values.
-        ApplySettings,
-        /// Run onStartup hooks.
-        Startup,
-        /// beforeHelm hooks → release install/upgrade → afterHelm hooks → readiness.
-        Run,
-        /// One hook run for schedule or Kubernetes events.
-        HookRun,
-        /// Stop the package's bindings (before a version change or removal).
-        Disable,
-        /// beforeDeleteHelm hooks → release uninstall → afterDeleteHelm hooks.
-        Uninstall,
-        /// Forget the package's state and files.
-        Cleanup,
-    }
+    pub use crate::generated::berth::tasks::v1::{BindingType, HookRun, TaskKind};
 
     impl TaskKind {
+        /// Every kind a task can have (not `Unspecified`).
         pub const ALL: [TaskKind; 9] = [
             TaskKind::Download,
             TaskKind::Load,
@@ -166,8 +153,10 @@ pub mod tasks {
             TaskKind::Cleanup,
         ];
 
+        /// The kind's name in the queue's `Task.kind` (and in Dump and task history).
         pub fn as_str(self) -> &'static str {
             match self {
+                TaskKind::Unspecified => "Unspecified",
                 TaskKind::Download => "Download",
                 TaskKind::Load => "Load",
                 TaskKind::ApplySettings => "ApplySettings",
@@ -180,39 +169,100 @@ pub mod tasks {
             }
         }
 
+        /// The kind a `Task.kind` names; `None` for anything else (never `Unspecified`).
         pub fn parse(s: &str) -> Option<TaskKind> {
             TaskKind::ALL.into_iter().find(|k| k.as_str() == s)
         }
     }
 
-    /// The payload of a `HookRun` task (`Task.payload_json`), written by hookevent and read by
-    /// workers. The broker's compaction reads the same shape generically (it merges
-    /// `binding_contexts` of consecutive runs of one hook and binding type). The binding
-    /// contexts stay JSON: they are the shell-operator contract handed to the hook as is.
-    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-    pub struct HookRunPayload {
-        /// The hook's name within its package.
+    impl BindingType {
+        fn json_name(self) -> &'static str {
+            match self {
+                BindingType::Unspecified => "",
+                BindingType::Schedule => "Schedule",
+                BindingType::Kubernetes => "Kubernetes",
+                BindingType::Synchronization => "Synchronization",
+            }
+        }
+
+        fn from_json_name(s: &str) -> Option<BindingType> {
+            [
+                BindingType::Schedule,
+                BindingType::Kubernetes,
+                BindingType::Synchronization,
+            ]
+            .into_iter()
+            .find(|b| b.json_name() == s)
+        }
+    }
+
+    /// The JSON form of a HookRun in `Task.payload_json`. The broker's compaction reads this
+    /// shape (it merges `binding_contexts` of consecutive runs of one hook and binding type),
+    /// so it is kept stable: `{"hook": ..., "binding_type": "Schedule", "binding_contexts": [...]}`.
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct HookRunJson {
         #[serde(default)]
-        pub hook: String,
-        /// `schedule` or `kubernetes`; runs merge only with runs of the same binding type.
+        hook: String,
         #[serde(default)]
-        pub binding_type: String,
-        /// A JSON array of binding contexts.
+        binding_type: String,
         #[serde(default = "no_contexts")]
-        pub binding_contexts: serde_json::Value,
+        binding_contexts: serde_json::Value,
     }
 
     fn no_contexts() -> serde_json::Value {
         serde_json::Value::Array(vec![])
     }
 
-    impl HookRunPayload {
-        pub fn to_json(&self) -> String {
-            serde_json::to_string(self).expect("a HookRun payload serializes")
+    /// A HookRun payload that is not a HookRun.
+    #[derive(Debug, thiserror::Error)]
+    pub enum PayloadError {
+        #[error("not a HookRun payload: {0}")]
+        Json(#[from] serde_json::Error),
+        #[error("HookRun binding_type: unknown value {0:?}")]
+        BindingType(String),
+        #[error("HookRun binding_contexts: expected a JSON array")]
+        Contexts,
+    }
+
+    impl HookRun {
+        /// A HookRun for `hook`'s `binding_type` with these binding contexts (a JSON array).
+        pub fn new(hook: &str, binding_type: BindingType, contexts: &serde_json::Value) -> Self {
+            HookRun {
+                hook: hook.to_owned(),
+                binding_type: binding_type as i32,
+                binding_contexts_json: contexts.to_string(),
+            }
         }
 
-        pub fn from_json(json: &str) -> Result<HookRunPayload, serde_json::Error> {
-            serde_json::from_str(json)
+        /// The binding contexts as a JSON array (what the hook reads).
+        pub fn binding_contexts(&self) -> Result<serde_json::Value, PayloadError> {
+            match serde_json::from_str(&self.binding_contexts_json)? {
+                v @ serde_json::Value::Array(_) => Ok(v),
+                _ => Err(PayloadError::Contexts),
+            }
+        }
+
+        /// The payload text of a HookRun task.
+        pub fn to_payload_json(&self) -> String {
+            let contexts =
+                serde_json::from_str(&self.binding_contexts_json).unwrap_or_else(|_| no_contexts());
+            serde_json::to_string(&HookRunJson {
+                hook: self.hook.clone(),
+                binding_type: self.binding_type().json_name().to_owned(),
+                binding_contexts: contexts,
+            })
+            .expect("a HookRun payload serializes")
+        }
+
+        /// Reads the payload text of a HookRun task.
+        pub fn from_payload_json(json: &str) -> Result<HookRun, PayloadError> {
+            let raw: HookRunJson = serde_json::from_str(json)?;
+            let binding_type = BindingType::from_json_name(&raw.binding_type)
+                .ok_or(PayloadError::BindingType(raw.binding_type))?;
+            if !raw.binding_contexts.is_array() {
+                return Err(PayloadError::Contexts);
+            }
+            Ok(HookRun::new(&raw.hook, binding_type, &raw.binding_contexts))
         }
     }
 
@@ -222,19 +272,49 @@ pub mod tasks {
 
         #[test]
         fn hook_run_payloads_keep_their_json_shape() {
-            let payload = HookRunPayload {
-                hook: "h".into(),
-                binding_type: "schedule".into(),
-                binding_contexts: serde_json::json!([{"binding": "every"}]),
-            };
-            let json = payload.to_json();
+            let run = HookRun::new(
+                "h",
+                BindingType::Schedule,
+                &serde_json::json!([{"binding": "every"}]),
+            );
+            let json = run.to_payload_json();
             assert_eq!(
                 json,
-                r#"{"hook":"h","binding_type":"schedule","binding_contexts":[{"binding":"every"}]}"#
+                r#"{"hook":"h","binding_type":"Schedule","binding_contexts":[{"binding":"every"}]}"#
             );
-            assert_eq!(HookRunPayload::from_json(&json).unwrap(), payload);
-            let bare = HookRunPayload::from_json(r#"{"hook":"h"}"#).unwrap();
-            assert_eq!(bare.binding_contexts, serde_json::json!([]));
+            let back = HookRun::from_payload_json(&json).unwrap();
+            assert_eq!(back, run);
+            assert_eq!(
+                back.binding_contexts().unwrap(),
+                serde_json::json!([{"binding": "every"}])
+            );
+            let bare =
+                HookRun::from_payload_json(r#"{"hook":"h","binding_type":"Kubernetes"}"#).unwrap();
+            assert_eq!(bare.binding_contexts().unwrap(), serde_json::json!([]));
+        }
+
+        #[test]
+        fn malformed_hook_run_payloads_name_what_is_wrong() {
+            let err = HookRun::from_payload_json(r#"{"hook":"h","binding_type":"cron"}"#)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("\"cron\""), "{err}");
+            let err = HookRun::from_payload_json(
+                r#"{"hook":"h","binding_type":"Schedule","binding_contexts":{}}"#,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("expected a JSON array"), "{err}");
+            assert!(HookRun::from_payload_json("[]").is_err());
+        }
+
+        #[test]
+        fn task_kind_names_round_trip() {
+            for kind in TaskKind::ALL {
+                assert_eq!(TaskKind::parse(kind.as_str()), Some(kind));
+            }
+            assert_eq!(TaskKind::parse("Unspecified"), None);
+            assert_eq!(TaskKind::parse("hookrun"), None);
         }
     }
 }

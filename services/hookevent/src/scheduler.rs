@@ -7,6 +7,7 @@ use std::time::Duration;
 use berth_hooks::HookConfig;
 use berth_hooks::binding_context::{self, BindingContext};
 use berth_proto::queue::Task;
+use berth_proto::tasks::BindingType;
 use chrono::Utc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -115,7 +116,7 @@ impl Scheduler {
             &s.package,
             s.generation,
             &s.hook,
-            "Schedule",
+            BindingType::Schedule,
             binding.queue.as_deref(),
             s.allow_failure,
             binding_context::to_json(&[ctx]),

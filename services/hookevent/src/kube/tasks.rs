@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use berth_hooks::binding_context::{self, BindingContext};
 use berth_hooks::{KubernetesBinding, Snapshots};
 use berth_proto::queue::Task;
-use berth_proto::tasks::{HookRunPayload, TaskKind};
+use berth_proto::tasks::{BindingType, HookRun, TaskKind};
 use serde_json::Value;
 
 use super::binding::Change;
@@ -73,7 +73,7 @@ pub(super) fn event_task(state: &State, id: u64, change: &Change) -> Option<Task
         &b.package,
         pkg.generation,
         &b.hook,
-        "Kubernetes",
+        BindingType::Kubernetes,
         &b.spec,
         vec![ctx],
     ))
@@ -90,7 +90,7 @@ pub(super) fn sync_task(state: &State, id: u64) -> Option<Task> {
         &b.package,
         pkg.generation,
         &b.hook,
-        "Synchronization",
+        BindingType::Synchronization,
         &b.spec,
         vec![ctx],
     ))
@@ -108,7 +108,7 @@ fn hook_run(
     package: &str,
     generation: i64,
     hook: &str,
-    binding_type: &str,
+    binding_type: BindingType,
     spec: &KubernetesBinding,
     contexts: Vec<BindingContext>,
 ) -> Task {
@@ -128,7 +128,7 @@ pub fn hook_run_task(
     package: &str,
     generation: i64,
     hook: &str,
-    binding_type: &str,
+    binding_type: BindingType,
     queue: Option<&str>,
     allow_failure: bool,
     contexts: Value,
@@ -139,12 +139,7 @@ pub fn hook_run_task(
         package: package.to_owned(),
         generation,
         kind: TaskKind::HookRun.as_str().to_owned(),
-        payload_json: HookRunPayload {
-            hook: hook.to_owned(),
-            binding_type: binding_type.to_owned(),
-            binding_contexts: contexts,
-        }
-        .to_json(),
+        payload_json: HookRun::new(hook, binding_type, &contexts).to_payload_json(),
         traceparent: berth_telemetry::current_traceparent(),
         allow_failure,
         ..Default::default()

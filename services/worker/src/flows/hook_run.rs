@@ -4,7 +4,7 @@
 use berth_proto::lifecycle::HookRunReport;
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::queue::Task;
-use berth_proto::tasks::HookRunPayload;
+use berth_proto::tasks::HookRun;
 use berth_queue::worker::TaskError;
 
 use crate::context::TaskContext;
@@ -12,10 +12,12 @@ use crate::hooks::{apply_outputs, report_run, run_hook};
 use crate::package::{Values, ensure};
 
 pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
-    let payload = HookRunPayload::from_json(&task.payload_json)
-        .map_err(|e| TaskError::permanent(format!("HookRun payload: {e}")))?;
+    let payload = HookRun::from_payload_json(&task.payload_json)
+        .map_err(|e| TaskError::permanent(e.to_string()))?;
+    let contexts = payload
+        .binding_contexts()
+        .map_err(|e| TaskError::permanent(e.to_string()))?;
     let name = payload.hook.as_str();
-    let contexts = payload.binding_contexts;
     let pkg = ensure(cx).await?;
     let hooks = cx.package_hooks(&pkg).await?;
     let hook = hooks.iter().find(|h| h.name == name).ok_or_else(|| {

@@ -22,5 +22,7 @@ pub async fn dispatch(cx: &TaskContext<'_>, kind: TaskKind, task: &Task) -> Resu
         TaskKind::Disable => remove::disable(cx).await,
         TaskKind::Uninstall => remove::uninstall(cx).await,
         TaskKind::Cleanup => remove::cleanup(cx).await,
+        // `TaskKind::parse` never gives it; a task without a kind cannot be run.
+        TaskKind::Unspecified => Err(TaskError::permanent("a task without a kind")),
     }
 }
