@@ -5,11 +5,13 @@
 mod context;
 mod init;
 mod serve;
+mod spawn;
 mod storage;
 
 pub use context::{TraceContext, current_traceparent, with_traceparent};
 pub use init::{LogFormat, TelemetryGuard, init};
 pub use serve::{GrpcServer, grpc_server, serve_router, shutdown_on_signal};
+pub use spawn::{spawn_blocking_here, spawn_here, spawn_in};
 pub use storage::{begin_write, connect_sqlite, ensure_sqlite_dir};
 
 /// Client channel type used between berth services: a tonic channel that injects the current

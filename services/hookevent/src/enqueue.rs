@@ -34,7 +34,10 @@ impl Enqueuer {
         shutdown: CancellationToken,
     ) -> Enqueuer {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(deliver(broker, rx, shutdown));
+        berth_telemetry::spawn_in(
+            tracing::info_span!("hookevent.enqueue"),
+            deliver(broker, rx, shutdown),
+        );
         Enqueuer { tx }
     }
 

@@ -107,9 +107,14 @@ pub async fn run(
         .await?
         .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone()));
     let service = HookEventService::new(store, enqueuer, kube).await?;
-    let scheduler = tokio::spawn(service.scheduler().run(shutdown.clone()));
+    let scheduler = berth_telemetry::spawn_in(
+        tracing::info_span!("hookevent.scheduler"),
+        service.scheduler().run(shutdown.clone()),
+    );
     let restore = service.clone();
-    tokio::spawn(async move { restore.restore().await });
+    berth_telemetry::spawn_in(tracing::info_span!("hookevent.restore"), async move {
+        restore.restore().await
+    });
     let router = berth_telemetry::grpc_server().add_service(HookEventsServer::new(service));
     let served = berth_telemetry::serve_router(
         router,

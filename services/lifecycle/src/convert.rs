@@ -4,12 +4,14 @@ use berth_proto::lifecycle as pb;
 use berth_proto::lifecycle::report_request::Report as Rpt;
 use berth_proto::{json, v1};
 
+use crate::dump::QueueDoc;
 use crate::error::LifecycleError;
 use crate::model::{
     Condition, ConditionSet, ConditionStatus, ConditionType, Generation, Kind, PackageId, Phase,
 };
 use crate::report::{self, Change, Report};
 use crate::store::PackageRow;
+use crate::update::{MAX_SETTINGS_BYTES, UpdateSpec};
 
 /// Parses a requested package reference. Apps are the default kind.
 pub fn package_id(r: Option<&v1::PackageRef>) -> Result<PackageId, LifecycleError> {
@@ -23,6 +25,61 @@ pub fn package_id(r: Option<&v1::PackageRef>) -> Result<PackageId, LifecycleErro
         }
     };
     PackageId::new(kind, &r.name, &r.namespace).map_err(|e| invalid(format!("ref.{e}")))
+}
+
+/// Settings as JSON, refused when larger than [`MAX_SETTINGS_BYTES`].
+pub fn settings(s: Option<&prost_types::Struct>) -> Result<serde_json::Value, LifecycleError> {
+    let settings = json::from_opt_struct(s);
+    if settings.to_string().len() > MAX_SETTINGS_BYTES {
+        return Err(LifecycleError::InvalidArgument(format!(
+            "settings: larger than the {MAX_SETTINGS_BYTES}-byte limit"
+        )));
+    }
+    Ok(settings)
+}
+
+/// Parses an Update request; each refusal names the field.
+pub fn update_spec(req: &v1::UpdateRequest) -> Result<UpdateSpec, LifecycleError> {
+    let invalid = LifecycleError::InvalidArgument;
+    let id = package_id(req.r#ref.as_ref())?;
+    if req.repository.is_empty() {
+        return Err(invalid(
+            "repository: required (a directory holding <package>/<version>/)".into(),
+        ));
+    }
+    if req.version.is_empty() {
+        return Err(invalid("version: required".into()));
+    }
+    let package = if req.package.is_empty() {
+        id.name.clone()
+    } else {
+        req.package.clone()
+    };
+    crate::model::check_label("package", &package).map_err(invalid)?;
+    Ok(UpdateSpec {
+        id,
+        repository: req.repository.clone(),
+        package,
+        version: req.version.clone(),
+        settings: settings(req.settings.as_ref())?,
+        force: req.force,
+    })
+}
+
+/// A queue as the broker's Dump describes it, for lifecycle's Dump.
+pub fn queue_doc(q: berth_proto::queue::QueueInfo) -> QueueDoc {
+    QueueDoc {
+        name: q.name,
+        length: q.length,
+        head: if q.head_kind.is_empty() {
+            String::new()
+        } else {
+            format!("{} {}", q.head_kind, q.head_id)
+        },
+        head_attempts: q.head_attempts,
+        head_last_error: q.head_last_error,
+        lease_holder: q.lease_holder,
+    }
 }
 
 pub fn package_ref(id: &PackageId) -> v1::PackageRef {

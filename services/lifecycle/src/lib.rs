@@ -13,6 +13,7 @@ mod relay;
 mod report;
 mod service;
 mod store;
+mod update;
 
 use std::sync::Arc;
 
@@ -60,12 +61,15 @@ pub async fn run(
         })?;
     let broker = BrokerClient::new(channel);
     let wake = Arc::new(tokio::sync::Notify::new());
-    let relay = tokio::spawn(relay::run(
-        store.clone(),
-        broker.clone(),
-        wake.clone(),
-        shutdown.clone(),
-    ));
+    let relay = berth_telemetry::spawn_in(
+        tracing::info_span!("lifecycle.relay"),
+        relay::run(
+            store.clone(),
+            broker.clone(),
+            wake.clone(),
+            shutdown.clone(),
+        ),
+    );
     let service = LifecycleService::new(store, broker, wake);
     let router = berth_telemetry::grpc_server().add_service(LifecycleServer::new(service));
     let served = berth_telemetry::serve_router(

@@ -15,15 +15,14 @@ use tokio::sync::{Notify, broadcast};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
-use crate::dump::{self, QueueDoc};
+use crate::dump;
 use crate::error::LifecycleError;
-use crate::flows::{self, NewSpec};
-use crate::model::{Generation, PackageKey, Phase};
+use crate::flows;
+use crate::model::{Generation, PackageKey};
 use crate::report;
-use crate::store::{DesiredSpec, Store};
+use crate::store::Store;
+use crate::update::{self, NotPlanned};
 
-/// Largest accepted settings document, serialised.
-const MAX_SETTINGS_BYTES: usize = 1 << 20;
 /// Status-change notifications buffered for Watch streams; a slow watcher that falls further
 /// behind is resynchronised from the store instead of holding memory.
 const WATCH_CHANNEL: usize = 256;
@@ -66,48 +65,6 @@ impl LifecycleService {
     }
 }
 
-/// Why an Update wrote nothing: its settings were refused, or it asked for what is wanted
-/// already (the current generation).
-enum NotPlanned {
-    Refused(Status),
-    Unchanged(Generation),
-}
-
-fn settings_of(s: Option<&prost_types::Struct>) -> Result<Value, Status> {
-    let settings = json::from_opt_struct(s);
-    if settings.to_string().len() > MAX_SETTINGS_BYTES {
-        return Err(LifecycleError::InvalidArgument(format!(
-            "settings: larger than the {MAX_SETTINGS_BYTES}-byte limit"
-        ))
-        .into());
-    }
-    Ok(settings)
-}
-
-/// Validates settings against a loaded schema. `Ok(false)` when there is no loaded schema to check
-/// against yet.
-fn check_settings(schema: Option<&Option<Value>>, settings: &Value) -> Result<bool, Status> {
-    let Some(schema) = schema else {
-        return Ok(false);
-    };
-    let compiled = match schema {
-        Some(doc) => Some(
-            berth_package::Schema::from_openapi(doc)
-                .map_err(|e| LifecycleError::Internal(format!("stored settings schema: {e}")))?,
-        ),
-        None => None,
-    };
-    berth_package::validate_settings(compiled.as_ref(), settings)
-        .map(|_| true)
-        .map_err(|errors| {
-            let text: Vec<String> = errors
-                .iter()
-                .map(|e| format!("settings{}: {}", e.path, e.message))
-                .collect();
-            LifecycleError::InvalidArgument(text.join("; ")).into()
-        })
-}
-
 type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Package, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -117,78 +74,19 @@ impl Lifecycle for LifecycleService {
         &self,
         req: Request<v1::UpdateRequest>,
     ) -> Result<Response<v1::UpdateResponse>, Status> {
-        let req = req.into_inner();
-        let id = convert::package_id(req.r#ref.as_ref())?;
-        tracing::Span::current().record("package.key", id.key().as_str());
-        if req.repository.is_empty() {
-            return Err(LifecycleError::InvalidArgument(
-                "repository: required (a directory holding <package>/<version>/)".into(),
-            )
-            .into());
-        }
-        if req.version.is_empty() {
-            return Err(LifecycleError::InvalidArgument("version: required".into()).into());
-        }
-        let package = if req.package.is_empty() {
-            id.name.clone()
-        } else {
-            req.package.clone()
-        };
-        crate::model::check_label("package", &package).map_err(LifecycleError::InvalidArgument)?;
-        let settings = settings_of(req.settings.as_ref())?;
-        let id_key = id.key();
-        let spec = DesiredSpec {
-            id,
-            repository: req.repository.clone(),
-            package: package.clone(),
-            version: req.version.clone(),
-            settings: settings.clone(),
-        };
-        let new = NewSpec {
-            repository: &req.repository,
-            package: &package,
-            version: &req.version,
-        };
+        let spec = convert::update_spec(req.get_ref())?;
+        let key = spec.id.key();
+        tracing::Span::current().record("package.key", key.as_str());
         let planned = self
             .store
-            .update(spec, |previous, key, generation| {
-                // An Update identical to what is wanted already is a no-op (unless forced): it
-                // writes nothing and answers the current generation, and no hook runs again.
-                // Decided on the row being replaced, in the same transaction.
-                if let Some(existing) = previous
-                    && !req.force
-                    && !existing.removing
-                    && existing.repository == req.repository
-                    && existing.package == package
-                    && existing.version == req.version
-                    && existing.settings == settings
-                {
-                    return Err(NotPlanned::Unchanged(existing.generation));
-                }
-                // Settings of a loaded package are checked now, against the row being replaced
-                // (in the same transaction), so bad input changes nothing. A new version may
-                // bring a new schema: then they are checked when it loads.
-                if let Some(existing) = previous
-                    && existing.version == req.version
-                    && existing.package == package
-                    && !existing.removing
-                {
-                    check_settings(existing.settings_schema.as_ref(), &settings)
-                        .map_err(NotPlanned::Refused)?;
-                }
-                let (restart, tasks) = flows::update(previous, key, generation, &new);
-                let phase = match previous {
-                    Some(p) if !restart => p.phase,
-                    _ => Phase::Pending,
-                };
-                Ok((phase, tasks))
+            .update(spec.desired(), |previous, key, generation| {
+                update::plan(&spec, previous, key, generation)
             })
             .await?;
         let outcome = match planned {
             Ok(outcome) => outcome,
-            Err(NotPlanned::Refused(status)) => return Err(status),
+            Err(NotPlanned::Refused(error)) => return Err(error.into()),
             Err(NotPlanned::Unchanged(generation)) => {
-                let key = id_key;
                 tracing::info!(package.key = %key, generation = generation.get(), "update identical to the current spec: nothing to do");
                 return Ok(Response::new(v1::UpdateResponse {
                     key: key.into_string(),
@@ -242,18 +140,7 @@ impl Lifecycle for LifecycleService {
                 .into_inner()
                 .queues
                 .into_iter()
-                .map(|q| QueueDoc {
-                    name: q.name,
-                    length: q.length,
-                    head: if q.head_kind.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{} {}", q.head_kind, q.head_id)
-                    },
-                    head_attempts: q.head_attempts,
-                    head_last_error: q.head_last_error,
-                    lease_holder: q.lease_holder,
-                })
+                .map(convert::queue_doc)
                 .collect(),
             Err(status) => {
                 tracing::warn!(error = %status.message(), "queue broker unavailable for Dump");
@@ -276,10 +163,10 @@ impl Lifecycle for LifecycleService {
     ) -> Result<Response<v1::ValidateSettingsResponse>, Status> {
         let req = req.into_inner();
         let id = convert::package_id(req.r#ref.as_ref())?;
-        let settings = settings_of(req.settings.as_ref())?;
+        let settings = convert::settings(req.settings.as_ref())?;
         let row = self.store.get(&id.key()).await?;
         let checked = match &row {
-            Some(row) => check_settings(row.settings_schema.as_ref(), &settings)?,
+            Some(row) => update::check_settings(row.settings_schema.as_ref(), &settings)?,
             None => false,
         };
         Ok(Response::new(v1::ValidateSettingsResponse {
@@ -423,6 +310,6 @@ where
 {
     // Watch items waiting for a slow client; the producer waits when it is full.
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(producer(tx));
+    berth_telemetry::spawn_here(producer(tx));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

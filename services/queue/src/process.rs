@@ -47,11 +47,10 @@ pub async fn serve_with_metrics(
     // A child token: stopping the broker because one server failed does not cancel the caller's
     // other services (`berth up` shares its token).
     let stop = shutdown.child_token();
-    let maintenance = tokio::spawn(broker::run_maintenance(
-        service.clone(),
-        MAINTENANCE_PERIOD,
-        stop.clone(),
-    ));
+    let maintenance = berth_telemetry::spawn_in(
+        tracing::info_span!("broker.maintenance"),
+        broker::run_maintenance(service.clone(), MAINTENANCE_PERIOD, stop.clone()),
+    );
     let admin = async {
         let Some(metrics) = metrics else {
             return Ok(());

@@ -13,7 +13,7 @@
 
 use anyhow::Context as _;
 use berth_helm::helm_binary::find_helm;
-use berth_release::manager::ReleaseManager;
+use berth_release::manager::{ReleaseId, ReleaseManager};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -111,12 +111,13 @@ async fn bench(
     let (mut installs, mut readies, mut helms) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
         let ns = format!("berth-{run}");
+        let release = ReleaseId::new("bench", &ns)?;
         let start = Instant::now();
         manager
-            .install("bench", &ns, files.to_vec(), serde_json::json!({}))
+            .install(&release, files.to_vec(), serde_json::json!({}))
             .await?;
         installs.push(start.elapsed().as_secs_f64());
-        let seen = manager.wait_ready("bench", &ns, READY_DEADLINE).await?;
+        let seen = manager.wait_ready(&release, READY_DEADLINE).await?;
         anyhow::ensure!(seen.ready, "berth: not ready: {:?}", seen.not_ready);
         readies.push(start.elapsed().as_secs_f64());
 

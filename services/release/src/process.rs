@@ -64,7 +64,10 @@ pub async fn run_service(
 ) -> Result<(), Error> {
     let service = service.with_shutdown(shutdown.clone());
     let resume = service.clone();
-    let resuming = tokio::spawn(async move { resume.resume_drift_repair().await });
+    let resuming = berth_telemetry::spawn_in(
+        tracing::info_span!("release.resume_drift_repair"),
+        async move { resume.resume_drift_repair().await },
+    );
     let router = berth_telemetry::grpc_server().add_service(server(service));
     berth_telemetry::serve_router(
         router,

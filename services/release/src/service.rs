@@ -3,7 +3,7 @@
 //! cluster is retryable, everything else is internal).
 
 use crate::apply::ObjectKey;
-use crate::manager::{PlanAction, ReleaseError, ReleaseManager};
+use crate::manager::{PlanAction, ReleaseError, ReleaseId, ReleaseManager};
 use crate::record::StoreError;
 use crate::record::format::FormatError;
 use berth_proto::release as pb;
@@ -116,6 +116,11 @@ fn parse_values(text: &str) -> Result<serde_json::Value, Status> {
     Ok(v)
 }
 
+/// A request's release name and namespace, checked.
+fn release_id(name: &str, namespace: &str) -> Result<ReleaseId, Status> {
+    ReleaseId::new(name, namespace).map_err(to_status)
+}
+
 #[tonic::async_trait]
 impl pb::releases_server::Releases for ReleaseService {
     #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
@@ -128,7 +133,7 @@ impl pb::releases_server::Releases for ReleaseService {
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let installed = self
             .manager
-            .install(&req.name, &req.namespace, files, values)
+            .install(&release_id(&req.name, &req.namespace)?, files, values)
             .await
             .map_err(to_status)?;
         tracing::info!(
@@ -151,7 +156,7 @@ impl pb::releases_server::Releases for ReleaseService {
         let req = request.into_inner();
         let done = self
             .manager
-            .uninstall(&req.name, &req.namespace)
+            .uninstall(&release_id(&req.name, &req.namespace)?)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::UninstallResponse {
@@ -170,21 +175,21 @@ impl pb::releases_server::Releases for ReleaseService {
             let wait = Duration::from_millis(req.wait_ms as u64).min(MAX_STATUS_WAIT);
             match self
                 .manager
-                .wait_ready(&req.name, &req.namespace, wait)
+                .wait_ready(&release_id(&req.name, &req.namespace)?, wait)
                 .await
             {
                 Ok(seen) => seen,
                 // No release (yet): answer as Status does, `found: false`.
                 Err(ReleaseError::NotFound(_)) => self
                     .manager
-                    .status(&req.name, &req.namespace)
+                    .status(&release_id(&req.name, &req.namespace)?)
                     .await
                     .map_err(to_status)?,
                 Err(e) => return Err(to_status(e)),
             }
         } else {
             self.manager
-                .status(&req.name, &req.namespace)
+                .status(&release_id(&req.name, &req.namespace)?)
                 .await
                 .map_err(to_status)?
         };
@@ -219,7 +224,7 @@ impl pb::releases_server::Releases for ReleaseService {
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let rendered = self
             .manager
-            .render_for_cluster(&req.name, &req.namespace, files, values)
+            .render_for_cluster(&release_id(&req.name, &req.namespace)?, files, values)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::RenderResponse {
@@ -238,7 +243,7 @@ impl pb::releases_server::Releases for ReleaseService {
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let changes = self
             .manager
-            .plan(&req.name, &req.namespace, files, values)
+            .plan(&release_id(&req.name, &req.namespace)?, files, values)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::PlanResponse {
@@ -266,7 +271,7 @@ impl pb::releases_server::Releases for ReleaseService {
         let req = request.into_inner();
         let revisions = self
             .manager
-            .history(&req.name, &req.namespace)
+            .history(&release_id(&req.name, &req.namespace)?)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::HistoryResponse {
@@ -292,7 +297,7 @@ impl pb::releases_server::Releases for ReleaseService {
         let req = request.into_inner();
         let done = self
             .manager
-            .rollback(&req.name, &req.namespace, req.revision)
+            .rollback(&release_id(&req.name, &req.namespace)?, req.revision)
             .await
             .map_err(to_status)?;
         tracing::info!(revision = done.revision, "rolled back");

@@ -4,6 +4,7 @@ mod support;
 
 use base64::Engine as _;
 use berth_proto::release::{InstallRequest, StatusRequest, UninstallRequest};
+use berth_release::manager::ReleaseId;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::Api;
@@ -716,7 +717,10 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
     assert!(waited.ready, "{:?}", waited.not_ready);
     let manager = berth_release::manager::ReleaseManager::new(h.kube.clone());
     let seen = manager
-        .wait_ready("dep", &h.namespace, std::time::Duration::from_secs(60))
+        .wait_ready(
+            &ReleaseId::new("dep", &h.namespace)?,
+            std::time::Duration::from_secs(60),
+        )
         .await?;
     assert!(seen.ready, "{:?}", seen.not_ready);
     assert_eq!(seen.revision, 1);
@@ -754,8 +758,7 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
     let idle_manager = berth_release::manager::ReleaseManager::new(idle.kube.clone());
     let seen = idle_manager
         .wait_ready(
-            "dep",
-            &idle.namespace,
+            &ReleaseId::new("dep", &idle.namespace)?,
             std::time::Duration::from_millis(500),
         )
         .await?;
@@ -771,7 +774,10 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
         seen.not_ready
     );
     let missing = manager
-        .wait_ready("nope", &h.namespace, std::time::Duration::from_secs(1))
+        .wait_ready(
+            &ReleaseId::new("nope", &h.namespace)?,
+            std::time::Duration::from_secs(1),
+        )
         .await;
     assert!(matches!(
         missing,
@@ -821,15 +827,14 @@ async fn history_is_trimmed_to_the_configured_limit() -> anyhow::Result<()> {
             .collect();
         manager
             .install(
-                "hist",
-                &h.namespace,
+                &ReleaseId::new("hist", &h.namespace)?,
                 files,
                 serde_json::json!({ "greeting": greeting }),
             )
             .await?;
     }
     let revisions: Vec<i32> = manager
-        .history("hist", &h.namespace)
+        .history(&ReleaseId::new("hist", &h.namespace)?)
         .await?
         .iter()
         .map(|r| r.revision)

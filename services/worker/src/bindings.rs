@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use berth_queue::worker::TaskError;
 
-use crate::context::{TaskContext, rpc_error};
+use crate::client::{invalid_argument, rpc_error};
+use crate::context::TaskContext;
 
 /// The namespace an app's bindings and object operations are locked to; empty for modules.
 pub fn app_namespace(cx: &TaskContext<'_>) -> String {
@@ -211,7 +212,7 @@ pub async fn apply_operations(
             }
             Ok(())
         }
-        Err(s) if s.code() == tonic::Code::InvalidArgument => Err(TaskError::permanent(format!(
+        Err(s) if invalid_argument(&s) => Err(TaskError::permanent(format!(
             "object operations: {}",
             s.message()
         ))),

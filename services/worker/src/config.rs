@@ -1,12 +1,7 @@
-//! What a worker needs to run berth's tasks: where the other services are, its local limits,
-//! and the clients of those services.
+//! What a worker needs to run berth's tasks: where the other services are and its local limits.
 
 use std::path::PathBuf;
 use std::time::Duration;
-
-use berth_proto::hookevent::hook_events_client::HookEventsClient;
-use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
-use berth_proto::release::releases_client::ReleasesClient;
 
 /// Where a worker finds the other services, and its local limits.
 #[derive(Clone, Debug)]
@@ -24,27 +19,4 @@ pub struct TaskConfig {
     /// `None` = the system temp directory. Creating them is most of a hook's start overhead on
     /// a disk file system, so a tmpfs (an `emptyDir` with `medium: Memory`) is the place.
     pub hook_tmp_dir: Option<PathBuf>,
-}
-
-/// The clients a handler needs; cheap to clone.
-#[derive(Clone)]
-pub struct Services {
-    pub lifecycle: LifecycleClient<berth_telemetry::Channel>,
-    pub release: ReleasesClient<berth_telemetry::Channel>,
-    pub hookevent: HookEventsClient<berth_telemetry::Channel>,
-}
-
-impl Services {
-    /// Clients of the services `config` names; they connect on first use.
-    pub fn connect_lazy(config: &TaskConfig) -> Result<Services, tonic::transport::Error> {
-        Ok(Services {
-            lifecycle: LifecycleClient::new(berth_telemetry::connect_lazy(
-                &config.lifecycle_endpoint,
-            )?),
-            release: ReleasesClient::new(berth_telemetry::connect_lazy(&config.release_endpoint)?),
-            hookevent: HookEventsClient::new(berth_telemetry::connect_lazy(
-                &config.hookevent_endpoint,
-            )?),
-        })
-    }
 }

@@ -12,7 +12,8 @@ use berth_proto::tasks::TaskKind;
 use berth_queue::worker::TaskError;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Services, TaskConfig};
+use crate::client::{Services, not_found, rpc_error};
+use crate::config::TaskConfig;
 use crate::hook_cache::HookCache;
 
 pub struct TaskContext<'a> {
@@ -21,15 +22,6 @@ pub struct TaskContext<'a> {
     pub config: &'a TaskConfig,
     pub hooks: &'a HookCache,
     pub cancel: CancellationToken,
-}
-
-/// A gRPC failure as a retryable task error naming the call.
-pub fn rpc_error(call: &str, status: tonic::Status) -> TaskError {
-    TaskError::retry(format!(
-        "{call}: {} ({:?})",
-        status.message(),
-        status.code()
-    ))
 }
 
 impl<'a> TaskContext<'a> {
@@ -50,7 +42,7 @@ impl<'a> TaskContext<'a> {
             .await
         {
             Ok(spec) => spec.into_inner(),
-            Err(s) if s.code() == tonic::Code::NotFound => return Ok(None),
+            Err(s) if not_found(&s) => return Ok(None),
             Err(s) => return Err(rpc_error("lifecycle GetSpec", s)),
         };
         if spec.generation > task.generation {

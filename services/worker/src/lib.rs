@@ -18,7 +18,9 @@
 //!
 //! Modules, each importing only the ones listed before it:
 //!
-//! - [`config`]: where the other services are and the worker's local limits; the clients.
+//! - [`config`]: where the other services are and the worker's local limits.
+//! - `client`: the clients of lifecycle, release and hookevent, and what their refusals mean
+//!   to a task (the only module besides `process` that names tonic).
 //! - `hook_cache` (discovered hooks and `settings` throttles per worker) and [`metrics`] (the
 //!   metrics hooks write): per-process state, no imports from this crate.
 //! - `context`: one task's context (the package spec, clients, reporting).
@@ -32,6 +34,7 @@
 //!   run.
 
 mod bindings;
+mod client;
 pub mod config;
 mod context;
 mod flows;

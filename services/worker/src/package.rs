@@ -17,7 +17,7 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
     let package = cx.spec.package.clone();
     let version = cx.spec.version.clone();
     // Copying and digesting files is blocking work.
-    tokio::task::spawn_blocking(move || {
+    berth_telemetry::spawn_blocking_here(move || {
         if !dest.join("package.yaml").exists() {
             LocalRepository::new(&repo)
                 .fetch(&package, &version, &dest)

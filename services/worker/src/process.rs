@@ -45,11 +45,14 @@ pub async fn work_with_metrics(
         .connect_lazy();
     let runner = TaskRunner::new(tasks)?;
     let admin = metrics.map(|listener| {
-        tokio::spawn(berth_queue::admin::serve_text_metrics(
-            listener,
-            shutdown.clone(),
-            crate::metrics::render,
-        ))
+        berth_telemetry::spawn_in(
+            tracing::info_span!("worker.metrics"),
+            berth_queue::admin::serve_text_metrics(
+                listener,
+                shutdown.clone(),
+                crate::metrics::render,
+            ),
+        )
     });
     let result = worker::run(BrokerClient::new(channel), runner, config, shutdown.clone()).await;
     shutdown.cancel();

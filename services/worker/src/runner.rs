@@ -10,7 +10,8 @@ use berth_queue::worker::{Handler, TaskError};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{Services, TaskConfig};
+use crate::client::{ConnectError, Services};
+use crate::config::TaskConfig;
 use crate::context::TaskContext;
 use crate::flows;
 use crate::hook_cache::HookCache;
@@ -23,7 +24,7 @@ pub struct TaskRunner {
 }
 
 impl TaskRunner {
-    pub fn new(config: TaskConfig) -> Result<Arc<TaskRunner>, tonic::transport::Error> {
+    pub fn new(config: TaskConfig) -> Result<Arc<TaskRunner>, ConnectError> {
         let services = Services::connect_lazy(&config)?;
         Ok(Arc::new(TaskRunner {
             services,

@@ -109,22 +109,22 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
     let combined = Arc::new(Mutex::new(TailBuffer::new(inv.combined_limit)));
     let mut readers = Vec::with_capacity(2);
     if let Some(out) = child.stdout.take() {
-        readers.push(tokio::spawn(drain(
+        readers.push(tokio::spawn(tracing::Instrument::in_current_span(drain(
             out,
             Stream::Stdout,
             inv.hook.to_owned(),
             own_out.clone(),
             combined.clone(),
-        )));
+        ))));
     }
     if let Some(err) = child.stderr.take() {
-        readers.push(tokio::spawn(drain(
+        readers.push(tokio::spawn(tracing::Instrument::in_current_span(drain(
             err,
             Stream::Stderr,
             inv.hook.to_owned(),
             own_err.clone(),
             combined.clone(),
-        )));
+        ))));
     }
 
     let ending = tokio::select! {

@@ -230,7 +230,10 @@ impl KubeManager {
                 r.state.spec.resynchronization_period,
                 r.state.spec.execute_hook_on_synchronization,
             ) {
-                tokio::spawn(Arc::clone(self).resync(*id, period));
+                berth_telemetry::spawn_in(
+                    tracing::info_span!("hookevent.resync", binding = id),
+                    Arc::clone(self).resync(*id, period),
+                );
             }
         }
     }
@@ -455,7 +458,8 @@ impl KubeManager {
         let cancel = w.cancel.clone();
         let key = key.clone();
         let resource = w.resource.clone();
-        tokio::spawn(async move {
+        let span = tracing::info_span!("hookevent.watch", resource = %resource.plural);
+        berth_telemetry::spawn_in(span, async move {
             let stream = watcher(api, config).default_backoff();
             tokio::pin!(stream);
             loop {

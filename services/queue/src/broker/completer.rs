@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::store::{self, Completed, Completion, LeaseLimits, Store, StoreError};
 
@@ -30,21 +31,29 @@ const QUEUE_CAPACITY: usize = 1024;
 /// Attempts of one group when the store fails transiently (as the service's other calls).
 const TRANSIENT_ATTEMPTS: usize = 3;
 
-/// One caller's answer: its settlement (and next tasks), or the gRPC error to report.
-pub(super) type Answer = Result<Completed, tonic::Status>;
+/// One caller's answer: its settlement (and next tasks), or the error to report (`E`: what the
+/// service answers with; one store failure answers every caller of its group, so `E: Clone`).
+pub(super) type Answer<E> = Result<Completed, E>;
 
-/// Maps a store error to the caller's status (the service's mapping, which also logs).
-pub(super) type ToStatus = fn(StoreError) -> tonic::Status;
+/// Maps a store error to the caller's error (the service's mapping, which also logs).
+pub(super) type ToError<E> = fn(StoreError) -> E;
 
-struct Pending {
+struct Pending<E> {
     completion: Completion,
-    answer: oneshot::Sender<Answer>,
+    answer: oneshot::Sender<Answer<E>>,
 }
 
 /// The handle the service keeps; the settling task ends when it is dropped or `stop` fires.
-#[derive(Clone)]
-pub(super) struct Completer {
-    queue: mpsc::Sender<Pending>,
+pub(super) struct Completer<E> {
+    queue: mpsc::Sender<Pending<E>>,
+}
+
+impl<E> Clone for Completer<E> {
+    fn clone(&self) -> Self {
+        Completer {
+            queue: self.queue.clone(),
+        }
+    }
 }
 
 /// Why a Complete got no answer from the settling task.
@@ -52,7 +61,7 @@ pub(super) struct Completer {
 #[error("the broker's completion task stopped")]
 pub(super) struct Stopped;
 
-impl Completer {
+impl<E: Clone + Send + 'static> Completer<E> {
     /// Spawns the settling task on `runtime`; `limits` bound the next tasks leased with a
     /// completion.
     pub(super) fn spawn(
@@ -60,16 +69,19 @@ impl Completer {
         store: Store,
         limits: LeaseLimits,
         now_ms: fn() -> i64,
-        to_status: ToStatus,
+        to_error: ToError<E>,
         stop: CancellationToken,
-    ) -> Completer {
+    ) -> Completer<E> {
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
-        runtime.spawn(settle(store, limits, receiver, now_ms, to_status, stop));
+        runtime.spawn(
+            settle(store, limits, receiver, now_ms, to_error, stop)
+                .instrument(tracing::info_span!("broker.completer")),
+        );
         Completer { queue }
     }
 
     /// Settles `completion` (as part of whatever group is next).
-    pub(super) async fn complete(&self, completion: Completion) -> Result<Answer, Stopped> {
+    pub(super) async fn complete(&self, completion: Completion) -> Result<Answer<E>, Stopped> {
         let (answer, answered) = oneshot::channel();
         self.queue
             .send(Pending { completion, answer })
@@ -79,12 +91,12 @@ impl Completer {
     }
 }
 
-async fn settle(
+async fn settle<E: Clone + Send + 'static>(
     store: Store,
     limits: LeaseLimits,
-    mut receiver: mpsc::Receiver<Pending>,
+    mut receiver: mpsc::Receiver<Pending<E>>,
     now_ms: fn() -> i64,
-    to_status: ToStatus,
+    to_error: ToError<E>,
     stop: CancellationToken,
 ) {
     let slots = Arc::new(Semaphore::new(store.dialect().concurrent_writes()));
@@ -107,20 +119,20 @@ async fn settle(
             return;
         }
         let store = store.clone();
-        tokio::spawn(async move {
-            settle_group(&store, limits, group, now_ms, to_status).await;
+        berth_telemetry::spawn_here(async move {
+            settle_group(&store, limits, group, now_ms, to_error).await;
             drop(slot);
         });
     }
 }
 
 /// Settles one group in one transaction and answers each caller.
-async fn settle_group(
+async fn settle_group<E: Clone>(
     store: &Store,
     limits: LeaseLimits,
-    group: Vec<Pending>,
+    group: Vec<Pending<E>>,
     now_ms: fn() -> i64,
-    to_status: ToStatus,
+    to_error: ToError<E>,
 ) {
     let completions: Vec<Completion> = group.iter().map(|p| p.completion.clone()).collect();
     let answers = store::retrying(TRANSIENT_ATTEMPTS, || {
@@ -131,13 +143,13 @@ async fn settle_group(
         Ok(answers) => {
             for (pending, answer) in group.into_iter().zip(answers) {
                 // A caller that went away (its call was cancelled) needs no answer.
-                let _ = pending.answer.send(answer.map_err(to_status));
+                let _ = pending.answer.send(answer.map_err(to_error));
             }
         }
         Err(err) => {
-            let status = to_status(err);
+            let error = to_error(err);
             for pending in group {
-                let _ = pending.answer.send(Err(status.clone()));
+                let _ = pending.answer.send(Err(error.clone()));
             }
         }
     }

@@ -8,6 +8,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 use tracing::instrument;
 
 use super::completer::Completer;
@@ -33,7 +34,7 @@ struct Inner {
     metrics: BrokerMetrics,
     /// Settles Complete calls in groups; `None` without a tokio runtime at construction, when
     /// each Complete is its own transaction.
-    completer: Option<Completer>,
+    completer: Option<Completer<Status>>,
     /// Stops the PostgreSQL LISTEN task when the last clone of the service is dropped.
     _stop_listener: DropGuard,
 }
@@ -49,11 +50,10 @@ impl BrokerService {
         if store.dialect() == Dialect::Postgres {
             match &runtime {
                 Some(runtime) => {
-                    runtime.spawn(listen::relay(
-                        store.database_url().into(),
-                        wake.clone(),
-                        stop.clone(),
-                    ));
+                    runtime.spawn(
+                        listen::relay(store.database_url().into(), wake.clone(), stop.clone())
+                            .instrument(tracing::info_span!("broker.listen")),
+                    );
                 }
                 None => tracing::warn!(
                     "no tokio runtime: Lease will not wake on other brokers' changes"

@@ -5,13 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_proto::queue as pb;
-use berth_proto::queue::broker_client::BrokerClient;
 use futures::FutureExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 use tracing::Instrument;
 
+use super::client::{self, Broker};
 use super::held::HeldLeases;
 use super::{Handler, TaskError, WorkerConfig};
 
@@ -24,7 +23,7 @@ const REPORT_ATTEMPTS: usize = 3;
 /// load), until a completion brings none. The slot is free once this returns.
 pub(crate) async fn execute<H: Handler>(
     handler: Arc<H>,
-    broker: BrokerClient<Channel>,
+    broker: Broker,
     held: HeldLeases,
     config: WorkerConfig,
     leasing: CancellationToken,
@@ -44,7 +43,7 @@ pub(crate) async fn execute<H: Handler>(
 /// One task: run, settle, and take the next task if the completion brought one.
 async fn execute_one<H: Handler>(
     handler: &Arc<H>,
-    broker: &BrokerClient<Channel>,
+    broker: &Broker,
     held: &HeldLeases,
     config: &WorkerConfig,
     leasing: &CancellationToken,
@@ -106,7 +105,7 @@ async fn execute_one<H: Handler>(
 /// a task leased by the lost answer is redelivered after its lease expires). The completion's
 /// answer, when there was one.
 async fn report(
-    mut broker: BrokerClient<Channel>,
+    mut broker: Broker,
     config: &WorkerConfig,
     lease: pb::LeaseRef,
     result: Result<(), TaskError>,
@@ -144,7 +143,7 @@ async fn report(
         };
         match tokio::time::timeout(config.call_timeout, call).await {
             Ok(Ok(reply)) => return reply,
-            Ok(Err(status)) if status.code() == tonic::Code::FailedPrecondition => {
+            Ok(Err(status)) if client::lease_lost(&status) => {
                 // Someone else holds the task now (our lease expired); their result counts.
                 tracing::warn!(
                     message = status.message(),

@@ -3,12 +3,11 @@
 use std::time::Duration;
 
 use berth_proto::queue as pb;
-use berth_proto::queue::broker_client::BrokerClient;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 use super::WorkerConfig;
+use super::client::Broker;
 use super::held::HeldLeases;
 
 /// Heartbeats until `stop` is cancelled.
@@ -17,7 +16,7 @@ use super::held::HeldLeases;
 /// when heartbeats have failed for longer than its lease: the broker will then redeliver it, so
 /// this copy must stop to keep "one running task per queue".
 pub(crate) async fn run(
-    mut broker: BrokerClient<Channel>,
+    mut broker: Broker,
     held: HeldLeases,
     config: WorkerConfig,
     ttl: Duration,

@@ -4,6 +4,7 @@
 //! Delivery is at-least-once: a task whose result cannot be reported (broker down, lease lost)
 //! is redelivered, so handlers must be idempotent.
 
+mod client;
 mod execute;
 mod heartbeat;
 mod held;
@@ -14,12 +15,11 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use berth_proto::queue as pb;
-use berth_proto::queue::broker_client::BrokerClient;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
+use client::{Broker, CallError};
 use held::HeldLeases;
 
 /// What the task handlers implement.
@@ -140,7 +140,7 @@ const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 /// stops leasing, lets running tasks finish for `shutdown_grace`, then cancels them and waits
 /// for them to report.
 pub async fn run<H: Handler>(
-    broker: BrokerClient<Channel>,
+    broker: Broker,
     handler: Arc<H>,
     config: WorkerConfig,
     shutdown: CancellationToken,
@@ -181,13 +181,16 @@ pub async fn run<H: Handler>(
                 }
                 // Started once the lease TTL is known.
                 heartbeat.get_or_insert_with(|| {
-                    tokio::spawn(heartbeat::run(
-                        broker.clone(),
-                        held.clone(),
-                        config.clone(),
-                        ttl,
-                        stop_heartbeat.clone(),
-                    ))
+                    berth_telemetry::spawn_in(
+                        tracing::info_span!("worker.heartbeat", worker = %config.id),
+                        heartbeat::run(
+                            broker.clone(),
+                            held.clone(),
+                            config.clone(),
+                            ttl,
+                            stop_heartbeat.clone(),
+                        ),
+                    )
                 });
                 for task in response.tasks {
                     let cancel = held.insert(task.id.clone(), task.fence, ttl, sent_at);
@@ -227,13 +230,13 @@ pub async fn run<H: Handler>(
 #[derive(Debug, thiserror::Error)]
 enum LeaseError {
     #[error("broker Lease call failed: {0}")]
-    Status(#[from] tonic::Status),
+    Status(#[from] CallError),
     #[error("broker Lease call timed out after {0:?}")]
     Timeout(Duration),
 }
 
 async fn lease(
-    broker: &BrokerClient<Channel>,
+    broker: &Broker,
     config: &WorkerConfig,
     free: usize,
 ) -> Result<pb::LeaseResponse, LeaseError> {

@@ -135,7 +135,10 @@ impl DriftMonitor {
             revision,
             events,
         };
-        tokio::spawn(repairer.run(objects, applied, cancel));
+        berth_telemetry::spawn_in(
+            tracing::info_span!("release.drift_repair", release = %release, namespace = %namespace),
+            repairer.run(objects, applied, cancel),
+        );
     }
 
     /// True while the release's objects are watched (not paused or stopped).

@@ -16,12 +16,8 @@ pub struct RevisionSummary {
 
 impl ReleaseManager {
     /// Every stored revision, oldest first; empty when the release does not exist.
-    pub async fn history(
-        &self,
-        name: &str,
-        namespace: &str,
-    ) -> Result<Vec<RevisionSummary>, ReleaseError> {
-        validate_release(name, namespace)?;
+    pub async fn history(&self, release: &ReleaseId) -> Result<Vec<RevisionSummary>, ReleaseError> {
+        let (name, namespace) = (release.name(), release.namespace());
         let store = ReleaseStore::new(self.client.clone(), namespace);
         Ok(store
             .history(name)

@@ -6,12 +6,11 @@ impl ReleaseManager {
     /// Installs the chart, or upgrades the release when a revision already exists.
     pub async fn install(
         &self,
-        name: &str,
-        namespace: &str,
+        release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
     ) -> Result<Installed, ReleaseError> {
-        validate_release(name, namespace)?;
+        let (name, namespace) = (release.name(), release.namespace());
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
 
@@ -44,7 +43,7 @@ impl ReleaseManager {
             let (files, values) = (files.clone(), values.clone());
             let lookup: Arc<dyn render::Lookup> = Arc::new(KubeLookup::new(self.applier.clone()));
             // Template execution is CPU-bound and recursive; keep it off the async workers.
-            tokio::task::spawn_blocking(move || {
+            berth_telemetry::spawn_blocking_here(move || {
                 render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
             })
             .await

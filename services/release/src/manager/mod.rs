@@ -173,6 +173,40 @@ fn validate_release(name: &str, namespace: &str) -> Result<(), ReleaseError> {
     validate_name("release name", name, MAX_NAME_LEN, true)?;
     validate_name("namespace", namespace, berth_names::MAX_LABEL_LEN, false)
 }
+
+/// A release's identity: its name (a DNS-1123 subdomain of at most 53 characters, as Helm
+/// requires) in its namespace (a DNS-1123 label). Only [`ReleaseId::new`] makes one, so every
+/// manager operation works on a checked name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ReleaseId {
+    name: String,
+    namespace: String,
+}
+
+impl ReleaseId {
+    /// Checks `name` and `namespace`; the error names the one that is wrong.
+    pub fn new(name: &str, namespace: &str) -> Result<ReleaseId, ReleaseError> {
+        validate_release(name, namespace)?;
+        Ok(ReleaseId {
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+}
+
+impl std::fmt::Display for ReleaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
 impl ReleaseManager {
     pub fn new(client: Client) -> Self {
         ReleaseManager {

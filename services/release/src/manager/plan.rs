@@ -27,12 +27,11 @@ impl ReleaseManager {
     /// Renders with this cluster's capabilities (and `lookup`), as an install would.
     pub async fn render_for_cluster(
         &self,
-        name: &str,
-        namespace: &str,
+        release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
     ) -> Result<render::Rendered, ReleaseError> {
-        validate_release(name, namespace)?;
+        let (name, namespace) = (release.name(), release.namespace());
         let store = ReleaseStore::new(self.client.clone(), namespace);
         let previous = store.latest(name).await?;
         let info = ReleaseInfo {
@@ -44,7 +43,7 @@ impl ReleaseManager {
         };
         let caps = self.capabilities().await;
         let lookup: Arc<dyn render::Lookup> = Arc::new(KubeLookup::new(self.applier.clone()));
-        tokio::task::spawn_blocking(move || {
+        berth_telemetry::spawn_blocking_here(move || {
             render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
         })
         .await
@@ -55,14 +54,12 @@ impl ReleaseManager {
     /// Each object's fate if this chart and values were installed now.
     pub async fn plan(
         &self,
-        name: &str,
-        namespace: &str,
+        release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
     ) -> Result<Vec<PlannedChange>, ReleaseError> {
-        let rendered = self
-            .render_for_cluster(name, namespace, files, values)
-            .await?;
+        let (name, namespace) = (release.name(), release.namespace());
+        let rendered = self.render_for_cluster(release, files, values).await?;
         let mut changes = Vec::new();
         let mut rendered_keys = BTreeSet::new();
         for m in &rendered.manifests {

@@ -23,11 +23,10 @@ impl ReleaseManager {
     /// (it may recover, as with `helm install --wait`). `NotFound` when there is no release.
     pub async fn wait_ready(
         &self,
-        name: &str,
-        namespace: &str,
+        release: &ReleaseId,
         timeout: Duration,
     ) -> Result<Observed, ReleaseError> {
-        validate_release(name, namespace)?;
+        let (name, namespace) = (release.name(), release.namespace());
         let deadline = tokio::time::Instant::now() + timeout;
         let store = ReleaseStore::new(self.client.clone(), namespace);
         let Some(latest) = store.latest(name).await? else {

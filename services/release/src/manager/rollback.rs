@@ -9,11 +9,10 @@ impl ReleaseManager {
     /// Rolls `name` back to `revision` (0: the one before the latest).
     pub async fn rollback(
         &self,
-        name: &str,
-        namespace: &str,
+        release: &ReleaseId,
         revision: i32,
     ) -> Result<Installed, ReleaseError> {
-        validate_release(name, namespace)?;
+        let (name, namespace) = (release.name(), release.namespace());
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
         let store = ReleaseStore::new(self.client.clone(), namespace);

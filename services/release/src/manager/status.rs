@@ -4,8 +4,8 @@ use super::*;
 
 impl ReleaseManager {
     /// The latest revision's objects, whether each exists, and whether all are ready.
-    pub async fn status(&self, name: &str, namespace: &str) -> Result<Observed, ReleaseError> {
-        validate_release(name, namespace)?;
+    pub async fn status(&self, release: &ReleaseId) -> Result<Observed, ReleaseError> {
+        let (name, namespace) = (release.name(), release.namespace());
         let store = ReleaseStore::new(self.client.clone(), namespace);
         let Some(latest) = store.latest(name).await? else {
             return Ok(Observed::default());

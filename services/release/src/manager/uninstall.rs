@@ -4,12 +4,8 @@ use super::*;
 
 impl ReleaseManager {
     /// Deletes the release's objects in reverse install order, then its records.
-    pub async fn uninstall(
-        &self,
-        name: &str,
-        namespace: &str,
-    ) -> Result<Uninstalled, ReleaseError> {
-        validate_release(name, namespace)?;
+    pub async fn uninstall(&self, release: &ReleaseId) -> Result<Uninstalled, ReleaseError> {
+        let (name, namespace) = (release.name(), release.namespace());
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
 

@@ -8,7 +8,8 @@ use berth_proto::lifecycle::report_request::Report;
 use berth_proto::release::UninstallRequest;
 use berth_queue::worker::TaskError;
 
-use crate::context::{TaskContext, rpc_error};
+use crate::client::rpc_error;
+use crate::context::TaskContext;
 use crate::hooks::run_lifecycle;
 use crate::package::{Values, ensure};
 

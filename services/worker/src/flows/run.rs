@@ -9,7 +9,8 @@ use berth_proto::lifecycle::{ConditionStatus, ConditionType, RunSucceeded};
 use berth_proto::release::{ChartFile, InstallRequest, StatusRequest};
 use berth_queue::worker::TaskError;
 
-use crate::context::{TaskContext, rpc_error};
+use crate::client::rpc_error;
+use crate::context::TaskContext;
 use crate::hooks::run_lifecycle;
 use crate::package::{Values, ensure, report_values};
 

@@ -10,7 +10,8 @@ use berth_proto::lifecycle::{
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
-use crate::context::{TaskContext, rpc_error};
+use crate::client::{invalid_argument, rpc_error};
+use crate::context::TaskContext;
 use crate::hooks::{apply_outputs, report_run, run_hook, run_lifecycle};
 use crate::package::{Values, ensure, report_values};
 
@@ -57,7 +58,7 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let request = bindings::set_bindings_request(cx, &hooks);
     if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
         // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
-        if status.code() == tonic::Code::InvalidArgument {
+        if invalid_argument(&status) {
             cx.set_condition(
                 ConditionType::Loaded,
                 ConditionStatus::False,

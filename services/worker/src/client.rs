@@ -1,0 +1,57 @@
+//! The worker's side of the other services' gRPC APIs: the clients its task flows call, and what
+//! their refusals mean to a task. The flows speak in these terms only.
+
+use berth_proto::hookevent::hook_events_client::HookEventsClient;
+use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
+use berth_proto::release::releases_client::ReleasesClient;
+use berth_queue::worker::TaskError;
+
+use crate::config::TaskConfig;
+
+/// A call to another service that failed: its status as the service (or the transport) gave it.
+pub type CallError = tonic::Status;
+
+/// An endpoint that cannot be used (malformed address).
+pub type ConnectError = tonic::transport::Error;
+
+/// The clients a handler needs; cheap to clone.
+#[derive(Clone)]
+pub struct Services {
+    pub lifecycle: LifecycleClient<berth_telemetry::Channel>,
+    pub release: ReleasesClient<berth_telemetry::Channel>,
+    pub hookevent: HookEventsClient<berth_telemetry::Channel>,
+}
+
+impl Services {
+    /// Clients of the services `config` names; they connect on first use.
+    pub fn connect_lazy(config: &TaskConfig) -> Result<Services, ConnectError> {
+        Ok(Services {
+            lifecycle: LifecycleClient::new(berth_telemetry::connect_lazy(
+                &config.lifecycle_endpoint,
+            )?),
+            release: ReleasesClient::new(berth_telemetry::connect_lazy(&config.release_endpoint)?),
+            hookevent: HookEventsClient::new(berth_telemetry::connect_lazy(
+                &config.hookevent_endpoint,
+            )?),
+        })
+    }
+}
+
+/// A failed call as a retryable task error naming the call.
+pub fn rpc_error(call: &str, status: CallError) -> TaskError {
+    TaskError::retry(format!(
+        "{call}: {} ({:?})",
+        status.message(),
+        status.code()
+    ))
+}
+
+/// The service found nothing by that name (a package lifecycle no longer knows).
+pub fn not_found(status: &CallError) -> bool {
+    status.code() == tonic::Code::NotFound
+}
+
+/// The service refused the request's content: retrying the same request cannot succeed.
+pub fn invalid_argument(status: &CallError) -> bool {
+    status.code() == tonic::Code::InvalidArgument
+}
