@@ -40,8 +40,9 @@ mod tests {
 
     #[tokio::test]
     async fn spawned_work_runs_in_the_callers_span() {
-        let subscriber = tracing_subscriber::registry();
-        let _default = tracing::subscriber::set_default(subscriber);
+        // Global: the blocking pool's threads must see the same subscriber (a test process may
+        // have installed one already; any registry-based one keeps span ids).
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
         let span = tracing::info_span!("outer");
         let id = span.id();
         let (here, blocking) = async {
