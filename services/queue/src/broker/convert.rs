@@ -3,7 +3,7 @@
 use berth_proto::queue as pb;
 
 use super::BrokerConfig;
-use super::model::{LeasedTask, NewTask, QueueSummary};
+use super::model::{LeasedTask, NewTask, QueueSummary, TaskId};
 use super::store::LeaseRef;
 
 /// Longest accepted id, queue, package, kind or traceparent, in bytes.
@@ -37,6 +37,8 @@ pub enum InvalidTask {
     },
     #[error("missing field {0}")]
     Missing(&'static str),
+    #[error("lease.task_id is {len} bytes > limit {limit}")]
+    TooLongRef { len: usize, limit: usize },
 }
 
 impl From<InvalidTask> for tonic::Status {
@@ -115,7 +117,7 @@ fn new_task(index: usize, task: pb::Task, config: &BrokerConfig) -> Result<NewTa
         return Err(InvalidTask::PayloadNotJson { index, id, source });
     }
     Ok(NewTask {
-        id,
+        id: TaskId::from_checked(id),
         queue,
         package,
         generation,
@@ -131,7 +133,16 @@ pub fn lease_ref(lease: Option<pb::LeaseRef>) -> Result<LeaseRef, InvalidTask> {
     if task_id.is_empty() {
         return Err(InvalidTask::Missing("lease.task_id"));
     }
-    Ok(LeaseRef { task_id, fence })
+    if task_id.len() > MAX_NAME_BYTES {
+        return Err(InvalidTask::TooLongRef {
+            len: task_id.len(),
+            limit: MAX_NAME_BYTES,
+        });
+    }
+    Ok(LeaseRef {
+        task_id: TaskId::from_checked(task_id),
+        fence,
+    })
 }
 
 pub fn leased_task(leased: LeasedTask) -> pb::Task {
@@ -155,7 +166,7 @@ pub fn leased_task(leased: LeasedTask) -> pb::Task {
         allow_failure,
     } = task;
     pb::Task {
-        id,
+        id: id.into_string(),
         queue,
         package,
         generation,
@@ -207,6 +218,17 @@ mod tests {
             kind: "Run".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn lease_refs_name_a_bounded_task_id() {
+        let lease = |task_id: String| lease_ref(Some(pb::LeaseRef { task_id, fence: 3 }));
+        let ok = lease("t-1".into()).expect("a plain id");
+        assert_eq!((ok.task_id.as_str(), ok.fence), ("t-1", 3));
+        let err = lease(String::new()).expect_err("empty id");
+        assert!(err.to_string().contains("lease.task_id"), "{err}");
+        let err = lease("x".repeat(MAX_NAME_BYTES + 1)).expect_err("id too long");
+        assert!(err.to_string().contains("limit 512"), "{err}");
     }
 
     #[test]

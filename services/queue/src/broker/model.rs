@@ -1,9 +1,54 @@
 //! Domain values of the broker, free of gRPC and SQL types.
 
+/// A task's id: chosen by its producer (unique per task; an id seen before is not enqueued
+/// again), non-empty and bounded, checked once at the edge (`convert`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(String);
+
+impl TaskId {
+    /// Wraps an id the edge (or the store, reading back what the edge checked) vouches for.
+    pub(crate) fn from_checked(id: String) -> TaskId {
+        TaskId(id)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl PartialEq<str> for TaskId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for TaskId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+#[cfg(test)]
+impl From<&str> for TaskId {
+    fn from(id: &str) -> TaskId {
+        TaskId(id.to_owned())
+    }
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A task accepted by Enqueue, already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTask {
-    pub id: String,
+    pub id: TaskId,
     pub queue: String,
     pub package: String,
     pub generation: i64,

@@ -14,7 +14,7 @@ use tracing::instrument;
 use super::completer::Completer;
 use super::convert::{self, saturate};
 use super::metrics::BrokerMetrics;
-use super::model::{FailOutcome, LeaseBatch};
+use super::model::{FailOutcome, LeaseBatch, TaskId};
 use super::store::{self, Completion, Dialect, LeaseLimits, Store, StoreError};
 use super::{BrokerConfig, listen};
 
@@ -306,7 +306,9 @@ impl pb::broker_server::Broker for BrokerService {
         let cancelled = retrying(|| self.inner.store.heartbeat(&worker, &leases, ttl, now_ms()))
             .await
             .map_err(status)?;
-        Ok(Response::new(pb::HeartbeatResponse { cancelled }))
+        Ok(Response::new(pb::HeartbeatResponse {
+            cancelled: cancelled.into_iter().map(TaskId::into_string).collect(),
+        }))
     }
 
     #[instrument(skip_all, fields(task.id = tracing::field::Empty, next = request.get_ref().next))]

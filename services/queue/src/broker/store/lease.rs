@@ -274,7 +274,7 @@ async fn compact(
     };
     for (_, follower) in &absorbed {
         let finished = Finished {
-            id: &follower.task.id,
+            id: follower.task.id.as_str(),
             queue: &follower.task.queue,
             package: &follower.task.package,
             kind: &follower.task.kind,

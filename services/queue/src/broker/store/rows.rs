@@ -4,7 +4,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::broker::model::{LeasedTask, NewTask};
+use crate::broker::model::{LeasedTask, NewTask, TaskId};
 
 /// The columns [`leased_task`] reads, in a form to paste into a SELECT or RETURNING list.
 macro_rules! task_columns {
@@ -17,7 +17,7 @@ pub(crate) use task_columns;
 
 pub(crate) fn leased_task(row: &AnyRow) -> Result<(i64, LeasedTask), sqlx::Error> {
     let task = NewTask {
-        id: row.try_get("id")?,
+        id: TaskId::from_checked(row.try_get("id")?),
         queue: row.try_get("queue")?,
         package: row.try_get("package")?,
         generation: row.try_get("generation")?,
@@ -38,4 +38,42 @@ pub(crate) fn leased_task(row: &AnyRow) -> Result<(i64, LeasedTask), sqlx::Error
         compacted: 0,
     };
     Ok((row.try_get("seq")?, leased))
+}
+
+// A task id is stored as the text it is: these let `bind`/`try_get` take a `TaskId` directly
+// (written here, not derived in `model`, which knows no SQL).
+impl<DB: sqlx::Database> sqlx::Type<DB> for TaskId
+where
+    String: sqlx::Type<DB>,
+{
+    fn type_info() -> DB::TypeInfo {
+        <String as sqlx::Type<DB>>::type_info()
+    }
+
+    fn compatible(ty: &DB::TypeInfo) -> bool {
+        <String as sqlx::Type<DB>>::compatible(ty)
+    }
+}
+
+impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for TaskId
+where
+    String: sqlx::Encode<'q, DB>,
+{
+    fn encode_by_ref(
+        &self,
+        buf: &mut <DB as sqlx::Database>::ArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        self.as_str().to_owned().encode(buf)
+    }
+}
+
+impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for TaskId
+where
+    String: sqlx::Decode<'r, DB>,
+{
+    fn decode(
+        value: <DB as sqlx::Database>::ValueRef<'r>,
+    ) -> Result<TaskId, sqlx::error::BoxDynError> {
+        String::decode(value).map(TaskId::from_checked)
+    }
 }

@@ -10,12 +10,12 @@ use super::history::{self, Finished};
 use super::lease::{LeaseLimits, compact_heads, lease_heads};
 use super::{Store, StoreError, query_failed};
 use crate::broker::backoff::Backoff;
-use crate::broker::model::{FailOutcome, LeasedTask, Outcome, Settled};
+use crate::broker::model::{FailOutcome, LeasedTask, Outcome, Settled, TaskId};
 
 /// A lease as its holder names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRef {
-    pub task_id: String,
+    pub task_id: TaskId,
     pub fence: i64,
 }
 
@@ -70,7 +70,7 @@ impl Store {
         leases: &[LeaseRef],
         ttl: Duration,
         now_ms: i64,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Vec<TaskId>, StoreError> {
         let lease_until = now_ms.saturating_add(ttl.as_millis() as i64);
         let mut extended = HashSet::new();
         for chunk in leases.chunks(LEASES_PER_STATEMENT) {
@@ -92,7 +92,7 @@ impl Store {
                 .await
                 .map_err(query_failed("extend leases"))?;
             for row in &rows {
-                let id: String = row.try_get("id").map_err(query_failed("decode lease"))?;
+                let id: TaskId = row.try_get("id").map_err(query_failed("decode lease"))?;
                 let fence: i64 = row.try_get("fence").map_err(query_failed("decode lease"))?;
                 extended.insert((id, fence));
             }
@@ -174,7 +174,7 @@ impl Store {
             match removed.get(&(lease.task_id.clone(), lease.fence)) {
                 Some(row) => {
                     finished.push(Finished {
-                        id: &lease.task_id,
+                        id: lease.task_id.as_str(),
                         queue: &row.queue,
                         package: &row.package,
                         kind: &row.kind,
@@ -293,7 +293,7 @@ impl Store {
                 Outcome::Dropped
             };
             let finished = Finished {
-                id: &lease.task_id,
+                id: lease.task_id.as_str(),
                 queue: &removed.queue,
                 package: &removed.package,
                 kind: &removed.kind,
@@ -314,7 +314,7 @@ impl Store {
 
 fn stale(lease: &LeaseRef) -> StoreError {
     StoreError::StaleLease {
-        task_id: lease.task_id.clone(),
+        task_id: lease.task_id.to_string(),
         fence: lease.fence,
     }
 }
@@ -348,7 +348,7 @@ fn lease_match(first: usize, n: usize) -> String {
 async fn remove_leased(
     conn: &mut AnyConnection,
     leases: &[LeaseRef],
-) -> Result<HashMap<(String, i64), Removed>, StoreError> {
+) -> Result<HashMap<(TaskId, i64), Removed>, StoreError> {
     let sql = format!(
         "DELETE FROM tasks WHERE lease_holder <> '' AND {} \
          RETURNING id, fence, queue, package, kind, attempts, cancelled, leased_at",
@@ -363,7 +363,7 @@ async fn remove_leased(
         .fetch_all(&mut *conn)
         .await
         .map_err(query_failed("remove settled tasks"))?;
-    let decode = |row: &sqlx::any::AnyRow| -> Result<((String, i64), Removed), sqlx::Error> {
+    let decode = |row: &sqlx::any::AnyRow| -> Result<((TaskId, i64), Removed), sqlx::Error> {
         Ok((
             (row.try_get("id")?, row.try_get("fence")?),
             Removed {

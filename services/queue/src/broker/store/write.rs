@@ -152,7 +152,7 @@ async fn insert_tasks(
     let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now_ms);
     for task in tasks {
         query = query
-            .bind(&task.id)
+            .bind(task.id.as_str())
             .bind(&task.queue)
             .bind(&task.package)
             .bind(task.generation)
