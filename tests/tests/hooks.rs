@@ -673,6 +673,72 @@ async fn after_helm_and_delete_bindings_run() -> anyhow::Result<()> {
     .await
 }
 
+/// Remove always finishes: a beforeDeleteHelm hook whose values patch cannot apply and an
+/// afterDeleteHelm hook that exits non-zero are skipped with a warning condition naming them,
+/// the release is uninstalled (its objects deleted) and the package is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_finishes_when_delete_hooks_fail() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("brokendelete", &ns);
+        let accepted = client
+            .update(update(&r, &fixtures(), "", None))
+            .await?
+            .into_inner();
+        journey::wait_running(&mut client, &r, accepted.generation).await?;
+        anyhow::ensure!(
+            cms.get_opt("brokendelete-chart").await?.is_some(),
+            "the chart's ConfigMap was installed"
+        );
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
+        let mut warnings = Vec::new();
+        tokio::time::timeout(Duration::from_secs(120), async {
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(p) => warnings.extend(
+                        p.conditions
+                            .into_iter()
+                            .filter(|c| c.reason == "DeleteHooksSkipped")
+                            .map(|c| c.message),
+                    ),
+                    Err(s) if s.code() == tonic::Code::NotFound => return Ok(()),
+                    Err(s) => anyhow::bail!("watch failed: {s}"),
+                }
+            }
+            anyhow::bail!("watch ended while the package still existed")
+        })
+        .await
+        .context("Remove did not finish")??;
+        let seen = warnings.join("\n");
+        anyhow::ensure!(
+            seen.contains("beforeDeleteHelm") && seen.contains("/no/such/path"),
+            "a warning names the skipped beforeDeleteHelm hook and why: {seen:?}"
+        );
+        anyhow::ensure!(
+            seen.contains("afterDeleteHelm") && seen.contains("after.sh"),
+            "a warning names the failed afterDeleteHelm hook: {seen:?}"
+        );
+        anyhow::ensure!(
+            cms.get_opt("brokendelete-chart").await?.is_none(),
+            "the release was uninstalled"
+        );
+        Ok(())
+    })
+    .await
+}
+
 /// A hook whose values patch removes a missing path, and a hook that exits non-zero after
 /// writing valid outputs, each fail the package with an error naming the hook and the cause;
 /// neither applies anything (values, object operations).

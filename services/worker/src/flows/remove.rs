@@ -3,8 +3,8 @@
 
 use berth_hooks::LifecycleBinding;
 use berth_proto::hookevent::RemoveBindingsRequest;
-use berth_proto::lifecycle::Removed;
 use berth_proto::lifecycle::report_request::Report;
+use berth_proto::lifecycle::{ConditionStatus, ConditionType, Removed};
 use berth_proto::release::UninstallRequest;
 use berth_queue::worker::TaskError;
 
@@ -26,34 +26,57 @@ pub async fn disable(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 }
 
 pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
-    // The package files may be unavailable (repository gone): the release is uninstalled anyway,
-    // only the delete hooks are skipped.
+    // Remove always finishes: the release is uninstalled and the state cleaned even when the
+    // delete hooks cannot run (package files gone, hooks no longer discoverable, a hook that
+    // fails or hangs until its timeout, outputs that cannot be applied). Each skipped hook
+    // leaves a warning condition naming it; retrying would only repeat the failure.
+    let mut skipped = Vec::new();
     let pkg = match ensure(cx).await {
         Ok(p) => Some(p),
         Err(e) => {
-            tracing::warn!(error = %e.message, "uninstalling without delete hooks");
+            skipped.push(format!("package files: {}", e.message));
             None
         }
     };
     let hooks = match &pkg {
-        Some(p) => cx.package_hooks(p).await?,
-        None => Default::default(),
-    };
-    let mut values = match &pkg {
-        Some(p) => Values::compute(p, cx).ok(),
+        Some(p) => match cx.package_hooks(p).await {
+            Ok(hooks) => Some(hooks),
+            Err(e) => {
+                skipped.push(format!("hook discovery: {}", e.message));
+                None
+            }
+        },
         None => None,
     };
-    if let (Some(p), Some(v)) = (&pkg, values.as_mut()) {
-        run_lifecycle(
+    let mut values = match &pkg {
+        Some(p) => match Values::compute(p, cx) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                skipped.push(format!("values: {}", e.message));
+                None
+            }
+        },
+        None => None,
+    };
+    if let (Some(p), Some(h), Some(v)) = (&pkg, &hooks, values.as_mut())
+        && let Err(e) = run_lifecycle(
             cx,
             p,
-            &hooks,
+            h,
             LifecycleBinding::BeforeDeleteHelm,
             "beforeDeleteHelm",
             v,
         )
-        .await?;
+        .await
+    {
+        skipped.push(format!("beforeDeleteHelm: {}", e.message));
     }
+    let which = if hooks.is_some() && values.is_some() {
+        "beforeDeleteHelm"
+    } else {
+        "delete"
+    };
+    warn_skipped(cx, &skipped, which).await;
     let (name, namespace) = cx.release();
     cx.services
         .release
@@ -61,18 +84,48 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         .uninstall(UninstallRequest { name, namespace })
         .await
         .map_err(|s| rpc_error("release Uninstall", s))?;
-    if let (Some(p), Some(v)) = (&pkg, values.as_mut()) {
-        run_lifecycle(
+    if let (Some(p), Some(h), Some(v)) = (&pkg, &hooks, values.as_mut())
+        && let Err(e) = run_lifecycle(
             cx,
             p,
-            &hooks,
+            h,
             LifecycleBinding::AfterDeleteHelm,
             "afterDeleteHelm",
             v,
         )
-        .await?;
+        .await
+    {
+        warn_skipped(
+            cx,
+            &[format!("afterDeleteHelm: {}", e.message)],
+            "afterDeleteHelm",
+        )
+        .await;
     }
     Ok(())
+}
+
+/// Logs and reports (best effort) the delete hooks that could not run.
+async fn warn_skipped(cx: &TaskContext<'_>, skipped: &[String], which: &str) {
+    if skipped.is_empty() {
+        return;
+    }
+    let message = format!(
+        "removing without {which} hooks that could not run: {}",
+        skipped.join("; ")
+    );
+    tracing::warn!(package.key = %cx.key(), "{message}");
+    if let Err(e) = cx
+        .set_condition(
+            ConditionType::HooksProcessed,
+            ConditionStatus::False,
+            "DeleteHooksSkipped",
+            &message,
+        )
+        .await
+    {
+        tracing::warn!(error = %e.message, "could not report skipped delete hooks");
+    }
 }
 
 pub async fn cleanup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
