@@ -739,6 +739,93 @@ async fn remove_finishes_when_delete_hooks_fail() -> anyhow::Result<()> {
     .await
 }
 
+/// Follows the package until its generation `generation` has failed permanently (phase Failed)
+/// and returns it.
+async fn wait_failed(
+    client: &mut journey::Client,
+    r: &v1::PackageRef,
+    generation: i64,
+) -> anyhow::Result<v1::Package> {
+    let mut stream = client
+        .watch(v1::WatchRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?
+        .into_inner();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(p) = stream.next().await {
+            let p = p?;
+            if p.phase == "Failed" && p.generation == generation {
+                return Ok(p);
+            }
+        }
+        bail!("watch ended before the package failed")
+    })
+    .await
+    .context("the generation did not fail (retried forever?)")?
+}
+
+/// Errors retrying cannot fix fail the generation instead of being retried forever: settings
+/// the package's schema refuses and a hook config that cannot parse each end in phase Failed
+/// with a Ready=False condition and an error naming the cause; the next Update starts over
+/// and, with valid settings, reaches Running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_errors_fail_the_generation_until_the_next_update() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let mut client = journey::connect(&endpoint).await?;
+
+        let r = app("strict", &ns);
+        let bad = client
+            .update(update(&r, &fixtures(), "", Some(json!({"size": "big"}))))
+            .await?
+            .into_inner();
+        let failed = wait_failed(&mut client, &r, bad.generation).await?;
+        anyhow::ensure!(
+            failed.last_error.contains("ApplySettings") && failed.last_error.contains("size"),
+            "the error names the task and the setting: {}",
+            failed.last_error
+        );
+        let ready = failed
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "Ready")
+            .context("a Ready condition")?;
+        anyhow::ensure!(
+            ready.status == "False" && ready.reason == "Failed",
+            "{ready:?}"
+        );
+        let good = client
+            .update(update(&r, &fixtures(), "", Some(json!({"size": 3}))))
+            .await?
+            .into_inner();
+        journey::wait_running(&mut client, &r, good.generation).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let cm = cms.get("strict").await?;
+        anyhow::ensure!(
+            cm.data.unwrap_or_default().get("size").map(String::as_str) == Some("3"),
+            "the release was installed with the fixed settings"
+        );
+        remove(&mut client, &r).await?;
+
+        let r = app("badconfig", &ns);
+        let accepted = client
+            .update(update(&r, &fixtures(), "", None))
+            .await?
+            .into_inner();
+        let failed = wait_failed(&mut client, &r, accepted.generation).await?;
+        anyhow::ensure!(
+            failed.last_error.contains("Load")
+                && failed.last_error.contains("broken.sh")
+                && failed.last_error.contains("invalid config"),
+            "the error names the hook and its config: {}",
+            failed.last_error
+        );
+        remove(&mut client, &r).await
+    })
+    .await
+}
+
 /// A hook whose values patch removes a missing path, and a hook that exits non-zero after
 /// writing valid outputs, each fail the package with an error naming the hook and the cause;
 /// neither applies anything (values, object operations).

@@ -336,6 +336,12 @@ async fn wait_running(
                 println!("{line}");
                 last = line;
             }
+            if p.phase == "Failed" && p.generation == generation {
+                return Err(format!(
+                    "{}: failed: {} (berth retries nothing until the next update)",
+                    p.key, p.last_error
+                ));
+            }
             if !p.last_error.is_empty() {
                 return Err(format!(
                     "{}: {} (berth keeps retrying; see `berth get {}`)",

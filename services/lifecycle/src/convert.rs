@@ -199,7 +199,17 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
             )];
             c.error = Some(String::new());
         }
-        Rpt::TaskFailed(f) => c.error = (!f.error.is_empty()).then(|| f.error.clone()),
+        Rpt::TaskFailed(f) => {
+            c.error = (!f.error.is_empty()).then(|| f.error.clone());
+            if f.permanent {
+                c.phase = Some(Phase::Failed);
+                let mut ready =
+                    ConditionSet::new(ConditionType::Ready, ConditionStatus::False, "Failed");
+                ready.message =
+                    format!("{} (fix the package or its settings, then Update)", f.error);
+                c.conditions = vec![ready];
+            }
+        }
     }
     Ok(Report::Change(Box::new(c)))
 }
@@ -221,6 +231,7 @@ fn phase(value: i32) -> Result<Option<Phase>, String> {
         Ok(pb::Phase::Loaded) => Phase::Loaded,
         Ok(pb::Phase::Running) => Phase::Running,
         Ok(pb::Phase::Removing) => Phase::Removing,
+        Ok(pb::Phase::Failed) => Phase::Failed,
         Err(_) => return Err(format!("progress.phase: unknown value {value}")),
     }))
 }

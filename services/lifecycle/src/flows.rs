@@ -4,7 +4,7 @@
 use berth_proto::tasks::TaskKind;
 use serde_json::{Value, json};
 
-use crate::model::{Generation, PackageKey};
+use crate::model::{Generation, PackageKey, Phase};
 use crate::outbox::{Op, QueuedTask, Row};
 use crate::store::PackageRow;
 
@@ -66,8 +66,10 @@ pub fn update(
                 || prev.version != new.version
                 || prev.package != new.package
                 || prev.repository != new.repository
-                // Never loaded (e.g. the first Download failed): start over.
-                || prev.settings_schema.is_none() =>
+                // Never loaded (e.g. the first Download failed), or the generation failed
+                // permanently: start over.
+                || prev.settings_schema.is_none()
+                || prev.phase == Phase::Failed =>
         {
             (
                 true,

@@ -133,6 +133,8 @@ pub enum Phase {
     Loaded,
     Running,
     Removing,
+    /// The generation failed permanently; nothing more runs until the next Update.
+    Failed,
 }
 
 impl Phase {
@@ -143,6 +145,7 @@ impl Phase {
             Phase::Loaded => "Loaded",
             Phase::Running => "Running",
             Phase::Removing => "Removing",
+            Phase::Failed => "Failed",
         }
     }
 
@@ -153,6 +156,7 @@ impl Phase {
             Phase::Loaded,
             Phase::Running,
             Phase::Removing,
+            Phase::Failed,
         ]
         .into_iter()
         .find(|p| p.as_str() == s)

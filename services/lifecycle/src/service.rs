@@ -18,7 +18,7 @@ use crate::convert;
 use crate::dump;
 use crate::error::LifecycleError;
 use crate::flows;
-use crate::model::{Generation, PackageKey};
+use crate::model::{Generation, PackageKey, Phase};
 use crate::report;
 use crate::store::Store;
 use crate::update::{self, NotPlanned};
@@ -273,6 +273,7 @@ impl Lifecycle for LifecycleService {
             settings: Some(json::to_struct(&row.settings)),
             values_patch_json: Value::Array(row.values_patch.clone()).to_string(),
             present: !row.removing,
+            failed: row.phase == Phase::Failed,
         }))
     }
 

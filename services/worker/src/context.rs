@@ -45,7 +45,10 @@ impl<'a> TaskContext<'a> {
             Err(s) if not_found(&s) => return Ok(None),
             Err(s) => return Err(rpc_error("lifecycle GetSpec", s)),
         };
-        if spec.generation > task.generation {
+        // Superseded by a newer generation, or this generation failed permanently (its
+        // remaining tasks, hook runs included, wait for the next Update).
+        if spec.generation > task.generation || (spec.failed && spec.generation == task.generation)
+        {
             return Ok(None);
         }
         Ok(Some(TaskContext {
@@ -133,10 +136,14 @@ impl<'a> TaskContext<'a> {
         .map(|_| ())
     }
 
-    /// Records a task failure on the package; best effort.
-    pub async fn report_error(&self, kind: TaskKind, message: &str) {
+    /// Records a task failure on the package; best effort. `permanent`: retrying cannot fix
+    /// it, so the generation fails.
+    pub async fn report_error(&self, kind: TaskKind, message: &str, permanent: bool) {
         let error = format!("{}: {message}", kind.as_str());
-        if let Err(e) = self.report(Report::TaskFailed(TaskFailed { error })).await {
+        if let Err(e) = self
+            .report(Report::TaskFailed(TaskFailed { error, permanent }))
+            .await
+        {
             tracing::warn!(error = %e.message, "could not report a task failure");
         }
     }

@@ -37,7 +37,7 @@ impl HookCache {
         let hooks = Arc::new(
             berth_hooks::discover(&dir, timeout)
                 .await
-                .map_err(|e| TaskError::retry(e.to_string()))?,
+                .map_err(discovery_error)?,
         );
         let mut entries = self.lock();
         if entries.len() >= HOOK_CACHE_ENTRIES {
@@ -78,5 +78,18 @@ impl HookCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Vec<Hook>>>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A discovery failure as a task error: a config that does not parse (or a second settings
+/// check) is the package's fault and permanent; a hook that could not start, failed or timed
+/// out answering `--config` may do better on the next attempt.
+fn discovery_error(e: berth_hooks::DiscoverError) -> TaskError {
+    use berth_hooks::DiscoverError::*;
+    match e {
+        Config { .. } | SecondSettingsCheck { .. } | TooLarge { .. } => {
+            TaskError::permanent(e.to_string())
+        }
+        _ => TaskError::retry(e.to_string()),
     }
 }

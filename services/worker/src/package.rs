@@ -25,8 +25,10 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
                     TaskError::retry(format!("fetching {package} {version} from {repo}: {e}"))
                 })?;
         }
+        // What was fetched is what the repository has: a package that does not load is broken
+        // until a new Update, and retrying cannot fix it.
         berth_package::load(&dest)
-            .map_err(|e| TaskError::retry(format!("loading {package} {version}: {e}")))
+            .map_err(|e| TaskError::permanent(format!("loading {package} {version}: {e}")))
     })
     .await
     .map_err(|e| TaskError::retry(format!("package loader panicked: {e}")))?
@@ -51,8 +53,9 @@ impl Values {
             })?;
         // Stored patches replay leniently: a settings change may have removed a path an old
         // patch touched, and that must not wedge the package.
+        // Settings the package's schema refuses stay refused until the next Update.
         let current = berth_package::rebuild_values(pkg, &settings, &patches)
-            .map_err(|e| TaskError::retry(e.to_string()))?;
+            .map_err(|e| TaskError::permanent(e.to_string()))?;
         let stored = patches.0.len();
         Ok(Values {
             settings,

@@ -34,6 +34,17 @@ impl TaskRunner {
     }
 }
 
+/// Whether a failed task fails its generation: a permanent error (one retrying cannot fix) in
+/// a task that converges the package. Not a cancelled task (superseded, or the worker
+/// stopping), and not a HookRun (one event's run failing leaves the package as it is) or a
+/// removal task (Remove always finishes).
+fn fails_generation(kind: TaskKind, error: &TaskError, cancel: &CancellationToken) -> bool {
+    use TaskKind::*;
+    !error.retry
+        && !cancel.is_cancelled()
+        && matches!(kind, Download | Load | ApplySettings | Startup | Run)
+}
+
 impl Handler for TaskRunner {
     async fn handle(&self, task: Task, cancel: CancellationToken) -> Result<(), TaskError> {
         let span = berth_telemetry::with_traceparent(
@@ -59,7 +70,8 @@ impl Handler for TaskRunner {
                 Ok(()) => tracing::info!("task done"),
                 Err(e) => {
                     tracing::warn!(error = %e.message, "task failed");
-                    cx.report_error(kind, &e.message).await;
+                    cx.report_error(kind, &e.message, fails_generation(kind, e, &cx.cancel))
+                        .await;
                 }
             }
             result

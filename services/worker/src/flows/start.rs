@@ -66,6 +66,10 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
                 status.message(),
             )
             .await?;
+            return Err(TaskError::permanent(format!(
+                "hookevent SetBindings: {}",
+                status.message()
+            )));
         }
         return Err(rpc_error("hookevent SetBindings", status));
     }
