@@ -739,6 +739,57 @@ async fn remove_finishes_when_delete_hooks_fail() -> anyhow::Result<()> {
     .await
 }
 
+/// Snapshots are filled when a hook runs, not when its event was queued (shell-operator's
+/// rule): a run held back by the hook's throttle (one run per 10 s) while the object changed
+/// twice sees the object as it is when it runs (`v=3`), not as it was when its event was
+/// queued (`v=2`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_filled_when_the_hook_runs() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("fresh", &ns);
+        let accepted = client
+            .update(update(&r, &fixtures(), "", None))
+            .await?
+            .into_inner();
+        journey::wait_running(&mut client, &r, accepted.generation).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let cm = |v: &str| -> anyhow::Result<ConfigMap> {
+            Ok(serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "watched", "labels": {"app": "fresh"}},
+                "data": {"v": v},
+            }))?)
+        };
+        cms.create(&PostParams::default(), &cm("1")?).await?;
+        wait_package(&mut client, &r, "the first run", |p| {
+            values(p)["seen"] == json!("1")
+        })
+        .await?;
+        // The next run waits for the throttle; both changes land while it waits.
+        for v in ["2", "3"] {
+            cms.patch(
+                "watched",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"v": v}})),
+            )
+            .await?;
+        }
+        let p = wait_package(&mut client, &r, "the throttled run", |p| {
+            values(p)["seen"] != json!("1")
+        })
+        .await?;
+        anyhow::ensure!(
+            values(&p)["seen"] == json!("3"),
+            "the run saw the snapshot of when its event was queued: {}",
+            values(&p)
+        );
+        remove(&mut client, &r).await
+    })
+    .await
+}
+
 /// Follows the package until its generation `generation` has failed permanently (phase Failed)
 /// and returns it.
 async fn wait_failed(

@@ -174,6 +174,34 @@ pub fn to_json(contexts: &[BindingContext]) -> Value {
     serde_json::to_value(kept).unwrap_or(Value::Array(Vec::new()))
 }
 
+/// Fills the `snapshots` of serialized contexts (as [`to_json`] wrote them when the event was
+/// queued) from `current`: as in shell-operator, a hook sees the snapshots as they are when it
+/// runs, not as they were when its event was queued behind other work. Each context keeps its
+/// own selection of bindings; contexts without snapshots are left as they are. True when any
+/// context has snapshots.
+pub fn refresh_snapshots(contexts: &mut Value, current: &Snapshots) -> bool {
+    let mut any = false;
+    for ctx in contexts.as_array_mut().into_iter().flatten() {
+        let Some(Value::Object(snapshots)) = ctx.get_mut("snapshots") else {
+            continue;
+        };
+        any = true;
+        for (binding, objects) in snapshots.iter_mut() {
+            let fresh = current.get(binding).map(Vec::as_slice).unwrap_or_default();
+            *objects = serde_json::to_value(fresh).unwrap_or(Value::Array(Vec::new()));
+        }
+    }
+    any
+}
+
+/// True when any serialized context carries snapshots (so [`refresh_snapshots`] has work).
+pub fn has_snapshots(contexts: &Value) -> bool {
+    contexts.as_array().is_some_and(|all| {
+        all.iter()
+            .any(|c| c.get("snapshots").is_some_and(Value::is_object))
+    })
+}
+
 fn shape(binding: &KubernetesBinding, item: &ObjectAndFilterResult) -> ObjectAndFilterResult {
     ObjectAndFilterResult {
         object: item
@@ -222,6 +250,40 @@ mod tests {
             filter_result: Some(json!("p")),
         };
         Snapshots::from([("pods".to_owned(), vec![pod])])
+    }
+
+    #[test]
+    fn snapshots_are_refreshed_per_context_selection() {
+        let mut contexts = json!([
+            {"binding": "cms", "type": "Event", "watchEvent": "Modified",
+             "object": {"v": 1}, "snapshots": {"pods": [{"filterResult": "old"}]}},
+            {"binding": "every", "type": "Schedule"},
+        ]);
+        assert!(has_snapshots(&contexts));
+        let fresh = Snapshots::from([
+            (
+                "pods".to_owned(),
+                vec![ObjectAndFilterResult {
+                    object: None,
+                    filter_result: Some(json!("new")),
+                }],
+            ),
+            ("other".to_owned(), vec![]),
+        ]);
+        assert!(refresh_snapshots(&mut contexts, &fresh));
+        assert_eq!(
+            contexts,
+            json!([
+                {"binding": "cms", "type": "Event", "watchEvent": "Modified",
+                 "object": {"v": 1}, "snapshots": {"pods": [{"filterResult": "new"}]}},
+                {"binding": "every", "type": "Schedule"},
+            ]),
+            "the event's own object stays as queued; only the snapshots it selected change"
+        );
+        let mut gone = json!([{"binding": "g", "snapshots": {"pods": [{"filterResult": "x"}]}}]);
+        refresh_snapshots(&mut gone, &Snapshots::new());
+        assert_eq!(gone, json!([{"binding": "g", "snapshots": {"pods": []}}]));
+        assert!(!has_snapshots(&json!([{"binding": "every"}])));
     }
 
     #[test]

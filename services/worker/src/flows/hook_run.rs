@@ -1,12 +1,14 @@
 //! HookRun: one hook run with the binding contexts of its event (or schedule), under the
 //! hook's `settings` throttle.
 
+use berth_hooks::binding_context;
 use berth_proto::lifecycle::HookRunReport;
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::queue::Task;
 use berth_proto::tasks::HookRun;
 use berth_queue::worker::TaskError;
 
+use crate::bindings::{self, hook_snapshots};
 use crate::context::TaskContext;
 use crate::hooks::{apply_outputs, report_run, run_hook};
 use crate::package::{Values, ensure};
@@ -14,7 +16,7 @@ use crate::package::{Values, ensure};
 pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
     let payload = HookRun::from_payload_json(&task.payload_json)
         .map_err(|e| TaskError::permanent(e.to_string()))?;
-    let contexts = payload
+    let mut contexts = payload
         .binding_contexts()
         .map_err(|e| TaskError::permanent(e.to_string()))?;
     let name = payload.hook.as_str();
@@ -25,6 +27,12 @@ pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError
     })?;
     let mut values = Values::compute(&pkg, cx)?;
     cx.hooks.throttle(cx.key(), hook, &cx.cancel).await?;
+    // Snapshots as they are now, not as they were when the event was queued (shell-operator
+    // fills them when the hook runs).
+    if binding_context::has_snapshots(&contexts) {
+        let all = bindings::snapshots(cx, &hooks, false).await?;
+        binding_context::refresh_snapshots(&mut contexts, &hook_snapshots(&all, name));
+    }
     let result = match run_hook(cx, hook, contexts, &values).await {
         Ok(output) => apply_outputs(cx, &pkg, hook, output, &mut values).await,
         Err(e) => Err(e),
