@@ -739,6 +739,53 @@ async fn remove_finishes_when_delete_hooks_fail() -> anyhow::Result<()> {
     .await
 }
 
+/// CRDs first: a package whose chart ships a CRD in `crds/` and whose hook watches that kind
+/// loads (the CRD is applied and Established before the bindings are registered), and the
+/// hook sees the chart's object of that kind and one created later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_may_watch_the_kinds_their_package_brings() -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+    with_topology(&[], |endpoint, kube| async move {
+        let ns = namespace(&kube).await?;
+        let mut client = journey::connect(&endpoint).await?;
+        let r = app("owncrd", &ns);
+        let result = async {
+            let accepted = client
+                .update(update(&r, &fixtures(), "", None))
+                .await?
+                .into_inner();
+            journey::wait_running(&mut client, &r, accepted.generation).await?;
+            wait_package(&mut client, &r, "the chart's Gadget", |p| {
+                values(p)["gadgets"] == json!(["from-chart"])
+            })
+            .await?;
+            let gvk = GroupVersionKind::gvk("owncrd.berth.test", "v1", "Gadget");
+            let gadgets: Api<DynamicObject> =
+                Api::namespaced_with(kube.clone(), &ns, &ApiResource::from_gvk(&gvk));
+            let gadget: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "owncrd.berth.test/v1", "kind": "Gadget",
+                "metadata": {"name": "from-test"}, "spec": {"size": 2},
+            }))?;
+            gadgets.create(&PostParams::default(), &gadget).await?;
+            wait_package(&mut client, &r, "the new Gadget", |p| {
+                values(p)["gadgets"] == json!(["from-chart", "from-test"])
+            })
+            .await?;
+            remove(&mut client, &r).await
+        }
+        .await;
+        // CRDs outlive releases (as in Helm): this test removes its own.
+        let crds: Api<CustomResourceDefinition> = Api::all(kube.clone());
+        let _ = crds
+            .delete("gadgets.owncrd.berth.test", &DeleteParams::default())
+            .await;
+        result
+    })
+    .await
+}
+
 /// Snapshots are filled when a hook runs, not when its event was queued (shell-operator's
 /// rule): a run held back by the hook's throttle (one run per 10 s) while the object changed
 /// twice sees the object as it is when it runs (`v=3`), not as it was when its event was

@@ -149,6 +149,25 @@ impl pb::releases_server::Releases for ReleaseService {
     }
 
     #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
+    async fn apply_crds(
+        &self,
+        request: Request<pb::InstallRequest>,
+    ) -> Result<Response<pb::ApplyCrdsResponse>, Status> {
+        let req = request.into_inner();
+        let values = parse_values(&req.values_json)?;
+        let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
+        let applied = self
+            .manager
+            .apply_chart_crds(&release_id(&req.name, &req.namespace)?, files, values)
+            .await
+            .map_err(to_status)?;
+        tracing::info!(crds = applied.len(), "CRDs applied");
+        Ok(Response::new(pb::ApplyCrdsResponse {
+            crds: applied.into_iter().map(|a| object_ref(a.key)).collect(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
     async fn uninstall(
         &self,
         request: Request<pb::UninstallRequest>,

@@ -158,6 +158,25 @@ impl ReleaseManager {
             .watch(&self.applier, name, namespace, revision, objects, applied);
     }
 
+    /// Applies the chart's `crds/` and waits until each is Established, ahead of the install
+    /// (the package's hooks may watch the kinds they bring). Not part of the release.
+    pub async fn apply_chart_crds(
+        &self,
+        release: &ReleaseId,
+        files: Vec<(String, Vec<u8>)>,
+        values: serde_json::Value,
+    ) -> Result<Vec<Applied>, ReleaseError> {
+        let (name, namespace) = (release.name(), release.namespace());
+        let crds = render::chart_crds(&files, &values)?;
+        if crds.is_empty() {
+            return Ok(vec![]);
+        }
+        let objects: Vec<&serde_json::Value> = crds.iter().map(|m| &m.object).collect();
+        let applied = self.apply_in_order(name, namespace, &objects).await?;
+        self.capabilities.invalidate().await;
+        Ok(applied)
+    }
+
     /// Applies `crds/` objects and waits until each CRD is Established. CRDs are not part of
     /// the release: Helm neither records nor deletes them.
     pub(super) async fn apply_crds(

@@ -7,6 +7,7 @@ use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
     ConditionStatus, ConditionType, HookInfo, Loaded, Phase, SettingsApplied,
 };
+use berth_proto::release::{ChartFile, InstallRequest};
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
@@ -55,6 +56,7 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             return Err(e);
         }
     };
+    apply_crds(cx, &pkg).await?;
     let request = bindings::set_bindings_request(cx, &hooks);
     if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
         // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
@@ -89,6 +91,60 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     }))
     .await?;
     Ok(())
+}
+
+/// CRDs first: the chart's `crds/` are applied and Established before the hooks' bindings are
+/// registered, so a hook may watch the kinds its own package brings (as the Deckhouse runtime
+/// does). CRDs are plain YAML in Helm; the values only pick which subcharts count, so values
+/// that cannot be computed yet (settings checked by ApplySettings) fall back to the package's
+/// static ones.
+async fn apply_crds(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<(), TaskError> {
+    let files = pkg
+        .chart_files()
+        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
+    if !files.iter().any(|(path, _)| is_crd_path(path)) {
+        return Ok(());
+    }
+    let values = match Values::compute(pkg, cx) {
+        Ok(v) => v.current,
+        Err(_) => pkg.static_values.clone(),
+    };
+    let (name, namespace) = cx.release();
+    let request = InstallRequest {
+        name,
+        namespace,
+        files: files
+            .into_iter()
+            .map(|(path, content)| ChartFile { path, content })
+            .collect(),
+        values_json: values.to_string(),
+    };
+    match cx.services.release.clone().apply_crds(request).await {
+        Ok(answer) => {
+            let crds = answer.into_inner().crds;
+            tracing::info!(crds = crds.len(), "CRDs applied before the bindings");
+            Ok(())
+        }
+        Err(status) if invalid_argument(&status) => {
+            cx.set_condition(
+                ConditionType::Loaded,
+                ConditionStatus::False,
+                "CrdInvalid",
+                status.message(),
+            )
+            .await?;
+            Err(TaskError::permanent(format!(
+                "release ApplyCrds: {}",
+                status.message()
+            )))
+        }
+        Err(status) => Err(rpc_error("release ApplyCrds", status)),
+    }
+}
+
+/// A file of a chart's (or a subchart's) `crds/` directory.
+fn is_crd_path(path: &str) -> bool {
+    path.starts_with("crds/") || path.contains("/crds/")
 }
 
 pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
