@@ -31,6 +31,8 @@ pub struct Config {
     pub database_url: String,
     /// The queue broker, e.g. `http://127.0.0.1:7071`.
     pub broker_endpoint: String,
+    /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
+    pub tls: Option<berth_telemetry::Tls>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,11 +55,13 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let store = Store::open(&config.database_url).await?;
+    let tls = config.tls.as_ref();
     let channel =
-        berth_telemetry::connect_lazy(&config.broker_endpoint).map_err(|source| Error::Broker {
-            endpoint: config.broker_endpoint.clone(),
-            source,
-        })?;
+        berth_telemetry::connect_lazy(&config.broker_endpoint, tls, berth_telemetry::Role::Broker)
+            .map_err(|source| Error::Broker {
+                endpoint: config.broker_endpoint.clone(),
+                source,
+            })?;
     let broker = BrokerClient::new(channel);
     let wake = Arc::new(tokio::sync::Notify::new());
     let relay = tokio::spawn(relay::run(
@@ -67,7 +71,7 @@ pub async fn run(
         shutdown.clone(),
     ));
     let service = LifecycleService::new(store, broker, wake);
-    let router = berth_telemetry::grpc_server().add_service(LifecycleServer::new(service));
+    let router = berth_telemetry::grpc_server(tls)?.add_service(LifecycleServer::new(service));
     let served = berth_telemetry::serve_router(
         router,
         listener,

@@ -24,6 +24,9 @@ pub struct TaskConfig {
     /// `None` = the system temp directory. Creating them is most of a hook's start overhead on
     /// a disk file system, so a tmpfs (an `emptyDir` with `medium: Memory`) is the place.
     pub hook_tmp_dir: Option<PathBuf>,
+    /// The worker's identity towards the broker, lifecycle, release and hookevent (mutual
+    /// TLS); `None`: plain gRPC.
+    pub tls: Option<berth_telemetry::Tls>,
 }
 
 /// The clients a handler needs; cheap to clone.
@@ -37,13 +40,23 @@ pub struct Services {
 impl Services {
     /// Clients of the services `config` names; they connect on first use.
     pub fn connect_lazy(config: &TaskConfig) -> Result<Services, tonic::transport::Error> {
+        use berth_telemetry::{Role, connect_lazy};
+        let tls = config.tls.as_ref();
         Ok(Services {
-            lifecycle: LifecycleClient::new(berth_telemetry::connect_lazy(
+            lifecycle: LifecycleClient::new(connect_lazy(
                 &config.lifecycle_endpoint,
+                tls,
+                Role::Lifecycle,
             )?),
-            release: ReleasesClient::new(berth_telemetry::connect_lazy(&config.release_endpoint)?),
-            hookevent: HookEventsClient::new(berth_telemetry::connect_lazy(
+            release: ReleasesClient::new(connect_lazy(
+                &config.release_endpoint,
+                tls,
+                Role::Release,
+            )?),
+            hookevent: HookEventsClient::new(connect_lazy(
                 &config.hookevent_endpoint,
+                tls,
+                Role::Hookevent,
             )?),
         })
     }
