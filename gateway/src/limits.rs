@@ -231,4 +231,47 @@ mod tests {
         assert!(!state.admit("token:a"), "the burst is spent");
         assert!(state.admit("token:b"), "another caller has its own bucket");
     }
+
+    #[tokio::test]
+    async fn calls_over_the_concurrency_limit_are_refused_until_one_ends() {
+        use tower::{Layer as _, Service as _};
+        let release = Arc::new(tokio::sync::Notify::new());
+        let held = release.clone();
+        let inner = tower::service_fn(move |_req: http::Request<Body>| {
+            let held = held.clone();
+            async move {
+                held.notified().await;
+                Ok::<_, Infallible>(http::Response::new(Body::empty()))
+            }
+        });
+        let mut service = LimitLayer::new(Limits {
+            concurrent_calls: 1,
+            ..Default::default()
+        })
+        .layer(inner);
+        let request = || {
+            http::Request::builder()
+                .uri("/berth.v1.Packages/List")
+                .body(Body::empty())
+                .unwrap()
+        };
+        let first = tokio::spawn(service.call(request()));
+        let refused = service.call(request()).await.unwrap();
+        let status = tonic::Status::from_header_map(refused.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status
+                .message()
+                .contains("too many calls in progress (at most 1"),
+            "{}",
+            status.message()
+        );
+        release.notify_one();
+        first.await.unwrap().unwrap();
+        // The permit came back with the first call's answer.
+        let next = tokio::spawn(service.call(request()));
+        release.notify_one();
+        let answered = next.await.unwrap().unwrap();
+        assert!(tonic::Status::from_header_map(answered.headers()).is_none());
+    }
 }

@@ -1,0 +1,204 @@
+//! The gateway's public listener (issue 16.2): bearer tokens from a file, TLS, and request
+//! limits, each refusal shown through the real processes.
+
+use berth_proto::v1;
+use berth_proto::v1::packages_client::PackagesClient;
+use berth_telemetry::Role;
+use berth_tests::Proc;
+use berth_tests::process::tls_args;
+use tonic::transport::Channel;
+
+/// Lifecycle (broker unreachable: List and Watch do not need it) and a gateway in front of
+/// it, both with certificates from `certs`, the gateway with `gateway_args` added.
+async fn start(
+    dir: &std::path::Path,
+    certs: &std::path::Path,
+    gateway_args: &[&str],
+) -> anyhow::Result<(Proc, Proc)> {
+    let database = format!("sqlite://{}", dir.join("lifecycle.db").display());
+    let mut args = vec![
+        "--listen".to_owned(),
+        "127.0.0.1:0".into(),
+        "--database".into(),
+        database,
+        "--broker".into(),
+        "http://127.0.0.1:9".into(),
+    ];
+    args.extend(tls_args(certs, Role::Lifecycle));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let lifecycle = Proc::start("berth-lifecycle", &args, "listening on ").await?;
+    let endpoint = lifecycle.endpoint();
+    let mut args: Vec<String> = ["--listen", "127.0.0.1:0", "--lifecycle", &endpoint]
+        .into_iter()
+        .chain(gateway_args.iter().copied())
+        .map(str::to_owned)
+        .collect();
+    args.extend(tls_args(certs, Role::Gateway));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let gateway = Proc::start("berth-gateway", &args, "listening on ").await?;
+    Ok((lifecycle, gateway))
+}
+
+fn with_token(
+    channel: Channel,
+    token: &str,
+) -> PackagesClient<
+    tonic::service::interceptor::InterceptedService<
+        Channel,
+        impl tonic::service::Interceptor + use<>,
+    >,
+> {
+    let value: tonic::metadata::MetadataValue<_> =
+        format!("Bearer {token}").parse().expect("ascii token");
+    PackagesClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
+        req.metadata_mut().insert("authorization", value.clone());
+        Ok(req)
+    })
+}
+
+#[tokio::test]
+async fn tokens_from_a_file_and_a_rate_per_caller() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    berth_telemetry::tls::generate(&certs, &[])?;
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "# operators\nalpha\n\nbeta\n")?;
+    let tokens = tokens.display().to_string();
+    // No refill: each caller has exactly its burst of calls.
+    let (lifecycle, gateway) = start(
+        dir.path(),
+        &certs,
+        &[
+            "--token-file",
+            &tokens,
+            "--rate-per-caller",
+            "0",
+            "--rate-burst",
+            "2",
+        ],
+    )
+    .await?;
+    let channel = tonic::transport::Endpoint::from_shared(gateway.endpoint())?.connect_lazy();
+
+    let err = PackagesClient::new(channel.clone())
+        .list(v1::ListRequest {})
+        .await
+        .expect_err("no token");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+    let err = with_token(channel.clone(), "gamma")
+        .list(v1::ListRequest {})
+        .await
+        .expect_err("a token not in the file");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+
+    let mut alpha = with_token(channel.clone(), "alpha");
+    alpha.list(v1::ListRequest {}).await?;
+    alpha.list(v1::ListRequest {}).await?;
+    let err = alpha
+        .list(v1::ListRequest {})
+        .await
+        .expect_err("alpha's burst is spent");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("rate limit"), "{}", err.message());
+    // Another caller is not held back by alpha.
+    with_token(channel, "beta").list(v1::ListRequest {}).await?;
+    gateway.stop().await;
+    lifecycle.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn watch_streams_over_the_limit_are_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    berth_telemetry::tls::generate(&certs, &[])?;
+    let (lifecycle, gateway) = start(dir.path(), &certs, &["--max-watches", "1"]).await?;
+    let mut client = PackagesClient::connect(gateway.endpoint()).await?;
+    let open = client
+        .watch(v1::WatchRequest { r#ref: None })
+        .await?
+        .into_inner();
+    let err = client
+        .watch(v1::WatchRequest { r#ref: None })
+        .await
+        .expect_err("one Watch is open already");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message()
+            .contains("too many open Watch streams (at most 1"),
+        "{}",
+        err.message()
+    );
+    // Other calls are not Watch streams: they still go through.
+    client.list(v1::ListRequest {}).await?;
+    drop(open);
+    gateway.stop().await;
+    lifecycle.stop().await;
+    Ok(())
+}
+
+/// `berth certs` writes a set; the gateway serves its public API over TLS with the gateway's
+/// certificate; the CLI reaches it over `https://` with the CA, and plain HTTP gets nowhere.
+#[tokio::test]
+async fn the_public_api_over_tls() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    let berth = berth_tests::binary("berth");
+    let out = tokio::process::Command::new(&berth)
+        .arg("certs")
+        .arg("--out")
+        .arg(&certs)
+        .output()
+        .await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cert = certs.join("gateway.pem").display().to_string();
+    let key = certs.join("gateway-key.pem").display().to_string();
+    let (lifecycle, gateway) = start(
+        dir.path(),
+        &certs,
+        &[
+            "--listen-tls-cert",
+            &cert,
+            "--listen-tls-key",
+            &key,
+            "--token",
+            "alpha",
+        ],
+    )
+    .await?;
+    let port = gateway
+        .addr
+        .as_deref()
+        .and_then(|a| a.rsplit(':').next())
+        .expect("an address")
+        .to_owned();
+    let list = |server: String, ca: bool| {
+        let mut command = tokio::process::Command::new(&berth);
+        command.args(["--server", &server, "--token", "alpha"]);
+        if ca {
+            command.arg("--ca-file").arg(certs.join("ca.pem"));
+        }
+        command.arg("list");
+        command.output()
+    };
+    let out = list(format!("https://localhost:{port}"), true).await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "over TLS: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = list(format!("http://127.0.0.1:{port}"), false).await?;
+    anyhow::ensure!(!out.status.success(), "plain HTTP to a TLS listener");
+    let out = list(format!("https://localhost:{port}"), false).await?;
+    anyhow::ensure!(
+        !out.status.success(),
+        "a certificate from an unknown CA must not be trusted"
+    );
+    gateway.stop().await;
+    lifecycle.stop().await;
+    Ok(())
+}
