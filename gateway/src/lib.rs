@@ -82,8 +82,18 @@ pub async fn run(
         endpoint: config.lifecycle_endpoint.clone(),
         source,
     })?;
-    let gateway = Gateway::new(LifecycleClient::new(channel));
-    let api = PackagesServer::with_interceptor(gateway, Auth::new(config.tokens));
+    let max = berth_telemetry::MAX_MESSAGE_BYTES;
+    let gateway = Gateway::new(
+        LifecycleClient::new(channel)
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+    );
+    let api = tonic::service::interceptor::InterceptedService::new(
+        PackagesServer::new(gateway)
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+        Auth::new(config.tokens),
+    );
     let api = tower::Layer::layer(&limits::LimitLayer::new(config.limits), api);
     // The public listener authenticates callers by bearer token, not by certificate: no
     // role check here.

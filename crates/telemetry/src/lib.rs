@@ -15,6 +15,12 @@ pub use serve::{GrpcRouter, GrpcServer, grpc_server, serve_router, shutdown_on_s
 pub use storage::{begin_write, connect_sqlite, ensure_sqlite_dir};
 pub use tls::{Role, Tls, TlsArgs};
 
+/// The largest gRPC message any berth server or client sends or accepts (both directions, every
+/// service, the public API and the CLI): what one side may send, the other can read, so an
+/// oversized message fails at its sender with `ResourceExhausted` rather than as a decoding
+/// error at the far end. The queue's batches and leases are budgeted below it.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
 /// Client channel type used between berth services: a tonic channel that injects the current
 /// trace context into every call.
 pub type Channel =

@@ -81,7 +81,9 @@ async fn connect(cli: &Cli) -> Result<Client, String> {
         ),
         None => None,
     };
-    Ok(PackagesClient::with_interceptor(channel, Bearer(token)))
+    Ok(PackagesClient::with_interceptor(channel, Bearer(token))
+        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES))
 }
 
 /// A failed call as the message the user sees.

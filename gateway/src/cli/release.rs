@@ -99,7 +99,9 @@ pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
             args.release_server
         )
     })?;
-    let mut client = ReleasesClient::new(channel);
+    let mut client = ReleasesClient::new(channel)
+        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
     let failed = |e: tonic::Status| format!("{:?}: {}", e.code(), e.message());
     match &args.command {
         ReleaseCommand::History { name, namespace } => {

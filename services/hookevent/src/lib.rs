@@ -106,7 +106,12 @@ pub async fn run(
                 endpoint: config.broker_endpoint.clone(),
                 source,
             })?;
-    let enqueuer = Enqueuer::start(BrokerClient::new(channel), shutdown.clone());
+    let enqueuer = Enqueuer::start(
+        BrokerClient::new(channel)
+            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+        shutdown.clone(),
+    );
     let kube = kube_client(config.kubeconfig.as_deref())
         .await?
         .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone()));
@@ -114,7 +119,11 @@ pub async fn run(
     let scheduler = tokio::spawn(service.scheduler().run(shutdown.clone()));
     let restore = service.clone();
     tokio::spawn(async move { restore.restore().await });
-    let router = berth_telemetry::grpc_server(tls)?.add_service(HookEventsServer::new(service));
+    let router = berth_telemetry::grpc_server(tls)?.add_service(
+        HookEventsServer::new(service)
+            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+    );
     let served = berth_telemetry::serve_router(
         router,
         listener,

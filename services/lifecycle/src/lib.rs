@@ -62,7 +62,9 @@ pub async fn run(
                 endpoint: config.broker_endpoint.clone(),
                 source,
             })?;
-    let broker = BrokerClient::new(channel);
+    let broker = BrokerClient::new(channel)
+        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
     let wake = Arc::new(tokio::sync::Notify::new());
     let relay = tokio::spawn(relay::run(
         store.clone(),
@@ -71,7 +73,11 @@ pub async fn run(
         shutdown.clone(),
     ));
     let service = LifecycleService::new(store, broker, wake);
-    let router = berth_telemetry::grpc_server(tls)?.add_service(LifecycleServer::new(service));
+    let router = berth_telemetry::grpc_server(tls)?.add_service(
+        LifecycleServer::new(service)
+            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+    );
     let served = berth_telemetry::serve_router(
         router,
         listener,
