@@ -360,3 +360,26 @@ async fn a_client_refuses_a_server_of_another_role() -> anyhow::Result<()> {
     lifecycle.stop().await;
     Ok(())
 }
+
+/// A service given no certificate does not start serving plain gRPC unless told to, in so many
+/// words.
+#[tokio::test]
+async fn a_service_without_a_certificate_does_not_start() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+    let out = tokio::process::Command::new(berth_tests::binary("berth-lifecycle"))
+        .args(["--listen", "127.0.0.1:0", "--database", &database])
+        .env_remove("BERTH_TLS_CA")
+        .env_remove("BERTH_TLS_CERT")
+        .env_remove("BERTH_TLS_KEY")
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    anyhow::ensure!(!out.status.success(), "it served: {stderr}");
+    anyhow::ensure!(
+        stderr.contains("--tls-ca") && stderr.contains("--insecure-plaintext"),
+        "{stderr}"
+    );
+    Ok(())
+}

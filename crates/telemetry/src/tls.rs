@@ -101,6 +101,10 @@ pub enum TlsError {
     Generate(#[from] rcgen::Error),
     #[error("--tls-ca, --tls-cert and --tls-key go together: {0} is missing")]
     Incomplete(&'static str),
+    #[error(
+        "no --tls-ca/--tls-cert/--tls-key: give this process its certificate (`berth certs` writes a set), or pass --insecure-plaintext for unauthenticated plain gRPC"
+    )]
+    Required,
 }
 
 /// A service's identity: the CA it trusts, and its own certificate and key (PEM).
@@ -332,8 +336,8 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
     file.write_all(bytes).map_err(err)
 }
 
-/// The `--tls-ca`, `--tls-cert` and `--tls-key` flags every service binary takes (all three,
-/// or none for plain gRPC).
+/// The `--tls-ca`, `--tls-cert` and `--tls-key` flags every service binary takes (all three;
+/// or, for plain unauthenticated gRPC, none and `--insecure-plaintext`).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct TlsArgs {
     /// PEM file of the CA that signs every berth service's certificate (mutual TLS between
@@ -347,19 +351,32 @@ pub struct TlsArgs {
     /// PEM file of this process's private key.
     #[arg(long, env = "BERTH_TLS_KEY", hide_env_values = true)]
     pub tls_key: Option<PathBuf>,
+    /// Without --tls-*: serve and call plain gRPC that anyone who can reach the port may call
+    /// (tests and benchmarks on a machine of one's own only).
+    #[arg(long, conflicts_with_all = ["tls_ca", "tls_cert", "tls_key"])]
+    pub insecure_plaintext: bool,
 }
 
 impl TlsArgs {
-    /// The identity the flags name, `None` when none is given. When `expected` is given, the
-    /// certificate must name that role.
+    /// The identity the flags name, for a service: it must be given unless
+    /// `--insecure-plaintext` is (then `None`). When `expected` is given, the certificate must
+    /// name that role.
     pub fn load(&self, expected: Option<Role>) -> Result<Option<Tls>, TlsError> {
-        let (ca, cert, key) = match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
-            (None, None, None) => {
-                tracing::warn!(
-                    "no --tls-ca/--tls-cert/--tls-key: internal gRPC is plain text and unauthenticated"
-                );
-                return Ok(None);
+        if self.tls_ca.is_none() && self.tls_cert.is_none() && self.tls_key.is_none() {
+            if !self.insecure_plaintext {
+                return Err(TlsError::Required);
             }
+            tracing::warn!("--insecure-plaintext: gRPC is plain text and unauthenticated");
+            return Ok(None);
+        }
+        self.load_client(expected)
+    }
+
+    /// The identity the flags name, `None` when none is given (a command-line client, which
+    /// then talks plain gRPC to a server that allows it).
+    pub fn load_client(&self, expected: Option<Role>) -> Result<Option<Tls>, TlsError> {
+        let (ca, cert, key) = match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
+            (None, None, None) => return Ok(None),
             (Some(ca), Some(cert), Some(key)) => (ca, cert, key),
             (None, _, _) => return Err(TlsError::Incomplete("--tls-ca")),
             (_, None, _) => return Err(TlsError::Incomplete("--tls-cert")),
@@ -431,5 +448,14 @@ mod tests {
         };
         let err = args.load(None).unwrap_err();
         assert!(err.to_string().contains("--tls-cert is missing"), "{err}");
+        let none = TlsArgs::default();
+        let err = none.load(None).unwrap_err();
+        assert!(err.to_string().contains("--insecure-plaintext"), "{err}");
+        assert!(none.load_client(None).unwrap().is_none());
+        let plain = TlsArgs {
+            insecure_plaintext: true,
+            ..Default::default()
+        };
+        assert!(plain.load(None).unwrap().is_none());
     }
 }

@@ -82,7 +82,7 @@ pub enum ReleaseCommand {
 
 /// Runs one `berth release` command.
 pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
-    let tls = args.tls.load(None).map_err(|e| e.to_string())?;
+    let tls = args.tls.load_client(None).map_err(|e| e.to_string())?;
     let channel = berth_telemetry::endpoint(
         &args.release_server,
         tls.as_ref(),

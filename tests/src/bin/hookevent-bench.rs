@@ -439,6 +439,8 @@ async fn main() -> anyhow::Result<()> {
             &broker_endpoint,
             "--kubeconfig",
             &kubeconfig,
+            // The bench's broker is an in-process stand-in serving plain gRPC.
+            "--insecure-plaintext",
         ],
         "listening on ",
     )
