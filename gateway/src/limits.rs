@@ -2,7 +2,10 @@
 //! progress, calls per second per caller, and open Watch streams. A call over a limit is
 //! refused at once with `ResourceExhausted` naming the limit (nothing queues behind it).
 //!
-//! A caller is its bearer token (the `authorization` header), or its address without one.
+//! A caller is its bearer token (the `authorization` header), or its address without one. The
+//! limiter remembers a bounded number of callers (by a keyed hash, not the token itself); when
+//! that many are active at once, callers it does not know yet share one bucket, so a flood of
+//! made-up tokens neither grows the table nor gets a fresh burst per token.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -45,6 +48,9 @@ impl Default for Limits {
 /// Callers remembered by the rate limiter before idle ones are forgotten.
 const MAX_TRACKED_CALLERS: usize = 4096;
 
+/// The bucket callers share when [`MAX_TRACKED_CALLERS`] are active.
+const OVERFLOW: u64 = 0;
+
 /// The layer applying [`Limits`].
 #[derive(Clone)]
 pub struct LimitLayer {
@@ -55,7 +61,9 @@ struct State {
     limits: Limits,
     calls: Arc<Semaphore>,
     watches: Arc<Semaphore>,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<HashMap<u64, Bucket>>,
+    /// Keys the caller hashes (random per process: callers cannot aim at each other's slot).
+    hasher: std::collections::hash_map::RandomState,
 }
 
 /// A token bucket: `tokens` left as of `at`.
@@ -73,6 +81,7 @@ impl LimitLayer {
                 calls: Arc::new(Semaphore::new(limits.concurrent_calls)),
                 watches: Arc::new(Semaphore::new(limits.watch_streams)),
                 buckets: Mutex::new(HashMap::new()),
+                hasher: Default::default(),
             }),
         }
     }
@@ -106,13 +115,19 @@ impl State {
         let capacity = f64::from(limits.burst.max(1));
         let rate = f64::from(limits.calls_per_second);
         let now = Instant::now();
+        let mut key = std::hash::BuildHasher::hash_one(&self.hasher, caller).max(1);
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        if buckets.len() >= MAX_TRACKED_CALLERS && !buckets.contains_key(caller) {
+        if buckets.len() >= MAX_TRACKED_CALLERS && !buckets.contains_key(&key) {
             // Forget callers whose bucket has refilled: they are as if never seen.
-            buckets
-                .retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < capacity);
+            buckets.retain(|k, b| {
+                *k == OVERFLOW
+                    || b.tokens + now.duration_since(b.at).as_secs_f64() * rate < capacity
+            });
+            if buckets.len() >= MAX_TRACKED_CALLERS {
+                key = OVERFLOW;
+            }
         }
-        let bucket = buckets.entry(caller.to_owned()).or_insert(Bucket {
+        let bucket = buckets.entry(key).or_insert(Bucket {
             tokens: capacity,
             at: now,
         });
@@ -230,6 +245,25 @@ mod tests {
         }
         assert!(!state.admit("token:a"), "the burst is spent");
         assert!(state.admit("token:b"), "another caller has its own bucket");
+    }
+
+    #[test]
+    fn a_flood_of_new_callers_shares_one_bucket_and_the_table_stays_bounded() {
+        let layer = LimitLayer::new(Limits {
+            calls_per_second: 0,
+            burst: 1,
+            ..Default::default()
+        });
+        let state = &layer.state;
+        for i in 0..MAX_TRACKED_CALLERS {
+            assert!(state.admit(&format!("token:{i}")));
+        }
+        assert!(state.admit("token:new"), "the shared bucket's one call");
+        assert!(!state.admit("token:newer"), "the shared bucket is spent");
+        assert!(
+            state.buckets.lock().unwrap().len() <= MAX_TRACKED_CALLERS + 1,
+            "the table is bounded"
+        );
     }
 
     #[tokio::test]
