@@ -202,3 +202,58 @@ async fn the_public_api_over_tls() -> anyhow::Result<()> {
     lifecycle.stop().await;
     Ok(())
 }
+
+/// `berth up --tls` serves the public API over TLS with a certificate from the CA it generated
+/// (and prints where that CA is); the CLI reaches it with `--ca-file`, and with a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn berth_up_serves_tls_with_its_own_ca() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let dd = data.display().to_string();
+    let mut args = vec![
+        "up",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &dd,
+        "--tls",
+        "--token",
+        "alpha",
+    ];
+    let kc;
+    if let Some(real) = berth_devcluster::test_namespace::real_cluster() {
+        kc = real.display().to_string();
+        args.extend(["--kubeconfig", &kc]);
+    }
+    let up = Proc::start("berth", &args, "listening on ").await?;
+    let port = up
+        .addr
+        .as_deref()
+        .and_then(|a| a.rsplit(':').next())
+        .expect("an address")
+        .to_owned();
+    let ca = data.join("tls/ca.pem");
+    let berth = berth_tests::binary("berth");
+    let list = |ca: Option<&std::path::Path>| {
+        let mut command = tokio::process::Command::new(&berth);
+        command.args([
+            "--server",
+            &format!("https://localhost:{port}"),
+            "--token",
+            "alpha",
+        ]);
+        if let Some(ca) = ca {
+            command.arg("--ca-file").arg(ca);
+        }
+        command.arg("list");
+        command.output()
+    };
+    let out = list(Some(&ca)).await?;
+    let over_tls = out.status.success();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let untrusted = list(None).await?.status.success();
+    up.stop().await;
+    anyhow::ensure!(over_tls, "over TLS with berth up's CA: {stderr}");
+    anyhow::ensure!(!untrusted, "berth up's CA must not be trusted by default");
+    Ok(())
+}
