@@ -292,12 +292,23 @@ pub fn generate(dir: &Path, hosts: &[String]) -> Result<(), TlsError> {
     Ok(())
 }
 
-/// [`generate`] unless `dir` already holds a complete set (so a restart keeps the CA its
-/// clients trust). Returns whether it generated.
+/// [`generate`] unless `dir` already holds a complete set that is valid for another
+/// [`RENEW_BEFORE`] at least (so a restart keeps the CA its clients trust, and a set about to
+/// expire is replaced). Returns whether it generated.
 pub fn ensure_generated(dir: &Path, hosts: &[String]) -> Result<bool, TlsError> {
+    let deadline = time::OffsetDateTime::now_utc() + RENEW_BEFORE;
+    let lasting = |path: &Path| {
+        std::fs::read(path).is_ok_and(|pem| {
+            x509_parser::pem::parse_x509_pem(&pem).is_ok_and(|(_, block)| {
+                block.parse_x509().is_ok_and(|cert| {
+                    cert.validity().not_after.timestamp() > deadline.unix_timestamp()
+                })
+            })
+        })
+    };
     let complete = Role::ALL.into_iter().all(|role| {
         let files = CertFiles::new(dir, role);
-        files.ca.is_file() && files.cert.is_file() && files.key.is_file()
+        lasting(&files.ca) && lasting(&files.cert) && files.key.is_file()
     });
     if complete {
         return Ok(false);
@@ -305,6 +316,10 @@ pub fn ensure_generated(dir: &Path, hosts: &[String]) -> Result<bool, TlsError> 
     generate(dir, hosts)?;
     Ok(true)
 }
+
+/// How long a kept set must still be valid: [`ensure_generated`] replaces one that expires
+/// sooner.
+pub const RENEW_BEFORE: time::Duration = time::Duration::days(30);
 
 fn create_private_dir(dir: &Path) -> Result<(), TlsError> {
     let err = |source| TlsError::Write {
@@ -410,6 +425,16 @@ mod tests {
         assert!(
             !ensure_generated(&dir, &[]).unwrap(),
             "a complete set is kept"
+        );
+        std::fs::remove_file(dir.join("worker.pem")).unwrap();
+        assert!(
+            ensure_generated(&dir, &[]).unwrap(),
+            "an incomplete set is replaced"
+        );
+        std::fs::write(dir.join("ca.pem"), "not a certificate").unwrap();
+        assert!(
+            ensure_generated(&dir, &[]).unwrap(),
+            "a broken set is replaced"
         );
         for role in Role::ALL {
             let tls = Tls::from_dir(&dir, role).unwrap();
