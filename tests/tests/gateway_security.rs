@@ -257,3 +257,50 @@ async fn berth_up_serves_tls_with_its_own_ca() -> anyhow::Result<()> {
     anyhow::ensure!(!untrusted, "berth up's CA must not be trusted by default");
     Ok(())
 }
+
+/// Messages are bounded by one limit everywhere: a 5 MiB Update (over tonic's 4 MiB default)
+/// crosses the gateway and reaches lifecycle, whose own settings check refuses it by name; one
+/// over `MAX_MESSAGE_BYTES` is refused by the gateway before anything reads it.
+#[tokio::test]
+async fn one_message_bound_on_the_public_api() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    berth_telemetry::tls::generate(&certs, &[])?;
+    let (lifecycle, gateway) = start(dir.path(), &certs, &[]).await?;
+    let channel = tonic::transport::Endpoint::from_shared(gateway.endpoint())?.connect_lazy();
+    // A client of its own that sends anything (berth's clients stop at the bound themselves).
+    let mut client = PackagesClient::new(channel).max_encoding_message_size(usize::MAX);
+    let update = |bytes: usize| v1::UpdateRequest {
+        r#ref: Some(v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "big".into(),
+            namespace: "default".into(),
+        }),
+        repository: "/nowhere".into(),
+        version: "1.0.0".into(),
+        settings: Some(berth_proto::json::to_struct(
+            &serde_json::json!({ "blob": "x".repeat(bytes) }),
+        )),
+        ..Default::default()
+    };
+    let err = client
+        .update(update(5 << 20))
+        .await
+        .expect_err("5 MiB of settings");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("settings"), "{}", err.message());
+    let err = client
+        .update(update(berth_telemetry::MAX_MESSAGE_BYTES))
+        .await
+        .expect_err("over the message bound");
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
+    assert!(
+        err.message()
+            .contains(&berth_telemetry::MAX_MESSAGE_BYTES.to_string()),
+        "{}",
+        err.message()
+    );
+    gateway.stop().await;
+    lifecycle.stop().await;
+    Ok(())
+}

@@ -17,8 +17,9 @@ pub use tls::{Role, Tls, TlsArgs};
 
 /// The largest gRPC message any berth server or client sends or accepts (both directions, every
 /// service, the public API and the CLI): what one side may send, the other can read, so an
-/// oversized message fails at its sender with `ResourceExhausted` rather than as a decoding
-/// error at the far end. The queue's batches and leases are budgeted below it.
+/// oversized message fails with `OutOfRange` naming this limit (at its sender, or at a server
+/// that a foreign client sent it to) rather than somewhere downstream. The queue's batches and
+/// leases are budgeted below it.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// Client channel type used between berth services: a tonic channel that injects the current
