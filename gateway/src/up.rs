@@ -26,6 +26,9 @@ pub struct UpConfig {
     pub tokens: Vec<String>,
     /// Serve the public API over TLS (always when `listen` is not a loopback address).
     pub public_tls: bool,
+    /// Names and addresses the certificates are valid for besides the loopback ones and the
+    /// listen address.
+    pub tls_hosts: Vec<String>,
     pub limits: crate::Limits,
     pub hook_timeout: Duration,
     pub ready_timeout: Duration,
@@ -126,10 +129,30 @@ pub async fn run(
     if !config.listen.ip().is_unspecified() {
         hosts.push(config.listen.ip().to_string());
     }
+    hosts.extend(config.tls_hosts.iter().cloned());
     berth_telemetry::tls::ensure_generated(&tls_dir, &hosts)?;
     let identity = |role| berth_telemetry::Tls::from_dir(&tls_dir, role);
     use berth_telemetry::Role;
+    let (broker_tls, lifecycle_tls, hookevent_tls, release_tls, worker_tls, gateway_tls) = (
+        identity(Role::Broker)?,
+        identity(Role::Lifecycle)?,
+        identity(Role::Hookevent)?,
+        identity(Role::Release)?,
+        identity(Role::Worker)?,
+        identity(Role::Gateway)?,
+    );
     let public_tls = config.public_tls || !config.listen.ip().is_loopback();
+    let public = if public_tls {
+        let files = berth_telemetry::tls::CertFiles::new(&tls_dir, Role::Gateway);
+        Some(
+            crate::PublicTls::load(&files.cert, &files.key).map_err(|source| UpError::DataDir {
+                path: files.cert.display().to_string(),
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
 
     let (cluster, kubeconfig) = match &config.kubeconfig {
         Some(path) => (None, path.clone()),
@@ -193,12 +216,11 @@ pub async fn run(
     let mut services: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
     let sd = shutdown.clone();
     let db = sqlite(&data, "queue.db");
-    let tls = identity(Role::Broker)?;
     services.spawn(async move {
         let served = berth_queue::process::serve_with_metrics(
             &db,
             Default::default(),
-            Some(tls),
+            Some(broker_tls),
             broker_listener,
             metrics_listener,
             sd,
@@ -210,7 +232,7 @@ pub async fn run(
     let lc = berth_lifecycle::Config {
         database_url: sqlite(&data, "lifecycle.db"),
         broker_endpoint: broker.clone(),
-        tls: Some(identity(Role::Lifecycle)?),
+        tls: Some(lifecycle_tls),
     };
     services.spawn(async move {
         (
@@ -225,7 +247,7 @@ pub async fn run(
         database_url: sqlite(&data, "hookevent.db"),
         broker_endpoint: broker.clone(),
         kubeconfig: Some(kubeconfig.clone()),
-        tls: Some(identity(Role::Hookevent)?),
+        tls: Some(hookevent_tls),
     };
     services.spawn(async move {
         (
@@ -236,11 +258,10 @@ pub async fn run(
         )
     });
     let sd = shutdown.clone();
-    let tls = identity(Role::Release)?;
     services.spawn(async move {
         (
             "release",
-            berth_release::process::run(client, Some(tls), release_listener, sd)
+            berth_release::process::run(client, Some(release_tls), release_listener, sd)
                 .await
                 .map_err(|e| e.to_string()),
         )
@@ -254,7 +275,7 @@ pub async fn run(
         hook_timeout: config.hook_timeout,
         ready_timeout: config.ready_timeout,
         hook_tmp_dir: config.hook_tmp_dir.clone(),
-        tls: Some(identity(Role::Worker)?),
+        tls: Some(worker_tls),
     };
     let worker = berth_queue::worker::WorkerConfig {
         concurrency: config.worker_concurrency,
@@ -272,21 +293,10 @@ pub async fn run(
         ("queue worker", worked.map_err(|e| e.to_string()))
     });
     let sd = shutdown.clone();
-    let public = if public_tls {
-        let files = berth_telemetry::tls::CertFiles::new(&tls_dir, Role::Gateway);
-        Some(
-            crate::PublicTls::load(&files.cert, &files.key).map_err(|source| UpError::DataDir {
-                path: files.cert.display().to_string(),
-                source,
-            })?,
-        )
-    } else {
-        None
-    };
     let gw = crate::Config {
         lifecycle_endpoint: lifecycle,
         tokens: config.tokens.clone(),
-        tls: Some(identity(Role::Gateway)?),
+        tls: Some(gateway_tls),
         public_tls: public,
         limits: config.limits,
     };

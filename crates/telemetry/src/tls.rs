@@ -293,28 +293,50 @@ pub fn generate(dir: &Path, hosts: &[String]) -> Result<(), TlsError> {
 }
 
 /// [`generate`] unless `dir` already holds a complete set that is valid for another
-/// [`RENEW_BEFORE`] at least (so a restart keeps the CA its clients trust, and a set about to
-/// expire is replaced). Returns whether it generated.
+/// [`RENEW_BEFORE`] at least and for every one of `hosts` (so a restart keeps the CA its
+/// clients trust, and a set about to expire, or made for other hosts, is replaced). Returns
+/// whether it generated.
 pub fn ensure_generated(dir: &Path, hosts: &[String]) -> Result<bool, TlsError> {
     let deadline = time::OffsetDateTime::now_utc() + RENEW_BEFORE;
-    let lasting = |path: &Path| {
+    // Whether the certificate at `path` lasts past the deadline and names every host in `names`.
+    let good = |path: &Path, names: &[String]| {
         std::fs::read(path).is_ok_and(|pem| {
             x509_parser::pem::parse_x509_pem(&pem).is_ok_and(|(_, block)| {
                 block.parse_x509().is_ok_and(|cert| {
                     cert.validity().not_after.timestamp() > deadline.unix_timestamp()
+                        && names.iter().all(|host| names_host(&cert, host))
                 })
             })
         })
     };
     let complete = Role::ALL.into_iter().all(|role| {
         let files = CertFiles::new(dir, role);
-        lasting(&files.ca) && lasting(&files.cert) && files.key.is_file()
+        good(&files.ca, &[]) && good(&files.cert, hosts) && files.key.is_file()
     });
     if complete {
         return Ok(false);
     }
     generate(dir, hosts)?;
     Ok(true)
+}
+
+/// Whether `cert` has `host` (a DNS name or an IP address) among its SANs.
+fn names_host(cert: &x509_parser::certificate::X509Certificate<'_>, host: &str) -> bool {
+    use x509_parser::extensions::GeneralName;
+    let ip: Option<std::net::IpAddr> = host.parse().ok();
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return false;
+    };
+    san.value.general_names.iter().any(|name| match (name, ip) {
+        (GeneralName::DNSName(dns), None) => dns.eq_ignore_ascii_case(host),
+        (GeneralName::IPAddress(bytes), Some(std::net::IpAddr::V4(v4))) => {
+            *bytes == v4.octets().as_slice()
+        }
+        (GeneralName::IPAddress(bytes), Some(std::net::IpAddr::V6(v6))) => {
+            *bytes == v6.octets().as_slice()
+        }
+        _ => false,
+    })
 }
 
 /// How long a kept set must still be valid: [`ensure_generated`] replaces one that expires
@@ -426,6 +448,15 @@ mod tests {
             !ensure_generated(&dir, &[]).unwrap(),
             "a complete set is kept"
         );
+        assert!(
+            !ensure_generated(&dir, &["localhost".into()]).unwrap(),
+            "a set that names the hosts is kept"
+        );
+        assert!(
+            ensure_generated(&dir, &["berth.example".into(), "10.1.2.3".into()]).unwrap(),
+            "a set made for other hosts is replaced"
+        );
+        assert!(!ensure_generated(&dir, &["10.1.2.3".into()]).unwrap());
         std::fs::remove_file(dir.join("worker.pem")).unwrap();
         assert!(
             ensure_generated(&dir, &[]).unwrap(),

@@ -91,6 +91,10 @@ pub enum Command {
         /// --listen is not a loopback address.
         #[arg(long, env = "BERTH_GATEWAY_TLS")]
         tls: bool,
+        /// A further DNS name or IP address the gateway's certificate is valid for (the name
+        /// clients use when --listen is a wildcard address); repeatable.
+        #[arg(long = "tls-host")]
+        tls_hosts: Vec<String>,
         #[command(flatten)]
         limits: LimitArgs,
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]

@@ -137,6 +137,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             hook_tmp_dir,
             token_file,
             tls,
+            tls_hosts,
             limits,
             log_format,
         } => {
@@ -152,6 +153,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 simulate_workloads: !no_simulate,
                 tokens,
                 public_tls: *tls,
+                tls_hosts: tls_hosts.clone(),
                 limits: limits.limits(),
                 hook_timeout: Duration::from_secs(*hook_timeout),
                 ready_timeout: Duration::from_secs(*ready_timeout),
