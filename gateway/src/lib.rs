@@ -2,6 +2,7 @@
 //! CLI, and the all-in-one mode (`berth up`) that runs every service in one process.
 
 pub mod cli;
+pub mod limits;
 mod service;
 pub mod up;
 
@@ -10,7 +11,8 @@ use berth_proto::v1::packages_server::PackagesServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use service::{Auth, Gateway};
+pub use limits::Limits;
+pub use service::{Auth, Gateway, read_tokens};
 
 /// The address `berth up` and `berth-gateway` listen on by default, and the CLI's default server.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
@@ -18,8 +20,40 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 #[derive(Clone, Debug)]
 pub struct Config {
     pub lifecycle_endpoint: String,
-    /// Bearer token callers must present; `None` disables authentication.
-    pub token: Option<String>,
+    /// Bearer tokens callers may present (any one of them); none disables authentication.
+    pub tokens: Vec<String>,
+    /// The gateway's identity towards lifecycle (mutual TLS); `None`: plain gRPC.
+    pub tls: Option<berth_telemetry::Tls>,
+    /// The public listener's certificate; `None`: plain HTTP/2.
+    pub public_tls: Option<PublicTls>,
+    pub limits: Limits,
+}
+
+/// A certificate and its key (PEM) for the public listener.
+#[derive(Clone)]
+pub struct PublicTls {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl std::fmt::Debug for PublicTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PublicTls")
+    }
+}
+
+impl PublicTls {
+    /// Reads the PEM files `cert` and `key`.
+    pub fn load(cert: &std::path::Path, key: &std::path::Path) -> std::io::Result<PublicTls> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", p.display())))
+        };
+        Ok(PublicTls {
+            cert: read(cert)?,
+            key: read(key)?,
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -39,15 +73,36 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let channel = berth_telemetry::connect_lazy(&config.lifecycle_endpoint).map_err(|source| {
-        Error::Lifecycle {
-            endpoint: config.lifecycle_endpoint.clone(),
-            source,
-        }
+    let channel = berth_telemetry::connect_lazy(
+        &config.lifecycle_endpoint,
+        config.tls.as_ref(),
+        berth_telemetry::Role::Lifecycle,
+    )
+    .map_err(|source| Error::Lifecycle {
+        endpoint: config.lifecycle_endpoint.clone(),
+        source,
     })?;
-    let gateway = Gateway::new(LifecycleClient::new(channel));
-    let api = PackagesServer::with_interceptor(gateway, Auth::new(config.token));
-    let router = berth_telemetry::grpc_server().add_service(api);
+    let max = berth_telemetry::MAX_MESSAGE_BYTES;
+    let gateway = Gateway::new(
+        LifecycleClient::new(channel)
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+    );
+    let api = tonic::service::interceptor::InterceptedService::new(
+        PackagesServer::new(gateway)
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max),
+        Auth::new(config.tokens),
+    );
+    let api = tower::Layer::layer(&limits::LimitLayer::new(config.limits), api);
+    // The public listener authenticates callers by bearer token, not by certificate: no
+    // role check here.
+    let mut server = berth_telemetry::grpc_server(None)?;
+    if let Some(public) = &config.public_tls {
+        let identity = tonic::transport::Identity::from_pem(&public.cert, &public.key);
+        server = server.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
+    }
+    let router = server.add_service(api);
     berth_telemetry::serve_router(
         router,
         listener,

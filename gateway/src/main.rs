@@ -13,8 +13,23 @@ struct Args {
     #[arg(long, env = "BERTH_LIFECYCLE", default_value = "http://127.0.0.1:7072")]
     lifecycle: String,
     /// Require `authorization: Bearer <token>` on every call.
-    #[arg(long, env = "BERTH_TOKEN")]
+    #[arg(long, env = "BERTH_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Accept any of the bearer tokens in this file (one per line; `#` comments), with
+    /// --token's if both are given.
+    #[arg(long, env = "BERTH_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
+    /// The gateway's identity towards lifecycle (mutual TLS).
+    #[command(flatten)]
+    tls: berth_telemetry::TlsArgs,
+    /// Serve the public API over TLS with this certificate (PEM; with --listen-tls-key).
+    #[arg(long, env = "BERTH_GATEWAY_TLS_CERT", requires = "listen_tls_key")]
+    listen_tls_cert: Option<std::path::PathBuf>,
+    /// The public certificate's private key (PEM).
+    #[arg(long, env = "BERTH_GATEWAY_TLS_KEY", requires = "listen_tls_cert")]
+    listen_tls_key: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    limits: berth_gateway::cli::LimitArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -23,6 +38,15 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = berth_telemetry::init("berth-gateway", args.log_format);
+    let tls = args.tls.load(Some(berth_telemetry::Role::Gateway))?;
+    let mut tokens: Vec<String> = args.token.into_iter().collect();
+    if let Some(path) = &args.token_file {
+        tokens.extend(berth_gateway::read_tokens(path).map_err(anyhow::Error::msg)?);
+    }
+    let public_tls = match (&args.listen_tls_cert, &args.listen_tls_key) {
+        (Some(cert), Some(key)) => Some(berth_gateway::PublicTls::load(cert, key)?),
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -30,7 +54,10 @@ async fn main() -> anyhow::Result<()> {
     berth_gateway::run(
         berth_gateway::Config {
             lifecycle_endpoint: args.lifecycle,
-            token: args.token,
+            tokens,
+            tls,
+            public_tls,
+            limits: args.limits.limits(),
         },
         listener,
         shutdown,

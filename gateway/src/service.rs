@@ -96,31 +96,61 @@ impl Packages for Gateway {
     }
 }
 
-/// Checks `authorization: Bearer <token>` when a token is configured.
+/// Checks `authorization: Bearer <token>` against the configured tokens, when there are any.
 #[derive(Clone)]
 pub struct Auth {
-    expected: Option<String>,
+    expected: std::sync::Arc<Vec<String>>,
 }
 
 impl Auth {
-    pub fn new(token: Option<String>) -> Self {
+    pub fn new(tokens: Vec<String>) -> Self {
         Auth {
-            expected: token.map(|t| format!("Bearer {t}")),
+            expected: std::sync::Arc::new(
+                tokens.into_iter().map(|t| format!("Bearer {t}")).collect(),
+            ),
         }
     }
 }
 
+/// Equal contents, in a time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The tokens in a token file: one per line; blank lines and lines starting with `#` are
+/// skipped. A file without any token is an error (it would turn authentication off).
+pub fn read_tokens(path: &std::path::Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let tokens: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    if tokens.is_empty() {
+        return Err(format!("{}: no token in the file", path.display()));
+    }
+    Ok(tokens)
+}
+
 impl tonic::service::Interceptor for Auth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let Some(expected) = &self.expected else {
+        if self.expected.is_empty() {
             return Ok(req);
-        };
+        }
         match req
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
         {
-            Some(given) if given == expected => Ok(req),
+            Some(given)
+                if self
+                    .expected
+                    .iter()
+                    .any(|e| same(e.as_bytes(), given.as_bytes())) =>
+            {
+                Ok(req)
+            }
             Some(_) => Err(Status::unauthenticated("invalid bearer token")),
             None => Err(Status::unauthenticated(
                 "missing bearer token (authorization: Bearer <token>)",

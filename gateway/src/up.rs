@@ -22,7 +22,14 @@ pub struct UpConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Workload simulation in the dev cluster (Deployments become ready without a kubelet).
     pub simulate_workloads: bool,
-    pub token: Option<String>,
+    /// Bearer tokens the public API accepts (any one); none: no authentication.
+    pub tokens: Vec<String>,
+    /// Serve the public API over TLS (always when `listen` is not a loopback address).
+    pub public_tls: bool,
+    /// Names and addresses the certificates are valid for besides the loopback ones and the
+    /// listen address.
+    pub tls_hosts: Vec<String>,
+    pub limits: crate::Limits,
     pub hook_timeout: Duration,
     pub ready_timeout: Duration,
     pub worker_concurrency: usize,
@@ -47,6 +54,8 @@ pub enum UpError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("certificates: {0}")]
+    Tls(#[from] berth_telemetry::tls::TlsError),
     #[error("dev cluster: {0}")]
     DevCluster(String),
     #[error("{service}: {message}")]
@@ -65,6 +74,10 @@ pub struct Running {
     pub metrics: Option<SocketAddr>,
     /// The hook metrics port, when asked for.
     pub hook_metrics: Option<SocketAddr>,
+    /// The CA and the services' certificates (`ca.pem`, `<role>.pem`, `<role>-key.pem`).
+    pub tls_dir: PathBuf,
+    /// Whether the public API is served over TLS.
+    pub public_tls: bool,
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, UpError> {
@@ -108,6 +121,38 @@ pub async fn run(
             source,
         })?;
     }
+
+    // Every service's identity (mutual TLS between them): a CA and a certificate per role,
+    // generated once and kept, 0600.
+    let tls_dir = data.join("tls");
+    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".into(), "::1".into()];
+    if !config.listen.ip().is_unspecified() {
+        hosts.push(config.listen.ip().to_string());
+    }
+    hosts.extend(config.tls_hosts.iter().cloned());
+    berth_telemetry::tls::ensure_generated(&tls_dir, &hosts)?;
+    let identity = |role| berth_telemetry::Tls::from_dir(&tls_dir, role);
+    use berth_telemetry::Role;
+    let (broker_tls, lifecycle_tls, hookevent_tls, release_tls, worker_tls, gateway_tls) = (
+        identity(Role::Broker)?,
+        identity(Role::Lifecycle)?,
+        identity(Role::Hookevent)?,
+        identity(Role::Release)?,
+        identity(Role::Worker)?,
+        identity(Role::Gateway)?,
+    );
+    let public_tls = config.public_tls || !config.listen.ip().is_loopback();
+    let public = if public_tls {
+        let files = berth_telemetry::tls::CertFiles::new(&tls_dir, Role::Gateway);
+        Some(
+            crate::PublicTls::load(&files.cert, &files.key).map_err(|source| UpError::DataDir {
+                path: files.cert.display().to_string(),
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
 
     let (cluster, kubeconfig) = match &config.kubeconfig {
         Some(path) => (None, path.clone()),
@@ -157,6 +202,8 @@ pub async fn run(
         hook_metrics: hook_metrics_listener
             .as_ref()
             .map(|l| l.local_addr().expect("bound listener")),
+        tls_dir: tls_dir.clone(),
+        public_tls,
     };
 
     let client = berth_release::process::kube_client(Some(&kubeconfig))
@@ -173,6 +220,7 @@ pub async fn run(
         let served = berth_queue::process::serve_with_metrics(
             &db,
             Default::default(),
+            Some(broker_tls),
             broker_listener,
             metrics_listener,
             sd,
@@ -184,6 +232,7 @@ pub async fn run(
     let lc = berth_lifecycle::Config {
         database_url: sqlite(&data, "lifecycle.db"),
         broker_endpoint: broker.clone(),
+        tls: Some(lifecycle_tls),
     };
     services.spawn(async move {
         (
@@ -198,6 +247,7 @@ pub async fn run(
         database_url: sqlite(&data, "hookevent.db"),
         broker_endpoint: broker.clone(),
         kubeconfig: Some(kubeconfig.clone()),
+        tls: Some(hookevent_tls),
     };
     services.spawn(async move {
         (
@@ -211,7 +261,7 @@ pub async fn run(
     services.spawn(async move {
         (
             "release",
-            berth_release::process::run(client, release_listener, sd)
+            berth_release::process::run(client, Some(release_tls), release_listener, sd)
                 .await
                 .map_err(|e| e.to_string()),
         )
@@ -225,6 +275,7 @@ pub async fn run(
         hook_timeout: config.hook_timeout,
         ready_timeout: config.ready_timeout,
         hook_tmp_dir: config.hook_tmp_dir.clone(),
+        tls: Some(worker_tls),
     };
     let worker = berth_queue::worker::WorkerConfig {
         concurrency: config.worker_concurrency,
@@ -244,7 +295,10 @@ pub async fn run(
     let sd = shutdown.clone();
     let gw = crate::Config {
         lifecycle_endpoint: lifecycle,
-        token: config.token.clone(),
+        tokens: config.tokens.clone(),
+        tls: Some(gateway_tls),
+        public_tls: public,
+        limits: config.limits,
     };
     services.spawn(async move {
         (

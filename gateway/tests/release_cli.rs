@@ -3,6 +3,9 @@
 
 use berth_proto::release::releases_client::ReleasesClient;
 use berth_proto::release::{ChartFile, InstallRequest};
+use berth_telemetry::Role;
+use berth_telemetry::tls::CertFiles;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -34,11 +37,20 @@ fn chart(greeting: &str, extra: bool) -> Vec<ChartFile> {
         .collect()
 }
 
-/// Runs `berth release --release-server URL ARGS...`; stdout, or the failure with stderr.
-async fn berth(server: &str, args: &[&str]) -> anyhow::Result<String> {
+/// Runs `berth release --release-server URL ARGS...` with the operator's certificate from
+/// `certs`; stdout, or the failure with stderr.
+async fn berth(certs: &Path, server: &str, args: &[&str]) -> anyhow::Result<String> {
+    let files = CertFiles::new(certs, Role::Operator);
     let out = tokio::process::Command::from({
         let mut c = Command::new(env!("CARGO_BIN_EXE_berth"));
-        c.args(["release", "--release-server", server]).args(args);
+        c.args(["release", "--release-server", server])
+            .arg("--tls-ca")
+            .arg(&files.ca)
+            .arg("--tls-cert")
+            .arg(&files.cert)
+            .arg("--tls-key")
+            .arg(&files.key)
+            .args(args);
         c
     })
     .kill_on_drop(true)
@@ -73,14 +85,21 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
     let ns: &str = &guard;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = format!("http://{}", listener.local_addr()?);
+    // Mutual TLS: the test installs as a worker, the CLI speaks as the operator.
+    let certs = dir.path().join("certs");
+    berth_telemetry::tls::generate(&certs, &[])?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(berth_release::process::run(
         client,
+        Some(berth_telemetry::Tls::from_dir(&certs, Role::Release)?),
         listener,
         shutdown.clone(),
     ));
 
-    let mut grpc = ReleasesClient::connect(server.clone()).await?;
+    let worker = berth_telemetry::Tls::from_dir(&certs, Role::Worker)?;
+    let mut grpc = ReleasesClient::new(
+        berth_telemetry::endpoint(&server, Some(&worker), Role::Release)?.connect_lazy(),
+    );
     for (greeting, extra) in [("one", true), ("two", false)] {
         grpc.install(InstallRequest {
             name: "shop".into(),
@@ -91,7 +110,7 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
         .await?;
     }
 
-    let history = berth(&server, &["history", "shop", "-n", ns]).await?;
+    let history = berth(&certs, &server, &["history", "shop", "-n", ns]).await?;
     let lines: Vec<&str> = history.lines().collect();
     assert!(lines[0].starts_with("REVISION"), "{history}");
     assert!(
@@ -107,7 +126,7 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
         "{history}"
     );
 
-    let status = berth(&server, &["status", "shop", "-n", ns]).await?;
+    let status = berth(&certs, &server, &["status", "shop", "-n", ns]).await?;
     assert!(
         status.contains("REVISION: 2") && status.contains("ConfigMap/settings"),
         "{status}"
@@ -121,6 +140,7 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
         std::fs::write(path, f.content)?;
     }
     let plan = berth(
+        &certs,
         &server,
         &[
             "plan",
@@ -142,9 +162,9 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
         "{plan}"
     );
 
-    let rolled = berth(&server, &["rollback", "shop", "1", "-n", ns]).await?;
+    let rolled = berth(&certs, &server, &["rollback", "shop", "1", "-n", ns]).await?;
     assert!(rolled.contains("revision 3"), "{rolled}");
-    let history = berth(&server, &["history", "shop", "-n", ns]).await?;
+    let history = berth(&certs, &server, &["history", "shop", "-n", ns]).await?;
     assert!(
         history
             .lines()

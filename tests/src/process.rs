@@ -129,9 +129,34 @@ fn sqlite(dir: &Path, name: &str) -> String {
     format!("sqlite://{}", dir.join(name).display())
 }
 
-/// Every service as its own process, wired over gRPC on OS-chosen ports.
+/// `--tls-ca CA --tls-cert CERT --tls-key KEY` for `role`'s identity in `certs` (a directory
+/// `berth certs` or [`berth_telemetry::tls::generate`] wrote).
+pub fn tls_args(certs: &Path, role: berth_telemetry::Role) -> Vec<String> {
+    let files = berth_telemetry::tls::CertFiles::new(certs, role);
+    [
+        ("--tls-ca", files.ca),
+        ("--tls-cert", files.cert),
+        ("--tls-key", files.key),
+    ]
+    .into_iter()
+    .flat_map(|(flag, path)| [flag.to_owned(), path.display().to_string()])
+    .collect()
+}
+
+/// `args` followed by `extra`, as the `&str`s [`Proc::start`] takes.
+fn with<'a>(args: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
+    args.iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+        .collect()
+}
+
+/// Every service as its own process, wired over gRPC on OS-chosen ports, with mutual TLS
+/// between them (a CA and a certificate per role in `<dir>/certs`).
 pub struct SplitTopology {
     pub gateway: Proc,
+    /// The CA and the certificates of every role.
+    pub certs: PathBuf,
     others: Vec<Proc>,
 }
 
@@ -147,52 +172,65 @@ impl SplitTopology {
         dir: &Path,
         worker_args: &[&str],
     ) -> anyhow::Result<SplitTopology> {
+        use berth_telemetry::Role;
         let any = "127.0.0.1:0";
+        let certs = dir.join("certs");
+        berth_telemetry::tls::generate(&certs, &[])?;
+        let tls = |role| tls_args(&certs, role);
         let broker = Proc::start(
             "berth-queue",
-            &[
-                "serve",
-                "--listen",
-                any,
-                "--database",
-                &sqlite(dir, "queue.db"),
-            ],
+            &with(
+                &[
+                    "serve",
+                    "--listen",
+                    any,
+                    "--database",
+                    &sqlite(dir, "queue.db"),
+                ],
+                &tls(Role::Broker),
+            ),
             "listening on ",
         )
         .await?;
         let b = broker.endpoint();
         let lifecycle = Proc::start(
             "berth-lifecycle",
-            &[
-                "--listen",
-                any,
-                "--database",
-                &sqlite(dir, "lifecycle.db"),
-                "--broker",
-                &b,
-            ],
+            &with(
+                &[
+                    "--listen",
+                    any,
+                    "--database",
+                    &sqlite(dir, "lifecycle.db"),
+                    "--broker",
+                    &b,
+                ],
+                &tls(Role::Lifecycle),
+            ),
             "listening on ",
         )
         .await?;
         let kc = kubeconfig.display().to_string();
         let hookevent = Proc::start(
             "berth-hookevent",
-            &[
-                "--listen",
-                any,
-                "--database",
-                &sqlite(dir, "hookevent.db"),
-                "--broker",
-                &b,
-                "--kubeconfig",
-                &kc,
-            ],
+            &with(
+                &[
+                    "--listen",
+                    any,
+                    "--database",
+                    &sqlite(dir, "hookevent.db"),
+                    "--broker",
+                    &b,
+                    "--kubeconfig",
+                    &kc,
+                ],
+                &tls(Role::Hookevent),
+            ),
             "listening on ",
         )
         .await?;
         let release = Proc::start(
             "berth-release",
-            &["--listen", any, "--kubeconfig", &kc],
+            &with(&["--listen", any, "--kubeconfig", &kc], &tls(Role::Release)),
             "listening on ",
         )
         .await?;
@@ -215,17 +253,23 @@ impl SplitTopology {
             "--cache-dir",
             &cache,
         ];
+        let worker_tls = tls(Role::Worker);
+        args.extend(worker_tls.iter().map(String::as_str));
         args.extend_from_slice(worker_args);
         // `berth-queue work` (built by berth-worker): berth's task handlers on the queue's runtime.
         let worker = Proc::start("berth-queue", &args, "worker ").await?;
         let gateway = Proc::start(
             "berth-gateway",
-            &["--listen", any, "--lifecycle", &lifecycle.endpoint()],
+            &with(
+                &["--listen", any, "--lifecycle", &lifecycle.endpoint()],
+                &tls(Role::Gateway),
+            ),
             "listening on ",
         )
         .await?;
         Ok(SplitTopology {
             gateway,
+            certs,
             others: vec![worker, release, hookevent, lifecycle, broker],
         })
     }

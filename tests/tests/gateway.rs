@@ -19,7 +19,13 @@ async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() ->
 {
     let gateway = Proc::start(
         "berth-gateway",
-        &["--listen", "127.0.0.1:0", "--lifecycle", &dead_endpoint()],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--lifecycle",
+            &dead_endpoint(),
+            "--insecure-plaintext",
+        ],
         "listening on ",
     )
     .await?;
@@ -90,6 +96,7 @@ async fn queues_with_the_broker_down_is_an_error_not_an_empty_list() -> anyhow::
             &database,
             "--broker",
             &dead_endpoint(),
+            "--insecure-plaintext",
         ],
         "listening on ",
     )
@@ -101,6 +108,7 @@ async fn queues_with_the_broker_down_is_an_error_not_an_empty_list() -> anyhow::
             "127.0.0.1:0",
             "--lifecycle",
             &lifecycle.endpoint(),
+            "--insecure-plaintext",
         ],
         "listening on ",
     )

@@ -2,7 +2,7 @@
 //! crate, so a change that lets gRPC or storage leak into the domain fails here:
 //!
 //! - tonic is named only in the transport layers: a crate's `convert`, `service`, `error`,
-//!   `client` and `process` modules, its root (`lib.rs`, where a service's process is wired)
+//!   `client`, `process` and `limits` (the gateway's request limits) modules, its root (`lib.rs`, where a service's process is wired)
 //!   and `main.rs`, binaries (`bin/`), the CLI (`cli/`, a gRPC client), and the two crates whose
 //!   job is the transport itself (`berth-proto`, `berth-telemetry`), and the test harness;
 //! - a `model` module (pure domain) names none of tonic, sqlx or kube.
@@ -17,6 +17,8 @@ use serde_json::Value;
 /// Module names (file stems or directory names) of the transport layers.
 const TRANSPORT_LAYERS: &[&str] = &[
     "convert", "service", "error", "client", "process", "lib", "main", "bin", "cli",
+    // The gateway's request limits: tower layers in front of its gRPC service.
+    "limits",
 ];
 
 /// Crates that are transport through and through: the contracts, the transport scaffolding,

@@ -30,6 +30,16 @@ async fn all_in_one_journey() -> anyhow::Result<()> {
             mode(&dir.path().join("data"))? == 0o700,
             "data dir readable by others"
         );
+        // The CA and every service's key: the owner's only.
+        anyhow::ensure!(mode(&dir.path().join("data/tls"))? == 0o700, "tls dir");
+        for entry in std::fs::read_dir(dir.path().join("data/tls"))? {
+            let path = entry?.path();
+            anyhow::ensure!(
+                mode(&path)? == 0o600,
+                "{} readable by others",
+                path.display()
+            );
+        }
         if real.is_none() {
             anyhow::ensure!(
                 mode(&up.kubeconfig)? == 0o600,

@@ -2,27 +2,62 @@
 //! trace-context propagation over gRPC and through queued tasks, and the common server scaffolding
 //! (health, reflection, graceful shutdown).
 
+pub mod authz;
 mod context;
 mod init;
 mod serve;
 mod spawn;
 mod storage;
+pub mod tls;
 
 pub use context::{TraceContext, current_traceparent, with_traceparent};
 pub use init::{LogFormat, TelemetryGuard, init};
-pub use serve::{GrpcServer, grpc_server, serve_router, shutdown_on_signal};
+pub use serve::{GrpcRouter, GrpcServer, grpc_server, serve_router, shutdown_on_signal};
 pub use spawn::{spawn_blocking_here, spawn_here, spawn_in};
 pub use storage::{begin_write, connect_sqlite, ensure_sqlite_dir};
+pub use tls::{Role, Tls, TlsArgs};
+
+/// The largest gRPC message any berth server or client sends or accepts (both directions, every
+/// service, the public API and the CLI): what one side may send, the other can read, so an
+/// oversized message fails with `OutOfRange` naming this limit (at its sender, or at a server
+/// that a foreign client sent it to) rather than somewhere downstream. The queue's batches and
+/// leases are budgeted below it.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// Client channel type used between berth services: a tonic channel that injects the current
 /// trace context into every call.
 pub type Channel =
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, TraceContext>;
 
-/// Connects lazily to `endpoint` (`http://host:port`). The first call establishes the connection,
-/// so services can start in any order; every call carries the current W3C trace context.
-pub fn connect_lazy(endpoint: &str) -> Result<Channel, tonic::transport::Error> {
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
+/// The endpoint of a berth service of role `server` at `endpoint` (`http://host:port`). With
+/// `tls`, the connection is mutual TLS with that identity and the server must present a
+/// certificate of role `server`; `http://` is dialled as `https://` then.
+pub fn endpoint(
+    endpoint: &str,
+    tls: Option<&Tls>,
+    server: Role,
+) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    match tls {
+        Some(tls) => {
+            let url = match endpoint.strip_prefix("http://") {
+                Some(rest) => format!("https://{rest}"),
+                None => endpoint.to_owned(),
+            };
+            tonic::transport::Endpoint::from_shared(url)?.tls_config(tls.client_config(server))
+        }
+        None => tonic::transport::Endpoint::from_shared(endpoint.to_owned()),
+    }
+}
+
+/// Connects lazily to the `server` at `endpoint` (`http://host:port`; see [`endpoint`] for
+/// `tls`). The first call establishes the connection, so services can start in any order;
+/// every call carries the current W3C trace context.
+pub fn connect_lazy(
+    endpoint: &str,
+    tls: Option<&Tls>,
+    server: Role,
+) -> Result<Channel, tonic::transport::Error> {
+    let channel = self::endpoint(endpoint, tls, server)?
         // Every outbound call is bounded; long-polls set their own shorter deadlines.
         .timeout(std::time::Duration::from_secs(120))
         .connect_timeout(std::time::Duration::from_secs(5))

@@ -4,22 +4,37 @@
 
 use std::net::SocketAddr;
 
+use crate::authz::Authorize;
+use crate::tls::Tls;
+
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tower::layer::util::{Identity, Stack};
 
-/// A tonic server builder with trace-context extraction installed.
-pub type GrpcServer = tonic::transport::Server;
+/// A tonic server builder with trace-context extraction and authorisation installed.
+pub type GrpcServer = tonic::transport::Server<Stack<Authorize, Identity>>;
 
-/// A server builder whose request spans continue the caller's trace.
-pub fn grpc_server() -> GrpcServer {
-    tonic::transport::Server::builder().trace_fn(crate::context::span_for_request)
+/// The router a [`GrpcServer`] builds.
+pub type GrpcRouter = tonic::transport::server::Router<Stack<Authorize, Identity>>;
+
+/// A server builder whose request spans continue the caller's trace. With `tls`, it serves
+/// mutual TLS with that identity and authorises every call by the caller's role
+/// ([`crate::authz`]); without, plain gRPC that anyone may call.
+pub fn grpc_server(tls: Option<&Tls>) -> Result<GrpcServer, tonic::transport::Error> {
+    let server = tonic::transport::Server::builder()
+        .trace_fn(crate::context::span_for_request)
+        .layer(Authorize::new(tls.is_some()));
+    match tls {
+        Some(tls) => server.tls_config(tls.server_config()),
+        None => Ok(server),
+    }
 }
 
 /// Adds health (reporting SERVING for `services`) and reflection (over `descriptor_set`) to
 /// `router` and serves it on `listener` until `shutdown` fires.
 pub async fn serve_router(
-    router: tonic::transport::server::Router,
+    router: GrpcRouter,
     listener: TcpListener,
     descriptor_set: &'static [u8],
     services: &[&str],

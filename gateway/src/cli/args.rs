@@ -82,8 +82,38 @@ pub enum Command {
         /// it on a tmpfs: creating those files on a disk is most of a hook's start time.
         #[arg(long, env = "BERTH_HOOK_TMP_DIR")]
         hook_tmp_dir: Option<PathBuf>,
+        /// Accept any of the bearer tokens in this file (one per line; `#` comments), with
+        /// --token's if both are given.
+        #[arg(long, env = "BERTH_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
+        /// Serve the public API over TLS, with a certificate signed by the CA in
+        /// `<data-dir>/tls/ca.pem` (give that to the CLI as --ca-file). Always on when
+        /// --listen is not a loopback address.
+        #[arg(long, env = "BERTH_GATEWAY_TLS")]
+        tls: bool,
+        /// A further DNS name or IP address the gateway's certificate is valid for (the name
+        /// clients use when --listen is a wildcard address); repeatable.
+        #[arg(long = "tls-host")]
+        tls_hosts: Vec<String>,
+        #[command(flatten)]
+        limits: LimitArgs,
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
         log_format: berth_telemetry::LogFormat,
+    },
+    /// Write a CA and a certificate per service role (gateway, lifecycle, broker, worker,
+    /// hookevent, release, operator) for split mode: `<role>.pem` and `<role>-key.pem`, to give
+    /// each service as --tls-ca ca.pem --tls-cert <role>.pem --tls-key <role>-key.pem.
+    Certs {
+        /// Directory to write them to (created 0700; files 0600).
+        #[arg(long, default_value = "certs")]
+        out: PathBuf,
+        /// Extra DNS names or IP addresses the certificates are valid for (the gateway's public
+        /// name, for --listen-tls-cert); `localhost` and the loopback addresses always are.
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        /// Replace a set already in --out (a new CA: every service needs the new files).
+        #[arg(long)]
+        force: bool,
     },
     /// Install a package or change its version or settings.
     Update {
@@ -196,5 +226,33 @@ mod tests {
             ),
             ("hello", Some("demo"), "1.0.0", true)
         );
+    }
+}
+
+/// The public API's request limits (`berth up` and `berth-gateway`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct LimitArgs {
+    /// Calls in progress at once; more are refused with ResourceExhausted.
+    #[arg(long, env = "BERTH_MAX_CALLS", default_value_t = crate::Limits::default().concurrent_calls)]
+    pub max_calls: usize,
+    /// Calls per second one caller (bearer token, or address without one) may make.
+    #[arg(long, env = "BERTH_RATE_PER_CALLER", default_value_t = crate::Limits::default().calls_per_second)]
+    pub rate_per_caller: u32,
+    /// Calls a caller may make in a burst above --rate-per-caller.
+    #[arg(long, env = "BERTH_RATE_BURST", default_value_t = crate::Limits::default().burst)]
+    pub rate_burst: u32,
+    /// Watch streams open at once; more are refused with ResourceExhausted.
+    #[arg(long, env = "BERTH_MAX_WATCHES", default_value_t = crate::Limits::default().watch_streams)]
+    pub max_watches: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> crate::Limits {
+        crate::Limits {
+            concurrent_calls: self.max_calls,
+            calls_per_second: self.rate_per_caller,
+            burst: self.rate_burst,
+            watch_streams: self.max_watches,
+        }
     }
 }

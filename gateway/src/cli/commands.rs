@@ -81,7 +81,9 @@ async fn connect(cli: &Cli) -> Result<Client, String> {
         ),
         None => None,
     };
-    Ok(PackagesClient::with_interceptor(channel, Bearer(token)))
+    Ok(PackagesClient::with_interceptor(channel, Bearer(token))
+        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES))
 }
 
 /// A failed call as the message the user sees.
@@ -133,15 +135,26 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             metrics_listen,
             hook_metrics_listen,
             hook_tmp_dir,
+            token_file,
+            tls,
+            tls_hosts,
+            limits,
             log_format,
         } => {
             let _telemetry = berth_telemetry::init("berth", *log_format);
+            let mut tokens: Vec<String> = cli.token.iter().cloned().collect();
+            if let Some(path) = token_file {
+                tokens.extend(crate::read_tokens(path).map_err(|e| format!("--token-file {e}"))?);
+            }
             let config = crate::up::UpConfig {
                 data_dir: data_dir.clone(),
                 listen: *listen,
                 kubeconfig: kubeconfig.clone(),
                 simulate_workloads: !no_simulate,
-                token: cli.token.clone(),
+                tokens,
+                public_tls: *tls,
+                tls_hosts: tls_hosts.clone(),
+                limits: limits.limits(),
                 hook_timeout: Duration::from_secs(*hook_timeout),
                 ready_timeout: Duration::from_secs(*ready_timeout),
                 worker_concurrency: *concurrency,
@@ -159,8 +172,18 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 }
                 println!("listening on {}", running.gateway);
                 println!("berth is up");
-                println!("  gRPC API:   http://{}", running.gateway);
+                let scheme = if running.public_tls { "https" } else { "http" };
+                println!("  gRPC API:   {scheme}://{}", running.gateway);
                 println!("  kubeconfig: {}", running.kubeconfig.display());
+                println!(
+                    "  CA:         {} (services' mutual TLS{})",
+                    running.tls_dir.join("ca.pem").display(),
+                    if running.public_tls {
+                        "; the CLI's --ca-file"
+                    } else {
+                        ""
+                    }
+                );
                 if let Some(addr) = running.metrics {
                     println!("  queue metrics: http://{addr}/metrics");
                 }
@@ -170,6 +193,25 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             })
             .await
             .map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Certs { out, hosts, force } => {
+            let mut all = vec!["localhost".to_owned(), "127.0.0.1".into(), "::1".into()];
+            all.extend(hosts.iter().cloned());
+            let written = if *force {
+                berth_telemetry::tls::generate(out, &all).map(|()| true)
+            } else {
+                berth_telemetry::tls::ensure_generated(out, &all)
+            }
+            .map_err(|e| e.to_string())?;
+            if written {
+                println!("wrote a CA and a certificate per role to {}", out.display());
+            } else {
+                println!(
+                    "{} already holds a complete set; --force replaces it",
+                    out.display()
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Update {

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-pub use args::{Cli, Command};
+pub use args::{Cli, Command, LimitArgs};
 
 /// Parses the command line, runs the command and maps failures to a message and exit code 1.
 pub fn main() -> ExitCode {

@@ -38,6 +38,10 @@ pub struct ReleaseArgs {
     /// port of its own).
     #[arg(long, env = "BERTH_RELEASE", default_value = "http://127.0.0.1:7074")]
     pub release_server: String,
+    /// The operator's identity for a release service that requires mutual TLS (`berth up`'s
+    /// are in `<data-dir>/tls`: ca.pem, operator.pem, operator-key.pem).
+    #[command(flatten)]
+    pub tls: berth_telemetry::TlsArgs,
     #[command(subcommand)]
     pub command: ReleaseCommand,
 }
@@ -78,19 +82,26 @@ pub enum ReleaseCommand {
 
 /// Runs one `berth release` command.
 pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
-    let channel = tonic::transport::Endpoint::from_shared(args.release_server.clone())
-        .map_err(|e| format!("--release-server {}: {e}", args.release_server))?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CALL_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot reach the release service at {}: {e}",
-                args.release_server
-            )
-        })?;
-    let mut client = ReleasesClient::new(channel);
+    let tls = args.tls.load_client(None).map_err(|e| e.to_string())?;
+    let channel = berth_telemetry::endpoint(
+        &args.release_server,
+        tls.as_ref(),
+        berth_telemetry::Role::Release,
+    )
+    .map_err(|e| format!("--release-server {}: {e}", args.release_server))?
+    .connect_timeout(CONNECT_TIMEOUT)
+    .timeout(CALL_TIMEOUT)
+    .connect()
+    .await
+    .map_err(|e| {
+        format!(
+            "cannot reach the release service at {}: {e}",
+            args.release_server
+        )
+    })?;
+    let mut client = ReleasesClient::new(channel)
+        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
     let failed = |e: tonic::Status| format!("{:?}: {}", e.code(), e.message());
     match &args.command {
         ReleaseCommand::History { name, namespace } => {

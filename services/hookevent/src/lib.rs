@@ -42,6 +42,8 @@ pub struct Config {
     /// The cluster kubernetes bindings watch. `None`: the ambient configuration (in-cluster or
     /// `KUBECONFIG`); when there is none, kubernetes bindings are refused.
     pub kubeconfig: Option<PathBuf>,
+    /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
+    pub tls: Option<berth_telemetry::Tls>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -97,12 +99,19 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let store = Store::open(&config.database_url).await?;
+    let tls = config.tls.as_ref();
     let channel =
-        berth_telemetry::connect_lazy(&config.broker_endpoint).map_err(|source| Error::Broker {
-            endpoint: config.broker_endpoint.clone(),
-            source,
-        })?;
-    let enqueuer = Enqueuer::start(BrokerClient::new(channel), shutdown.clone());
+        berth_telemetry::connect_lazy(&config.broker_endpoint, tls, berth_telemetry::Role::Broker)
+            .map_err(|source| Error::Broker {
+                endpoint: config.broker_endpoint.clone(),
+                source,
+            })?;
+    let enqueuer = Enqueuer::start(
+        BrokerClient::new(channel)
+            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+        shutdown.clone(),
+    );
     let kube = kube_client(config.kubeconfig.as_deref())
         .await?
         .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone()));
@@ -115,7 +124,11 @@ pub async fn run(
     berth_telemetry::spawn_in(tracing::info_span!("hookevent.restore"), async move {
         restore.restore().await
     });
-    let router = berth_telemetry::grpc_server().add_service(HookEventsServer::new(service));
+    let router = berth_telemetry::grpc_server(tls)?.add_service(
+        HookEventsServer::new(service)
+            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+    );
     let served = berth_telemetry::serve_router(
         router,
         listener,

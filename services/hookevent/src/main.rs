@@ -24,6 +24,8 @@ struct Args {
     /// Kubeconfig of the cluster kubernetes bindings watch; default: in-cluster or `KUBECONFIG`.
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    tls: berth_telemetry::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -33,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = berth_telemetry::init("berth-hookevent", args.log_format);
     berth_telemetry::ensure_sqlite_dir(&args.database)?;
+    let tls = args.tls.load(Some(berth_telemetry::Role::Hookevent))?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -42,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
             database_url: args.database,
             broker_endpoint: args.broker,
             kubeconfig: args.kubeconfig,
+            tls,
         },
         listener,
         shutdown,

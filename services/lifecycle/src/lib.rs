@@ -32,6 +32,8 @@ pub struct Config {
     pub database_url: String,
     /// The queue broker, e.g. `http://127.0.0.1:7071`.
     pub broker_endpoint: String,
+    /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
+    pub tls: Option<berth_telemetry::Tls>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,12 +56,16 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let store = Store::open(&config.database_url).await?;
+    let tls = config.tls.as_ref();
     let channel =
-        berth_telemetry::connect_lazy(&config.broker_endpoint).map_err(|source| Error::Broker {
-            endpoint: config.broker_endpoint.clone(),
-            source,
-        })?;
-    let broker = BrokerClient::new(channel);
+        berth_telemetry::connect_lazy(&config.broker_endpoint, tls, berth_telemetry::Role::Broker)
+            .map_err(|source| Error::Broker {
+                endpoint: config.broker_endpoint.clone(),
+                source,
+            })?;
+    let broker = BrokerClient::new(channel)
+        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
     let wake = Arc::new(tokio::sync::Notify::new());
     let relay = berth_telemetry::spawn_in(
         tracing::info_span!("lifecycle.relay"),
@@ -71,7 +77,11 @@ pub async fn run(
         ),
     );
     let service = LifecycleService::new(store, broker, wake);
-    let router = berth_telemetry::grpc_server().add_service(LifecycleServer::new(service));
+    let router = berth_telemetry::grpc_server(tls)?.add_service(
+        LifecycleServer::new(service)
+            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+    );
     let served = berth_telemetry::serve_router(
         router,
         listener,

@@ -21,6 +21,8 @@ struct Args {
     /// The queue broker's gRPC endpoint.
     #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
     broker: String,
+    #[command(flatten)]
+    tls: berth_telemetry::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -30,6 +32,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = berth_telemetry::init("berth-lifecycle", args.log_format);
     berth_telemetry::ensure_sqlite_dir(&args.database)?;
+    let tls = args.tls.load(Some(berth_telemetry::Role::Lifecycle))?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -38,6 +41,7 @@ async fn main() -> anyhow::Result<()> {
         berth_lifecycle::Config {
             database_url: args.database,
             broker_endpoint: args.broker,
+            tls,
         },
         listener,
         shutdown,

@@ -144,7 +144,14 @@ mod tests {
 
     /// A broker client that is never reached: connecting is lazy and nothing listens there.
     fn unreachable_broker() -> BrokerClient<berth_telemetry::Channel> {
-        BrokerClient::new(berth_telemetry::connect_lazy("http://127.0.0.1:9").unwrap())
+        BrokerClient::new(
+            berth_telemetry::connect_lazy(
+                "http://127.0.0.1:9",
+                None,
+                berth_telemetry::Role::Broker,
+            )
+            .unwrap(),
+        )
     }
 
     #[tokio::test]

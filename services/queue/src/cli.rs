@@ -25,6 +25,8 @@ pub struct ServeArgs {
     /// free one). The address is printed as `metrics on ADDR`.
     #[arg(long, env = "BERTH_QUEUE_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub tls: berth_telemetry::TlsArgs,
 }
 
 /// Why `serve` stopped: the error as it was (the binary prints it unchanged).
@@ -34,6 +36,8 @@ pub enum ServeError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]
+    Tls(#[from] berth_telemetry::tls::TlsError),
+    #[error(transparent)]
     Serve(#[from] crate::process::Error),
 }
 
@@ -41,6 +45,7 @@ pub enum ServeError {
 /// serves the broker until `shutdown`.
 pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> Result<(), ServeError> {
     berth_telemetry::ensure_sqlite_dir(&args.database)?;
+    let tls = args.tls.load(Some(berth_telemetry::Role::Broker))?;
     // The metrics line comes first: harnesses wait for `listening on` and may stop reading
     // after it.
     let metrics = match args.metrics_listen {
@@ -57,6 +62,7 @@ pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> Result<(), S
         lease_ttl: Duration::from_millis(args.lease_ttl_ms),
         ..Default::default()
     };
-    crate::process::serve_with_metrics(&args.database, config, listener, metrics, shutdown).await?;
+    crate::process::serve_with_metrics(&args.database, config, tls, listener, metrics, shutdown)
+        .await?;
     Ok(())
 }

@@ -24,13 +24,15 @@ pub const MAINTENANCE_PERIOD: Duration = Duration::from_secs(15);
 pub async fn serve(
     database_url: &str,
     config: BrokerConfig,
+    tls: Option<berth_telemetry::Tls>,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    serve_with_metrics(database_url, config, listener, None, shutdown).await
+    serve_with_metrics(database_url, config, tls, listener, None, shutdown).await
 }
 
-/// Serves the broker on `listener` until `shutdown`, its Prometheus metrics at `/metrics` on
+/// Serves the broker on `listener` until `shutdown` (with `tls`: mutual TLS, calls
+/// authorised by the caller's role; without: plain gRPC), its Prometheus metrics at `/metrics` on
 /// `metrics` (when given), and runs its maintenance (depth gauges) in the background.
 ///
 /// If either server fails, the other is stopped too and the error returned: a broker whose
@@ -38,6 +40,7 @@ pub async fn serve(
 pub async fn serve_with_metrics(
     database_url: &str,
     config: BrokerConfig,
+    tls: Option<berth_telemetry::Tls>,
     listener: TcpListener,
     metrics: Option<TcpListener>,
     shutdown: CancellationToken,
@@ -61,7 +64,8 @@ pub async fn serve_with_metrics(
         stop.cancel();
         served.map_err(Error::Metrics)
     };
-    let router = berth_telemetry::grpc_server().add_service(broker::server(service.clone()));
+    let router =
+        berth_telemetry::grpc_server(tls.as_ref())?.add_service(broker::server(service.clone()));
     let grpc = async {
         let served = berth_telemetry::serve_router(
             router,

@@ -21,6 +21,8 @@ struct Args {
     /// Release records kept per release, as `helm upgrade --history-max` (at least 1).
     #[arg(long, env = "BERTH_RELEASE_HISTORY_MAX", default_value_t = berth_release::manager::HISTORY_MAX)]
     history_max: usize,
+    #[command(flatten)]
+    tls: berth_telemetry::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -30,12 +32,13 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = berth_telemetry::init("berth-release", args.log_format);
     let client = berth_release::process::kube_client(args.kubeconfig.as_deref()).await?;
+    let tls = args.tls.load(Some(berth_telemetry::Role::Release))?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     let service =
         berth_release::service::ReleaseService::new(client).with_history_max(args.history_max);
-    berth_release::process::run_service(service, listener, shutdown).await?;
+    berth_release::process::run_service(service, tls, listener, shutdown).await?;
     Ok(())
 }

@@ -48,17 +48,20 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Erro
 /// Serves the release service on `listener` until `shutdown`; see [`run_service`].
 pub async fn run(
     client: kube::Client,
+    tls: Option<berth_telemetry::Tls>,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    run_service(ReleaseService::new(client), listener, shutdown).await
+    run_service(ReleaseService::new(client), tls, listener, shutdown).await
 }
 
-/// Serves `service` on `listener` until `shutdown`, which also ends its drift watches. Drift
+/// Serves `service` on `listener` until `shutdown` (with `tls`: mutual TLS, calls authorised
+/// by the caller's role; without: plain gRPC), which also ends its drift watches. Drift
 /// repair of the releases berth deployed earlier resumes alongside (so a slow cluster does not
 /// delay serving).
 pub async fn run_service(
     service: ReleaseService,
+    tls: Option<berth_telemetry::Tls>,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
@@ -68,7 +71,7 @@ pub async fn run_service(
         tracing::info_span!("release.resume_drift_repair"),
         async move { resume.resume_drift_repair().await },
     );
-    let router = berth_telemetry::grpc_server().add_service(server(service));
+    let router = berth_telemetry::grpc_server(tls.as_ref())?.add_service(server(service));
     berth_telemetry::serve_router(
         router,
         listener,

@@ -25,14 +25,30 @@ pub struct Services {
 impl Services {
     /// Clients of the services `config` names; they connect on first use.
     pub fn connect_lazy(config: &TaskConfig) -> Result<Services, ConnectError> {
+        use berth_telemetry::{MAX_MESSAGE_BYTES as MAX, Role, connect_lazy};
+        let tls = config.tls.as_ref();
         Ok(Services {
-            lifecycle: LifecycleClient::new(berth_telemetry::connect_lazy(
+            lifecycle: LifecycleClient::new(connect_lazy(
                 &config.lifecycle_endpoint,
-            )?),
-            release: ReleasesClient::new(berth_telemetry::connect_lazy(&config.release_endpoint)?),
-            hookevent: HookEventsClient::new(berth_telemetry::connect_lazy(
+                tls,
+                Role::Lifecycle,
+            )?)
+            .max_decoding_message_size(MAX)
+            .max_encoding_message_size(MAX),
+            release: ReleasesClient::new(connect_lazy(
+                &config.release_endpoint,
+                tls,
+                Role::Release,
+            )?)
+            .max_decoding_message_size(MAX)
+            .max_encoding_message_size(MAX),
+            hookevent: HookEventsClient::new(connect_lazy(
                 &config.hookevent_endpoint,
-            )?),
+                tls,
+                Role::Hookevent,
+            )?)
+            .max_decoding_message_size(MAX)
+            .max_encoding_message_size(MAX),
         })
     }
 }

@@ -19,4 +19,7 @@ pub struct TaskConfig {
     /// `None` = the system temp directory. Creating them is most of a hook's start overhead on
     /// a disk file system, so a tmpfs (an `emptyDir` with `medium: Memory`) is the place.
     pub hook_tmp_dir: Option<PathBuf>,
+    /// The worker's identity towards the broker, lifecycle, release and hookevent (mutual
+    /// TLS); `None`: plain gRPC.
+    pub tls: Option<berth_telemetry::Tls>,
 }

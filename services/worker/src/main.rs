@@ -61,6 +61,8 @@ enum Command {
         /// it on a tmpfs: creating those files on a disk is most of a hook's start time.
         #[arg(long, env = "BERTH_HOOK_TMP_DIR")]
         hook_tmp_dir: Option<PathBuf>,
+        #[command(flatten)]
+        tls: berth_telemetry::TlsArgs,
         /// Worker id in leases and Dump (default: random).
         #[arg(long, env = "BERTH_WORKER_ID")]
         id: Option<String>,
@@ -87,7 +89,9 @@ async fn main() -> anyhow::Result<()> {
             id,
             metrics_listen,
             hook_tmp_dir,
+            tls,
         } => {
+            let tls = tls.load(Some(berth_telemetry::Role::Worker))?;
             std::fs::create_dir_all(&cache_dir)?;
             if let Some(dir) = &hook_tmp_dir {
                 std::fs::create_dir_all(dir)?;
@@ -100,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
                 hook_timeout: Duration::from_secs(hook_timeout),
                 ready_timeout: Duration::from_secs(ready_timeout),
                 hook_tmp_dir,
+                tls,
             };
             let mut config = WorkerConfig {
                 concurrency,

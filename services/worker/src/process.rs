@@ -40,9 +40,13 @@ pub async fn work_with_metrics(
     metrics: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let channel = tonic::transport::Endpoint::from_shared(broker_endpoint.to_owned())?
-        .connect_timeout(Duration::from_secs(5))
-        .connect_lazy();
+    let channel = berth_telemetry::endpoint(
+        broker_endpoint,
+        tasks.tls.as_ref(),
+        berth_telemetry::Role::Broker,
+    )?
+    .connect_timeout(Duration::from_secs(5))
+    .connect_lazy();
     let runner = TaskRunner::new(tasks)?;
     let admin = metrics.map(|listener| {
         berth_telemetry::spawn_in(

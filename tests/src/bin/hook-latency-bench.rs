@@ -60,6 +60,9 @@ const POLL: Duration = Duration::from_millis(50);
 /// Updates (and Removes) in flight while installing a scenario's packages.
 const INSTALL_CONCURRENCY: usize = 16;
 
+/// The bench measures berth's own latency on one machine: its processes talk plain gRPC.
+const PLAIN: &str = "--insecure-plaintext";
+
 type Lifecycle = LifecycleClient<tonic::transport::Channel>;
 
 #[derive(clap::Parser)]
@@ -136,7 +139,14 @@ impl Topology {
         let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
         let broker = start(
             "berth-queue",
-            s(&["serve", "--listen", &any, "--database", &sqlite("queue.db")]),
+            s(&[
+                "serve",
+                "--listen",
+                &any,
+                "--database",
+                &sqlite("queue.db"),
+                PLAIN,
+            ]),
             "listening on ",
         )
         .await?;
@@ -150,6 +160,7 @@ impl Topology {
                 &sqlite("lifecycle.db"),
                 "--broker",
                 &b,
+                PLAIN,
             ]),
             "listening on ",
         )
@@ -165,13 +176,14 @@ impl Topology {
                 &b,
                 "--kubeconfig",
                 &kc,
+                PLAIN,
             ]),
             "listening on ",
         )
         .await?;
         let release = start(
             "berth-release",
-            s(&["--listen", &any, "--kubeconfig", &kc]),
+            s(&["--listen", &any, "--kubeconfig", &kc, PLAIN]),
             "listening on ",
         )
         .await?;
@@ -196,6 +208,7 @@ impl Topology {
             &cache,
             "--concurrency",
             &n,
+            PLAIN,
         ];
         let worker = start("berth-queue", s(&worker_args), "worker ").await?;
         let client = LifecycleClient::connect(l).await?;

@@ -411,7 +411,7 @@ async fn main() -> anyhow::Result<()> {
     let broker = RecordingBroker::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let broker_endpoint = format!("http://{}", listener.local_addr()?);
-    let router = berth_telemetry::grpc_server().add_service(BrokerServer::new(broker.clone()));
+    let router = berth_telemetry::grpc_server(None)?.add_service(BrokerServer::new(broker.clone()));
     let serving = tokio::spawn(berth_telemetry::serve_router(
         router,
         listener,
@@ -439,6 +439,8 @@ async fn main() -> anyhow::Result<()> {
             &broker_endpoint,
             "--kubeconfig",
             &kubeconfig,
+            // The bench's broker is an in-process stand-in serving plain gRPC.
+            "--insecure-plaintext",
         ],
         "listening on ",
     )

@@ -126,8 +126,8 @@ impl WorkerConfig {
 }
 
 /// Largest Lease response the worker decodes: the broker's default response budget (4 MiB)
-/// plus a generous allowance for the one task that may exceed it.
-const LEASE_RESPONSE_LIMIT: usize = 64 << 20;
+/// plus a generous allowance for the one task that may exceed it (berth's one message bound).
+const LEASE_RESPONSE_LIMIT: usize = berth_telemetry::MAX_MESSAGE_BYTES;
 
 /// Lease TTL assumed until the broker's first answer names the real one.
 const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -148,7 +148,9 @@ pub async fn run<H: Handler>(
     config.validate()?;
     // A Lease answer holds up to the broker's response budget plus one task that may exceed
     // it (a payload of up to the broker's payload limit, or a compacted hook run).
-    let broker = broker.max_decoding_message_size(LEASE_RESPONSE_LIMIT);
+    let broker = broker
+        .max_decoding_message_size(LEASE_RESPONSE_LIMIT)
+        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
     let held = HeldLeases::default();
     let mut running = JoinSet::new();
     let mut ttl = DEFAULT_LEASE_TTL;

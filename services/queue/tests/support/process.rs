@@ -89,6 +89,8 @@ impl BrokerProc {
             "127.0.0.1:0",
             "--lease-ttl-ms",
             &lease_ttl_ms.to_string(),
+            // The broker alone, for the queue's own tests: no other service to authenticate.
+            "--insecure-plaintext",
         ]
         .map(str::to_owned);
         let proc = Child9::start(

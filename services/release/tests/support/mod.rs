@@ -123,7 +123,7 @@ async fn serve(
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
         let served = if as_process {
-            berth_release::process::run_service(service, listener, stop)
+            berth_release::process::run_service(service, None, listener, stop)
                 .await
                 .map_err(|e| e.to_string())
         } else {

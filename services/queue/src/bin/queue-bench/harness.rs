@@ -61,8 +61,14 @@ impl Broker {
         let server = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
-                berth_queue::process::serve(&database, BrokerConfig::default(), listener, shutdown)
-                    .await
+                berth_queue::process::serve(
+                    &database,
+                    BrokerConfig::default(),
+                    None,
+                    listener,
+                    shutdown,
+                )
+                .await
             }
         });
         Ok(Broker {

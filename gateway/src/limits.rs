@@ -1,0 +1,311 @@
+//! Request limits on the public API, as a tower layer around the `Packages` service: calls in
+//! progress, calls per second per caller, and open Watch streams. A call over a limit is
+//! refused at once with `ResourceExhausted` naming the limit (nothing queues behind it).
+//!
+//! A caller is its bearer token (the `authorization` header), or its address without one. The
+//! limiter remembers a bounded number of callers (by a keyed hash, not the token itself); when
+//! that many are active at once, callers it does not know yet share one bucket, so a flood of
+//! made-up tokens neither grows the table nor gets a fresh burst per token.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use http_body_util::BodyExt as _;
+use tokio::sync::Semaphore;
+use tonic::body::Body;
+use tonic::server::NamedService;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tower::ServiceExt as _;
+
+/// The limits; see each field.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Unary calls in progress at once (all callers).
+    pub concurrent_calls: usize,
+    /// Calls per second one caller may make, sustained.
+    pub calls_per_second: u32,
+    /// Calls one caller may make in a burst above the sustained rate.
+    pub burst: u32,
+    /// Watch streams open at once (all callers).
+    pub watch_streams: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            concurrent_calls: 256,
+            calls_per_second: 100,
+            burst: 200,
+            watch_streams: 128,
+        }
+    }
+}
+
+/// Callers remembered by the rate limiter before idle ones are forgotten.
+const MAX_TRACKED_CALLERS: usize = 4096;
+
+/// The bucket callers share when [`MAX_TRACKED_CALLERS`] are active.
+const OVERFLOW: u64 = 0;
+
+/// The layer applying [`Limits`].
+#[derive(Clone)]
+pub struct LimitLayer {
+    state: Arc<State>,
+}
+
+struct State {
+    limits: Limits,
+    calls: Arc<Semaphore>,
+    watches: Arc<Semaphore>,
+    buckets: Mutex<HashMap<u64, Bucket>>,
+    /// Keys the caller hashes (random per process: callers cannot aim at each other's slot).
+    hasher: std::collections::hash_map::RandomState,
+}
+
+/// A token bucket: `tokens` left as of `at`.
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl LimitLayer {
+    pub fn new(limits: Limits) -> LimitLayer {
+        LimitLayer {
+            state: Arc::new(State {
+                limits,
+                calls: Arc::new(Semaphore::new(limits.concurrent_calls)),
+                watches: Arc::new(Semaphore::new(limits.watch_streams)),
+                buckets: Mutex::new(HashMap::new()),
+                hasher: Default::default(),
+            }),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for LimitLayer {
+    type Service = Limited<S>;
+    fn layer(&self, inner: S) -> Limited<S> {
+        Limited {
+            inner,
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// A service behind [`LimitLayer`]; it keeps the inner service's gRPC name.
+#[derive(Clone)]
+pub struct Limited<S> {
+    inner: S,
+    state: Arc<State>,
+}
+
+impl<S: NamedService> NamedService for Limited<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl State {
+    /// Takes one call from `caller`'s bucket; false when it is empty.
+    fn admit(&self, caller: &str) -> bool {
+        let limits = self.limits;
+        let capacity = f64::from(limits.burst.max(1));
+        let rate = f64::from(limits.calls_per_second);
+        let now = Instant::now();
+        let mut key = std::hash::BuildHasher::hash_one(&self.hasher, caller).max(1);
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if buckets.len() >= MAX_TRACKED_CALLERS && !buckets.contains_key(&key) {
+            // Forget callers whose bucket has refilled: they are as if never seen.
+            buckets.retain(|k, b| {
+                *k == OVERFLOW
+                    || b.tokens + now.duration_since(b.at).as_secs_f64() * rate < capacity
+            });
+            if buckets.len() >= MAX_TRACKED_CALLERS {
+                key = OVERFLOW;
+            }
+        }
+        let bucket = buckets.entry(key).or_insert(Bucket {
+            tokens: capacity,
+            at: now,
+        });
+        bucket.tokens =
+            (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(capacity);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn caller<B>(req: &http::Request<B>) -> String {
+    if let Some(auth) = req.headers().get(http::header::AUTHORIZATION) {
+        return format!("token:{}", String::from_utf8_lossy(auth.as_bytes()));
+    }
+    let ext = req.extensions();
+    let addr = ext
+        .get::<TcpConnectInfo>()
+        .and_then(|i| i.remote_addr())
+        .or_else(|| {
+            ext.get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|i| i.get_ref().remote_addr())
+        });
+    match addr {
+        Some(addr) => format!("addr:{}", addr.ip()),
+        None => "anonymous".to_owned(),
+    }
+}
+
+fn refuse(message: String) -> BoxFuture<'static, Result<http::Response<Body>, Infallible>> {
+    tracing::warn!(%message, "call refused");
+    let status = tonic::Status::resource_exhausted(message);
+    Box::pin(std::future::ready(Ok(status.into_http())))
+}
+
+impl<S, B> tower::Service<http::Request<Body>> for Limited<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Readiness is the inner service's, awaited in `call` (`oneshot`).
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let state = &self.state;
+        let limits = state.limits;
+        if !state.admit(&caller(&req)) {
+            return refuse(format!(
+                "rate limit: this caller made more than {} calls per second (burst {}); slow down",
+                limits.calls_per_second, limits.burst
+            ));
+        }
+        let inner = self.inner.clone();
+        if req.uri().path().ends_with("/Watch") {
+            let Ok(permit) = state.watches.clone().try_acquire_owned() else {
+                return refuse(format!(
+                    "too many open Watch streams (at most {} at once); close one and retry",
+                    limits.watch_streams
+                ));
+            };
+            return Box::pin(async move {
+                let response = inner.oneshot(req).await?;
+                // The permit lives as long as the stream's body.
+                Ok(response.map(|body| {
+                    Body::new(body.map_frame(move |frame| {
+                        let _open = &permit;
+                        frame
+                    }))
+                }))
+            });
+        }
+        let Ok(permit) = state.calls.clone().try_acquire_owned() else {
+            return refuse(format!(
+                "too many calls in progress (at most {} at once); retry later",
+                limits.concurrent_calls
+            ));
+        };
+        Box::pin(async move {
+            let response = inner.oneshot(req).await;
+            drop(permit);
+            Ok(response?.map(Body::new))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_over_its_rate_is_refused_and_others_are_not() {
+        let layer = LimitLayer::new(Limits {
+            calls_per_second: 1,
+            burst: 3,
+            ..Default::default()
+        });
+        let state = &layer.state;
+        for _ in 0..3 {
+            assert!(state.admit("token:a"));
+        }
+        assert!(!state.admit("token:a"), "the burst is spent");
+        assert!(state.admit("token:b"), "another caller has its own bucket");
+    }
+
+    #[test]
+    fn a_flood_of_new_callers_shares_one_bucket_and_the_table_stays_bounded() {
+        let layer = LimitLayer::new(Limits {
+            calls_per_second: 0,
+            burst: 1,
+            ..Default::default()
+        });
+        let state = &layer.state;
+        for i in 0..MAX_TRACKED_CALLERS {
+            assert!(state.admit(&format!("token:{i}")));
+        }
+        assert!(state.admit("token:new"), "the shared bucket's one call");
+        assert!(!state.admit("token:newer"), "the shared bucket is spent");
+        assert!(
+            state.buckets.lock().unwrap().len() <= MAX_TRACKED_CALLERS + 1,
+            "the table is bounded"
+        );
+    }
+
+    #[tokio::test]
+    async fn calls_over_the_concurrency_limit_are_refused_until_one_ends() {
+        use tower::{Layer as _, Service as _};
+        let release = Arc::new(tokio::sync::Notify::new());
+        let held = release.clone();
+        let inner = tower::service_fn(move |_req: http::Request<Body>| {
+            let held = held.clone();
+            async move {
+                held.notified().await;
+                Ok::<_, Infallible>(http::Response::new(Body::empty()))
+            }
+        });
+        let mut service = LimitLayer::new(Limits {
+            concurrent_calls: 1,
+            ..Default::default()
+        })
+        .layer(inner);
+        let request = || {
+            http::Request::builder()
+                .uri("/berth.v1.Packages/List")
+                .body(Body::empty())
+                .unwrap()
+        };
+        let first = tokio::spawn(service.call(request()));
+        let refused = service.call(request()).await.unwrap();
+        let status = tonic::Status::from_header_map(refused.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status
+                .message()
+                .contains("too many calls in progress (at most 1"),
+            "{}",
+            status.message()
+        );
+        release.notify_one();
+        first.await.unwrap().unwrap();
+        // The permit came back with the first call's answer.
+        let next = tokio::spawn(service.call(request()));
+        release.notify_one();
+        let answered = next.await.unwrap().unwrap();
+        assert!(tonic::Status::from_header_map(answered.headers()).is_none());
+    }
+}
