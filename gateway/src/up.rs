@@ -32,6 +32,9 @@ pub struct UpConfig {
     pub hook_metrics_listen: Option<SocketAddr>,
     /// Directory for hook runs' temporary files; `None` = the system temp directory.
     pub hook_tmp_dir: Option<PathBuf>,
+    /// Bounds on jq programs (hookevent's evaluators are this executable, see
+    /// `berth_hookevent::run_jq_evaluator_if_requested`).
+    pub jq: berth_hookevent::JqLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -198,6 +201,7 @@ pub async fn run(
         database_url: sqlite(&data, "hookevent.db"),
         broker_endpoint: broker.clone(),
         kubeconfig: Some(kubeconfig.clone()),
+        jq: config.jq,
     };
     services.spawn(async move {
         (

@@ -84,6 +84,8 @@ pub enum Command {
         hook_tmp_dir: Option<PathBuf>,
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
         log_format: berth_telemetry::LogFormat,
+        #[command(flatten)]
+        jq: berth_hookevent::jq::JqArgs,
     },
     /// Install a package or change its version or settings.
     Update {

@@ -134,6 +134,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             hook_metrics_listen,
             hook_tmp_dir,
             log_format,
+            jq,
         } => {
             let _telemetry = berth_telemetry::init("berth", *log_format);
             let config = crate::up::UpConfig {
@@ -148,6 +149,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 metrics_listen: *metrics_listen,
                 hook_metrics_listen: *hook_metrics_listen,
                 hook_tmp_dir: hook_tmp_dir.clone(),
+                jq: jq.limits(),
             };
             let shutdown = CancellationToken::new();
             tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));

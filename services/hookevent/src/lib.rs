@@ -12,7 +12,7 @@
 mod convert;
 mod enqueue;
 mod error;
-mod jq;
+pub mod jq;
 pub mod kube;
 mod schedule;
 mod scheduler;
@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use enqueue::Enqueuer;
 pub use error::ServiceError;
-pub use jq::{JqError, JqProgram};
+pub use jq::{JqError, JqLimits, run_if_requested as run_jq_evaluator_if_requested};
 pub use schedule::parse_crontab;
 pub use scheduler::Scheduler;
 pub use service::HookEventService;
@@ -42,6 +42,9 @@ pub struct Config {
     /// The cluster kubernetes bindings watch. `None`: the ambient configuration (in-cluster or
     /// `KUBECONFIG`); when there is none, kubernetes bindings are refused.
     pub kubeconfig: Option<PathBuf>,
+    /// Bounds on jq programs (jqFilters, JQPatch). They run in evaluator processes started from
+    /// this executable, whose `main` must call [`run_jq_evaluator_if_requested`] first.
+    pub jq: JqLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +58,8 @@ pub enum Error {
     },
     #[error("kubeconfig {path}: {reason}")]
     Kubeconfig { path: String, reason: String },
+    #[error("the jq evaluator executable: {0}")]
+    JqEvaluator(std::io::Error),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -103,9 +108,10 @@ pub async fn run(
             source,
         })?;
     let enqueuer = Enqueuer::start(BrokerClient::new(channel), shutdown.clone());
+    let jq = jq::Jq::current_exe(config.jq).map_err(Error::JqEvaluator)?;
     let kube = kube_client(config.kubeconfig.as_deref())
         .await?
-        .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone()));
+        .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone(), jq));
     let service = HookEventService::new(store, enqueuer, kube).await?;
     let scheduler = tokio::spawn(service.scheduler().run(shutdown.clone()));
     let restore = service.clone();
