@@ -86,7 +86,11 @@ async fn endless_recursion_stops_at_the_depth_limit_and_evaluation_goes_on() {
 
 #[tokio::test]
 async fn a_program_that_allocates_without_end_stops_at_the_memory_limit() {
-    let jq = jq(small());
+    // Time enough to reach the memory limit on a busy machine.
+    let jq = jq(JqLimits {
+        time: Duration::from_secs(30),
+        ..small()
+    });
     let hog = jq.check("[range(1e10)] | length").await.unwrap();
     let e = jq.run(&hog, &json!(null)).await.unwrap_err().to_string();
     assert!(e.contains("memory limit") && e.contains("128 MiB"), "{e}");
@@ -119,10 +123,10 @@ async fn output_is_bounded_and_the_environment_is_empty() {
     let big = jq.check("[range(1e6)]").await.unwrap();
     let e = jq.run(&big, &json!(null)).await.unwrap_err().to_string();
     assert!(e.contains("limit of 1048576 bytes"), "{e}");
-    let env = jq.check("env | length").await.unwrap();
+    let env = jq.check("env | keys").await.unwrap();
     assert_eq!(
         jq.run(&env, &json!(null)).await.unwrap(),
-        json!(0),
+        json!(["MIMALLOC_ARENA_EAGER_COMMIT"]),
         "programs see none of the service's environment"
     );
 }

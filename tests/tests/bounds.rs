@@ -1,0 +1,190 @@
+//! Bounded evaluation, as an attacker would try it through real processes: a package's hostile
+//! jq programs (a jqFilter, a JQPatch) are stopped with an error naming the limit, nothing is
+//! changed, and `berth up` keeps serving.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use berth_proto::v1;
+use berth_tests::{AllInOne, TestNamespace, journey};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+/// Longest a reaction may take to become visible.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn fixtures() -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/packages")
+        .display()
+        .to_string()
+}
+
+fn app(name: &str, ns: &str) -> v1::PackageRef {
+    v1::PackageRef {
+        kind: v1::PackageKind::App as i32,
+        name: name.into(),
+        namespace: ns.into(),
+    }
+}
+
+fn configmap(name: &str, labels: Value, data: Value) -> anyhow::Result<ConfigMap> {
+    Ok(serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": data}),
+    )?)
+}
+
+async fn install(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<i64> {
+    Ok(client
+        .update(v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: fixtures(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .generation)
+}
+
+/// Follows the package until `done` holds on it, and returns it.
+async fn wait_for(
+    client: &mut journey::Client,
+    r: &v1::PackageRef,
+    what: &str,
+    done: impl Fn(&v1::Package) -> bool,
+) -> anyhow::Result<v1::Package> {
+    let follow = async {
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        while let Some(p) = stream.next().await {
+            let p = p?;
+            if done(&p) {
+                return Ok(p);
+            }
+        }
+        bail!("watch ended")
+    };
+    tokio::time::timeout(DEADLINE, follow)
+        .await
+        .with_context(|| format!("waiting for {what}"))?
+}
+
+fn seen(p: &v1::Package) -> Vec<String> {
+    let values = p
+        .values
+        .as_ref()
+        .map(berth_proto::json::from_struct)
+        .unwrap_or(Value::Null);
+    values["seen"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `def f: [f]; f` overflowed hookevent's stack and killed `berth up` (again on every restart).
+/// Now: as a jqFilter its events are dropped while a sane binding on the same objects keeps
+/// firing; as a JQPatch the hook run fails naming the depth limit and the object is unchanged;
+/// and the API answers throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jq_bombs_are_stopped_and_berth_up_keeps_serving() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let result = jq_bombs(&up).await;
+    up.proc.stop().await;
+    result
+}
+
+async fn jq_bombs(up: &AllInOne) -> anyhow::Result<()> {
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let ns = TestNamespace::create(&kube, "bounds").await?;
+    let mut client = journey::connect(&up.proc.endpoint()).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    let labels = json!({"app": "jq"});
+    cms.create(
+        &PostParams::default(),
+        &configmap("first", labels.clone(), json!({}))?,
+    )
+    .await?;
+
+    // The jqFilter bomb: registered, run on `first` during the initial list and on `second`.
+    let bomb = app("jqbomb", &ns);
+    let generation = install(&mut client, &bomb).await?;
+    journey::wait_running(&mut client, &bomb, generation).await?;
+    cms.create(
+        &PostParams::default(),
+        &configmap("second", labels.clone(), json!({}))?,
+    )
+    .await?;
+    let p = wait_for(&mut client, &bomb, "the sane binding's event", |p| {
+        seen(p).contains(&"second".to_owned()) || !p.last_error.is_empty()
+    })
+    .await?;
+    assert!(p.last_error.is_empty(), "{}", p.last_error);
+
+    // The JQPatch bomb: the hook run fails naming the limit, the ConfigMap is unchanged.
+    cms.create(
+        &PostParams::default(),
+        &configmap("target", json!({}), json!({"a": "b"}))?,
+    )
+    .await?;
+    let patch = app("jqpatch", &ns);
+    install(&mut client, &patch).await?;
+    let p = wait_for(&mut client, &patch, "the JQPatch failure", |p| {
+        !p.last_error.is_empty()
+    })
+    .await?;
+    assert!(
+        p.last_error.contains("depth limit") && p.last_error.contains("def f: [f]; f"),
+        "the error names the program and the limit: {}",
+        p.last_error
+    );
+    let target = cms.get("target").await?;
+    assert_eq!(
+        serde_json::to_value(&target.data)?,
+        json!({"a": "b"}),
+        "nothing changed"
+    );
+
+    // Still serving: the API answers, and hookevent still turns events into hook runs.
+    let listed = client.list(v1::ListRequest {}).await?.into_inner();
+    let names: Vec<&str> = listed
+        .packages
+        .iter()
+        .filter_map(|p| p.r#ref.as_ref().map(|r| r.name.as_str()))
+        .collect();
+    assert!(
+        names.contains(&"jqbomb") && names.contains(&"jqpatch"),
+        "{names:?}"
+    );
+    cms.create(
+        &PostParams::default(),
+        &configmap("third", labels, json!({}))?,
+    )
+    .await?;
+    wait_for(&mut client, &bomb, "an event after both bombs", |p| {
+        seen(p).contains(&"third".to_owned())
+    })
+    .await?;
+    for r in [&bomb, &patch] {
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
+        journey::wait_gone(&mut client, r).await?;
+    }
+    Ok(())
+}
