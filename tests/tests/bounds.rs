@@ -159,7 +159,7 @@ async fn jq_bombs(up: &AllInOne) -> anyhow::Result<()> {
     );
 
     // Still serving: the API answers, and hookevent still turns events into hook runs.
-    let listed = client.list(v1::ListRequest {}).await?.into_inner();
+    let listed = client.list(v1::ListRequest::default()).await?.into_inner();
     let names: Vec<&str> = listed
         .packages
         .iter()
@@ -186,5 +186,180 @@ async fn jq_bombs(up: &AllInOne) -> anyhow::Result<()> {
             .await?;
         journey::wait_gone(&mut client, r).await?;
     }
+    Ok(())
+}
+
+/// A port nobody listens on: bind one, note it, close it.
+fn dead_endpoint() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    format!("http://{}", l.local_addr().expect("addr"))
+}
+
+fn big_settings(bytes: usize) -> prost_types::Struct {
+    berth_proto::json::to_struct(&json!({"blob": "x".repeat(bytes)}))
+}
+
+/// One package's size cannot break everyone's answers: oversized fields are refused at the edge
+/// naming the field and the limit (and nothing is stored), and List and Dump are paged so that
+/// five packages with almost 1 MB of settings each (over the 4 MiB a reply may hold) are all
+/// listed, by the API and by the CLI following the pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_packages_are_paged_and_oversized_fields_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+    // No broker: the packages stay Pending, which is all List and Dump need.
+    let lifecycle = berth_tests::Proc::start(
+        "berth-lifecycle",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            &database,
+            "--broker",
+            &dead_endpoint(),
+        ],
+        "listening on ",
+    )
+    .await?;
+    let gateway = berth_tests::Proc::start(
+        "berth-gateway",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--lifecycle",
+            &lifecycle.endpoint(),
+        ],
+        "listening on ",
+    )
+    .await?;
+    let result = paged(&gateway.endpoint()).await;
+    gateway.stop().await;
+    lifecycle.stop().await;
+    result
+}
+
+async fn paged(endpoint: &str) -> anyhow::Result<()> {
+    let mut client = journey::connect(endpoint).await?;
+    let update = |name: &str, version: String, settings: prost_types::Struct| v1::UpdateRequest {
+        r#ref: Some(app(name, "paged")),
+        repository: fixtures(),
+        version,
+        settings: Some(settings),
+        ..Default::default()
+    };
+
+    // Oversized fields: refused naming the field and the limit; nothing stored.
+    let refusals = [
+        (
+            update("huge-version", "1".repeat(1 << 20), big_settings(1)),
+            "version: longer than the 128-byte limit",
+        ),
+        (
+            update("huge-settings", "1.0.0".into(), big_settings(1 << 20)),
+            "settings: larger than the 1048576-byte limit",
+        ),
+    ];
+    for (request, needle) in refusals {
+        let name = request.r#ref.clone().map(|r| r.name).unwrap_or_default();
+        let err = client.update(request).await.expect_err("refused");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(needle), "{}", err.message());
+        let get = client
+            .get(v1::GetRequest {
+                r#ref: Some(app(&name, "paged")),
+            })
+            .await
+            .expect_err("nothing stored");
+        assert_eq!(get.code(), tonic::Code::NotFound, "{get:?}");
+    }
+    let err = client
+        .list(v1::ListRequest {
+            page_size: 5000,
+            page_token: String::new(),
+        })
+        .await
+        .expect_err("page size over the maximum");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("page_size"), "{}", err.message());
+
+    // Five packages of almost 1 MB each: more than one reply can hold.
+    let names: Vec<String> = (0..5).map(|i| format!("big{i}")).collect();
+    for name in &names {
+        client
+            .update(update(name, "1.0.0".into(), big_settings(1_000_000)))
+            .await?;
+    }
+    let mut listed = vec![];
+    let mut pages = 0;
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list(v1::ListRequest {
+                page_size: 0,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        pages += 1;
+        listed.extend(
+            page.packages
+                .into_iter()
+                .filter_map(|p| p.r#ref.map(|r| r.name)),
+        );
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(listed, names, "every package, once, in order");
+    assert!(pages >= 2, "paged by size: {pages} page(s)");
+
+    let mut dumped = 0;
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .dump(v1::DumpRequest {
+                page_size: 2,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        dumped += page.yaml.matches("key: paged.big").count();
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(dumped, 5, "every package in the dump");
+
+    // The CLI follows the pages.
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--server", endpoint];
+        all.extend_from_slice(args);
+        tokio::process::Command::new(berth_tests::binary("berth"))
+            .args(all)
+            .output()
+    };
+    let list = cli(&["list"]).await?;
+    let stdout = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    for name in &names {
+        assert!(
+            stdout.contains(name.as_str()),
+            "{name} missing from:\n{stdout}"
+        );
+    }
+    let dump = cli(&["dump"]).await?;
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&dump.stdout);
+    assert_eq!(stdout.matches("key: paged.big").count(), 5);
     Ok(())
 }
