@@ -307,6 +307,14 @@ impl RunFiles {
         for (var, _) in &FILES[3..] {
             tokio::fs::write(files.path(var), b"").await?;
         }
+        // A hook running as its own user gets its run's directory and files (and nothing else).
+        if let Some(user) = process::hook_user() {
+            let own = |path: &Path| std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid));
+            own(files.dir.path())?;
+            for (var, _) in &FILES {
+                own(&files.path(var))?;
+            }
+        }
         Ok(files)
     }
 

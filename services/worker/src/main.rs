@@ -64,6 +64,11 @@ enum Command {
         /// Worker id in leases and Dump (default: random).
         #[arg(long, env = "BERTH_WORKER_ID")]
         id: Option<String>,
+        /// Run hooks as this user (`NAME`, `UID` or `UID:GID`) instead of the worker's own; needs
+        /// a worker running as root. Package files are then read-only to hooks. The cache
+        /// directory must be reachable (searchable) by that user.
+        #[arg(long, env = "BERTH_HOOK_USER")]
+        hook_user: Option<String>,
     },
 }
 
@@ -87,7 +92,13 @@ async fn main() -> anyhow::Result<()> {
             id,
             metrics_listen,
             hook_tmp_dir,
+            hook_user,
         } => {
+            if let Some(spec) = hook_user {
+                berth_hooks::HookUser::parse(&spec)
+                    .and_then(berth_hooks::run_hooks_as)
+                    .map_err(|e| anyhow::anyhow!("--hook-user: {e}"))?;
+            }
             std::fs::create_dir_all(&cache_dir)?;
             if let Some(dir) = &hook_tmp_dir {
                 std::fs::create_dir_all(dir)?;
