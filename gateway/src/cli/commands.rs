@@ -137,6 +137,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             jq,
         } => {
             let _telemetry = berth_telemetry::init("berth", *log_format);
+            // Hooks run in this process's worker: what escapes their process groups is ours
+            // to end.
+            if let Err(error) = berth_hooks::reap_escaped_hook_processes() {
+                tracing::warn!(%error, "processes that escape a hook's group will outlive it");
+            }
             let config = crate::up::UpConfig {
                 data_dir: data_dir.clone(),
                 listen: *listen,

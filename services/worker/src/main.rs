@@ -94,6 +94,10 @@ async fn main() -> anyhow::Result<()> {
             hook_tmp_dir,
             hook_user,
         } => {
+            // Processes that escape a hook's group (setsid) are re-parented here and killed.
+            if let Err(error) = berth_hooks::reap_escaped_hook_processes() {
+                tracing::warn!(%error, "processes that escape a hook's group will outlive it");
+            }
             if let Some(spec) = hook_user {
                 berth_hooks::HookUser::parse(&spec)
                     .and_then(berth_hooks::run_hooks_as)

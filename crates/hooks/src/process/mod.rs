@@ -9,8 +9,10 @@
 
 mod capture;
 mod group;
+mod reaper;
 
 pub use group::KILL_GRACE;
+pub use reaper::reap_escaped_hook_processes;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -156,7 +158,7 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
         // Dropping from root to the user also drops supplementary groups (std does so).
         command.uid(user.uid).gid(user.gid);
     }
-    let mut child = command.spawn()?;
+    let (mut child, running) = reaper::spawn_registered(&mut command)?;
     // `process_group(0)` makes the child's pid its group id.
     let pgid = child
         .id()
@@ -200,6 +202,9 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
             group::terminate(pgid, &mut child, inv.hook).await;
         }
     }
+    // The group is gone; what left it and was orphaned is ours to end (with a subreaper).
+    drop(running);
+    reaper::sweep(inv.hook).await;
     finish_readers(readers, inv.hook).await;
 
     let (stdout, stdout_truncated) = {
