@@ -363,3 +363,54 @@ async fn paged(endpoint: &str) -> anyhow::Result<()> {
     assert_eq!(stdout.matches("key: paged.big").count(), 5);
     Ok(())
 }
+
+/// A hook cannot grow its package's values past the limit (which would make every answer
+/// carrying them too large): the run fails naming the limit, nothing is stored, and List
+/// answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_values_patch_past_the_limit_is_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let result = big_values(&up).await;
+    up.proc.stop().await;
+    result
+}
+
+async fn big_values(up: &AllInOne) -> anyhow::Result<()> {
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let ns = TestNamespace::create(&kube, "bounds").await?;
+    let mut client = journey::connect(&up.proc.endpoint()).await?;
+    let r = app("bigvalues", &ns);
+    install(&mut client, &r).await?;
+    let p = wait_for(&mut client, &r, "the refused values patch", |p| {
+        !p.last_error.is_empty()
+    })
+    .await?;
+    assert!(
+        p.last_error.contains("grow.py")
+            && p.last_error.contains("over the limit of 2097152 bytes"),
+        "{}",
+        p.last_error
+    );
+    let values = p
+        .values
+        .as_ref()
+        .map(berth_proto::json::from_struct)
+        .unwrap_or(Value::Null);
+    assert!(values.get("blob").is_none(), "nothing stored");
+    let listed = client.list(v1::ListRequest::default()).await?.into_inner();
+    assert!(
+        listed
+            .packages
+            .iter()
+            .any(|p| p.r#ref.as_ref().is_some_and(|r| r.name == "bigvalues")),
+        "List answers"
+    );
+    client
+        .remove(v1::RemoveRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?;
+    journey::wait_gone(&mut client, &r).await
+}

@@ -144,11 +144,27 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
         }
         Rpt::TaskFailed(f) => c.error = (!f.error.is_empty()).then(|| f.error.clone()),
     }
+    // Workers refuse values past the limit themselves; should such a report come anyway, it is
+    // not stored.
+    let size = c.values.as_ref().map_or(0, |v| v.to_string().len());
+    if size > berth_proto::MAX_VALUES_BYTES {
+        return Err(format!(
+            "values: {size} bytes exceed the limit of {} bytes",
+            berth_proto::MAX_VALUES_BYTES
+        ));
+    }
     Ok(Report::Change(Box::new(c)))
 }
 
 fn values(c: &mut Change, v: &pb::Values, field: &str) -> Result<(), String> {
     c.values = v.values.as_ref().map(json::from_struct);
+    let limit = berth_proto::MAX_VALUES_BYTES;
+    if v.values_patch_json.len() > limit {
+        return Err(format!(
+            "{field}.values_patch_json: {} bytes exceed the limit of {limit} bytes",
+            v.values_patch_json.len()
+        ));
+    }
     c.patch = report::parse_patch(&v.values_patch_json)
         .map_err(|e| format!("{field}.values_patch_json: {e}"))?;
     c.patch_inside_run = v.patch_inside_run;
