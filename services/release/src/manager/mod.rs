@@ -42,7 +42,9 @@ pub const HISTORY_MAX: usize = 10;
 ///
 /// The time bound stops the wait, not the work: the template engine cannot be interrupted, so a
 /// render past its deadline is left to finish on its blocking thread (gotmpl's range budget and
-/// the engine's include/tpl depth bound it) while the caller gets the error at once.
+/// the engine's include/tpl depth bound it) while the caller gets the error at once. Renders
+/// hold one of a few slots (as many as CPUs) until they really end, so abandoned renders cannot
+/// pile up.
 #[derive(Clone, Copy, Debug)]
 pub struct RenderLimits {
     /// Longest a render may take.
@@ -170,6 +172,9 @@ pub struct ReleaseManager {
     /// Revisions kept per release; older records are deleted after each install or rollback.
     history_max: usize,
     render_limits: RenderLimits,
+    /// Renders running at once, including those abandoned at their deadline that still run:
+    /// a chart that keeps timing out cannot pile up threads burning CPU.
+    renders: Arc<tokio::sync::Semaphore>,
 }
 
 /// Validates a release name (DNS-1123 subdomain, at most 53 characters, as Helm requires) or
@@ -208,6 +213,9 @@ impl ReleaseManager {
             repair_drift: true,
             history_max: HISTORY_MAX,
             render_limits: RenderLimits::default(),
+            renders: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
+            )),
         }
     }
 
@@ -242,17 +250,29 @@ impl ReleaseManager {
     ) -> Result<render::Rendered, ReleaseError> {
         let limits = self.render_limits;
         let lookup: Arc<dyn render::Lookup> = Arc::new(KubeLookup::new(self.applier.clone()));
-        let task = tokio::task::spawn_blocking(move || {
-            render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
-        });
-        let rendered = match tokio::time::timeout(limits.time, task).await {
+        let renders = self.renders.clone();
+        let render = async move {
+            // Waiting for a slot counts against the deadline; the slot goes with the render
+            // and is given back when it really ends, not when its caller stopped waiting.
+            let slot = renders
+                .acquire_owned()
+                .await
+                .map_err(|e| ReleaseError::Task(e.to_string()))?;
+            tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
+            })
+            .await
+            .map_err(|e| ReleaseError::Task(e.to_string()))
+        };
+        let rendered = match tokio::time::timeout(limits.time, render).await {
             Err(_) => {
                 return Err(ReleaseError::InvalidArgument(format!(
                     "the chart's render took longer than the render time limit of {:?}",
                     limits.time
                 )));
             }
-            Ok(joined) => joined.map_err(|e| ReleaseError::Task(e.to_string()))??,
+            Ok(joined) => joined??,
         };
         let size: usize = rendered
             .crds
