@@ -114,9 +114,17 @@ impl Jq {
         }
     }
 
-    /// Evaluators run this very executable.
+    /// Evaluators run this very executable: `/proc/self/exe` where there is one (it still
+    /// names the running binary after the file was replaced or deleted by an upgrade), else
+    /// the path it was started from.
     pub fn current_exe(limits: JqLimits) -> std::io::Result<Jq> {
-        Ok(Jq::new(std::env::current_exe()?, limits))
+        let proc_exe = PathBuf::from("/proc/self/exe");
+        let program = if proc_exe.exists() {
+            proc_exe
+        } else {
+            std::env::current_exe()?
+        };
+        Ok(Jq::new(program, limits))
     }
 
     /// The filter for `source`: the one in use, or a new one once an evaluator compiled it.
