@@ -39,6 +39,9 @@ pub struct UpConfig {
     pub hook_metrics_listen: Option<SocketAddr>,
     /// Directory for hook runs' temporary files; `None` = the system temp directory.
     pub hook_tmp_dir: Option<PathBuf>,
+    /// Bounds on jq programs (hookevent's evaluators are this executable, see
+    /// `berth_hookevent::run_jq_evaluator_if_requested`).
+    pub jq: berth_hookevent::JqLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +251,7 @@ pub async fn run(
         broker_endpoint: broker.clone(),
         kubeconfig: Some(kubeconfig.clone()),
         tls: Some(hookevent_tls),
+        jq: config.jq,
     };
     services.spawn(async move {
         (

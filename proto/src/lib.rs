@@ -46,6 +46,12 @@ pub use generated::berth::release::v1 as release;
 /// The public API (`berth.v1`).
 pub use generated::berth::v1;
 
+/// Largest a package's values may grow (serialised as JSON): settings (at most 1 MiB), static
+/// values and what hooks patch in. Workers refuse a hook's values patch past it, and lifecycle
+/// does not store a report past it, so one package can never make the answers that carry its
+/// values (Get, List, Dump, Watch) too large for a gRPC reply.
+pub const MAX_VALUES_BYTES: usize = 2 << 20;
+
 /// The encoded descriptor set of every berth proto, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/berth_descriptor.bin"));

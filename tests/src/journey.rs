@@ -256,7 +256,11 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     );
 
     // Dump shows the package with its phase, settings, values and hooks.
-    let dump = client.dump(v1::DumpRequest {}).await?.into_inner().yaml;
+    let dump = client
+        .dump(v1::DumpRequest::default())
+        .await?
+        .into_inner()
+        .yaml;
     for needle in [
         format!("key: {namespace}.hello"),
         "phase: Running".into(),

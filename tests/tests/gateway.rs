@@ -68,7 +68,7 @@ async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() ->
 
     let mut packages = v1::packages_client::PackagesClient::connect(endpoint).await?;
     let err = packages
-        .list(v1::ListRequest {})
+        .list(v1::ListRequest::default())
         .await
         .expect_err("lifecycle is down");
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");

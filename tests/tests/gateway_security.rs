@@ -81,27 +81,29 @@ async fn tokens_from_a_file_and_a_rate_per_caller() -> anyhow::Result<()> {
     let channel = tonic::transport::Endpoint::from_shared(gateway.endpoint())?.connect_lazy();
 
     let err = PackagesClient::new(channel.clone())
-        .list(v1::ListRequest {})
+        .list(v1::ListRequest::default())
         .await
         .expect_err("no token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
     let err = with_token(channel.clone(), "gamma")
-        .list(v1::ListRequest {})
+        .list(v1::ListRequest::default())
         .await
         .expect_err("a token not in the file");
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
 
     let mut alpha = with_token(channel.clone(), "alpha");
-    alpha.list(v1::ListRequest {}).await?;
-    alpha.list(v1::ListRequest {}).await?;
+    alpha.list(v1::ListRequest::default()).await?;
+    alpha.list(v1::ListRequest::default()).await?;
     let err = alpha
-        .list(v1::ListRequest {})
+        .list(v1::ListRequest::default())
         .await
         .expect_err("alpha's burst is spent");
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("rate limit"), "{}", err.message());
     // Another caller is not held back by alpha.
-    with_token(channel, "beta").list(v1::ListRequest {}).await?;
+    with_token(channel, "beta")
+        .list(v1::ListRequest::default())
+        .await?;
     gateway.stop().await;
     lifecycle.stop().await;
     Ok(())
@@ -130,7 +132,7 @@ async fn watch_streams_over_the_limit_are_refused() -> anyhow::Result<()> {
         err.message()
     );
     // Other calls are not Watch streams: they still go through.
-    client.list(v1::ListRequest {}).await?;
+    client.list(v1::ListRequest::default()).await?;
     drop(open);
     gateway.stop().await;
     lifecycle.stop().await;

@@ -167,7 +167,7 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
     );
     let mut anon_lifecycle = LifecycleClient::new(client(&certs, &l, Role::Lifecycle, None)?);
     refused(
-        anon_lifecycle.list(v1::ListRequest {}).await,
+        anon_lifecycle.list(v1::ListRequest::default()).await,
         tonic::Code::Unauthenticated,
         &[no_cert, "List"],
     );
@@ -302,7 +302,7 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
     let mut gateway_lifecycle_list =
         LifecycleClient::new(as_role(&certs, &l, Role::Lifecycle, Role::Gateway)?);
     let packages = gateway_lifecycle_list
-        .list(v1::ListRequest {})
+        .list(v1::ListRequest::default())
         .await?
         .into_inner();
     assert!(packages.packages.is_empty(), "{packages:?}");

@@ -31,7 +31,10 @@ pub use config::{
 pub use discover::{DiscoverError, Discovery, discover, discover_all};
 pub use hook::{Hook, HookKind, ordered};
 pub use outputs::{MetricOperation, ObjectOperation, ObjectRef};
-pub use process::{INHERITED_ENV, KILL_GRACE, inherited_env};
+pub use process::{
+    HookUser, INHERITED_ENV, KILL_GRACE, hook_user, inherited_env, reap_escaped_hook_processes,
+    run_hooks_as,
+};
 pub use run::{OUTPUT_TAIL_LIMIT, RunError, RunOutput, RunRequest, env, run};
 pub use settings_check::{SETTINGS_PATH, SettingsCheck, SettingsCheckRequest, check_settings};
 pub use throttle::Throttle;

@@ -199,6 +199,71 @@ fn display_tail(tail: &str) -> String {
     format!("; output tail:\n{}", lines[start..].join("\n"))
 }
 
+/// See [`RunFiles::read`].
+async fn read_output_file(path: &Path) -> Result<String, String> {
+    use tokio::io::AsyncReadExt as _;
+    let opened = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .await;
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(
+                "it is a symbolic link; output files must be regular files (links are not followed)"
+                    .into(),
+            );
+        }
+        Err(e) => return Err(format!("cannot open: {e}")),
+    };
+    let meta = file
+        .metadata()
+        .await
+        .map_err(|e| format!("cannot stat: {e}"))?;
+    if !meta.file_type().is_file() {
+        return Err(format!(
+            "it is {}, not a regular file; output files must be regular files",
+            file_kind(&meta.file_type())
+        ));
+    }
+    if meta.len() > MAX_OUTPUT_FILE {
+        return Err(format!(
+            "{} bytes exceeds the {MAX_OUTPUT_FILE} byte limit",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_OUTPUT_FILE + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_OUTPUT_FILE {
+        return Err(format!(
+            "it grew past the {MAX_OUTPUT_FILE} byte limit while being read"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
+}
+
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    }
+}
+
 /// The per-run temp directory and the contract's files inside it. The
 /// directory has a unique name, so concurrent runs never share files; it is
 /// removed after the run (see [`RunFiles::finish`]), and on drop if the
@@ -241,6 +306,14 @@ impl RunFiles {
         // some check `-f` first.
         for (var, _) in &FILES[3..] {
             tokio::fs::write(files.path(var), b"").await?;
+        }
+        // A hook running as its own user gets its run's directory and files (and nothing else).
+        if let Some(user) = process::hook_user() {
+            let own = |path: &Path| std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid));
+            own(files.dir.path())?;
+            for (var, _) in &FILES {
+                own(&files.path(var))?;
+            }
         }
         Ok(files)
     }
@@ -294,24 +367,12 @@ impl RunFiles {
         })
     }
 
-    /// Reads an output file; a missing file (the hook deleted it) reads as empty.
+    /// Reads an output file; a missing file (the hook deleted it) reads as empty. The hook
+    /// controls the directory, so the file is opened without following a symbolic link and
+    /// without blocking (a FIFO would hang the open), must be a regular file (not a FIFO,
+    /// socket or device such as `/dev/zero`), and is read up to [`MAX_OUTPUT_FILE`] bytes.
     async fn read(&self, var: &str) -> Result<String, String> {
-        let path = self.path(var);
-        match tokio::fs::metadata(&path).await {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
-            Err(e) => return Err(format!("cannot stat: {e}")),
-            Ok(meta) if meta.len() > MAX_OUTPUT_FILE => {
-                return Err(format!(
-                    "{} bytes exceeds the {MAX_OUTPUT_FILE} byte limit",
-                    meta.len()
-                ));
-            }
-            Ok(_) => {}
-        }
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| format!("cannot read: {e}"))?;
-        String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
+        read_output_file(&self.path(var)).await
     }
 
     /// Removes the directory, unless `DEBUG_KEEP_TMP_FILES` is set to

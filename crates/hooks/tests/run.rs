@@ -575,3 +575,73 @@ async fn missing_executable_is_a_spawn_error() {
     assert!(matches!(err, RunError::Spawn { .. }), "{err}");
     assert!(err.to_string().contains("gone.sh"));
 }
+
+/// Runs a hook that replaces one of its output files as `replace` (a shell snippet using
+/// `$F`, the file's path) and returns the run's error.
+async fn output_file_replaced(var: &str, replace: &str) -> RunError {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let body = format!("#!/bin/bash\nset -e\nF=\"${var}\"\nrm -f \"$F\"\n{replace}\n");
+    let hook = shell_hook(script(dir.path(), "swap.sh", &body));
+    let started = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(10), run(request(&hook, dir.path())))
+        .await
+        .expect("the run does not hang")
+        .expect_err("refused");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    err
+}
+
+#[tokio::test]
+async fn an_output_file_linked_to_dev_zero_fails_the_run() {
+    let err = output_file_replaced("VALUES_JSON_PATCH_PATH", "ln -s /dev/zero \"$F\"").await;
+    assert!(
+        matches!(
+            err,
+            RunError::BadOutput {
+                file: "VALUES_JSON_PATCH_PATH",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("symbolic link") && text.contains("swap.sh"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_output_file_linked_to_a_regular_file_elsewhere_fails_the_run() {
+    let err = output_file_replaced("METRICS_PATH", "ln -s /etc/hostname \"$F\"").await;
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+}
+
+#[tokio::test]
+async fn a_fifo_as_output_file_fails_the_run_instead_of_hanging() {
+    let err = output_file_replaced("KUBERNETES_PATCH_PATH", "mkfifo \"$F\"").await;
+    let text = err.to_string();
+    assert!(
+        text.contains("KUBERNETES_PATCH_PATH") && text.contains("a FIFO, not a regular file"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_directory_as_output_file_fails_the_run() {
+    let err = output_file_replaced("CONFIG_VALUES_JSON_PATCH_PATH", "mkdir \"$F\"").await;
+    assert!(
+        err.to_string().contains("a directory, not a regular file"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_output_file_fails_the_run() {
+    let err = output_file_replaced("VALUES_JSON_PATCH_PATH", "truncate -s 65M \"$F\"").await;
+    assert!(err.to_string().contains("byte limit"), "{err}");
+}

@@ -285,3 +285,37 @@ fn missing_archive_is_not_found() {
     let err = fx.fetch().expect_err("missing");
     assert!(matches!(err, RepoError::VersionNotFound { .. }), "{err}");
 }
+
+/// A setuid, setgid or sticky bit in a package never reaches the published tree: from an
+/// archive or a directory repository, files are 0755 (any execute bit) or 0644.
+#[test]
+fn setuid_setgid_and_sticky_bits_are_stripped_when_published() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
+    let fx = Fixture::new();
+    raw_archive(
+        &fx.archive("demo-1.0.0.tar.gz"),
+        &[
+            Entry::File("package.yaml", DEFINITION, 0o644),
+            Entry::File("hooks/suid", b"#!/bin/sh\n", 0o4755),
+            Entry::File("hooks/sgid", b"#!/bin/sh\n", 0o2750),
+            Entry::File("sticky", b"x", 0o1644),
+            Entry::File("sgid-data", b"x", 0o2644),
+        ],
+    );
+    fx.fetch().expect("fetches");
+    assert_eq!(mode(&fx.dest().join("hooks/suid")), 0o755);
+    assert_eq!(mode(&fx.dest().join("hooks/sgid")), 0o755);
+    assert_eq!(mode(&fx.dest().join("sticky")), 0o644);
+    assert_eq!(mode(&fx.dest().join("sgid-data")), 0o644);
+
+    let local_root = fx.dir.path().join("local");
+    let dir = package_dir(&local_root.join("demo/1.0.0"), "demo", "1.0.0");
+    let suid = dir.join("hooks/startup");
+    fs::set_permissions(&suid, fs::Permissions::from_mode(0o6755)).expect("chmod");
+    let dest = fx.dir.path().join("other");
+    LocalRepository::new(&local_root)
+        .fetch("demo", "1.0.0", &dest)
+        .expect("fetches");
+    assert_eq!(mode(&dest.join("hooks/startup")), 0o755);
+}

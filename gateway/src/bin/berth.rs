@@ -7,5 +7,9 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // `berth up` runs hookevent, whose jq evaluators are this executable.
+    if let Some(code) = berth_hookevent::run_jq_evaluator_if_requested() {
+        return code;
+    }
     berth_gateway::cli::main()
 }

@@ -99,6 +99,8 @@ pub enum Command {
         limits: LimitArgs,
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
         log_format: berth_telemetry::LogFormat,
+        #[command(flatten)]
+        jq: berth_hookevent::jq::JqArgs,
     },
     /// Write a CA and a certificate per service role (gateway, lifecycle, broker, worker,
     /// hookevent, release, operator) for split mode: `<role>.pem` and `<role>-key.pem`, to give

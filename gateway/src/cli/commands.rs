@@ -140,11 +140,17 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             tls_hosts,
             limits,
             log_format,
+            jq,
         } => {
             let _telemetry = berth_telemetry::init("berth", *log_format);
             let mut tokens: Vec<String> = cli.token.iter().cloned().collect();
             if let Some(path) = token_file {
                 tokens.extend(crate::read_tokens(path).map_err(|e| format!("--token-file {e}"))?);
+            }
+            // Hooks run in this process's worker: what escapes their process groups is ours
+            // to end.
+            if let Err(error) = berth_hooks::reap_escaped_hook_processes() {
+                tracing::warn!(%error, "processes that escape a hook's group will outlive it");
             }
             let config = crate::up::UpConfig {
                 data_dir: data_dir.clone(),
@@ -161,6 +167,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 metrics_listen: *metrics_listen,
                 hook_metrics_listen: *hook_metrics_listen,
                 hook_tmp_dir: hook_tmp_dir.clone(),
+                jq: jq.limits(),
             };
             let shutdown = CancellationToken::new();
             tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
@@ -285,19 +292,39 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Release(args) => super::release::release(args).await,
         Command::Package(args) => super::package::package(args).await,
         Command::Dump => {
-            let dump = connect(&cli)
-                .await?
-                .dump(v1::DumpRequest {})
-                .await
-                .map_err(call_error)?
-                .into_inner();
-            print!("{}", dump.yaml);
+            // Paged: each page is its own YAML document.
+            let mut client = connect(&cli).await?;
+            let mut page_token = String::new();
+            let mut first = true;
+            loop {
+                let dump = client
+                    .dump(v1::DumpRequest {
+                        page_size: 0,
+                        page_token,
+                    })
+                    .await
+                    .map_err(call_error)?
+                    .into_inner();
+                if !first {
+                    println!("---");
+                }
+                first = false;
+                print!("{}", dump.yaml);
+                if dump.next_page_token.is_empty() {
+                    break;
+                }
+                page_token = dump.next_page_token;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Queues => {
+            // Every queue is listed on the first page of the dump.
             let dump = connect(&cli)
                 .await?
-                .dump(v1::DumpRequest {})
+                .dump(v1::DumpRequest {
+                    page_size: 1,
+                    page_token: String::new(),
+                })
                 .await
                 .map_err(call_error)?
                 .into_inner();
@@ -337,13 +364,25 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::List => {
-            let list = connect(&cli)
-                .await?
-                .list(v1::ListRequest {})
-                .await
-                .map_err(call_error)?
-                .into_inner();
-            print!("{}", output::table(&list.packages));
+            let mut client = connect(&cli).await?;
+            let mut packages = vec![];
+            let mut page_token = String::new();
+            loop {
+                let page = client
+                    .list(v1::ListRequest {
+                        page_size: 0,
+                        page_token,
+                    })
+                    .await
+                    .map_err(call_error)?
+                    .into_inner();
+                packages.extend(page.packages);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                page_token = page.next_page_token;
+            }
+            print!("{}", output::table(&packages));
             Ok(ExitCode::SUCCESS)
         }
     }

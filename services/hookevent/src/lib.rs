@@ -12,7 +12,7 @@
 mod convert;
 mod enqueue;
 mod error;
-mod jq;
+pub mod jq;
 pub mod kube;
 mod schedule;
 mod scheduler;
@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use enqueue::Enqueuer;
 pub use error::ServiceError;
-pub use jq::{JqError, JqProgram};
+pub use jq::{JqError, JqLimits, run_if_requested as run_jq_evaluator_if_requested};
 pub use schedule::parse_crontab;
 pub use scheduler::Scheduler;
 pub use service::HookEventService;
@@ -44,6 +44,9 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
     pub tls: Option<berth_telemetry::Tls>,
+    /// Bounds on jq programs (jqFilters, JQPatch). They run in evaluator processes started from
+    /// this executable, whose `main` must call [`run_jq_evaluator_if_requested`] first.
+    pub jq: JqLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +60,8 @@ pub enum Error {
     },
     #[error("kubeconfig {path}: {reason}")]
     Kubeconfig { path: String, reason: String },
+    #[error("the jq evaluator executable: {0}")]
+    JqEvaluator(std::io::Error),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -112,9 +117,10 @@ pub async fn run(
             .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
         shutdown.clone(),
     );
+    let jq = jq::Jq::current_exe(config.jq).map_err(Error::JqEvaluator)?;
     let kube = kube_client(config.kubeconfig.as_deref())
         .await?
-        .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone()));
+        .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone(), jq));
     let service = HookEventService::new(store, enqueuer, kube).await?;
     let scheduler = berth_telemetry::spawn_in(
         tracing::info_span!("hookevent.scheduler"),

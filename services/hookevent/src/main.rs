@@ -28,11 +28,21 @@ struct Args {
     tls: berth_telemetry::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
+    #[command(flatten)]
+    jq: berth_hookevent::jq::JqArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> anyhow::Result<std::process::ExitCode> {
+    // A jq evaluator (this executable, started by the service itself) serves before anything
+    // else starts.
+    if let Some(code) = berth_hookevent::run_jq_evaluator_if_requested() {
+        return Ok(code);
+    }
+    tokio::runtime::Runtime::new()?.block_on(serve(Args::parse()))?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
     let _telemetry = berth_telemetry::init("berth-hookevent", args.log_format);
     berth_telemetry::ensure_sqlite_dir(&args.database)?;
     let tls = args.tls.load(Some(berth_telemetry::Role::Hookevent))?;
@@ -46,6 +56,7 @@ async fn main() -> anyhow::Result<()> {
             broker_endpoint: args.broker,
             kubeconfig: args.kubeconfig,
             tls,
+            jq: args.jq.limits(),
         },
         listener,
         shutdown,

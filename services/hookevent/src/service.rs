@@ -241,9 +241,14 @@ impl HookEvents for HookEventService {
             return Ok(Response::new(ApplyObjectOperationsResponse::default()));
         }
         let kube = self.kube()?;
-        let results = apply_operations(kube.resolver(), &req.app_namespace, &req.operations)
-            .await
-            .map_err(|e| ServiceError::operations(&req.hook, e))?;
+        let results = apply_operations(
+            kube.resolver(),
+            kube.jq(),
+            &req.app_namespace,
+            &req.operations,
+        )
+        .await
+        .map_err(|e| ServiceError::operations(&req.hook, e))?;
         Ok(Response::new(ApplyObjectOperationsResponse { results }))
     }
 }

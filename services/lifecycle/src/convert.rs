@@ -11,7 +11,7 @@ use crate::model::{
 };
 use crate::report::{self, Change, Report};
 use crate::store::PackageRow;
-use crate::update::{MAX_SETTINGS_BYTES, UpdateSpec};
+use crate::update::{MAX_REPOSITORY_LEN, MAX_SETTINGS_BYTES, MAX_VERSION_LEN, UpdateSpec};
 
 /// Parses a requested package reference. Apps are the default kind.
 pub fn package_id(r: Option<&v1::PackageRef>) -> Result<PackageId, LifecycleError> {
@@ -49,6 +49,16 @@ pub fn update_spec(req: &v1::UpdateRequest) -> Result<UpdateSpec, LifecycleError
     }
     if req.version.is_empty() {
         return Err(invalid("version: required".into()));
+    }
+    if req.version.len() > MAX_VERSION_LEN {
+        return Err(invalid(format!(
+            "version: longer than the {MAX_VERSION_LEN}-byte limit"
+        )));
+    }
+    if req.repository.len() > MAX_REPOSITORY_LEN {
+        return Err(invalid(format!(
+            "repository: longer than the {MAX_REPOSITORY_LEN}-byte limit"
+        )));
     }
     let package = if req.package.is_empty() {
         id.name.clone()
@@ -211,11 +221,27 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
             }
         }
     }
+    // Workers refuse values past the limit themselves; should such a report come anyway, it is
+    // not stored.
+    let size = c.values.as_ref().map_or(0, |v| v.to_string().len());
+    if size > berth_proto::MAX_VALUES_BYTES {
+        return Err(format!(
+            "values: {size} bytes exceed the limit of {} bytes",
+            berth_proto::MAX_VALUES_BYTES
+        ));
+    }
     Ok(Report::Change(Box::new(c)))
 }
 
 fn values(c: &mut Change, v: &pb::Values, field: &str) -> Result<(), String> {
     c.values = v.values.as_ref().map(json::from_struct);
+    let limit = berth_proto::MAX_VALUES_BYTES;
+    if v.values_patch_json.len() > limit {
+        return Err(format!(
+            "{field}.values_patch_json: {} bytes exceed the limit of {limit} bytes",
+            v.values_patch_json.len()
+        ));
+    }
     c.patch = report::parse_patch(&v.values_patch_json)
         .map_err(|e| format!("{field}.values_patch_json: {e}"))?;
     c.patch_inside_run = v.patch_inside_run;

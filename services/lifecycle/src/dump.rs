@@ -64,6 +64,17 @@ pub fn render(
     queues: &[QueueDoc],
     broker_error: Option<&str>,
 ) -> Result<String, String> {
+    render_with_queues(rows, queues, queues, broker_error)
+}
+
+/// [`render`] for one page: each package shows its own queues from `queues`, and the
+/// document's `queues` list is `listed` (every queue on the first page, none after).
+pub fn render_with_queues(
+    rows: &[PackageRow],
+    queues: &[QueueDoc],
+    listed: &[QueueDoc],
+    broker_error: Option<&str>,
+) -> Result<String, String> {
     let packages = rows
         .iter()
         .map(|r| PackageDoc {
@@ -91,7 +102,7 @@ pub fn render(
         .collect();
     let doc = DumpDoc {
         packages,
-        queues: queues.to_vec(),
+        queues: listed.to_vec(),
         queues_unavailable: broker_error,
     };
     serde_saphyr::to_string(&doc).map_err(|e| e.to_string())

@@ -23,6 +23,15 @@ use crate::report;
 use crate::store::Store;
 use crate::update::{self, NotPlanned};
 
+/// Packages in a List or Dump page when the request does not say.
+const DEFAULT_PAGE_SIZE: usize = 100;
+/// Most packages a List or Dump page may ask for.
+const MAX_PAGE_SIZE: usize = 1000;
+/// A page ends before its packages pass this many bytes (encoded), well under the 4 MiB a gRPC
+/// reply may have; a page always holds at least one package.
+const MAX_PAGE_BYTES: usize = 3 << 20;
+/// Longest page token accepted (a package key).
+const MAX_PAGE_TOKEN: usize = 512;
 /// Status-change notifications buffered for Watch streams; a slow watcher that falls further
 /// behind is resynchronised from the store instead of holding memory.
 const WATCH_CHANNEL: usize = 256;
@@ -63,6 +72,43 @@ impl LifecycleService {
             .await?
             .ok_or_else(|| LifecycleError::NotFound(key).into())
     }
+}
+
+/// The page size a List or Dump asked for, checked at the edge.
+fn page_size(requested: i32, token: &str) -> Result<usize, Status> {
+    if token.len() > MAX_PAGE_TOKEN {
+        return Err(LifecycleError::InvalidArgument(format!(
+            "page_token: longer than {MAX_PAGE_TOKEN} bytes"
+        ))
+        .into());
+    }
+    match usize::try_from(requested) {
+        Ok(0) => Ok(DEFAULT_PAGE_SIZE),
+        Ok(n) if n <= MAX_PAGE_SIZE => Ok(n),
+        _ => Err(LifecycleError::InvalidArgument(format!(
+            "page_size: {requested} is outside 0..={MAX_PAGE_SIZE}"
+        ))
+        .into()),
+    }
+}
+
+/// Cuts `items` (up to `size` + 1 read, to know whether more follow) into a page of at most
+/// `size` items and [`MAX_PAGE_BYTES`] by `weight`, at least one; returns the page and the next
+/// page token (the last key on the page, or empty when nothing follows).
+fn cut_page<T>(items: Vec<(String, T, usize)>, size: usize) -> (Vec<T>, String) {
+    let more = items.len() > size;
+    let mut page = Vec::new();
+    let mut bytes = 0;
+    let mut last = String::new();
+    for (key, item, weight) in items.into_iter().take(size) {
+        if !page.is_empty() && bytes + weight > MAX_PAGE_BYTES {
+            return (page, last);
+        }
+        bytes += weight;
+        last = key;
+        page.push(item);
+    }
+    (page, if more { last } else { String::new() })
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Package, Status>> + Send>>;
@@ -126,9 +172,22 @@ impl Lifecycle for LifecycleService {
 
     async fn dump(
         &self,
-        _: Request<v1::DumpRequest>,
+        req: Request<v1::DumpRequest>,
     ) -> Result<Response<v1::DumpResponse>, Status> {
-        let rows = self.store.list().await?;
+        let req = req.into_inner();
+        let size = page_size(req.page_size, &req.page_token)?;
+        let first_page = req.page_token.is_empty();
+        let rows = self.store.list_after(&req.page_token, size + 1).await?;
+        // Weighed as the YAML each package becomes.
+        let weighed = rows
+            .into_iter()
+            .map(|row| {
+                let weight = dump::render(std::slice::from_ref(&row), &[], None)
+                    .map_or(0, |yaml| yaml.len());
+                (row.key.as_str().to_owned(), row, weight)
+            })
+            .collect();
+        let (rows, next_page_token) = cut_page(weighed, size);
         let mut broker_error = None;
         let queues = match self
             .broker
@@ -152,9 +211,14 @@ impl Lifecycle for LifecycleService {
                 vec![]
             }
         };
-        let yaml = dump::render(&rows, &queues, broker_error.as_deref())
+        // Every queue is listed on the first page; each package lists its own queues on its page.
+        let all_queues = if first_page { queues.as_slice() } else { &[] };
+        let yaml = dump::render_with_queues(&rows, &queues, all_queues, broker_error.as_deref())
             .map_err(LifecycleError::Internal)?;
-        Ok(Response::new(v1::DumpResponse { yaml }))
+        Ok(Response::new(v1::DumpResponse {
+            yaml,
+            next_page_token,
+        }))
     }
 
     async fn validate_settings(
@@ -182,11 +246,23 @@ impl Lifecycle for LifecycleService {
 
     async fn list(
         &self,
-        _: Request<v1::ListRequest>,
+        req: Request<v1::ListRequest>,
     ) -> Result<Response<v1::ListResponse>, Status> {
-        let rows = self.store.list().await?;
+        let req = req.into_inner();
+        let size = page_size(req.page_size, &req.page_token)?;
+        let rows = self.store.list_after(&req.page_token, size + 1).await?;
+        let weighed = rows
+            .iter()
+            .map(|row| {
+                let p = convert::package(row);
+                let weight = prost::Message::encoded_len(&p) + 16;
+                (row.key.as_str().to_owned(), p, weight)
+            })
+            .collect();
+        let (packages, next_page_token) = cut_page(weighed, size);
         Ok(Response::new(v1::ListResponse {
-            packages: rows.iter().map(convert::package).collect(),
+            packages,
+            next_page_token,
         }))
     }
 

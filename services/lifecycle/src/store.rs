@@ -180,6 +180,20 @@ impl Store {
         fetch(&mut *conn, key).await
     }
 
+    /// Up to `limit` packages with keys after `after` (all keys when empty), in key order.
+    pub async fn list_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<PackageRow>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM packages WHERE key > ? ORDER BY key LIMIT ?")
+            .bind(after)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(decode).collect()
+    }
+
     pub async fn list(&self) -> Result<Vec<PackageRow>, StoreError> {
         let rows = sqlx::query("SELECT * FROM packages ORDER BY key")
             .fetch_all(&self.pool)

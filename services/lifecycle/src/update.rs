@@ -12,6 +12,10 @@ use crate::store::{DesiredSpec, PackageRow};
 
 /// Largest accepted settings document, serialised.
 pub const MAX_SETTINGS_BYTES: usize = 1 << 20;
+/// Longest version accepted in an Update (OCI tags are at most 128 characters).
+pub const MAX_VERSION_LEN: usize = 128;
+/// Longest repository accepted in an Update (a path or URL).
+pub const MAX_REPOSITORY_LEN: usize = 4096;
 
 /// An Update request, validated field by field at the edge.
 #[derive(Clone, Debug)]

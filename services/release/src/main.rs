@@ -23,6 +23,12 @@ struct Args {
     history_max: usize,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
+    /// Longest one release's render may take, in seconds.
+    #[arg(long, env = "BERTH_RENDER_TIME_LIMIT", default_value_t = 60)]
+    render_time_limit: u64,
+    /// Most bytes one release's render may produce.
+    #[arg(long, env = "BERTH_RENDER_OUTPUT_LIMIT", default_value_t = 32 << 20)]
+    render_output_limit: usize,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -37,8 +43,12 @@ async fn main() -> anyhow::Result<()> {
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
-    let service =
-        berth_release::service::ReleaseService::new(client).with_history_max(args.history_max);
+    let service = berth_release::service::ReleaseService::new(client)
+        .with_history_max(args.history_max)
+        .with_render_limits(berth_release::manager::RenderLimits {
+            time: std::time::Duration::from_secs(args.render_time_limit),
+            output_bytes: args.render_output_limit,
+        });
     berth_release::process::run_service(service, tls, listener, shutdown).await?;
     Ok(())
 }

@@ -43,6 +43,12 @@ impl ReleaseService {
         self
     }
 
+    /// Bounds every render's time and output (default [`crate::manager::RenderLimits`]).
+    pub fn with_render_limits(mut self, limits: crate::manager::RenderLimits) -> Self {
+        self.manager = self.manager.with_render_limits(limits);
+        self
+    }
+
     /// Ends the service's background work (drift watches) when `shutdown` is cancelled.
     pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
         self.manager = self.manager.with_shutdown(shutdown);

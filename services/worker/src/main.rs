@@ -66,6 +66,11 @@ enum Command {
         /// Worker id in leases and Dump (default: random).
         #[arg(long, env = "BERTH_WORKER_ID")]
         id: Option<String>,
+        /// Run hooks as this user (`NAME`, `UID` or `UID:GID`) instead of the worker's own; needs
+        /// a worker running as root. Package files are then read-only to hooks. The cache
+        /// directory must be reachable (searchable) by that user.
+        #[arg(long, env = "BERTH_HOOK_USER")]
+        hook_user: Option<String>,
     },
 }
 
@@ -90,8 +95,18 @@ async fn main() -> anyhow::Result<()> {
             metrics_listen,
             hook_tmp_dir,
             tls,
+            hook_user,
         } => {
             let tls = tls.load(Some(berth_telemetry::Role::Worker))?;
+            // Processes that escape a hook's group (setsid) are re-parented here and killed.
+            if let Err(error) = berth_hooks::reap_escaped_hook_processes() {
+                tracing::warn!(%error, "processes that escape a hook's group will outlive it");
+            }
+            if let Some(spec) = hook_user {
+                berth_hooks::HookUser::parse(&spec)
+                    .and_then(berth_hooks::run_hooks_as)
+                    .map_err(|e| anyhow::anyhow!("--hook-user: {e}"))?;
+            }
             std::fs::create_dir_all(&cache_dir)?;
             if let Some(dir) = &hook_tmp_dir {
                 std::fs::create_dir_all(dir)?;

@@ -100,6 +100,13 @@ impl Values {
                 ))
             })?;
         }
+        let size = serde_json::to_vec(&values).map_or(0, |v| v.len());
+        if size > berth_proto::MAX_VALUES_BYTES {
+            return Err(TaskError::retry(format!(
+                "values patch of hook {hook}: the values would be {size} bytes, over the limit of {} bytes",
+                berth_proto::MAX_VALUES_BYTES
+            )));
+        }
         let mut all = self.patches.clone();
         all.0.extend(patch.0);
         let changed = values != self.current;

@@ -347,7 +347,7 @@ async fn wait_packages(
     let deadline = Instant::now() + CONVERGE_DEADLINE;
     loop {
         let list = lifecycle
-            .list(v1::ListRequest {})
+            .list(v1::ListRequest::default())
             .await?
             .into_inner()
             .packages;

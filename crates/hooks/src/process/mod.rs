@@ -9,8 +9,10 @@
 
 mod capture;
 mod group;
+mod reaper;
 
 pub use group::KILL_GRACE;
+pub use reaper::reap_escaped_hook_processes;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -62,6 +64,61 @@ pub fn inherited_env(
     .collect()
 }
 
+/// A user and group hook processes run as instead of berth's own (see [`run_hooks_as`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HookUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl HookUser {
+    /// `NAME` (its uid and primary group, from the user database), `UID` (group = uid) or
+    /// `UID:GID`.
+    pub fn parse(spec: &str) -> Result<HookUser, String> {
+        let number = |s: &str| s.parse::<u32>().ok();
+        if let Some((uid, gid)) = spec.split_once(':') {
+            return match (number(uid), number(gid)) {
+                (Some(uid), Some(gid)) => Ok(HookUser { uid, gid }),
+                _ => Err(format!("hook user {spec:?}: UID:GID must be two numbers")),
+            };
+        }
+        if let Some(uid) = number(spec) {
+            return Ok(HookUser { uid, gid: uid });
+        }
+        match nix::unistd::User::from_name(spec) {
+            Ok(Some(user)) => Ok(HookUser {
+                uid: user.uid.as_raw(),
+                gid: user.gid.as_raw(),
+            }),
+            Ok(None) => Err(format!("hook user {spec:?}: no such user")),
+            Err(e) => Err(format!("hook user {spec:?}: {e}")),
+        }
+    }
+}
+
+static HOOK_USER: std::sync::OnceLock<HookUser> = std::sync::OnceLock::new();
+
+/// Makes every hook process this process starts (runs, discovery's `--config`, settings
+/// checks) run as `user`, with no supplementary groups, and hands it its run's temporary files.
+/// Only root can do this; berth's own files stay out of the hooks' reach (package files are
+/// owned by berth and read-only to others). Set once at start: `Err` when already set to
+/// another user, or when this process is not root.
+pub fn run_hooks_as(user: HookUser) -> Result<(), String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("running hooks as another user needs root".into());
+    }
+    let set = HOOK_USER.get_or_init(|| user);
+    if *set != user {
+        return Err(format!("hooks already run as {set:?}"));
+    }
+    Ok(())
+}
+
+/// The user hooks run as, if [`run_hooks_as`] set one.
+pub fn hook_user() -> Option<HookUser> {
+    HOOK_USER.get().copied()
+}
+
 /// How the process ended.
 #[derive(Debug)]
 pub(crate) enum Ending {
@@ -97,7 +154,11 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
         .process_group(0)
         // Safety net if this future is dropped mid-run: at least the leader dies.
         .kill_on_drop(true);
-    let mut child = command.spawn()?;
+    if let Some(user) = hook_user() {
+        // Dropping from root to the user also drops supplementary groups (std does so).
+        command.uid(user.uid).gid(user.gid);
+    }
+    let (mut child, running) = reaper::spawn_registered(&mut command)?;
     // `process_group(0)` makes the child's pid its group id.
     let pgid = child
         .id()
@@ -141,6 +202,9 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
             group::terminate(pgid, &mut child, inv.hook).await;
         }
     }
+    // The group is gone; what left it and was orphaned is ours to end (with a subreaper).
+    drop(running);
+    reaper::sweep(inv.hook).await;
     finish_readers(readers, inv.hook).await;
 
     let (stdout, stdout_truncated) = {

@@ -9,7 +9,7 @@ use berth_hooks::{KubernetesBinding, ObjectAndFilterResult, WatchEventType};
 use berth_proto::queue::Task;
 use serde_json::Value;
 
-use crate::jq::{JqInput, JqProgram};
+use crate::jq::{JqError, JqFilter};
 
 /// Events one binding buffers before its Synchronization ran. Past this, the buffer is dropped
 /// and replaced by one Synchronization run with the objects current at release time: the hook
@@ -42,7 +42,7 @@ pub struct BindingState {
     pub package: String,
     pub hook: String,
     pub spec: KubernetesBinding,
-    jq: Option<Arc<JqProgram>>,
+    jq: Option<Arc<JqFilter>>,
     /// nameSelector with several names (one name is a field selector on the server).
     names: Vec<String>,
     entries: BTreeMap<ObjKey, Entry>,
@@ -59,7 +59,7 @@ impl BindingState {
         package: &str,
         hook: &str,
         spec: KubernetesBinding,
-        jq: Option<Arc<JqProgram>>,
+        jq: Option<Arc<JqFilter>>,
         names: Vec<String>,
     ) -> Self {
         BindingState {
@@ -76,6 +76,11 @@ impl BindingState {
         }
     }
 
+    /// The binding's jqFilter, if it has one.
+    pub fn filter(&self) -> Option<&Arc<JqFilter>> {
+        self.jq.as_ref()
+    }
+
     pub fn listed(&self) -> bool {
         self.pending_lists == 0
     }
@@ -84,10 +89,13 @@ impl BindingState {
         self.names.is_empty() || self.names.contains(&key.1)
     }
 
-    /// [`BindingState::observe_in`] for an object no other binding looks at.
+    /// [`BindingState::observe_in`] for an object no other binding looks at, its filter run
+    /// in process.
     #[cfg(test)]
     pub fn observe(&mut self, object: &Value) -> Option<Change> {
-        self.observe_in(&mut Evaluation::new(object))
+        let mut eval = Evaluation::new(object);
+        eval.evaluate_in_process(self.jq.as_deref());
+        self.observe_in(&mut eval)
     }
 
     /// Records an added or modified object, sharing its filter results with the other bindings
@@ -101,8 +109,7 @@ impl BindingState {
         }
         // A filter that fails on the object drops the event (logged), as in shell-operator: the
         // hook never sees a made-up `null`, and the cache keeps what it had.
-        let (filter_result, checksum) =
-            eval.result(self.jq.as_deref(), &self.hook, &self.spec.name)?;
+        let (filter_result, checksum) = eval.result(self.jq.as_deref())?;
         let item = ObjectAndFilterResult {
             object: self.full(object),
             filter_result: filter_result.clone(),
@@ -199,11 +206,11 @@ impl BindingState {
 
 /// One watched object's filter results, computed once per distinct jqFilter: bindings of many
 /// packages that share a watch and a filter (the common case: the same hook installed many
-/// times) cost one jq run and one checksum per event, not one per binding.
+/// times) cost one jq run and one checksum per event, not one per binding. The runs happen
+/// before the bindings look at the results ([`Evaluation::missing`], [`Evaluation::record`]):
+/// they go to the jq evaluators, which the manager does not wait for under its lock.
 pub struct Evaluation<'a> {
     pub object: &'a Value,
-    /// The object in jq's representation, converted on first use.
-    input: Option<JqInput>,
     /// Filter source → (result, checksum of the result), or `None` where the filter failed.
     filtered: HashMap<String, Option<(Value, u64)>>,
     /// Checksum of the whole object, for bindings without a filter.
@@ -214,34 +221,39 @@ impl<'a> Evaluation<'a> {
     pub fn new(object: &'a Value) -> Self {
         Evaluation {
             object,
-            input: None,
             filtered: HashMap::new(),
             whole: None,
         }
     }
 
-    /// The filter result (`None` without a filter) and the checksum compared between events;
-    /// `None` when the filter fails on the object (logged once per filter, naming the first
-    /// hook and binding that asked).
-    fn result(
+    /// The filters of `bindings` this evaluation has no result for yet, each once, with the
+    /// hook and binding of its first user (for the log line when it fails).
+    pub fn missing<'b>(
+        &self,
+        bindings: impl IntoIterator<Item = &'b BindingState>,
+    ) -> Vec<(Arc<JqFilter>, String, String)> {
+        let mut missing: Vec<(Arc<JqFilter>, String, String)> = vec![];
+        for b in bindings {
+            if let Some(f) = b.filter()
+                && !self.filtered.contains_key(f.source())
+                && !missing.iter().any(|(m, _, _)| m.source() == f.source())
+            {
+                missing.push((f.clone(), b.hook.clone(), b.spec.name.clone()));
+            }
+        }
+        missing
+    }
+
+    /// Records `filter`'s result on the object; a failure is logged (naming `hook` and
+    /// `binding`) and drops the event for every binding using the filter.
+    pub fn record(
         &mut self,
-        jq: Option<&JqProgram>,
+        filter: &JqFilter,
+        result: Result<Value, JqError>,
         hook: &str,
         binding: &str,
-    ) -> Option<(Option<Value>, u64)> {
-        let Some(jq) = jq else {
-            // Without a filter the whole object is compared, so every change fires (as in
-            // shell-operator).
-            let object = self.object;
-            return Some((None, *self.whole.get_or_insert_with(|| checksum(object))));
-        };
-        if let Some(done) = self.filtered.get(jq.source()) {
-            return done
-                .as_ref()
-                .map(|(value, sum)| (Some(value.clone()), *sum));
-        }
-        let input = self.input.get_or_insert_with(|| JqInput::new(self.object));
-        let done = match jq.run_on(input) {
+    ) {
+        let done = match result {
             Ok(value) => {
                 let sum = checksum(&value);
                 Some((value, sum))
@@ -252,8 +264,38 @@ impl<'a> Evaluation<'a> {
                 None
             }
         };
-        self.filtered.insert(jq.source().to_owned(), done.clone());
-        done.map(|(value, sum)| (Some(value), sum))
+        self.filtered.insert(filter.source().to_owned(), done);
+    }
+
+    /// Runs `filter` with the engine in this process (tests only: it is not bounded).
+    #[cfg(test)]
+    pub fn evaluate_in_process(&mut self, filter: Option<&JqFilter>) {
+        let Some(filter) = filter else { return };
+        if self.filtered.contains_key(filter.source()) {
+            return;
+        }
+        let result = crate::jq::JqProgram::compile(filter.source())
+            .and_then(|p| p.run(self.object))
+            .map_err(|reason| JqError::Run {
+                program: filter.source().to_owned(),
+                reason,
+            });
+        self.record(filter, result, "test", "test");
+    }
+
+    /// The filter result (`None` without a filter) and the checksum compared between events;
+    /// `None` when the filter failed on the object or was not run.
+    fn result(&mut self, jq: Option<&JqFilter>) -> Option<(Option<Value>, u64)> {
+        let Some(jq) = jq else {
+            // Without a filter the whole object is compared, so every change fires (as in
+            // shell-operator).
+            let object = self.object;
+            return Some((None, *self.whole.get_or_insert_with(|| checksum(object))));
+        };
+        self.filtered
+            .get(jq.source())?
+            .as_ref()
+            .map(|(value, sum)| (Some(value.clone()), *sum))
     }
 }
 
@@ -276,7 +318,7 @@ mod tests {
         let jq = spec
             .jq_filter
             .as_deref()
-            .map(|f| Arc::new(JqProgram::compile(f).unwrap()));
+            .map(|f| Arc::new(JqFilter::unchecked(f)));
         let mut b = BindingState::new("p", "h", spec, jq, vec![]);
         b.pending_lists = 1;
         b
@@ -334,6 +376,14 @@ mod tests {
         }
         let object = cm("x", "1", "1");
         let mut eval = Evaluation::new(&object);
+        assert_eq!(
+            eval.missing(&bindings).len(),
+            2,
+            "one run per distinct filter"
+        );
+        for b in &bindings {
+            eval.evaluate_in_process(b.filter().map(|f| &**f));
+        }
         let changes: Vec<Change> = bindings
             .iter_mut()
             .map(|b| b.observe_in(&mut eval).expect("added"))
@@ -346,7 +396,7 @@ mod tests {
             results,
             [Some(json!("1")), Some(json!("1")), Some(json!("x")), None]
         );
-        assert_eq!(eval.filtered.len(), 2, "one run per distinct filter");
+        assert!(eval.missing(&bindings).is_empty(), "all results recorded");
         assert!(
             changes[0].object.object.is_none(),
             "keepFullObjectsInMemory: false copies no object"
@@ -356,6 +406,9 @@ mod tests {
         // A change outside `.data.v` fires only for the bindings that see it.
         let renamed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "ns", "name": "x", "resourceVersion": "2", "labels": {"a": "b"}}, "data": {"v": "1"}});
         let mut eval = Evaluation::new(&renamed);
+        for b in &bindings {
+            eval.evaluate_in_process(b.filter().map(|f| &**f));
+        }
         let fired: Vec<bool> = bindings
             .iter_mut()
             .map(|b| b.observe_in(&mut eval).is_some())

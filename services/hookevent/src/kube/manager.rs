@@ -28,7 +28,7 @@ use super::resolve::{ResolveError, Resolver};
 use super::tasks::{event_task, hook_snapshots, release, sync_task};
 use crate::convert::{schedule_spec_of, spec_of};
 use crate::enqueue::Enqueuer;
-use crate::jq::JqCache;
+use crate::jq::Jq;
 
 /// Longest SetBindings waits for the initial lists of a package's watches.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -82,8 +82,9 @@ pub struct BindingObjects {
 
 pub struct KubeManager {
     resolver: Resolver,
-    /// jqFilters compiled once per distinct source, shared by the bindings using them.
-    jq: JqCache,
+    /// The jq evaluators; jqFilters checked once per distinct source, shared by the bindings
+    /// using them.
+    jq: Jq,
     enqueuer: Enqueuer,
     state: Mutex<State>,
     /// Woken whenever a watch finished a list or failed.
@@ -96,10 +97,11 @@ impl KubeManager {
         client: kube::Client,
         enqueuer: Enqueuer,
         shutdown: CancellationToken,
+        jq: Jq,
     ) -> Arc<KubeManager> {
         Arc::new(KubeManager {
             resolver: Resolver::new(client),
-            jq: JqCache::default(),
+            jq,
             enqueuer,
             state: Mutex::new(State::default()),
             listed: Notify::new(),
@@ -109,6 +111,11 @@ impl KubeManager {
 
     pub fn resolver(&self) -> &Resolver {
         &self.resolver
+    }
+
+    /// The jq evaluators (for JQPatch operations too).
+    pub fn jq(&self) -> &Jq {
+        &self.jq
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -278,7 +285,8 @@ impl KubeManager {
         let jq = match &spec.jq_filter {
             Some(f) => Some(
                 self.jq
-                    .compile(f)
+                    .check(f)
+                    .await
                     .map_err(|e| invalid(format!("jqFilter: {e}")))?,
             ),
             None => None,
@@ -497,86 +505,146 @@ impl KubeManager {
         resource: &ApiResource,
         event: watcher::Event<DynamicObject>,
     ) {
-        let tasks = {
-            let mut state = self.lock();
-            let Some(w) = state.watches.get_mut(key).filter(|w| w.epoch == epoch) else {
-                return;
+        let (event, object) = match event {
+            watcher::Event::Init => (EventKind::Init, None),
+            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                (EventKind::Apply, Some(object_json(o, resource)))
+            }
+            watcher::Event::Delete(o) => (EventKind::Delete, Some(object_json(o, resource))),
+            watcher::Event::InitDone => (EventKind::InitDone, None),
+        };
+        let mut eval = match event {
+            EventKind::Apply => object.as_ref().map(Evaluation::new),
+            _ => None,
+        };
+        // The subscribers' jqFilters run in the evaluators, not under the lock: when the lock
+        // is taken and a subscriber's filter has no result yet (first pass, or a binding that
+        // joined meanwhile), the lock is let go, the filters run, and the lock is taken again.
+        let tasks = loop {
+            let missing = {
+                let mut state = self.lock();
+                let Some(w) = state.watches.get(key).filter(|w| w.epoch == epoch) else {
+                    return;
+                };
+                let missing = match &eval {
+                    Some(eval) => eval.missing(
+                        w.subscribers
+                            .iter()
+                            .filter_map(|id| state.bindings.get(id).map(|r| &r.state)),
+                    ),
+                    None => vec![],
+                };
+                if missing.is_empty() {
+                    break self.apply_event(
+                        &mut state,
+                        key,
+                        epoch,
+                        event,
+                        object.as_ref(),
+                        eval.as_mut(),
+                    );
+                }
+                missing
             };
-            let subscribers = w.subscribers.clone();
-            let mut changes: Vec<(u64, Change)> = vec![];
-            match event {
-                watcher::Event::Init => w.relist = Some(HashSet::new()),
-                watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
-                    let object = object_json(o, resource);
-                    if let Some(seen) = &mut w.relist {
-                        seen.insert(obj_key(&object));
-                    }
-                    let mut eval = Evaluation::new(&object);
-                    for id in subscribers {
-                        if let Some(c) = state
-                            .bindings
-                            .get_mut(&id)
-                            .and_then(|r| r.state.observe_in(&mut eval))
-                        {
-                            changes.push((id, c));
-                        }
-                    }
-                }
-                watcher::Event::Delete(o) => {
-                    let object = object_json(o, resource);
-                    for id in subscribers {
-                        if let Some(c) = state
-                            .bindings
-                            .get_mut(&id)
-                            .and_then(|r| r.state.forget(&object))
-                        {
-                            changes.push((id, c));
-                        }
-                    }
-                }
-                watcher::Event::InitDone => {
-                    let seen = w.relist.take().unwrap_or_default();
-                    w.listed = true;
-                    w.error = None;
-                    for id in subscribers {
-                        let Some(r) = state.bindings.get_mut(&id) else {
-                            continue;
-                        };
-                        changes.extend(
-                            r.state
-                                .relisted(key.namespace.as_deref(), &seen)
-                                .into_iter()
-                                .map(|c| (id, c)),
-                        );
-                        r.pending.remove(key);
-                        r.state.pending_lists = r.pending.len();
-                    }
-                    self.listed.notify_waiters();
+            if let (Some(eval), Some(object)) = (eval.as_mut(), object.as_ref()) {
+                for (filter, hook, binding) in missing {
+                    let result = self.jq.run(&filter, object).await;
+                    eval.record(&filter, result, &hook, &binding);
                 }
             }
-            let mut tasks = vec![];
-            for (id, change) in changes {
-                let Some(r) = state.bindings.get(&id) else {
-                    continue;
-                };
-                if !r.state.spec.execute_hook_on_event.contains(&change.event) {
-                    continue;
-                }
-                let Some(task) = event_task(&state, id, &change) else {
-                    continue;
-                };
-                let Some(r) = state.bindings.get_mut(&id) else {
-                    continue;
-                };
-                if r.state.synchronized {
-                    tasks.push(task);
-                } else {
-                    r.state.hold(task);
-                }
-            }
-            tasks
         };
         self.enqueuer.send(tasks).await;
+    }
+
+    /// Applies one watch event (with its `object` for Apply and Delete) to the subscribed
+    /// bindings (their filters already ran into `eval` for Apply) and returns the tasks to
+    /// send now.
+    fn apply_event(
+        &self,
+        state: &mut State,
+        key: &WatchKey,
+        epoch: u64,
+        event: EventKind,
+        object: Option<&Value>,
+        eval: Option<&mut Evaluation<'_>>,
+    ) -> Vec<berth_proto::queue::Task> {
+        let Some(w) = state.watches.get_mut(key).filter(|w| w.epoch == epoch) else {
+            return vec![];
+        };
+        let subscribers = w.subscribers.clone();
+        let mut changes: Vec<(u64, Change)> = vec![];
+        match (event, eval) {
+            (EventKind::Init, _) => w.relist = Some(HashSet::new()),
+            (EventKind::Apply, Some(eval)) => {
+                if let Some(seen) = &mut w.relist {
+                    seen.insert(obj_key(eval.object));
+                }
+                for id in subscribers {
+                    if let Some(c) = state
+                        .bindings
+                        .get_mut(&id)
+                        .and_then(|r| r.state.observe_in(eval))
+                    {
+                        changes.push((id, c));
+                    }
+                }
+            }
+            (EventKind::Apply, None) => {}
+            (EventKind::Delete, _) => {
+                let Some(object) = object else {
+                    return vec![];
+                };
+                for id in subscribers {
+                    if let Some(c) = state
+                        .bindings
+                        .get_mut(&id)
+                        .and_then(|r| r.state.forget(object))
+                    {
+                        changes.push((id, c));
+                    }
+                }
+            }
+            (EventKind::InitDone, _) => {
+                let seen = w.relist.take().unwrap_or_default();
+                w.listed = true;
+                w.error = None;
+                for id in subscribers {
+                    let Some(r) = state.bindings.get_mut(&id) else {
+                        continue;
+                    };
+                    changes.extend(
+                        r.state
+                            .relisted(key.namespace.as_deref(), &seen)
+                            .into_iter()
+                            .map(|c| (id, c)),
+                    );
+                    r.pending.remove(key);
+                    r.state.pending_lists = r.pending.len();
+                }
+                self.listed.notify_waiters();
+            }
+        }
+        let mut tasks = vec![];
+        for (id, change) in changes {
+            let Some(r) = state.bindings.get(&id) else {
+                continue;
+            };
+            if !r.state.spec.execute_hook_on_event.contains(&change.event) {
+                continue;
+            }
+            let Some(task) = event_task(state, id, &change) else {
+                continue;
+            };
+            let Some(r) = state.bindings.get_mut(&id) else {
+                continue;
+            };
+            if r.state.synchronized {
+                tasks.push(task);
+            } else {
+                r.state.hold(task);
+            }
+        }
+        tasks
     }
 
     /// The objects of every kubernetes binding of the package. With `for_synchronization`, the
@@ -648,6 +716,15 @@ impl KubeManager {
         };
         self.enqueuer.send(tasks).await;
     }
+}
+
+/// What a watch event is, its object aside.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EventKind {
+    Init,
+    Apply,
+    Delete,
+    InitDone,
 }
 
 fn object_json(object: DynamicObject, resource: &ApiResource) -> Value {

@@ -13,7 +13,9 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::Value;
 
 use super::resolve::{ResolveError, Resolved, Resolver};
-use crate::jq::JqProgram;
+use std::sync::Arc;
+
+use crate::jq::{Jq, JqFilter};
 
 /// Longest one API call of an operation may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -65,7 +67,7 @@ struct Planned {
     name: String,
     subresource: Option<String>,
     body: Value,
-    jq: Option<JqProgram>,
+    jq: Option<Arc<JqFilter>>,
     ignore_missing: bool,
     what: String,
 }
@@ -73,6 +75,7 @@ struct Planned {
 /// Checks then executes `operations` in order; returns one line per operation.
 pub async fn apply_operations(
     resolver: &Resolver,
+    jq: &Jq,
     app_namespace: &str,
     operations: &[ObjectOperation],
 ) -> Result<Vec<String>, OperationError> {
@@ -88,12 +91,12 @@ pub async fn apply_operations(
     }
     let mut planned = Vec::with_capacity(operations.len());
     for (index, op) in operations.iter().enumerate() {
-        planned.push(plan(resolver, app_namespace, index, op).await?);
+        planned.push(plan(resolver, jq, app_namespace, index, op).await?);
     }
     let mut results = Vec::with_capacity(planned.len());
     for (index, p) in planned.iter().enumerate() {
         let outcome =
-            execute(resolver.client(), p)
+            execute(resolver.client(), jq, p)
                 .await
                 .map_err(|reason| OperationError::Failed {
                     index,
@@ -107,6 +110,7 @@ pub async fn apply_operations(
 
 async fn plan(
     resolver: &Resolver,
+    jq: &Jq,
     app_namespace: &str,
     index: usize,
     op: &ObjectOperation,
@@ -216,7 +220,11 @@ async fn plan(
         (true, false, _) => Some(namespace),
     };
     let jq = match op.operation.as_str() {
-        "JQPatch" => Some(JqProgram::compile(&op.jq_filter).map_err(|e| invalid(e.to_string()))?),
+        "JQPatch" => Some(
+            jq.check(&op.jq_filter)
+                .await
+                .map_err(|e| invalid(e.to_string()))?,
+        ),
         _ => None,
     };
     if op.operation == "JSONPatch" {
@@ -276,7 +284,7 @@ fn status_is(e: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool {
     matches!(e, kube::Error::Api(s) if check(s))
 }
 
-async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, String> {
+async fn execute(client: &kube::Client, jq: &Jq, p: &Planned) -> Result<&'static str, String> {
     let api: Api<DynamicObject> = match &p.namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &p.resolved.resource),
         None => Api::all_with(client.clone(), &p.resolved.resource),
@@ -295,7 +303,7 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
                     match p.op.as_str() {
                         "CreateIfNotExists" => Ok("exists; left as is"),
                         "CreateOrUpdate" => {
-                            replace_keeping_version(&api, p, |_current| Ok(p.body.clone())).await?;
+                            replace_keeping_version(&api, p, NewObject::Body(&p.body)).await?;
                             write_subresource(&api, p).await?;
                             Ok("updated")
                         }
@@ -358,14 +366,10 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
             }
         }
         "JQPatch" => {
-            let Some(jq) = &p.jq else {
+            let Some(filter) = &p.jq else {
                 return Err("jqFilter missing".into());
             };
-            match replace_keeping_version(&api, p, |current| {
-                jq.run(current).map_err(|e| e.to_string())
-            })
-            .await
-            {
+            match replace_keeping_version(&api, p, NewObject::Jq(jq, filter)).await {
                 Ok(()) => Ok("patched"),
                 Err(e) if p.ignore_missing && e.starts_with("not found") => Ok("absent; ignored"),
                 Err(e) => Err(e),
@@ -375,11 +379,28 @@ async fn execute(client: &kube::Client, p: &Planned) -> Result<&'static str, Str
     }
 }
 
+/// How a read-modify-write computes the new object from the current one.
+enum NewObject<'a> {
+    /// This body, whatever the current object.
+    Body(&'a Value),
+    /// The jq program's result on the current object.
+    Jq(&'a Jq, &'a JqFilter),
+}
+
+impl NewObject<'_> {
+    async fn of(&self, current: &Value) -> Result<Value, String> {
+        match self {
+            NewObject::Body(body) => Ok((*body).clone()),
+            NewObject::Jq(jq, filter) => jq.run(filter, current).await.map_err(|e| e.to_string()),
+        }
+    }
+}
+
 /// Get → compute the new object → replace with the read resourceVersion; retried on conflict.
 async fn replace_keeping_version(
     api: &Api<DynamicObject>,
     p: &Planned,
-    compute: impl Fn(&Value) -> Result<Value, String>,
+    compute: NewObject<'_>,
 ) -> Result<(), String> {
     for _ in 0..CONFLICT_ATTEMPTS {
         let Some(current) = bounded(api.get_opt(&p.name))
@@ -389,7 +410,7 @@ async fn replace_keeping_version(
             return Err("not found".into());
         };
         let current = serde_json::to_value(&current).map_err(|e| e.to_string())?;
-        let mut next = compute(&current)?;
+        let mut next = compute.of(&current).await?;
         let version = current
             .pointer("/metadata/resourceVersion")
             .cloned()

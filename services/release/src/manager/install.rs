@@ -39,16 +39,9 @@ impl ReleaseManager {
             self.capabilities.invalidate().await;
         }
         let caps = self.capabilities().await;
-        let rendered = {
-            let (files, values) = (files.clone(), values.clone());
-            let lookup: Arc<dyn render::Lookup> = Arc::new(KubeLookup::new(self.applier.clone()));
-            // Template execution is CPU-bound and recursive; keep it off the async workers.
-            berth_telemetry::spawn_blocking_here(move || {
-                render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
-            })
-            .await
-            .map_err(|e| ReleaseError::Task(e.to_string()))??
-        };
+        let rendered = self
+            .render_bounded(files.clone(), values.clone(), info, caps)
+            .await?;
 
         let checksum = render_checksum(&rendered);
         let hooks: Vec<Hook> = rendered.hooks.iter().map(Hook::from_manifest).collect();

@@ -37,6 +37,31 @@ use std::time::Duration;
 /// [`ReleaseManager::with_history_max`].
 pub const HISTORY_MAX: usize = 10;
 
+/// Bounds on one release's render, checked where the release service renders (Install, Plan,
+/// Render).
+///
+/// The time bound stops the wait, not the work: the template engine cannot be interrupted, so a
+/// render past its deadline is left to finish on its blocking thread (gotmpl's range budget and
+/// the engine's include/tpl depth bound it) while the caller gets the error at once. Renders
+/// hold one of a few slots (as many as CPUs) until they really end, so abandoned renders cannot
+/// pile up.
+#[derive(Clone, Copy, Debug)]
+pub struct RenderLimits {
+    /// Longest a render may take.
+    pub time: std::time::Duration,
+    /// Most bytes of rendered manifests, hooks, CRDs and notes.
+    pub output_bytes: usize,
+}
+
+impl Default for RenderLimits {
+    fn default() -> Self {
+        RenderLimits {
+            time: std::time::Duration::from_secs(60),
+            output_bytes: 32 << 20,
+        }
+    }
+}
+
 /// How long one deleted object may take to disappear before uninstall/prune gives up.
 const DELETE_WAIT: Duration = Duration::from_secs(60);
 
@@ -146,6 +171,10 @@ pub struct ReleaseManager {
     repair_drift: bool,
     /// Revisions kept per release; older records are deleted after each install or rollback.
     history_max: usize,
+    render_limits: RenderLimits,
+    /// Renders running at once, including those abandoned at their deadline that still run:
+    /// a chart that keeps timing out cannot pile up threads burning CPU.
+    renders: Arc<tokio::sync::Semaphore>,
 }
 
 /// Validates a release name (DNS-1123 subdomain, at most 53 characters, as Helm requires) or
@@ -217,6 +246,10 @@ impl ReleaseManager {
             drift: drift::DriftMonitor::default(),
             repair_drift: true,
             history_max: HISTORY_MAX,
+            render_limits: RenderLimits::default(),
+            renders: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
+            )),
         }
     }
 
@@ -231,6 +264,65 @@ impl ReleaseManager {
     pub fn with_drift_repair(mut self, on: bool) -> Self {
         self.repair_drift = on;
         self
+    }
+
+    /// Bounds every render with `limits`.
+    pub fn with_render_limits(mut self, limits: RenderLimits) -> Self {
+        self.render_limits = limits;
+        self
+    }
+
+    /// Renders on a blocking thread (template execution is CPU-bound and recursive; keep it off
+    /// the async workers) within [`RenderLimits`]: past the time limit, or with more output
+    /// than allowed, the render is refused with an error naming the limit.
+    async fn render_bounded(
+        &self,
+        files: Vec<(String, Vec<u8>)>,
+        values: serde_json::Value,
+        info: ReleaseInfo,
+        caps: Capabilities,
+    ) -> Result<render::Rendered, ReleaseError> {
+        let limits = self.render_limits;
+        let lookup: Arc<dyn render::Lookup> = Arc::new(KubeLookup::new(self.applier.clone()));
+        let renders = self.renders.clone();
+        let render = async move {
+            // Waiting for a slot counts against the deadline; the slot goes with the render
+            // and is given back when it really ends, not when its caller stopped waiting.
+            let slot = renders
+                .acquire_owned()
+                .await
+                .map_err(|e| ReleaseError::Task(e.to_string()))?;
+            berth_telemetry::spawn_blocking_here(move || {
+                let _slot = slot;
+                render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
+            })
+            .await
+            .map_err(|e| ReleaseError::Task(e.to_string()))
+        };
+        let rendered = match tokio::time::timeout(limits.time, render).await {
+            Err(_) => {
+                return Err(ReleaseError::InvalidArgument(format!(
+                    "the chart's render took longer than the render time limit of {:?}",
+                    limits.time
+                )));
+            }
+            Ok(joined) => joined??,
+        };
+        let size: usize = rendered
+            .crds
+            .iter()
+            .chain(&rendered.manifests)
+            .chain(&rendered.hooks)
+            .map(|m| m.text.len())
+            .sum::<usize>()
+            + rendered.notes.len();
+        if size > limits.output_bytes {
+            return Err(ReleaseError::InvalidArgument(format!(
+                "the chart rendered {size} bytes, over the render output limit of {} bytes",
+                limits.output_bytes
+            )));
+        }
+        Ok(rendered)
     }
 
     /// Ends every drift watch when `shutdown` is cancelled (they run as their own tasks).

@@ -42,13 +42,7 @@ impl ReleaseManager {
             is_upgrade: previous.is_some(),
         };
         let caps = self.capabilities().await;
-        let lookup: Arc<dyn render::Lookup> = Arc::new(KubeLookup::new(self.applier.clone()));
-        berth_telemetry::spawn_blocking_here(move || {
-            render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
-        })
-        .await
-        .map_err(|e| ReleaseError::Task(e.to_string()))?
-        .map_err(ReleaseError::from)
+        self.render_bounded(files, values, info, caps).await
     }
 
     /// Each object's fate if this chart and values were installed now.

@@ -21,6 +21,7 @@ pub struct Harness {
     /// Deletes `namespace` on a real cluster when the harness is dropped.
     _cleanup: TestNamespace,
     drift_repair: bool,
+    render_limits: berth_release::manager::RenderLimits,
     /// `None` only while [`Harness::restart_service`] swaps instances.
     server: Option<Server>,
     _cluster: Option<berth_devcluster::DevCluster>,
@@ -72,7 +73,22 @@ pub async fn start_with(simulate_workloads: bool) -> anyhow::Result<Harness> {
     start_full(simulate_workloads, true).await
 }
 
+/// Like [`start`], with the release service's renders bounded by `limits`.
+pub async fn start_with_render_limits(
+    limits: berth_release::manager::RenderLimits,
+) -> anyhow::Result<Harness> {
+    start_full_with(false, true, limits).await
+}
+
 async fn start_full(simulate_workloads: bool, drift_repair: bool) -> anyhow::Result<Harness> {
+    start_full_with(simulate_workloads, drift_repair, Default::default()).await
+}
+
+async fn start_full_with(
+    simulate_workloads: bool,
+    drift_repair: bool,
+    render_limits: berth_release::manager::RenderLimits,
+) -> anyhow::Result<Harness> {
     let (kube, cluster) = match real_cluster() {
         Some(path) => {
             let kc = Kubeconfig::read_from(&path)
@@ -90,7 +106,7 @@ async fn start_full(simulate_workloads: bool, drift_repair: bool) -> anyhow::Res
             (client_from(kc).await?, Some(cluster))
         }
     };
-    let (grpc, server) = serve(kube.clone(), drift_repair, false).await?;
+    let (grpc, server) = serve(kube.clone(), drift_repair, false, render_limits).await?;
     // Created here rather than by the first install, so that it carries the label that finds
     // leftovers on a real cluster (`kubectl get ns -l berth.io/test=true`).
     let guard = TestNamespace::create(&kube, "rel-test")
@@ -102,6 +118,7 @@ async fn start_full(simulate_workloads: bool, drift_repair: bool) -> anyhow::Res
         namespace: guard.to_string(),
         _cleanup: guard,
         drift_repair,
+        render_limits,
         server: Some(server),
         _cluster: cluster,
     })
@@ -115,10 +132,13 @@ async fn serve(
     kube: kube::Client,
     drift_repair: bool,
     as_process: bool,
+    render_limits: berth_release::manager::RenderLimits,
 ) -> anyhow::Result<(ReleasesClient<Channel>, Server)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let service = berth_release::ReleaseService::new(kube).with_drift_repair(drift_repair);
+    let service = berth_release::ReleaseService::new(kube)
+        .with_drift_repair(drift_repair)
+        .with_render_limits(render_limits);
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
@@ -156,7 +176,13 @@ impl Harness {
         if let Some(old) = self.server.take() {
             old.stop().await;
         }
-        let (grpc, server) = serve(self.kube.clone(), self.drift_repair, true).await?;
+        let (grpc, server) = serve(
+            self.kube.clone(),
+            self.drift_repair,
+            true,
+            self.render_limits,
+        )
+        .await?;
         self.server = Some(server);
         self.grpc = grpc;
         Ok(())

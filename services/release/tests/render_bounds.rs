@@ -1,0 +1,127 @@
+//! A hostile chart's render is bounded: endless include/tpl recursion stops at the engine's depth
+//! limit, a render past the time limit or over the output limit is refused with an error naming
+//! the limit, nothing is applied, and the service keeps answering.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use berth_proto::release::InstallRequest;
+use berth_release::manager::RenderLimits;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use support::{chart, config_map, start, start_with_render_limits};
+
+fn install(
+    h: &support::Harness,
+    name: &str,
+    files: Vec<berth_proto::release::ChartFile>,
+    values: &str,
+) -> InstallRequest {
+    InstallRequest {
+        name: name.into(),
+        namespace: h.namespace.clone(),
+        files,
+        values_json: values.into(),
+    }
+}
+
+/// Installs `files` expecting InvalidArgument; returns the message.
+async fn refused(
+    h: &mut support::Harness,
+    name: &str,
+    files: Vec<berth_proto::release::ChartFile>,
+    values: &str,
+) -> anyhow::Result<String> {
+    let err = match h.grpc.install(install(h, name, files, values)).await {
+        Ok(r) => anyhow::bail!("expected a refusal, got {:?}", r.into_inner()),
+        Err(e) => e,
+    };
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    Ok(err.message().to_owned())
+}
+
+/// The service still installs a sane chart after a refusal.
+async fn still_serving(h: &mut support::Harness) -> anyhow::Result<()> {
+    let ok = chart(&[("templates/ok.yaml", &config_map("after", false))]);
+    h.grpc.install(install(h, "after", ok, "")).await?;
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    assert!(cms.get_opt("after").await?.is_some());
+    Ok(())
+}
+
+#[tokio::test]
+async fn endless_include_and_tpl_stop_at_the_depth_limit() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let include = chart(&[
+        (
+            "templates/_loop.tpl",
+            "{{- define \"loop\" }}{{ include \"loop\" . }}{{ end }}",
+        ),
+        ("templates/a.yaml", &config_map("small", false)),
+        ("templates/b.yaml", "x: {{ include \"loop\" . }}\n"),
+    ]);
+    let message = refused(&mut h, "include", include, "").await?;
+    assert!(message.contains("nesting deeper than"), "{message}");
+    let tpl = chart(&[
+        ("templates/a.yaml", &config_map("small", false)),
+        ("templates/b.yaml", "x: {{ tpl .Values.t . }}\n"),
+    ]);
+    let message = refused(&mut h, "tpl", tpl, r#"{"t": "{{ tpl .Values.t . }}"}"#).await?;
+    assert!(message.contains("nesting deeper than"), "{message}");
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    assert!(cms.get_opt("small").await?.is_none(), "nothing applied");
+    still_serving(&mut h).await
+}
+
+#[tokio::test]
+async fn a_render_past_the_time_limit_is_refused() -> anyhow::Result<()> {
+    let mut h = start_with_render_limits(RenderLimits {
+        time: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await?;
+    // Ten million iterations of nested ranges: seconds of work, far past 300 ms.
+    let slow = chart(&[
+        ("templates/a.yaml", &config_map("small", false)),
+        (
+            "templates/b.yaml",
+            "# {{ range until 100000 }}{{ range until 100 }}{{ end }}{{ end }}\n",
+        ),
+    ]);
+    let started = Instant::now();
+    let message = refused(&mut h, "slow", slow, "").await?;
+    assert!(message.contains("render time limit of 300ms"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    assert!(cms.get_opt("small").await?.is_none(), "nothing applied");
+    still_serving(&mut h).await
+}
+
+#[tokio::test]
+async fn a_render_over_the_output_limit_is_refused() -> anyhow::Result<()> {
+    let mut h = start_with_render_limits(RenderLimits {
+        output_bytes: 64 * 1024,
+        ..Default::default()
+    })
+    .await?;
+    let big = chart(&[
+        ("templates/a.yaml", &config_map("small", false)),
+        (
+            "templates/b.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  x: {{ repeat 100000 \"x\" }}\n",
+        ),
+    ]);
+    let message = refused(&mut h, "big", big, "").await?;
+    assert!(
+        message.contains("over the render output limit of 65536 bytes"),
+        "{message}"
+    );
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    assert!(cms.get_opt("small").await?.is_none(), "nothing applied");
+    still_serving(&mut h).await
+}

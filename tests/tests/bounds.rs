@@ -1,0 +1,416 @@
+//! Bounded evaluation, as an attacker would try it through real processes: a package's hostile
+//! jq programs (a jqFilter, a JQPatch) are stopped with an error naming the limit, nothing is
+//! changed, and `berth up` keeps serving.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use berth_proto::v1;
+use berth_tests::{AllInOne, TestNamespace, journey};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+/// Longest a reaction may take to become visible.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn fixtures() -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/packages")
+        .display()
+        .to_string()
+}
+
+fn app(name: &str, ns: &str) -> v1::PackageRef {
+    v1::PackageRef {
+        kind: v1::PackageKind::App as i32,
+        name: name.into(),
+        namespace: ns.into(),
+    }
+}
+
+fn configmap(name: &str, labels: Value, data: Value) -> anyhow::Result<ConfigMap> {
+    Ok(serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": data}),
+    )?)
+}
+
+async fn install(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<i64> {
+    Ok(client
+        .update(v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: fixtures(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .generation)
+}
+
+/// Follows the package until `done` holds on it, and returns it.
+async fn wait_for(
+    client: &mut journey::Client,
+    r: &v1::PackageRef,
+    what: &str,
+    done: impl Fn(&v1::Package) -> bool,
+) -> anyhow::Result<v1::Package> {
+    let follow = async {
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        while let Some(p) = stream.next().await {
+            let p = p?;
+            if done(&p) {
+                return Ok(p);
+            }
+        }
+        bail!("watch ended")
+    };
+    tokio::time::timeout(DEADLINE, follow)
+        .await
+        .with_context(|| format!("waiting for {what}"))?
+}
+
+fn seen(p: &v1::Package) -> Vec<String> {
+    let values = p
+        .values
+        .as_ref()
+        .map(berth_proto::json::from_struct)
+        .unwrap_or(Value::Null);
+    values["seen"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `def f: [f]; f` overflowed hookevent's stack and killed `berth up` (again on every restart).
+/// Now: as a jqFilter its events are dropped while a sane binding on the same objects keeps
+/// firing; as a JQPatch the hook run fails naming the depth limit and the object is unchanged;
+/// and the API answers throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jq_bombs_are_stopped_and_berth_up_keeps_serving() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let result = jq_bombs(&up).await;
+    up.proc.stop().await;
+    result
+}
+
+async fn jq_bombs(up: &AllInOne) -> anyhow::Result<()> {
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let ns = TestNamespace::create(&kube, "bounds").await?;
+    let mut client = journey::connect(&up.proc.endpoint()).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    let labels = json!({"app": "jq"});
+    cms.create(
+        &PostParams::default(),
+        &configmap("first", labels.clone(), json!({}))?,
+    )
+    .await?;
+
+    // The jqFilter bomb: registered, run on `first` during the initial list and on `second`.
+    let bomb = app("jqbomb", &ns);
+    let generation = install(&mut client, &bomb).await?;
+    journey::wait_running(&mut client, &bomb, generation).await?;
+    cms.create(
+        &PostParams::default(),
+        &configmap("second", labels.clone(), json!({}))?,
+    )
+    .await?;
+    let p = wait_for(&mut client, &bomb, "the sane binding's event", |p| {
+        seen(p).contains(&"second".to_owned()) || !p.last_error.is_empty()
+    })
+    .await?;
+    assert!(p.last_error.is_empty(), "{}", p.last_error);
+
+    // The JQPatch bomb: the hook run fails naming the limit, the ConfigMap is unchanged.
+    cms.create(
+        &PostParams::default(),
+        &configmap("target", json!({}), json!({"a": "b"}))?,
+    )
+    .await?;
+    let patch = app("jqpatch", &ns);
+    install(&mut client, &patch).await?;
+    let p = wait_for(&mut client, &patch, "the JQPatch failure", |p| {
+        !p.last_error.is_empty()
+    })
+    .await?;
+    assert!(
+        p.last_error.contains("depth limit") && p.last_error.contains("def f: [f]; f"),
+        "the error names the program and the limit: {}",
+        p.last_error
+    );
+    let target = cms.get("target").await?;
+    assert_eq!(
+        serde_json::to_value(&target.data)?,
+        json!({"a": "b"}),
+        "nothing changed"
+    );
+
+    // Still serving: the API answers, and hookevent still turns events into hook runs.
+    let listed = client.list(v1::ListRequest::default()).await?.into_inner();
+    let names: Vec<&str> = listed
+        .packages
+        .iter()
+        .filter_map(|p| p.r#ref.as_ref().map(|r| r.name.as_str()))
+        .collect();
+    assert!(
+        names.contains(&"jqbomb") && names.contains(&"jqpatch"),
+        "{names:?}"
+    );
+    cms.create(
+        &PostParams::default(),
+        &configmap("third", labels, json!({}))?,
+    )
+    .await?;
+    wait_for(&mut client, &bomb, "an event after both bombs", |p| {
+        seen(p).contains(&"third".to_owned())
+    })
+    .await?;
+    for r in [&bomb, &patch] {
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
+        journey::wait_gone(&mut client, r).await?;
+    }
+    Ok(())
+}
+
+/// A port nobody listens on: bind one, note it, close it.
+fn dead_endpoint() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    format!("http://{}", l.local_addr().expect("addr"))
+}
+
+fn big_settings(bytes: usize) -> prost_types::Struct {
+    berth_proto::json::to_struct(&json!({"blob": "x".repeat(bytes)}))
+}
+
+/// One package's size cannot break everyone's answers: oversized fields are refused at the edge
+/// naming the field and the limit (and nothing is stored), and List and Dump are paged so that
+/// five packages with almost 1 MB of settings each (over the 4 MiB a reply may hold) are all
+/// listed, by the API and by the CLI following the pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_packages_are_paged_and_oversized_fields_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+    // No broker: the packages stay Pending, which is all List and Dump need.
+    let lifecycle = berth_tests::Proc::start(
+        "berth-lifecycle",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            &database,
+            "--broker",
+            &dead_endpoint(),
+        ],
+        "listening on ",
+    )
+    .await?;
+    let gateway = berth_tests::Proc::start(
+        "berth-gateway",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--lifecycle",
+            &lifecycle.endpoint(),
+        ],
+        "listening on ",
+    )
+    .await?;
+    let result = paged(&gateway.endpoint()).await;
+    gateway.stop().await;
+    lifecycle.stop().await;
+    result
+}
+
+async fn paged(endpoint: &str) -> anyhow::Result<()> {
+    let mut client = journey::connect(endpoint).await?;
+    let update = |name: &str, version: String, settings: prost_types::Struct| v1::UpdateRequest {
+        r#ref: Some(app(name, "paged")),
+        repository: fixtures(),
+        version,
+        settings: Some(settings),
+        ..Default::default()
+    };
+
+    // Oversized fields: refused naming the field and the limit; nothing stored.
+    let refusals = [
+        (
+            update("huge-version", "1".repeat(1 << 20), big_settings(1)),
+            "version: longer than the 128-byte limit",
+        ),
+        (
+            update("huge-settings", "1.0.0".into(), big_settings(1 << 20)),
+            "settings: larger than the 1048576-byte limit",
+        ),
+    ];
+    for (request, needle) in refusals {
+        let name = request.r#ref.clone().map(|r| r.name).unwrap_or_default();
+        let err = client.update(request).await.expect_err("refused");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(needle), "{}", err.message());
+        let get = client
+            .get(v1::GetRequest {
+                r#ref: Some(app(&name, "paged")),
+            })
+            .await
+            .expect_err("nothing stored");
+        assert_eq!(get.code(), tonic::Code::NotFound, "{get:?}");
+    }
+    let err = client
+        .list(v1::ListRequest {
+            page_size: 5000,
+            page_token: String::new(),
+        })
+        .await
+        .expect_err("page size over the maximum");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("page_size"), "{}", err.message());
+
+    // Five packages of almost 1 MB each: more than one reply can hold.
+    let names: Vec<String> = (0..5).map(|i| format!("big{i}")).collect();
+    for name in &names {
+        client
+            .update(update(name, "1.0.0".into(), big_settings(1_000_000)))
+            .await?;
+    }
+    let mut listed = vec![];
+    let mut pages = 0;
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list(v1::ListRequest {
+                page_size: 0,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        pages += 1;
+        listed.extend(
+            page.packages
+                .into_iter()
+                .filter_map(|p| p.r#ref.map(|r| r.name)),
+        );
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(listed, names, "every package, once, in order");
+    assert!(pages >= 2, "paged by size: {pages} page(s)");
+
+    let mut dumped = 0;
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .dump(v1::DumpRequest {
+                page_size: 2,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        dumped += page.yaml.matches("key: paged.big").count();
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(dumped, 5, "every package in the dump");
+
+    // The CLI follows the pages.
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--server", endpoint];
+        all.extend_from_slice(args);
+        tokio::process::Command::new(berth_tests::binary("berth"))
+            .args(all)
+            .output()
+    };
+    let list = cli(&["list"]).await?;
+    let stdout = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    for name in &names {
+        assert!(
+            stdout.contains(name.as_str()),
+            "{name} missing from:\n{stdout}"
+        );
+    }
+    let dump = cli(&["dump"]).await?;
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&dump.stdout);
+    assert_eq!(stdout.matches("key: paged.big").count(), 5);
+    Ok(())
+}
+
+/// A hook cannot grow its package's values past the limit (which would make every answer
+/// carrying them too large): the run fails naming the limit, nothing is stored, and List
+/// answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_values_patch_past_the_limit_is_refused() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let result = big_values(&up).await;
+    up.proc.stop().await;
+    result
+}
+
+async fn big_values(up: &AllInOne) -> anyhow::Result<()> {
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let ns = TestNamespace::create(&kube, "bounds").await?;
+    let mut client = journey::connect(&up.proc.endpoint()).await?;
+    let r = app("bigvalues", &ns);
+    install(&mut client, &r).await?;
+    let p = wait_for(&mut client, &r, "the refused values patch", |p| {
+        !p.last_error.is_empty()
+    })
+    .await?;
+    assert!(
+        p.last_error.contains("grow.py")
+            && p.last_error.contains("over the limit of 2097152 bytes"),
+        "{}",
+        p.last_error
+    );
+    let values = p
+        .values
+        .as_ref()
+        .map(berth_proto::json::from_struct)
+        .unwrap_or(Value::Null);
+    assert!(values.get("blob").is_none(), "nothing stored");
+    let listed = client.list(v1::ListRequest::default()).await?.into_inner();
+    assert!(
+        listed
+            .packages
+            .iter()
+            .any(|p| p.r#ref.as_ref().is_some_and(|r| r.name == "bigvalues")),
+        "List answers"
+    );
+    client
+        .remove(v1::RemoveRequest {
+            r#ref: Some(r.clone()),
+        })
+        .await?;
+    journey::wait_gone(&mut client, &r).await
+}
