@@ -63,16 +63,22 @@ static REWRITES: LazyLock<Vec<Rewrite>> = LazyLock::new(|| {
 
 /// Rewrites one template's source; the text outside `{{ }}` is left untouched.
 pub fn rewrite(src: &str) -> String {
-    rewrite_actions(src, true).into_owned()
+    rewrite_actions(src, true, false).into_owned()
 }
 
 /// Like [`rewrite`] but without the print hook, which [`add_print_hook`] then puts into the
 /// parsed tree (cheaper than lexing and parsing it as text).
 pub fn rewrite_methods(src: &str) -> std::borrow::Cow<'_, str> {
-    rewrite_actions(src, false)
+    rewrite_actions(src, false, false)
 }
 
-fn rewrite_actions(src: &str, hook: bool) -> std::borrow::Cow<'_, str> {
+/// Only the lexer and parser respellings ([`lexer_fixes`]), for `render::exec`, which runs
+/// method calls and in-place changes itself.
+pub fn lexer_fixed(src: &str) -> std::borrow::Cow<'_, str> {
+    rewrite_actions(src, false, true)
+}
+
+fn rewrite_actions(src: &str, hook: bool, lexer_only: bool) -> std::borrow::Cow<'_, str> {
     use std::borrow::Cow;
     let mut out = String::new();
     // Text up to `copied` is already in `out` (or unchanged, while `out` is empty).
@@ -89,13 +95,13 @@ fn rewrite_actions(src: &str, hook: bool) -> std::borrow::Cow<'_, str> {
         if let Some(fixed) = lexer_fixes(original) {
             action = Cow::Owned(fixed);
         }
-        for rw in REWRITES.iter() {
+        for rw in REWRITES.iter().filter(|_| !lexer_only) {
             if action.contains(rw.needle) {
                 let replaced = rw.pattern.replace_all(&action, rw.replacement).into_owned();
                 action = Cow::Owned(replaced);
             }
         }
-        if action.contains(".Values") {
+        if !lexer_only && action.contains(".Values") {
             action = Cow::Owned(values_reads(&action));
         }
         if hook {

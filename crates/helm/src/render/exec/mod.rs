@@ -1,0 +1,828 @@
+//! berth's own executor of parsed Go templates (`gotmpl::parse` trees), with Go
+//! text/template's rules and a value type whose maps are shared by reference ([`value`]).
+//!
+//! It walks the tree itself: pipelines (each command's result is the last argument of the
+//! next), variables and their scopes (a block's variables end with it; `$` is the data the
+//! template was called with), `if`/`with`/`range` (with `else`, `break`, `continue`),
+//! `template` and Helm's `include`/`tpl`, field chains with the methods Helm's data has
+//! (`.Files.Get`, `.Files.Glob`, `(.Files.Glob x).AsConfig`, `.Capabilities.APIVersions.Has`),
+//! missing keys (printed as `<no value>`, which Helm then removes), and Go's printing.
+//!
+//! Functions: `set`, `unset`, `merge*`, `dict`, `deepCopy`, `get`, `hasKey`, `index` and the
+//! short-circuiting `and`/`or` are native (they change or keep maps by reference); the rest of
+//! the Sprig pack runs on `gotmpl` values through [`value::Conv`], which keeps identity.
+
+pub mod value;
+
+use gotmpl::FuncMap;
+use gotmpl::parse::{BranchNode, CommandNode, Expr, ListNode, Node, Number, Parser, PipeNode};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+pub use value::{Conv, Dict, Kind, V};
+
+/// How deep `include`/`tpl`/`template` may nest. Helm allows 1000 per template name; a lower
+/// global bound keeps a runaway recursive chart from overflowing the thread's stack.
+const MAX_DEPTH: usize = 100;
+
+/// How many iterations one `range` may run (a range over a huge integer).
+const MAX_RANGE: i64 = 10_000_000;
+
+type R<T> = Result<T, String>;
+
+/// What a walk of a list ended with.
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Normal,
+    Break,
+    Continue,
+}
+
+type Vars = Vec<(Arc<str>, V)>;
+
+/// One render's templates, functions and value bookkeeping.
+pub struct Exec {
+    templates: HashMap<String, Arc<ListNode>>,
+    funcs: FuncMap,
+    pub conv: Conv,
+    depth: Cell<usize>,
+    /// Definitions from `tpl` texts being executed (innermost last).
+    overlays: RefCell<Vec<HashMap<String, Arc<ListNode>>>>,
+    /// Tiny `gotmpl` templates running Go's own builtins (`printf`, `eq`, ...), by name and
+    /// arity.
+    builtins: RefCell<HashMap<(String, usize), gotmpl::Template>>,
+}
+
+/// Go's builtins that run through `gotmpl` (their results are text or a boolean).
+const GOTMPL_TEXT: &[&str] = &["print", "printf", "println", "html", "js", "urlquery"];
+const GOTMPL_BOOL: &[&str] = &["eq", "ne", "lt", "le", "gt", "ge"];
+
+impl Exec {
+    pub fn new(funcs: FuncMap) -> Exec {
+        Exec {
+            templates: HashMap::new(),
+            funcs,
+            conv: Conv::default(),
+            depth: Cell::new(0),
+            overlays: RefCell::new(Vec::new()),
+            builtins: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Adds a named tree. As in Go, an empty (whitespace-only) tree does not replace a
+    /// template that has content.
+    pub fn add(&mut self, name: &str, tree: ListNode) {
+        if tree.is_empty_tree() && self.templates.get(name).is_some_and(|t| !t.is_empty_tree()) {
+            return;
+        }
+        self.templates.insert(name.to_string(), Arc::new(tree));
+    }
+
+    fn lookup(&self, name: &str) -> Option<Arc<ListNode>> {
+        for o in self.overlays.borrow().iter().rev() {
+            if let Some(t) = o.get(name) {
+                return Some(t.clone());
+            }
+        }
+        self.templates.get(name).cloned()
+    }
+
+    /// Executes the template `name` with `data` as `.` and `$`.
+    pub fn execute(&self, name: &str, data: &V) -> R<String> {
+        let tree = self
+            .lookup(name)
+            .ok_or_else(|| format!("no template {name:?} associated with template {name:?}"))?;
+        let mut out = String::new();
+        let mut vars: Vars = vec![("$".into(), data.clone())];
+        self.walk(&tree, data, &mut vars, &mut out)?;
+        Ok(out)
+    }
+
+    fn enter(&self, what: &str) -> R<DepthGuard<'_>> {
+        if self.depth.get() >= MAX_DEPTH {
+            return Err(format!("{what}: nesting deeper than {MAX_DEPTH}"));
+        }
+        self.depth.set(self.depth.get() + 1);
+        Ok(DepthGuard(&self.depth))
+    }
+
+    fn walk(&self, list: &ListNode, dot: &V, vars: &mut Vars, out: &mut String) -> R<Flow> {
+        for node in &list.nodes {
+            let flow = self.walk_node(node, dot, vars, out)?;
+            if flow != Flow::Normal {
+                return Ok(flow);
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn walk_node(&self, node: &Node, dot: &V, vars: &mut Vars, out: &mut String) -> R<Flow> {
+        match node {
+            Node::Text(t) => out.push_str(&t.text),
+            Node::Action(a) => {
+                let v = self.eval_pipe(&a.pipe, dot, vars)?;
+                if a.pipe.decl.is_empty() {
+                    self.print(&v, out);
+                }
+            }
+            Node::List(l) => return self.walk(l, dot, vars, out),
+            Node::If(b) => return self.walk_if_with(b, false, dot, vars, out),
+            Node::With(b) => return self.walk_if_with(b, true, dot, vars, out),
+            Node::Range(b) => return self.walk_range(b, dot, vars, out),
+            Node::Template(t) => {
+                let data = match &t.pipe {
+                    Some(p) => self.eval_pipe(p, dot, vars)?,
+                    None => V::Nil,
+                };
+                let tree = self
+                    .lookup(&t.name)
+                    .ok_or_else(|| format!("template: no template {:?} associated", t.name))?;
+                let _guard = self.enter("template")?;
+                let mut inner: Vars = vec![("$".into(), data.clone())];
+                self.walk(&tree, &data, &mut inner, out)?;
+            }
+            Node::Define(_) => {}
+            Node::Break(_) => return Ok(Flow::Break),
+            Node::Continue(_) => return Ok(Flow::Continue),
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn walk_if_with(
+        &self,
+        b: &BranchNode,
+        with: bool,
+        dot: &V,
+        vars: &mut Vars,
+        out: &mut String,
+    ) -> R<Flow> {
+        let mark = vars.len();
+        let result = (|| {
+            let v = self.eval_pipe(&b.pipe, dot, vars)?;
+            if v.truthy() {
+                let d = if with { v } else { dot.clone() };
+                self.walk(&b.body, &d, vars, out)
+            } else if let Some(e) = &b.else_body {
+                self.walk(e, dot, vars, out)
+            } else {
+                Ok(Flow::Normal)
+            }
+        })();
+        vars.truncate(mark);
+        result
+    }
+
+    fn walk_range(&self, b: &BranchNode, dot: &V, vars: &mut Vars, out: &mut String) -> R<Flow> {
+        let mark = vars.len();
+        let result = self.range_inner(b, dot, vars, out);
+        vars.truncate(mark);
+        result.map(|_| Flow::Normal)
+    }
+
+    fn range_inner(&self, b: &BranchNode, dot: &V, vars: &mut Vars, out: &mut String) -> R<()> {
+        // The range's own variables are bound per element, not by the pipeline.
+        let decl = &b.pipe.decl;
+        let pipe = PipeNode {
+            pos: b.pipe.pos,
+            decl: Vec::new(),
+            commands: b.pipe.commands.clone(),
+            is_assign: false,
+        };
+        let v = self.eval_pipe(&pipe, dot, vars)?;
+        let items: Vec<(V, V)> = match &v {
+            V::List(l) => l
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (V::Int(i as i64), x.clone()))
+                .collect(),
+            V::Map(m) => m
+                .entries()
+                .into_iter()
+                .map(|(k, x)| (V::Str(k), x))
+                .collect(),
+            V::Int(n) => {
+                if *n > MAX_RANGE {
+                    return Err(format!("range over {n}: too many iterations"));
+                }
+                (0..(*n).max(0)).map(|i| (V::Int(i), V::Int(i))).collect()
+            }
+            V::Uint(n) => {
+                if *n > MAX_RANGE as u64 {
+                    return Err(format!("range over {n}: too many iterations"));
+                }
+                (0..*n as i64).map(|i| (V::Int(i), V::Int(i))).collect()
+            }
+            V::Nil => Vec::new(),
+            other => return Err(format!("range can't iterate over {}", self.sprint(other))),
+        };
+        if items.is_empty() {
+            if let Some(e) = &b.else_body {
+                self.walk(e, dot, vars, out)?;
+            }
+            return Ok(());
+        }
+        let inner_mark = vars.len();
+        for (k, x) in items {
+            match decl.len() {
+                0 => {}
+                1 => vars.push((decl[0].as_str().into(), x.clone())),
+                _ => {
+                    vars.push((decl[0].as_str().into(), k));
+                    vars.push((decl[1].as_str().into(), x.clone()));
+                }
+            }
+            let flow = self.walk(&b.body, &x, vars, out);
+            vars.truncate(inner_mark);
+            if flow? == Flow::Break {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn eval_pipe(&self, pipe: &PipeNode, dot: &V, vars: &mut Vars) -> R<V> {
+        let mut val: Option<V> = None;
+        for cmd in &pipe.commands {
+            val = Some(self.eval_command(cmd, dot, vars, val)?);
+        }
+        let val = val.unwrap_or(V::Nil);
+        for name in &pipe.decl {
+            if pipe.is_assign {
+                match vars
+                    .iter_mut()
+                    .rev()
+                    .find(|(n, _)| n.as_ref() == name.as_str())
+                {
+                    Some(slot) => slot.1 = val.clone(),
+                    None => return Err(format!("undefined variable: {name}")),
+                }
+            } else {
+                vars.push((name.as_str().into(), val.clone()));
+            }
+        }
+        Ok(val)
+    }
+
+    fn var(&self, name: &str, vars: &Vars) -> R<V> {
+        vars.iter()
+            .rev()
+            .find(|(n, _)| n.as_ref() == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("undefined variable: {name}"))
+    }
+
+    fn eval_command(&self, cmd: &CommandNode, dot: &V, vars: &mut Vars, fin: Option<V>) -> R<V> {
+        let Some(first) = cmd.args.first() else {
+            return Err("empty command".into());
+        };
+        let rest = &cmd.args[1..];
+        let not_func = |what: &str| -> R<()> {
+            if rest.is_empty() && fin.is_none() {
+                Ok(())
+            } else {
+                Err(format!("can't give argument to non-function {what}"))
+            }
+        };
+        match first {
+            Expr::Identifier(_, name) => self.call_expr(name, rest, dot, vars, fin),
+            Expr::Field(_, fields) => self.eval_fields(dot.clone(), fields, rest, dot, vars, fin),
+            Expr::Variable(_, name, fields) => {
+                let v = self.var(name, vars)?;
+                if fields.is_empty() {
+                    not_func(name)?;
+                    return Ok(v);
+                }
+                self.eval_fields(v, fields, rest, dot, vars, fin)
+            }
+            Expr::Chain(_, inner, fields) => {
+                let v = self.eval_arg(inner, dot, vars)?;
+                self.eval_fields(v, fields, rest, dot, vars, fin)
+            }
+            Expr::Pipe(_, p) => {
+                not_func("(pipeline)")?;
+                self.eval_pipe(p, dot, vars)
+            }
+            Expr::Dot(_) => {
+                not_func(".")?;
+                Ok(dot.clone())
+            }
+            Expr::Nil(_) => Err("nil is not a command".into()),
+            Expr::String(_, s) => {
+                not_func(&format!("{s:?}"))?;
+                Ok(V::Str(s.clone()))
+            }
+            Expr::Number(_, n) => {
+                not_func("number")?;
+                Ok(number(n))
+            }
+            Expr::Bool(_, b) => {
+                not_func("bool")?;
+                Ok(V::Bool(*b))
+            }
+        }
+    }
+
+    fn eval_arg(&self, e: &Expr, dot: &V, vars: &mut Vars) -> R<V> {
+        match e {
+            Expr::Dot(_) => Ok(dot.clone()),
+            Expr::Field(_, fields) => self.eval_fields(dot.clone(), fields, &[], dot, vars, None),
+            Expr::Variable(_, name, fields) => {
+                let v = self.var(name, vars)?;
+                if fields.is_empty() {
+                    return Ok(v);
+                }
+                self.eval_fields(v, fields, &[], dot, vars, None)
+            }
+            Expr::Chain(_, inner, fields) => {
+                let v = self.eval_arg(inner, dot, vars)?;
+                self.eval_fields(v, fields, &[], dot, vars, None)
+            }
+            Expr::Identifier(_, name) => self.call_expr(name, &[], dot, vars, None),
+            Expr::String(_, s) => Ok(V::Str(s.clone())),
+            Expr::Number(_, n) => Ok(number(n)),
+            Expr::Bool(_, b) => Ok(V::Bool(*b)),
+            Expr::Nil(_) => Ok(V::Nil),
+            Expr::Pipe(_, p) => self.eval_pipe(p, dot, vars),
+        }
+    }
+
+    /// `receiver.f1.f2...`: map keys, or one of the methods Helm's data has on the last name.
+    fn eval_fields(
+        &self,
+        mut recv: V,
+        fields: &[gotmpl::parse::SmolStr],
+        args: &[Expr],
+        dot: &V,
+        vars: &mut Vars,
+        fin: Option<V>,
+    ) -> R<V> {
+        let Some((last, init)) = fields.split_last() else {
+            return Ok(recv);
+        };
+        for f in init {
+            recv = self.field(&recv, f, None)?;
+        }
+        let has_args = !args.is_empty() || fin.is_some();
+        if is_method(&recv, last) {
+            let mut vals = Vec::with_capacity(args.len() + 1);
+            for a in args {
+                vals.push(self.eval_arg(a, dot, vars)?);
+            }
+            vals.extend(fin);
+            return self.method(&recv, last, vals);
+        }
+        if has_args {
+            return Err(format!("{last} is not a method but has arguments"));
+        }
+        self.field(&recv, last, None)
+    }
+
+    fn field(&self, recv: &V, name: &str, _args: Option<()>) -> R<V> {
+        match recv {
+            V::Map(m) => {
+                if is_method(recv, name) {
+                    return self.method(recv, name, Vec::new());
+                }
+                Ok(m.get(name).unwrap_or(V::Nil))
+            }
+            V::Nil => Err(format!("nil pointer evaluating interface {{}}.{name}")),
+            other => Err(format!(
+                "can't evaluate field {name} in type {}",
+                other.type_name()
+            )),
+        }
+    }
+
+    fn method(&self, recv: &V, name: &str, args: Vec<V>) -> R<V> {
+        let hidden = match name {
+            "Has" => "__apiVersionsHas",
+            "Get" => "__filesGet",
+            "GetBytes" => "__filesGetBytes",
+            "Lines" => "__filesLines",
+            "Glob" => "__filesGlob",
+            "AsConfig" => "__filesAsConfig",
+            "AsSecrets" => "__filesAsSecrets",
+            _ => return Err(format!("can't evaluate field {name}")),
+        };
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(recv.clone());
+        all.extend(args);
+        let out = self.call_pack(hidden, &all)?;
+        Ok(match (name, out) {
+            ("Glob", V::Map(m)) => V::Map(Dict::with_kind(
+                m.entries().into_iter().collect(),
+                Kind::Files,
+            )),
+            (_, v) => v,
+        })
+    }
+
+    /// A function call from the tree: `and`/`or` evaluate their arguments lazily.
+    fn call_expr(
+        &self,
+        name: &str,
+        args: &[Expr],
+        dot: &V,
+        vars: &mut Vars,
+        fin: Option<V>,
+    ) -> R<V> {
+        if name == "and" || name == "or" {
+            if args.is_empty() && fin.is_none() {
+                return Err(format!(
+                    "wrong number of args for {name}: want at least 1 got 0"
+                ));
+            }
+            let want = name == "or";
+            let mut last = V::Nil;
+            for a in args {
+                last = self.eval_arg(a, dot, vars)?;
+                if last.truthy() == want {
+                    return Ok(last);
+                }
+            }
+            if let Some(f) = fin {
+                last = f;
+            }
+            return Ok(last);
+        }
+        let mut vals = Vec::with_capacity(args.len() + 1);
+        for a in args {
+            vals.push(self.eval_arg(a, dot, vars)?);
+        }
+        vals.extend(fin);
+        self.call(name, vals)
+    }
+
+    /// Calls a function by name with evaluated arguments.
+    pub fn call(&self, name: &str, args: Vec<V>) -> R<V> {
+        match name {
+            "include" => self.include(&args),
+            "tpl" => self.tpl(&args),
+            "set" => {
+                need(name, &args, 3)?;
+                let d = dict_strict(name, &args[0])?;
+                let key = self.strval(&args[1]);
+                d.update(&self.conv.generation, |m| {
+                    m.insert(key.into(), args[2].clone())
+                });
+                Ok(V::Map(d))
+            }
+            "unset" => {
+                need(name, &args, 2)?;
+                let d = dict_strict(name, &args[0])?;
+                let key = self.strval(&args[1]);
+                d.update(&self.conv.generation, |m| m.remove(key.as_str()));
+                Ok(V::Map(d))
+            }
+            "merge" | "mustMerge" => self.merge(name, &args, false),
+            "mergeOverwrite" | "mustMergeOverwrite" => self.merge(name, &args, true),
+            "deepCopy" | "mustDeepCopy" => {
+                need(name, &args, 1)?;
+                Ok(self.conv.deep_copy(&args[0]))
+            }
+            "dict" => {
+                let mut m = BTreeMap::new();
+                for pair in args.chunks(2) {
+                    let key: Arc<str> = self.strval(&pair[0]).into();
+                    m.insert(key, pair.get(1).cloned().unwrap_or_else(|| V::str("")));
+                }
+                Ok(V::Map(Dict::new(m)))
+            }
+            "get" => {
+                need(name, &args, 2)?;
+                let key = self.strval(&args[1]);
+                Ok(match &args[0] {
+                    V::Map(d) => d.get(&key).unwrap_or_else(|| V::str("")),
+                    V::Nil => V::str(""),
+                    other => {
+                        return Err(format!(
+                            "error calling {name}: expected a dict, got {}",
+                            other.type_name()
+                        ));
+                    }
+                })
+            }
+            "hasKey" => {
+                need(name, &args, 2)?;
+                let key = self.strval(&args[1]);
+                Ok(V::Bool(match &args[0] {
+                    V::Map(d) => d.contains(&key),
+                    V::Nil => false,
+                    other => {
+                        return Err(format!(
+                            "error calling {name}: expected a dict, got {}",
+                            other.type_name()
+                        ));
+                    }
+                }))
+            }
+            "index" => self.index(&args),
+            "not" => {
+                need(name, &args, 1)?;
+                Ok(V::Bool(!args[0].truthy()))
+            }
+            "and" | "or" => {
+                let want = name == "or";
+                Ok(args
+                    .iter()
+                    .find(|a| a.truthy() == want)
+                    .or(args.last())
+                    .cloned()
+                    .unwrap_or(V::Nil))
+            }
+            "call" => {
+                let Some(V::Func(f)) = args.first() else {
+                    return Err("non-function of type passed to call".into());
+                };
+                let g: Vec<gotmpl::Value> = args[1..].iter().map(|a| self.conv.to_g(a)).collect();
+                f(&g)
+                    .map(|v| self.conv.to_v(&v))
+                    .map_err(|e| super::funcs::message(&e))
+            }
+            _ if GOTMPL_TEXT.contains(&name) || GOTMPL_BOOL.contains(&name) => {
+                if self.funcs.contains_key(name) {
+                    return self.call_pack(name, &args);
+                }
+                self.go_builtin(name, &args)
+            }
+            _ => self.call_pack(name, &args),
+        }
+    }
+
+    /// A function of the Sprig pack, on converted values.
+    fn call_pack(&self, name: &str, args: &[V]) -> R<V> {
+        let f = self
+            .funcs
+            .get(name)
+            .ok_or_else(|| format!("function {name:?} not defined"))?;
+        let g: Vec<gotmpl::Value> = args.iter().map(|a| self.conv.to_g(a)).collect();
+        let out = f(&g).map_err(|e| super::funcs::message(&e))?;
+        Ok(self.conv.to_v(&out))
+    }
+
+    /// Go's own `printf`, `eq`, ... through a one-action `gotmpl` template.
+    fn go_builtin(&self, name: &str, args: &[V]) -> R<V> {
+        let key = (name.to_string(), args.len());
+        let mut cache = self.builtins.borrow_mut();
+        if !cache.contains_key(&key) {
+            let mut src = format!("{{{{{name}");
+            for i in 0..args.len() {
+                src.push_str(&format!(" (index . {i})"));
+            }
+            src.push_str("}}");
+            let t = gotmpl::Template::new(name)
+                .parse(&src)
+                .map_err(|e| super::funcs::message(&e))?;
+            cache.insert(key.clone(), t);
+        }
+        let Some(t) = cache.get(&key) else {
+            return Err(format!("function {name:?} not defined"));
+        };
+        let data = gotmpl::Value::List(args.iter().map(|a| self.conv.to_g(a)).collect());
+        let text = t
+            .execute_to_string(&data)
+            .map_err(|e| strip_gotmpl_prefix(&super::funcs::message(&e)))?;
+        if GOTMPL_BOOL.contains(&name) {
+            return Ok(V::Bool(text == "true"));
+        }
+        Ok(V::str(text))
+    }
+
+    fn merge(&self, name: &str, args: &[V], overwrite: bool) -> R<V> {
+        if args.is_empty() {
+            return Err(format!(
+                "wrong number of args for {name}: want at least 1 got 0"
+            ));
+        }
+        let dst = match &args[0] {
+            V::Map(d) => d.clone(),
+            V::Nil => Dict::new(BTreeMap::new()),
+            other => {
+                return Err(format!(
+                    "error calling {name}: expected a dict, got {}",
+                    other.type_name()
+                ));
+            }
+        };
+        for src in &args[1..] {
+            match src {
+                V::Map(s) => {
+                    if !s.same(&dst) {
+                        self.deep_merge(&dst, s, overwrite, 0);
+                    }
+                }
+                V::Nil => {}
+                other => {
+                    return Err(format!(
+                        "error calling {name}: expected a dict, got {}",
+                        other.type_name()
+                    ));
+                }
+            }
+        }
+        Ok(V::Map(dst))
+    }
+
+    /// Merges `src` into `dst` in place: nested maps merge into `dst`'s own map; other keys
+    /// keep `dst`'s value unless `overwrite` (an empty `dst` value is always filled).
+    fn deep_merge(&self, dst: &Dict, src: &Dict, overwrite: bool, depth: usize) {
+        if depth > 1000 {
+            return;
+        }
+        for (k, sv) in src.entries() {
+            let dv = dst.get(&k);
+            match (dv, &sv) {
+                (Some(V::Map(dm)), V::Map(sm)) => {
+                    if !dm.same(sm) {
+                        self.deep_merge(&dm, sm, overwrite, depth + 1);
+                    }
+                }
+                (Some(dv), _) => {
+                    let dv_empty = is_empty(&dv);
+                    if dv_empty || (overwrite && !is_empty(&sv)) {
+                        dst.update(&self.conv.generation, |m| m.insert(k, sv));
+                    }
+                }
+                (None, _) => {
+                    dst.update(&self.conv.generation, |m| m.insert(k, sv));
+                }
+            }
+        }
+    }
+
+    fn index(&self, args: &[V]) -> R<V> {
+        let Some(mut cur) = args.first().cloned() else {
+            return Err("wrong number of args for index: want at least 1 got 0".into());
+        };
+        for key in &args[1..] {
+            cur = match &cur {
+                V::Map(d) => d.get(&self.strval(key)).unwrap_or(V::Nil),
+                V::List(l) => {
+                    let i = match key {
+                        V::Int(i) => *i,
+                        V::Uint(u) => i64::try_from(*u).unwrap_or(i64::MAX),
+                        V::Float(f) if f.fract() == 0.0 => *f as i64,
+                        other => {
+                            return Err(format!(
+                                "cannot index slice/array with type {}",
+                                other.type_name()
+                            ));
+                        }
+                    };
+                    if i < 0 || i as usize >= l.len() {
+                        return Err(format!("error calling index: index out of range: {i}"));
+                    }
+                    l[i as usize].clone()
+                }
+                V::Str(s) => {
+                    let i = match key {
+                        V::Int(i) => *i,
+                        _ => return Err("cannot index string with non-integer".into()),
+                    };
+                    match usize::try_from(i).ok().and_then(|i| s.as_bytes().get(i)) {
+                        Some(b) => V::Int(i64::from(*b)),
+                        None => {
+                            return Err(format!("error calling index: index out of range: {i}"));
+                        }
+                    }
+                }
+                V::Nil => return Err("error calling index: index of untyped nil".into()),
+                other => {
+                    return Err(format!(
+                        "error calling index: can't index item of type {}",
+                        other.type_name()
+                    ));
+                }
+            };
+        }
+        Ok(cur)
+    }
+
+    fn include(&self, args: &[V]) -> R<V> {
+        let name = self.strval(args.first().unwrap_or(&V::Nil));
+        let data = args.get(1).cloned().unwrap_or(V::Nil);
+        let _guard = self.enter("include")?;
+        let tree = self
+            .lookup(&name)
+            .ok_or_else(|| format!("include {name:?}: no template {name:?} associated"))?;
+        let mut out = String::new();
+        let mut vars: Vars = vec![("$".into(), data.clone())];
+        self.walk(&tree, &data, &mut vars, &mut out)
+            .map_err(|e| format!("include {name:?}: {e}"))?;
+        Ok(V::str(out))
+    }
+
+    fn tpl(&self, args: &[V]) -> R<V> {
+        let text = self.strval(args.first().unwrap_or(&V::Nil));
+        let data = args.get(1).cloned().unwrap_or(V::Nil);
+        let _guard = self.enter("tpl")?;
+        let src = super::methods::lexer_fixed(&text);
+        let (tree, defines) = Parser::with_name(Some("tpl"), &src, "{{", "}}")
+            .and_then(Parser::parse)
+            .map_err(|e| format!("tpl: {}", strip_gotmpl_prefix(&e.to_string())))?;
+        let overlay: HashMap<String, Arc<ListNode>> = defines
+            .into_iter()
+            .map(|d| (d.name.to_string(), Arc::new(d.body)))
+            .collect();
+        self.overlays.borrow_mut().push(overlay);
+        let mut out = String::new();
+        let mut vars: Vars = vec![("$".into(), data.clone())];
+        let r = self.walk(&tree, &data, &mut vars, &mut out);
+        self.overlays.borrow_mut().pop();
+        r.map_err(|e| format!("tpl: {e}"))?;
+        Ok(V::str(out.replace("<no value>", "")))
+    }
+
+    /// Go's `fmt.Sprint` of one value.
+    pub fn sprint(&self, v: &V) -> String {
+        match v {
+            V::Str(s) => s.to_string(),
+            V::Nil => "<nil>".into(),
+            V::Bool(b) => b.to_string(),
+            V::Int(n) => n.to_string(),
+            V::Uint(n) => n.to_string(),
+            V::Float(f) => super::value::go_float(*f),
+            other => super::value::go_sprint(&self.conv.to_g(other)),
+        }
+    }
+
+    fn print(&self, v: &V, out: &mut String) {
+        match v {
+            V::Nil => out.push_str("<no value>"),
+            V::Str(s) => out.push_str(s),
+            other => out.push_str(&self.sprint(other)),
+        }
+    }
+
+    pub fn strval(&self, v: &V) -> String {
+        match v {
+            V::Str(s) => s.to_string(),
+            other => super::value::strval(&self.conv.to_g(other)),
+        }
+    }
+}
+
+struct DepthGuard<'a>(&'a Cell<usize>);
+
+impl Drop for DepthGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
+fn number(n: &Number) -> V {
+    match n {
+        Number::Int(i) => V::Int(*i),
+        Number::Uint(u) => V::Uint(*u),
+        Number::Float(f) => V::Float(*f),
+    }
+}
+
+fn is_method(recv: &V, name: &str) -> bool {
+    match recv {
+        V::Map(m) => {
+            m.kind() == Kind::Files
+                && matches!(
+                    name,
+                    "Get" | "GetBytes" | "Lines" | "Glob" | "AsConfig" | "AsSecrets"
+                )
+        }
+        V::List(_) => name == "Has",
+        _ => false,
+    }
+}
+
+fn need(name: &str, args: &[V], n: usize) -> R<()> {
+    if args.len() == n {
+        Ok(())
+    } else {
+        Err(format!(
+            "wrong number of args for {name}: want {n} got {}",
+            args.len()
+        ))
+    }
+}
+
+fn dict_strict(name: &str, v: &V) -> R<Dict> {
+    match v {
+        V::Map(d) => Ok(d.clone()),
+        other => Err(format!(
+            "error calling {name}: expected a dict, got {}",
+            other.type_name()
+        )),
+    }
+}
+
+/// Sprig's `empty`: the zero value of its type.
+fn is_empty(v: &V) -> bool {
+    !v.truthy() && !matches!(v, V::Func(_))
+}
+
+/// gotmpl's errors from a one-action template start with its own position; the message is
+/// what matters.
+fn strip_gotmpl_prefix(m: &str) -> String {
+    m.to_string()
+}
+
+#[cfg(test)]
+mod tests;
