@@ -197,7 +197,8 @@ pub fn capabilities(caps: &Capabilities) -> Value {
     ])
 }
 
-/// `.Files`: path → content, for the hidden `__files*` functions (see `render::methods`).
+/// `.Files`: path → content, for the hidden `__files*` functions `render::exec` calls for its
+/// methods.
 /// The content keeps every byte (see `render::bytes`), so a binary file reaches `b64enc` or
 /// `AsSecrets` exactly as Helm hands it over.
 pub fn files(c: &Chart) -> Value {
@@ -210,37 +211,4 @@ pub fn files(c: &Chart) -> Value {
             })
             .collect(),
     )
-}
-
-/// The full data for one template file.
-pub struct TemplateData<'a> {
-    pub values: Value,
-    pub release: &'a Value,
-    pub capabilities: &'a Value,
-    pub chart: Value,
-    pub files: Value,
-    pub template_name: &'a str,
-    pub base_path: &'a str,
-    /// `.Subcharts`: each enabled subchart's top-level objects (without `.Template`).
-    pub subcharts: Value,
-}
-
-impl TemplateData<'_> {
-    pub fn build(self) -> Value {
-        entries([
-            ("Values", self.values),
-            ("Release", self.release.clone()),
-            ("Chart", self.chart),
-            ("Capabilities", self.capabilities.clone()),
-            ("Files", self.files),
-            ("Subcharts", self.subcharts),
-            (
-                "Template",
-                entries([
-                    ("Name", s(self.template_name)),
-                    ("BasePath", s(self.base_path)),
-                ]),
-            ),
-        ])
-    }
 }

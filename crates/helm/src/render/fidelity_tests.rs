@@ -244,3 +244,68 @@ fn only_the_top_charts_helmignore_applies() {
     );
     assert!(out.contains("top: .helmignore t.txt \n"), "{out}");
 }
+
+/// Each manifest's source and text, for a chart of several templates.
+fn render_sources(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let files = super::tests::chart(extra);
+    match super::render_release(
+        &files,
+        &json!({}),
+        &super::tests::release(),
+        &super::Capabilities::default(),
+    ) {
+        Ok(r) => {
+            let mut out: Vec<(String, String)> = r
+                .manifests
+                .iter()
+                .map(|m| (m.source.clone(), m.text.clone()))
+                .collect();
+            out.sort();
+            out
+        }
+        Err(e) => panic!("render failed: {e}"),
+    }
+}
+
+/// Maps are references across templates (issue 13, root cause 1): helm renders a chart's
+/// templates deepest first and in reverse name order, and every template of a chart shares
+/// its root data and `.Values`; a subchart's `.Values` is its parent's `.Values.<name>`.
+#[test]
+fn changes_to_the_root_data_and_values_are_seen_by_later_templates() {
+    let out = render_sources(&[
+        ("values.yaml", "g: {x: 1}\n"),
+        (
+            "templates/a.yaml",
+            "kind: A\na4: {{ $_ := set . \"top\" \"t\" }}{{ .top }}\n\
+             a5: {{ $_ := set $ \"Values\" (merge (dict \"m\" 1) $.Values) }}{{ .Values.m }}\n",
+        ),
+        (
+            "templates/b.yaml",
+            "kind: B\nb1: \"{{ .Values.m }} {{ .top }} {{ .Values.sub }}\"\n",
+        ),
+        (
+            "templates/0.yaml",
+            "kind: Z\nz1: {{ .Values.m }} {{ .top }}\n",
+        ),
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 0.1.0\n",
+        ),
+        ("charts/sub/values.yaml", "k: v\n"),
+        (
+            "charts/sub/templates/s.yaml",
+            "kind: S\ns1: \"{{ $_ := set .Values \"fromsub\" 1 }}{{ .top }} {{ .Values }}\"\n\
+             s2: {{ $_ := set . \"top\" \"sub\" }}\n",
+        ),
+    ]);
+    let texts: Vec<&str> = out.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "kind: S\ns1: \" map[fromsub:1 global:map[] k:v]\"\ns2: \n",
+            "kind: Z\nz1: 1 t\n",
+            "kind: A\na4: t\na5: 1\n",
+            "kind: B\nb1: \"  map[fromsub:1 global:map[] k:v]\"\n",
+        ]
+    );
+}

@@ -7,14 +7,11 @@ mod bytes;
 pub mod chart;
 mod context;
 mod engine;
-// Not yet wired into the engine (next step).
-#[allow(dead_code)]
 mod exec;
 mod files;
 pub mod funcs;
 pub mod goyaml;
 mod helmignore;
-mod live_values;
 pub mod manifests;
 mod methods;
 mod schema;

@@ -78,6 +78,11 @@ impl Exec {
         self.templates.insert(name.to_string(), Arc::new(tree));
     }
 
+    /// The parsed templates, for freeing elsewhere.
+    pub fn into_templates(self) -> HashMap<String, Arc<ListNode>> {
+        self.templates
+    }
+
     fn lookup(&self, name: &str) -> Option<Arc<ListNode>> {
         for o in self.overlays.borrow().iter().rev() {
             if let Some(t) = o.get(name) {
@@ -347,6 +352,10 @@ impl Exec {
     }
 
     /// `receiver.f1.f2...`: map keys, or one of the methods Helm's data has on the last name.
+    ///
+    /// Go has two nils here: the receiver a chain starts from (dot, a variable, a pipeline's
+    /// result) is "no value" when nil, and a field of it is again no value; but a map's
+    /// missing (or nil) entry is a nil interface, and a field of that fails.
     fn eval_fields(
         &self,
         mut recv: V,
@@ -359,8 +368,10 @@ impl Exec {
         let Some((last, init)) = fields.split_last() else {
             return Ok(recv);
         };
+        let mut typed_nil = false;
         for f in init {
-            recv = self.field(&recv, f, None)?;
+            recv = self.field(&recv, f, typed_nil)?;
+            typed_nil = true;
         }
         let has_args = !args.is_empty() || fin.is_some();
         if is_method(&recv, last) {
@@ -374,10 +385,10 @@ impl Exec {
         if has_args {
             return Err(format!("{last} is not a method but has arguments"));
         }
-        self.field(&recv, last, None)
+        self.field(&recv, last, typed_nil)
     }
 
-    fn field(&self, recv: &V, name: &str, _args: Option<()>) -> R<V> {
+    fn field(&self, recv: &V, name: &str, typed_nil: bool) -> R<V> {
         match recv {
             V::Map(m) => {
                 if is_method(recv, name) {
@@ -385,7 +396,8 @@ impl Exec {
                 }
                 Ok(m.get(name).unwrap_or(V::Nil))
             }
-            V::Nil => Err(format!("nil pointer evaluating interface {{}}.{name}")),
+            V::Nil if typed_nil => Err(format!("nil pointer evaluating interface {{}}.{name}")),
+            V::Nil => Ok(V::Nil),
             other => Err(format!(
                 "can't evaluate field {name} in type {}",
                 other.type_name()

@@ -134,3 +134,16 @@ fn a_field_of_a_missing_value_fails() {
         "{err}"
     );
 }
+
+#[test]
+fn a_field_of_a_nil_variable_is_no_value() {
+    assert_eq!(ok(r#"a{{ $x := .Values }}{{ $x.y }}"#), "a<no value>");
+    assert_eq!(ok(r#"a{{ (.nope).x }}"#), "a<no value>");
+    let err = run("{{ .nope.x }}", serde_json::json!({}))
+        .err()
+        .unwrap_or_default();
+    assert!(
+        err.contains("nil pointer evaluating interface {}.x"),
+        "{err}"
+    );
+}
