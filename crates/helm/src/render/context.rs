@@ -167,6 +167,21 @@ pub fn chart_in_scope(scope: &super::values::Scope<'_>) -> Value {
     chart_from_metadata(&metadata)
 }
 
+/// The structs of `.Capabilities` and their fields in Go's order (how they print whole).
+pub const CAPABILITY_STRUCTS: [(&str, &[&str]); 2] = [
+    ("KubeVersion", &["Version", "GitVersion", "Major", "Minor"]),
+    (
+        "HelmVersion",
+        &[
+            "Version",
+            "GitCommit",
+            "GitTreeState",
+            "GoVersion",
+            "KubeClientVersion",
+        ],
+    ),
+];
+
 pub fn capabilities(caps: &Capabilities) -> Value {
     let v = caps.kube_version.trim_start_matches('v');
     let mut parts = v.split(['.', '-', '+']);

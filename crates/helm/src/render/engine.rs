@@ -90,6 +90,15 @@ pub fn render_each(
         .collect();
     let release_v = exec.conv.to_v(&context::release(release));
     let caps_v = exec.conv.to_v(&context::capabilities(caps));
+    if let V::Map(c) = &caps_v {
+        // Helm's structs, printed as Go prints them.
+        for (key, fields) in context::CAPABILITY_STRUCTS {
+            if let Some(V::Map(m)) = c.get(key) {
+                let s = Dict::with_kind(m.entries().into_iter().collect(), Kind::Struct(fields));
+                c.update(&exec.conv.generation, |c| c.insert(key.into(), V::Map(s)));
+            }
+        }
+    }
     let scope_index = |s: &Scope<'_>| scopes.iter().position(|(c, _)| std::ptr::eq(*c, s));
     // Each chart's root data, built once: subcharts first, for `.Subcharts`.
     let mut roots: Vec<Option<Dict>> = vec![None; scopes.len()];

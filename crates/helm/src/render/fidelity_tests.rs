@@ -309,3 +309,18 @@ fn changes_to_the_root_data_and_values_are_seen_by_later_templates() {
         ]
     );
 }
+
+/// Helm's `.Capabilities.KubeVersion` and `.HelmVersion` are structs and print as Go prints
+/// them (issue 13, root cause 6).
+#[test]
+fn capability_structs_print_as_go_structs() {
+    let t = "t: {{ printf \"%v|%v|%s\" .Capabilities.KubeVersion .Capabilities.HelmVersion .Capabilities.KubeVersion | quote }}\n\
+             u: {{ .Capabilities.KubeVersion | quote }}\n\
+             v: \"{{ .Capabilities.KubeVersion.Version }} {{ .Capabilities.APIVersions | len }}\"\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "t: \"{v1.36.0 v1.36.0 1 36}|{v4.2.3 43e8b7feece8beb0fcba47059ec9b522fd929a64 clean go1.26.5 v1.36}|{v1.36.0 v1.36.0 1 36}\"\n\
+         u: \"{v1.36.0 v1.36.0 1 36}\"\n\
+         v: \"v1.36.0 55\"\n"
+    );
+}

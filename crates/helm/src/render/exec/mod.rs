@@ -754,6 +754,10 @@ impl Exec {
             V::Int(n) => n.to_string(),
             V::Uint(n) => n.to_string(),
             V::Float(f) => super::value::go_float(*f),
+            V::Map(d) => match d.kind() {
+                Kind::Struct(fields) => self.conv.struct_text(d, fields),
+                _ => super::value::go_sprint(&self.conv.to_g(v)),
+            },
             other => super::value::go_sprint(&self.conv.to_g(other)),
         }
     }

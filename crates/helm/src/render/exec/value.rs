@@ -18,6 +18,10 @@ type GMap = BTreeMap<Arc<str>, G>;
 pub enum Kind {
     Plain,
     Files,
+    /// One of Helm's structs (`.Capabilities.KubeVersion`): fields read as map keys, and it
+    /// prints as Go prints a struct, its fields' values in this order in braces. A function
+    /// of the Sprig pack gets that text (all one can do with a struct there is print it).
+    Struct(&'static [&'static str]),
 }
 
 pub struct DictCell {
@@ -135,7 +139,7 @@ impl V {
 }
 
 /// How deep a value may nest when converted (a map can hold itself).
-const MAX_DEPTH: usize = 10_000;
+const MAX_DEPTH: usize = 300;
 
 /// Converts between [`V`] and `gotmpl` values for one render.
 #[derive(Default)]
@@ -162,9 +166,25 @@ impl Conv {
             V::List(l) if depth < MAX_DEPTH => {
                 G::List(l.iter().map(|x| self.to_g_at(x, depth + 1)).collect())
             }
-            V::Map(d) if depth < MAX_DEPTH => G::Map(self.snapshot(d, depth)),
+            V::Map(d) if depth < MAX_DEPTH => match d.kind() {
+                Kind::Struct(fields) => G::String(self.struct_text(d, fields).into()),
+                _ => G::Map(self.snapshot(d, depth)),
+            },
             V::List(_) | V::Map(_) => G::Nil,
         }
+    }
+
+    /// Go's `%v` of a struct: `{v1 v2 ...}`.
+    pub fn struct_text(&self, d: &Dict, fields: &[&str]) -> String {
+        let parts: Vec<String> = fields
+            .iter()
+            .map(|f| match d.get(f) {
+                Some(V::Str(s)) => s.to_string(),
+                Some(other) => crate::render::value::go_sprint(&self.to_g(&other)),
+                None => String::new(),
+            })
+            .collect();
+        format!("{{{}}}", parts.join(" "))
     }
 
     fn snapshot(&self, d: &Dict, depth: usize) -> Arc<GMap> {
