@@ -147,3 +147,51 @@ fn a_field_of_a_nil_variable_is_no_value() {
         "{err}"
     );
 }
+
+/// Inputs Go would loop on or reject must end in an error or some text, never a panic or a
+/// stack overflow.
+#[test]
+fn self_containing_maps_and_runaway_recursion_do_not_crash() {
+    let cyclic = r#"{{ $d := dict "a" 1 }}{{ $_ := set $d "self" $d }}{{ $x := toJson $d }}{{ $y := deepCopy $d }}{{ $_ := merge $d $y }}{{ len $d }}"#;
+    assert_eq!(ok(cyclic), "2");
+    let err = run(
+        r#"{{ define "r" }}{{ include "r" . }}{{ end }}{{ include "r" . }}"#,
+        serde_json::json!({}),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(err.contains("nesting deeper than"), "{err}");
+    let err = run(
+        r#"{{ define "r" }}{{ template "r" . }}{{ end }}{{ template "r" . }}"#,
+        serde_json::json!({}),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(err.contains("nesting deeper than"), "{err}");
+    let err = run(
+        r#"{{ tpl "{{ tpl . . }}" "{{ tpl . . }}" }}"#,
+        serde_json::json!({}),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(err.contains("nesting deeper than"), "{err}");
+    for bad in [
+        "{{ nil }}",
+        "{{ 1 2 }}",
+        "{{ .a 1 }}",
+        "{{ $x = 1 }}",
+        "{{ range \"s\" }}{{ end }}",
+        "{{ index (list 1) 5 }}",
+        "{{ index 1 1 }}",
+        "{{ set 1 \"a\" 2 }}",
+        "{{ nofunc 1 }}",
+        "{{ template \"none\" }}",
+        "{{ (list 1).x }}",
+        "{{ \"s\".x }}",
+    ] {
+        assert!(
+            run(bad, serde_json::json!({})).is_err(),
+            "{bad} should fail"
+        );
+    }
+}
