@@ -51,8 +51,10 @@
 //! - A nil where a dict is expected reads as an empty dict in `merge`, `mergeOverwrite`,
 //!   `get`, `hasKey`, `keys`, ... (Go does this for a nil variable; for a missing field
 //!   passed directly, helm fails with "wrong type for value", berth does not).
-//! - Errors name the template and the message (`execution error in NAME: ...`), not Go's
-//!   `template: NAME:LINE:COL: executing "NAME" at <...>:` form.
+//! - Execution errors are helm's texts (`execution error at (FILE:LINE:COL): ...` for `fail`
+//!   and `required`, Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...`
+//!   otherwise), on one line where helm v4 splits some (a nil pointer, a missing template)
+//!   over three; a column on a line `render::methods` respelled may differ.
 //!
 //! # Maps are references (berth's executor)
 //!
@@ -88,8 +90,8 @@
 //!   `include`/`tpl` are native.
 //!
 //! Still to do on this design: the other structs of Helm's data printed whole (`.Release`,
-//! `.Chart`, `.Capabilities` show as maps), error texts with node positions (helm's `template: NAME:LINE:COL:
-//! executing "NAME" at <.Values.x>: ...`), and a parser berth owns, so the two respellings
+//! `.Chart`, `.Capabilities` show as maps), Go's parse-time checks (an unknown function in a
+//! branch never taken fails in Go), and a parser berth owns, so the two respellings
 //! in `render::methods` (a comment with a left trim marker only; a pipeline ending in `|`) go.
 //!
 //! - Functions whose output is random or time-dependent (`randAlphaNum`, `now`, `uuidv4`, ...)

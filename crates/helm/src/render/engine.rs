@@ -2,7 +2,7 @@
 //! ones, the way Helm's engine does, on berth's own executor (`render::exec`).
 
 use super::context::{self, Capabilities};
-use super::exec::{Dict, Exec, Kind, V, value as xvalue};
+use super::exec::{Dict, Exec, Kind, Source, V, value as xvalue};
 use super::funcs::{self, fail};
 use super::methods;
 use super::value::strval;
@@ -74,10 +74,14 @@ pub fn render_each(
 
     let mut exec = Exec::new(function_map(lookup));
     for (e, parsed) in entries.iter().zip(parse_all(&entries)) {
-        let (tree, defines) = parsed?;
-        exec.add(&e.name, tree);
+        let (tree, defines, text) = parsed?;
+        let source = Source {
+            file: e.name.as_str().into(),
+            text,
+        };
+        exec.add(&e.name, tree, Some(source.clone()));
         for d in defines {
-            exec.add(d.name.as_str(), d.body);
+            exec.add(d.name.as_str(), d.body, Some(source.clone()));
         }
     }
 
@@ -142,12 +146,12 @@ pub fn render_each(
         data.update(&exec.conv.generation, |m| {
             m.insert("Template".into(), V::Map(Dict::new(template)))
         });
-        let text =
-            exec.execute(&e.name, &V::Map(data))
-                .map_err(|message| RenderError::Execute {
-                    template: e.name.clone(),
-                    message,
-                })?;
+        let text = exec
+            .execute(&e.name, &V::Map(data))
+            .map_err(|text| RenderError::Execute {
+                template: e.name.clone(),
+                message: helm_message(&text),
+            })?;
         each(RenderedFile {
             name: e.name.clone(),
             text: if text.contains("<no value>") {
@@ -166,6 +170,23 @@ pub fn render_each(
         }
     }
     Ok(())
+}
+
+/// Helm's text for an execution error: a `fail` or `required` anywhere inside reads
+/// `execution error at (FILE:LINE:COL): MESSAGE`, placed where the outermost template called
+/// into it; any other error keeps Go's `template: FILE:LINE:COL: executing ...` text.
+fn helm_message(text: &str) -> String {
+    let marker = ["error calling fail: ", "error calling required: "]
+        .iter()
+        .filter_map(|m| text.rfind(m).map(|i| i + m.len()))
+        .max();
+    let location = text
+        .strip_prefix("template: ")
+        .and_then(|rest| rest.split(": executing ").next());
+    match (marker, location) {
+        (Some(at), Some(loc)) => format!("execution error at ({loc}): {}", &text[at..]),
+        _ => text.to_string(),
+    }
 }
 
 /// `.Values` of the chart scope at `path` in the top chart's values; when that is missing,
@@ -205,7 +226,8 @@ pub fn is_large(root: &Scope<'_>) -> bool {
     bytes(root) >= PARALLEL_PARSE_BYTES
 }
 
-type Parsed = Result<(ListNode, Vec<gotmpl::parse::DefineNode>), RenderError>;
+/// A template's tree, its definitions and the text they were parsed from.
+type Parsed = Result<(ListNode, Vec<gotmpl::parse::DefineNode>, Arc<str>), RenderError>;
 
 /// Parses every template; on a large chart the work is split across two threads (templates
 /// are independent until they are added to the set, which happens in order afterwards).
@@ -218,7 +240,7 @@ fn parse_all(entries: &[Entry<'_>]) -> Vec<Parsed> {
                 template: e.name.clone(),
                 message: err.to_string(),
             })?;
-        Ok((tree, defines))
+        Ok((tree, defines, Arc::from(src.as_ref())))
     };
     let total: usize = entries.iter().map(|e| e.source.len()).sum();
     if total < PARALLEL_PARSE_BYTES {

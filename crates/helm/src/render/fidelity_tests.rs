@@ -324,3 +324,86 @@ fn capability_structs_print_as_go_structs() {
          v: \"v1.36.0 55\"\n"
     );
 }
+
+/// Execution errors read as helm's (issue 13, root cause 11): `fail` and `required` as
+/// `execution error at (FILE:LINE:COL): MESSAGE` where the outermost template called into
+/// them, other errors in Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...` form,
+/// nested through `include` and `tpl`.
+#[test]
+fn execution_errors_read_as_helms() {
+    let helpers = "{{- define \"h\" }}\n  {{ required \"need x\" .Values.x }}\n{{- end }}\n\
+                   {{- define \"h2\" }}{{ .Values.a.b }}{{ end }}\n\
+                   {{- define \"h3\" }}{{ eq 1.5 1 }}{{ end }}\n\
+                   {{- define \"h4\" }}{{ fail \"inner\" }}{{ end }}\n";
+    let cases = [
+        (
+            "a: {{ fail \"boom\" }}\n",
+            "execution error at (hello/templates/x.yaml:1:6): boom",
+        ),
+        (
+            "a: 1\nb: {{ include \"h\" . }}\n",
+            "execution error at (hello/templates/x.yaml:2:6): need x",
+        ),
+        (
+            "a: {{ eq 1.5 1 }}\n",
+            "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <eq 1.5 1>: error calling eq: incompatible types for comparison: float64 and int",
+        ),
+        (
+            "a: {{ include \"h3\" . }}\n",
+            "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <include \"h3\" .>: error calling include: template: hello/templates/_h.tpl:5:21: executing \"h3\" at <eq 1.5 1>: error calling eq: incompatible types for comparison: float64 and int",
+        ),
+        (
+            "a: {{ template \"h4\" . }}\n",
+            "execution error at (hello/templates/_h.tpl:6:21): inner",
+        ),
+        (
+            "a: {{ tpl \"{{ fail \\\"x\\\" }}\" . }}\n",
+            "execution error at (hello/templates/x.yaml:1:6): x",
+        ),
+        (
+            "a: {{ tpl \"{{ .Values.a.b }}\" . }}\n",
+            "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <tpl \"{{ .Values.a.b }}\" .>: error calling tpl: error during tpl function execution for \"{{ .Values.a.b }}\": template: gotpl:1:10: executing \"gotpl\" at <.Values.a.b>: nil pointer evaluating interface {}.b",
+        ),
+        (
+            "a: {{ $x := include \"h\" . }}\n",
+            "execution error at (hello/templates/x.yaml:1:12): need x",
+        ),
+        (
+            "a: {{ index (list 1) 3 }}\n",
+            "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <index (list 1) 3>: error calling index: index out of range: 3",
+        ),
+    ];
+    for (template, helm) in cases {
+        let err = super::tests::render_err(
+            &[
+                ("templates/_h.tpl", helpers),
+                ("templates/x.yaml", template),
+            ],
+            json!({}),
+        );
+        assert_eq!(err.to_string(), helm, "{template}");
+    }
+    // helm v4 prints these on three lines (`FILE:LINE:COL`, `executing ... at <NODE>:`, the
+    // message); the place and the message are the same.
+    for (template, place) in [
+        ("a: {{ .Values.a.b }}\n", "hello/templates/x.yaml:1:13"),
+        (
+            "a: {{ $x := dict }}{{ $x.a.b }}\n",
+            "hello/templates/x.yaml:1:24",
+        ),
+    ] {
+        let err = super::tests::render_err(
+            &[
+                ("templates/_h.tpl", helpers),
+                ("templates/x.yaml", template),
+            ],
+            json!({}),
+        )
+        .to_string();
+        assert!(err.contains(place), "{err}");
+        assert!(
+            err.ends_with("nil pointer evaluating interface {}.b"),
+            "{err}"
+        );
+    }
+}

@@ -72,7 +72,8 @@ pub enum RenderError {
     Values(String),
     #[error("parse error in {template}: {message}")]
     Parse { template: String, message: String },
-    #[error("execution error in {template}: {message}")]
+    /// `message` is helm's text, which names the template and the place in it.
+    #[error("{message}")]
     Execute { template: String, message: String },
     #[error("{template} rendered invalid YAML: {message}")]
     Yaml { template: String, message: String },

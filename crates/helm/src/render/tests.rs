@@ -40,7 +40,7 @@ pub(super) fn render_one(extra: &[(&str, &str)], values: serde_json::Value) -> S
     }
 }
 
-fn render_err(extra: &[(&str, &str)], values: serde_json::Value) -> RenderError {
+pub(super) fn render_err(extra: &[(&str, &str)], values: serde_json::Value) -> RenderError {
     match render_chart(&chart(extra), &values, &release()) {
         Ok(m) => panic!("expected an error, got {m:?}"),
         Err(e) => e,
@@ -409,7 +409,7 @@ fn fail_messages_reach_the_user_verbatim() {
     );
     assert_eq!(
         err.to_string(),
-        "execution error in hello/templates/x.yaml: include \"check\": replicas must be odd"
+        "execution error at (hello/templates/x.yaml:1:3): replicas must be odd"
     );
 }
 

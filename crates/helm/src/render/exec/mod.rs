@@ -51,7 +51,27 @@ pub struct Exec {
     /// Tiny `gotmpl` templates running Go's own builtins (`printf`, `eq`, ...), by name and
     /// arity.
     builtins: RefCell<HashMap<(String, usize), gotmpl::Template>>,
+    /// Each template's file and source text, for error positions.
+    sources: HashMap<String, Source>,
+    /// The templates being executed (innermost last), for error positions.
+    frames: RefCell<Vec<Frame>>,
 }
+
+/// The file a template is defined in and that file's text.
+#[derive(Clone)]
+pub struct Source {
+    pub file: Arc<str>,
+    pub text: Arc<str>,
+}
+
+struct Frame {
+    name: Arc<str>,
+    source: Option<Source>,
+}
+
+/// Marks an error text that already says where it happened (Go's `template: FILE:LINE:COL:
+/// executing "NAME" at <NODE>: ` prefix), so callers further out do not say it again.
+const FRAMED: char = '\u{1}';
 
 /// Go's builtins that run through `gotmpl` (their results are text or a boolean).
 const GOTMPL_TEXT: &[&str] = &["print", "printf", "println", "html", "js", "urlquery"];
@@ -66,16 +86,59 @@ impl Exec {
             depth: Cell::new(0),
             overlays: RefCell::new(Vec::new()),
             builtins: RefCell::new(HashMap::new()),
+            sources: HashMap::new(),
+            frames: RefCell::new(Vec::new()),
         }
     }
 
     /// Adds a named tree. As in Go, an empty (whitespace-only) tree does not replace a
     /// template that has content.
-    pub fn add(&mut self, name: &str, tree: ListNode) {
+    pub fn add(&mut self, name: &str, tree: ListNode, source: Option<Source>) {
         if tree.is_empty_tree() && self.templates.get(name).is_some_and(|t| !t.is_empty_tree()) {
             return;
         }
         self.templates.insert(name.to_string(), Arc::new(tree));
+        match source {
+            Some(s) => self.sources.insert(name.to_string(), s),
+            None => self.sources.remove(name),
+        };
+    }
+
+    /// Runs `f` as the execution of template `name` (for error positions).
+    fn in_frame<T>(&self, name: &str, source: Option<Source>, f: impl FnOnce() -> R<T>) -> R<T> {
+        let source = source.or_else(|| self.sources.get(name).cloned());
+        self.frames.borrow_mut().push(Frame {
+            name: name.into(),
+            source,
+        });
+        let out = f();
+        self.frames.borrow_mut().pop();
+        out
+    }
+
+    /// Says where an error happened, as Go does, unless it already says so: the template's
+    /// file, line and column (a byte offset within the line, from 0) of `offset`, the
+    /// template's name and the node.
+    fn frame(&self, e: String, offset: usize, node: &dyn Fn() -> String) -> String {
+        if e.starts_with(FRAMED) {
+            return e;
+        }
+        let frames = self.frames.borrow();
+        let Some(f) = frames.last() else { return e };
+        let (file, line, col) = match &f.source {
+            Some(s) => {
+                let before = s.text.get(..offset.min(s.text.len())).unwrap_or("");
+                let line = 1 + before.matches('\n').count();
+                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1);
+                (s.file.to_string(), line, col)
+            }
+            None => (f.name.to_string(), 0, 0),
+        };
+        format!(
+            "{FRAMED}template: {file}:{line}:{col}: executing {} at <{}>: {e}",
+            super::value::go_quote(&f.name),
+            node()
+        )
     }
 
     /// The parsed templates, for freeing elsewhere.
@@ -93,13 +156,16 @@ impl Exec {
     }
 
     /// Executes the template `name` with `data` as `.` and `$`.
+    /// An error says where it happened in Go's form (`template: FILE:LINE:COL: executing
+    /// "NAME" at <NODE>: ...`), nested through `include` and `tpl` as Go nests it.
     pub fn execute(&self, name: &str, data: &V) -> R<String> {
         let tree = self
             .lookup(name)
-            .ok_or_else(|| format!("no template {name:?} associated with template {name:?}"))?;
+            .ok_or_else(|| format!("template: no template {name:?} associated"))?;
         let mut out = String::new();
         let mut vars: Vars = vec![("$".into(), data.clone())];
-        self.walk(&tree, data, &mut vars, &mut out)?;
+        self.in_frame(name, None, || self.walk(&tree, data, &mut vars, &mut out))
+            .map_err(|e| e.trim_start_matches(FRAMED).to_string())?;
         Ok(out)
     }
 
@@ -139,12 +205,19 @@ impl Exec {
                     Some(p) => self.eval_pipe(p, dot, vars)?,
                     None => V::Nil,
                 };
-                let tree = self
-                    .lookup(&t.name)
-                    .ok_or_else(|| format!("template: no template {:?} associated", t.name))?;
-                let _guard = self.enter("template")?;
+                let node = || format!("template {}", super::value::go_quote(&t.name));
+                let tree = self.lookup(&t.name).ok_or_else(|| {
+                    self.frame(
+                        format!("template: no template {:?} associated", t.name),
+                        t.pos.offset,
+                        &node,
+                    )
+                })?;
+                let _guard = self
+                    .enter("template")
+                    .map_err(|e| self.frame(e, t.pos.offset, &node))?;
                 let mut inner: Vars = vec![("$".into(), data.clone())];
-                self.walk(&tree, &data, &mut inner, out)?;
+                self.in_frame(&t.name, None, || self.walk(&tree, &data, &mut inner, out))?;
             }
             Node::Define(_) => {}
             Node::Break(_) => return Ok(Flow::Break),
@@ -280,6 +353,21 @@ impl Exec {
         let Some(first) = cmd.args.first() else {
             return Err("empty command".into());
         };
+        self.eval_command_inner(cmd, first, dot, vars, fin)
+            .map_err(|e| match first {
+                Expr::Identifier(..) => self.frame(e, first.pos().offset, &|| cmd_string(cmd)),
+                _ => self.frame(e, chain_offset(first), &|| expr_string(first)),
+            })
+    }
+
+    fn eval_command_inner(
+        &self,
+        cmd: &CommandNode,
+        first: &Expr,
+        dot: &V,
+        vars: &mut Vars,
+        fin: Option<V>,
+    ) -> R<V> {
         let rest = &cmd.args[1..];
         let not_func = |what: &str| -> R<()> {
             if rest.is_empty() && fin.is_none() {
@@ -328,6 +416,11 @@ impl Exec {
     }
 
     fn eval_arg(&self, e: &Expr, dot: &V, vars: &mut Vars) -> R<V> {
+        self.eval_arg_inner(e, dot, vars)
+            .map_err(|err| self.frame(err, chain_offset(e), &|| expr_string(e)))
+    }
+
+    fn eval_arg_inner(&self, e: &Expr, dot: &V, vars: &mut Vars) -> R<V> {
         match e {
             Expr::Dot(_) => Ok(dot.clone()),
             Expr::Field(_, fields) => self.eval_fields(dot.clone(), fields, &[], dot, vars, None),
@@ -462,7 +555,17 @@ impl Exec {
             vals.push(self.eval_arg(a, dot, vars)?);
         }
         vals.extend(fin);
-        self.call(name, vals)
+        // Go says which function failed, around whatever the function said.
+        self.call(name, vals).map_err(|e| {
+            if !e.starts_with(FRAMED)
+                && (e.starts_with("wrong number of args")
+                    || e.starts_with(&format!("error calling {name}: ")))
+            {
+                e
+            } else {
+                format!("error calling {name}: {}", e.trim_start_matches(FRAMED))
+            }
+        })
     }
 
     /// Calls a function by name with evaluated arguments.
@@ -714,24 +817,32 @@ impl Exec {
         let name = self.strval(args.first().unwrap_or(&V::Nil));
         let data = args.get(1).cloned().unwrap_or(V::Nil);
         let _guard = self.enter("include")?;
-        let tree = self
-            .lookup(&name)
-            .ok_or_else(|| format!("include {name:?}: no template {name:?} associated"))?;
+        let tree = self.lookup(&name).ok_or_else(|| {
+            format!("template: no template {name:?} associated with template \"gotpl\"")
+        })?;
         let mut out = String::new();
         let mut vars: Vars = vec![("$".into(), data.clone())];
-        self.walk(&tree, &data, &mut vars, &mut out)
-            .map_err(|e| format!("include {name:?}: {e}"))?;
+        self.in_frame(&name, None, || self.walk(&tree, &data, &mut vars, &mut out))?;
         Ok(V::str(out))
     }
 
+    /// Helm's `tpl text data`: `text` runs as a template named `gotpl`, with the chart's
+    /// templates and its own definitions.
     fn tpl(&self, args: &[V]) -> R<V> {
         let text = self.strval(args.first().unwrap_or(&V::Nil));
         let data = args.get(1).cloned().unwrap_or(V::Nil);
         let _guard = self.enter("tpl")?;
+        let failed = |e: &str| {
+            format!(
+                "error during tpl function execution for {}: {}",
+                super::value::go_quote(&text),
+                e.trim_start_matches(FRAMED)
+            )
+        };
         let src = super::methods::lexer_fixed(&text);
-        let (tree, defines) = Parser::with_name(Some("tpl"), &src, "{{", "}}")
+        let (tree, defines) = Parser::with_name(Some("gotpl"), &src, "{{", "}}")
             .and_then(Parser::parse)
-            .map_err(|e| format!("tpl: {}", strip_gotmpl_prefix(&e.to_string())))?;
+            .map_err(|e| failed(&e.to_string()))?;
         let overlay: HashMap<String, Arc<ListNode>> = defines
             .into_iter()
             .map(|d| (d.name.to_string(), Arc::new(d.body)))
@@ -739,9 +850,15 @@ impl Exec {
         self.overlays.borrow_mut().push(overlay);
         let mut out = String::new();
         let mut vars: Vars = vec![("$".into(), data.clone())];
-        let r = self.walk(&tree, &data, &mut vars, &mut out);
+        let source = Source {
+            file: "gotpl".into(),
+            text: src.as_ref().into(),
+        };
+        let r = self.in_frame("gotpl", Some(source), || {
+            self.walk(&tree, &data, &mut vars, &mut out)
+        });
         self.overlays.borrow_mut().pop();
-        r.map_err(|e| format!("tpl: {e}"))?;
+        r.map_err(|e| failed(&e))?;
         Ok(V::str(out.replace("<no value>", "")))
     }
 
@@ -838,6 +955,60 @@ fn is_empty(v: &V) -> bool {
 /// what matters.
 fn strip_gotmpl_prefix(m: &str) -> String {
     m.to_string()
+}
+
+/// Where Go places a field chain in errors: `.a.b.c` at its second field (the first is a
+/// node of its own), `$x.a` at its first field.
+fn chain_offset(e: &Expr) -> usize {
+    match e {
+        Expr::Field(p, fs) if fs.len() >= 2 => p.offset + 1 + fs[0].len(),
+        Expr::Variable(p, name, fs) if !fs.is_empty() => p.offset + name.len(),
+        other => other.pos().offset,
+    }
+}
+
+/// A node as Go prints it in errors.
+fn expr_string(e: &Expr) -> String {
+    let fields =
+        |fs: &[gotmpl::parse::SmolStr]| -> String { fs.iter().map(|f| format!(".{f}")).collect() };
+    match e {
+        Expr::Dot(_) => ".".into(),
+        Expr::Field(_, fs) => fields(fs),
+        Expr::Variable(_, name, fs) => format!("{name}{}", fields(fs)),
+        Expr::Identifier(_, name) => name.to_string(),
+        Expr::String(_, s) => super::value::go_quote(s),
+        Expr::Number(_, Number::Int(i)) => i.to_string(),
+        Expr::Number(_, Number::Uint(u)) => u.to_string(),
+        Expr::Number(_, Number::Float(f)) => super::value::go_float(*f),
+        Expr::Bool(_, b) => b.to_string(),
+        Expr::Nil(_) => "nil".into(),
+        Expr::Pipe(_, p) => format!("({})", pipe_string(p)),
+        Expr::Chain(_, inner, fs) => format!("{}{}", expr_string(inner), fields(fs)),
+    }
+}
+
+fn cmd_string(c: &CommandNode) -> String {
+    c.args.iter().map(expr_string).collect::<Vec<_>>().join(" ")
+}
+
+fn pipe_string(p: &PipeNode) -> String {
+    let cmds = p
+        .commands
+        .iter()
+        .map(cmd_string)
+        .collect::<Vec<_>>()
+        .join(" | ");
+    if p.decl.is_empty() {
+        return cmds;
+    }
+    let decl = p
+        .decl
+        .iter()
+        .map(|d| d.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let op = if p.is_assign { "=" } else { ":=" };
+    format!("{decl} {op} {cmds}")
 }
 
 #[cfg(test)]

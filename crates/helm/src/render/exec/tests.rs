@@ -11,9 +11,23 @@ fn run(src: &str, data: serde_json::Value) -> Result<String, String> {
     let (tree, defines) = Parser::with_name(Some("t"), src, "{{", "}}")
         .and_then(Parser::parse)
         .map_err(|e| e.to_string())?;
-    exec.add("t", tree);
+    exec.add(
+        "t",
+        tree,
+        Some(super::Source {
+            file: "t".into(),
+            text: src.into(),
+        }),
+    );
     for d in defines {
-        exec.add(d.name.as_str(), d.body);
+        exec.add(
+            d.name.as_str(),
+            d.body,
+            Some(super::Source {
+                file: "t".into(),
+                text: src.into(),
+            }),
+        );
     }
     let data: V = value::from_json(&data);
     exec.execute("t", &data)
