@@ -51,6 +51,8 @@
 //! - A nil where a dict is expected reads as an empty dict in `merge`, `mergeOverwrite`,
 //!   `get`, `hasKey`, `keys`, ... (Go does this for a nil variable; for a missing field
 //!   passed directly, helm fails with "wrong type for value", berth does not).
+//! - A template calling a function helm does not have fails when parsed, as in helm; the
+//!   few helm functions the pack lacks (`render::exec`'s `NOT_YET`) fail only when called.
 //! - Execution errors are helm's texts (`execution error at (FILE:LINE:COL): ...` for `fail`
 //!   and `required`, Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...`
 //!   otherwise), on one line where helm v4 splits some (a nil pointer, a missing template)
@@ -90,8 +92,7 @@
 //!   `include`/`tpl` are native.
 //!
 //! Still to do on this design: the other structs of Helm's data printed whole (`.Release`,
-//! `.Chart`, `.Capabilities` show as maps), Go's parse-time checks (an unknown function in a
-//! branch never taken fails in Go), and a parser berth owns, so the two respellings
+//! `.Chart`, `.Capabilities` show as maps), and a parser berth owns, so the two respellings
 //! in `render::methods` (a comment with a left trim marker only; a pipeline ending in `|`) go.
 //!
 //! - Functions whose output is random or time-dependent (`randAlphaNum`, `now`, `uuidv4`, ...)

@@ -75,6 +75,21 @@ pub fn render_each(
     let mut exec = Exec::new(function_map(lookup));
     for (e, parsed) in entries.iter().zip(parse_all(&entries)) {
         let (tree, defines, text) = parsed?;
+        // Go refuses a template that calls an unknown function when it parses it.
+        let undefined = std::iter::once(&tree)
+            .chain(defines.iter().map(|d| &d.body))
+            .filter_map(|t| exec.undefined_function(t))
+            .min_by_key(|(offset, _)| *offset);
+        if let Some((offset, name)) = undefined {
+            let line = 1 + text.get(..offset).unwrap_or("").matches('\n').count();
+            return Err(RenderError::Parse {
+                template: e.name.clone(),
+                message: format!(
+                    "parse error at ({}:{line}): function {name:?} not defined",
+                    e.name
+                ),
+            });
+        }
         let source = Source {
             file: e.name.as_str().into(),
             text,
@@ -238,7 +253,7 @@ fn parse_all(entries: &[Entry<'_>]) -> Vec<Parsed> {
             .and_then(Parser::parse)
             .map_err(|err| RenderError::Parse {
                 template: e.name.clone(),
-                message: err.to_string(),
+                message: format!("parse error in {}: {err}", e.name),
             })?;
         Ok((tree, defines, Arc::from(src.as_ref())))
     };

@@ -407,3 +407,28 @@ fn execution_errors_read_as_helms() {
         );
     }
 }
+
+/// Go refuses a template calling an unknown function when it parses it, even in a branch
+/// that never runs; inside `tpl` the text is refused when `tpl` runs.
+#[test]
+fn unknown_functions_are_parse_errors() {
+    let err = super::tests::render_err(
+        &[(
+            "templates/x.yaml",
+            "a: 1\n{{ if false }}\n{{ nofunc 1 }}{{ end }}\n",
+        )],
+        json!({}),
+    );
+    assert_eq!(
+        err.to_string(),
+        "parse error at (hello/templates/x.yaml:3): function \"nofunc\" not defined"
+    );
+    let err = super::tests::render_err(
+        &[("templates/x.yaml", "a: {{ tpl \"{{ nofunc }}\" . }}\n")],
+        json!({}),
+    );
+    assert_eq!(
+        err.to_string(),
+        "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <tpl \"{{ nofunc }}\" .>: error calling tpl: cannot parse template \"{{ nofunc }}\": template: gotpl:1: function \"nofunc\" not defined"
+    );
+}

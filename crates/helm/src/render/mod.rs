@@ -70,7 +70,8 @@ pub enum RenderError {
     Chart(String),
     #[error("invalid values: {0}")]
     Values(String),
-    #[error("parse error in {template}: {message}")]
+    /// `message` names the template (and, where helm's does, the line).
+    #[error("{message}")]
     Parse { template: String, message: String },
     /// `message` is helm's text, which names the template and the place in it.
     #[error("{message}")]

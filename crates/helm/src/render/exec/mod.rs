@@ -73,6 +73,45 @@ struct Frame {
 /// executing "NAME" at <NODE>: ` prefix), so callers further out do not say it again.
 const FRAMED: char = '\u{1}';
 
+/// The functions [`Exec::call`] runs itself.
+const NATIVE: &[&str] = &[
+    "include",
+    "tpl",
+    "set",
+    "unset",
+    "merge",
+    "mustMerge",
+    "mergeOverwrite",
+    "mustMergeOverwrite",
+    "deepCopy",
+    "mustDeepCopy",
+    "dict",
+    "get",
+    "hasKey",
+    "index",
+    "not",
+    "and",
+    "or",
+    "call",
+];
+
+/// Functions helm has that the pack does not have yet: a template may mention them (they
+/// fail only when called), so parsing does not refuse them as unknown.
+const NOT_YET: &[&str] = &[
+    "hello",
+    "ago",
+    "date_in_zone",
+    "date_modify",
+    "durationRound",
+    "htmlDateInZone",
+    "must_date_modify",
+    "randAscii",
+    "randInt",
+    "getHostByName",
+    "randBytes",
+    "toYamlPretty",
+];
+
 /// Go's builtins that run through `gotmpl` (their results are text or a boolean).
 const GOTMPL_TEXT: &[&str] = &["print", "printf", "println", "html", "js", "urlquery"];
 const GOTMPL_BOOL: &[&str] = &["eq", "ne", "lt", "le", "gt", "ge"];
@@ -139,6 +178,26 @@ impl Exec {
             super::value::go_quote(&f.name),
             node()
         )
+    }
+
+    /// The first function `list` calls that is not defined (its offset and name): Go refuses
+    /// such a template when parsing it, even in a branch that never runs.
+    pub fn undefined_function(&self, list: &ListNode) -> Option<(usize, String)> {
+        let known = |name: &str| {
+            self.funcs.contains_key(name)
+                || NATIVE.contains(&name)
+                || GOTMPL_TEXT.contains(&name)
+                || GOTMPL_BOOL.contains(&name)
+                || NOT_YET.contains(&name)
+        };
+        let mut found: Option<(usize, String)> = None;
+        let mut note = |offset: usize, name: &str| {
+            if !known(name) && found.as_ref().is_none_or(|(o, _)| offset < *o) {
+                found = Some((offset, name.to_string()));
+            }
+        };
+        visit_list(list, &mut note);
+        found
     }
 
     /// The parsed templates, for freeing elsewhere.
@@ -840,9 +899,25 @@ impl Exec {
             )
         };
         let src = super::methods::lexer_fixed(&text);
+        let cannot_parse = |e: &str| {
+            format!(
+                "cannot parse template {}: {e}",
+                super::value::go_quote(&text)
+            )
+        };
         let (tree, defines) = Parser::with_name(Some("gotpl"), &src, "{{", "}}")
             .and_then(Parser::parse)
-            .map_err(|e| failed(&e.to_string()))?;
+            .map_err(|e| cannot_parse(&e.to_string()))?;
+        let undefined = std::iter::once(&tree)
+            .chain(defines.iter().map(|d| &d.body))
+            .filter_map(|t| self.undefined_function(t))
+            .min_by_key(|(offset, _)| *offset);
+        if let Some((offset, name)) = undefined {
+            let line = 1 + src.get(..offset).unwrap_or("").matches('\n').count();
+            return Err(cannot_parse(&format!(
+                "template: gotpl:{line}: function {name:?} not defined"
+            )));
+        }
         let overlay: HashMap<String, Arc<ListNode>> = defines
             .into_iter()
             .map(|d| (d.name.to_string(), Arc::new(d.body)))
@@ -955,6 +1030,46 @@ fn is_empty(v: &V) -> bool {
 /// what matters.
 fn strip_gotmpl_prefix(m: &str) -> String {
     m.to_string()
+}
+
+fn visit_list(list: &ListNode, note: &mut dyn FnMut(usize, &str)) {
+    for node in &list.nodes {
+        match node {
+            Node::Action(a) => visit_pipe(&a.pipe, note),
+            Node::If(b) | Node::With(b) | Node::Range(b) => {
+                visit_pipe(&b.pipe, note);
+                visit_list(&b.body, note);
+                if let Some(e) = &b.else_body {
+                    visit_list(e, note);
+                }
+            }
+            Node::List(l) => visit_list(l, note),
+            Node::Define(d) => visit_list(&d.body, note),
+            Node::Template(t) => {
+                if let Some(p) = &t.pipe {
+                    visit_pipe(p, note);
+                }
+            }
+            Node::Text(_) | Node::Break(_) | Node::Continue(_) => {}
+        }
+    }
+}
+
+fn visit_pipe(p: &PipeNode, note: &mut dyn FnMut(usize, &str)) {
+    for c in &p.commands {
+        for a in &c.args {
+            visit_expr(a, note);
+        }
+    }
+}
+
+fn visit_expr(e: &Expr, note: &mut dyn FnMut(usize, &str)) {
+    match e {
+        Expr::Identifier(p, name) => note(p.offset, name),
+        Expr::Pipe(_, p) => visit_pipe(p, note),
+        Expr::Chain(_, inner, _) => visit_expr(inner, note),
+        _ => {}
+    }
 }
 
 /// Where Go places a field chain in errors: `.a.b.c` at its second field (the first is a
