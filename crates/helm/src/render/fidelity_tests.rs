@@ -432,3 +432,14 @@ fn unknown_functions_are_parse_errors() {
         "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <tpl \"{{ nofunc }}\" .>: error calling tpl: cannot parse template \"{{ nofunc }}\": template: gotpl:1: function \"nofunc\" not defined"
     );
 }
+
+/// Nil in Sprig's string functions: `toString` prints Go's `<nil>`, `join` and `toStrings`
+/// leave nil items out.
+#[test]
+fn nil_in_string_functions_is_as_sprig_has_it() {
+    let t = "a: {{ list (toString nil) (toString .Values.m) (quote nil) (join \",\" (list 1 nil \"x\")) (toStrings (list nil 2)) (print \"a\" nil 1 2 \"b\") | toJson }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "a: [\"\\u003cnil\\u003e\",\"\\u003cnil\\u003e\",\"\",\"1,x\",[\"2\"],\"a\\u003cnil\\u003e 1 2b\"]\n"
+    );
+}
