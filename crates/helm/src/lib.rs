@@ -54,9 +54,10 @@
 //! - A template calling a function helm does not have fails when parsed, as in helm; the
 //!   few helm functions the pack lacks (`render::exec`'s `NOT_YET`) fail only when called.
 //! - Execution errors are helm's texts (`execution error at (FILE:LINE:COL): ...` for `fail`
-//!   and `required`, Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...`
-//!   otherwise), on one line where helm v4 splits some (a nil pointer, a missing template)
-//!   over three; a column on a line `render::methods` respelled may differ.
+//!   and `required`, Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...` for a
+//!   function's error, helm v4's lines for the executor's own), except that a column on a
+//!   line `render::methods` respelled may differ and a few messages are worded differently
+//!   (those of functions the pack checks itself, a nesting limit).
 //!
 //! # Maps are references (berth's executor)
 //!

@@ -189,7 +189,11 @@ pub fn render_each(
 
 /// Helm's text for an execution error: a `fail` or `required` anywhere inside reads
 /// `execution error at (FILE:LINE:COL): MESSAGE`, placed where the outermost template called
-/// into it; any other error keeps Go's `template: FILE:LINE:COL: executing ...` text.
+/// into it; an error a function returned keeps Go's one-line `template: FILE:LINE:COL:
+/// executing ...` text; one the executor raised itself (a nil pointer, a wrong argument, a
+/// missing template), reached through any number of `include`s, is laid out as helm v4 lays
+/// it out: each place on a line of its own, then `executing "NAME" at <NODE>:`, then the
+/// message.
 fn helm_message(text: &str) -> String {
     let marker = ["error calling fail: ", "error calling required: "]
         .iter()
@@ -198,10 +202,36 @@ fn helm_message(text: &str) -> String {
     let location = text
         .strip_prefix("template: ")
         .and_then(|rest| rest.split(": executing ").next());
-    match (marker, location) {
-        (Some(at), Some(loc)) => format!("execution error at ({loc}): {}", &text[at..]),
-        _ => text.to_string(),
+    if let (Some(at), Some(loc)) = (marker, location) {
+        return format!("execution error at ({loc}): {}", &text[at..]);
     }
+    let from_a_function = text.match_indices("error calling ").any(|(i, m)| {
+        let name = text[i + m.len()..].split(':').next().unwrap_or("");
+        name != "include"
+    });
+    if from_a_function {
+        return text.to_string();
+    }
+    laid_out(text)
+}
+
+/// `template: LOC: executing "NAME" at <NODE>: MESSAGE` as helm v4 prints it, nested
+/// through `error calling include: `.
+fn laid_out(text: &str) -> String {
+    let parts = text.strip_prefix("template: ").and_then(|rest| {
+        let (loc, rest) = rest.split_once(": executing ")?;
+        let (name, rest) = rest.split_once(" at <")?;
+        let (node, message) = rest.split_once(">: ")?;
+        Some((loc, name, node, message))
+    });
+    let Some((loc, name, node, message)) = parts else {
+        return text.to_string();
+    };
+    let message = match message.strip_prefix("error calling include: ") {
+        Some(inner) => format!("error calling include:\n{}", laid_out(inner)),
+        None => message.to_string(),
+    };
+    format!("{loc}\n  executing {name} at <{node}>:\n    {message}")
 }
 
 /// `.Values` of the chart scope at `path` in the top chart's values; when that is missing,

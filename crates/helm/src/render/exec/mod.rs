@@ -730,7 +730,15 @@ impl Exec {
             .get(name)
             .ok_or_else(|| format!("function {name:?} not defined"))?;
         let g: Vec<gotmpl::Value> = args.iter().map(|a| self.conv.to_g(a)).collect();
-        let out = f(&g).map_err(|e| super::funcs::message(&e))?;
+        let out = f(&g).map_err(|e| match e {
+            // Go checks the count before calling, in its own words.
+            gotmpl::TemplateError::ArgCount {
+                name,
+                expected,
+                got,
+            } => format!("wrong number of args for {name}: want {expected} got {got}"),
+            other => super::funcs::message(&other),
+        })?;
         Ok(self.conv.to_v(&out))
     }
 
