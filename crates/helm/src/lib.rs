@@ -48,9 +48,10 @@
 //!   client library's API versions, its `HelmVersion` fields), which moves with helm's
 //!   version. `.Capabilities.KubeVersion` and `.HelmVersion` print whole as Go prints their
 //!   structs; `toYaml`/`toJson` of them give maps of their fields.
-//! - A nil where a dict is expected reads as an empty dict in `merge`, `mergeOverwrite`,
-//!   `get`, `hasKey`, `keys`, ... (Go does this for a nil variable; for a missing field
-//!   passed directly, helm fails with "wrong type for value", berth does not).
+//! - Go's type checks of function arguments are only partly there: a map's missing entry
+//!   passed directly to a Sprig map parameter (`hasKey .Values.nothing "k"`) fails as in helm
+//!   (a nil variable or piped value reads as an empty map, as in Go), but other typed
+//!   parameters take any value (`upper .Values.nothing` gives "" where helm refuses it).
 //! - A template calling a function helm does not have fails when parsed, as in helm; the
 //!   few helm functions the pack lacks (`render::exec`'s `NOT_YET`) fail only when called.
 //! - Execution errors are helm's texts (`execution error at (FILE:LINE:COL): ...` for `fail`

@@ -454,3 +454,37 @@ fn nil_in_string_functions_is_as_sprig_has_it() {
         "a: [\"\\u003cnil\\u003e\",\"\\u003cnil\\u003e\",\"\",\"1,x\",[\"2\"],\"a\\u003cnil\\u003e 1 2b\"]\n"
     );
 }
+
+/// Go's two nils where a Sprig function takes a map: a nil variable is an empty map, but a
+/// map's missing entry passed directly is refused (issue 13, root cause 4, as helm v4.2.3
+/// has it).
+#[test]
+fn a_missing_entry_passed_to_a_map_parameter_is_refused() {
+    for (template, place) in [
+        ("a: {{ hasKey .Values.nothing \"k\" }}\n", "1:20"),
+        ("a: {{ keys .Values.nothing }}\n", "1:18"),
+        ("a: {{ merge (dict) .Values.nothing | toJson }}\n", "1:26"),
+        ("a: {{ get .Values.nothing \"k\" }}\n", "1:17"),
+    ] {
+        let err = super::tests::render_err(&[("templates/x.yaml", template)], json!({}));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "hello/templates/x.yaml:{place}\n  executing \"hello/templates/x.yaml\" at \
+                 <.Values.nothing>:\n    wrong type for value; expected map[string]interface {{}}; \
+                 got interface {{}}"
+            ),
+            "{template}"
+        );
+    }
+    assert_eq!(
+        render_one(
+            &[(
+                "templates/x.yaml",
+                "{{ $n := .Values.nothing }}a: {{ hasKey $n \"k\" }} {{ .Values.nothing | keys }}\n"
+            )],
+            json!({})
+        ),
+        "a: false []\n"
+    );
+}

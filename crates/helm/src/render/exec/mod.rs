@@ -510,20 +510,36 @@ impl Exec {
     /// missing (or nil) entry is a nil interface, and a field of that fails.
     fn eval_fields(
         &self,
-        mut recv: V,
+        recv: V,
         fields: &[gotmpl::parse::SmolStr],
         args: &[Expr],
         dot: &V,
         vars: &mut Vars,
         fin: Option<V>,
     ) -> R<V> {
+        self.eval_fields_typed(recv, fields, args, dot, vars, fin)
+            .map(|(v, _)| v)
+    }
+
+    /// [`Self::eval_fields`], also telling whether the result is a map's missing or nil
+    /// entry (Go's nil interface, which a function's map parameter refuses).
+    fn eval_fields_typed(
+        &self,
+        mut recv: V,
+        fields: &[gotmpl::parse::SmolStr],
+        args: &[Expr],
+        dot: &V,
+        vars: &mut Vars,
+        fin: Option<V>,
+    ) -> R<(V, bool)> {
         let Some((last, init)) = fields.split_last() else {
-            return Ok(recv);
+            return Ok((recv, false));
         };
         let mut typed_nil = false;
         for f in init {
+            let from_map = matches!(recv, V::Map(_));
             recv = self.field(&recv, f, typed_nil)?;
-            typed_nil = true;
+            typed_nil = from_map && matches!(recv, V::Nil);
         }
         let has_args = !args.is_empty() || fin.is_some();
         if is_method(&recv, last) {
@@ -532,12 +548,37 @@ impl Exec {
                 vals.push(self.eval_arg(a, dot, vars)?);
             }
             vals.extend(fin);
-            return self.method(&recv, last, vals);
+            return self.method(&recv, last, vals).map(|v| (v, false));
         }
         if has_args {
             return Err(format!("{last} is not a method but has arguments"));
         }
-        self.field(&recv, last, typed_nil)
+        let from_map = matches!(recv, V::Map(_));
+        let v = self.field(&recv, last, typed_nil)?;
+        let typed = from_map && matches!(v, V::Nil);
+        Ok((v, typed))
+    }
+
+    /// An argument's value, and whether it is a map's missing or nil entry.
+    fn eval_arg_typed(&self, e: &Expr, dot: &V, vars: &mut Vars) -> R<(V, bool)> {
+        let typed =
+            |r: R<(V, bool)>| r.map_err(|err| self.frame(err, chain_offset(e), &|| expr_string(e)));
+        match e {
+            Expr::Field(_, fields) => {
+                typed(self.eval_fields_typed(dot.clone(), fields, &[], dot, vars, None))
+            }
+            Expr::Variable(_, name, fields) if !fields.is_empty() => {
+                let v = self
+                    .var(name, vars)
+                    .map_err(|err| self.frame(err, chain_offset(e), &|| expr_string(e)))?;
+                typed(self.eval_fields_typed(v, fields, &[], dot, vars, None))
+            }
+            Expr::Chain(_, inner, fields) => {
+                let v = self.eval_arg(inner, dot, vars)?;
+                typed(self.eval_fields_typed(v, fields, &[], dot, vars, None))
+            }
+            _ => self.eval_arg(e, dot, vars).map(|v| (v, false)),
+        }
     }
 
     fn field(&self, recv: &V, name: &str, typed_nil: bool) -> R<V> {
@@ -610,8 +651,20 @@ impl Exec {
             return Ok(last);
         }
         let mut vals = Vec::with_capacity(args.len() + 1);
-        for a in args {
-            vals.push(self.eval_arg(a, dot, vars)?);
+        let map_params = map_params(name, args.len());
+        for (i, a) in args.iter().enumerate() {
+            let (v, typed_nil) = self.eval_arg_typed(a, dot, vars)?;
+            // Go hands a nil variable to a map parameter as an empty map, but refuses a map's
+            // missing entry passed directly.
+            if typed_nil && map_params.contains(&i) {
+                return Err(self.frame(
+                    "wrong type for value; expected map[string]interface {}; got interface {}"
+                        .into(),
+                    chain_offset(a),
+                    &|| expr_string(a),
+                ));
+            }
+            vals.push(v);
         }
         vals.extend(fin);
         // Go says which function failed, around whatever the function said.
@@ -1077,6 +1130,17 @@ fn visit_expr(e: &Expr, note: &mut dyn FnMut(usize, &str)) {
         Expr::Pipe(_, p) => visit_pipe(p, note),
         Expr::Chain(_, inner, _) => visit_expr(inner, note),
         _ => {}
+    }
+}
+
+/// Which of `n` written arguments of Sprig function `name` are map parameters.
+fn map_params(name: &str, n: usize) -> std::ops::Range<usize> {
+    match name {
+        "hasKey" | "get" | "set" | "unset" | "values" | "pick" | "omit" => 0..n.min(1),
+        "keys" | "merge" | "mergeOverwrite" | "mustMerge" | "mustMergeOverwrite" => 0..n,
+        "pluck" => 1.min(n)..n,
+        "dig" => n.saturating_sub(1)..n,
+        _ => 0..0,
     }
 }
 
