@@ -797,6 +797,62 @@ impl Exec {
 
     /// Go's own `printf`, `eq`, ... through a one-action `gotmpl` template.
     fn go_builtin(&self, name: &str, args: &[V]) -> R<V> {
+        if name == "printf"
+            && let Some(V::Str(f)) = args.first()
+            && f.contains("%T")
+        {
+            let (f, rest) = self.type_verbs(f, &args[1..])?;
+            let mut all = vec![V::str(f)];
+            all.extend(rest);
+            return self.go_builtin_run(name, &all);
+        }
+        self.go_builtin_run(name, args)
+    }
+
+    /// `printf`'s `%T` (which gotmpl lacks): each becomes `%s` of the argument's Go type
+    /// name (Sprig's `typeOf`).
+    fn type_verbs(&self, format: &str, args: &[V]) -> R<(String, Vec<V>)> {
+        let mut out = String::with_capacity(format.len());
+        let mut args = args.to_vec();
+        let mut next_arg = 0;
+        let mut chars = format.chars().peekable();
+        while let Some(c) = chars.next() {
+            out.push(c);
+            if c != '%' {
+                continue;
+            }
+            if chars.peek() == Some(&'%') {
+                out.push('%');
+                chars.next();
+                continue;
+            }
+            while let Some(&f) = chars.peek() {
+                if f.is_ascii_alphabetic() {
+                    break;
+                }
+                out.push(f);
+                chars.next();
+            }
+            match chars.next() {
+                Some('T') => {
+                    out.push('s');
+                    if let Some(a) = args.get(next_arg).cloned() {
+                        let t = match a {
+                            V::Nil => V::str("<nil>"),
+                            other => self.call_pack("typeOf", &[other])?,
+                        };
+                        args[next_arg] = t;
+                    }
+                }
+                Some(v) => out.push(v),
+                None => {}
+            }
+            next_arg += 1;
+        }
+        Ok((out, args))
+    }
+
+    fn go_builtin_run(&self, name: &str, args: &[V]) -> R<V> {
         let key = (name.to_string(), args.len());
         let mut cache = self.builtins.borrow_mut();
         if !cache.contains_key(&key) {
@@ -816,7 +872,7 @@ impl Exec {
         let data = gotmpl::Value::List(args.iter().map(|a| self.conv.to_g(a)).collect());
         let text = t
             .execute_to_string(&data)
-            .map_err(|e| strip_gotmpl_prefix(&super::funcs::message(&e)))?;
+            .map_err(|e| super::funcs::message(&e))?;
         if GOTMPL_BOOL.contains(&name) {
             return Ok(V::Bool(text == "true"));
         }
@@ -1085,12 +1141,6 @@ fn dict_strict(name: &str, v: &V) -> R<Dict> {
 /// Sprig's `empty`: the zero value of its type.
 fn is_empty(v: &V) -> bool {
     !v.truthy() && !matches!(v, V::Func(_))
-}
-
-/// gotmpl's errors from a one-action template start with its own position; the message is
-/// what matters.
-fn strip_gotmpl_prefix(m: &str) -> String {
-    m.to_string()
 }
 
 fn visit_list(list: &ListNode, note: &mut dyn FnMut(usize, &str)) {

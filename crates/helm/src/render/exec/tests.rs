@@ -136,6 +136,10 @@ fn control_flow_variables_and_printing() {
         "0 z false"
     );
     assert_eq!(ok(r#"{{ range 3 }}{{ . }}{{ end }}"#), "012");
+    assert_eq!(
+        ok(r#"{{ printf "%T %T %T %T %d%%" 1 .nope "s" (list) 5 }}"#),
+        "int <nil> string []interface {} 5%"
+    );
 }
 
 #[test]
