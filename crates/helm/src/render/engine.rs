@@ -75,19 +75,14 @@ pub fn render_each(
     let mut exec = Exec::new(function_map(lookup));
     for (e, parsed) in entries.iter().zip(parse_all(&entries)) {
         let (tree, defines, text) = parsed?;
-        // Go refuses a template that calls an unknown function when it parses it.
-        let undefined = std::iter::once(&tree)
-            .chain(defines.iter().map(|d| &d.body))
-            .filter_map(|t| exec.undefined_function(t))
-            .min_by_key(|(offset, _)| *offset);
-        if let Some((offset, name)) = undefined {
+        // What Go's parser refuses (an unknown function, an undeclared variable).
+        if let Some((offset, message)) =
+            exec.parse_check(std::iter::once(&tree).chain(defines.iter().map(|d| &d.body)))
+        {
             let line = 1 + text.get(..offset).unwrap_or("").matches('\n').count();
             return Err(RenderError::Parse {
                 template: e.name.clone(),
-                message: format!(
-                    "parse error at ({}:{line}): function {name:?} not defined",
-                    e.name
-                ),
+                message: format!("parse error at ({}:{line}): {message}", e.name),
             });
         }
         let source = Source {

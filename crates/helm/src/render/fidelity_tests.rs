@@ -435,6 +435,28 @@ fn unknown_functions_are_parse_errors() {
         "parse error at (hello/templates/x.yaml:3): function \"nofunc\" not defined"
     );
     let err = super::tests::render_err(
+        &[(
+            "templates/x.yaml",
+            "a: {{ range .Values.l }}{{ $y := 1 }}{{ end }}\n{{ if false }}{{ $y }}{{ end }}\n",
+        )],
+        json!({}),
+    );
+    assert_eq!(
+        err.to_string(),
+        "parse error at (hello/templates/x.yaml:2): undefined variable \"$y\""
+    );
+    // An assignment to an undeclared variable fails only when it runs.
+    assert_eq!(
+        render_one(
+            &[(
+                "templates/x.yaml",
+                "a: {{ if false }}{{ $x = 1 }}{{ end }}1\n"
+            )],
+            json!({})
+        ),
+        "a: 1\n"
+    );
+    let err = super::tests::render_err(
         &[("templates/x.yaml", "a: {{ tpl \"{{ nofunc }}\" . }}\n")],
         json!({}),
     );

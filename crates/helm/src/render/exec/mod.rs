@@ -180,9 +180,30 @@ impl Exec {
         )
     }
 
-    /// The first function `list` calls that is not defined (its offset and name): Go refuses
-    /// such a template when parsing it, even in a branch that never runs.
-    pub fn undefined_function(&self, list: &ListNode) -> Option<(usize, String)> {
+    /// What Go's parser refuses in a tree (or one of its definitions), at the first place in
+    /// the text: a call of an unknown function or a use of an undeclared variable, even in a
+    /// branch that never runs. The offset and Go's message.
+    pub fn parse_check<'t>(
+        &self,
+        trees: impl IntoIterator<Item = &'t ListNode>,
+    ) -> Option<(usize, String)> {
+        trees
+            .into_iter()
+            .flat_map(|t| {
+                let function = self
+                    .undefined_function(t)
+                    .map(|(o, n)| (o, format!("function {n:?} not defined")));
+                let mut scope = vec![Arc::<str>::from("$")];
+                let variable = undefined_variable(t, &mut scope)
+                    .map(|(o, n)| (o, format!("undefined variable {n:?}")));
+                [function, variable]
+            })
+            .flatten()
+            .min_by_key(|(offset, _)| *offset)
+    }
+
+    /// The first function `list` calls that is not defined (its offset and name).
+    fn undefined_function(&self, list: &ListNode) -> Option<(usize, String)> {
         let known = |name: &str| {
             self.funcs.contains_key(name)
                 || NATIVE.contains(&name)
@@ -1025,15 +1046,11 @@ impl Exec {
         let (tree, defines) = Parser::with_name(Some("gotpl"), &src, "{{", "}}")
             .and_then(Parser::parse)
             .map_err(|e| cannot_parse(&e.to_string()))?;
-        let undefined = std::iter::once(&tree)
-            .chain(defines.iter().map(|d| &d.body))
-            .filter_map(|t| self.undefined_function(t))
-            .min_by_key(|(offset, _)| *offset);
-        if let Some((offset, name)) = undefined {
+        if let Some((offset, message)) =
+            self.parse_check(std::iter::once(&tree).chain(defines.iter().map(|d| &d.body)))
+        {
             let line = 1 + src.get(..offset).unwrap_or("").matches('\n').count();
-            return Err(cannot_parse(&format!(
-                "template: gotpl:{line}: function {name:?} not defined"
-            )));
+            return Err(cannot_parse(&format!("template: gotpl:{line}: {message}")));
         }
         let overlay: HashMap<String, Arc<ListNode>> = defines
             .into_iter()
@@ -1141,6 +1158,63 @@ fn dict_strict(name: &str, v: &V) -> R<Dict> {
 /// Sprig's `empty`: the zero value of its type.
 fn is_empty(v: &V) -> bool {
     !v.truthy() && !matches!(v, V::Func(_))
+}
+
+/// The first variable used in `list` that no enclosing action declared (Go's parser scopes:
+/// a control action's declarations, in its pipeline or body, end with its `end`).
+fn undefined_variable(list: &ListNode, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
+    for node in &list.nodes {
+        let found = match node {
+            Node::Action(a) => pipe_variables(&a.pipe, scope),
+            Node::If(b) | Node::With(b) | Node::Range(b) => {
+                let mark = scope.len();
+                let found = pipe_variables(&b.pipe, scope)
+                    .or_else(|| undefined_variable(&b.body, scope))
+                    .or_else(|| {
+                        b.else_body
+                            .as_ref()
+                            .and_then(|e| undefined_variable(e, scope))
+                    });
+                scope.truncate(mark);
+                found
+            }
+            Node::List(l) => undefined_variable(l, scope),
+            Node::Define(d) => undefined_variable(&d.body, &mut vec![Arc::from("$")]),
+            Node::Template(t) => t.pipe.as_ref().and_then(|p| pipe_variables(p, scope)),
+            Node::Text(_) | Node::Break(_) | Node::Continue(_) => None,
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// Checks a pipeline's variable uses, then declares what it declares.
+fn pipe_variables(p: &PipeNode, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
+    for c in &p.commands {
+        for a in &c.args {
+            if let Some(found) = expr_variables(a, scope) {
+                return Some(found);
+            }
+        }
+    }
+    if !p.is_assign {
+        scope.extend(p.decl.iter().map(|d| Arc::<str>::from(d.as_str())));
+    }
+    None
+}
+
+fn expr_variables(e: &Expr, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
+    match e {
+        Expr::Variable(p, name, _) => {
+            let known = scope.iter().any(|v| v.as_ref() == name.as_str());
+            (!known).then(|| (p.offset, name.to_string()))
+        }
+        Expr::Pipe(_, p) => pipe_variables(p, scope),
+        Expr::Chain(_, inner, _) => expr_variables(inner, scope),
+        _ => None,
+    }
 }
 
 fn visit_list(list: &ListNode, note: &mut dyn FnMut(usize, &str)) {
