@@ -59,6 +59,8 @@ pub fn render_each(
     lookup: Option<Arc<dyn Lookup>>,
     mut each: impl FnMut(RenderedFile),
 ) -> Result<(), RenderError> {
+    // Declared first, so it closes last: frees maps that hold themselves.
+    let _cells = xvalue::CellScope::open();
     let mut scopes = Vec::new();
     collect_scopes(root, Vec::new(), &mut scopes);
 

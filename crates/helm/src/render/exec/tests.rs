@@ -308,3 +308,19 @@ fn random_templates_never_panic() {
     }
     assert!(executed > 100, "only {executed} random templates parsed");
 }
+
+/// Maps that hold themselves are freed when the render's cell scope closes.
+#[test]
+fn self_containing_maps_are_freed_with_the_render() {
+    let weak = {
+        let _scope = value::CellScope::open();
+        let d = value::Dict::new(Default::default());
+        let exec = Exec::new(crate::render::funcs::sprig());
+        let _ = exec.call(
+            "set",
+            vec![V::Map(d.clone()), V::str("self"), V::Map(d.clone())],
+        );
+        d.weak()
+    };
+    assert!(weak.upgrade().is_none());
+}

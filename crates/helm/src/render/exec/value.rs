@@ -41,11 +41,20 @@ impl Dict {
     }
 
     pub fn with_kind(map: BTreeMap<Arc<str>, V>, kind: Kind) -> Dict {
-        Dict(Rc::new(DictCell {
+        let cell = Rc::new(DictCell {
             map: RefCell::new(map),
             kind,
             snap: RefCell::new(None),
-        }))
+        });
+        CELLS.with(|cells| {
+            if let Some(list) = cells.borrow_mut().as_mut() {
+                if list.len() == list.capacity() && list.len() >= 1024 {
+                    list.retain(|w| w.strong_count() > 0);
+                }
+                list.push(Rc::downgrade(&cell));
+            }
+        });
+        Dict(cell)
     }
 
     pub fn kind(&self) -> Kind {
@@ -84,8 +93,47 @@ impl Dict {
         f(&mut self.0.map.borrow_mut())
     }
 
+    #[cfg(test)]
+    pub fn weak(&self) -> Weak<DictCell> {
+        Rc::downgrade(&self.0)
+    }
+
     pub fn same(&self, other: &Dict) -> bool {
         Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+thread_local! {
+    /// Every map made while a [`CellScope`] is open on this thread.
+    static CELLS: RefCell<Option<Vec<Weak<DictCell>>>> = const { RefCell::new(None) };
+}
+
+/// Frees, when dropped, the maps made while it was open that are still alive: maps that hold
+/// themselves (`set $d "self" $d`, `set .Values "root" $`) keep each other alive, which Go's
+/// collector would free and reference counting does not. Nothing made inside may be used
+/// after it closes.
+pub struct CellScope {
+    outer: Option<Vec<Weak<DictCell>>>,
+}
+
+impl CellScope {
+    pub fn open() -> CellScope {
+        CellScope {
+            outer: CELLS.with(|cells| cells.replace(Some(Vec::new()))),
+        }
+    }
+}
+
+impl Drop for CellScope {
+    fn drop(&mut self) {
+        let made = CELLS.with(|cells| cells.replace(self.outer.take()));
+        for cell in made.into_iter().flatten().filter_map(|w| w.upgrade()) {
+            let entries = match cell.map.try_borrow_mut() {
+                Ok(mut m) => std::mem::take(&mut *m),
+                Err(_) => continue,
+            };
+            drop(entries);
+        }
     }
 }
 
