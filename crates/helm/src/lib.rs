@@ -80,7 +80,8 @@
 //!   (`Rc<RefCell<..>>`, a render runs on one thread; parsing stays parallel because trees hold
 //!   no values). `set`/`unset`/`merge*` change the cell and return it; `dict`, `deepCopy`,
 //!   `fromYaml`, `pick`, `omit` make new cells (whose entries, as in Go, are the same maps);
-//!   lists are immutable.
+//!   lists are immutable. Maps that hold themselves, which reference counting would keep, are
+//!   emptied when the render ends (`CellScope`).
 //! - Chart values become cells once per render: a subchart's `.Values` is the same cell as its
 //!   parent's `.Values.<name>`, and each chart has one root data map that all its templates
 //!   see, so `set . "k" v` and `set $ "Values" (merge ...)` are seen by the templates rendered
