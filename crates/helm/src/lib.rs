@@ -95,8 +95,9 @@
 //!   maps (`set`, `unset`, `merge*`, `deepCopy`, `dict`, `get`, `hasKey`, `index`) and
 //!   `include`/`tpl` are native.
 //!
-//! Still to do on this design: the other structs of Helm's data printed whole (`.Release`,
-//! `.Chart`, `.Capabilities` show as maps), and a parser berth owns, so the two respellings
+//! Still to do on this design: `.Capabilities` printed whole (a struct in Go, a map here;
+//! `.Chart.Annotations` unset is an empty map, a nil map in Go, so `toJson` gives `{}` for
+//! helm's `null`), and a parser berth owns, so the two respellings
 //! in `render::methods` (a comment with a left trim marker only; a pipeline ending in `|`) go.
 //!
 //! - Functions whose output is random or time-dependent (`randAlphaNum`, `now`, `uuidv4`, ...)

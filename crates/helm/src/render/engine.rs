@@ -133,7 +133,7 @@ pub fn render_each(
         let data: BTreeMap<Arc<str>, V> = [
             ("Values", values[i].clone()),
             ("Release", release_v.clone()),
-            ("Chart", exec.conv.to_v(&context::chart_in_scope(s))),
+            ("Chart", exec.conv.to_v(&context::chart_in_scope(s, i == 0))),
             ("Capabilities", caps_v.clone()),
             ("Files", V::Map(files)),
             ("Subcharts", V::Map(Dict::new(subs))),

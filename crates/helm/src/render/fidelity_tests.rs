@@ -510,3 +510,50 @@ fn a_missing_entry_passed_to_a_map_parameter_is_refused() {
         "a: false []\n"
     );
 }
+
+/// `.Chart` has every field of helm's chart metadata with Go's names (maintainers and
+/// dependencies too), and `IsRoot`.
+#[test]
+fn chart_metadata_has_helms_fields() {
+    let top = "apiVersion: v2\nname: top\nversion: 1.0.0\nkeywords: [a, b]\n\
+               maintainers: [{name: me, email: m@x.io, url: \"http://x\"}]\n\
+               annotations: {k: v}\nsources: [http://s]\ndeprecated: true\n\
+               dependencies:\n  - name: sub\n    version: 0.1.0\n    condition: sub.enabled\n\
+               \x20   tags: [t1]\n    alias: sub\n";
+    let files: Vec<(String, Vec<u8>)> = [
+        ("Chart.yaml", top),
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 0.1.0\n",
+        ),
+        (
+            "templates/x.yaml",
+            "c: {{ .Chart | toJson | quote }}\nr: \"{{ .Chart.IsRoot }}\"\n",
+        ),
+        (
+            "charts/sub/templates/x.yaml",
+            "r: \"{{ .Chart.IsRoot }}\"\n",
+        ),
+    ]
+    .iter()
+    .map(|(p, c)| (p.to_string(), c.as_bytes().to_vec()))
+    .collect();
+    let rendered = match super::render_release(
+        &files,
+        &json!({}),
+        &super::tests::release(),
+        &super::Capabilities::default(),
+    ) {
+        Ok(r) => r,
+        Err(e) => panic!("render failed: {e}"),
+    };
+    let mut texts: Vec<&str> = rendered.manifests.iter().map(|m| m.text.as_str()).collect();
+    texts.sort();
+    assert_eq!(
+        texts,
+        [
+            "c: \"{\\\"APIVersion\\\":\\\"v2\\\",\\\"Annotations\\\":{\\\"k\\\":\\\"v\\\"},\\\"AppVersion\\\":\\\"\\\",\\\"Condition\\\":\\\"\\\",\\\"Dependencies\\\":[{\\\"Alias\\\":\\\"sub\\\",\\\"Condition\\\":\\\"sub.enabled\\\",\\\"Enabled\\\":true,\\\"ImportValues\\\":[],\\\"Name\\\":\\\"sub\\\",\\\"Repository\\\":\\\"\\\",\\\"Tags\\\":[\\\"t1\\\"],\\\"Version\\\":\\\"0.1.0\\\"}],\\\"Deprecated\\\":true,\\\"Description\\\":\\\"\\\",\\\"Home\\\":\\\"\\\",\\\"Icon\\\":\\\"\\\",\\\"IsRoot\\\":true,\\\"Keywords\\\":[\\\"a\\\",\\\"b\\\"],\\\"KubeVersion\\\":\\\"\\\",\\\"Maintainers\\\":[{\\\"Email\\\":\\\"m@x.io\\\",\\\"Name\\\":\\\"me\\\",\\\"URL\\\":\\\"http://x\\\"}],\\\"Name\\\":\\\"top\\\",\\\"Sources\\\":[\\\"http://s\\\"],\\\"Tags\\\":\\\"\\\",\\\"Type\\\":\\\"\\\",\\\"Version\\\":\\\"1.0.0\\\"}\"\nr: \"true\"\n",
+            "r: \"false\"\n",
+        ]
+    );
+}
