@@ -7,6 +7,9 @@
 //! `template` and Helm's `include`/`tpl`, field chains with the methods Helm's data has
 //! (`.Files.Get`, `.Files.Glob`, `(.Files.Glob x).AsConfig`, `.Capabilities.APIVersions.Has`),
 //! missing keys (printed as `<no value>`, which Helm then removes), and Go's printing.
+//! Errors say where they happened as Go's do (`template: FILE:LINE:COL: executing "NAME" at
+//! <NODE>: ...`), and [`Exec::parse_check`] refuses what Go's parser refuses and gotmpl's
+//! does not (unknown functions, undeclared variables).
 //!
 //! Functions: `set`, `unset`, `merge*`, `dict`, `deepCopy`, `get`, `hasKey`, `index` and the
 //! short-circuiting `and`/`or` are native (they change or keep maps by reference); the rest of
@@ -340,13 +343,7 @@ impl Exec {
     fn range_inner(&self, b: &BranchNode, dot: &V, vars: &mut Vars, out: &mut String) -> R<()> {
         // The range's own variables are bound per element, not by the pipeline.
         let decl = &b.pipe.decl;
-        let pipe = PipeNode {
-            pos: b.pipe.pos,
-            decl: Vec::new(),
-            commands: b.pipe.commands.clone(),
-            is_assign: false,
-        };
-        let v = self.eval_pipe(&pipe, dot, vars)?;
+        let v = self.eval_commands(&b.pipe, dot, vars)?;
         let items: Vec<(V, V)> = match &v {
             V::List(l) => l
                 .iter()
@@ -398,12 +395,17 @@ impl Exec {
         Ok(())
     }
 
-    fn eval_pipe(&self, pipe: &PipeNode, dot: &V, vars: &mut Vars) -> R<V> {
+    /// A pipeline's commands, each result the last argument of the next.
+    fn eval_commands(&self, pipe: &PipeNode, dot: &V, vars: &mut Vars) -> R<V> {
         let mut val: Option<V> = None;
         for cmd in &pipe.commands {
             val = Some(self.eval_command(cmd, dot, vars, val)?);
         }
-        let val = val.unwrap_or(V::Nil);
+        Ok(val.unwrap_or(V::Nil))
+    }
+
+    fn eval_pipe(&self, pipe: &PipeNode, dot: &V, vars: &mut Vars) -> R<V> {
+        let val = self.eval_commands(pipe, dot, vars)?;
         for name in &pipe.decl {
             if pipe.is_assign {
                 match vars
