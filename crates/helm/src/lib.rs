@@ -1,14 +1,16 @@
 //! berth-helm: the Helm engine. It loads a chart (a directory, a packed `.tgz`, or `(path,
 //! bytes)` pairs), coalesces its values as Helm does, executes its templates with Go template
-//! semantics (`gotmpl`) and a hand-written Helm/Sprig function pack, and splits, checks and
+//! semantics (its own executor, `render::exec`, over `gotmpl`'s parser) and a hand-written
+//! Helm/Sprig function pack, and splits, checks and
 //! orders the result as Helm does. It knows neither tonic nor kube: whatever a render needs
 //! from a cluster comes in as plain data ([`render::Capabilities`]) or through a trait the
 //! caller implements ([`render::Lookup`] for Helm's `lookup`); berth-release implements both
 //! against a cluster.
 //!
 //! - [`render`]: chart loading (`chart`, `archive`, `.helmignore`), values (`values`, schema
-//!   validation, live `.Values` that `set`/`merge` change in place), the template data
-//!   (`.Release`, `.Chart`, `.Capabilities`, `.Files`), the function pack (`render::funcs`,
+//!   validation), the template executor (`render::exec`, maps shared by reference), the
+//!   template data (`.Release`, `.Chart`, `.Capabilities`, `.Files`), the function pack
+//!   (`render::funcs`,
 //!   Sprig's certificate and key functions in `render::funcs::certs`), the go-yaml-compatible
 //!   emitter and reader (`render::goyaml`), and manifest splitting (`render::manifests`).
 //! - [`template`]: `helm template`'s command-line semantics (chart from disk, `-f`/`--set`,
@@ -44,59 +46,60 @@
 //! - Without a cluster, `lookup` finds nothing (as in `helm template`) and `.Capabilities` is
 //!   [`render::Capabilities::default`]: helm v4.2.3's offline answer (Kubernetes v1.36.0, its
 //!   client library's API versions, its `HelmVersion` fields), which moves with helm's
-//!   version. `.Capabilities.HelmVersion` and `.Capabilities.KubeVersion` printed whole show as
-//!   maps, not as Go prints them (a struct; the version string).
-//! - Maps are not shared by reference (see "Maps are references" below): `set`, `unset` and
-//!   `merge*` change `.Values` (any map inside it, through any path) and a variable they are
-//!   assigned back to (`$_ := set $d ...`), but not a dict reached any other way: the root data
-//!   (`set . "k" v`, `set $ "Values" ...`), a dict passed to `include` (`set .target ...`), a
-//!   local dict's nested field (`set $o.in ...`), a dict inside a deep copy.
-//! - A nil where a dict is expected reads as an empty dict in `merge`, `mergeOverwrite`,
-//!   `get`, `hasKey`, `keys`, ... (Go does this for a nil variable; for a missing field
-//!   passed directly, helm fails with "wrong type for value", berth does not).
-//! - Errors name the template and the message (`execution error in NAME: ...`), not Go's
-//!   `template: NAME:LINE:COL: executing "NAME" at <...>:` form.
+//!   version. `.Capabilities.KubeVersion` and `.HelmVersion` print whole as Go prints their
+//!   structs; `toYaml`/`toJson` of them give maps of their fields.
+//! - Go's type checks of function arguments are only partly there: a map's missing entry
+//!   passed directly to a Sprig map parameter (`hasKey .Values.nothing "k"`) fails as in helm
+//!   (a nil variable or piped value reads as an empty map, as in Go), but other typed
+//!   parameters take any value (`upper .Values.nothing` gives "" where helm refuses it).
+//! - A template calling a function helm does not have, or using a variable no enclosing
+//!   action declared, fails when parsed, as in helm; the few helm functions the pack lacks
+//!   (`render::exec`'s `NOT_YET`) fail only when called.
+//! - Execution errors are helm's texts (`execution error at (FILE:LINE:COL): ...` for `fail`
+//!   and `required`, Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...` for a
+//!   function's error, helm v4's lines for the executor's own), except that a column on a
+//!   line `render::methods` respelled may differ and a few messages are worded differently
+//!   (those of functions the pack checks itself, a nesting limit).
 //!
-//! # Maps are references (the engine berth needs)
+//! # Maps are references (berth's executor)
 //!
 //! In Go templates a map is a reference: `set`, `unset`, `merge` and `mergeOverwrite` change
 //! the one map every path to it sees (`.`, `$`, a variable, a nested field, an `include`
 //! argument, a subchart's `.Values` inside its parent's). Charts rely on it everywhere
 //! (jupyterhub's and harbor's `set . "k" v` helpers, coredns building `$ports` in a `range`,
 //! nats and linkerd filling defaults into `$tree.Values.x`, falco's and consul's merges).
-//! gotmpl 0.6 cannot express it: its `Value::Map` is an immutable `Arc<BTreeMap>`, functions
-//! take `&[Value]` and return a new value, and variables hold copies. berth emulates the
-//! `.Values` part (`render::live_values`: reads of `.Values` rewritten in the source to ask a
-//! store, changed maps swapped into the tree by identity) and the `$_ := set $d` idiom (a
-//! source rewrite, `render::methods`); that emulation cannot reach the other paths above and
-//! rewriting template source is not a fix. The design change:
+//! gotmpl 0.6's `Value::Map` is an immutable `Arc<BTreeMap>`, so berth does not run templates
+//! on gotmpl's executor; it uses gotmpl's parser only and executes the tree itself:
 //!
-//! - Own the executor. gotmpl's parse tree is public (`gotmpl::parse`; berth already edits
-//!   it), so berth executes it itself: `render::exec` walks `ListNode`s with Go's rules
-//!   (pipelines, variables and their scopes, `if`/`range`/`with`/`else with`, `define`/
-//!   `template`/`block`, `break`/`continue`, missing keys, `<no value>`, Go's printing).
-//! - Its value type has a map that is a shared cell: `Map(Rc<RefCell<Dict>>)` (a render runs
-//!   on one thread; parsing stays parallel because trees hold no values), compared and
-//!   indexed by identity. `set`/`unset`/`merge*` mutate the cell and return it; `dict`,
-//!   `deepCopy`, `fromYaml`, `pick`, `omit` make new cells; lists stay immutable
-//!   (`Arc<[Value]>`: Sprig's list functions all copy). `nil` keeps Go's two kinds: a nil
-//!   interface from a variable (passes as an empty map) and a missing field (does not).
-//! - Chart values become cells once per render: a subchart's `.Values` is the same cell as
-//!   its parent's `.Values.<name>`, and the root data of every template shares those cells,
-//!   so `set $ "Values" (merge ...)` and every later template see each change in Helm's
-//!   order. `render::live_values` and the `.Values`/`$_ := set` source rewrites go.
-//! - Method calls become real: `.Files.Get`, `(.Files.Glob x).AsConfig`,
-//!   `.Capabilities.APIVersions.Has`, `.Capabilities.KubeVersion.GitVersion`, printing of
-//!   Helm's structs (`{v4.2.3 ...}`), so the method rewrites go too.
-//! - Errors carry node positions, giving helm's `template: NAME:LINE:COL: executing "NAME"
-//!   at <.Values.x>: ...` texts.
-//! - The lexer and parser fixes `render::methods::lexer_fixes` respells (a comment with a left
-//!   trim marker only; a pipeline ending in `|`) need a parser berth owns too: either a fork
-//!   of gotmpl's `parse` module (MIT) or berth's own.
+//! - `render::exec` walks `ListNode`s with Go's rules: pipelines, variables and their scopes,
+//!   `if`/`range`/`with`/`else with`, `define`/`template`/`block`, `break`/`continue`, range
+//!   over an integer, lazy `and`/`or`, missing keys (`<no value>`, which Helm removes), Go's
+//!   two nils (a field of a nil variable or pipeline is no value; a field of a map's missing
+//!   entry fails with helm's "nil pointer evaluating interface {}.x"), Go's printing.
+//! - Its value type (`render::exec::value`) has a map that is a shared cell
+//!   (`Rc<RefCell<..>>`, a render runs on one thread; parsing stays parallel because trees hold
+//!   no values). `set`/`unset`/`merge*` change the cell and return it; `dict`, `deepCopy`,
+//!   `fromYaml`, `pick`, `omit` make new cells (whose entries, as in Go, are the same maps);
+//!   lists are immutable. Maps that hold themselves, which reference counting would keep, are
+//!   emptied when the render ends (`CellScope`).
+//! - Chart values become cells once per render: a subchart's `.Values` is the same cell as its
+//!   parent's `.Values.<name>`, and each chart has one root data map that all its templates
+//!   see, so `set . "k" v` and `set $ "Values" (merge ...)` are seen by the templates rendered
+//!   after it, in Helm's order (deepest first, then reverse name order).
+//! - Method calls are real: `.Files.Get`/`GetBytes`/`Lines`/`Glob`,
+//!   `(.Files.Glob x).AsConfig`/`AsSecrets`, `.Capabilities.APIVersions.Has`.
+//! - The Sprig pack (`render::funcs`) still works on gotmpl values: arguments are converted at
+//!   the call and the result back, and a map keeps its identity through the round trip (each
+//!   cell caches its converted copy, and a copy a function returns, e.g. from `default`,
+//!   `first` or `ternary`, turns back into its cell). The functions that change or must keep
+//!   maps (`set`, `unset`, `merge*`, `deepCopy`, `dict`, `get`, `hasKey`, `index`) and
+//!   `include`/`tpl` are native.
 //!
-//! The function pack (`render::funcs`) moves to the new value type; the YAML emitter/reader,
-//! chart loading and values coalescing stay. This is several sessions of work; it fixes the
-//! corpus cases listed as "maps are references" in the fidelity report.
+//! Still to do on this design: `.Capabilities` printed whole (a struct in Go, a map here;
+//! `.Chart.Annotations` unset is an empty map, a nil map in Go, so `toJson` gives `{}` for
+//! helm's `null`), and a parser berth owns, so the two respellings
+//! in `render::methods` (a comment with a left trim marker only; a pipeline ending in `|`) go.
+//!
 //! - Functions whose output is random or time-dependent (`randAlphaNum`, `now`, `uuidv4`, ...)
 //!   are outside the byte-for-byte corpus.
 

@@ -112,10 +112,51 @@ pub fn release(r: &ReleaseInfo) -> Value {
     ])
 }
 
-/// `Chart.yaml` with Go field names (`appVersion` → `AppVersion`, `apiVersion` → `APIVersion`);
-/// absent string fields read as "" like Go's zero values.
-fn chart_from_metadata(metadata: &serde_json::Value) -> Value {
-    let mut m: BTreeMap<Arc<str>, Value> = [
+/// A `Chart.yaml` key as Go's field name: `apiVersion` → `APIVersion`, `url` → `URL`,
+/// `import-values` → `ImportValues`, else the first letter upper-cased.
+fn go_field(key: &str) -> String {
+    match key {
+        "apiVersion" => "APIVersion".into(),
+        "url" => "URL".into(),
+        "import-values" => "ImportValues".into(),
+        other => {
+            let mut cs = other.chars();
+            cs.next()
+                .map(|f| f.to_uppercase().chain(cs).collect())
+                .unwrap_or_default()
+        }
+    }
+}
+
+/// A map of `Chart.yaml` keys as Go's struct fields: every field of `defaults` is there,
+/// with the file's value when it has one.
+fn go_struct(
+    v: Option<&serde_json::Value>,
+    defaults: &[(&str, Value)],
+) -> BTreeMap<Arc<str>, Value> {
+    let mut m: BTreeMap<Arc<str>, Value> = defaults
+        .iter()
+        .map(|(k, d)| (Arc::<str>::from(*k), d.clone()))
+        .collect();
+    if let Some(obj) = v.and_then(|v| v.as_object()) {
+        for (k, v) in obj {
+            if !v.is_null() {
+                m.insert(go_field(k).into(), from_json(v));
+            }
+        }
+    }
+    m
+}
+
+fn empty_list() -> Value {
+    Value::List(Arc::from([]))
+}
+
+/// `.Chart` as Helm hands it to templates: `Chart.yaml`'s metadata with Go's field names and
+/// every field present (absent strings read as "", lists as empty, `Deprecated` false),
+/// maintainers and dependencies shaped the same way, and `IsRoot`.
+fn chart_from_metadata(metadata: &serde_json::Value, is_root: bool) -> Value {
+    let string_fields = [
         "Name",
         "Version",
         "AppVersion",
@@ -125,31 +166,60 @@ fn chart_from_metadata(metadata: &serde_json::Value) -> Value {
         "KubeVersion",
         "Home",
         "Icon",
-    ]
-    .iter()
-    .map(|k| (Arc::<str>::from(*k), s("")))
-    .collect();
-    if let Some(obj) = metadata.as_object() {
-        for (k, v) in obj {
-            let go_name = match k.as_str() {
-                "apiVersion" => "APIVersion".to_string(),
-                other => {
-                    let mut cs = other.chars();
-                    cs.next()
-                        .map(|f| f.to_uppercase().chain(cs).collect())
-                        .unwrap_or_default()
-                }
-            };
-            m.insert(go_name.into(), from_json(v));
-        }
-    }
+        "Condition",
+        "Tags",
+    ];
+    let mut defaults: Vec<(&str, Value)> = string_fields.iter().map(|k| (*k, s(""))).collect();
+    defaults.extend([
+        ("Deprecated", Value::Bool(false)),
+        ("Keywords", empty_list()),
+        ("Sources", empty_list()),
+        ("Maintainers", empty_list()),
+        ("Dependencies", empty_list()),
+        ("Annotations", map_value(BTreeMap::new())),
+    ]);
+    let mut m = go_struct(Some(metadata), &defaults);
+    let list_of = |key: &str, defaults: &[(&str, Value)]| -> Value {
+        let items = metadata.get(key).and_then(|v| v.as_array());
+        Value::List(
+            items
+                .into_iter()
+                .flatten()
+                .map(|item| map_value(go_struct(Some(item), defaults)))
+                .collect(),
+        )
+    };
+    m.insert(
+        "Maintainers".into(),
+        list_of(
+            "maintainers",
+            &[("Name", s("")), ("Email", s("")), ("URL", s(""))],
+        ),
+    );
+    m.insert(
+        "Dependencies".into(),
+        list_of(
+            "dependencies",
+            &[
+                ("Name", s("")),
+                ("Version", s("")),
+                ("Repository", s("")),
+                ("Condition", s("")),
+                ("Tags", empty_list()),
+                ("Enabled", Value::Bool(true)),
+                ("ImportValues", empty_list()),
+                ("Alias", s("")),
+            ],
+        ),
+    );
+    m.insert("IsRoot".into(), Value::Bool(is_root));
     map_value(m)
 }
 
 /// `.Chart` as a chart sees it inside a release: an aliased subchart is named by its alias,
 /// and dependencies switched off by `condition`/`tags` are gone from `.Chart.Dependencies`
 /// (Helm rewrites the metadata the same way before rendering).
-pub fn chart_in_scope(scope: &super::values::Scope<'_>) -> Value {
+pub fn chart_in_scope(scope: &super::values::Scope<'_>, is_root: bool) -> Value {
     let mut metadata = scope.chart.metadata.clone();
     if let Some(obj) = metadata.as_object_mut() {
         obj.insert("name".into(), serde_json::Value::String(scope.name.clone()));
@@ -164,8 +234,23 @@ pub fn chart_in_scope(scope: &super::values::Scope<'_>) -> Value {
             });
         }
     }
-    chart_from_metadata(&metadata)
+    chart_from_metadata(&metadata, is_root)
 }
+
+/// The structs of `.Capabilities` and their fields in Go's order (how they print whole).
+pub const CAPABILITY_STRUCTS: [(&str, &[&str]); 2] = [
+    ("KubeVersion", &["Version", "GitVersion", "Major", "Minor"]),
+    (
+        "HelmVersion",
+        &[
+            "Version",
+            "GitCommit",
+            "GitTreeState",
+            "GoVersion",
+            "KubeClientVersion",
+        ],
+    ),
+];
 
 pub fn capabilities(caps: &Capabilities) -> Value {
     let v = caps.kube_version.trim_start_matches('v');
@@ -197,7 +282,8 @@ pub fn capabilities(caps: &Capabilities) -> Value {
     ])
 }
 
-/// `.Files`: path → content, for the hidden `__files*` functions (see `render::methods`).
+/// `.Files`: path → content, for the hidden `__files*` functions `render::exec` calls for its
+/// methods.
 /// The content keeps every byte (see `render::bytes`), so a binary file reaches `b64enc` or
 /// `AsSecrets` exactly as Helm hands it over.
 pub fn files(c: &Chart) -> Value {
@@ -210,37 +296,4 @@ pub fn files(c: &Chart) -> Value {
             })
             .collect(),
     )
-}
-
-/// The full data for one template file.
-pub struct TemplateData<'a> {
-    pub values: Value,
-    pub release: &'a Value,
-    pub capabilities: &'a Value,
-    pub chart: Value,
-    pub files: Value,
-    pub template_name: &'a str,
-    pub base_path: &'a str,
-    /// `.Subcharts`: each enabled subchart's top-level objects (without `.Template`).
-    pub subcharts: Value,
-}
-
-impl TemplateData<'_> {
-    pub fn build(self) -> Value {
-        entries([
-            ("Values", self.values),
-            ("Release", self.release.clone()),
-            ("Chart", self.chart),
-            ("Capabilities", self.capabilities.clone()),
-            ("Files", self.files),
-            ("Subcharts", self.subcharts),
-            (
-                "Template",
-                entries([
-                    ("Name", s(self.template_name)),
-                    ("BasePath", s(self.base_path)),
-                ]),
-            ),
-        ])
-    }
 }

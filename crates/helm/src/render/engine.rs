@@ -1,24 +1,18 @@
 //! Parses every template of a chart tree into one template set and executes the non-partial
-//! ones, the way Helm's engine does. `include` and `tpl` need that set while it executes, so
-//! they hold a weak handle that is filled in once parsing is done.
+//! ones, the way Helm's engine does, on berth's own executor (`render::exec`).
 
-use super::context::{self, Capabilities, TemplateData};
-use super::funcs::{self, fail, message, string};
-use super::live_values::{LiveValues, Seg};
+use super::context::{self, Capabilities};
+use super::exec::{Dict, Exec, Kind, Source, V, value as xvalue};
+use super::funcs::{self, fail};
 use super::methods;
 use super::value::strval;
 use super::values::Scope;
 use super::{Lookup, RenderError};
 use crate::ReleaseInfo;
 use gotmpl::parse::{ListNode, Parser};
-use gotmpl::{FuncMap, Result as TplResult, Template, TemplateError, Value};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
-
-/// How deep `include`/`tpl` may nest. Helm allows 1000 per template name; a lower global bound
-/// keeps a runaway recursive chart from overflowing the thread's stack.
-const MAX_INCLUDE_DEPTH: usize = 100;
+use gotmpl::{FuncMap, Result as TplResult, TemplateError, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One executed template file.
 #[derive(Debug, Clone)]
@@ -53,6 +47,11 @@ pub fn render_files(
 
 /// Renders every template of the chart tree `root`, handing each file to `each` as soon as
 /// it is rendered (in Helm's execution order).
+///
+/// The templates run on `render::exec` with one set of values per render: each chart's
+/// `.Values` is a map shared by reference (a subchart's is its parent's `.Values.<name>`),
+/// and each chart's root data (`.`/`$` of its templates) is one map too, so a change a template
+/// makes (`set`, `merge`, `set $ "Values" ...`) is seen by the templates rendered after it.
 pub fn render_each(
     root: &Scope<'_>,
     release: &ReleaseInfo,
@@ -60,14 +59,10 @@ pub fn render_each(
     lookup: Option<Arc<dyn Lookup>>,
     mut each: impl FnMut(RenderedFile),
 ) -> Result<(), RenderError> {
+    // Declared first, so it closes last: frees maps that hold themselves.
+    let _cells = xvalue::CellScope::open();
     let mut scopes = Vec::new();
     collect_scopes(root, Vec::new(), &mut scopes);
-    let live = Arc::new(LiveValues::new(
-        super::value::from_json(&root.values),
-        scopes.iter().map(|(_, path)| path.clone()).collect(),
-        |i| super::value::from_json(&scopes[i].0.values),
-    ));
-    let scope_index = |s: &Scope<'_>| scopes.iter().position(|(c, _)| std::ptr::eq(*c, s));
 
     let mut entries = Vec::new();
     collect(root, &format!("{}/", root.name), true, &mut entries);
@@ -79,96 +74,95 @@ pub fn render_each(
         db.cmp(&da).then_with(|| b.name.cmp(&a.name))
     });
 
-    let set: Arc<OnceLock<Template>> = Arc::new(OnceLock::new());
-    let mut template =
-        Template::new("").funcs(function_map(Arc::downgrade(&set), lookup, live.clone()));
+    let mut exec = Exec::new(function_map(lookup));
     for (e, parsed) in entries.iter().zip(parse_all(&entries)) {
-        let (tree, defines) = parsed?;
-        template = template.add_parse_tree(&e.name, tree);
+        let (tree, defines, text) = parsed?;
+        // What Go's parser refuses (an unknown function, an undeclared variable).
+        if let Some((offset, message)) =
+            exec.parse_check(std::iter::once(&tree).chain(defines.iter().map(|d| &d.body)))
+        {
+            let line = 1 + text.get(..offset).unwrap_or("").matches('\n').count();
+            return Err(RenderError::Parse {
+                template: e.name.clone(),
+                message: format!("parse error at ({}:{line}): {message}", e.name),
+            });
+        }
+        let source = Source {
+            file: e.name.as_str().into(),
+            text,
+        };
+        exec.add(&e.name, tree, Some(source.clone()));
         for d in defines {
-            template = template.add_parse_tree(d.name.as_str(), d.body);
+            exec.add(d.name.as_str(), d.body, Some(source.clone()));
         }
     }
-    let _ = set.set(template);
-    let Some(template) = set.get() else {
-        return Err(RenderError::Chart(
-            "template set was not initialised".into(),
-        ));
-    };
 
-    let release_v = context::release(release);
-    let caps_v = context::capabilities(caps);
-    // `.Chart` and `.Files` are the same for every template of a chart; convert them once.
-    let mut per_chart: HashMap<usize, (Value, Value)> = HashMap::new();
-    let mut chart_and_files = |idx: usize| {
-        per_chart
-            .entry(idx)
-            .or_insert_with(|| {
-                let s = scopes[idx].0;
-                (context::chart_in_scope(s), context::files(s.chart))
-            })
-            .clone()
-    };
-    // `.Subcharts`: each enabled subchart's top-level objects, by the name it is known by.
-    fn subcharts(
-        scope: &Scope<'_>,
-        index: &dyn Fn(&Scope<'_>) -> Option<usize>,
-        chart_and_files: &mut dyn FnMut(usize) -> (Value, Value),
-        live: &LiveValues,
-        release: &Value,
-        caps: &Value,
-    ) -> Value {
-        let mut out = std::collections::BTreeMap::new();
-        for sub in &scope.subcharts {
-            let Some(idx) = index(sub) else { continue };
-            let (chart, files) = chart_and_files(idx);
-            let nested = subcharts(sub, index, chart_and_files, live, release, caps);
-            let data: std::collections::BTreeMap<Arc<str>, Value> = [
-                ("Chart", chart),
-                ("Files", files),
-                ("Release", release.clone()),
-                ("Capabilities", caps.clone()),
-                ("Values", live.current(idx)),
-                ("Subcharts", nested),
-            ]
-            .into_iter()
-            .map(|(k, v)| (Arc::<str>::from(k), v))
-            .collect();
-            out.insert(
-                Arc::<str>::from(sub.name.as_str()),
-                Value::Map(Arc::new(data)),
-            );
+    // The values, as cells: each chart scope's `.Values` is the map at its path in the top
+    // chart's values.
+    let top_values = xvalue::from_json(&root.values);
+    let values: Vec<V> = scopes
+        .iter()
+        .map(|(scope, path)| values_at(&exec, &top_values, path, scope))
+        .collect();
+    let release_v = exec.conv.to_v(&context::release(release));
+    let caps_v = exec.conv.to_v(&context::capabilities(caps));
+    if let V::Map(c) = &caps_v {
+        // Helm's structs, printed as Go prints them.
+        for (key, fields) in context::CAPABILITY_STRUCTS {
+            if let Some(V::Map(m)) = c.get(key) {
+                let s = Dict::with_kind(m.entries().into_iter().collect(), Kind::Struct(fields));
+                c.update(&exec.conv.generation, |c| c.insert(key.into(), V::Map(s)));
+            }
         }
-        Value::Map(Arc::new(out))
     }
+    let scope_index = |s: &Scope<'_>| scopes.iter().position(|(c, _)| std::ptr::eq(*c, s));
+    // Each chart's root data, built once: subcharts first, for `.Subcharts`.
+    let mut roots: Vec<Option<Dict>> = vec![None; scopes.len()];
+    for i in (0..scopes.len()).rev() {
+        let s = scopes[i].0;
+        let mut subs = BTreeMap::new();
+        for sub in &s.subcharts {
+            if let Some(Some(d)) = scope_index(sub).map(|j| roots[j].clone()) {
+                subs.insert(Arc::<str>::from(sub.name.as_str()), V::Map(d));
+            }
+        }
+        let files = match exec.conv.to_v(&context::files(s.chart)) {
+            V::Map(m) => Dict::with_kind(m.entries().into_iter().collect(), Kind::Files),
+            _ => Dict::with_kind(BTreeMap::new(), Kind::Files),
+        };
+        let data: BTreeMap<Arc<str>, V> = [
+            ("Values", values[i].clone()),
+            ("Release", release_v.clone()),
+            ("Chart", exec.conv.to_v(&context::chart_in_scope(s, i == 0))),
+            ("Capabilities", caps_v.clone()),
+            ("Files", V::Map(files)),
+            ("Subcharts", V::Map(Dict::new(subs))),
+        ]
+        .into_iter()
+        .map(|(k, v)| (Arc::<str>::from(k), v))
+        .collect();
+        roots[i] = Some(Dict::new(data));
+    }
+
     for e in entries.iter().filter(|e| e.executable) {
         let scope = scope_index(e.scope).unwrap_or(0);
-        let (chart, files) = chart_and_files(scope);
-        let subs = subcharts(
-            e.scope,
-            &scope_index,
-            &mut chart_and_files,
-            &live,
-            &release_v,
-            &caps_v,
-        );
-        let data = TemplateData {
-            subcharts: subs,
-            values: live.current(scope),
-            release: &release_v,
-            capabilities: &caps_v,
-            chart,
-            files,
-            template_name: &e.name,
-            base_path: &e.base_path,
-        }
-        .build();
-        live.register_root(&data, scope);
-        let text = template
-            .execute_template_to_string(&e.name, &data)
-            .map_err(|err| RenderError::Execute {
+        let Some(data) = roots.get(scope).cloned().flatten() else {
+            continue;
+        };
+        let template: BTreeMap<Arc<str>, V> = [
+            (Arc::<str>::from("Name"), V::str(e.name.as_str())),
+            (Arc::<str>::from("BasePath"), V::str(e.base_path.as_str())),
+        ]
+        .into_iter()
+        .collect();
+        data.update(&exec.conv.generation, |m| {
+            m.insert("Template".into(), V::Map(Dict::new(template)))
+        });
+        let text = exec
+            .execute(&e.name, &V::Map(data))
+            .map_err(|text| RenderError::Execute {
                 template: e.name.clone(),
-                message: message(&err),
+                message: helm_message(&text),
             })?;
         each(RenderedFile {
             name: e.name.clone(),
@@ -181,12 +175,88 @@ pub fn render_each(
     }
     if is_large(root) {
         // A large template set takes a while to free, and a process about to exit (`berth
-        // render`) need not wait for that: free it on a thread of its own.
-        if let Err(e) = std::thread::Builder::new().spawn(move || drop(set)) {
+        // render`) need not wait for that: free the trees on a thread of their own.
+        let trees = exec.into_templates();
+        if let Err(e) = std::thread::Builder::new().spawn(move || drop(trees)) {
             tracing::debug!("freeing the template set inline: {e}");
         }
     }
     Ok(())
+}
+
+/// Helm's text for an execution error: a `fail` or `required` anywhere inside reads
+/// `execution error at (FILE:LINE:COL): MESSAGE`, placed where the outermost template called
+/// into it; an error a function returned keeps Go's one-line `template: FILE:LINE:COL:
+/// executing ...` text; one the executor raised itself (a nil pointer, a wrong argument, a
+/// missing template), reached through any number of `include`s, is laid out as helm v4 lays
+/// it out: each place on a line of its own, then `executing "NAME" at <NODE>:`, then the
+/// message.
+fn helm_message(text: &str) -> String {
+    let marker = ["error calling fail: ", "error calling required: "]
+        .iter()
+        .filter_map(|m| text.rfind(m).map(|i| i + m.len()))
+        .max();
+    let location = text
+        .strip_prefix("template: ")
+        .and_then(|rest| rest.split(": executing ").next());
+    if let (Some(at), Some(loc)) = (marker, location) {
+        return format!("execution error at ({loc}): {}", &text[at..]);
+    }
+    let from_a_function = text.match_indices("error calling ").any(|(i, m)| {
+        let name = text[i + m.len()..].split(':').next().unwrap_or("");
+        name != "include"
+    });
+    if from_a_function {
+        return text.to_string();
+    }
+    laid_out(text)
+}
+
+/// `template: LOC: executing "NAME" at <NODE>: MESSAGE` as helm v4 prints it, nested
+/// through `error calling include: `.
+fn laid_out(text: &str) -> String {
+    let parts = text.strip_prefix("template: ").and_then(|rest| {
+        let (loc, rest) = rest.split_once(": executing ")?;
+        let (name, rest) = rest.split_once(" at <")?;
+        let (node, message) = rest.split_once(">: ")?;
+        Some((loc, name, node, message))
+    });
+    let Some((loc, name, node, message)) = parts else {
+        return text.to_string();
+    };
+    let message = match message.strip_prefix("error calling include: ") {
+        Some(inner) => format!("error calling include:\n{}", laid_out(inner)),
+        None => message.to_string(),
+    };
+    format!("{loc}\n  executing {name} at <{node}>:\n    {message}")
+}
+
+/// `.Values` of the chart scope at `path` in the top chart's values; when that is missing,
+/// the scope's own coalesced values, put there when the parent map exists.
+fn values_at(exec: &Exec, top: &V, path: &[String], scope: &Scope<'_>) -> V {
+    let Some((last, init)) = path.split_last() else {
+        return top.clone();
+    };
+    let mut cur = top.clone();
+    for seg in init {
+        cur = match &cur {
+            V::Map(d) => d.get(seg).unwrap_or(V::Nil),
+            _ => V::Nil,
+        };
+    }
+    let V::Map(parent) = cur else {
+        return xvalue::from_json(&scope.values);
+    };
+    match parent.get(last) {
+        Some(v @ V::Map(_)) => v,
+        _ => {
+            let own = xvalue::from_json(&scope.values);
+            parent.update(&exec.conv.generation, |m| {
+                m.insert(last.as_str().into(), own.clone())
+            });
+            own
+        }
+    }
 }
 
 /// Whether the templates of `root` are enough work to be worth a second thread.
@@ -198,24 +268,21 @@ pub fn is_large(root: &Scope<'_>) -> bool {
     bytes(root) >= PARALLEL_PARSE_BYTES
 }
 
-type Parsed = Result<(ListNode, Vec<gotmpl::parse::DefineNode>), RenderError>;
+/// A template's tree, its definitions and the text they were parsed from.
+type Parsed = Result<(ListNode, Vec<gotmpl::parse::DefineNode>, Arc<str>), RenderError>;
 
 /// Parses every template; on a large chart the work is split across two threads (templates
 /// are independent until they are added to the set, which happens in order afterwards).
 fn parse_all(entries: &[Entry<'_>]) -> Vec<Parsed> {
     let parse = |e: &Entry<'_>| -> Parsed {
-        let src = methods::rewrite_methods(e.source);
-        let (mut tree, mut defines) = Parser::with_name(Some(&e.name), &src, "{{", "}}")
+        let src = methods::lexer_fixed(e.source);
+        let (tree, defines) = Parser::with_name(Some(&e.name), &src, "{{", "}}")
             .and_then(Parser::parse)
             .map_err(|err| RenderError::Parse {
                 template: e.name.clone(),
-                message: err.to_string(),
+                message: format!("parse error in {}: {err}", e.name),
             })?;
-        methods::add_print_hook(&mut tree);
-        for d in &mut defines {
-            methods::add_print_hook(&mut d.body);
-        }
-        Ok((tree, defines))
+        Ok((tree, defines, Arc::from(src.as_ref())))
     };
     let total: usize = entries.iter().map(|e| e.source.len()).sum();
     if total < PARALLEL_PARSE_BYTES {
@@ -249,13 +316,13 @@ const PARALLEL_PARSE_BYTES: usize = 64 * 1024;
 /// Each chart scope of the tree with the path of its values in the top chart's values.
 fn collect_scopes<'s, 'a>(
     scope: &'s Scope<'a>,
-    path: Vec<Seg>,
-    out: &mut Vec<(&'s Scope<'a>, Vec<Seg>)>,
+    path: Vec<String>,
+    out: &mut Vec<(&'s Scope<'a>, Vec<String>)>,
 ) {
     out.push((scope, path.clone()));
     for sub in &scope.subcharts {
         let mut p = path.clone();
-        p.push(Seg::Key(sub.name.as_str().into()));
+        p.push(sub.name.clone());
         collect_scopes(sub, p, out);
     }
 }
@@ -279,52 +346,10 @@ fn collect<'a>(scope: &'a Scope<'a>, prefix: &str, top: bool, out: &mut Vec<Entr
     }
 }
 
-/// Sprig plus the functions bound to this render's template set and values.
-fn function_map(
-    set: Weak<OnceLock<Template>>,
-    lookup: Option<Arc<dyn Lookup>>,
-    live: Arc<LiveValues>,
-) -> FuncMap {
+/// Sprig plus `lookup` and the `.Files`/`.Capabilities` methods (`render::exec` runs
+/// `include`, `tpl` and the functions that change maps itself).
+fn function_map(lookup: Option<Arc<dyn Lookup>>) -> FuncMap {
     let mut fm = funcs::sprig();
-    // The functions that change a dict in place in Helm; when the dict is part of `.Values`,
-    // the change goes into the live values.
-    for name in [
-        "set",
-        "unset",
-        "merge",
-        "mergeOverwrite",
-        "mustMerge",
-        "mustMergeOverwrite",
-    ] {
-        if let Some(f) = fm.get(name).cloned() {
-            let live = live.clone();
-            fm.insert(
-                name.into(),
-                Arc::new(move |args: &[Value]| {
-                    let out = f(args)?;
-                    if let Some(dict) = args.first() {
-                        live.replaced(dict, &out);
-                    }
-                    Ok(out)
-                }),
-            );
-        }
-    }
-    fm.insert(
-        methods::VALUES_FN.into(),
-        Arc::new(move |args: &[Value]| live.read(args.first().unwrap_or(&Value::Nil))),
-    );
-    let depth = Arc::new(AtomicUsize::new(0));
-    let (s, d) = (set.clone(), depth.clone());
-    fm.insert(
-        "include".into(),
-        Arc::new(move |args: &[Value]| include(&s, &d, args)),
-    );
-    let (s, d) = (set, depth);
-    fm.insert(
-        "tpl".into(),
-        Arc::new(move |args: &[Value]| tpl(&s, &d, args)),
-    );
     fm.insert(
         "lookup".into(),
         Arc::new(move |args: &[Value]| lookup_fn(lookup.as_deref(), args)),
@@ -353,71 +378,5 @@ fn lookup_fn(lookup: Option<&dyn Lookup>, args: &[Value]) -> TplResult<Value> {
     Ok(match found {
         Some(v) => super::value::from_json(&v),
         None => Value::Map(Arc::default()),
-    })
-}
-
-/// Counts one level of `include`/`tpl` nesting for as long as it lives.
-struct DepthGuard<'a>(&'a AtomicUsize);
-
-impl<'a> DepthGuard<'a> {
-    fn enter(name: &str, depth: &'a AtomicUsize) -> TplResult<Self> {
-        if depth.fetch_add(1, Ordering::SeqCst) >= MAX_INCLUDE_DEPTH {
-            depth.fetch_sub(1, Ordering::SeqCst);
-            return Err(fail(
-                name,
-                format!("nesting deeper than {MAX_INCLUDE_DEPTH}"),
-            ));
-        }
-        Ok(DepthGuard(depth))
-    }
-}
-
-impl Drop for DepthGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-fn with_set<T>(
-    set: &Weak<OnceLock<Template>>,
-    f: impl FnOnce(&Template) -> TplResult<T>,
-) -> TplResult<T> {
-    let strong = set
-        .upgrade()
-        .ok_or_else(|| TemplateError::Exec("template set is gone".into()))?;
-    let t = strong
-        .get()
-        .ok_or_else(|| TemplateError::Exec("template set is not ready".into()))?;
-    f(t)
-}
-
-/// `include name data`: executes a named template and returns its output as a string.
-fn include(
-    set: &Weak<OnceLock<Template>>,
-    depth: &AtomicUsize,
-    args: &[Value],
-) -> TplResult<Value> {
-    let name = strval(args.first().unwrap_or(&Value::Nil));
-    let data = args.get(1).cloned().unwrap_or(Value::Nil);
-    let _guard = DepthGuard::enter("include", depth)?;
-    with_set(set, |t| {
-        t.execute_template_to_string(&name, &data)
-            .map(string)
-            .map_err(|e| TemplateError::Exec(format!("include {name:?}: {}", message(&e))))
-    })
-}
-
-/// `tpl text data`: parses `text` as a template alongside the chart's templates and runs it.
-fn tpl(set: &Weak<OnceLock<Template>>, depth: &AtomicUsize, args: &[Value]) -> TplResult<Value> {
-    let text = strval(args.first().unwrap_or(&Value::Nil));
-    let data = args.get(1).cloned().unwrap_or(Value::Nil);
-    let _guard = DepthGuard::enter("tpl", depth)?;
-    with_set(set, |t| {
-        let out = t
-            .clone()
-            .parse(&methods::rewrite(&text))
-            .and_then(|t| t.execute_to_string(&data))
-            .map_err(|e| TemplateError::Exec(format!("tpl: {}", message(&e))))?;
-        Ok(string(out.replace("<no value>", "")))
     })
 }

@@ -244,3 +244,316 @@ fn only_the_top_charts_helmignore_applies() {
     );
     assert!(out.contains("top: .helmignore t.txt \n"), "{out}");
 }
+
+/// Each manifest's source and text, for a chart of several templates.
+fn render_sources(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let files = super::tests::chart(extra);
+    match super::render_release(
+        &files,
+        &json!({}),
+        &super::tests::release(),
+        &super::Capabilities::default(),
+    ) {
+        Ok(r) => {
+            let mut out: Vec<(String, String)> = r
+                .manifests
+                .iter()
+                .map(|m| (m.source.clone(), m.text.clone()))
+                .collect();
+            out.sort();
+            out
+        }
+        Err(e) => panic!("render failed: {e}"),
+    }
+}
+
+/// Maps are references across templates (issue 13, root cause 1): helm renders a chart's
+/// templates deepest first and in reverse name order, and every template of a chart shares
+/// its root data and `.Values`; a subchart's `.Values` is its parent's `.Values.<name>`.
+#[test]
+fn changes_to_the_root_data_and_values_are_seen_by_later_templates() {
+    let out = render_sources(&[
+        ("values.yaml", "g: {x: 1}\n"),
+        (
+            "templates/a.yaml",
+            "kind: A\na4: {{ $_ := set . \"top\" \"t\" }}{{ .top }}\n\
+             a5: {{ $_ := set $ \"Values\" (merge (dict \"m\" 1) $.Values) }}{{ .Values.m }}\n",
+        ),
+        (
+            "templates/b.yaml",
+            "kind: B\nb1: \"{{ .Values.m }} {{ .top }} {{ .Values.sub }}\"\n",
+        ),
+        (
+            "templates/0.yaml",
+            "kind: Z\nz1: {{ .Values.m }} {{ .top }}\n",
+        ),
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 0.1.0\n",
+        ),
+        ("charts/sub/values.yaml", "k: v\n"),
+        (
+            "charts/sub/templates/s.yaml",
+            "kind: S\ns1: \"{{ $_ := set .Values \"fromsub\" 1 }}{{ .top }} {{ .Values }}\"\n\
+             s2: {{ $_ := set . \"top\" \"sub\" }}\n",
+        ),
+    ]);
+    let texts: Vec<&str> = out.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "kind: S\ns1: \" map[fromsub:1 global:map[] k:v]\"\ns2: \n",
+            "kind: Z\nz1: 1 t\n",
+            "kind: A\na4: t\na5: 1\n",
+            "kind: B\nb1: \"  map[fromsub:1 global:map[] k:v]\"\n",
+        ]
+    );
+}
+
+/// Helm's `.Capabilities.KubeVersion` and `.HelmVersion` are structs and print as Go prints
+/// them (issue 13, root cause 6).
+#[test]
+fn capability_structs_print_as_go_structs() {
+    let t = "t: {{ printf \"%v|%v|%s\" .Capabilities.KubeVersion .Capabilities.HelmVersion .Capabilities.KubeVersion | quote }}\n\
+             u: {{ .Capabilities.KubeVersion | quote }}\n\
+             v: \"{{ .Capabilities.KubeVersion.Version }} {{ .Capabilities.APIVersions | len }}\"\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "t: \"{v1.36.0 v1.36.0 1 36}|{v4.2.3 43e8b7feece8beb0fcba47059ec9b522fd929a64 clean go1.26.5 v1.36}|{v1.36.0 v1.36.0 1 36}\"\n\
+         u: \"{v1.36.0 v1.36.0 1 36}\"\n\
+         v: \"v1.36.0 55\"\n"
+    );
+}
+
+/// Execution errors read as helm's (issue 13, root cause 11): `fail` and `required` as
+/// `execution error at (FILE:LINE:COL): MESSAGE` where the outermost template called into
+/// them, other errors in Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...` form,
+/// nested through `include` and `tpl`.
+#[test]
+fn execution_errors_read_as_helms() {
+    let helpers = "{{- define \"h\" }}\n  {{ required \"need x\" .Values.x }}\n{{- end }}\n\
+                   {{- define \"h2\" }}{{ .Values.a.b }}{{ end }}\n\
+                   {{- define \"h3\" }}{{ eq 1.5 1 }}{{ end }}\n\
+                   {{- define \"h4\" }}{{ fail \"inner\" }}{{ end }}\n";
+    let cases = [
+        (
+            "a: {{ fail \"boom\" }}\n",
+            "execution error at (hello/templates/x.yaml:1:6): boom",
+        ),
+        (
+            "a: 1\nb: {{ include \"h\" . }}\n",
+            "execution error at (hello/templates/x.yaml:2:6): need x",
+        ),
+        (
+            "a: {{ eq 1.5 1 }}\n",
+            "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <eq 1.5 1>: error calling eq: incompatible types for comparison: float64 and int",
+        ),
+        (
+            "a: {{ include \"h3\" . }}\n",
+            "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <include \"h3\" .>: error calling include: template: hello/templates/_h.tpl:5:21: executing \"h3\" at <eq 1.5 1>: error calling eq: incompatible types for comparison: float64 and int",
+        ),
+        (
+            "a: {{ template \"h4\" . }}\n",
+            "execution error at (hello/templates/_h.tpl:6:21): inner",
+        ),
+        (
+            "a: {{ tpl \"{{ fail \\\"x\\\" }}\" . }}\n",
+            "execution error at (hello/templates/x.yaml:1:6): x",
+        ),
+        (
+            "a: {{ tpl \"{{ .Values.a.b }}\" . }}\n",
+            "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <tpl \"{{ .Values.a.b }}\" .>: error calling tpl: error during tpl function execution for \"{{ .Values.a.b }}\": template: gotpl:1:10: executing \"gotpl\" at <.Values.a.b>: nil pointer evaluating interface {}.b",
+        ),
+        (
+            "a: {{ $x := include \"h\" . }}\n",
+            "execution error at (hello/templates/x.yaml:1:12): need x",
+        ),
+        (
+            "a: {{ index (list 1) 3 }}\n",
+            "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <index (list 1) 3>: error calling index: index out of range: 3",
+        ),
+    ];
+    for (template, helm) in cases {
+        let err = super::tests::render_err(
+            &[
+                ("templates/_h.tpl", helpers),
+                ("templates/x.yaml", template),
+            ],
+            json!({}),
+        );
+        assert_eq!(err.to_string(), helm, "{template}");
+    }
+    // An error the executor raises itself is laid out on lines of its own, through includes.
+    let helpers = "{{- define \"h2\" }}{{ .Values.a.b }}{{ end }}\n\
+                   {{- define \"h5\" }}{{ include \"h2\" . }}{{ end }}\n";
+    for (template, helm) in [
+        (
+            "a: {{ .Values.a.b }}\n",
+            "hello/templates/x.yaml:1:13\n  executing \"hello/templates/x.yaml\" at <.Values.a.b>:\n    nil pointer evaluating interface {}.b",
+        ),
+        (
+            "a: {{ $x := dict }}{{ $x.a.b }}\n",
+            "hello/templates/x.yaml:1:24\n  executing \"hello/templates/x.yaml\" at <$x.a.b>:\n    nil pointer evaluating interface {}.b",
+        ),
+        (
+            "a: {{ include \"nope\" . }}\n",
+            "hello/templates/x.yaml:1:6\n  executing \"hello/templates/x.yaml\" at <include \"nope\" .>:\n    error calling include:\ntemplate: no template \"nope\" associated with template \"gotpl\"",
+        ),
+        (
+            "a: {{ include \"h5\" . }}\n",
+            "hello/templates/x.yaml:1:6\n  executing \"hello/templates/x.yaml\" at <include \"h5\" .>:\n    error calling include:\nhello/templates/_h.tpl:2:21\n  executing \"h5\" at <include \"h2\" .>:\n    error calling include:\nhello/templates/_h.tpl:1:28\n  executing \"h2\" at <.Values.a.b>:\n    nil pointer evaluating interface {}.b",
+        ),
+        (
+            "a: {{ toYaml }}\n",
+            "hello/templates/x.yaml:1:6\n  executing \"hello/templates/x.yaml\" at <toYaml>:\n    wrong number of args for toYaml: want 1 got 0",
+        ),
+    ] {
+        let err = super::tests::render_err(
+            &[
+                ("templates/_h.tpl", helpers),
+                ("templates/x.yaml", template),
+            ],
+            json!({}),
+        );
+        assert_eq!(err.to_string(), helm, "{template}");
+    }
+}
+
+/// Go refuses a template calling an unknown function when it parses it, even in a branch
+/// that never runs; inside `tpl` the text is refused when `tpl` runs.
+#[test]
+fn unknown_functions_are_parse_errors() {
+    let err = super::tests::render_err(
+        &[(
+            "templates/x.yaml",
+            "a: 1\n{{ if false }}\n{{ nofunc 1 }}{{ end }}\n",
+        )],
+        json!({}),
+    );
+    assert_eq!(
+        err.to_string(),
+        "parse error at (hello/templates/x.yaml:3): function \"nofunc\" not defined"
+    );
+    let err = super::tests::render_err(
+        &[(
+            "templates/x.yaml",
+            "a: {{ range .Values.l }}{{ $y := 1 }}{{ end }}\n{{ if false }}{{ $y }}{{ end }}\n",
+        )],
+        json!({}),
+    );
+    assert_eq!(
+        err.to_string(),
+        "parse error at (hello/templates/x.yaml:2): undefined variable \"$y\""
+    );
+    // An assignment to an undeclared variable fails only when it runs.
+    assert_eq!(
+        render_one(
+            &[(
+                "templates/x.yaml",
+                "a: {{ if false }}{{ $x = 1 }}{{ end }}1\n"
+            )],
+            json!({})
+        ),
+        "a: 1\n"
+    );
+    let err = super::tests::render_err(
+        &[("templates/x.yaml", "a: {{ tpl \"{{ nofunc }}\" . }}\n")],
+        json!({}),
+    );
+    assert_eq!(
+        err.to_string(),
+        "template: hello/templates/x.yaml:1:6: executing \"hello/templates/x.yaml\" at <tpl \"{{ nofunc }}\" .>: error calling tpl: cannot parse template \"{{ nofunc }}\": template: gotpl:1: function \"nofunc\" not defined"
+    );
+}
+
+/// Nil in Sprig's string functions: `toString` prints Go's `<nil>`, `join` and `toStrings`
+/// leave nil items out.
+#[test]
+fn nil_in_string_functions_is_as_sprig_has_it() {
+    let t = "a: {{ list (toString nil) (toString .Values.m) (quote nil) (join \",\" (list 1 nil \"x\")) (toStrings (list nil 2)) (print \"a\" nil 1 2 \"b\") | toJson }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "a: [\"\\u003cnil\\u003e\",\"\\u003cnil\\u003e\",\"\",\"1,x\",[\"2\"],\"a\\u003cnil\\u003e 1 2b\"]\n"
+    );
+}
+
+/// Go's two nils where a Sprig function takes a map: a nil variable is an empty map, but a
+/// map's missing entry passed directly is refused (issue 13, root cause 4, as helm v4.2.3
+/// has it).
+#[test]
+fn a_missing_entry_passed_to_a_map_parameter_is_refused() {
+    for (template, place) in [
+        ("a: {{ hasKey .Values.nothing \"k\" }}\n", "1:20"),
+        ("a: {{ keys .Values.nothing }}\n", "1:18"),
+        ("a: {{ merge (dict) .Values.nothing | toJson }}\n", "1:26"),
+        ("a: {{ get .Values.nothing \"k\" }}\n", "1:17"),
+    ] {
+        let err = super::tests::render_err(&[("templates/x.yaml", template)], json!({}));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "hello/templates/x.yaml:{place}\n  executing \"hello/templates/x.yaml\" at \
+                 <.Values.nothing>:\n    wrong type for value; expected map[string]interface {{}}; \
+                 got interface {{}}"
+            ),
+            "{template}"
+        );
+    }
+    assert_eq!(
+        render_one(
+            &[(
+                "templates/x.yaml",
+                "{{ $n := .Values.nothing }}a: {{ hasKey $n \"k\" }} {{ .Values.nothing | keys }}\n"
+            )],
+            json!({})
+        ),
+        "a: false []\n"
+    );
+}
+
+/// `.Chart` has every field of helm's chart metadata with Go's names (maintainers and
+/// dependencies too), and `IsRoot`.
+#[test]
+fn chart_metadata_has_helms_fields() {
+    let top = "apiVersion: v2\nname: top\nversion: 1.0.0\nkeywords: [a, b]\n\
+               maintainers: [{name: me, email: m@x.io, url: \"http://x\"}]\n\
+               annotations: {k: v}\nsources: [http://s]\ndeprecated: true\n\
+               dependencies:\n  - name: sub\n    version: 0.1.0\n    condition: sub.enabled\n\
+               \x20   tags: [t1]\n    alias: sub\n";
+    let files: Vec<(String, Vec<u8>)> = [
+        ("Chart.yaml", top),
+        (
+            "charts/sub/Chart.yaml",
+            "apiVersion: v2\nname: sub\nversion: 0.1.0\n",
+        ),
+        (
+            "templates/x.yaml",
+            "c: {{ .Chart | toJson | quote }}\nr: \"{{ .Chart.IsRoot }}\"\n",
+        ),
+        (
+            "charts/sub/templates/x.yaml",
+            "r: \"{{ .Chart.IsRoot }}\"\n",
+        ),
+    ]
+    .iter()
+    .map(|(p, c)| (p.to_string(), c.as_bytes().to_vec()))
+    .collect();
+    let rendered = match super::render_release(
+        &files,
+        &json!({}),
+        &super::tests::release(),
+        &super::Capabilities::default(),
+    ) {
+        Ok(r) => r,
+        Err(e) => panic!("render failed: {e}"),
+    };
+    let mut texts: Vec<&str> = rendered.manifests.iter().map(|m| m.text.as_str()).collect();
+    texts.sort();
+    assert_eq!(
+        texts,
+        [
+            "c: \"{\\\"APIVersion\\\":\\\"v2\\\",\\\"Annotations\\\":{\\\"k\\\":\\\"v\\\"},\\\"AppVersion\\\":\\\"\\\",\\\"Condition\\\":\\\"\\\",\\\"Dependencies\\\":[{\\\"Alias\\\":\\\"sub\\\",\\\"Condition\\\":\\\"sub.enabled\\\",\\\"Enabled\\\":true,\\\"ImportValues\\\":[],\\\"Name\\\":\\\"sub\\\",\\\"Repository\\\":\\\"\\\",\\\"Tags\\\":[\\\"t1\\\"],\\\"Version\\\":\\\"0.1.0\\\"}],\\\"Deprecated\\\":true,\\\"Description\\\":\\\"\\\",\\\"Home\\\":\\\"\\\",\\\"Icon\\\":\\\"\\\",\\\"IsRoot\\\":true,\\\"Keywords\\\":[\\\"a\\\",\\\"b\\\"],\\\"KubeVersion\\\":\\\"\\\",\\\"Maintainers\\\":[{\\\"Email\\\":\\\"m@x.io\\\",\\\"Name\\\":\\\"me\\\",\\\"URL\\\":\\\"http://x\\\"}],\\\"Name\\\":\\\"top\\\",\\\"Sources\\\":[\\\"http://s\\\"],\\\"Tags\\\":\\\"\\\",\\\"Type\\\":\\\"\\\",\\\"Version\\\":\\\"1.0.0\\\"}\"\nr: \"true\"\n",
+            "r: \"false\"\n",
+        ]
+    );
+}

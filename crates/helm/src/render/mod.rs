@@ -7,11 +7,11 @@ mod bytes;
 pub mod chart;
 mod context;
 mod engine;
+mod exec;
 mod files;
 pub mod funcs;
 pub mod goyaml;
 mod helmignore;
-mod live_values;
 pub mod manifests;
 mod methods;
 mod schema;
@@ -70,9 +70,11 @@ pub enum RenderError {
     Chart(String),
     #[error("invalid values: {0}")]
     Values(String),
-    #[error("parse error in {template}: {message}")]
+    /// `message` names the template (and, where helm's does, the line).
+    #[error("{message}")]
     Parse { template: String, message: String },
-    #[error("execution error in {template}: {message}")]
+    /// `message` is helm's text, which names the template and the place in it.
+    #[error("{message}")]
     Execute { template: String, message: String },
     #[error("{template} rendered invalid YAML: {message}")]
     Yaml { template: String, message: String },

@@ -1,9 +1,9 @@
 //! Sprig's list and dict functions.
 //!
-//! Template values are immutable here (shared `Arc`s), while Sprig's `set`, `unset` and `merge`
-//! mutate their dict in place. These functions return the updated dict instead; the engine
-//! rewrites the common `$_ := set $d ...` idiom into `$d = set $d ...` so the update is seen
-//! (see `render::methods`).
+//! `gotmpl` values are immutable (shared `Arc`s), while Sprig's `set`, `unset`, `merge` and
+//! `deepCopy` work on maps by reference; `render::exec` runs those (and `dict`, `get`,
+//! `hasKey`) on its own shared maps. The versions here return an updated copy, for callers of
+//! the pack on plain `gotmpl` values.
 
 use super::args::{Builtin, arg, exact, fail, register_all, str_arg, string};
 use crate::render::value::{is_empty, strval, to_i64};
@@ -416,8 +416,7 @@ fn kind_name(v: &Value) -> &'static str {
     }
 }
 
-/// A copy that shares no map or list with `v`: the values tree tells its maps apart by
-/// identity (`render::live_values`), so a change to the copy must not reach the original.
+/// A copy that shares no map or list with `v`.
 fn deep_copy(v: &Value) -> Value {
     match v {
         Value::Map(m) => Value::Map(std::sync::Arc::new(

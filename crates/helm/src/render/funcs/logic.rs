@@ -118,7 +118,12 @@ fn required(args: &[Value]) -> Result<Value> {
 fn to_strings(args: &[Value]) -> Result<Value> {
     exact("toStrings", args, 1)?;
     let items: Vec<Value> = match &args[0] {
-        Value::List(items) => items.iter().map(|v| string(strval(v))).collect(),
+        // Sprig leaves nil items out.
+        Value::List(items) => items
+            .iter()
+            .filter(|v| !matches!(v, Value::Nil))
+            .map(|v| string(strval(v)))
+            .collect(),
         Value::Nil => Vec::new(),
         other => vec![string(strval(other))],
     };

@@ -36,27 +36,7 @@ pub fn sprig() -> FuncMap {
     toml::register(&mut fm);
     url::register(&mut fm);
     add_must_aliases(&mut fm);
-    fm.insert(
-        PRINT_HOOK.to_string(),
-        std::sync::Arc::new(|args: &[gotmpl::Value]| Ok(go_printable(args))),
-    );
     fm
-}
-
-/// The hidden function `render::methods::rewrite` appends to every output action, because
-/// `gotmpl` prints floats, lists and maps in Rust's form and Go's differs (`1e+06`,
-/// `map[a:1]`).
-pub const PRINT_HOOK: &str = "__goprint";
-
-fn go_printable(args: &[gotmpl::Value]) -> gotmpl::Value {
-    use gotmpl::Value;
-    match args.last() {
-        None => Value::Nil,
-        Some(v @ (Value::Float(_) | Value::List(_) | Value::Map(_))) => {
-            Value::String(crate::render::value::go_sprint(v).into())
-        }
-        Some(other) => other.clone(),
-    }
 }
 
 /// Sprig's `mustX` variants return errors where `X` would swallow them; the functions here

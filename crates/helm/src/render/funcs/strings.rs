@@ -25,7 +25,7 @@ pub fn register(fm: &mut FuncMap) {
                 s.chars().filter(|c| !c.is_whitespace()).collect()
             })
         }),
-        ("toString", |a| unary("toString", a, |s| s.to_string())),
+        ("toString", to_string),
         ("trimSuffix", |a| {
             binary("trimSuffix", a, |suf, s| {
                 s.strip_suffix(suf).unwrap_or(s).to_string()
@@ -276,11 +276,25 @@ fn join(args: &[Value]) -> Result<Value> {
     exact("join", args, 2)?;
     let sep = str_arg("join", args, 0)?;
     let parts: Vec<String> = match arg("join", args, 1)? {
-        Value::List(items) => items.iter().map(strval).collect(),
+        // Sprig leaves nil items out.
+        Value::List(items) => items
+            .iter()
+            .filter(|v| !matches!(v, Value::Nil))
+            .map(strval)
+            .collect(),
         Value::Nil => Vec::new(),
         other => vec![strval(other)],
     };
     Ok(string(parts.join(&sep)))
+}
+
+/// `toString`: Go's `%v` of a nil is `<nil>`.
+fn to_string(args: &[Value]) -> Result<Value> {
+    exact("toString", args, 1)?;
+    Ok(match &args[0] {
+        Value::Nil => string("<nil>"),
+        other => string(strval(other)),
+    })
 }
 
 /// Go's deprecated `strings.Title`: upper-cases the first letter of each word, where letters,

@@ -1,0 +1,345 @@
+//! The executor's value type. A map is a shared cell, as a Go map is a reference: `set`,
+//! `unset` and `merge*` change the one map every path to it sees. Lists are immutable (Sprig's
+//! list functions all copy). Functions of the Sprig pack (`render::funcs`) work on `gotmpl`
+//! values; [`Conv`] converts at the call and back, keeping map identity: each cell caches
+//! its `gotmpl` snapshot, and a snapshot a function hands back (`default $d ...`, `first`)
+//! turns into its cell again.
+
+use gotmpl::Value as G;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+
+type GMap = BTreeMap<Arc<str>, G>;
+
+/// What a map stands for when it also has methods (Helm's `.Files`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Plain,
+    Files,
+    /// One of Helm's structs (`.Capabilities.KubeVersion`): fields read as map keys, and it
+    /// prints as Go prints a struct, its fields' values in this order in braces. A function
+    /// of the Sprig pack gets that text (all one can do with a struct there is print it).
+    Struct(&'static [&'static str]),
+}
+
+pub struct DictCell {
+    map: RefCell<BTreeMap<Arc<str>, V>>,
+    kind: Kind,
+    /// The `gotmpl` copy of this map, valid while the render's generation is the one noted.
+    snap: RefCell<Option<(u64, Arc<GMap>)>>,
+}
+
+/// A map shared by reference.
+#[derive(Clone)]
+pub struct Dict(Rc<DictCell>);
+
+impl Dict {
+    pub fn new(map: BTreeMap<Arc<str>, V>) -> Dict {
+        Dict::with_kind(map, Kind::Plain)
+    }
+
+    pub fn with_kind(map: BTreeMap<Arc<str>, V>, kind: Kind) -> Dict {
+        let cell = Rc::new(DictCell {
+            map: RefCell::new(map),
+            kind,
+            snap: RefCell::new(None),
+        });
+        CELLS.with(|cells| {
+            if let Some(list) = cells.borrow_mut().as_mut() {
+                if list.len() == list.capacity() && list.len() >= 1024 {
+                    list.retain(|w| w.strong_count() > 0);
+                }
+                list.push(Rc::downgrade(&cell));
+            }
+        });
+        Dict(cell)
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.0.kind
+    }
+
+    pub fn get(&self, k: &str) -> Option<V> {
+        self.0.map.borrow().get(k).cloned()
+    }
+
+    pub fn contains(&self, k: &str) -> bool {
+        self.0.map.borrow().contains_key(k)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.map.borrow().len()
+    }
+
+    pub fn entries(&self) -> Vec<(Arc<str>, V)> {
+        self.0
+            .map
+            .borrow()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Changes the map; `generation` is the render's generation, moved on so every cached snapshot
+    /// (this map's and its containers') is made again.
+    pub fn update<T>(
+        &self,
+        generation: &Cell<u64>,
+        f: impl FnOnce(&mut BTreeMap<Arc<str>, V>) -> T,
+    ) -> T {
+        generation.set(generation.get().wrapping_add(1));
+        f(&mut self.0.map.borrow_mut())
+    }
+
+    #[cfg(test)]
+    pub fn weak(&self) -> Weak<DictCell> {
+        Rc::downgrade(&self.0)
+    }
+
+    pub fn same(&self, other: &Dict) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+thread_local! {
+    /// Every map made while a [`CellScope`] is open on this thread.
+    static CELLS: RefCell<Option<Vec<Weak<DictCell>>>> = const { RefCell::new(None) };
+}
+
+/// Frees, when dropped, the maps made while it was open that are still alive: maps that hold
+/// themselves (`set $d "self" $d`, `set .Values "root" $`) keep each other alive, which Go's
+/// collector would free and reference counting does not. Nothing made inside may be used
+/// after it closes.
+pub struct CellScope {
+    outer: Option<Vec<Weak<DictCell>>>,
+}
+
+impl CellScope {
+    pub fn open() -> CellScope {
+        CellScope {
+            outer: CELLS.with(|cells| cells.replace(Some(Vec::new()))),
+        }
+    }
+}
+
+impl Drop for CellScope {
+    fn drop(&mut self) {
+        let made = CELLS.with(|cells| cells.replace(self.outer.take()));
+        for cell in made.into_iter().flatten().filter_map(|w| w.upgrade()) {
+            let entries = match cell.map.try_borrow_mut() {
+                Ok(mut m) => std::mem::take(&mut *m),
+                Err(_) => continue,
+            };
+            drop(entries);
+        }
+    }
+}
+
+/// A template value.
+#[derive(Clone)]
+pub enum V {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Str(Arc<str>),
+    List(Rc<[V]>),
+    Map(Dict),
+    Func(gotmpl::ValueFunc),
+}
+
+impl V {
+    pub fn str(s: impl Into<Arc<str>>) -> V {
+        V::Str(s.into())
+    }
+
+    /// Go's truth: false for nil, false, zero numbers, "" and empty lists and maps.
+    pub fn truthy(&self) -> bool {
+        match self {
+            V::Nil => false,
+            V::Bool(b) => *b,
+            V::Int(n) => *n != 0,
+            V::Uint(n) => *n != 0,
+            V::Float(f) => *f != 0.0,
+            V::Str(s) => !s.is_empty(),
+            V::List(l) => !l.is_empty(),
+            V::Map(m) => m.len() != 0,
+            V::Func(_) => true,
+        }
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            V::Nil => "<nil>",
+            V::Bool(_) => "bool",
+            V::Int(_) => "int",
+            V::Uint(_) => "uint64",
+            V::Float(_) => "float64",
+            V::Str(_) => "string",
+            V::List(_) => "[]interface {}",
+            V::Map(_) => "map[string]interface {}",
+            V::Func(_) => "func",
+        }
+    }
+}
+
+/// How deep a value may nest when converted (a map can hold itself).
+const MAX_DEPTH: usize = 300;
+
+/// Converts between [`V`] and `gotmpl` values for one render.
+#[derive(Default)]
+pub struct Conv {
+    pub generation: Cell<u64>,
+    /// Snapshot address → the cell it was made from.
+    ids: RefCell<HashMap<usize, Weak<DictCell>>>,
+}
+
+impl Conv {
+    pub fn to_g(&self, v: &V) -> G {
+        self.to_g_at(v, 0)
+    }
+
+    fn to_g_at(&self, v: &V, depth: usize) -> G {
+        match v {
+            V::Nil => G::Nil,
+            V::Bool(b) => G::Bool(*b),
+            V::Int(n) => G::Int(*n),
+            V::Uint(n) => G::Uint(*n),
+            V::Float(f) => G::Float(*f),
+            V::Str(s) => G::String(s.clone()),
+            V::Func(f) => G::Function(f.clone()),
+            V::List(l) if depth < MAX_DEPTH => {
+                G::List(l.iter().map(|x| self.to_g_at(x, depth + 1)).collect())
+            }
+            V::Map(d) if depth < MAX_DEPTH => match d.kind() {
+                Kind::Struct(fields) => G::String(self.struct_text(d, fields).into()),
+                _ => G::Map(self.snapshot(d, depth)),
+            },
+            V::List(_) | V::Map(_) => G::Nil,
+        }
+    }
+
+    /// Go's `%v` of a struct: `{v1 v2 ...}`.
+    pub fn struct_text(&self, d: &Dict, fields: &[&str]) -> String {
+        let parts: Vec<String> = fields
+            .iter()
+            .map(|f| match d.get(f) {
+                Some(V::Str(s)) => s.to_string(),
+                Some(other) => crate::render::value::go_sprint(&self.to_g(&other)),
+                None => String::new(),
+            })
+            .collect();
+        format!("{{{}}}", parts.join(" "))
+    }
+
+    fn snapshot(&self, d: &Dict, depth: usize) -> Arc<GMap> {
+        let generation = self.generation.get();
+        if let Some((g, snap)) = d.0.snap.borrow().as_ref()
+            && *g == generation
+        {
+            return snap.clone();
+        }
+        let built: GMap =
+            d.0.map
+                .borrow()
+                .iter()
+                .map(|(k, v)| (k.clone(), self.to_g_at(v, depth + 1)))
+                .collect();
+        let snap = Arc::new(built);
+        self.ids
+            .borrow_mut()
+            .insert(Arc::as_ptr(&snap) as usize, Rc::downgrade(&d.0));
+        *d.0.snap.borrow_mut() = Some((generation, snap.clone()));
+        snap
+    }
+
+    pub fn to_v(&self, g: &G) -> V {
+        self.to_v_at(g, 0)
+    }
+
+    fn to_v_at(&self, g: &G, depth: usize) -> V {
+        match g {
+            G::Nil => V::Nil,
+            G::Bool(b) => V::Bool(*b),
+            G::Int(n) => V::Int(*n),
+            G::Uint(n) => V::Uint(*n),
+            G::Float(f) => V::Float(*f),
+            G::String(s) => V::Str(s.clone()),
+            G::Function(f) => V::Func(f.clone()),
+            G::List(l) if depth < MAX_DEPTH => {
+                V::List(l.iter().map(|x| self.to_v_at(x, depth + 1)).collect())
+            }
+            G::Map(m) if depth < MAX_DEPTH => {
+                if let Some(cell) = self.cell_of(m) {
+                    return V::Map(Dict(cell));
+                }
+                V::Map(Dict::new(
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), self.to_v_at(v, depth + 1)))
+                        .collect(),
+                ))
+            }
+            _ => V::Nil,
+        }
+    }
+
+    /// The cell whose current snapshot `m` is, if any.
+    fn cell_of(&self, m: &Arc<GMap>) -> Option<Rc<DictCell>> {
+        let cell = self
+            .ids
+            .borrow()
+            .get(&(Arc::as_ptr(m) as usize))?
+            .upgrade()?;
+        let current = matches!(cell.snap.borrow().as_ref(), Some((_, s)) if Arc::ptr_eq(s, m));
+        current.then_some(cell)
+    }
+
+    /// A copy with new cells all the way down (`deepCopy`).
+    pub fn deep_copy(&self, v: &V) -> V {
+        self.deep_copy_at(v, 0)
+    }
+
+    fn deep_copy_at(&self, v: &V, depth: usize) -> V {
+        if depth >= MAX_DEPTH {
+            return V::Nil;
+        }
+        match v {
+            V::Map(d) => V::Map(Dict::with_kind(
+                d.entries()
+                    .into_iter()
+                    .map(|(k, v)| (k, self.deep_copy_at(&v, depth + 1)))
+                    .collect(),
+                d.kind(),
+            )),
+            V::List(l) => V::List(l.iter().map(|x| self.deep_copy_at(x, depth + 1)).collect()),
+            other => other.clone(),
+        }
+    }
+}
+
+/// New cells from JSON (chart values).
+pub fn from_json(v: &serde_json::Value) -> V {
+    match v {
+        serde_json::Value::Null => V::Nil,
+        serde_json::Value::Bool(b) => V::Bool(*b),
+        serde_json::Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                V::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                V::Uint(u)
+            } else {
+                V::Float(n.as_f64().unwrap_or(0.0))
+            }
+        }
+        serde_json::Value::String(s) => V::str(s.as_str()),
+        serde_json::Value::Array(a) => V::List(a.iter().map(from_json).collect()),
+        serde_json::Value::Object(o) => V::Map(Dict::new(
+            o.iter()
+                .map(|(k, v)| (Arc::<str>::from(k.as_str()), from_json(v)))
+                .collect(),
+        )),
+    }
+}
