@@ -207,31 +207,27 @@ fn big_settings(bytes: usize) -> prost_types::Struct {
 async fn big_packages_are_paged_and_oversized_fields_refused() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+    let certs = dir.path().join("certs");
+    berth_telemetry::tls::generate(&certs, &[])?;
+    let tls = |role| berth_tests::process::tls_args(&certs, role);
     // No broker: the packages stay Pending, which is all List and Dump need.
-    let lifecycle = berth_tests::Proc::start(
-        "berth-lifecycle",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--database",
-            &database,
-            "--broker",
-            &dead_endpoint(),
-        ],
-        "listening on ",
-    )
-    .await?;
-    let gateway = berth_tests::Proc::start(
-        "berth-gateway",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--lifecycle",
-            &lifecycle.endpoint(),
-        ],
-        "listening on ",
-    )
-    .await?;
+    let broker = dead_endpoint();
+    let lifecycle_tls = tls(berth_telemetry::Role::Lifecycle);
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--database",
+        &database,
+        "--broker",
+        &broker,
+    ];
+    args.extend(lifecycle_tls.iter().map(String::as_str));
+    let lifecycle = berth_tests::Proc::start("berth-lifecycle", &args, "listening on ").await?;
+    let endpoint = lifecycle.endpoint();
+    let gateway_tls = tls(berth_telemetry::Role::Gateway);
+    let mut args = vec!["--listen", "127.0.0.1:0", "--lifecycle", &endpoint];
+    args.extend(gateway_tls.iter().map(String::as_str));
+    let gateway = berth_tests::Proc::start("berth-gateway", &args, "listening on ").await?;
     let result = paged(&gateway.endpoint()).await;
     gateway.stop().await;
     lifecycle.stop().await;

@@ -67,3 +67,49 @@ pub fn connect_lazy(
         TraceContext,
     ))
 }
+
+/// Longest gRPC status message berth sends. A status message travels in an HTTP/2 header, and a
+/// header block past the peer's limit (16 KiB by default) resets the stream, so the caller would
+/// see a protocol error instead of the refusal.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 8 << 10;
+
+/// `text` cut to [`MAX_STATUS_MESSAGE_BYTES`]: its start and its end (where nested errors put
+/// the cause) around a marker saying how much was left out.
+pub fn bounded_status_message(text: String) -> String {
+    if text.len() <= MAX_STATUS_MESSAGE_BYTES {
+        return text;
+    }
+    let keep = MAX_STATUS_MESSAGE_BYTES / 2 - 64;
+    let mut head = keep;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - keep;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{} … [{} bytes left out] … {}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+#[cfg(test)]
+mod status_message_tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_keep_their_start_and_end() {
+        assert_eq!(bounded_status_message("short".into()), "short");
+        let long = format!("start {} é cause", "x".repeat(100_000));
+        let cut = bounded_status_message(long.clone());
+        assert!(cut.len() <= MAX_STATUS_MESSAGE_BYTES, "{}", cut.len());
+        assert!(
+            cut.starts_with("start ") && cut.ends_with("é cause"),
+            "{cut}"
+        );
+        assert!(cut.contains("bytes left out"), "{cut}");
+    }
+}

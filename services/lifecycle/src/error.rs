@@ -22,14 +22,16 @@ pub enum LifecycleError {
 
 impl From<LifecycleError> for Status {
     fn from(e: LifecycleError) -> Status {
+        // Settings errors list every failing field: bounded to fit a header.
+        let message = berth_telemetry::bounded_status_message(e.to_string());
         match &e {
-            LifecycleError::InvalidArgument(_) => Status::invalid_argument(e.to_string()),
-            LifecycleError::NotFound(_) => Status::not_found(e.to_string()),
+            LifecycleError::InvalidArgument(_) => Status::invalid_argument(message),
+            LifecycleError::NotFound(_) => Status::not_found(message),
             LifecycleError::Store(_) => {
                 tracing::error!(error = %e, "lifecycle store failed");
-                Status::internal(e.to_string())
+                Status::internal(message)
             }
-            LifecycleError::Internal(_) => Status::internal(e.to_string()),
+            LifecycleError::Internal(_) => Status::internal(message),
         }
     }
 }

@@ -66,16 +66,18 @@ impl ReleaseService {
 }
 
 fn to_status(e: ReleaseError) -> Status {
+    // Render errors nest (helm's `include` chains): the message is bounded to fit a header.
+    let message = berth_telemetry::bounded_status_message(e.to_string());
     match &e {
         ReleaseError::InvalidArgument(_)
         | ReleaseError::Render(_)
         | ReleaseError::Store(StoreError::Format {
             source: FormatError::TooLargeToStore { .. },
             ..
-        }) => Status::invalid_argument(e.to_string()),
-        ReleaseError::NotFound(_) => Status::failed_precondition(e.to_string()),
-        _ if e.is_unavailable() => Status::unavailable(e.to_string()),
-        _ => Status::internal(e.to_string()),
+        }) => Status::invalid_argument(message),
+        ReleaseError::NotFound(_) => Status::failed_precondition(message),
+        _ if e.is_unavailable() => Status::unavailable(message),
+        _ => Status::internal(message),
     }
 }
 
