@@ -53,8 +53,8 @@
 //!   (a nil variable or piped value reads as an empty map, as in Go), but other typed
 //!   parameters take any value (`upper .Values.nothing` gives "" where helm refuses it).
 //! - A template calling a function helm does not have, or using a variable no enclosing
-//!   action declared, fails when parsed, as in helm; the few helm functions the pack lacks
-//!   (`render::exec`'s `NOT_YET`) fail only when called.
+//!   action declared, fails when parsed, as in helm. `getHostByName` resolves nothing and
+//!   answers "" (as `helm template` does offline; berth renders untrusted charts).
 //! - Execution errors are helm's texts (`execution error at (FILE:LINE:COL): ...` for `fail`
 //!   and `required`, Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...` for a
 //!   function's error, helm v4's lines for the executor's own), except that a column on a

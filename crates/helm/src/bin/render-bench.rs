@@ -6,9 +6,15 @@
 //! found next to this one (build it with `cargo build --release -p berth-gateway --bin berth`),
 //! else this binary's own `--render-once` mode, which runs the same renderer and printer.
 //!
-//! `cargo run --release -p berth-helm --bin render-bench -- [--iterations N]`; with
-//! `--write-large DIR` it only writes the generated chart, and with `--repeat N CHART` it
+//! `cargo run --release -p berth-helm --bin render-bench -- [--iterations N] [--corpus DIR]`;
+//! with `--write-large DIR` it only writes the generated chart, and with `--repeat N CHART` it
 //! renders CHART N times in-process and prints the mean (both for profiling).
+//!
+//! The second table covers the five largest charts (by bytes) of the public chart corpus
+//! (`../shared/charts/corpus` beside the repository, or `--corpus DIR`), rendered with their
+//! defaults: the median whole-process wall time and the peak resident memory of each tool.
+//! Memory is measured by running the tool under this binary's `--measure` mode, whose only
+//! child it is, so `getrusage(RUSAGE_CHILDREN)` reports exactly that tool's peak.
 
 use anyhow::Context as _;
 use berth_helm::helm_binary::find_helm;
@@ -25,6 +31,21 @@ const LARGE_TEMPLATES: usize = 300;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--measure") {
+        // `--measure CMD ARGS...`: runs CMD (output discarded) and prints its peak RSS in KiB.
+        let cmd = &args[2..];
+        anyhow::ensure!(!cmd.is_empty(), "--measure CMD ARGS...");
+        let status = Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "{cmd:?} failed");
+        let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)?;
+        println!("{}", usage.max_rss());
+        return Ok(());
+    }
     if let Some(pos) = args.iter().position(|a| a == "--render-once") {
         // `--render-once CHART [--kube-version V]`: the version is fixed below.
         let chart = args.get(pos + 1).context("--render-once CHART")?;
@@ -108,7 +129,102 @@ fn main() -> anyhow::Result<()> {
             h_time.as_secs_f64() / b_time.as_secs_f64()
         );
     }
+    let corpus = match args.iter().position(|a| a == "--corpus") {
+        Some(i) => Some(PathBuf::from(args.get(i + 1).context("--corpus DIR")?)),
+        None => {
+            let beside =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/charts/corpus");
+            beside.is_dir().then_some(beside)
+        }
+    };
+    match corpus {
+        Some(dir) => corpus_table(&dir, &berth_cmd, &helm, iterations),
+        None => {
+            println!("\n(no chart corpus: pass --corpus DIR for the public charts' table)");
+            Ok(())
+        }
+    }
+}
+
+/// The five largest charts of `corpus`, each rendered with its defaults (`-n ns`) by both
+/// tools: median wall time and peak RSS. Outputs are not compared here (random functions
+/// differ run to run; `compare.sh` checks fidelity), only that both succeed.
+fn corpus_table(
+    corpus: &Path,
+    berth_cmd: &[String],
+    helm: &Path,
+    iterations: usize,
+) -> anyhow::Result<()> {
+    let mut charts: Vec<(u64, PathBuf)> = std::fs::read_dir(corpus)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join("Chart.yaml").is_file())
+        .map(|p| (dir_bytes(&p), p))
+        .collect();
+    charts.sort_by(|a, b| b.0.cmp(&a.0));
+    println!(
+        "\nThe five largest charts of {} (defaults, `-n ns`):\n",
+        corpus.display()
+    );
+    println!(
+        "| chart | size | objects | berth | helm template | berth/helm time | berth peak RSS | helm peak RSS |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let me = std::env::current_exe()?.display().to_string();
+    for (bytes, chart) in charts.into_iter().take(5) {
+        let name = chart
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let chart_s = chart.display().to_string();
+        let mut berth = berth_cmd.to_vec();
+        berth.extend([chart_s.clone(), "-n".into(), "ns".into()]);
+        let helm_cmd = vec![
+            helm.display().to_string(),
+            "template".into(),
+            "bench".into(),
+            chart_s,
+            "-n".into(),
+            "ns".into(),
+        ];
+        let ((b_time, b_out), (h_time, _)) = medians(&berth, &helm_cmd, iterations)?;
+        let rss = |cmd: &[String]| -> anyhow::Result<u64> {
+            let mut measure = vec![me.clone(), "--measure".into()];
+            measure.extend(cmd.iter().cloned());
+            let (_, out) = run(&measure)?;
+            Ok(out.trim().parse()?)
+        };
+        let (b_rss, h_rss) = (rss(&berth)?, rss(&helm_cmd)?);
+        println!(
+            "| {name} | {} KiB | {} | {:.1} ms | {:.1} ms | {:.2}x | {:.1} MiB | {:.1} MiB |",
+            bytes / 1024,
+            b_out.matches("# Source: ").count(),
+            ms(b_time),
+            ms(h_time),
+            b_time.as_secs_f64() / h_time.as_secs_f64(),
+            b_rss as f64 / 1024.0,
+            h_rss as f64 / 1024.0,
+        );
+    }
     Ok(())
+}
+
+/// Bytes of every file under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                dir_bytes(&path)
+            } else {
+                e.metadata().map(|m| m.len()).unwrap_or(0)
+            }
+        })
+        .sum()
 }
 
 /// A scratch directory removed when dropped, also when the run fails.

@@ -557,3 +557,96 @@ fn chart_metadata_has_helms_fields() {
         ]
     );
 }
+
+#[test]
+fn the_last_sprig_functions_are_helms() {
+    let t = r#"a: {{ hello }}
+b: {{ randInt 5 6 }}
+c: {{ randAscii 3 | len }}
+d: {{ randBytes 6 | b64dec | len }}
+e: {{ date_in_zone "2006-01-02 15:04" 0 "UTC" }}
+f: {{ htmlDateInZone 86400 "UTC" }}
+g: {{ durationRound "2h10m" }} {{ durationRound "49h" }} {{ durationRound "800h" }} {{ durationRound "9000h" }} {{ durationRound "59s" }} {{ durationRound "-3m" }} {{ durationRound "1ms" }}
+h: {{ date_modify "1h30m" (toDate "2006-01-02" "2020-01-02") | date "2006-01-02 15:04" }}
+i: {{ must_date_modify "-2h" (toDate "2006-01-02" "2020-01-02") | date "2006-01-02 15:04" }}
+j: {{ date_modify "bogus" (toDate "2006-01-02" "2020-01-02") | date "2006-01-02 15:04" }}
+k: {{ ago (toDate "2006-01-02" "2020-01-02") | regexMatch "^[0-9]+h[0-9]+m[0-9]+s$" }}
+l: |
+{{ toYamlPretty (dict "x" (list 1 (dict "y" 2 "w" (list "a"))) "z" "s") | indent 2 }}
+m: {{ durationRound 3600 }} {{ durationRound "1h" }} {{ durationRound "24h" }} {{ durationRound "720h" }} {{ durationRound "8760h" }} {{ durationRound "bogus" }}
+n: {{ randAscii 200 | regexMatch "^[ -~]+$" }}
+o: {{ mustDateModify "1h" (toDate "2006-01-02" "2020-01-02") | date "2006-01-02 15:04" }}
+p: {{ getHostByName "localhost" }}
+"#;
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        r#"a: Hello!
+b: 5
+c: 3
+d: 6
+e: 1970-01-01 00:00
+f: 1970-01-02
+g: 2h 2d 1mo 1y 59s 3m 0s
+h: 2020-01-02 01:30
+i: 2020-01-01 22:00
+j: 2020-01-02 00:00
+k: true
+l: |
+  x:
+    - 1
+    - w:
+        - a
+      "y": 2
+  z: s
+m: 0s 60m 24h 30d 12mo 0s
+n: true
+o: 2020-01-02 01:00
+p: 
+"#
+    );
+}
+
+#[test]
+fn to_yaml_pretty_indents_sequences_and_does_not_fold() {
+    let t = r#"{{ toYamlPretty (dict "long" "aaaa bbbb cccc dddd eeee ffff gggg hhhh iiii jjjj kkkk llll mmmm nnnn oooo pppp qqqq rrrr" "multi" "a\nb\n" "yes" "yes" "n" 1.5 "e" (list) "m" (dict) "nested" (list (list 1 2) (list))) }}
+"#;
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        r#"e: []
+long: aaaa bbbb cccc dddd eeee ffff gggg hhhh iiii jjjj kkkk llll mmmm nnnn oooo pppp qqqq rrrr
+m: {}
+multi: |
+  a
+  b
+"n": 1.5
+nested:
+  - - 1
+    - 2
+  - []
+"yes": "yes"
+"#
+    );
+}
+
+#[test]
+fn strict_date_and_random_functions_fail_as_in_helm() {
+    let err = super::tests::render_err(
+        &[(
+            "templates/t.yaml",
+            "x: {{ mustDateModify \"bogus\" (now) }}\n",
+        )],
+        json!({}),
+    )
+    .to_string();
+    assert!(
+        err.contains("error calling mustDateModify: time: invalid duration \"bogus\""),
+        "{err}"
+    );
+    let err =
+        super::tests::render_err(&[("templates/t.yaml", "x: {{ randInt 3 3 }}\n")], json!({}))
+            .to_string();
+    assert!(
+        err.contains("error calling randInt: invalid argument to Intn"),
+        "{err}"
+    );
+}

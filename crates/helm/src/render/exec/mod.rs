@@ -98,23 +98,6 @@ const NATIVE: &[&str] = &[
     "call",
 ];
 
-/// Functions helm has that the pack does not have yet: a template may mention them (they
-/// fail only when called), so parsing does not refuse them as unknown.
-const NOT_YET: &[&str] = &[
-    "hello",
-    "ago",
-    "date_in_zone",
-    "date_modify",
-    "durationRound",
-    "htmlDateInZone",
-    "must_date_modify",
-    "randAscii",
-    "randInt",
-    "getHostByName",
-    "randBytes",
-    "toYamlPretty",
-];
-
 /// Go's builtins that run through `gotmpl` (their results are text or a boolean).
 const GOTMPL_TEXT: &[&str] = &["print", "printf", "println", "html", "js", "urlquery"];
 const GOTMPL_BOOL: &[&str] = &["eq", "ne", "lt", "le", "gt", "ge"];
@@ -212,7 +195,6 @@ impl Exec {
                 || NATIVE.contains(&name)
                 || GOTMPL_TEXT.contains(&name)
                 || GOTMPL_BOOL.contains(&name)
-                || NOT_YET.contains(&name)
         };
         let mut found: Option<(usize, String)> = None;
         let mut note = |offset: usize, name: &str| {

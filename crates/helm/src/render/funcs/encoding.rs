@@ -11,6 +11,7 @@ use sha2::Digest as _;
 pub fn register(fm: &mut FuncMap) {
     let funcs: &[(&str, Builtin)] = &[
         ("toYaml", to_yaml),
+        ("toYamlPretty", to_yaml_pretty),
         ("toJson", |a| json_out("toJson", a, false)),
         ("toRawJson", |a| json_out("toRawJson", a, false)),
         ("toPrettyJson", |a| json_out("toPrettyJson", a, true)),
@@ -47,6 +48,16 @@ pub fn register(fm: &mut FuncMap) {
         ("randAlphaNum", |a| random("randAlphaNum", a, ALNUM)),
         ("randAlpha", |a| random("randAlpha", a, &ALNUM[10..])),
         ("randNumeric", |a| random("randNumeric", a, &ALNUM[..10])),
+        ("randAscii", |a| random("randAscii", a, PRINTABLE_ASCII)),
+        ("randBytes", rand_bytes),
+        ("randInt", rand_int),
+        ("hello", |_| Ok(string("Hello!"))),
+        // A DNS lookup from a template: `helm template` answers "" (it resolves nothing when
+        // rendering offline), and berth renders untrusted charts, so it never resolves either.
+        ("getHostByName", |a| {
+            exact("getHostByName", a, 1)?;
+            Ok(string(""))
+        }),
     ];
     register_all(fm, funcs);
 }
@@ -65,6 +76,14 @@ pub(super) fn on_bytes(name: &str, args: &[Value], f: fn(&[u8]) -> String) -> Re
 fn to_yaml(args: &[Value]) -> Result<Value> {
     exact("toYaml", args, 1)?;
     let text = goyaml::to_yaml(&to_json(&args[0]));
+    Ok(string(text.strip_suffix('\n').unwrap_or(&text)))
+}
+
+/// Helm's `toYamlPretty`: go-yaml v3 with a two-space indent (sequences indented under their
+/// key, no folding), without the final newline.
+fn to_yaml_pretty(args: &[Value]) -> Result<Value> {
+    exact("toYamlPretty", args, 1)?;
+    let text = goyaml::to_yaml_pretty(&to_json(&args[0]));
     Ok(string(text.strip_suffix('\n').unwrap_or(&text)))
 }
 
@@ -234,6 +253,41 @@ fn b64dec(args: &[Value]) -> Result<Value> {
 }
 
 const ALNUM: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+/// Sprig's `randAscii` alphabet: the printable ASCII characters, space to `~`.
+const PRINTABLE_ASCII: &[u8] = b" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~";
+
+/// `randBytes n`: n random bytes, base64-encoded (as Sprig returns them).
+fn rand_bytes(args: &[Value]) -> Result<Value> {
+    exact("randBytes", args, 1)?;
+    const MAX_LEN: i64 = 4096;
+    let n = to_i64(arg("randBytes", args, 0)?);
+    if !(0..=MAX_LEN).contains(&n) {
+        return Err(fail(
+            "randBytes",
+            format!("length {n} is outside 0..={MAX_LEN}"),
+        ));
+    }
+    let mut rng = rand::rng();
+    let bytes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+    Ok(string(
+        base64::engine::general_purpose::STANDARD.encode(bytes),
+    ))
+}
+
+/// `randInt min max`: a random integer in `[min, max)`; like Go's `rand.Intn`, an empty range
+/// is an error.
+fn rand_int(args: &[Value]) -> Result<Value> {
+    exact("randInt", args, 2)?;
+    let (min, max) = (
+        to_i64(arg("randInt", args, 0)?),
+        to_i64(arg("randInt", args, 1)?),
+    );
+    if max <= min {
+        return Err(fail("randInt", "invalid argument to Intn"));
+    }
+    Ok(Value::Int(rand::rng().random_range(min..max)))
+}
 
 fn random(name: &str, args: &[Value], alphabet: &[u8]) -> Result<Value> {
     exact(name, args, 1)?;

@@ -67,8 +67,8 @@ fn add_must_aliases(fm: &mut FuncMap) {
         "without",
         "has",
         "compact",
-        "dateModify",
-        "toDate",
+        // `mustDateModify` and `mustToDate` are registered by `time` (dateModify is lenient,
+        // its must form is not).
         "fromJson",
         "toYaml",
         "slice",

@@ -26,7 +26,26 @@ pub fn register(fm: &mut FuncMap) {
             ))
         }),
         ("toDate", to_date),
-        ("dateModify", date_modify),
+        ("mustToDate", to_date),
+        ("dateModify", |a| date_modify("dateModify", a, false)),
+        ("date_modify", |a| date_modify("date_modify", a, false)),
+        ("mustDateModify", |a| date_modify("mustDateModify", a, true)),
+        ("must_date_modify", |a| {
+            date_modify("must_date_modify", a, true)
+        }),
+        ("date_in_zone", date_in_zone),
+        ("htmlDateInZone", |a| {
+            exact("htmlDateInZone", a, 2)?;
+            date_in_zone(&[string("2006-01-02"), a[0].clone(), a[1].clone()])
+        }),
+        ("ago", |a| {
+            let t = parse_time("ago", arg("ago", a, 0)?)?;
+            let secs = (Utc::now().fixed_offset() - t).num_milliseconds();
+            Ok(string(go_duration_string(
+                (secs as f64 / 1000.0).round() as i64
+            )))
+        }),
+        ("durationRound", duration_round),
         ("duration", |a| {
             Ok(string(format!("{}s", to_i64(arg("duration", a, 0)?))))
         }),
@@ -95,15 +114,76 @@ fn to_date(args: &[Value]) -> Result<Value> {
     Ok(string(parsed))
 }
 
-/// `dateModify "-1h30m" time`.
-fn date_modify(args: &[Value]) -> Result<Value> {
-    exact("dateModify", args, 2)?;
-    let spec = str_arg("dateModify", args, 0)?;
-    let t = parse_time("dateModify", &args[1])?;
-    let secs = parse_go_duration(&spec)
-        .ok_or_else(|| fail("dateModify", format!("bad duration {spec:?}")))?;
+/// `dateModify "-1h30m" time`: a duration that does not parse leaves the time as it is, as
+/// Sprig's does; `mustDateModify` (`strict`) fails instead.
+fn date_modify(name: &str, args: &[Value], strict: bool) -> Result<Value> {
+    exact(name, args, 2)?;
+    let spec = str_arg(name, args, 0)?;
+    let t = parse_time(name, &args[1])?;
+    let Some(secs) = parse_go_duration(&spec) else {
+        if strict {
+            return Err(fail(name, format!("time: invalid duration {spec:?}")));
+        }
+        return Ok(string(t.to_rfc3339()));
+    };
     let shifted = t + chrono::Duration::milliseconds((secs * 1000.0) as i64);
     Ok(string(shifted.to_rfc3339()))
+}
+
+/// Go's `time.Duration.String()` for whole seconds: `0s`, `59s`, `1m0s`, `25h3m4s`.
+fn go_duration_string(secs: i64) -> String {
+    if secs == 0 {
+        return "0s".into();
+    }
+    let sign = if secs < 0 { "-" } else { "" };
+    let s = secs.unsigned_abs();
+    let (h, m, s) = (s / 3600, s % 3600 / 60, s % 60);
+    if h > 0 {
+        format!("{sign}{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{sign}{m}m{s}s")
+    } else {
+        format!("{sign}{s}s")
+    }
+}
+
+/// Sprig's `durationRound`: a duration (Go's text form) or the time since a time, as its most
+/// significant unit (`2h10m` → `2h`, `49h` → `2d`, 30 days and more → months, 365 → years);
+/// the sign is dropped, and anything else (a number, text that does not parse) is `0s`.
+fn duration_round(args: &[Value]) -> Result<Value> {
+    exact("durationRound", args, 1)?;
+    let secs: f64 = match &args[0] {
+        Value::String(s) => match parse_go_duration(s) {
+            Some(d) => d,
+            None => match DateTime::parse_from_rfc3339(s) {
+                Ok(t) => (Utc::now().fixed_offset() - t).num_milliseconds() as f64 / 1000.0,
+                Err(_) => 0.0,
+            },
+        },
+        _ => 0.0,
+    };
+    let u = secs.abs();
+    const MINUTE: f64 = 60.0;
+    const HOUR: f64 = 60.0 * MINUTE;
+    const DAY: f64 = 24.0 * HOUR;
+    const MONTH: f64 = 30.0 * DAY;
+    const YEAR: f64 = 365.0 * DAY;
+    let text = if u > YEAR {
+        format!("{}y", (u / YEAR) as u64)
+    } else if u > MONTH {
+        format!("{}mo", (u / MONTH) as u64)
+    } else if u > DAY {
+        format!("{}d", (u / DAY) as u64)
+    } else if u > HOUR {
+        format!("{}h", (u / HOUR) as u64)
+    } else if u > MINUTE {
+        format!("{}m", (u / MINUTE) as u64)
+    } else if u > 1.0 {
+        format!("{}s", u as u64)
+    } else {
+        "0s".into()
+    };
+    Ok(string(text))
 }
 
 /// Go's `time.ParseDuration` for `h`, `m`, `s`, `ms` units; returns seconds.

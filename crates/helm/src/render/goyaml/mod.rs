@@ -23,13 +23,33 @@ use serde_json::Value;
 /// Serializes `value` the way `yaml.Marshal` from `sigs.k8s.io/yaml` does (with the trailing
 /// newline that `toYaml` later trims).
 pub fn to_yaml(value: &Value) -> String {
+    emit(value, Style::V2)
+}
+
+/// Serializes `value` as Helm's `toYamlPretty` does (go-yaml v3's encoder with a two-space
+/// indent): sequences are indented under their key and long lines are not folded; everything
+/// else (key order, scalar styles) as [`to_yaml`].
+pub fn to_yaml_pretty(value: &Value) -> String {
+    emit(value, Style::Pretty)
+}
+
+/// The two dialects Helm writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Style {
+    /// `toYaml`: go-yaml v2 through `sigs.k8s.io/yaml`.
+    V2,
+    /// `toYamlPretty`: go-yaml v3, indent 2.
+    Pretty,
+}
+
+fn emit(value: &Value, style: Style) -> String {
     let mut out = String::new();
     match value {
-        Value::Object(m) if !m.is_empty() => emit_map(&mut out, m, 0),
-        Value::Array(a) if !a.is_empty() => emit_seq(&mut out, a, 0),
+        Value::Object(m) if !m.is_empty() => emit_map(&mut out, m, 0, style),
+        Value::Array(a) if !a.is_empty() => emit_seq(&mut out, a, 0, style),
         // A top-level scalar is indented like a node one level down (libyaml's `indent < 0`).
         other => {
-            emit_inline(&mut out, other, 2);
+            emit_inline(&mut out, other, 2, style);
             out.push('\n');
         }
     }
@@ -38,7 +58,7 @@ pub fn to_yaml(value: &Value) -> String {
 
 /// Writes a non-empty mapping whose first key starts at the current cursor; later keys are
 /// indented by `indent` spaces.
-fn emit_map(out: &mut String, map: &serde_json::Map<String, Value>, indent: usize) {
+fn emit_map(out: &mut String, map: &serde_json::Map<String, Value>, indent: usize, style: Style) {
     let mut keys: Vec<&String> = map.keys().collect();
     keys.sort_by(|a, b| natural_cmp(a, b));
     for (i, key) in keys.into_iter().enumerate() {
@@ -49,6 +69,7 @@ fn emit_map(out: &mut String, map: &serde_json::Map<String, Value>, indent: usiz
             column: column(out),
             indent,
             simple_key: true,
+            fold: style == Style::V2,
         };
         out.push_str(&scalar(key, at));
         out.push(':');
@@ -57,17 +78,23 @@ fn emit_map(out: &mut String, map: &serde_json::Map<String, Value>, indent: usiz
             Value::Object(m) if !m.is_empty() => {
                 out.push('\n');
                 push_indent(out, indent + 2);
-                emit_map(out, m, indent + 2);
+                emit_map(out, m, indent + 2, style);
             }
-            // go-yaml v2 does not indent a sequence that is the value of a mapping key.
+            // go-yaml v2 does not indent a sequence that is the value of a mapping key; v3
+            // (toYamlPretty) does.
             Value::Array(a) if !a.is_empty() => {
+                let at = if style == Style::Pretty {
+                    indent + 2
+                } else {
+                    indent
+                };
                 out.push('\n');
-                push_indent(out, indent);
-                emit_seq(out, a, indent);
+                push_indent(out, at);
+                emit_seq(out, a, at, style);
             }
             other => {
                 out.push(' ');
-                emit_inline(out, other, indent + 2);
+                emit_inline(out, other, indent + 2, style);
                 out.push('\n');
             }
         }
@@ -75,17 +102,17 @@ fn emit_map(out: &mut String, map: &serde_json::Map<String, Value>, indent: usiz
 }
 
 /// Writes a non-empty sequence whose first `- ` starts at the current cursor.
-fn emit_seq(out: &mut String, items: &[Value], indent: usize) {
+fn emit_seq(out: &mut String, items: &[Value], indent: usize, style: Style) {
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             push_indent(out, indent);
         }
         out.push_str("- ");
         match item {
-            Value::Object(m) if !m.is_empty() => emit_map(out, m, indent + 2),
-            Value::Array(a) if !a.is_empty() => emit_seq(out, a, indent + 2),
+            Value::Object(m) if !m.is_empty() => emit_map(out, m, indent + 2, style),
+            Value::Array(a) if !a.is_empty() => emit_seq(out, a, indent + 2, style),
             other => {
-                emit_inline(out, other, indent + 2);
+                emit_inline(out, other, indent + 2, style);
                 out.push('\n');
             }
         }
@@ -93,7 +120,7 @@ fn emit_seq(out: &mut String, items: &[Value], indent: usize) {
 }
 
 /// Writes a scalar or an empty collection; `block_indent` is where literal block lines go.
-fn emit_inline(out: &mut String, value: &Value, block_indent: usize) {
+fn emit_inline(out: &mut String, value: &Value, block_indent: usize, style: Style) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -103,6 +130,7 @@ fn emit_inline(out: &mut String, value: &Value, block_indent: usize) {
                 column: column(out),
                 indent: block_indent,
                 simple_key: false,
+                fold: style == Style::V2,
             };
             out.push_str(&scalar(s, at));
         }

@@ -16,6 +16,9 @@ pub(super) struct At {
     pub(super) indent: usize,
     /// Mapping keys are "simple keys": never folded, never block scalars.
     pub(super) simple_key: bool,
+    /// Long lines fold at a space past [`BEST_WIDTH`] (go-yaml v2; v3 as `toYamlPretty` uses
+    /// it does not fold).
+    pub(super) fold: bool,
 }
 
 pub(super) fn column(out: &str) -> usize {
@@ -71,7 +74,7 @@ impl Folder {
     }
 
     fn can_break(&self) -> bool {
-        !self.at.simple_key && self.column > BEST_WIDTH
+        self.at.fold && !self.at.simple_key && self.column > BEST_WIDTH
     }
 
     fn line_break(&mut self) {
