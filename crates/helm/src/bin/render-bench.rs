@@ -161,7 +161,7 @@ fn corpus_table(
         .filter(|p| p.join("Chart.yaml").is_file())
         .map(|p| (dir_bytes(&p), p))
         .collect();
-    charts.sort_by(|a, b| b.0.cmp(&a.0));
+    charts.sort_by_key(|c| std::cmp::Reverse(c.0));
     println!(
         "\nThe five largest charts of {} (defaults, `-n ns`):\n",
         corpus.display()
