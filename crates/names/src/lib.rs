@@ -1,6 +1,12 @@
 //! Kubernetes name rules, written once for every crate that accepts a name that becomes a
 //! Kubernetes object, release, queue or directory name (package names, instance names,
 //! namespaces, release names). Each caller words its own error, naming its own field.
+//!
+//! Also berth's two identifiers that cross services: [`PackageKey`] and [`Generation`].
+
+mod ids;
+
+pub use ids::{Generation, PackageKey};
 
 /// Longest DNS-1123 label.
 pub const MAX_LABEL_LEN: usize = 63;

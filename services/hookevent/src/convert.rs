@@ -1,5 +1,6 @@
 //! Proto ⇄ domain: the hook-contract view of the bindings a package registers.
 
+use berth_names::{Generation, PackageKey};
 use std::time::Duration;
 
 use berth_hooks::{KubernetesBinding, ScheduleBinding, WatchEventType};
@@ -70,13 +71,13 @@ pub fn schedule_spec_of(s: &pb::ScheduleBinding) -> ScheduleBinding {
 /// A registered schedule binding, parsed for the scheduler. The error names the crontab's
 /// problem.
 pub fn schedule_of(
-    package: &str,
-    generation: i64,
+    package: &PackageKey,
+    generation: Generation,
     b: &pb::ScheduleBinding,
 ) -> Result<Schedule, String> {
     let cron = parse_crontab(&b.crontab)?;
     Ok(Schedule {
-        package: package.to_owned(),
+        package: package.clone(),
         generation,
         hook: b.hook.clone(),
         binding: schedule_spec_of(b).name,

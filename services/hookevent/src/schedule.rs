@@ -1,13 +1,14 @@
 //! Crontab bindings: parsing and the next fire time.
 
+use berth_names::{Generation, PackageKey};
 use chrono::{DateTime, Utc};
 use croner::Cron;
 
 /// A schedule binding of one hook of one package.
 #[derive(Clone, Debug)]
 pub struct Schedule {
-    pub package: String,
-    pub generation: i64,
+    pub package: PackageKey,
+    pub generation: Generation,
     pub hook: String,
     pub binding: String,
     pub crontab: String,
@@ -34,7 +35,7 @@ impl Schedule {
     /// The queue its HookRun tasks go to.
     pub fn queue_name(&self) -> String {
         if self.queue.is_empty() || self.queue == "main" {
-            self.package.clone()
+            self.package.to_string()
         } else {
             format!("{}/{}", self.package, self.queue)
         }
@@ -48,8 +49,8 @@ mod tests {
 
     fn schedule(crontab: &str) -> Schedule {
         Schedule {
-            package: "default.hello".into(),
-            generation: 1,
+            package: PackageKey::from_issued("default.hello".into()),
+            generation: Generation::new(1),
             hook: "h".into(),
             binding: "b".into(),
             crontab: crontab.into(),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use berth_hooks::HookConfig;
 use berth_hooks::binding_context::{self, BindingContext};
+use berth_names::Generation;
 use berth_proto::queue::Task;
 use berth_proto::tasks::BindingType;
 use chrono::Utc;
@@ -51,15 +52,19 @@ impl Scheduler {
     /// Replaces the package's schedules (none: removes them) and wakes the loop.
     pub fn replace(&self, package: &str, new: Vec<Schedule>) {
         let mut all = self.lock();
-        all.retain(|s| s.package != package);
+        all.retain(|s| s.package.as_str() != package);
         all.extend(new);
         drop(all);
         self.wake.notify_one();
     }
 
     /// Fires from now on carry `generation` (never lowers it).
-    pub fn adopt_generation(&self, package: &str, generation: i64) {
-        for s in self.lock().iter_mut().filter(|s| s.package == package) {
+    pub fn adopt_generation(&self, package: &str, generation: Generation) {
+        for s in self
+            .lock()
+            .iter_mut()
+            .filter(|s| s.package.as_str() == package)
+        {
             s.generation = s.generation.max(generation);
         }
     }
@@ -105,8 +110,8 @@ impl Scheduler {
         let (config, snapshots) = match &self.kube {
             Some(kube) if binding.group.is_some() || !binding.include_snapshots_from.is_empty() => {
                 (
-                    kube.hook_config(&s.package, &s.hook),
-                    kube.hook_snapshots(&s.package, &s.hook),
+                    kube.hook_config(s.package.as_str(), &s.hook),
+                    kube.hook_snapshots(s.package.as_str(), &s.hook),
                 )
             }
             _ => (HookConfig::default(), Default::default()),

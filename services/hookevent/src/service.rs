@@ -1,6 +1,7 @@
 //! The hookevent gRPC adapter: checks requests, hands them to the watch manager, the scheduler
 //! and the store, and maps their errors to gRPC codes (`error`).
 
+use berth_names::{Generation, PackageKey};
 use std::sync::Arc;
 
 use berth_proto::hookevent::hook_events_server::HookEvents;
@@ -69,8 +70,8 @@ impl HookEventService {
             };
             if let Err(e) = kube
                 .set(
-                    &req.package,
-                    req.generation,
+                    &PackageKey::from_issued(req.package.clone()),
+                    Generation::new(req.generation),
                     &req.app_namespace,
                     &req.kubernetes,
                     &req.schedules,
@@ -97,9 +98,13 @@ impl HookEventService {
                 req.schedules.len()
             )));
         }
+        let (package, generation) = (
+            PackageKey::from_issued(req.package.clone()),
+            Generation::new(req.generation),
+        );
         let mut parsed = Vec::with_capacity(req.schedules.len());
         for (i, b) in req.schedules.iter().enumerate() {
-            let schedule = schedule_of(&req.package, req.generation, b).map_err(|e| {
+            let schedule = schedule_of(&package, generation, b).map_err(|e| {
                 ServiceError::Invalid(format!("schedules[{i}] (hook {}): {e}", b.hook))
             })?;
             parsed.push(schedule);
@@ -110,8 +115,8 @@ impl HookEventService {
             if let Some(kube) = &self.kube {
                 // Schedules may still include snapshots of nothing; keep hook configs current.
                 kube.set(
-                    &req.package,
-                    req.generation,
+                    &package,
+                    generation,
                     &req.app_namespace,
                     &[],
                     &req.schedules,
@@ -123,8 +128,8 @@ impl HookEventService {
         } else {
             let kube = self.kube()?;
             kube.set(
-                &req.package,
-                req.generation,
+                &package,
+                generation,
                 &req.app_namespace,
                 &req.kubernetes,
                 &req.schedules,
@@ -150,7 +155,7 @@ impl HookEventService {
         Ok(())
     }
 
-    async fn adopt(&self, package: &str, generation: i64) -> Result<(), ServiceError> {
+    async fn adopt(&self, package: &str, generation: Generation) -> Result<(), ServiceError> {
         self.store.adopt_generation(package, generation).await?;
         if let Some(kube) = &self.kube {
             kube.adopt_generation(package, generation);
@@ -160,9 +165,9 @@ impl HookEventService {
         if let Ok(stored) = self.store.registrations().await
             && let Some((_, bytes)) = stored.into_iter().find(|(p, _)| p == package)
             && let Ok(mut registration) = SetBindingsRequest::decode(bytes.as_slice())
-            && registration.generation < generation
+            && registration.generation < generation.get()
         {
-            registration.generation = generation;
+            registration.generation = generation.get();
             self.store
                 .set_registration(package, Some(&registration.encode_to_vec()))
                 .await?;
@@ -215,7 +220,7 @@ impl HookEvents for HookEventService {
     ) -> Result<Response<SynchronizationDoneResponse>, Status> {
         let req = req.into_inner();
         if let Some(kube) = &self.kube {
-            kube.synchronization_done(&req.package, req.generation)
+            kube.synchronization_done(&req.package, Generation::new(req.generation))
                 .await;
         }
         Ok(Response::new(SynchronizationDoneResponse {}))
@@ -227,7 +232,8 @@ impl HookEvents for HookEventService {
         req: Request<AdoptGenerationRequest>,
     ) -> Result<Response<AdoptGenerationResponse>, Status> {
         let req = req.into_inner();
-        self.adopt(&req.package, req.generation).await?;
+        self.adopt(&req.package, Generation::new(req.generation))
+            .await?;
         Ok(Response::new(AdoptGenerationResponse {}))
     }
 

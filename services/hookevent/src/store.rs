@@ -1,5 +1,6 @@
 //! Registered bindings in SQL, so a restart keeps firing them.
 
+use berth_names::{Generation, PackageKey};
 use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
@@ -45,8 +46,8 @@ impl Store {
                 "INSERT INTO schedule_bindings (package, generation, hook, binding, crontab, allow_failure, queue, include_snapshots_from, grp)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
-            .bind(&s.package)
-            .bind(s.generation)
+            .bind(s.package.as_str())
+            .bind(s.generation.get())
             .bind(&s.hook)
             .bind(&s.binding)
             .bind(&s.crontab)
@@ -84,14 +85,18 @@ impl Store {
     }
 
     /// Raises the generation of a package's stored schedules (never lowers it).
-    pub async fn adopt_generation(&self, package: &str, generation: i64) -> Result<(), StoreError> {
+    pub async fn adopt_generation(
+        &self,
+        package: &str,
+        generation: Generation,
+    ) -> Result<(), StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         sqlx::query(
             "UPDATE schedule_bindings SET generation = ? WHERE package = ? AND generation < ?",
         )
-        .bind(generation)
+        .bind(generation.get())
         .bind(package)
-        .bind(generation)
+        .bind(generation.get())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -124,8 +129,8 @@ impl Store {
                     )
                     .ok()?;
                 Some(Schedule {
-                    package: r.get("package"),
-                    generation: r.get("generation"),
+                    package: PackageKey::from_issued(r.get("package")),
+                    generation: Generation::new(r.get("generation")),
                     hook: r.get("hook"),
                     binding: r.get("binding"),
                     crontab,

@@ -29,53 +29,7 @@ impl Kind {
     }
 }
 
-/// A package instance's key: `<namespace>.<name>` for apps, `<name>` for modules. Built from a
-/// validated `PackageId`, or taken back as lifecycle handed it out (stored rows, workers' reports
-/// and spec requests, which only find a package under a key lifecycle made).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PackageKey(String);
-
-impl PackageKey {
-    /// A key lifecycle handed out earlier (stored, or echoed back by a worker).
-    pub fn from_issued(key: String) -> PackageKey {
-        PackageKey(key)
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    pub fn into_string(self) -> String {
-        self.0
-    }
-}
-
-impl std::fmt::Display for PackageKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A generation of a package: it grows with every Update and Remove, even across re-creation,
-/// so a newer generation always supersedes an older one's tasks and reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Generation(i64);
-
-impl Generation {
-    pub fn new(generation: i64) -> Generation {
-        Generation(generation)
-    }
-
-    pub fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl std::fmt::Display for Generation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
+pub use berth_names::{Generation, PackageKey};
 
 /// The identity of a package instance. Its key is `<namespace>.<name>` for apps and `<name>` for
 /// modules; the key names the package's queues and its Helm release.
@@ -107,7 +61,7 @@ impl PackageId {
     }
 
     pub fn key(&self) -> PackageKey {
-        PackageKey(match self.kind {
+        PackageKey::from_issued(match self.kind {
             Kind::App => format!("{}.{}", self.namespace, self.name),
             Kind::Module => self.name.clone(),
         })
@@ -301,13 +255,13 @@ mod tests {
         set_condition(
             &mut c,
             &ready(ConditionStatus::False, "A"),
-            Generation(1),
+            Generation::new(1),
             "t1",
         );
         set_condition(
             &mut c,
             &ready(ConditionStatus::False, "B"),
-            Generation(2),
+            Generation::new(2),
             "t2",
         );
         assert_eq!(c[0].last_transition_time, "t1");
@@ -319,7 +273,7 @@ mod tests {
         set_condition(
             &mut c,
             &ready(ConditionStatus::True, "C"),
-            Generation(2),
+            Generation::new(2),
             "t3",
         );
         assert_eq!(c[0].last_transition_time, "t3");

@@ -1,6 +1,7 @@
 //! One registered `kubernetes` binding: its cache of objects (or only their filter results), the
 //! checksum dedupe, and the event buffer that holds events until its Synchronization ran.
 
+use berth_names::PackageKey;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -39,7 +40,7 @@ pub struct Change {
 }
 
 pub struct BindingState {
-    pub package: String,
+    pub package: PackageKey,
     pub hook: String,
     pub spec: KubernetesBinding,
     jq: Option<Arc<JqFilter>>,
@@ -56,14 +57,14 @@ pub struct BindingState {
 
 impl BindingState {
     pub fn new(
-        package: &str,
+        package: &PackageKey,
         hook: &str,
         spec: KubernetesBinding,
         jq: Option<Arc<JqFilter>>,
         names: Vec<String>,
     ) -> Self {
         BindingState {
-            package: package.to_owned(),
+            package: package.clone(),
             hook: hook.to_owned(),
             spec,
             jq,
@@ -319,7 +320,7 @@ mod tests {
             .jq_filter
             .as_deref()
             .map(|f| Arc::new(JqFilter::unchecked(f)));
-        let mut b = BindingState::new("p", "h", spec, jq, vec![]);
+        let mut b = BindingState::new(&PackageKey::from_issued("p".into()), "h", spec, jq, vec![]);
         b.pending_lists = 1;
         b
     }

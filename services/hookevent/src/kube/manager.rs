@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use berth_hooks::{HookConfig, ObjectAndFilterResult, Snapshots};
+use berth_names::{Generation, PackageKey};
 use berth_proto::hookevent as pb;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -133,8 +134,8 @@ impl KubeManager {
     /// the others wait for the worker's [`KubeManager::synchronization_done`].
     pub async fn set(
         self: &Arc<Self>,
-        package: &str,
-        generation: i64,
+        package: &PackageKey,
+        generation: Generation,
         app_namespace: &str,
         kube: &[pb::KubernetesBinding],
         schedules: &[pb::ScheduleBinding],
@@ -158,7 +159,7 @@ impl KubeManager {
         let hooks = hook_configs(kube, schedules, &prepared);
         let ids = {
             let mut state = self.lock();
-            self.remove_locked(&mut state, package);
+            self.remove_locked(&mut state, package.as_str());
             let mut ids = vec![];
             let mut restart = HashSet::new();
             for (state_binding, resource, keys) in prepared {
@@ -204,7 +205,7 @@ impl KubeManager {
             ids
         };
         if let Err(e) = self.wait_listed(&ids).await {
-            self.remove(package);
+            self.remove(package.as_str());
             return Err(e);
         }
         let tasks = {
@@ -272,7 +273,7 @@ impl KubeManager {
         &self,
         index: usize,
         b: &pb::KubernetesBinding,
-        package: &str,
+        package: &PackageKey,
         app_namespace: &str,
     ) -> Result<(BindingState, ApiResource, Vec<WatchKey>), SetError> {
         let invalid = |reason: String| SetError::Invalid {
@@ -682,7 +683,7 @@ impl KubeManager {
     }
 
     /// Runs queued from now on carry `generation` (never lowers it).
-    pub fn adopt_generation(&self, package: &str, generation: i64) {
+    pub fn adopt_generation(&self, package: &str, generation: Generation) {
         if let Some(p) = self.lock().packages.get_mut(package) {
             p.generation = p.generation.max(generation);
         }
@@ -698,7 +699,7 @@ impl KubeManager {
     }
 
     /// The worker ran the package's Synchronization: release the held events, in order.
-    pub async fn synchronization_done(&self, package: &str, generation: i64) {
+    pub async fn synchronization_done(&self, package: &str, generation: Generation) {
         let tasks = {
             let mut state = self.lock();
             let Some(pkg) = state.packages.get(package) else {

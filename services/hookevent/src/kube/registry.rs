@@ -1,6 +1,7 @@
 //! The watch manager's registry: the watches, the bindings subscribed to them, and each
 //! package's bindings and hook configurations. Plain data under the manager's lock.
 
+use berth_names::{Generation, PackageKey};
 use std::collections::{HashMap, HashSet};
 
 use berth_hooks::HookConfig;
@@ -53,7 +54,7 @@ pub(super) struct Registered {
 }
 
 pub(super) struct PackageState {
-    pub(super) generation: i64,
+    pub(super) generation: Generation,
     pub(super) bindings: Vec<u64>,
     /// Per hook, the bindings as the context builders need them (selectors are not needed there).
     pub(super) hooks: HashMap<String, HookConfig>,
@@ -65,5 +66,5 @@ pub(super) struct State {
     pub(super) next_epoch: u64,
     pub(super) watches: HashMap<WatchKey, Watch>,
     pub(super) bindings: HashMap<u64, Registered>,
-    pub(super) packages: HashMap<String, PackageState>,
+    pub(super) packages: HashMap<PackageKey, PackageState>,
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use berth_hooks::binding_context::{self, BindingContext};
 use berth_hooks::{KubernetesBinding, Snapshots};
+use berth_names::{Generation, PackageKey};
 use berth_proto::queue::Task;
 use berth_proto::tasks::{BindingType, HookRun, TaskKind};
 use serde_json::Value;
@@ -64,7 +65,7 @@ pub(super) fn event_task(state: &State, id: u64, change: &Change) -> Option<Task
     let pkg = state.packages.get(&b.package)?;
     let config = pkg.hooks.get(&b.hook)?;
     let snapshots = if needs_snapshots(&b.spec) {
-        hook_snapshots(state, &b.package, &b.hook)
+        hook_snapshots(state, b.package.as_str(), &b.hook)
     } else {
         Snapshots::new()
     };
@@ -84,7 +85,7 @@ pub(super) fn sync_task(state: &State, id: u64) -> Option<Task> {
     let b = &r.state;
     let pkg = state.packages.get(&b.package)?;
     let config = pkg.hooks.get(&b.hook)?;
-    let snapshots = hook_snapshots(state, &b.package, &b.hook);
+    let snapshots = hook_snapshots(state, b.package.as_str(), &b.hook);
     let ctx = BindingContext::synchronization(&b.spec, &b.snapshot(), config, &snapshots);
     Some(hook_run(
         &b.package,
@@ -105,8 +106,8 @@ pub fn queue_name(package: &str, queue: Option<&str>) -> String {
 }
 
 fn hook_run(
-    package: &str,
-    generation: i64,
+    package: &PackageKey,
+    generation: Generation,
     hook: &str,
     binding_type: BindingType,
     spec: &KubernetesBinding,
@@ -125,8 +126,8 @@ fn hook_run(
 
 /// A HookRun task in the payload shape workers and the broker's compaction read.
 pub fn hook_run_task(
-    package: &str,
-    generation: i64,
+    package: &PackageKey,
+    generation: Generation,
     hook: &str,
     binding_type: BindingType,
     queue: Option<&str>,
@@ -135,9 +136,9 @@ pub fn hook_run_task(
 ) -> Task {
     Task {
         id: uuid::Uuid::new_v4().to_string(),
-        queue: queue_name(package, queue),
-        package: package.to_owned(),
-        generation,
+        queue: queue_name(package.as_str(), queue),
+        package: package.to_string(),
+        generation: generation.get(),
         kind: TaskKind::HookRun.as_str().to_owned(),
         payload_json: HookRun::new(hook, binding_type, &contexts).to_payload_json(),
         traceparent: berth_telemetry::current_traceparent(),
@@ -196,7 +197,13 @@ mod tests {
                 .or_default()
                 .kubernetes
                 .push(spec.clone());
-            let b = BindingState::new("ns.app", "h.sh", spec, None, vec![]);
+            let b = BindingState::new(
+                &PackageKey::from_issued("ns.app".into()),
+                "h.sh",
+                spec,
+                None,
+                vec![],
+            );
             state.bindings.insert(
                 id as u64,
                 Registered {
@@ -208,9 +215,9 @@ mod tests {
             ids.push(id as u64);
         }
         state.packages.insert(
-            "ns.app".into(),
+            PackageKey::from_issued("ns.app".into()),
             PackageState {
-                generation: 3,
+                generation: Generation::new(3),
                 bindings: ids,
                 hooks,
             },
