@@ -216,8 +216,13 @@ pub async fn run(
             message: e.to_string(),
         })?;
 
+    // Stop in order, each tier once the one before it has ended: the gateway stops accepting;
+    // the worker stops leasing and finishes (or hands back) its running tasks within its grace
+    // period, while lifecycle, release, hookevent and the broker still answer its reports; then
+    // hookevent stops its watches and schedules; lifecycle, release and the broker go last.
+    let tiers = Tiers::new();
     let mut services: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
-    let sd = shutdown.clone();
+    let sd = tiers.last.clone();
     let db = sqlite(&data, "queue.db");
     services.spawn(async move {
         let served = berth_queue::process::serve_with_metrics(
@@ -231,7 +236,7 @@ pub async fn run(
         .await;
         ("queue broker", served.map_err(|e| e.to_string()))
     });
-    let sd = shutdown.clone();
+    let sd = tiers.last.clone();
     let lc = berth_lifecycle::Config {
         database_url: sqlite(&data, "lifecycle.db"),
         broker_endpoint: broker.clone(),
@@ -245,7 +250,7 @@ pub async fn run(
                 .map_err(|e| e.to_string()),
         )
     });
-    let sd = shutdown.clone();
+    let sd = tiers.hookevent.clone();
     let he = berth_hookevent::Config {
         database_url: sqlite(&data, "hookevent.db"),
         broker_endpoint: broker.clone(),
@@ -261,7 +266,7 @@ pub async fn run(
                 .map_err(|e| e.to_string()),
         )
     });
-    let sd = shutdown.clone();
+    let sd = tiers.last.clone();
     services.spawn(async move {
         (
             "release",
@@ -270,7 +275,7 @@ pub async fn run(
                 .map_err(|e| e.to_string()),
         )
     });
-    let sd = shutdown.clone();
+    let sd = tiers.worker.clone();
     let tasks = berth_worker::TaskConfig {
         lifecycle_endpoint: lifecycle.clone(),
         release_endpoint: release,
@@ -296,7 +301,7 @@ pub async fn run(
         .await;
         ("queue worker", worked.map_err(|e| e.to_string()))
     });
-    let sd = shutdown.clone();
+    let sd = tiers.gateway.clone();
     let gw = crate::Config {
         lifecycle_endpoint: lifecycle,
         tokens: config.tokens.clone(),
@@ -315,21 +320,110 @@ pub async fn run(
 
     on_ready(&running);
 
-    // The first service to stop (with or without an error) stops them all.
+    // The first service to stop (with or without an error), or `shutdown`, stops them all, in
+    // order.
     let mut failure = None;
-    while let Some(joined) = services.join_next().await {
+    let mut stopping = None;
+    loop {
+        let joined = tokio::select! {
+            joined = services.join_next() => joined,
+            () = shutdown.cancelled(), if stopping.is_none() => {
+                stopping = Some(tokio::spawn(tiers.clone().stop_in_order()));
+                continue;
+            }
+        };
+        let Some(joined) = joined else { break };
         let (service, result) = match joined {
             Ok(r) => r,
             Err(e) => ("a service", Err(format!("panicked: {e}"))),
         };
+        tiers.ended(service);
         if let Err(message) = result {
             tracing::error!(service, error = %message, "service failed; stopping berth");
             failure.get_or_insert(UpError::Service { service, message });
         }
         shutdown.cancel();
     }
+    if let Some(stopping) = stopping {
+        let _ = stopping.await;
+    }
     if let Some(cluster) = cluster {
         cluster.shutdown().await;
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// The cancellation tokens of `berth up`'s stop order and the signals that each tier has ended.
+#[derive(Clone)]
+struct Tiers {
+    gateway: CancellationToken,
+    worker: CancellationToken,
+    hookevent: CancellationToken,
+    last: CancellationToken,
+    /// Which services have ended (by the names they report).
+    ended: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>,
+    changed: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Tiers {
+    fn new() -> Tiers {
+        Tiers {
+            gateway: CancellationToken::new(),
+            worker: CancellationToken::new(),
+            hookevent: CancellationToken::new(),
+            last: CancellationToken::new(),
+            ended: Default::default(),
+            changed: Default::default(),
+        }
+    }
+
+    fn ended(&self, service: &'static str) {
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(service);
+        self.changed.notify_waiters();
+    }
+
+    /// Waits until `service` has ended (or at most `limit`, so a stuck tier cannot keep the
+    /// next ones up forever).
+    async fn wait_ended(&self, service: &'static str, limit: std::time::Duration) {
+        let wait = async {
+            loop {
+                let notified = self.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self
+                    .ended
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&service)
+                {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        if tokio::time::timeout(limit, wait).await.is_err() {
+            tracing::warn!(
+                service,
+                ?limit,
+                "did not stop in time; stopping the next services"
+            );
+        }
+    }
+
+    /// Cancels each tier once the one before it has ended.
+    async fn stop_in_order(self) {
+        // The worker's own grace period bounds its stop (twice: finish, then cancel and report).
+        let worker_limit = berth_queue::worker::WorkerConfig::default().shutdown_grace * 3;
+        let quick = std::time::Duration::from_secs(10);
+        self.gateway.cancel();
+        self.wait_ended("gateway", quick).await;
+        self.worker.cancel();
+        self.wait_ended("queue worker", worker_limit).await;
+        self.hookevent.cancel();
+        self.wait_ended("hookevent", quick).await;
+        self.last.cancel();
+    }
 }

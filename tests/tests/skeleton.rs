@@ -263,3 +263,84 @@ async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
     cluster.stop().await;
     result
 }
+
+/// `berth up` stops in order: a task running when SIGTERM arrives finishes and reports while
+/// lifecycle and the broker still answer, so after a restart nothing runs it again (the
+/// sleeper's beforeHelm hook records one run, not two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_running_at_sigterm_is_not_run_again_after_restart() -> anyhow::Result<()> {
+    use berth_proto::v1;
+
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let namespace = berth_tests::TestNamespace::to_be_created("stop");
+    let pids = dir.path().join("pids");
+    let r = v1::PackageRef {
+        kind: v1::PackageKind::App as i32,
+        name: "sleeper".into(),
+        namespace: namespace.to_string(),
+    };
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages");
+    let update = v1::UpdateRequest {
+        r#ref: Some(r.clone()),
+        repository: repo.display().to_string(),
+        version: "1.0.0".into(),
+        settings: Some(berth_proto::json::to_struct(&serde_json::json!({
+            "pidFile": pids.display().to_string(),
+            "mode": "gate",
+        }))),
+        ..Default::default()
+    };
+    let runs = |path: &std::path::Path| -> usize {
+        std::fs::read_to_string(path)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+
+    let up = AllInOne::start(&data, real.as_deref()).await?;
+    let first = async {
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let accepted = client.update(update).await?.into_inner();
+        // The hook is running (it recorded its pid) and waits for its gate.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        while runs(&pids) == 0 {
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the beforeHelm hook did not start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // SIGTERM while it runs; then the hook may finish.
+        let pid = up.proc.pid().context("berth up is running")?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+        std::fs::write(pids.with_extension("go"), "")?;
+        Ok::<_, anyhow::Error>(accepted.generation)
+    }
+    .await;
+    up.proc.stop().await;
+    let generation = first?;
+
+    let up = AllInOne::start(&data, real.as_deref()).await?;
+    let second = async {
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        journey::wait_running(&mut client, &r, generation).await?;
+        let n = runs(&pids);
+        anyhow::ensure!(
+            n == 1,
+            "the beforeHelm hook ran {n} times across the restart: its task was run again"
+        );
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
+        journey::wait_gone(&mut client, &r).await
+    }
+    .await;
+    up.proc.stop().await;
+    second
+}
