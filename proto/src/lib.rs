@@ -205,7 +205,7 @@ pub mod tasks {
     /// The JSON form of a HookRun in `Task.payload_json`. The broker's compaction reads this
     /// shape (it merges `binding_contexts` of consecutive runs of one hook and binding type),
     /// so it is kept stable: `{"hook": ..., "binding_type": "Schedule", "binding_contexts": [...]}`.
-    #[derive(serde::Serialize, serde::Deserialize)]
+    #[derive(serde::Deserialize)]
     struct HookRunJson {
         #[serde(default)]
         hook: String,
@@ -248,16 +248,21 @@ pub mod tasks {
             }
         }
 
-        /// The payload text of a HookRun task.
+        /// The payload text of a HookRun task. Written on every Kubernetes event, so the
+        /// contexts (already JSON) are checked in place and copied, not parsed into a tree and
+        /// written again; text that is not JSON becomes `[]`, as an empty list of contexts.
         pub fn to_payload_json(&self) -> String {
             let contexts =
-                serde_json::from_str(&self.binding_contexts_json).unwrap_or_else(|_| no_contexts());
-            serde_json::to_string(&HookRunJson {
-                hook: self.hook.clone(),
-                binding_type: self.binding_type().json_name().to_owned(),
-                binding_contexts: contexts,
-            })
-            .expect("a HookRun payload serializes")
+                match serde_json::from_str::<serde::de::IgnoredAny>(&self.binding_contexts_json) {
+                    Ok(_) => self.binding_contexts_json.trim(),
+                    Err(_) => "[]",
+                };
+            let text = |s: &str| serde_json::to_string(s).expect("a string serializes");
+            format!(
+                r#"{{"hook":{},"binding_type":{},"binding_contexts":{contexts}}}"#,
+                text(&self.hook),
+                text(self.binding_type().json_name()),
+            )
         }
 
         /// Reads the payload text of a HookRun task.
@@ -293,6 +298,19 @@ pub mod tasks {
             assert_eq!(
                 back.binding_contexts().unwrap(),
                 serde_json::json!([{"binding": "every"}])
+            );
+            let not_json = HookRun {
+                binding_contexts_json: "nope".into(),
+                ..run.clone()
+            };
+            assert_eq!(
+                not_json.to_payload_json(),
+                r#"{"hook":"h","binding_type":"Schedule","binding_contexts":[]}"#
+            );
+            let quoted = HookRun::new("a \"b\"", BindingType::Kubernetes, &serde_json::json!([]));
+            assert_eq!(
+                HookRun::from_payload_json(&quoted.to_payload_json()).unwrap(),
+                quoted
             );
             let bare =
                 HookRun::from_payload_json(r#"{"hook":"h","binding_type":"Kubernetes"}"#).unwrap();
