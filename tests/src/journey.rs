@@ -63,6 +63,24 @@ pub async fn wait_running(
         .context("package did not become Running in time")?
 }
 
+/// The package's `seen` values, as the test fixtures' hooks record them (a list of strings under
+/// `/seen`).
+pub fn seen(p: &v1::Package) -> Vec<String> {
+    let values = p
+        .values
+        .as_ref()
+        .map(berth_proto::json::from_struct)
+        .unwrap_or(Value::Null);
+    values["seen"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Follows Watch until the package is gone (NotFound).
 pub async fn wait_gone(client: &mut Client, r: &PackageRef) -> anyhow::Result<()> {
     let follow = async {

@@ -77,22 +77,6 @@ async fn wait_for(
         .with_context(|| format!("waiting for {what}"))?
 }
 
-fn seen(p: &v1::Package) -> Vec<String> {
-    let values = p
-        .values
-        .as_ref()
-        .map(berth_proto::json::from_struct)
-        .unwrap_or(Value::Null);
-    values["seen"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `def f: [f]; f` overflowed hookevent's stack and killed `berth up` (again on every restart).
 /// Now: as a jqFilter its events are dropped while a sane binding on the same objects keeps
 /// firing; as a JQPatch the hook run fails naming the depth limit and the object is unchanged;
@@ -129,7 +113,7 @@ async fn jq_bombs(up: &AllInOne) -> anyhow::Result<()> {
     )
     .await?;
     let p = wait_for(&mut client, &bomb, "the sane binding's event", |p| {
-        seen(p).contains(&"second".to_owned()) || !p.last_error.is_empty()
+        journey::seen(p).contains(&"second".to_owned()) || !p.last_error.is_empty()
     })
     .await?;
     assert!(p.last_error.is_empty(), "{}", p.last_error);
@@ -175,7 +159,7 @@ async fn jq_bombs(up: &AllInOne) -> anyhow::Result<()> {
     )
     .await?;
     wait_for(&mut client, &bomb, "an event after both bombs", |p| {
-        seen(p).contains(&"third".to_owned())
+        journey::seen(p).contains(&"third".to_owned())
     })
     .await?;
     for r in [&bomb, &patch] {

@@ -33,23 +33,6 @@ fn configmap(name: &str, labels: Value, data: Value) -> anyhow::Result<ConfigMap
     )?)
 }
 
-/// The package's `seen` values, as recorded by its hooks.
-fn seen(p: &v1::Package) -> Vec<String> {
-    let values = p
-        .values
-        .as_ref()
-        .map(berth_proto::json::from_struct)
-        .unwrap_or(Value::Null);
-    values["seen"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Follows the package until `done(seen)` holds; fails on a hook error.
 async fn wait_seen(
     client: &mut journey::Client,
@@ -57,8 +40,8 @@ async fn wait_seen(
     what: &str,
     done: impl Fn(&[String]) -> bool,
 ) -> anyhow::Result<Vec<String>> {
-    let p = wait_package(client, r, what, |p| done(&seen(p))).await?;
-    Ok(seen(&p))
+    let p = wait_package(client, r, what, |p| done(&journey::seen(p))).await?;
+    Ok(journey::seen(&p))
 }
 
 /// The package's values as JSON.
@@ -844,23 +827,10 @@ async fn wait_failed(
     r: &v1::PackageRef,
     generation: i64,
 ) -> anyhow::Result<v1::Package> {
-    let mut stream = client
-        .watch(v1::WatchRequest {
-            r#ref: Some(r.clone()),
-        })
-        .await?
-        .into_inner();
-    tokio::time::timeout(Duration::from_secs(120), async {
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            if p.phase == "Failed" && p.generation == generation {
-                return Ok(p);
-            }
-        }
-        bail!("watch ended before the package failed")
+    wait_package(client, r, "the generation to fail", |p| {
+        p.phase == "Failed" && p.generation == generation
     })
     .await
-    .context("the generation did not fail (retried forever?)")?
 }
 
 /// Errors retrying cannot fix fail the generation instead of being retried forever: settings
