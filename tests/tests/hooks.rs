@@ -772,7 +772,9 @@ async fn hooks_may_watch_the_kinds_their_package_brings() -> anyhow::Result<()> 
 /// Snapshots are filled when a hook runs, not when its event was queued (shell-operator's
 /// rule): a run held back by the hook's throttle (one run per 10 s) while the object changed
 /// twice sees the object as it is when it runs (`v=3`), not as it was when its event was
-/// queued (`v=2`).
+/// queued (`v=2`). And the throttle comes before compaction, as in shell-operator: both
+/// events that arrived while the run was held back are delivered in that one run, not the
+/// second an interval later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_are_filled_when_the_hook_runs() -> anyhow::Result<()> {
     with_topology(&[], |endpoint, kube| async move {
@@ -797,15 +799,31 @@ async fn snapshots_are_filled_when_the_hook_runs() -> anyhow::Result<()> {
             values(p)["seen"] == json!("1")
         })
         .await?;
-        // The next run waits for the throttle; both changes land while it waits.
-        for v in ["2", "3"] {
-            cms.patch(
-                "watched",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"data": {"v": v}})),
-            )
-            .await?;
-        }
+        // The next run waits for the throttle; both changes land while it waits: the second
+        // once the first one's run is at the head of the package's queue, held back.
+        let set = |v: &'static str| {
+            let cms = cms.clone();
+            async move {
+                cms.patch(
+                    "watched",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {"v": v}})),
+                )
+                .await
+            }
+        };
+        let before = queue_head(&mut client, &format!("{ns}.fresh")).await?;
+        set("2").await?;
+        wait_cluster("the second run to be queued", || {
+            let mut client = client.clone();
+            let (queue, before) = (format!("{ns}.fresh"), before.clone());
+            async move {
+                let head = queue_head(&mut client, &queue).await?;
+                Ok(head.is_some() && head != before)
+            }
+        })
+        .await?;
+        set("3").await?;
         let p = wait_package(&mut client, &r, "the throttled run", |p| {
             values(p)["seen"] != json!("1")
         })
@@ -815,9 +833,31 @@ async fn snapshots_are_filled_when_the_hook_runs() -> anyhow::Result<()> {
             "the run saw the snapshot of when its event was queued: {}",
             values(&p)
         );
+        anyhow::ensure!(
+            values(&p)["events"] == json!(2),
+            "the throttled run did not get both events that arrived while it waited: {}",
+            values(&p)
+        );
         remove(&mut client, &r).await
     })
     .await
+}
+
+/// The id of the task at the head of `queue`, as the public Dump shows the broker's queues.
+async fn queue_head(client: &mut journey::Client, queue: &str) -> anyhow::Result<Option<String>> {
+    let dump = client
+        .dump(v1::DumpRequest::default())
+        .await?
+        .into_inner()
+        .yaml;
+    let mut lines = dump.lines().skip_while(|l| l.trim() != format!("- name: {queue}"));
+    let Some(first) = lines.next() else {
+        return Ok(None);
+    };
+    let indent = first.len() - first.trim_start().len();
+    Ok(lines
+        .take_while(|l| l.len() - l.trim_start().len() > indent)
+        .find_map(|l| l.trim().strip_prefix("head: ").map(str::to_owned)))
 }
 
 /// Follows the package until its generation `generation` has failed permanently (phase Failed)

@@ -1,12 +1,15 @@
 //! Enforcing a hook's `settings` (executionMinInterval / executionBurst).
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use crate::config::ThrottleSettings;
 
 /// A token bucket: `execution_burst` tokens, one refilled per
 /// `execution_min_interval`. The queue worker that runs a hook's tasks
-/// keeps one per hook and awaits [`Throttle::acquire`] before each run.
+/// keeps one per hook and asks [`Throttle::try_acquire`] before each run
+/// (handing the task back to its queue until then).
 ///
 /// Written by hand because it is a dozen lines and must use tokio's clock
 /// (so tests run on paused time); rate-limiter crates bring their own.
@@ -32,20 +35,25 @@ impl Throttle {
         }
     }
 
+    /// Takes a token when a run may start now; otherwise says how long until one may.
+    pub fn try_acquire(&mut self) -> Result<(), Duration> {
+        let interval = self.settings.execution_min_interval;
+        if interval.is_zero() {
+            return Ok(());
+        }
+        self.refill();
+        if self.available > 0 {
+            self.available -= 1;
+            return Ok(());
+        }
+        Err((self.refilled_at + interval).saturating_duration_since(Instant::now()))
+    }
+
     /// Waits until a run may start and takes a token. Cancel-safe: dropping
     /// the future before it completes takes nothing.
     pub async fn acquire(&mut self) {
-        let interval = self.settings.execution_min_interval;
-        if interval.is_zero() {
-            return;
-        }
-        loop {
-            self.refill();
-            if self.available > 0 {
-                self.available -= 1;
-                return;
-            }
-            tokio::time::sleep_until(self.refilled_at + interval).await;
+        while let Err(wait) = self.try_acquire() {
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -71,8 +79,6 @@ impl Throttle {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn throttle(interval_secs: u64, burst: u32) -> Throttle {
@@ -107,6 +113,17 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::ZERO);
         t.acquire().await;
         assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn try_acquire_says_how_long_until_the_next_token() {
+        let mut t = throttle(10, 1);
+        assert_eq!(t.try_acquire(), Ok(()));
+        assert_eq!(t.try_acquire(), Err(Duration::from_secs(10)));
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(t.try_acquire(), Err(Duration::from_secs(6)));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(t.try_acquire(), Ok(()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -39,6 +39,7 @@ const TABLE: &[(&str, &[Role])] = &[
     ("/berth.queue.v1.Broker/Heartbeat", &[Worker]),
     ("/berth.queue.v1.Broker/Complete", &[Worker]),
     ("/berth.queue.v1.Broker/Fail", &[Worker]),
+    ("/berth.queue.v1.Broker/Defer", &[Worker]),
     ("/berth.queue.v1.Broker/Dump", &[Lifecycle, Operator]),
     // berth.lifecycle.v1.Lifecycle
     ("/berth.lifecycle.v1.Lifecycle/Update", &[Gateway]),

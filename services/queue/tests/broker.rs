@@ -20,6 +20,7 @@ crate::on_both_backends!(
     stale_fence_is_rejected_and_an_expired_lease_is_redelivered,
     heartbeat_keeps_a_lease_alive,
     consecutive_runs_of_one_hook_are_compacted,
+    a_deferred_run_keeps_its_attempt_and_absorbs_what_queued_meanwhile,
     tasks_survive_a_broker_restart,
     oversized_input_is_rejected_naming_the_limit,
     dump_shows_each_queue_with_its_head_and_holder,
@@ -402,6 +403,54 @@ async fn consecutive_runs_of_one_hook_are_compacted(db: Db) {
         0,
         "merged ids count as seen"
     );
+    b.stop().await;
+}
+
+/// Defer (a hook's throttle): the task goes back to the head of its queue as the same attempt,
+/// is not leased again before its delay, and when it is, the runs of the same hook queued
+/// meanwhile are folded into it.
+async fn a_deferred_run_keeps_its_attempt_and_absorbs_what_queued_meanwhile(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
+    b.enqueue(vec![hook_run("k1", "pkg/main", "hooks/a", "Kubernetes", 1)])
+        .await;
+    let first = b.lease("w", 1, 0).await;
+    assert_eq!(ids(&first), ["k1"]);
+    let deferred_at = Instant::now();
+    b.defer(&first[0], 300, "throttled").await.expect("defer");
+    b.enqueue(vec![
+        hook_run("k2", "pkg/main", "hooks/a", "Kubernetes", 2),
+        hook_run("k3", "pkg/main", "hooks/a", "Kubernetes", 3),
+    ])
+    .await;
+    assert!(
+        b.lease("w", 1, 0).await.is_empty(),
+        "a deferred head blocks its queue until its delay passed"
+    );
+    let dump = b.dump().await;
+    let q = dump.iter().find(|q| q.name == "pkg/main").expect("queue in dump");
+    assert_eq!(
+        (q.head_id.as_str(), q.head_attempts, q.head_last_error.as_str(), q.lease_holder.as_str()),
+        ("k1", 0, "throttled", "")
+    );
+    let again = b.lease("w", 1, 5_000).await;
+    assert!(
+        deferred_at.elapsed() >= Duration::from_millis(300),
+        "leased again after {:?}",
+        deferred_at.elapsed()
+    );
+    assert_eq!(ids(&again), ["k1"]);
+    assert_eq!(again[0].attempts, 0, "a deferral is not an attempt");
+    let contexts: Value = serde_json::from_str::<Value>(&again[0].payload_json)
+        .expect("payload JSON")["binding_contexts"]
+        .clone();
+    assert_eq!(contexts, json!([{"n": 1}, {"n": 2}, {"n": 3}]));
+    // Out-of-range delays and stale leases are refused.
+    let err = b.defer(&again[0], 3_600_001, "x").await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("delay_ms"), "{err:?}");
+    b.complete(&again[0]).await.expect("complete");
+    let err = b.defer(&again[0], 10, "x").await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     b.stop().await;
 }
 

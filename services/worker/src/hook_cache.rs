@@ -21,7 +21,7 @@ pub struct HookCache {
     entries: Mutex<HashMap<PathBuf, Arc<Vec<Hook>>>>,
     /// Token buckets of hooks with `settings` (executionMinInterval/executionBurst), by
     /// `<package>/<hook>`. Per worker: several workers each allow the configured rate.
-    throttles: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Throttle>>>>,
+    throttles: Mutex<HashMap<String, Throttle>>,
 }
 
 impl HookCache {
@@ -47,29 +47,19 @@ impl HookCache {
         Ok(hooks)
     }
 
-    /// Waits until the hook's `settings` throttle lets it run (at once without settings).
-    pub async fn throttle(
-        &self,
-        package: &str,
-        hook: &Hook,
-        cancel: &tokio_util::sync::CancellationToken,
-    ) -> Result<(), TaskError> {
+    /// Takes a run from the hook's `settings` throttle (always granted without settings), or
+    /// says how long until the throttle allows one.
+    pub fn throttle(&self, package: &str, hook: &Hook) -> Result<(), std::time::Duration> {
         let Some(settings) = hook.config.settings else {
             return Ok(());
         };
-        let bucket = {
-            let mut all = self.throttles.lock().unwrap_or_else(|p| p.into_inner());
-            if all.len() >= HOOK_CACHE_ENTRIES * 8 {
-                all.clear();
-            }
-            all.entry(format!("{package}/{}", hook.name))
-                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Throttle::new(settings))))
-                .clone()
-        };
-        tokio::select! {
-            _ = async { bucket.lock().await.acquire().await } => Ok(()),
-            _ = cancel.cancelled() => Err(TaskError::permanent("cancelled while throttled")),
+        let mut all = self.throttles.lock().unwrap_or_else(|p| p.into_inner());
+        if all.len() >= HOOK_CACHE_ENTRIES * 8 {
+            all.clear();
         }
+        all.entry(format!("{package}/{}", hook.name))
+            .or_insert_with(|| Throttle::new(settings))
+            .try_acquire()
     }
 
     pub fn forget(&self, dir_prefix: &std::path::Path) {

@@ -68,6 +68,9 @@ impl Handler for TaskRunner {
             let result = flows::dispatch(&cx, kind, &task).await;
             match &result {
                 Ok(()) => tracing::info!("task done"),
+                Err(e) if e.defer.is_some() => {
+                    tracing::debug!(reason = %e.message, "task handed back for later")
+                }
                 Err(e) => {
                     tracing::warn!(error = %e.message, "task failed");
                     cx.report_error(kind, &e.message, fails_generation(kind, e, &cx.cancel))

@@ -123,6 +123,9 @@ impl Broker for RecordingBroker {
     async fn fail(&self, _: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
         Err(Status::unimplemented("bench broker"))
     }
+    async fn defer(&self, _: Request<DeferRequest>) -> Result<Response<DeferResponse>, Status> {
+        Err(Status::unimplemented("bench broker"))
+    }
     async fn dump(&self, _: Request<DumpRequest>) -> Result<Response<DumpResponse>, Status> {
         Err(Status::unimplemented("bench broker"))
     }

@@ -173,6 +173,9 @@ fn lease_limits(config: &BrokerConfig, max: i64) -> LeaseLimits {
 /// Attempts of one store call when it fails with a transient error.
 const TRANSIENT_ATTEMPTS: usize = 3;
 
+/// The longest a worker may hand a task back for (Defer).
+const MAX_DEFER_MS: i64 = 3_600_000;
+
 /// Runs `call`, again when it failed transiently (see [`StoreError::is_transient`]).
 async fn retrying<T, F, Fut>(call: F) -> Result<T, StoreError>
 where
@@ -401,6 +404,44 @@ impl pb::broker_server::Broker for BrokerService {
             FailOutcome::Dropped => -1,
         };
         Ok(Response::new(pb::FailResponse { retry_in_ms }))
+    }
+
+    #[instrument(skip_all, fields(task.id = tracing::field::Empty))]
+    async fn defer(
+        &self,
+        request: Request<pb::DeferRequest>,
+    ) -> Result<Response<pb::DeferResponse>, Status> {
+        let pb::DeferRequest {
+            lease,
+            delay_ms,
+            reason,
+        } = request.into_inner();
+        let lease = convert::lease_ref(lease)?;
+        tracing::Span::current().record("task.id", lease.task_id.as_str());
+        if !(0..=MAX_DEFER_MS).contains(&delay_ms) {
+            return Err(Status::invalid_argument(format!(
+                "delay_ms: {delay_ms} is not between 0 and {MAX_DEFER_MS} (an hour)"
+            )));
+        }
+        let reason = truncate(reason, self.inner.config.max_payload_bytes);
+        let deferred = retrying(|| self.inner.store.defer(&lease, &reason, delay_ms, now_ms()))
+            .await
+            .map_err(status)?;
+        if !deferred {
+            // Cancelled while it was held: settle it as Fail would, which drops it.
+            let backoff = self.inner.config.backoff();
+            let (outcome, settled) = retrying(|| {
+                self.inner
+                    .store
+                    .fail(&lease, &reason, false, &backoff, now_ms())
+            })
+            .await
+            .map_err(status)?;
+            self.inner.metrics.settled(&settled, Some(outcome));
+        }
+        // Waiters compute their timers from the heads' due times when they look again.
+        self.wake_waiters();
+        Ok(Response::new(pb::DeferResponse {}))
     }
 
     #[instrument(skip_all)]

@@ -117,6 +117,11 @@ async fn report(
         Err(err) if cancelled => {
             tracing::info!(error = %err.message, "task stopped after cancellation")
         }
+        Err(TaskError {
+            defer: Some(delay),
+            message,
+            ..
+        }) => tracing::debug!(?delay, reason = %message, "task handed back for later"),
         Err(err) => tracing::warn!(error = %err.message, retry = err.retry, "task failed"),
     }
     for attempt in 1..=REPORT_ATTEMPTS {
@@ -130,6 +135,18 @@ async fn report(
                         next,
                     };
                     broker.complete(request).await.map(|r| Some(r.into_inner()))
+                }
+                Err(TaskError {
+                    defer: Some(delay),
+                    message,
+                    ..
+                }) if !cancelled => {
+                    let request = pb::DeferRequest {
+                        lease: Some(lease.clone()),
+                        delay_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
+                        reason: message.clone(),
+                    };
+                    broker.defer(request).await.map(|_| None)
                 }
                 Err(err) => {
                     let request = pb::FailRequest {

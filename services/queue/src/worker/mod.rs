@@ -46,6 +46,9 @@ pub trait Handler: Send + Sync + 'static {
 pub struct TaskError {
     pub message: String,
     pub retry: bool,
+    /// Not a failure: the handler may not run the task yet and hands it back to the broker to
+    /// lease again after this long, without counting an attempt (see [`TaskError::defer`]).
+    pub defer: Option<std::time::Duration>,
 }
 
 impl TaskError {
@@ -54,6 +57,7 @@ impl TaskError {
         Self {
             message: message.into(),
             retry: true,
+            defer: None,
         }
     }
 
@@ -62,6 +66,18 @@ impl TaskError {
         Self {
             message: message.into(),
             retry: false,
+            defer: None,
+        }
+    }
+
+    /// Not yet: the task goes back to the head of its queue and may be leased again after
+    /// `delay` (capped at an hour), as the same attempt. Tasks queued behind it meanwhile are
+    /// compacted into it when it is leased again.
+    pub fn defer(delay: std::time::Duration, reason: impl Into<String>) -> Self {
+        Self {
+            message: reason.into(),
+            retry: true,
+            defer: Some(delay.min(std::time::Duration::from_secs(3600))),
         }
     }
 }

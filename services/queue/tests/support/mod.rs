@@ -146,6 +146,20 @@ impl TestBroker {
             .map(|r| r.into_inner().retry_in_ms)
     }
 
+    pub async fn defer(
+        &self,
+        task: &pb::Task,
+        delay_ms: i64,
+        reason: &str,
+    ) -> Result<(), tonic::Status> {
+        let request = pb::DeferRequest {
+            lease: Some(lease_ref(task)),
+            delay_ms,
+            reason: reason.into(),
+        };
+        self.client.clone().defer(request).await.map(|_| ())
+    }
+
     pub async fn heartbeat(&self, worker: &str, tasks: &[&pb::Task]) -> Vec<String> {
         let request = pb::HeartbeatRequest {
             worker: worker.into(),

@@ -1,5 +1,5 @@
 //! HookRun: one hook run with the binding contexts of its event (or schedule), under the
-//! hook's `settings` throttle.
+//! hook's `settings` throttle (a throttled run is handed back to its queue until then).
 
 use berth_hooks::binding_context;
 use berth_proto::lifecycle::HookRunReport;
@@ -25,8 +25,16 @@ pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError
     let hook = hooks.iter().find(|h| h.name == name).ok_or_else(|| {
         TaskError::permanent(format!("package {} has no hook {name:?}", cx.key()))
     })?;
+    // A throttled run goes back to its queue rather than wait here: events that arrive
+    // meanwhile then join it when it is leased again (compaction), as in shell-operator, where
+    // the throttle comes before the queue is compacted.
+    if let Err(wait) = cx.hooks.throttle(cx.key(), hook) {
+        return Err(TaskError::defer(
+            wait,
+            format!("hook {name} waits for its settings throttle (executionMinInterval)"),
+        ));
+    }
     let mut values = Values::compute(&pkg, cx)?;
-    cx.hooks.throttle(cx.key(), hook, &cx.cancel).await?;
     // Snapshots as they are now, not as they were when the event was queued (shell-operator
     // fills them when the hook runs).
     if binding_context::has_snapshots(&contexts) {

@@ -1,4 +1,4 @@
-//! Heartbeat, Complete and Fail: the calls a lease holder makes, all checked against the fence.
+//! Heartbeat, Complete, Fail and Defer: the calls a lease holder makes, all checked against the fence.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -309,6 +309,55 @@ impl Store {
         // A queue it emptied may have got a task meanwhile (see `heads`).
         self.look_again(look).await?;
         Ok((outcome, settled))
+    }
+}
+
+impl Store {
+    /// Hands a leased task back without counting an attempt: it stays its queue's head, leasable
+    /// again `delay_ms` from `now_ms`, with `reason` shown as its last error. `Ok(false)` when
+    /// the task was cancelled meanwhile: nothing changed, and the caller settles it as a
+    /// failure (which drops it).
+    pub async fn defer(
+        &self,
+        lease: &LeaseRef,
+        reason: &str,
+        delay_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin("defer").await?;
+        let updated = sqlx::query(
+            "UPDATE tasks SET last_error = $1, not_before = $2, lease_holder = '', lease_until = 0 \
+             WHERE id = $3 AND fence = $4 AND lease_holder <> '' AND cancelled = 0",
+        )
+        .bind(reason)
+        .bind(now_ms.saturating_add(delay_ms.max(0)))
+        .bind(&lease.task_id)
+        .bind(lease.fence)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_failed("defer task"))?
+        .rows_affected();
+        if updated == 0 {
+            let cancelled = sqlx::query(
+                "SELECT cancelled FROM tasks WHERE id = $1 AND fence = $2 AND lease_holder <> ''",
+            )
+            .bind(&lease.task_id)
+            .bind(lease.fence)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_failed("read deferred task"))?
+            .ok_or_else(|| stale(lease))?;
+            let cancelled: i64 = cancelled
+                .try_get("cancelled")
+                .map_err(query_failed("decode deferred task"))?;
+            if cancelled != 0 {
+                return Ok(false);
+            }
+            return Err(stale(lease));
+        }
+        self.signal_change(&mut tx).await?;
+        tx.commit().await.map_err(query_failed("commit defer"))?;
+        Ok(true)
     }
 }
 
