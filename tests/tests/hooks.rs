@@ -850,7 +850,9 @@ async fn queue_head(client: &mut journey::Client, queue: &str) -> anyhow::Result
         .await?
         .into_inner()
         .yaml;
-    let mut lines = dump.lines().skip_while(|l| l.trim() != format!("- name: {queue}"));
+    let mut lines = dump
+        .lines()
+        .skip_while(|l| l.trim() != format!("- name: {queue}"));
     let Some(first) = lines.next() else {
         return Ok(None);
     };
@@ -1138,4 +1140,85 @@ async fn hook_metrics_are_served_with_a_hook_label() -> anyhow::Result<()> {
     topology.stop().await;
     cluster.stop().await;
     result
+}
+
+/// A binding with a namespace label selector follows namespaces as they come and go, as in
+/// shell-operator: a namespace labelled after the package loaded is watched (its objects reach
+/// the hook), and one whose label is removed is no longer (its objects leave the snapshot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_label_selectors_follow_namespaces_as_they_change() -> anyhow::Result<()> {
+    with_topology(&[], |endpoint, kube| async move {
+        let mut client = journey::connect(&endpoint).await?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::Module as i32,
+            name: "follower".into(),
+            namespace: String::new(),
+        };
+        let accepted = client
+            .update(update(&r, &fixtures(), "", None))
+            .await?
+            .into_inner();
+        journey::wait_running(&mut client, &r, accepted.generation).await?;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(kube.clone());
+        let follow = |ns: String, on: bool| {
+            let namespaces = namespaces.clone();
+            async move {
+                let label = if on { json!("yes") } else { Value::Null };
+                namespaces
+                    .patch(
+                        &ns,
+                        &PatchParams::default(),
+                        &Patch::Merge(
+                            json!({"metadata": {"labels": {"berth.test/follow": label}}}),
+                        ),
+                    )
+                    .await
+            }
+        };
+        let add_cm = |ns: String, name: &'static str| {
+            let kube = kube.clone();
+            async move {
+                Api::<ConfigMap>::namespaced(kube, &ns)
+                    .create(
+                        &PostParams::default(),
+                        &configmap(name, json!({"app": "follow"}), json!({}))?,
+                    )
+                    .await?;
+                anyhow::Ok(())
+            }
+        };
+        let seen = |p: &v1::Package, item: &str| {
+            values(p)["seen"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|v| v == item))
+        };
+        // Both namespaces come into being after the package loaded.
+        let (a, b) = (namespace(&kube).await?, namespace(&kube).await?);
+        follow(a.to_string(), true).await?;
+        add_cm(a.to_string(), "one").await?;
+        let one = format!("{a}/one");
+        wait_package(&mut client, &r, "the object in the first namespace", |p| {
+            seen(p, &one)
+        })
+        .await?;
+        follow(b.to_string(), true).await?;
+        add_cm(b.to_string(), "two").await?;
+        let two = format!("{b}/two");
+        wait_package(&mut client, &r, "the object in the second namespace", |p| {
+            seen(p, &two) && seen(p, &one)
+        })
+        .await?;
+        // The first namespace stops matching: its object leaves the snapshot.
+        follow(a.to_string(), false).await?;
+        add_cm(b.to_string(), "three").await?;
+        let three = format!("{b}/three");
+        let p = wait_package(&mut client, &r, "the third object", |p| seen(p, &three)).await?;
+        anyhow::ensure!(
+            !seen(&p, &one) && seen(&p, &two),
+            "after the first namespace lost its label the snapshot was {}",
+            values(&p)
+        );
+        remove(&mut client, &r).await
+    })
+    .await
 }

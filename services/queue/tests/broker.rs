@@ -427,9 +427,17 @@ async fn a_deferred_run_keeps_its_attempt_and_absorbs_what_queued_meanwhile(db: 
         "a deferred head blocks its queue until its delay passed"
     );
     let dump = b.dump().await;
-    let q = dump.iter().find(|q| q.name == "pkg/main").expect("queue in dump");
+    let q = dump
+        .iter()
+        .find(|q| q.name == "pkg/main")
+        .expect("queue in dump");
     assert_eq!(
-        (q.head_id.as_str(), q.head_attempts, q.head_last_error.as_str(), q.lease_holder.as_str()),
+        (
+            q.head_id.as_str(),
+            q.head_attempts,
+            q.head_last_error.as_str(),
+            q.lease_holder.as_str()
+        ),
         ("k1", 0, "throttled", "")
     );
     let again = b.lease("w", 1, 5_000).await;

@@ -182,6 +182,12 @@ impl BindingState {
         changes
     }
 
+    /// Forgets the objects of `namespace` without reporting them (the binding no longer covers
+    /// that namespace; the objects themselves are not gone).
+    pub fn drop_namespace(&mut self, namespace: &str) {
+        self.entries.retain(|k, _| k.0 != namespace);
+    }
+
     /// The cached objects in (namespace, name) order.
     pub fn snapshot(&self) -> Vec<ObjectAndFilterResult> {
         self.entries.values().map(|e| e.item.clone()).collect()

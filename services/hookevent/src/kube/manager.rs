@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::binding::{BindingState, Change, Evaluation, obj_key};
-use super::registry::{PackageState, Registered, State, Watch, WatchKey};
+use super::registry::{Follow, NamespaceWatch, PackageState, Registered, State, Watch, WatchKey};
 use super::resolve::{ResolveError, Resolver};
 use super::tasks::{event_task, hook_snapshots, release, sync_task};
 use crate::convert::{schedule_spec_of, spec_of};
@@ -35,6 +35,8 @@ use crate::jq::Jq;
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most kubernetes bindings one package may register.
 pub const MAX_KUBE_BINDINGS: usize = 256;
+/// Most namespaces one binding with a namespace label selector watches (one watch each).
+const MAX_FOLLOWED_NAMESPACES: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetError {
@@ -162,9 +164,30 @@ impl KubeManager {
             self.remove_locked(&mut state, package.as_str());
             let mut ids = vec![];
             let mut restart = HashSet::new();
-            for (state_binding, resource, keys) in prepared {
+            for Prepared {
+                state: state_binding,
+                resource,
+                keys,
+                follow,
+            } in prepared
+            {
                 let id = state.next_id;
                 state.next_id += 1;
+                if let Some(f) = &follow {
+                    if let Some(w) = state.namespace_watches.get_mut(&f.selector) {
+                        w.subscribers.push(id);
+                    } else {
+                        let cancel = self.shutdown.child_token();
+                        state.namespace_watches.insert(
+                            f.selector.clone(),
+                            NamespaceWatch {
+                                subscribers: vec![id],
+                                cancel: cancel.clone(),
+                            },
+                        );
+                        self.follow_namespaces(f.selector.clone(), cancel);
+                    }
+                }
                 for key in &keys {
                     let watch = state.watches.entry(key.clone()).or_insert_with(|| Watch {
                         resource: resource.clone(),
@@ -187,6 +210,7 @@ impl KubeManager {
                         state: state_binding,
                         keys,
                         pending,
+                        follow,
                     },
                 );
                 ids.push(id);
@@ -275,7 +299,7 @@ impl KubeManager {
         b: &pb::KubernetesBinding,
         package: &PackageKey,
         app_namespace: &str,
-    ) -> Result<(BindingState, ApiResource, Vec<WatchKey>), SetError> {
+    ) -> Result<Prepared, SetError> {
         let invalid = |reason: String| SetError::Invalid {
             index,
             hook: b.hook.clone(),
@@ -315,6 +339,7 @@ impl KubeManager {
             }
             many => names = many.to_vec(),
         }
+        let mut follow = None;
         let namespaces: Vec<Option<String>> = if !resolved.namespaced {
             if !app_namespace.is_empty() {
                 return Err(invalid(format!(
@@ -329,30 +354,51 @@ impl KubeManager {
         } else if !b.namespaces.is_empty() {
             b.namespaces.iter().cloned().map(Some).collect()
         } else if !b.namespace_label_selector.is_empty() {
-            self.namespaces_matching(index, &b.namespace_label_selector)
-                .await?
-                .into_iter()
-                .map(Some)
-                .collect()
+            follow = Some(b.namespace_label_selector.clone());
+            let matching = self
+                .namespaces_matching(index, &b.namespace_label_selector)
+                .await?;
+            if matching.len() > MAX_FOLLOWED_NAMESPACES {
+                return Err(invalid(format!(
+                    "namespace labelSelector {:?} matches {} namespaces, more than the {MAX_FOLLOWED_NAMESPACES} one binding may watch",
+                    b.namespace_label_selector,
+                    matching.len()
+                )));
+            }
+            matching.into_iter().map(Some).collect()
         } else {
             vec![None]
+        };
+        let template = WatchKey {
+            api_version: resolved.resource.api_version.clone(),
+            plural: resolved.resource.plural.clone(),
+            namespace: None,
+            labels: b.label_selector.clone(),
+            fields,
         };
         let keys = namespaces
             .into_iter()
             .map(|namespace| WatchKey {
-                api_version: resolved.resource.api_version.clone(),
-                plural: resolved.resource.plural.clone(),
                 namespace,
-                labels: b.label_selector.clone(),
-                fields: fields.clone(),
+                ..template.clone()
             })
             .collect();
+        let follow = follow.map(|selector| Follow {
+            selector,
+            template,
+            resource: resolved.resource.clone(),
+        });
         let state = BindingState::new(package, &b.hook, spec, jq, names);
-        Ok((state, resolved.resource, keys))
+        Ok(Prepared {
+            state,
+            resource: resolved.resource,
+            keys,
+            follow,
+        })
     }
 
-    /// The namespaces a namespace label selector matches now. (Namespaces created later are not
-    /// picked up until the package is loaded again.)
+    /// The namespaces a namespace label selector matches now. Later changes reach the binding
+    /// through its namespace watch ([`KubeManager::follow_namespaces`]).
     async fn namespaces_matching(
         &self,
         index: usize,
@@ -428,14 +474,146 @@ impl KubeManager {
                 continue;
             };
             for key in r.keys {
-                if let Some(w) = state.watches.get_mut(&key) {
-                    w.subscribers.retain(|s| *s != id);
-                    if w.subscribers.is_empty() {
-                        w.cancel.cancel();
-                        state.watches.remove(&key);
-                    }
+                unsubscribe(state, &key, id);
+            }
+            if let Some(f) = r.follow
+                && let Some(w) = state.namespace_watches.get_mut(&f.selector)
+            {
+                w.subscribers.retain(|s| *s != id);
+                if w.subscribers.is_empty() {
+                    w.cancel.cancel();
+                    state.namespace_watches.remove(&f.selector);
                 }
             }
+        }
+    }
+
+    /// Watches the namespaces matching `selector` until `cancel`, and grows or shrinks the
+    /// following bindings as namespaces start or stop matching (created, labelled, unlabelled,
+    /// deleted). A relist (after the watch broke) reconciles: namespaces not seen again stop
+    /// being followed.
+    fn follow_namespaces(self: &Arc<Self>, selector: String, cancel: CancellationToken) {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> =
+            Api::all(self.resolver.client().clone());
+        let manager = Arc::clone(self);
+        let span = tracing::info_span!("hookevent.namespaces", selector = %selector);
+        berth_telemetry::spawn_in(span, async move {
+            let stream =
+                watcher(api, watcher::Config::default().labels(&selector)).default_backoff();
+            tokio::pin!(stream);
+            let mut relist: Option<HashSet<String>> = None;
+            loop {
+                let next = tokio::select! {
+                    n = stream.next() => n,
+                    _ = cancel.cancelled() => return,
+                };
+                let name = |ns: &k8s_openapi::api::core::v1::Namespace| ns.metadata.name.clone();
+                match next {
+                    Some(Ok(watcher::Event::Init)) => relist = Some(HashSet::new()),
+                    Some(Ok(watcher::Event::InitApply(ns) | watcher::Event::Apply(ns))) => {
+                        if let Some(n) = name(&ns) {
+                            if let Some(seen) = &mut relist {
+                                seen.insert(n.clone());
+                            }
+                            manager.namespace_matches(&selector, &n, true);
+                        }
+                    }
+                    Some(Ok(watcher::Event::Delete(ns))) => {
+                        if let Some(n) = name(&ns) {
+                            manager.namespace_matches(&selector, &n, false);
+                        }
+                    }
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        let seen = relist.take().unwrap_or_default();
+                        manager.namespaces_relisted(&selector, &seen);
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "namespace watch failed; retrying with backoff")
+                    }
+                    None => return,
+                }
+            }
+        });
+    }
+
+    /// Namespace `ns` now matches (`matches`) or no longer matches the selector: the bindings
+    /// following it start or stop watching there. Objects of a namespace that joins come as
+    /// Added events; those of one that leaves drop out of the snapshots without events (they
+    /// were not deleted).
+    fn namespace_matches(self: &Arc<Self>, selector: &str, ns: &str, matches: bool) {
+        let mut state = self.lock();
+        let Some(ids) = state
+            .namespace_watches
+            .get(selector)
+            .map(|w| w.subscribers.clone())
+        else {
+            return;
+        };
+        let mut restart = HashSet::new();
+        for id in ids {
+            let Some(r) = state.bindings.get_mut(&id) else {
+                continue;
+            };
+            let Some(f) = r.follow.clone() else {
+                continue;
+            };
+            let key = WatchKey {
+                namespace: Some(ns.to_owned()),
+                ..f.template.clone()
+            };
+            let followed = r.keys.contains(&key);
+            if matches && !followed {
+                if r.keys.len() >= MAX_FOLLOWED_NAMESPACES {
+                    tracing::error!(binding = %r.state.spec.name, hook = %r.state.hook, namespace = ns,
+                        "not following another namespace: the binding follows {MAX_FOLLOWED_NAMESPACES} already");
+                    continue;
+                }
+                r.keys.push(key.clone());
+                state
+                    .watches
+                    .entry(key.clone())
+                    .or_insert_with(|| Watch {
+                        resource: f.resource.clone(),
+                        subscribers: vec![],
+                        epoch: 0,
+                        cancel: CancellationToken::new(),
+                        relist: None,
+                        listed: false,
+                        error: None,
+                    })
+                    .subscribers
+                    .push(id);
+                restart.insert(key);
+            } else if !matches && followed {
+                r.keys.retain(|k| *k != key);
+                r.pending.remove(&key);
+                r.state.pending_lists = r.pending.len();
+                r.state.drop_namespace(ns);
+                unsubscribe(&mut state, &key, id);
+            }
+        }
+        for key in restart {
+            self.restart_locked(&mut state, &key);
+        }
+    }
+
+    /// After a relist of the namespaces matching `selector`: the followed namespaces not seen
+    /// again no longer match.
+    fn namespaces_relisted(self: &Arc<Self>, selector: &str, seen: &HashSet<String>) {
+        let gone: HashSet<String> = {
+            let state = self.lock();
+            let Some(w) = state.namespace_watches.get(selector) else {
+                return;
+            };
+            w.subscribers
+                .iter()
+                .filter_map(|id| state.bindings.get(id))
+                .flat_map(|r| r.keys.iter().filter_map(|k| k.namespace.clone()))
+                .filter(|ns| !seen.contains(ns))
+                .collect()
+        };
+        for ns in gone {
+            self.namespace_matches(selector, &ns, false);
         }
     }
 
@@ -740,13 +918,32 @@ fn object_json(object: DynamicObject, resource: &ApiResource) -> Value {
     value
 }
 
+/// One binding, checked and resolved, before it is registered.
+struct Prepared {
+    state: BindingState,
+    resource: ApiResource,
+    keys: Vec<WatchKey>,
+    follow: Option<Follow>,
+}
+
+/// Takes binding `id` off the watch of `key`, stopping the watch when nobody is left on it.
+fn unsubscribe(state: &mut State, key: &WatchKey, id: u64) {
+    if let Some(w) = state.watches.get_mut(key) {
+        w.subscribers.retain(|s| *s != id);
+        if w.subscribers.is_empty() {
+            w.cancel.cancel();
+            state.watches.remove(key);
+        }
+    }
+}
+
 fn hook_configs(
     kube: &[pb::KubernetesBinding],
     schedules: &[pb::ScheduleBinding],
-    prepared: &[(BindingState, ApiResource, Vec<WatchKey>)],
+    prepared: &[Prepared],
 ) -> HashMap<String, HookConfig> {
     let mut hooks: HashMap<String, HookConfig> = HashMap::new();
-    for (b, (state, _, _)) in kube.iter().zip(prepared) {
+    for (b, Prepared { state, .. }) in kube.iter().zip(prepared) {
         hooks
             .entry(b.hook.clone())
             .or_default()

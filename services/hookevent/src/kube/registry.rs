@@ -51,6 +51,25 @@ pub(super) struct Registered {
     pub(super) state: BindingState,
     pub(super) keys: Vec<WatchKey>,
     pub(super) pending: HashSet<WatchKey>,
+    /// A binding with a namespace label selector follows the namespaces it matches.
+    pub(super) follow: Option<Follow>,
+}
+
+/// How a binding with a namespace label selector grows and shrinks as namespaces come, go,
+/// or change labels.
+#[derive(Clone)]
+pub(super) struct Follow {
+    pub(super) selector: String,
+    /// The binding's watch key with no namespace: each followed namespace gets a copy.
+    pub(super) template: WatchKey,
+    pub(super) resource: ApiResource,
+}
+
+/// One watch of the namespaces matching a label selector, shared by the bindings that follow
+/// it.
+pub(super) struct NamespaceWatch {
+    pub(super) subscribers: Vec<u64>,
+    pub(super) cancel: CancellationToken,
 }
 
 pub(super) struct PackageState {
@@ -67,4 +86,6 @@ pub(super) struct State {
     pub(super) watches: HashMap<WatchKey, Watch>,
     pub(super) bindings: HashMap<u64, Registered>,
     pub(super) packages: HashMap<PackageKey, PackageState>,
+    /// By namespace label selector.
+    pub(super) namespace_watches: HashMap<String, NamespaceWatch>,
 }
