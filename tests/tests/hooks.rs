@@ -562,8 +562,8 @@ async fn update_cancels_a_running_hook_within_one_second() -> anyhow::Result<()>
 }
 
 /// A schedule with `includeSnapshotsFrom` sees the current snapshot of a kubernetes binding that
-/// never runs the hook itself; a group of two kubernetes bindings gives Group contexts carrying
-/// the snapshots of both, whichever binding fired.
+/// never runs the hook itself; a group of two kubernetes bindings is synchronized in one run,
+/// and gives Group contexts carrying the snapshots of both, whichever binding fired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedule_with_snapshots_and_group_bindings() -> anyhow::Result<()> {
     with_topology(&[], |endpoint, kube| async move {
@@ -579,7 +579,12 @@ async fn schedule_with_snapshots_and_group_bindings() -> anyhow::Result<()> {
 
         let at = |key: &'static str, want: &'static str| move |p: &v1::Package| values(p)[key] == json!(want);
         wait_package(&mut client, &r, "a schedule run with the snapshot", at("schedule", "tick:snap-a")).await?;
-        wait_package(&mut client, &r, "the group's Synchronization", at("group", "g:cms=snap-a;secrets=")).await?;
+        let p = wait_package(&mut client, &r, "the group's Synchronization", at("group", "g:cms=snap-a;secrets=")).await?;
+        anyhow::ensure!(
+            values(&p)["groupRuns"] == json!(1),
+            "the group's two bindings were synchronized in separate runs: {}",
+            values(&p)
+        );
 
         // A new ConfigMap reaches the schedule only through the snapshot, and fires the group.
         cms.create(&pp, &configmap("snap-b", json!({"app": "snap"}), json!({}))?).await?;

@@ -202,7 +202,8 @@ pub async fn startup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 }
 
 /// Runs the Synchronization of every kubernetes binding that package start waits for
-/// (`waitForSynchronization`, the default), hooks in name order, bindings in config order; then
+/// (`waitForSynchronization`, the default), hooks in name order, bindings in config order (the
+/// bindings of one `group` in one run, as shell-operator does); then
 /// tells hookevent to release the events it held meanwhile. Bindings that do not wait were
 /// synchronized by hookevent on their own queue.
 async fn synchronize(
@@ -219,6 +220,9 @@ async fn synchronize(
     ordered.sort_by(|a, b| a.name.cmp(&b.name));
     for hook in ordered {
         let snapshots = hook_snapshots(&all, &hook.name);
+        // One run per binding, except that the bindings of one `group` share one run (at the
+        // first of them), whose Group context carries all their snapshots.
+        let mut groups_done: Vec<&str> = vec![];
         for k in &hook.config.kubernetes {
             if !k.wait_for_synchronization || !k.execute_hook_on_synchronization {
                 continue;
@@ -229,12 +233,25 @@ async fn synchronize(
             if b.synchronized {
                 continue;
             }
+            let allow_failure = match k.group.as_deref() {
+                Some(group) if groups_done.contains(&group) => continue,
+                Some(group) => {
+                    groups_done.push(group);
+                    // A group's run may fail only when every member allows it.
+                    hook.config
+                        .kubernetes
+                        .iter()
+                        .filter(|m| m.group.as_deref() == Some(group))
+                        .all(|m| m.allow_failure)
+                }
+                None => k.allow_failure,
+            };
             let context = BindingContext::synchronization(k, &b.objects, &hook.config, &snapshots);
             let output = match run_hook(cx, hook, binding_context::to_json(&[context]), values)
                 .await
             {
                 Ok(o) => o,
-                Err(e) if k.allow_failure => {
+                Err(e) if allow_failure => {
                     tracing::warn!(hook = %hook.name, binding = %k.name, error = %e.message, "Synchronization failed; allowed");
                     report_run(cx, &hook.name, &e.message).await;
                     continue;
