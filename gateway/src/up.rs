@@ -39,6 +39,8 @@ pub struct UpConfig {
     pub hook_metrics_listen: Option<SocketAddr>,
     /// Directory for hook runs' temporary files; `None` = the system temp directory.
     pub hook_tmp_dir: Option<PathBuf>,
+    /// Run hooks as this user (`berth_hooks::HookUser::parse`); needs root.
+    pub hook_user: Option<String>,
     /// Bounds on jq programs (hookevent's evaluators are this executable, see
     /// `berth_hookevent::run_jq_evaluator_if_requested`).
     pub jq: berth_hookevent::JqLimits,
@@ -57,6 +59,8 @@ pub enum UpError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("--hook-user: {0}")]
+    HookUser(String),
     #[error("certificates: {0}")]
     Tls(#[from] berth_telemetry::tls::TlsError),
     #[error("dev cluster: {0}")]
@@ -97,6 +101,44 @@ fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
+/// Makes this process's hooks run as `user` (a name, UID or UID:GID), and lets that user reach
+/// the package cache: the data directory becomes searchable by others (0711, not listable) and
+/// the cache readable (0755; package files are berth's, 0644/0755). Everything else directly
+/// in the data directory stays the owner's: directories 0700, files 0600 (the databases are
+/// made so before they are opened).
+fn hooks_as(user: &str, data: &Path) -> Result<(), UpError> {
+    use std::os::unix::fs::PermissionsExt;
+    berth_hooks::HookUser::parse(user)
+        .and_then(berth_hooks::run_hooks_as)
+        .map_err(|message| UpError::HookUser(message))?;
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| UpError::DataDir { path, source }
+    };
+    std::fs::set_permissions(data, std::fs::Permissions::from_mode(0o711)).map_err(io(data))?;
+    let cache = data.join("packages");
+    std::fs::create_dir_all(&cache).map_err(io(&cache))?;
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).map_err(io(&cache))?;
+    for entry in std::fs::read_dir(data).map_err(io(data))? {
+        let entry = entry.map_err(io(data))?;
+        let path = entry.path();
+        if path == cache {
+            continue;
+        }
+        let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+        let mode = if meta.is_dir() {
+            0o700
+        } else if meta.is_file() {
+            0o600
+        } else {
+            continue;
+        };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(io(&path))?;
+    }
+    Ok(())
+}
+
 fn sqlite(dir: &Path, name: &str) -> String {
     format!("sqlite://{}", dir.join(name).display())
 }
@@ -118,6 +160,19 @@ pub async fn run(
         path: data.display().to_string(),
         source,
     })?;
+    if let Some(user) = &config.hook_user {
+        hooks_as(user, &data)?;
+    }
+    for db in ["queue.db", "lifecycle.db", "hookevent.db"] {
+        // SQLite creates a database's -wal and -shm files with the database file's mode.
+        let path = data.join(db);
+        berth_devcluster::private::tighten_or_create_private(&path).map_err(|source| {
+            UpError::DataDir {
+                path: path.display().to_string(),
+                source,
+            }
+        })?;
+    }
     if let Some(dir) = &config.hook_tmp_dir {
         std::fs::create_dir_all(dir).map_err(|source| UpError::DataDir {
             path: dir.display().to_string(),

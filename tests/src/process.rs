@@ -297,6 +297,15 @@ impl AllInOne {
     /// Starts `berth up` in `data_dir`, against `kubeconfig` or its own embedded dev cluster.
     /// The broker's metrics are served on an OS-chosen port (`proc.metrics`).
     pub async fn start(data_dir: &Path, kubeconfig: Option<&Path>) -> anyhow::Result<AllInOne> {
+        AllInOne::start_with(data_dir, kubeconfig, &[]).await
+    }
+
+    /// [`AllInOne::start`] with `extra` arguments for `berth up`.
+    pub async fn start_with(
+        data_dir: &Path,
+        kubeconfig: Option<&Path>,
+        extra: &[&str],
+    ) -> anyhow::Result<AllInOne> {
         let dd = data_dir.display().to_string();
         let mut args = vec![
             "up",
@@ -312,6 +321,7 @@ impl AllInOne {
             kc = k.display().to_string();
             args.extend(["--kubeconfig", &kc]);
         }
+        args.extend(extra);
         let proc = Proc::start("berth", &args, "listening on ").await?;
         let kubeconfig = kubeconfig
             .map(Path::to_path_buf)

@@ -394,3 +394,47 @@ async fn big_values(up: &AllInOne) -> anyhow::Result<()> {
         .await?;
     journey::wait_gone(&mut client, &r).await
 }
+
+/// `berth up --hook-user`: hooks run as that user (here `nobody`), reach their package in the
+/// cache, and cannot read the services' keys or databases, nor list the data directory. As
+/// root without the flag, the same hook reads all of them. Needs root (to switch users).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn berth_up_runs_hooks_as_the_hook_user_away_from_its_secrets() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: running hooks as another user needs root");
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    // The hook user must be able to reach the data directory: its parent is searchable.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let up = AllInOne::start_with(
+        &dir.path().join("data"),
+        real.as_deref(),
+        &["--hook-user", "65534:65534"],
+    )
+    .await?;
+    let result = async {
+        let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+        let ns = TestNamespace::create(&kube, "bounds").await?;
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let r = app("snoop", &ns);
+        let generation = install(&mut client, &r).await?;
+        let p = journey::wait_running(&mut client, &r, generation).await?;
+        let values = p
+            .values
+            .as_ref()
+            .map(berth_proto::json::from_struct)
+            .unwrap_or(Value::Null);
+        anyhow::ensure!(
+            values["probe"] == json!("uid=65534 found=yes key=no db=no list=no"),
+            "the hook's view of berth's data directory: {}",
+            values["probe"]
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
+}

@@ -17,6 +17,12 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
+/// Makes `path` a file readable by its owner only: created empty (0600) when missing, its
+/// mode tightened to 0600 when it exists.
+pub fn tighten_or_create_private(path: &Path) -> io::Result<()> {
+    open_private(path, false).map(drop)
+}
+
 /// Writes `bytes` to `path` as a file readable by its owner only.
 pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut file = open_private(path, true)?;

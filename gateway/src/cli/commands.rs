@@ -135,6 +135,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             metrics_listen,
             hook_metrics_listen,
             hook_tmp_dir,
+            hook_user,
             token_file,
             tls,
             tls_hosts,
@@ -167,6 +168,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 metrics_listen: *metrics_listen,
                 hook_metrics_listen: *hook_metrics_listen,
                 hook_tmp_dir: hook_tmp_dir.clone(),
+                hook_user: hook_user.clone(),
                 jq: jq.limits(),
             };
             let shutdown = CancellationToken::new();
