@@ -97,7 +97,8 @@ pub async fn run(
     let api = tower::Layer::layer(&limits::LimitLayer::new(config.limits), api);
     // The public listener authenticates callers by bearer token, not by certificate: no
     // role check here.
-    let mut server = berth_telemetry::grpc_server(None)?;
+    let mut server =
+        berth_telemetry::grpc_server_named(None, berth_telemetry::Role::Gateway.service_name())?;
     if let Some(public) = &config.public_tls {
         let identity = tonic::transport::Identity::from_pem(&public.cert, &public.key);
         server = server.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;

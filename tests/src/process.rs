@@ -37,6 +37,18 @@ pub struct Proc {
     child: Child,
 }
 
+/// Environment every process started from now on gets besides this one's (see [`child_env`]).
+static CHILD_ENV: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Gives every process this test starts from now on `key=value` in its environment (the
+/// test's own environment stays as it is).
+pub fn child_env(key: &str, value: &str) {
+    CHILD_ENV
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((key.to_owned(), value.to_owned()));
+}
+
 impl Proc {
     /// Starts `name` with `args` and waits for its announcement line: `listening on ADDR` for
     /// servers, or any line starting with `announce` for the others.
@@ -52,8 +64,10 @@ impl Proc {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let name = name.as_str();
+        let extra = CHILD_ENV.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut child = Command::new(path)
             .args(args)
+            .envs(extra)
             .env(
                 "BERTH_LOG",
                 std::env::var("BERTH_LOG").unwrap_or_else(|_| "info".into()),

@@ -16,6 +16,38 @@ pub struct TraceContext;
 
 impl tonic::service::Interceptor for TraceContext {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        self.call_on(&mut req)?;
+        Ok(req)
+    }
+}
+
+/// A remote parent that is not sampled, with fresh ids: a span made its child is not traced,
+/// nor are its descendants here or in the services it calls (they continue the context with
+/// its sampled flag off).
+fn unsampled() -> opentelemetry::Context {
+    use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags, TraceState};
+    use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+    let ids = RandomIdGenerator::default();
+    let parent = SpanContext::new(
+        ids.new_trace_id(),
+        ids.new_span_id(),
+        TraceFlags::default(),
+        true,
+        TraceState::default(),
+    );
+    opentelemetry::Context::new().with_remote_span_context(parent)
+}
+
+/// `message` as a request carrying the current span's trace context, for clients whose
+/// channel has no [`TraceContext`] interceptor.
+pub fn traced_request<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let _ = TraceContext.call_on(&mut request);
+    request
+}
+
+impl TraceContext {
+    fn call_on<T>(&self, req: &mut tonic::Request<T>) -> Result<(), tonic::Status> {
         let mut carrier = HashMap::new();
         TraceContextPropagator::new()
             .inject_context(&tracing::Span::current().context(), &mut carrier);
@@ -27,8 +59,16 @@ impl tonic::service::Interceptor for TraceContext {
                 req.metadata_mut().insert(key, value);
             }
         }
-        Ok(req)
+        Ok(())
     }
+}
+
+/// Makes `span` untraced: its parent is a context that is not sampled, so neither it nor its
+/// descendants (here, or in the services it calls) are traced. For background loops; see
+/// [`crate::spawn_in`].
+pub fn untraced(span: tracing::Span) -> tracing::Span {
+    let _ = span.set_parent(unsampled());
+    span
 }
 
 /// The current span's `traceparent`, or an empty string when there is no active trace.
@@ -51,14 +91,17 @@ pub fn with_traceparent(span: tracing::Span, traceparent: &str) -> tracing::Span
 }
 
 /// Extracts the trace context from HTTP headers (server side).
-pub(crate) fn span_for_request(req: &http::Request<()>) -> tracing::Span {
+/// `service` names the server (`berth.service`, empty when unknown): in `berth up` it tells
+/// which service's spans these are.
+pub(crate) fn span_for_request(req: &http::Request<()>, service: &'static str) -> tracing::Span {
     let carrier: HashMap<String, String> = req
         .headers()
         .iter()
         .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
         .collect();
     let cx = TraceContextPropagator::new().extract(&carrier);
-    let span = tracing::info_span!("grpc.request", rpc.path = %req.uri().path());
+    let span =
+        tracing::info_span!("grpc.request", rpc.path = %req.uri().path(), berth.service = service);
     let _ = span.set_parent(cx);
     span
 }

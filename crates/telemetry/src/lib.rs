@@ -10,9 +10,11 @@ mod spawn;
 mod storage;
 pub mod tls;
 
-pub use context::{TraceContext, current_traceparent, with_traceparent};
-pub use init::{LogFormat, TelemetryGuard, init};
-pub use serve::{GrpcRouter, GrpcServer, grpc_server, serve_router, shutdown_on_signal};
+pub use context::{TraceContext, current_traceparent, traced_request, untraced, with_traceparent};
+pub use init::{LogFormat, TelemetryGuard, init, init_all_in_one};
+pub use serve::{
+    GrpcRouter, GrpcServer, grpc_server, grpc_server_named, serve_router, shutdown_on_signal,
+};
 pub use spawn::{spawn_blocking_here, spawn_here, spawn_in};
 pub use storage::{begin_write, connect_sqlite, ensure_sqlite_dir};
 pub use tls::{Role, Tls, TlsArgs};

@@ -22,8 +22,17 @@ pub type GrpcRouter = tonic::transport::server::Router<Stack<Authorize, Identity
 /// mutual TLS with that identity and authorises every call by the caller's role
 /// ([`crate::authz`]); without, plain gRPC that anyone may call.
 pub fn grpc_server(tls: Option<&Tls>) -> Result<GrpcServer, tonic::transport::Error> {
+    grpc_server_named(tls, tls.map(|t| t.role().service_name()).unwrap_or(""))
+}
+
+/// [`grpc_server`] whose request spans name `service` as theirs (`berth.service`) whatever
+/// the identity: the gateway's public API, served without a berth certificate.
+pub fn grpc_server_named(
+    tls: Option<&Tls>,
+    service: &'static str,
+) -> Result<GrpcServer, tonic::transport::Error> {
     let server = tonic::transport::Server::builder()
-        .trace_fn(crate::context::span_for_request)
+        .trace_fn(move |req| crate::context::span_for_request(req, service))
         .layer(Authorize::new(tls.is_some()));
     match tls {
         Some(tls) => server.tls_config(tls.server_config()),

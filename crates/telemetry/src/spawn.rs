@@ -6,13 +6,20 @@ use std::future::Future;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-/// Spawns `future` inside `span`: a background loop's span names it in every log line and trace.
+/// Spawns `future` inside `span`: a background loop's span names it in every log line.
+///
+/// The loop itself is not traced: its span gets a parent that is not sampled, so neither it
+/// nor the calls it makes while idle (leases, heartbeats, polls; other services continue the
+/// unsampled context they are sent) become traces. Work a loop does for a request continues
+/// that request's trace (a task's stored `traceparent`, see [`crate::with_traceparent`]), and
+/// work it starts on its own (a watch event, a schedule firing, a drift repair) opens a root
+/// span of its own (`parent: None`).
 pub fn spawn_in<F>(span: tracing::Span, future: F) -> JoinHandle<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    tokio::spawn(future.instrument(span))
+    tokio::spawn(future.instrument(crate::untraced(span)))
 }
 
 /// Spawns `future` inside the caller's current span.

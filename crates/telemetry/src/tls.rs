@@ -54,6 +54,20 @@ impl Role {
         }
     }
 
+    /// The OpenTelemetry `service.name` of the process (or, in `berth up`, the part of it)
+    /// that plays this role.
+    pub fn service_name(self) -> &'static str {
+        match self {
+            Role::Gateway => "berth-gateway",
+            Role::Lifecycle => "berth-lifecycle",
+            Role::Broker => "berth-queue",
+            Role::Worker => "berth-worker",
+            Role::Hookevent => "berth-hookevent",
+            Role::Release => "berth-release",
+            Role::Operator => "berth",
+        }
+    }
+
     /// The SAN URI naming the role in a certificate.
     pub fn uri(self) -> String {
         format!("{URI_PREFIX}{}", self.as_str())

@@ -143,7 +143,8 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             log_format,
             jq,
         } => {
-            let _telemetry = berth_telemetry::init("berth", *log_format);
+            // Every service in this process: each span is exported under its service's name.
+            let _telemetry = berth_telemetry::init_all_in_one(*log_format);
             let mut tokens: Vec<String> = cli.token.iter().cloned().collect();
             if let Some(path) = token_file {
                 tokens.extend(crate::read_tokens(path).map_err(|e| format!("--token-file {e}"))?);

@@ -104,7 +104,8 @@ impl Scheduler {
 
     /// The HookRun of one schedule fire, with the snapshots it asks for.
     fn fire(&self, s: &Schedule) -> Task {
-        let span = tracing::info_span!("hookevent.schedule", package.key = %s.package, hook = %s.hook, binding = %s.binding);
+        // Each fire is a trace of its own (the scheduler's loop is not traced).
+        let span = tracing::info_span!(parent: None, "hookevent.schedule", package.key = %s.package, hook = %s.hook, binding = %s.binding);
         let _guard = span.enter();
         let binding = schedule_binding(s);
         let (config, snapshots) = match &self.kube {

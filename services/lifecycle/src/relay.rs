@@ -124,15 +124,23 @@ async fn flush(
     if pending.is_empty() {
         return Ok(());
     }
-    broker
-        .enqueue(EnqueueRequest {
+    // The delivery continues the trace of the request that queued the work (the first
+    // task's, when a batch holds several requests' tasks); the relay's loop is not traced.
+    let span = berth_telemetry::with_traceparent(
+        tracing::info_span!("lifecycle.relay.enqueue", tasks = pending.len()),
+        &pending[0].traceparent,
+    );
+    tracing::Instrument::instrument(
+        broker.enqueue(EnqueueRequest {
             tasks: std::mem::take(pending),
-        })
-        .await
-        .map_err(|s| RelayError::Broker {
-            call: "Enqueue",
-            message: s.message().to_owned(),
-        })?;
+        }),
+        span,
+    )
+    .await
+    .map_err(|s| RelayError::Broker {
+        call: "Enqueue",
+        message: s.message().to_owned(),
+    })?;
     Ok(())
 }
 

@@ -77,7 +77,12 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let _telemetry = berth_telemetry::init("berth-queue", args.log_format);
+    // One binary, two roles; each traces as the service it is.
+    let service = match args.command {
+        Command::Serve(_) => berth_telemetry::Role::Broker.service_name(),
+        Command::Work { .. } => berth_telemetry::Role::Worker.service_name(),
+    };
+    let _telemetry = berth_telemetry::init(service, args.log_format);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     match args.command {

@@ -288,7 +288,12 @@ impl KubeManager {
                     Some(_) => sync_task(&state, id),
                 }
             };
-            self.enqueuer.send(task.into_iter().collect()).await;
+            let mut tasks: Vec<_> = task.into_iter().collect();
+            new_trace(
+                &mut tasks,
+                tracing::info_span!(parent: None, "hookevent.resync", binding = id),
+            );
+            self.enqueuer.send(tasks).await;
         }
     }
 
@@ -732,6 +737,11 @@ impl KubeManager {
                 }
             }
         };
+        let mut tasks = tasks;
+        new_trace(
+            &mut tasks,
+            tracing::info_span!(parent: None, "hookevent.event", watch = %key),
+        );
         self.enqueuer.send(tasks).await;
     }
 
@@ -924,6 +934,19 @@ struct Prepared {
     resource: ApiResource,
     keys: Vec<WatchKey>,
     follow: Option<Follow>,
+}
+
+/// Starts a trace of its own (`span`, a root) for the runs one watch event or resync queues,
+/// and makes them continue it. Runs a Synchronization holds back keep the trace they got when
+/// they were queued. Nothing is traced for an event that queues nothing.
+fn new_trace(tasks: &mut [berth_proto::queue::Task], span: tracing::Span) {
+    if tasks.is_empty() {
+        return;
+    }
+    let traceparent = span.in_scope(berth_telemetry::current_traceparent);
+    for task in tasks {
+        task.traceparent.clone_from(&traceparent);
+    }
 }
 
 /// Takes binding `id` off the watch of `key`, stopping the watch when nobody is left on it.

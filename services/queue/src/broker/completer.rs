@@ -74,8 +74,9 @@ impl<E: Clone + Send + 'static> Completer<E> {
     ) -> Completer<E> {
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
         runtime.spawn(
-            settle(store, limits, receiver, now_ms, to_error, stop)
-                .instrument(tracing::info_span!("broker.completer")),
+            settle(store, limits, receiver, now_ms, to_error, stop).instrument(
+                berth_telemetry::untraced(tracing::info_span!("broker.completer")),
+            ),
         );
         Completer { queue }
     }

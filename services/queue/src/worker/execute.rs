@@ -134,7 +134,10 @@ async fn report(
                         worker: config.id.clone(),
                         next,
                     };
-                    broker.complete(request).await.map(|r| Some(r.into_inner()))
+                    broker
+                        .complete(berth_telemetry::traced_request(request))
+                        .await
+                        .map(|r| Some(r.into_inner()))
                 }
                 Err(TaskError {
                     defer: Some(delay),
@@ -146,7 +149,10 @@ async fn report(
                         delay_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
                         reason: message.clone(),
                     };
-                    broker.defer(request).await.map(|_| None)
+                    broker
+                        .defer(berth_telemetry::traced_request(request))
+                        .await
+                        .map(|_| None)
                 }
                 Err(err) => {
                     let request = pb::FailRequest {
@@ -154,7 +160,10 @@ async fn report(
                         error: err.message.clone(),
                         retry: err.retry,
                     };
-                    broker.fail(request).await.map(|_| None)
+                    broker
+                        .fail(berth_telemetry::traced_request(request))
+                        .await
+                        .map(|_| None)
                 }
             }
         };

@@ -44,7 +44,12 @@ pub(crate) async fn run(
                 })
                 .collect(),
         };
-        match tokio::time::timeout(config.call_timeout, broker.heartbeat(request)).await {
+        match tokio::time::timeout(
+            config.call_timeout,
+            broker.heartbeat(berth_telemetry::traced_request(request)),
+        )
+        .await
+        {
             Ok(Ok(response)) => {
                 let stop_ids = response.into_inner().cancelled;
                 for (task_id, fence) in leases.iter().filter(|(id, _)| stop_ids.contains(id)) {

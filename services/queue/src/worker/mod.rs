@@ -161,6 +161,18 @@ pub async fn run<H: Handler>(
     config: WorkerConfig,
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
+    // The lease loop is not traced (an idle worker would fill a collector with Leases); each
+    // task's span continues the trace of the request that queued it.
+    let span = berth_telemetry::untraced(tracing::info_span!("worker", worker = %config.id));
+    tracing::Instrument::instrument(lease_loop(broker, handler, config, shutdown), span).await
+}
+
+async fn lease_loop<H: Handler>(
+    broker: Broker,
+    handler: Arc<H>,
+    config: WorkerConfig,
+    shutdown: CancellationToken,
+) -> Result<(), WorkerError> {
     config.validate()?;
     // A Lease answer holds up to the broker's response budget plus one task that may exceed
     // it (a payload of up to the broker's payload limit, or a compacted hook run).
@@ -266,7 +278,12 @@ async fn lease(
     // The broker may hold the call for `lease_wait`; allow that plus a normal call's time.
     let limit = config.lease_wait + config.call_timeout;
     let mut broker = broker.clone();
-    match tokio::time::timeout(limit, broker.lease(request)).await {
+    match tokio::time::timeout(
+        limit,
+        broker.lease(berth_telemetry::traced_request(request)),
+    )
+    .await
+    {
         Ok(result) => Ok(result?.into_inner()),
         Err(_) => Err(LeaseError::Timeout(limit)),
     }

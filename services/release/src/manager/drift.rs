@@ -387,26 +387,31 @@ impl Repairer {
         tracing::info!(object = %key, kind = kind.as_str(), ?fields, wait_ms = wait.as_millis() as u64, "drift detected");
         let this = self.clone();
         let (key, desired) = (key.clone(), t.desired.clone());
-        Box::pin(async move {
-            tokio::time::sleep(wait).await;
-            let outcome = this
-                .applier
-                .apply(&desired, &this.release, &this.namespace)
-                .await;
-            let (known_good, error) = match outcome {
-                Ok(applied) => (comparable_of(&applied.live), None),
-                Err(e) => (None, Some(e.to_string())),
-            };
-            (
-                key,
-                Done::Repaired {
-                    kind,
-                    fields,
-                    known_good,
-                    error,
-                },
-            )
-        })
+        // Each repair is a trace of its own (the watch loop is not traced).
+        let span = tracing::info_span!(parent: None, "release.drift.repair", object = %key, kind = kind.as_str());
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                tokio::time::sleep(wait).await;
+                let outcome = this
+                    .applier
+                    .apply(&desired, &this.release, &this.namespace)
+                    .await;
+                let (known_good, error) = match outcome {
+                    Ok(applied) => (comparable_of(&applied.live), None),
+                    Err(e) => (None, Some(e.to_string())),
+                };
+                (
+                    key,
+                    Done::Repaired {
+                        kind,
+                        fields,
+                        known_good,
+                        error,
+                    },
+                )
+            },
+            span,
+        ))
     }
 
     /// Does re-applying change anything? `Drifted` when it would and the watched revision is
