@@ -110,7 +110,7 @@ fn hooks_as(user: &str, data: &Path) -> Result<(), UpError> {
     use std::os::unix::fs::PermissionsExt;
     berth_hooks::HookUser::parse(user)
         .and_then(berth_hooks::run_hooks_as)
-        .map_err(|message| UpError::HookUser(message))?;
+        .map_err(UpError::HookUser)?;
     let io = |path: &Path| {
         let path = path.display().to_string();
         move |source| UpError::DataDir { path, source }

@@ -45,7 +45,7 @@ pub fn init(service_name: &'static str, format: LogFormat) -> TelemetryGuard {
 pub fn init_all_in_one(format: LogFormat) -> TelemetryGuard {
     let mut builder = SdkTracerProvider::builder().with_resource(resource("berth"));
     if otlp_configured() {
-        builder = builder.with_span_processor(routing::RoutingProcessor::new(|| otlp_exporter()));
+        builder = builder.with_span_processor(routing::RoutingProcessor::new(otlp_exporter));
     }
     install(builder.build(), "berth", format)
 }

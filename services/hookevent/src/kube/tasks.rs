@@ -210,6 +210,7 @@ mod tests {
                     state: b,
                     keys: vec![],
                     pending: HashSet::new(),
+                    follow: None,
                 },
             );
             ids.push(id as u64);
