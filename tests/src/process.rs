@@ -210,6 +210,7 @@ impl SplitTopology {
         )
         .await?;
         let kc = kubeconfig.display().to_string();
+        let l = lifecycle.endpoint();
         let hookevent = Proc::start(
             "berth-hookevent",
             &with(
@@ -220,6 +221,8 @@ impl SplitTopology {
                     &sqlite(dir, "hookevent.db"),
                     "--broker",
                     &b,
+                    "--lifecycle",
+                    &l,
                     "--kubeconfig",
                     &kc,
                 ],
@@ -230,16 +233,15 @@ impl SplitTopology {
         .await?;
         let release = Proc::start(
             "berth-release",
-            &with(&["--listen", any, "--kubeconfig", &kc], &tls(Role::Release)),
+            &with(
+                &["--listen", any, "--lifecycle", &l, "--kubeconfig", &kc],
+                &tls(Role::Release),
+            ),
             "listening on ",
         )
         .await?;
         let cache = dir.join("packages").display().to_string();
-        let (l, r, h) = (
-            lifecycle.endpoint(),
-            release.endpoint(),
-            hookevent.endpoint(),
-        );
+        let (r, h) = (release.endpoint(), hookevent.endpoint());
         let mut args = vec![
             "work",
             "--broker",
