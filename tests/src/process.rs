@@ -281,6 +281,16 @@ impl SplitTopology {
         &self.others[0]
     }
 
+    /// The release service.
+    pub fn release(&self) -> &Proc {
+        &self.others[1]
+    }
+
+    /// The hookevent service.
+    pub fn hookevent(&self) -> &Proc {
+        &self.others[2]
+    }
+
     pub async fn stop(self) {
         self.gateway.stop().await;
         for p in self.others {
