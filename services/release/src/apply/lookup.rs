@@ -137,3 +137,17 @@ impl Lookup for KubeLookup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::nothing;
+
+    #[test]
+    fn nothing_found_is_no_object_or_a_list_without_items() {
+        assert_eq!(nothing("v1", "Secret", "db"), None);
+        assert_eq!(
+            nothing("v1", "Secret", ""),
+            Some(serde_json::json!({"apiVersion": "v1", "kind": "SecretList", "items": []}))
+        );
+    }
+}
