@@ -310,6 +310,7 @@ pub async fn run(
         database_url: sqlite(&data, "hookevent.db"),
         broker_endpoint: broker.clone(),
         kubeconfig: Some(kubeconfig.clone()),
+        lifecycle_endpoint: lifecycle.clone(),
         tls: Some(hookevent_tls),
         jq: config.jq,
     };
@@ -322,12 +323,19 @@ pub async fn run(
         )
     });
     let sd = tiers.last.clone();
+    let release_lifecycle = lifecycle.clone();
     services.spawn(async move {
         (
             "release",
-            berth_release::process::run(client, Some(release_tls), release_listener, sd)
-                .await
-                .map_err(|e| e.to_string()),
+            berth_release::process::run(
+                client,
+                Some(&release_lifecycle),
+                Some(release_tls),
+                release_listener,
+                sd,
+            )
+            .await
+            .map_err(|e| e.to_string()),
         )
     });
     let sd = tiers.worker.clone();

@@ -91,6 +91,7 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(berth_release::process::run(
         client,
+        None,
         Some(berth_telemetry::Tls::from_dir(&certs, Role::Release)?),
         listener,
         shutdown.clone(),
@@ -106,6 +107,7 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
             namespace: ns.into(),
             files: chart(greeting, extra),
             values_json: String::new(),
+            package: String::new(),
         })
         .await?;
     }

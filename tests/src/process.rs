@@ -224,6 +224,7 @@ impl SplitTopology {
         )
         .await?;
         let kc = kubeconfig.display().to_string();
+        let l = lifecycle.endpoint();
         let hookevent = Proc::start(
             "berth-hookevent",
             &with(
@@ -234,6 +235,8 @@ impl SplitTopology {
                     &sqlite(dir, "hookevent.db"),
                     "--broker",
                     &b,
+                    "--lifecycle",
+                    &l,
                     "--kubeconfig",
                     &kc,
                 ],
@@ -244,16 +247,15 @@ impl SplitTopology {
         .await?;
         let release = Proc::start(
             "berth-release",
-            &with(&["--listen", any, "--kubeconfig", &kc], &tls(Role::Release)),
+            &with(
+                &["--listen", any, "--lifecycle", &l, "--kubeconfig", &kc],
+                &tls(Role::Release),
+            ),
             "listening on ",
         )
         .await?;
         let cache = dir.join("packages").display().to_string();
-        let (l, r, h) = (
-            lifecycle.endpoint(),
-            release.endpoint(),
-            hookevent.endpoint(),
-        );
+        let (r, h) = (release.endpoint(), hookevent.endpoint());
         let mut args = vec![
             "work",
             "--broker",
@@ -291,6 +293,16 @@ impl SplitTopology {
     /// The queue worker.
     pub fn worker(&self) -> &Proc {
         &self.others[0]
+    }
+
+    /// The release service.
+    pub fn release(&self) -> &Proc {
+        &self.others[1]
+    }
+
+    /// The hookevent service.
+    pub fn hookevent(&self) -> &Proc {
+        &self.others[2]
     }
 
     pub async fn stop(self) {

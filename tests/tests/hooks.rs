@@ -738,7 +738,12 @@ async fn hooks_may_watch_the_kinds_their_package_brings() -> anyhow::Result<()> 
     with_topology(&[], |endpoint, kube| async move {
         let ns = namespace(&kube).await?;
         let mut client = journey::connect(&endpoint).await?;
-        let r = app("owncrd", &ns);
+        // A module: an app may not ship crds/ (see `confinement.rs`).
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::Module as i32,
+            name: "owncrd".into(),
+            namespace: String::new(),
+        };
         let result = async {
             let accepted = client
                 .update(update(&r, &fixtures(), "", None))

@@ -25,10 +25,10 @@ pub enum Access {
     Roles(&'static [Role]),
 }
 
-use Role::{Gateway, Hookevent, Lifecycle, Operator, Worker};
+use Role::{Gateway, Hookevent, Lifecycle, Operator, Release, Worker};
 
 /// Every internal RPC and who may call it. Lifecycle serves the gateway (the public API's
-/// calls) and workers (their reports); the broker takes work from lifecycle and hookevent and
+/// calls), workers (their reports) and release and hookevent (what a package is); the broker takes work from lifecycle and hookevent and
 /// hands it to workers; release and hookevent serve workers (and release the operator's
 /// `berth release` commands).
 const TABLE: &[(&str, &[Role])] = &[
@@ -49,7 +49,11 @@ const TABLE: &[(&str, &[Role])] = &[
     ("/berth.lifecycle.v1.Lifecycle/Get", &[Gateway]),
     ("/berth.lifecycle.v1.Lifecycle/List", &[Gateway]),
     ("/berth.lifecycle.v1.Lifecycle/Watch", &[Gateway]),
-    ("/berth.lifecycle.v1.Lifecycle/GetSpec", &[Worker]),
+    // Release and hookevent look a package's kind and namespace up themselves (`scope`).
+    (
+        "/berth.lifecycle.v1.Lifecycle/GetSpec",
+        &[Worker, Release, Hookevent],
+    ),
     ("/berth.lifecycle.v1.Lifecycle/Report", &[Worker]),
     // berth.hookevent.v1.HookEvents
     ("/berth.hookevent.v1.HookEvents/SetBindings", &[Worker]),
@@ -68,8 +72,10 @@ const TABLE: &[(&str, &[Role])] = &[
     ("/berth.release.v1.Releases/Install", &[Worker]),
     ("/berth.release.v1.Releases/Uninstall", &[Worker]),
     ("/berth.release.v1.Releases/Status", &[Worker, Operator]),
-    ("/berth.release.v1.Releases/Render", &[Worker, Operator]),
-    ("/berth.release.v1.Releases/Plan", &[Worker, Operator]),
+    // Not workers: a Render or Plan without a package is not confined (the operator's
+    // `berth release render/plan`), and workers need neither.
+    ("/berth.release.v1.Releases/Render", &[Operator]),
+    ("/berth.release.v1.Releases/Plan", &[Operator]),
     ("/berth.release.v1.Releases/History", &[Worker, Operator]),
     ("/berth.release.v1.Releases/Rollback", &[Operator]),
     ("/berth.release.v1.Releases/ApplyCrds", &[Worker]),

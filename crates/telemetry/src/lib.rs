@@ -5,6 +5,7 @@
 pub mod authz;
 mod context;
 mod init;
+pub mod scope;
 mod serve;
 mod spawn;
 mod storage;

@@ -188,6 +188,8 @@ pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
                         .map(|(path, content)| pb::ChartFile { path, content })
                         .collect(),
                     values_json: values.to_string(),
+                    // The operator's preview of a chart, not a package's install: not confined.
+                    package: String::new(),
                 })
                 .await
                 .map_err(failed)?

@@ -21,6 +21,9 @@ pub enum ServiceError {
     Aborted(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Lifecycle could not say what the package is.
+    #[error(transparent)]
+    Scope(#[from] berth_telemetry::scope::ScopeError),
 }
 
 impl ServiceError {
@@ -53,6 +56,7 @@ impl From<ServiceError> for Status {
             ServiceError::Unavailable(m) => Status::unavailable(m),
             ServiceError::Aborted(m) => Status::aborted(m),
             ServiceError::Store(s) => Status::internal(s.to_string()),
+            ServiceError::Scope(s) => s.to_status(),
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct Config {
     /// The cluster kubernetes bindings watch. `None`: the ambient configuration (in-cluster or
     /// `KUBECONFIG`); when there is none, kubernetes bindings are refused.
     pub kubeconfig: Option<PathBuf>,
+    /// Lifecycle's endpoint, asked what a package is (apps are confined to their namespace).
+    pub lifecycle_endpoint: String,
     /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
     pub tls: Option<berth_telemetry::Tls>,
     /// Bounds on jq programs (jqFilters, JQPatch). They run in evaluator processes started from
@@ -55,6 +57,11 @@ pub enum Error {
     Store(#[from] StoreError),
     #[error("broker endpoint {endpoint}: {source}")]
     Broker {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+    #[error("lifecycle endpoint {endpoint}: {source}")]
+    Lifecycle {
         endpoint: String,
         source: tonic::transport::Error,
     },
@@ -121,7 +128,13 @@ pub async fn run(
     let kube = kube_client(config.kubeconfig.as_deref())
         .await?
         .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone(), jq));
-    let service = HookEventService::new(store, enqueuer, kube).await?;
+    let scopes =
+        berth_telemetry::scope::PackageScopes::connect_lazy(&config.lifecycle_endpoint, tls)
+            .map_err(|source| Error::Lifecycle {
+                endpoint: config.lifecycle_endpoint.clone(),
+                source,
+            })?;
+    let service = HookEventService::new(store, enqueuer, kube, scopes).await?;
     let scheduler = berth_telemetry::spawn_in(
         tracing::info_span!("hookevent.scheduler"),
         service.scheduler().run(shutdown.clone()),

@@ -21,6 +21,10 @@ struct Args {
     /// The queue broker's gRPC endpoint.
     #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
     broker: String,
+    /// Lifecycle's gRPC endpoint, asked what a package is (apps are confined to their
+    /// namespace).
+    #[arg(long, env = "BERTH_LIFECYCLE", default_value = "http://127.0.0.1:7072")]
+    lifecycle: String,
     /// Kubeconfig of the cluster kubernetes bindings watch; default: in-cluster or `KUBECONFIG`.
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<std::path::PathBuf>,
@@ -55,6 +59,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             database_url: args.database,
             broker_endpoint: args.broker,
             kubeconfig: args.kubeconfig,
+            lifecycle_endpoint: args.lifecycle,
             tls,
             jq: args.jq.limits(),
         },

@@ -20,6 +20,7 @@ use crate::error::ServiceError;
 use crate::kube::{KubeManager, apply_operations};
 use crate::scheduler::Scheduler;
 use crate::store::Store;
+use berth_telemetry::scope::PackageScopes;
 
 /// Most schedule bindings one package may register.
 const MAX_BINDINGS_PER_PACKAGE: usize = 1000;
@@ -30,6 +31,9 @@ pub struct HookEventService {
     scheduler: Scheduler,
     /// `None` when hookevent has no Kubernetes access: kubernetes bindings are refused.
     kube: Option<Arc<KubeManager>>,
+    /// Lifecycle, asked what a package is: an app's bindings and object operations are
+    /// confined to its namespace by lifecycle's answer, never by the caller's word.
+    scopes: PackageScopes,
 }
 
 impl HookEventService {
@@ -37,6 +41,7 @@ impl HookEventService {
         store: Store,
         enqueuer: Enqueuer,
         kube: Option<Arc<KubeManager>>,
+        scopes: PackageScopes,
     ) -> Result<Self, crate::store::StoreError> {
         let schedules = store.load_all().await?;
         let scheduler = Scheduler::new(schedules, enqueuer, kube.clone());
@@ -44,7 +49,14 @@ impl HookEventService {
             store,
             scheduler,
             kube,
+            scopes,
         })
+    }
+
+    /// The namespace `package` is confined to (empty for a module), as lifecycle says.
+    async fn app_namespace(&self, package: &str) -> Result<String, ServiceError> {
+        let scope = self.scopes.get(package).await?;
+        Ok(scope.app_namespace().unwrap_or_default().to_owned())
     }
 
     /// The scheduler that fires this service's schedules; run it beside the service.
@@ -88,10 +100,13 @@ impl HookEventService {
         self.kube.as_ref().ok_or(ServiceError::NoKubernetes)
     }
 
-    async fn set(&self, req: SetBindingsRequest) -> Result<(), ServiceError> {
+    async fn set(&self, mut req: SetBindingsRequest) -> Result<(), ServiceError> {
         if req.package.is_empty() {
             return Err(ServiceError::Invalid("package: required".into()));
         }
+        // Whatever the caller said, lifecycle's answer confines; it is stored with the
+        // registration, so a restart watches as confined as now.
+        req.app_namespace = self.app_namespace(&req.package).await?;
         if req.schedules.len() > MAX_BINDINGS_PER_PACKAGE {
             return Err(ServiceError::Invalid(format!(
                 "schedules: {} bindings exceed the limit of {MAX_BINDINGS_PER_PACKAGE}",
@@ -247,14 +262,10 @@ impl HookEvents for HookEventService {
             return Ok(Response::new(ApplyObjectOperationsResponse::default()));
         }
         let kube = self.kube()?;
-        let results = apply_operations(
-            kube.resolver(),
-            kube.jq(),
-            &req.app_namespace,
-            &req.operations,
-        )
-        .await
-        .map_err(|e| ServiceError::operations(&req.hook, e))?;
+        let app_namespace = self.app_namespace(&req.package).await?;
+        let results = apply_operations(kube.resolver(), kube.jq(), &app_namespace, &req.operations)
+            .await
+            .map_err(|e| ServiceError::operations(&req.hook, e))?;
         Ok(Response::new(ApplyObjectOperationsResponse { results }))
     }
 }

@@ -114,7 +114,7 @@ async fn bench(
         let release = ReleaseId::new("bench", &ns)?;
         let start = Instant::now();
         manager
-            .install(&release, files.to_vec(), serde_json::json!({}))
+            .install(&release, files.to_vec(), serde_json::json!({}), None)
             .await?;
         installs.push(start.elapsed().as_secs_f64());
         let seen = manager.wait_ready(&release, READY_DEADLINE).await?;

@@ -21,6 +21,10 @@ struct Args {
     /// Release records kept per release, as `helm upgrade --history-max` (at least 1).
     #[arg(long, env = "BERTH_RELEASE_HISTORY_MAX", default_value_t = berth_release::manager::HISTORY_MAX)]
     history_max: usize,
+    /// Lifecycle's gRPC endpoint, asked what a request's package is (Apps are confined to
+    /// their namespace).
+    #[arg(long, env = "BERTH_LIFECYCLE", default_value = "http://127.0.0.1:7072")]
+    lifecycle: String,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
     /// Longest one release's render may take, in seconds.
@@ -43,7 +47,10 @@ async fn main() -> anyhow::Result<()> {
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    let scopes =
+        berth_telemetry::scope::PackageScopes::connect_lazy(&args.lifecycle, tls.as_ref())?;
     let service = berth_release::service::ReleaseService::new(client)
+        .with_package_scopes(scopes)
         .with_history_max(args.history_max)
         .with_render_limits(berth_release::manager::RenderLimits {
             time: std::time::Duration::from_secs(args.render_time_limit),

@@ -19,6 +19,8 @@ pub enum Error {
     Config(#[from] kube::config::InferConfigError),
     #[error("Kubernetes client: {0}")]
     Client(#[from] kube::Error),
+    #[error("lifecycle endpoint: {0}")]
+    Lifecycle(tonic::transport::Error),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -45,14 +47,23 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Erro
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Serves the release service on `listener` until `shutdown`; see [`run_service`].
+/// Serves the release service on `listener` until `shutdown`, asking lifecycle at `lifecycle`
+/// what each request's package is (`None`: no confinement, for tests); see [`run_service`].
 pub async fn run(
     client: kube::Client,
+    lifecycle: Option<&str>,
     tls: Option<berth_telemetry::Tls>,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    run_service(ReleaseService::new(client), tls, listener, shutdown).await
+    let mut service = ReleaseService::new(client);
+    if let Some(endpoint) = lifecycle {
+        service = service.with_package_scopes(
+            berth_telemetry::scope::PackageScopes::connect_lazy(endpoint, tls.as_ref())
+                .map_err(Error::Lifecycle)?,
+        );
+    }
+    run_service(service, tls, listener, shutdown).await
 }
 
 /// Serves `service` on `listener` until `shutdown` (with `tls`: mutual TLS, calls authorised

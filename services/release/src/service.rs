@@ -3,10 +3,11 @@
 //! cluster is retryable, everything else is internal).
 
 use crate::apply::ObjectKey;
-use crate::manager::{PlanAction, ReleaseError, ReleaseId, ReleaseManager};
+use crate::manager::{AppNamespace, PlanAction, ReleaseError, ReleaseId, ReleaseManager};
 use crate::record::StoreError;
 use crate::record::format::FormatError;
 use berth_proto::release as pb;
+use berth_telemetry::scope::{PackageScope, PackageScopes};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
@@ -21,12 +22,62 @@ const MAX_VALUES_DEPTH: usize = 64;
 #[derive(Clone)]
 pub struct ReleaseService {
     manager: ReleaseManager,
+    /// Lifecycle, asked what a request's package is. Without it, requests naming a package
+    /// are refused and the others are not confined (only in-process tests run so).
+    scopes: Option<PackageScopes>,
 }
 
 impl ReleaseService {
     pub fn new(client: kube::Client) -> Self {
         ReleaseService {
             manager: ReleaseManager::new(client),
+            scopes: None,
+        }
+    }
+
+    /// Looks packages up in lifecycle through `scopes`: Install and ApplyCrds then need a
+    /// package, and an App's release is confined to its namespace.
+    pub fn with_package_scopes(mut self, scopes: PackageScopes) -> Self {
+        self.scopes = Some(scopes);
+        self
+    }
+
+    /// The namespace `release` is confined to, from lifecycle's answer about `package`: an App's
+    /// release must be its own (its name, in its namespace). `required`: a request without a
+    /// package is refused (Install, ApplyCrds); otherwise it is not confined (the operator's
+    /// Render and Plan).
+    async fn confinement(
+        &self,
+        package: &str,
+        release: &ReleaseId,
+        required: bool,
+    ) -> Result<Option<AppNamespace>, Status> {
+        let Some(scopes) = &self.scopes else {
+            if package.is_empty() {
+                return Ok(None);
+            }
+            return Err(Status::failed_precondition(format!(
+                "package {package}: this release service has no lifecycle endpoint to look it up"
+            )));
+        };
+        if package.is_empty() {
+            if required {
+                return Err(Status::invalid_argument(
+                    "package: required (the key of the package the release belongs to)",
+                ));
+            }
+            return Ok(None);
+        }
+        match scopes.get(package).await.map_err(|e| e.to_status())? {
+            PackageScope::Module { .. } => Ok(None),
+            PackageScope::App { name, namespace } => {
+                if release.name() != name || release.namespace() != namespace {
+                    return Err(to_status(ReleaseError::Confined(format!(
+                        "release {release} is not app {package}'s: an app's release is {namespace}/{name}"
+                    ))));
+                }
+                Ok(Some(AppNamespace(namespace)))
+            }
         }
     }
 
@@ -76,6 +127,7 @@ fn to_status(e: ReleaseError) -> Status {
             ..
         }) => Status::invalid_argument(message),
         ReleaseError::NotFound(_) => Status::failed_precondition(message),
+        ReleaseError::Confined(_) => Status::permission_denied(message),
         _ if e.is_unavailable() => Status::unavailable(message),
         _ => Status::internal(message),
     }
@@ -138,10 +190,12 @@ impl pb::releases_server::Releases for ReleaseService {
     ) -> Result<Response<pb::InstallResponse>, Status> {
         let req = request.into_inner();
         let values = parse_values(&req.values_json)?;
+        let release = release_id(&req.name, &req.namespace)?;
+        let app = self.confinement(&req.package, &release, true).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let installed = self
             .manager
-            .install(&release_id(&req.name, &req.namespace)?, files, values)
+            .install(&release, files, values, app.as_ref())
             .await
             .map_err(to_status)?;
         tracing::info!(
@@ -163,10 +217,12 @@ impl pb::releases_server::Releases for ReleaseService {
     ) -> Result<Response<pb::ApplyCrdsResponse>, Status> {
         let req = request.into_inner();
         let values = parse_values(&req.values_json)?;
+        let release = release_id(&req.name, &req.namespace)?;
+        let app = self.confinement(&req.package, &release, true).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let applied = self
             .manager
-            .apply_chart_crds(&release_id(&req.name, &req.namespace)?, files, values)
+            .apply_chart_crds(&release, files, values, app.as_ref())
             .await
             .map_err(to_status)?;
         tracing::info!(crds = applied.len(), "CRDs applied");
@@ -248,10 +304,12 @@ impl pb::releases_server::Releases for ReleaseService {
     ) -> Result<Response<pb::RenderResponse>, Status> {
         let req = request.into_inner();
         let values = parse_values(&req.values_json)?;
+        let release = release_id(&req.name, &req.namespace)?;
+        let app = self.confinement(&req.package, &release, false).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let rendered = self
             .manager
-            .render_for_cluster(&release_id(&req.name, &req.namespace)?, files, values)
+            .render_for_cluster(&release, files, values, app.as_ref())
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::RenderResponse {
@@ -267,10 +325,12 @@ impl pb::releases_server::Releases for ReleaseService {
     ) -> Result<Response<pb::PlanResponse>, Status> {
         let req = request.into_inner();
         let values = parse_values(&req.values_json)?;
+        let release = release_id(&req.name, &req.namespace)?;
+        let app = self.confinement(&req.package, &release, false).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let changes = self
             .manager
-            .plan(&release_id(&req.name, &req.namespace)?, files, values)
+            .plan(&release, files, values, app.as_ref())
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::PlanResponse {
@@ -351,6 +411,14 @@ mod tests {
             parse_values(&deep).err().map(|s| s.code()),
             Some(tonic::Code::InvalidArgument)
         );
+    }
+
+    #[test]
+    fn confinement_refusals_are_permission_denied() {
+        let e = ReleaseError::Confined("ClusterRoleBinding /x (cluster-scoped)".into());
+        let status = to_status(e);
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        assert!(status.message().contains("ClusterRoleBinding /x"));
     }
 
     #[test]

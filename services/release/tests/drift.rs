@@ -34,6 +34,7 @@ async fn install_two(h: &mut support::Harness, name: &str) -> anyhow::Result<()>
             namespace: h.namespace.clone(),
             files,
             values_json: r#"{"greeting": "hi"}"#.into(),
+            package: String::new(),
         })
         .await?;
     Ok(())

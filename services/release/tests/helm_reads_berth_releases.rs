@@ -63,6 +63,7 @@ async fn helm_list_and_get_manifest_read_a_release_berth_installed() -> anyhow::
             namespace: h.namespace.clone(),
             files: files.clone(),
             values_json: r#"{"greeting": "hi"}"#.into(),
+            package: String::new(),
         })
         .await?;
     let dir = tempfile::tempdir()?;
@@ -102,6 +103,7 @@ async fn helm_list_and_get_manifest_read_a_release_berth_installed() -> anyhow::
             files,
             values_json: r#"{"greeting": "hi"}"#.into(),
             include_crds: false,
+            package: String::new(),
         })
         .await?
         .into_inner()

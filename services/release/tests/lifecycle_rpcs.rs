@@ -19,6 +19,7 @@ fn request(
         namespace: h.namespace.clone(),
         files,
         values_json: values.into(),
+        package: String::new(),
     }
 }
 
@@ -41,6 +42,7 @@ async fn render_prints_helm_template_output_without_touching_the_cluster() -> an
             files,
             values_json: r#"{"greeting": "hey"}"#.into(),
             include_crds: false,
+            package: String::new(),
         })
         .await?
         .into_inner();

@@ -23,6 +23,7 @@ fn install(
         namespace: h.namespace.clone(),
         files,
         values_json: values.into(),
+        package: String::new(),
     }
 }
 
@@ -830,6 +831,7 @@ async fn history_is_trimmed_to_the_configured_limit() -> anyhow::Result<()> {
                 &ReleaseId::new("hist", &h.namespace)?,
                 files,
                 serde_json::json!({ "greeting": greeting }),
+                None,
             )
             .await?;
     }

@@ -23,6 +23,7 @@ fn install(
         namespace: h.namespace.clone(),
         files,
         values_json: values.into(),
+        package: String::new(),
     }
 }
 

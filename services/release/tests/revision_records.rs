@@ -22,6 +22,7 @@ fn request(h: &support::Harness, name: &str, files: Vec<ChartFile>) -> InstallRe
         namespace: h.namespace.clone(),
         files,
         values_json: r#"{"greeting": "hi"}"#.into(),
+        package: String::new(),
     }
 }
 

@@ -12,17 +12,8 @@ use berth_queue::worker::TaskError;
 use crate::client::{invalid_argument, rpc_error};
 use crate::context::TaskContext;
 
-/// The namespace an app's bindings and object operations are locked to; empty for modules.
-pub fn app_namespace(cx: &TaskContext<'_>) -> String {
-    let r = cx.spec.r#ref.clone().unwrap_or_default();
-    if r.kind == berth_proto::v1::PackageKind::Module as i32 {
-        String::new()
-    } else {
-        r.namespace
-    }
-}
-
-/// The SetBindings request for a package's hooks.
+/// The SetBindings request for a package's hooks. Hookevent looks the package's kind and
+/// namespace up itself (an app's bindings are locked to its namespace), so none is sent.
 pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBindingsRequest {
     let mut schedules = vec![];
     let mut kubernetes = vec![];
@@ -93,7 +84,7 @@ pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBind
         generation: cx.spec.generation,
         schedules,
         kubernetes,
-        app_namespace: app_namespace(cx),
+        app_namespace: String::new(),
     }
 }
 
@@ -196,7 +187,6 @@ pub async fn apply_operations(
     let request = pb::ApplyObjectOperationsRequest {
         package: cx.key().to_owned(),
         hook: hook.to_owned(),
-        app_namespace: app_namespace(cx),
         operations: operations.iter().map(to_proto).collect(),
     };
     match cx

@@ -67,6 +67,12 @@ pub fn not_found(status: &CallError) -> bool {
     status.code() == tonic::Code::NotFound
 }
 
+/// The release service refused an App's chart for reaching outside its namespace (or the call
+/// itself was not this worker's to make): retrying cannot succeed.
+pub fn confined(status: &CallError) -> bool {
+    status.code() == tonic::Code::PermissionDenied
+}
+
 /// The service refused the request's content: retrying the same request cannot succeed.
 pub fn invalid_argument(status: &CallError) -> bool {
     status.code() == tonic::Code::InvalidArgument

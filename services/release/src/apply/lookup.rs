@@ -1,5 +1,9 @@
 //! Helm's `lookup` against the cluster. Templates execute on a blocking thread, so each
 //! lookup blocks that thread on the async kube call (never a runtime worker thread).
+//!
+//! An App's templates see only the app's namespace: a lookup of another namespace, of a
+//! cluster-scoped kind, or a list across namespaces answers what Helm answers when nothing is
+//! there (an empty map; a list with no items), and the release service logs a warning.
 
 use super::{Applier, ApplyError, ObjectKey};
 use berth_helm::render::Lookup;
@@ -13,14 +17,29 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct KubeLookup {
     applier: Applier,
     handle: tokio::runtime::Handle,
+    /// An App's namespace: the only one its lookups see.
+    app_namespace: Option<String>,
+}
+
+/// What a lookup answers when it finds nothing: no object, or a list without items.
+fn nothing(api_version: &str, kind: &str, name: &str) -> Option<serde_json::Value> {
+    name.is_empty().then(|| {
+        serde_json::json!({
+            "apiVersion": api_version,
+            "kind": format!("{kind}List"),
+            "items": [],
+        })
+    })
 }
 
 impl KubeLookup {
-    /// Must be created inside the runtime whose blocking pool will run the render.
-    pub fn new(applier: Applier) -> Self {
+    /// Must be created inside the runtime whose blocking pool will run the render. With
+    /// `app_namespace`, lookups see only that namespace.
+    pub fn new(applier: Applier, app_namespace: Option<String>) -> Self {
         KubeLookup {
             applier,
             handle: tokio::runtime::Handle::current(),
+            app_namespace,
         }
     }
 
@@ -42,6 +61,19 @@ impl KubeLookup {
             Err(ApplyError::UnknownKind { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
+        if let Some(app) = &self.app_namespace
+            && (!namespaced || namespace != app)
+        {
+            tracing::warn!(
+                api_version,
+                kind,
+                namespace,
+                name,
+                app_namespace = %app,
+                "an app's lookup outside its namespace answered as nothing found"
+            );
+            return Ok(nothing(api_version, kind, name));
+        }
         let client = self.applier.client.clone();
         let api: Api<DynamicObject> = match (namespaced, namespace.is_empty()) {
             (true, false) => Api::namespaced_with(client, namespace, &ar),
@@ -103,5 +135,19 @@ impl Lookup for KubeLookup {
                 "lookup of {api_version}/{kind} {namespace}/{name} timed out"
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nothing;
+
+    #[test]
+    fn nothing_found_is_no_object_or_a_list_without_items() {
+        assert_eq!(nothing("v1", "Secret", "db"), None);
+        assert_eq!(
+            nothing("v1", "Secret", ""),
+            Some(serde_json::json!({"apiVersion": "v1", "kind": "SecretList", "items": []}))
+        );
     }
 }

@@ -100,6 +100,15 @@ pub struct Applier {
     discovery: DiscoveryCache,
 }
 
+/// How discovery answers for an object's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindScope {
+    Namespaced,
+    Cluster,
+    /// The cluster does not serve the kind.
+    Unknown,
+}
+
 /// An object as the API server left it after an apply.
 #[derive(Debug, Clone)]
 pub struct Applied {
@@ -144,6 +153,21 @@ impl Applier {
     /// The client this applier talks through.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Whether `object`'s kind is namespaced, cluster-scoped or not served, as discovery says.
+    pub async fn kind_scope(&self, object: &Value) -> Result<KindScope, ApplyError> {
+        let (api_version, kind) = (str_at(object, "/apiVersion"), str_at(object, "/kind"));
+        match self
+            .discovery
+            .resolve(&self.client, api_version, kind)
+            .await
+        {
+            Ok((_, true)) => Ok(KindScope::Namespaced),
+            Ok((_, false)) => Ok(KindScope::Cluster),
+            Err(ApplyError::UnknownKind { .. }) => Ok(KindScope::Unknown),
+            Err(e) => Err(e),
+        }
     }
 
     /// Resolves an object's key: its kind's API resource and, for namespaced kinds, its

@@ -3,12 +3,15 @@
 use super::*;
 
 impl ReleaseManager {
-    /// Installs the chart, or upgrades the release when a revision already exists.
+    /// Installs the chart, or upgrades the release when a revision already exists. With `app`,
+    /// the whole render (hooks included) must stay in the app's namespace, or nothing is
+    /// applied.
     pub async fn install(
         &self,
         release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
+        app: Option<&AppNamespace>,
     ) -> Result<Installed, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let lock = self.locks.get(namespace, name);
@@ -32,16 +35,24 @@ impl ReleaseManager {
             is_upgrade: previous.is_some(),
         };
         // Like Helm: CRDs first, so the render's `.Capabilities` already lists their kinds.
-        self.applier.ensure_namespace(namespace).await?;
         let crds = render::chart_crds(&files, &values)?;
+        if let Some(app) = app
+            && !crds.is_empty()
+        {
+            return Err(confine::crds_refusal(app, &crds));
+        }
         self.apply_crds(name, namespace, &crds).await?;
         if !crds.is_empty() {
             self.capabilities.invalidate().await;
         }
         let caps = self.capabilities().await;
         let rendered = self
-            .render_bounded(files.clone(), values.clone(), info, caps)
+            .render_bounded(files.clone(), values.clone(), info, caps, app)
             .await?;
+        if let Some(app) = app {
+            self.confine(app, &rendered).await?;
+        }
+        self.applier.ensure_namespace(namespace).await?;
 
         let checksum = render_checksum(&rendered);
         let hooks: Vec<Hook> = rendered.hooks.iter().map(Hook::from_manifest).collect();
@@ -152,17 +163,22 @@ impl ReleaseManager {
     }
 
     /// Applies the chart's `crds/` and waits until each is Established, ahead of the install
-    /// (the package's hooks may watch the kinds they bring). Not part of the release.
+    /// (the package's hooks may watch the kinds they bring). Not part of the release. An app
+    /// may not ship any.
     pub async fn apply_chart_crds(
         &self,
         release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
+        app: Option<&AppNamespace>,
     ) -> Result<Vec<Applied>, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let crds = render::chart_crds(&files, &values)?;
         if crds.is_empty() {
             return Ok(vec![]);
+        }
+        if let Some(app) = app {
+            return Err(confine::crds_refusal(app, &crds));
         }
         let objects: Vec<&serde_json::Value> = crds.iter().map(|m| &m.object).collect();
         let applied = self.apply_in_order(name, namespace, &objects).await?;

@@ -3,6 +3,7 @@
 //! and `record`) but not gRPC; `service` adapts it to the proto contract. Each operation lives
 //! in its own file; this one holds the shared types, limits and per-release locking.
 
+mod confine;
 mod drift;
 mod history;
 mod hooks;
@@ -15,6 +16,7 @@ mod rollback;
 mod status;
 mod uninstall;
 
+pub use confine::AppNamespace;
 pub use drift::{DriftEvent, DriftKind};
 pub use history::RevisionSummary;
 pub use plan::{PlanAction, PlannedChange};
@@ -92,6 +94,9 @@ pub enum ReleaseError {
     Task(String),
     #[error("not found: {0}")]
     NotFound(String),
+    /// An App's chart reaches outside its namespace (see `confine`).
+    #[error("{0}")]
+    Confined(String),
 }
 
 impl ReleaseError {
@@ -272,7 +277,7 @@ impl ReleaseManager {
         self
     }
 
-    /// Renders on a blocking thread (template execution is CPU-bound and recursive; keep it off
+    /// Renders on a blocking thread (an App's `lookup` sees only its namespace; template execution is CPU-bound and recursive; keep it off
     /// the async workers) within [`RenderLimits`]: past the time limit, or with more output
     /// than allowed, the render is refused with an error naming the limit.
     async fn render_bounded(
@@ -281,9 +286,13 @@ impl ReleaseManager {
         values: serde_json::Value,
         info: ReleaseInfo,
         caps: Capabilities,
+        app: Option<&AppNamespace>,
     ) -> Result<render::Rendered, ReleaseError> {
         let limits = self.render_limits;
-        let lookup: Arc<dyn render::Lookup> = Arc::new(KubeLookup::new(self.applier.clone()));
+        let lookup: Arc<dyn render::Lookup> = Arc::new(KubeLookup::new(
+            self.applier.clone(),
+            app.map(|a| a.0.clone()),
+        ));
         let renders = self.renders.clone();
         let render = async move {
             // Waiting for a slot counts against the deadline; the slot goes with the render

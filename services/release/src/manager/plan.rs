@@ -24,12 +24,14 @@ pub struct PlannedChange {
 }
 
 impl ReleaseManager {
-    /// Renders with this cluster's capabilities (and `lookup`), as an install would.
+    /// Renders with this cluster's capabilities (and `lookup`), as an install would; with
+    /// `app`, confined as an install would be.
     pub async fn render_for_cluster(
         &self,
         release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
+        app: Option<&AppNamespace>,
     ) -> Result<render::Rendered, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let store = ReleaseStore::new(self.client.clone(), namespace);
@@ -42,7 +44,11 @@ impl ReleaseManager {
             is_upgrade: previous.is_some(),
         };
         let caps = self.capabilities().await;
-        self.render_bounded(files, values, info, caps).await
+        let rendered = self.render_bounded(files, values, info, caps, app).await?;
+        if let Some(app) = app {
+            self.confine(app, &rendered).await?;
+        }
+        Ok(rendered)
     }
 
     /// Each object's fate if this chart and values were installed now.
@@ -51,9 +57,10 @@ impl ReleaseManager {
         release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
+        app: Option<&AppNamespace>,
     ) -> Result<Vec<PlannedChange>, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
-        let rendered = self.render_for_cluster(release, files, values).await?;
+        let rendered = self.render_for_cluster(release, files, values, app).await?;
         let mut changes = Vec::new();
         let mut rendered_keys = BTreeSet::new();
         for m in &rendered.manifests {

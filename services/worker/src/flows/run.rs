@@ -9,7 +9,7 @@ use berth_proto::lifecycle::{ConditionStatus, ConditionType, RunSucceeded};
 use berth_proto::release::{ChartFile, InstallRequest, StatusRequest};
 use berth_queue::worker::TaskError;
 
-use crate::client::rpc_error;
+use crate::client::{confined, rpc_error};
 use crate::context::TaskContext;
 use crate::hooks::run_lifecycle;
 use crate::package::{Values, ensure, report_values};
@@ -35,6 +35,7 @@ async fn install(
             namespace,
             files,
             values_json: values.current.to_string(),
+            package: cx.key().to_owned(),
         })
         .await;
     match installed {
@@ -53,10 +54,22 @@ async fn install(
             cx.set_condition(
                 ConditionType::ManifestsApplied,
                 ConditionStatus::False,
-                "ApplyFailed",
+                if confined(&s) {
+                    "Refused"
+                } else {
+                    "ApplyFailed"
+                },
                 s.message(),
             )
             .await?;
+            if confined(&s) {
+                // An App's chart reaching outside its namespace: the same chart is refused
+                // again, so the package fails for good with the release service's reasons.
+                return Err(TaskError::permanent(format!(
+                    "release Install: {}",
+                    s.message()
+                )));
+            }
             Err(rpc_error("release Install", s))
         }
     }

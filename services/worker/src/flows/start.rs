@@ -11,7 +11,7 @@ use berth_proto::release::{ChartFile, InstallRequest};
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
-use crate::client::{invalid_argument, rpc_error};
+use crate::client::{confined, invalid_argument, rpc_error};
 use crate::context::TaskContext;
 use crate::hooks::{apply_outputs, report_run, run_hook, run_lifecycle};
 use crate::package::{Values, ensure, report_values};
@@ -118,6 +118,7 @@ async fn apply_crds(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Resul
             .map(|(path, content)| ChartFile { path, content })
             .collect(),
         values_json: values.to_string(),
+        package: cx.key().to_owned(),
     };
     match cx.services.release.clone().apply_crds(request).await {
         Ok(answer) => {
@@ -125,11 +126,15 @@ async fn apply_crds(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Resul
             tracing::info!(crds = crds.len(), "CRDs applied before the bindings");
             Ok(())
         }
-        Err(status) if invalid_argument(&status) => {
+        Err(status) if invalid_argument(&status) || confined(&status) => {
             cx.set_condition(
                 ConditionType::Loaded,
                 ConditionStatus::False,
-                "CrdInvalid",
+                if confined(&status) {
+                    "CrdRefused"
+                } else {
+                    "CrdInvalid"
+                },
                 status.message(),
             )
             .await?;
