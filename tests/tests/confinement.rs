@@ -310,6 +310,26 @@ async fn a_worker_certificate_cannot_widen_an_app() -> anyhow::Result<()> {
             tonic::Code::FailedPrecondition,
             &["kube-system.peeker", "unknown"],
         )?;
+        // Another release cannot be uninstalled in the App's name, nor any without a package.
+        let uninstall = |name: &str, namespace: &str, package: &str| release::UninstallRequest {
+            name: name.into(),
+            namespace: namespace.into(),
+            package: package.into(),
+        };
+        refused(
+            releases
+                .uninstall(uninstall("coredns", "kube-system", &key))
+                .await,
+            tonic::Code::PermissionDenied,
+            &["kube-system/coredns", &format!("{ns}/peeker")],
+        )?;
+        refused(
+            releases
+                .uninstall(uninstall("peeker", &ns, ""))
+                .await,
+            tonic::Code::InvalidArgument,
+            &["package"],
+        )?;
         // Render (whose lookup a package key would confine) is not a worker's to call.
         refused(
             releases

@@ -69,7 +69,14 @@ impl ReleaseService {
             return Ok(None);
         }
         match scopes.get(package).await.map_err(|e| e.to_status())? {
-            PackageScope::Module { .. } => Ok(None),
+            PackageScope::Module { name } => {
+                if release.name() != name {
+                    return Err(to_status(ReleaseError::Confined(format!(
+                        "release {release} is not module {package}'s: a module's release is named {name}"
+                    ))));
+                }
+                Ok(None)
+            }
             PackageScope::App { name, namespace } => {
                 if release.name() != name || release.namespace() != namespace {
                     return Err(to_status(ReleaseError::Confined(format!(
@@ -237,11 +244,10 @@ impl pb::releases_server::Releases for ReleaseService {
         request: Request<pb::UninstallRequest>,
     ) -> Result<Response<pb::UninstallResponse>, Status> {
         let req = request.into_inner();
-        let done = self
-            .manager
-            .uninstall(&release_id(&req.name, &req.namespace)?)
-            .await
-            .map_err(to_status)?;
+        let release = release_id(&req.name, &req.namespace)?;
+        // Only the package's own release (a worker's certificate cannot remove another's).
+        self.confinement(&req.package, &release, true).await?;
+        let done = self.manager.uninstall(&release).await.map_err(to_status)?;
         Ok(Response::new(pb::UninstallResponse {
             found: done.found,
             deleted: done.deleted.into_iter().map(object_ref).collect(),

@@ -127,6 +127,7 @@ async fn deleted_and_edited_objects_are_restored_and_reported() -> anyhow::Resul
         .uninstall(UninstallRequest {
             name: "drifty".into(),
             namespace: h.namespace.clone(),
+            package: String::new(),
         })
         .await?;
     tokio::time::timeout(

@@ -210,6 +210,7 @@ async fn uninstall_removes_objects_and_records_and_twice_is_fine() -> anyhow::Re
     let req = UninstallRequest {
         name: "gone".into(),
         namespace: h.namespace.clone(),
+        package: String::new(),
     };
     let resp = h.grpc.uninstall(req.clone()).await?.into_inner();
     assert!(resp.found);
@@ -346,6 +347,7 @@ async fn crds_are_applied_first_and_their_kinds_are_in_capabilities() -> anyhow:
         .uninstall(UninstallRequest {
             name: "wid".into(),
             namespace: h.namespace.clone(),
+            package: String::new(),
         })
         .await?;
     assert!(widgets.get_opt("w1").await?.is_none());
@@ -603,6 +605,7 @@ async fn hooks_run_around_install_upgrade_and_uninstall() -> anyhow::Result<()> 
         .uninstall(UninstallRequest {
             name: "hk".into(),
             namespace: h.namespace.clone(),
+            package: String::new(),
         })
         .await?;
     assert!(
@@ -639,6 +642,7 @@ async fn a_crd_in_templates_is_established_before_its_resources_are_applied() ->
         .uninstall(UninstallRequest {
             name: "gad".into(),
             namespace: h.namespace.clone(),
+            package: String::new(),
         })
         .await?
         .into_inner();

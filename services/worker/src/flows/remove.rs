@@ -81,7 +81,11 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     cx.services
         .release
         .clone()
-        .uninstall(UninstallRequest { name, namespace })
+        .uninstall(UninstallRequest {
+            name,
+            namespace,
+            package: cx.key().to_owned(),
+        })
         .await
         .map_err(|s| rpc_error("release Uninstall", s))?;
     if let (Some(p), Some(h), Some(v)) = (&pkg, &hooks, values.as_mut())
