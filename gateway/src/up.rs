@@ -240,6 +240,7 @@ pub async fn run(
     let lc = berth_lifecycle::Config {
         database_url: sqlite(&data, "lifecycle.db"),
         broker_endpoint: broker.clone(),
+        release_endpoint: Some(release.clone()),
         tls: Some(lifecycle_tls),
     };
     services.spawn(async move {

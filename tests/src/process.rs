@@ -193,22 +193,6 @@ impl SplitTopology {
         )
         .await?;
         let b = broker.endpoint();
-        let lifecycle = Proc::start(
-            "berth-lifecycle",
-            &with(
-                &[
-                    "--listen",
-                    any,
-                    "--database",
-                    &sqlite(dir, "lifecycle.db"),
-                    "--broker",
-                    &b,
-                ],
-                &tls(Role::Lifecycle),
-            ),
-            "listening on ",
-        )
-        .await?;
         let kc = kubeconfig.display().to_string();
         let hookevent = Proc::start(
             "berth-hookevent",
@@ -231,6 +215,24 @@ impl SplitTopology {
         let release = Proc::start(
             "berth-release",
             &with(&["--listen", any, "--kubeconfig", &kc], &tls(Role::Release)),
+            "listening on ",
+        )
+        .await?;
+        let lifecycle = Proc::start(
+            "berth-lifecycle",
+            &with(
+                &[
+                    "--listen",
+                    any,
+                    "--database",
+                    &sqlite(dir, "lifecycle.db"),
+                    "--broker",
+                    &b,
+                    "--release",
+                    &release.endpoint(),
+                ],
+                &tls(Role::Lifecycle),
+            ),
             "listening on ",
         )
         .await?;

@@ -72,6 +72,8 @@ const TABLE: &[(&str, &[Role])] = &[
     ("/berth.release.v1.Releases/History", &[Worker, Operator]),
     ("/berth.release.v1.Releases/Rollback", &[Operator]),
     ("/berth.release.v1.Releases/ApplyCrds", &[Worker]),
+    // Lifecycle's scheduler checks `requirements.kubernetes` against it.
+    ("/berth.release.v1.Releases/ClusterVersion", &[Lifecycle]),
 ];
 
 /// What calling `path` (`/package.Service/Method`) requires; `None` for an RPC nobody may call.

@@ -3,6 +3,7 @@
 //! in the same transaction and relayed to the queue broker), folds worker reports into the state,
 //! and answers Get/List/Watch/Dump/ValidateSettings.
 
+mod cluster_version;
 mod convert;
 mod dump;
 mod error;
@@ -11,6 +12,7 @@ mod model;
 mod outbox;
 mod relay;
 mod report;
+mod scheduler;
 mod service;
 mod store;
 mod update;
@@ -19,6 +21,7 @@ use std::sync::Arc;
 
 use berth_proto::lifecycle::lifecycle_server::LifecycleServer;
 use berth_proto::queue::broker_client::BrokerClient;
+use berth_proto::release::releases_client::ReleasesClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +35,9 @@ pub struct Config {
     pub database_url: String,
     /// The queue broker, e.g. `http://127.0.0.1:7071`.
     pub broker_endpoint: String,
+    /// The release service, asked for the cluster's Kubernetes version; `None`: the version
+    /// stays unknown and packages with a Kubernetes requirement wait.
+    pub release_endpoint: Option<String>,
     /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
     pub tls: Option<berth_telemetry::Tls>,
 }
@@ -40,6 +46,11 @@ pub struct Config {
 pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("release endpoint {endpoint}: {source}")]
+    Release {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
     #[error("broker endpoint {endpoint}: {source}")]
     Broker {
         endpoint: String,
@@ -76,7 +87,26 @@ pub async fn run(
             shutdown.clone(),
         ),
     );
-    let service = LifecycleService::new(store, broker, wake);
+    let version = berth_package::parse_version(env!("CARGO_PKG_VERSION"))
+        .expect("the crate's version is semver");
+    let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
+    let service = LifecycleService::new(store, broker, wake, scheduler);
+    let poller = match &config.release_endpoint {
+        Some(endpoint) => {
+            let channel =
+                berth_telemetry::connect_lazy(endpoint, tls, berth_telemetry::Role::Release)
+                    .map_err(|source| Error::Release {
+                        endpoint: endpoint.clone(),
+                        source,
+                    })?;
+            let release = ReleasesClient::new(channel);
+            Some(berth_telemetry::spawn_in(
+                tracing::info_span!("lifecycle.cluster_version"),
+                cluster_version::run(release, service.clone(), shutdown.clone()),
+            ))
+        }
+        None => None,
+    };
     let router = berth_telemetry::grpc_server(tls)?.add_service(
         LifecycleServer::new(service)
             .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
@@ -92,5 +122,8 @@ pub async fn run(
     .await;
     shutdown.cancel();
     let _ = relay.await;
+    if let Some(poller) = poller {
+        let _ = poller.await;
+    }
     Ok(served?)
 }

@@ -21,6 +21,11 @@ struct Args {
     /// The queue broker's gRPC endpoint.
     #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
     broker: String,
+    /// The release service's gRPC endpoint, asked for the cluster's Kubernetes version (the
+    /// scheduler checks `requirements.kubernetes` against it). Without it the version stays
+    /// unknown and packages with a Kubernetes requirement wait.
+    #[arg(long, env = "BERTH_RELEASE")]
+    release: Option<String>,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
@@ -41,6 +46,7 @@ async fn main() -> anyhow::Result<()> {
         berth_lifecycle::Config {
             database_url: args.database,
             broker_endpoint: args.broker,
+            release_endpoint: args.release,
             tls,
         },
         listener,

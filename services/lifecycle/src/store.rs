@@ -5,8 +5,9 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
-use crate::model::{Condition, Generation, Kind, PackageId, PackageKey, Phase};
-use crate::outbox;
+use crate::model::{Condition, ConditionType, Generation, Kind, PackageId, PackageKey, Phase};
+use crate::scheduler::{self, Blocked, LoadedSpec, Node, Reason, Scheduler};
+use crate::{flows, outbox};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -45,6 +46,49 @@ pub struct PackageRow {
     pub hooks: Vec<HookState>,
     pub last_error: String,
     pub removing: bool,
+    /// The scheduler enabled this load of the package (the tasks after Load were enqueued).
+    pub enabled: bool,
+    /// What the scheduler needs of the loaded package; `None` until this version is loaded.
+    pub loaded: Option<LoadedSpec>,
+}
+
+impl PackageRow {
+    /// The package as the scheduler sees it.
+    pub fn node(&self) -> Node {
+        Node {
+            id: self.id.clone(),
+            generation: self.generation,
+            phase: self.phase,
+            removing: self.removing,
+            enabled: self.enabled,
+            loaded: self.loaded.clone(),
+            blocked: self.blocked(),
+        }
+    }
+
+    /// Why the scheduler last said this generation waits (its `RequirementsMet=False`).
+    pub fn blocked(&self) -> Option<Blocked> {
+        let c = self
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::RequirementsMet.as_str())?;
+        if c.status != "False" || c.observed_generation != self.generation.get() {
+            return None;
+        }
+        Some(Blocked {
+            reason: Reason::parse(&c.reason)?,
+            message: c.message.clone(),
+        })
+    }
+}
+
+/// What an Update's plan decided, written with the new spec.
+pub struct Planned {
+    pub phase: Phase,
+    pub outbox: Vec<outbox::Row>,
+    /// The package starts over (a new version is downloaded and loaded): the scheduler forgets
+    /// what the last load told it, and enables the new one when its requirements hold.
+    pub restart: bool,
 }
 
 /// A hook as Dump shows it.
@@ -107,17 +151,19 @@ impl Store {
     pub async fn update<E>(
         &self,
         spec: DesiredSpec,
-        plan: impl FnOnce(
-            Option<&PackageRow>,
-            &PackageKey,
-            Generation,
-        ) -> Result<(Phase, Vec<outbox::Row>), E>,
+        sched: &mut Scheduler,
+        now: &str,
+        plan: impl FnOnce(Option<&PackageRow>, &PackageKey, Generation) -> Result<Planned, E>,
     ) -> Result<Result<UpdateOutcome, E>, StoreError> {
         let key = spec.id.key();
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let previous = fetch(&mut *tx, &key).await?;
         let generation = next_generation(&mut tx, &key).await?;
-        let (phase, outbox) = match plan(previous.as_ref(), &key, generation) {
+        let Planned {
+            phase,
+            outbox,
+            restart,
+        } = match plan(previous.as_ref(), &key, generation) {
             Ok(planned) => planned,
             // Dropping the transaction rolls it back, generation counter included.
             Err(refused) => return Ok(Err(refused)),
@@ -142,7 +188,14 @@ impl Store {
         .bind(phase.as_str())
         .execute(&mut *tx)
         .await?;
+        if restart {
+            sqlx::query("UPDATE packages SET loaded_version = NULL, enabled = 0 WHERE key = ?")
+                .bind(key.as_str())
+                .execute(&mut *tx)
+                .await?;
+        }
         insert_outbox(&mut tx, &outbox).await?;
+        rescheduled(&mut tx, &key, sched, now).await?;
         tx.commit().await?;
         Ok(Ok(UpdateOutcome {
             key,
@@ -153,17 +206,25 @@ impl Store {
 
     /// Marks a package as being removed under a new generation, with its outbox rows. `None` when
     /// there is no such package.
-    pub async fn remove(
+    ///
+    /// `plan` may refuse (the package has dependents): then nothing is written and its error
+    /// is returned as the inner `Err`.
+    pub async fn remove<E>(
         &self,
         key: &PackageKey,
-        plan: impl FnOnce(&PackageRow, Generation) -> Vec<outbox::Row>,
-    ) -> Result<Option<Generation>, StoreError> {
+        sched: &mut Scheduler,
+        now: &str,
+        plan: impl FnOnce(&PackageRow, Generation) -> Result<Vec<outbox::Row>, E>,
+    ) -> Result<Result<Option<Generation>, E>, StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let Some(row) = fetch(&mut *tx, key).await? else {
-            return Ok(None);
+            return Ok(Ok(None));
         };
         let generation = next_generation(&mut tx, key).await?;
-        let outbox = plan(&row, generation);
+        let outbox = match plan(&row, generation) {
+            Ok(outbox) => outbox,
+            Err(refused) => return Ok(Err(refused)),
+        };
         sqlx::query("UPDATE packages SET generation = ?, phase = ?, removing = 1, last_error = '' WHERE key = ?")
             .bind(generation.get())
             .bind(Phase::Removing.as_str())
@@ -171,8 +232,9 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         insert_outbox(&mut tx, &outbox).await?;
+        rescheduled(&mut tx, key, sched, now).await?;
         tx.commit().await?;
-        Ok(Some(generation))
+        Ok(Ok(Some(generation)))
     }
 
     pub async fn get(&self, key: &PackageKey) -> Result<Option<PackageRow>, StoreError> {
@@ -202,12 +264,15 @@ impl Store {
     }
 
     /// Applies `change` to the stored row if its generation is still `generation`, writing the
-    /// outbox rows it returns in the same transaction. Returns false when the row is gone or
-    /// newer (a stale report).
+    /// outbox rows it returns in the same transaction. When the change matters to the
+    /// scheduler (a new phase, a load), a scheduling pass runs in the same transaction too.
+    /// Returns false when the row is gone or newer (a stale report).
     pub async fn modify(
         &self,
         key: &PackageKey,
         generation: Generation,
+        sched: &mut Scheduler,
+        now: &str,
         change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row>,
     ) -> Result<bool, StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
@@ -217,31 +282,34 @@ impl Store {
         if row.generation != generation {
             return Ok(false);
         }
+        let (phase, loaded) = (row.phase, row.loaded.clone());
         let outbox = change(&mut row);
-        let schema = row.settings_schema.as_ref().map(|s| {
-            s.as_ref()
-                .map(Value::to_string)
-                .unwrap_or_else(|| "null".to_owned())
-        });
-        sqlx::query(
-            "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
-               settings_schema = ?, schema_version = ?, hooks = ?, last_error = ? WHERE key = ?",
-        )
-        .bind(row.phase.as_str())
-        .bind(row.observed_generation.get())
-        .bind(serde_json::to_string(&row.conditions).unwrap_or_default())
-        .bind(row.values.to_string())
-        .bind(Value::Array(row.values_patch.clone()).to_string())
-        .bind(schema)
-        .bind(&row.schema_version)
-        .bind(serde_json::to_string(&row.hooks).unwrap_or_default())
-        .bind(&row.last_error)
-        .bind(key.as_str())
-        .execute(&mut *tx)
-        .await?;
+        write_row(&mut tx, &row).await?;
         insert_outbox(&mut tx, &outbox).await?;
+        if row.phase != phase || row.loaded != loaded {
+            sched.upsert(key.clone(), row.node());
+            apply_pass(&mut tx, sched, now).await?;
+        }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Runs a scheduling pass (the cluster's version changed) and writes what it decided.
+    pub async fn reschedule(&self, sched: &mut Scheduler, now: &str) -> Result<(), StoreError> {
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
+        apply_pass(&mut tx, sched, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The scheduler's index, rebuilt from every stored package (at start, and after a write
+    /// failed half-way through a pass).
+    pub async fn scheduler(&self, platform: semver::Version) -> Result<Scheduler, StoreError> {
+        let mut sched = Scheduler::new(platform);
+        for row in self.list().await? {
+            sched.upsert(row.key.clone(), row.node());
+        }
+        Ok(sched)
     }
 
     /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
@@ -250,14 +318,23 @@ impl Store {
         &self,
         key: &PackageKey,
         generation: Generation,
+        sched: &mut Scheduler,
+        now: &str,
     ) -> Result<bool, StoreError> {
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let done =
             sqlx::query("DELETE FROM packages WHERE key = ? AND generation = ? AND removing = 1")
                 .bind(key.as_str())
                 .bind(generation.get())
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sched.remove(key);
+        apply_pass(&mut tx, sched, now).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// The oldest undelivered outbox rows, as stored (id, body); the relay decodes them.
@@ -286,6 +363,85 @@ impl Store {
             .await?;
         Ok(())
     }
+}
+
+/// Refreshes `key`'s node from its row as written so far, then runs a pass.
+async fn rescheduled(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    key: &PackageKey,
+    sched: &mut Scheduler,
+    now: &str,
+) -> Result<(), StoreError> {
+    match fetch(&mut **tx, key).await? {
+        Some(row) => sched.upsert(key.clone(), row.node()),
+        None => sched.remove(key),
+    }
+    apply_pass(tx, sched, now).await
+}
+
+/// One scheduling pass: each package whose verdict changed gets its condition, phase and (once
+/// enabled) its remaining tasks, in the pass's order. Only the packages whose verdict changed
+/// are read and written.
+async fn apply_pass(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    sched: &mut Scheduler,
+    now: &str,
+) -> Result<(), StoreError> {
+    for (key, verdict) in sched.pass() {
+        let Some(mut row) = fetch(&mut **tx, &key).await? else {
+            continue;
+        };
+        let outbox = flows::schedule(&mut row, &verdict, now);
+        write_row(tx, &row).await?;
+        insert_outbox(tx, &outbox).await?;
+        sched.settle(&key, &verdict);
+        if let scheduler::Verdict::Enable = verdict {
+            tracing::info!(package.key = %key, "requirements met: package enabled");
+        }
+    }
+    Ok(())
+}
+
+/// Writes every column a report or the scheduler may change.
+async fn write_row(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    row: &PackageRow,
+) -> Result<(), StoreError> {
+    let schema = row.settings_schema.as_ref().map(|s| {
+        s.as_ref()
+            .map(Value::to_string)
+            .unwrap_or_else(|| "null".to_owned())
+    });
+    let (loaded_version, weight, requirements) = match &row.loaded {
+        Some(l) => (
+            Some(l.version.to_string()),
+            l.weight,
+            serde_json::to_string(&l.requirements).unwrap_or_default(),
+        ),
+        None => (None, 0, "{}".to_owned()),
+    };
+    sqlx::query(
+        "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
+           settings_schema = ?, schema_version = ?, hooks = ?, last_error = ?, enabled = ?,
+           loaded_version = ?, weight = ?, requirements = ? WHERE key = ?",
+    )
+    .bind(row.phase.as_str())
+    .bind(row.observed_generation.get())
+    .bind(serde_json::to_string(&row.conditions).unwrap_or_default())
+    .bind(row.values.to_string())
+    .bind(Value::Array(row.values_patch.clone()).to_string())
+    .bind(schema)
+    .bind(&row.schema_version)
+    .bind(serde_json::to_string(&row.hooks).unwrap_or_default())
+    .bind(&row.last_error)
+    .bind(i64::from(row.enabled))
+    .bind(loaded_version)
+    .bind(weight)
+    .bind(requirements)
+    .bind(row.key.as_str())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 async fn next_generation(
@@ -353,6 +509,17 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
             Some(if v.is_null() { None } else { Some(v) })
         }
     };
+    let loaded_version: Option<String> = r.get("loaded_version");
+    let loaded = match loaded_version {
+        None => None,
+        Some(text) => Some(LoadedSpec {
+            version: berth_package::parse_version(&text)
+                .map_err(|e| corrupt("loaded_version", e.to_string()))?,
+            weight: r.get("weight"),
+            requirements: serde_json::from_value(json("requirements")?)
+                .map_err(|e| corrupt("requirements", e.to_string()))?,
+        }),
+    };
     let values_patch = match json("values_patch")? {
         Value::Array(ops) => ops,
         _ => return Err(corrupt("values_patch", "not an array".into())),
@@ -380,6 +547,8 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
             .map_err(|e| corrupt("hooks", e.to_string()))?,
         last_error: r.get("last_error"),
         removing: r.get::<i64, _>("removing") != 0,
+        enabled: r.get::<i64, _>("enabled") != 0,
+        loaded,
         key: PackageKey::from_issued(key),
     })
 }

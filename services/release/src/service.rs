@@ -13,6 +13,9 @@ use tonic::{Request, Response, Status};
 /// Longest a Status call with `wait_ms` holds on; callers that wait longer call again.
 const MAX_STATUS_WAIT: Duration = Duration::from_secs(60);
 
+/// Longest a ClusterVersion call waits for the API server.
+const CLUSTER_VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Largest `values_json` accepted, so one request cannot make the service parse gigabytes.
 const MAX_VALUES_BYTES: usize = 4 << 20;
 /// Largest nesting accepted in `values_json`.
@@ -173,6 +176,17 @@ impl pb::releases_server::Releases for ReleaseService {
         Ok(Response::new(pb::ApplyCrdsResponse {
             crds: applied.into_iter().map(|a| object_ref(a.key)).collect(),
         }))
+    }
+
+    async fn cluster_version(
+        &self,
+        _request: Request<pb::ClusterVersionRequest>,
+    ) -> Result<Response<pb::ClusterVersionResponse>, Status> {
+        let git_version = tokio::time::timeout(CLUSTER_VERSION_TIMEOUT, self.manager.cluster_version())
+            .await
+            .map_err(|_| Status::unavailable("the Kubernetes API server did not answer /version in time"))?
+            .map_err(|e| Status::unavailable(format!("the Kubernetes API server's /version: {e}")))?;
+        Ok(Response::new(pb::ClusterVersionResponse { git_version }))
     }
 
     #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]

@@ -237,6 +237,12 @@ impl std::fmt::Display for ReleaseId {
     }
 }
 impl ReleaseManager {
+    /// The cluster's Kubernetes version (`gitVersion`), asked of the API server now (lifecycle
+    /// polls it; it is small and not cached here so a cluster upgrade shows at once).
+    pub async fn cluster_version(&self) -> Result<String, kube::Error> {
+        Ok(self.client.apiserver_version().await?.git_version)
+    }
+
     pub fn new(client: Client) -> Self {
         ReleaseManager {
             applier: Applier::new(client.clone()),
