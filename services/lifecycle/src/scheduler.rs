@@ -430,14 +430,15 @@ impl Scheduler {
     /// Why dependency `dep` of `node` does not hold; `None` when it does. An absent dependency
     /// fails only when `required`.
     fn unmet(&self, node: &Node, dep: &Dependency, required: bool) -> Option<String> {
-        let Some((key, found)) = self.resolve(&node.id, &dep.name) else {
-            return required.then(|| format!("requires {}, which is not installed", dep.name));
-        };
         let wanted = dep
             .constraint
             .as_ref()
             .map(|c| format!(" {}", c.0))
             .unwrap_or_default();
+        let Some((key, found)) = self.resolve(&node.id, &dep.name) else {
+            return required
+                .then(|| format!("requires {}{wanted}, which is not installed", dep.name));
+        };
         if found.phase != Phase::Running {
             let at = if key.as_str() == dep.name {
                 String::new()
