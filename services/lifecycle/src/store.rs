@@ -552,3 +552,171 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
         key: PackageKey::from_issued(key),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::Op;
+    use crate::report::Change;
+    use crate::scheduler::{Constraint, Dependency, Requirements};
+    use crate::update::{UpdateSpec, plan};
+
+    fn spec(name: &str) -> UpdateSpec {
+        UpdateSpec {
+            id: PackageId::new(Kind::App, name, "").unwrap(),
+            repository: "/repo".into(),
+            package: name.into(),
+            version: "1.0.0".into(),
+            settings: serde_json::json!({}),
+            force: false,
+        }
+    }
+
+    async fn install(store: &Store, sched: &mut Scheduler, name: &str) -> Generation {
+        let spec = spec(name);
+        store
+            .update(spec.desired(), sched, "t", |prev, key, g| {
+                plan(&spec, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap()
+            .generation
+    }
+
+    async fn report(
+        store: &Store,
+        sched: &mut Scheduler,
+        name: &str,
+        g: Generation,
+        fill: impl FnOnce(&mut Change),
+    ) {
+        let mut change = Change::new(g);
+        fill(&mut change);
+        let key = PackageKey::from_issued(format!("default.{name}"));
+        let accepted = store
+            .modify(&key, g, sched, "t", |row| change.apply(row, "t"))
+            .await
+            .unwrap();
+        assert!(accepted);
+    }
+
+    fn loaded(mandatory: &[&str], kubernetes: Option<&str>) -> LoadedSpec {
+        LoadedSpec {
+            version: semver::Version::new(1, 0, 0),
+            weight: 0,
+            requirements: Requirements {
+                kubernetes: kubernetes
+                    .map(|c| Constraint(berth_package::VersionConstraint::parse(c).unwrap())),
+                mandatory: mandatory
+                    .iter()
+                    .map(|n| Dependency {
+                        name: (*n).into(),
+                        constraint: None,
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The task kinds queued in the outbox for `key`, in order, and empties the outbox.
+    async fn queued(store: &Store) -> Vec<String> {
+        let rows = store.outbox_batch(1000).await.unwrap();
+        if let Some((last, _)) = rows.last() {
+            store.outbox_delete(*last).await.unwrap();
+        }
+        rows.iter()
+            .filter_map(|(_, body)| match outbox::Row::decode(0, body).unwrap().op {
+                Op::Enqueue { task } => Some(format!("{} {}", task.package, task.kind)),
+                Op::Supersede { .. } => None,
+            })
+            .collect()
+    }
+
+    async fn requirements_met(store: &Store, name: &str) -> (String, String, String) {
+        let key = PackageKey::from_issued(format!("default.{name}"));
+        let row = store.get(&key).await.unwrap().unwrap();
+        let c = row
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "RequirementsMet")
+            .unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// Loaded packages wait for their requirements, the cluster's version and a dependency
+    /// reaching Running each enable what waited on them (tasks in the same transaction), and
+    /// what the scheduler decided survives a restart.
+    #[tokio::test]
+    async fn the_scheduler_enables_packages_as_their_requirements_come_to_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+        let store = Store::open(&url).await.unwrap();
+        let platform = semver::Version::new(0, 1, 0);
+        let mut sched = store.scheduler(platform.clone()).await.unwrap();
+
+        let web = install(&store, &mut sched, "web").await;
+        assert_eq!(queued(&store).await, ["default.web Download", "default.web Load"]);
+        report(&store, &mut sched, "web", web, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&["db"], Some(">=1.30")));
+        })
+        .await;
+        assert!(queued(&store).await.is_empty());
+        let (status, reason, message) = requirements_met(&store, "web").await;
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "KubernetesVersion"));
+        assert!(message.contains("not known yet"), "{message}");
+
+        sched.set_kubernetes(semver::Version::new(1, 31, 0));
+        store.reschedule(&mut sched, "t").await.unwrap();
+        let (_, reason, message) = requirements_met(&store, "web").await;
+        assert_eq!(reason, "Dependency");
+        assert_eq!(message, "requires db, which is not installed");
+
+        // A restart rebuilds the same decisions from the store: nothing to write again.
+        drop(store);
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store.scheduler(platform).await.unwrap();
+        sched.set_kubernetes(semver::Version::new(1, 31, 0));
+        assert!(sched.pass().is_empty());
+
+        let db = install(&store, &mut sched, "db").await;
+        report(&store, &mut sched, "db", db, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        assert_eq!(
+            queued(&store).await,
+            [
+                "default.db Download",
+                "default.db Load",
+                "default.db ApplySettings",
+                "default.db Startup",
+                "default.db Run"
+            ]
+        );
+        assert_eq!(
+            requirements_met(&store, "web").await.2,
+            "requires db, which is Loaded (default.db)"
+        );
+        report(&store, &mut sched, "db", db, |c| c.phase = Some(Phase::Running)).await;
+        assert_eq!(
+            queued(&store).await,
+            [
+                "default.web ApplySettings",
+                "default.web Startup",
+                "default.web Run"
+            ]
+        );
+        assert_eq!(requirements_met(&store, "web").await.0, "True");
+        assert_eq!(
+            sched.dependents(&PackageKey::from_issued("default.db".into())),
+            [PackageKey::from_issued("default.web".into())]
+        );
+    }
+}
