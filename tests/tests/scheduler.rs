@@ -97,9 +97,8 @@ async fn wait_blocked(
     message_has: &str,
 ) -> anyhow::Result<v1::Package> {
     wait_package(client, r, &format!("RequirementsMet=False {reason}"), |p| {
-        requirements_met(p).is_some_and(|(s, why, m)| {
-            s == "False" && why == reason && m.contains(message_has)
-        })
+        requirements_met(p)
+            .is_some_and(|(s, why, m)| s == "False" && why == reason && m.contains(message_has))
     })
     .await
 }
@@ -168,10 +167,18 @@ async fn an_unmet_kubernetes_version_holds_the_package() -> anyhow::Result<()> {
         let doc = dump(&mut client).await?;
         let entry = dumped(&doc, &format!("{ns}.future"))?;
         ensure!(entry["scheduler"]["enabled"] == false, "{entry}");
-        ensure!(entry["scheduler"]["reason"] == "KubernetesVersion", "{entry}");
+        ensure!(
+            entry["scheduler"]["reason"] == "KubernetesVersion",
+            "{entry}"
+        );
         // Nothing after Load was queued for it.
-        let queued = entry["queues"][format!("{ns}.future")].as_i64().unwrap_or(0);
-        ensure!(queued == 0, "tasks queued for a package that waits: {entry}");
+        let queued = entry["queues"][format!("{ns}.future")]
+            .as_i64()
+            .unwrap_or(0);
+        ensure!(
+            queued == 0,
+            "tasks queued for a package that waits: {entry}"
+        );
         let sched = &doc["scheduler"];
         ensure!(
             sched["kubernetesVersion"]
@@ -185,9 +192,16 @@ async fn an_unmet_kubernetes_version_holds_the_package() -> anyhow::Result<()> {
             .output()
             .await?;
         let out = String::from_utf8_lossy(&get.stdout);
-        ensure!(get.status.success(), "{}", String::from_utf8_lossy(&get.stderr));
+        ensure!(
+            get.status.success(),
+            "{}",
+            String::from_utf8_lossy(&get.stderr)
+        );
         ensure!(out.contains("enabled: false"), "{out}");
-        ensure!(out.contains("KubernetesVersion: requires Kubernetes >=99"), "{out}");
+        ensure!(
+            out.contains("KubernetesVersion: requires Kubernetes >=99"),
+            "{out}"
+        );
         Ok(())
     })
     .await
@@ -247,14 +261,20 @@ async fn a_late_dependency_enables_its_dependent_and_guards_removal() -> anyhow:
             refused.code() == tonic::Code::FailedPrecondition,
             "{refused:?}"
         );
-        ensure!(refused.message().contains(&format!("{ns}.user")), "{refused:?}");
+        ensure!(
+            refused.message().contains(&format!("{ns}.user")),
+            "{refused:?}"
+        );
         let still = client
             .get(v1::GetRequest {
                 r#ref: Some(base.clone()),
             })
             .await?
             .into_inner();
-        ensure!(still.phase == "Running" && still.generation == g, "{still:?}");
+        ensure!(
+            still.phase == "Running" && still.generation == g,
+            "{still:?}"
+        );
 
         // The CLI says the same, and removes it with --force.
         let cli = |args: &[&str]| {
@@ -268,7 +288,15 @@ async fn a_late_dependency_enables_its_dependent_and_guards_removal() -> anyhow:
         ensure!(!out.status.success(), "berth remove must fail");
         let err = String::from_utf8_lossy(&out.stderr);
         ensure!(err.contains(&format!("{ns}.user")), "{err}");
-        let out = cli(&["remove", "dep-base", "--namespace", &ns, "--force", "--wait"]).await?;
+        let out = cli(&[
+            "remove",
+            "dep-base",
+            "--namespace",
+            &ns,
+            "--force",
+            "--wait",
+        ])
+        .await?;
         ensure!(
             out.status.success(),
             "{}",

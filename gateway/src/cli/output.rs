@@ -18,7 +18,7 @@ pub fn package_yaml(p: &v1::Package) -> String {
     } else {
         "App"
     };
-    let doc = json!({
+    let mut doc = json!({
         "key": p.key,
         "kind": kind,
         "name": r.name,
@@ -30,7 +30,6 @@ pub fn package_yaml(p: &v1::Package) -> String {
         "observedGeneration": p.observed_generation,
         "phase": p.phase,
         "enabled": enabled(p).is_none(),
-        "notEnabledBecause": enabled(p),
         "lastError": p.last_error,
         "conditions": p.conditions.iter().map(|c| json!({
             "type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message,
@@ -43,6 +42,9 @@ pub fn package_yaml(p: &v1::Package) -> String {
             "lastRun": timestamp(&h.last_run), "lastError": h.last_error,
         })).collect::<Vec<_>>(),
     });
+    if let (Some(why), Some(fields)) = (enabled(p), doc.as_object_mut()) {
+        fields.insert("notEnabledBecause".into(), Value::String(why));
+    }
     serde_saphyr::to_string(&doc)
         .unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{doc:#}"))
 }

@@ -28,7 +28,11 @@ pub async fn run(
 ) {
     let mut wait = RETRY;
     loop {
-        let asked = tokio::time::timeout(ASK_TIMEOUT, release.cluster_version(ClusterVersionRequest {})).await;
+        let asked = tokio::time::timeout(
+            ASK_TIMEOUT,
+            release.cluster_version(ClusterVersionRequest {}),
+        )
+        .await;
         let version = match asked {
             Ok(Ok(answer)) => {
                 let text = answer.into_inner().git_version;

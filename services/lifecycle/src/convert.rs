@@ -248,26 +248,28 @@ fn loaded_spec(l: &pb::Loaded) -> Result<LoadedSpec, String> {
             .map(|c| Some(Constraint(c)))
             .map_err(|e| format!("loaded.requirements.{field}: {e}"))
     };
-    let deps = |list: &[pb::Dependency], field: &str| -> Result<Vec<scheduler::Dependency>, String> {
-        list.iter()
-            .map(|d| {
-                Ok(scheduler::Dependency {
-                    name: d.name.clone(),
-                    constraint: constraint(&d.constraint, field)?,
+    let deps =
+        |list: &[pb::Dependency], field: &str| -> Result<Vec<scheduler::Dependency>, String> {
+            list.iter()
+                .map(|d| {
+                    Ok(scheduler::Dependency {
+                        name: d.name.clone(),
+                        constraint: constraint(&d.constraint, field)?,
+                    })
                 })
-            })
-            .collect()
-    };
-    let groups = |list: &[pb::DependencyGroup], field: &str| -> Result<Vec<scheduler::Group>, String> {
-        list.iter()
-            .map(|g| {
-                Ok(scheduler::Group {
-                    name: g.name.clone(),
-                    members: deps(&g.members, field)?,
+                .collect()
+        };
+    let groups =
+        |list: &[pb::DependencyGroup], field: &str| -> Result<Vec<scheduler::Group>, String> {
+            list.iter()
+                .map(|g| {
+                    Ok(scheduler::Group {
+                        name: g.name.clone(),
+                        members: deps(&g.members, field)?,
+                    })
                 })
-            })
-            .collect()
-    };
+                .collect()
+        };
     Ok(LoadedSpec {
         version,
         weight: l.weight,

@@ -73,7 +73,10 @@ impl<'a> PackageScheduling<'a> {
             };
         }
         if row.loaded.is_none() {
-            return waiting("NotLoaded", "requirements are checked once the package is loaded");
+            return waiting(
+                "NotLoaded",
+                "requirements are checked once the package is loaded",
+            );
         }
         match row
             .conditions

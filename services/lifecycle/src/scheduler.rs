@@ -102,9 +102,15 @@ impl Reason {
 
     pub fn parse(s: &str) -> Option<Reason> {
         use Reason::*;
-        [KubernetesVersion, PlatformVersion, Dependency, Conflict, Cycle]
-            .into_iter()
-            .find(|r| r.as_str() == s)
+        [
+            KubernetesVersion,
+            PlatformVersion,
+            Dependency,
+            Conflict,
+            Cycle,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
     }
 }
 
@@ -283,7 +289,9 @@ impl Scheduler {
         let mut out = Vec::with_capacity(present.len());
         while let Some(Reverse((_, key))) = ready.pop() {
             for follower in followers.get(&key).into_iter().flatten() {
-                let left = waiting_on.get_mut(follower).expect("every follower is present");
+                let left = waiting_on
+                    .get_mut(follower)
+                    .expect("every follower is present");
                 *left -= 1;
                 if *left == 0 {
                     ready.push(Reverse(rank(follower)));
@@ -692,7 +700,10 @@ mod tests {
             module("old", 0, vec![], Phase::Loaded),
         ]);
         let v: BTreeMap<String, String> = verdicts(&s).into_iter().collect();
-        assert_eq!(v["x"], "Conflict: conflicts with old 1.2.0 (noneOf \"legacy\")");
+        assert_eq!(
+            v["x"],
+            "Conflict: conflicts with old 1.2.0 (noneOf \"legacy\")"
+        );
     }
 
     #[test]

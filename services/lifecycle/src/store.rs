@@ -658,7 +658,10 @@ mod tests {
         let mut sched = store.scheduler(platform.clone()).await.unwrap();
 
         let web = install(&store, &mut sched, "web").await;
-        assert_eq!(queued(&store).await, ["default.web Download", "default.web Load"]);
+        assert_eq!(
+            queued(&store).await,
+            ["default.web Download", "default.web Load"]
+        );
         report(&store, &mut sched, "web", web, |c| {
             c.phase = Some(Phase::Loaded);
             c.settings_schema = Some(None);
@@ -667,7 +670,10 @@ mod tests {
         .await;
         assert!(queued(&store).await.is_empty());
         let (status, reason, message) = requirements_met(&store, "web").await;
-        assert_eq!((status.as_str(), reason.as_str()), ("False", "KubernetesVersion"));
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "KubernetesVersion")
+        );
         assert!(message.contains("not known yet"), "{message}");
 
         sched.set_kubernetes(semver::Version::new(1, 31, 0));
@@ -704,7 +710,10 @@ mod tests {
             requirements_met(&store, "web").await.2,
             "requires db, which is Loaded (default.db)"
         );
-        report(&store, &mut sched, "db", db, |c| c.phase = Some(Phase::Running)).await;
+        report(&store, &mut sched, "db", db, |c| {
+            c.phase = Some(Phase::Running)
+        })
+        .await;
         assert_eq!(
             queued(&store).await,
             [

@@ -182,10 +182,15 @@ impl pb::releases_server::Releases for ReleaseService {
         &self,
         _request: Request<pb::ClusterVersionRequest>,
     ) -> Result<Response<pb::ClusterVersionResponse>, Status> {
-        let git_version = tokio::time::timeout(CLUSTER_VERSION_TIMEOUT, self.manager.cluster_version())
-            .await
-            .map_err(|_| Status::unavailable("the Kubernetes API server did not answer /version in time"))?
-            .map_err(|e| Status::unavailable(format!("the Kubernetes API server's /version: {e}")))?;
+        let git_version =
+            tokio::time::timeout(CLUSTER_VERSION_TIMEOUT, self.manager.cluster_version())
+                .await
+                .map_err(|_| {
+                    Status::unavailable("the Kubernetes API server did not answer /version in time")
+                })?
+                .map_err(|e| {
+                    Status::unavailable(format!("the Kubernetes API server's /version: {e}"))
+                })?;
         Ok(Response::new(pb::ClusterVersionResponse { git_version }))
     }
 

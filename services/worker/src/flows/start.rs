@@ -100,7 +100,9 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 /// `requirements` as the Loaded report carries them to lifecycle's scheduler.
 fn requirements(r: &berth_package::Requirements) -> Requirements {
     let text = |c: &Option<berth_package::VersionConstraint>| {
-        c.as_ref().map(|c| c.as_str().to_owned()).unwrap_or_default()
+        c.as_ref()
+            .map(|c| c.as_str().to_owned())
+            .unwrap_or_default()
     };
     let deps = |list: &[berth_package::Dependency]| {
         list.iter()
