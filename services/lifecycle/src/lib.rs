@@ -3,7 +3,7 @@
 //! in the same transaction and relayed to the queue broker), folds worker reports into the state,
 //! and answers Get/List/Watch/Dump/ValidateSettings.
 
-mod cluster_version;
+mod client;
 mod convert;
 mod dump;
 mod error;
@@ -102,7 +102,7 @@ pub async fn run(
             let release = ReleasesClient::new(channel);
             Some(berth_telemetry::spawn_in(
                 tracing::info_span!("lifecycle.cluster_version"),
-                cluster_version::run(release, service.clone(), shutdown.clone()),
+                client::poll_cluster_version(release, service.clone(), shutdown.clone()),
             ))
         }
         None => None,

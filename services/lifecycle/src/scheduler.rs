@@ -153,12 +153,26 @@ impl Node {
 
 /// Every package's scheduling facts and the cluster's versions.
 #[derive(Clone, Debug)]
+///
+/// A pass evaluates only what may have changed: the packages marked dirty since the last pass
+/// (a package that changed, and every package whose requirements name it), all of them after
+/// the cluster's version changed. Cycles are recomputed only when one may have appeared (a
+/// package loaded with dependencies that lead back to it) or gone (a package in a cycle changed
+/// or left), so a pass stays cheap with 1,000 packages.
 pub struct Scheduler {
     nodes: HashMap<PackageKey, Node>,
     kubernetes: Option<Version>,
     platform: Version,
     /// Packages a verdict was written for since [`Scheduler::take_settled`] (for watchers).
     settled: Vec<PackageKey>,
+    /// Package name → the packages whose requirements name it (any kind of dependency).
+    named_by: HashMap<String, HashSet<PackageKey>>,
+    /// Packages to evaluate in the next pass; `all_dirty`: every package.
+    dirty: HashSet<PackageKey>,
+    all_dirty: bool,
+    /// Every package in a dependency cycle, with the cycle spelled out.
+    cycles: HashMap<PackageKey, String>,
+    cycles_stale: bool,
 }
 
 impl Scheduler {
@@ -168,6 +182,11 @@ impl Scheduler {
             kubernetes: None,
             platform,
             settled: Vec::new(),
+            named_by: HashMap::new(),
+            dirty: HashSet::new(),
+            all_dirty: true,
+            cycles: HashMap::new(),
+            cycles_stale: true,
         }
     }
 
@@ -177,11 +196,91 @@ impl Scheduler {
     }
 
     pub fn upsert(&mut self, key: PackageKey, node: Node) {
-        self.nodes.insert(key, node);
+        let old = self.nodes.remove(&key);
+        if let Some(old) = &old {
+            self.unindex(&key, old);
+        }
+        let reloaded = old.as_ref().is_none_or(|o| o.loaded != node.loaded);
+        let left = old.as_ref().is_some_and(|o| o.removing != node.removing);
+        if self.cycles.contains_key(&key) && (reloaded || left) {
+            self.cycles_stale = true;
+        }
+        self.index(&key, &node);
+        self.touch(&key, &node.id.name);
+        self.nodes.insert(key.clone(), node);
+        if reloaded && !self.cycles_stale && self.reaches_itself(&key) {
+            self.cycles_stale = true;
+        }
     }
 
     pub fn remove(&mut self, key: &PackageKey) {
-        self.nodes.remove(key);
+        if let Some(old) = self.nodes.remove(key) {
+            self.unindex(key, &old);
+            self.touch(key, &old.id.name);
+            if self.cycles.contains_key(key) {
+                self.cycles_stale = true;
+            }
+        }
+    }
+
+    /// Marks `key` and every package whose requirements name `name` for the next pass.
+    fn touch(&mut self, key: &PackageKey, name: &str) {
+        self.dirty.insert(key.clone());
+        if let Some(referrers) = self.named_by.get(name) {
+            self.dirty.extend(referrers.iter().cloned());
+        }
+    }
+
+    fn names(node: &Node) -> impl Iterator<Item = &str> {
+        let r = node.loaded.as_ref().map(|l| &l.requirements);
+        r.into_iter().flat_map(|r| {
+            r.mandatory
+                .iter()
+                .chain(&r.conditional)
+                .chain(r.any_of.iter().flat_map(|g| &g.members))
+                .chain(r.none_of.iter().flat_map(|g| &g.members))
+                .map(|d| d.name.as_str())
+        })
+    }
+
+    fn index(&mut self, key: &PackageKey, node: &Node) {
+        for name in Self::names(node) {
+            self.named_by
+                .entry(name.to_owned())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn unindex(&mut self, key: &PackageKey, node: &Node) {
+        for name in Self::names(node) {
+            if let Some(set) = self.named_by.get_mut(name) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.named_by.remove(name);
+                }
+            }
+        }
+    }
+
+    /// Whether `key`'s dependencies lead back to it (a depth-first walk from it).
+    fn reaches_itself(&self, key: &PackageKey) -> bool {
+        let Some(start) = self.nodes.get(key) else {
+            return false;
+        };
+        let mut seen: HashSet<&PackageKey> = HashSet::new();
+        let mut stack: Vec<&PackageKey> = self.edges(start).collect();
+        while let Some(at) = stack.pop() {
+            if at == key {
+                return true;
+            }
+            if seen.insert(at)
+                && let Some(node) = self.nodes.get(at)
+            {
+                stack.extend(self.edges(node));
+            }
+        }
+        false
     }
 
     pub fn node(&self, key: &PackageKey) -> Option<&Node> {
@@ -200,6 +299,7 @@ impl Scheduler {
     pub fn set_kubernetes(&mut self, version: Version) -> bool {
         let changed = self.kubernetes.as_ref() != Some(&version);
         self.kubernetes = Some(version);
+        self.all_dirty |= changed;
         changed
     }
 
@@ -335,18 +435,46 @@ impl Scheduler {
         out
     }
 
-    /// One scheduling pass: a verdict for every loaded package that is not enabled yet and
-    /// whose verdict differs from the one last written, in [`Scheduler::order`].
-    pub fn pass(&self) -> Vec<(PackageKey, Verdict)> {
-        let cycles = self.cycles();
-        self.order()
+    /// One scheduling pass: a verdict for every loaded package that is not enabled yet, may
+    /// have changed since the last pass, and whose verdict differs from the one last written;
+    /// by order (weight) and key. Packages enabled by one pass do not depend on each other
+    /// (each one's dependencies were Running already), so this is also dependencies first.
+    pub fn pass(&mut self) -> Vec<(PackageKey, Verdict)> {
+        if self.cycles_stale {
+            let fresh = self.cycles();
+            let changed: Vec<PackageKey> = fresh
+                .keys()
+                .chain(self.cycles.keys())
+                .filter(|k| fresh.get(*k) != self.cycles.get(*k))
+                .cloned()
+                .collect();
+            self.dirty.extend(changed);
+            self.cycles = fresh;
+            self.cycles_stale = false;
+        }
+        let candidates: Vec<PackageKey> = if std::mem::take(&mut self.all_dirty) {
+            self.dirty.clear();
+            self.nodes.keys().cloned().collect()
+        } else {
+            self.dirty.drain().collect()
+        };
+        let mut ranked: Vec<(i64, PackageKey)> = candidates
             .into_iter()
             .filter_map(|key| {
+                let node = self.nodes.get(&key)?;
+                let waiting = !node.enabled
+                    && !node.removing
+                    && node.loaded.is_some()
+                    && node.phase != Phase::Failed;
+                waiting.then(|| (node.order(), key))
+            })
+            .collect();
+        ranked.sort();
+        ranked
+            .into_iter()
+            .filter_map(|(_, key)| {
                 let node = &self.nodes[&key];
-                if node.enabled || node.loaded.is_none() || node.phase == Phase::Failed {
-                    return None;
-                }
-                let verdict = self.verdict(node, cycles.get(&key));
+                let verdict = self.verdict(node, self.cycles.get(&key));
                 let unchanged = match &verdict {
                     Verdict::Enable => false,
                     Verdict::Wait(b) => {
@@ -454,9 +582,8 @@ impl Scheduler {
                 format!(" ({key})")
             };
             return Some(format!(
-                "requires {}{wanted}, which is {}{at}",
-                dep.name,
-                found.phase.as_str()
+                "requires {}{wanted}, which is not Running yet{at}",
+                dep.name
             ));
         }
         let version = found.loaded.as_ref().map(|l| &l.version)?;
@@ -585,7 +712,7 @@ mod tests {
         PackageKey::from_issued(s.into())
     }
 
-    fn verdicts(s: &Scheduler) -> Vec<(String, String)> {
+    fn verdicts(s: &mut Scheduler) -> Vec<(String, String)> {
         s.pass()
             .into_iter()
             .map(|(k, v)| {
@@ -600,7 +727,7 @@ mod tests {
 
     #[test]
     fn dependencies_come_first_then_weight_then_name() {
-        let s = sched(vec![
+        let mut s = sched(vec![
             module("b", 10, vec![], Phase::Loaded),
             module("a", 20, vec![], Phase::Loaded),
             module("top", 1, vec![dep("a", None)], Phase::Loaded),
@@ -608,28 +735,27 @@ mod tests {
         ]);
         let order: Vec<String> = s.order().into_iter().map(|k| k.into_string()).collect();
         assert_eq!(order, ["b", "c", "a", "top"]);
-        assert_eq!(
-            verdicts(&s),
-            [
-                ("b".into(), "Enable".into()),
-                ("c".into(), "Enable".into()),
-                ("a".into(), "Enable".into()),
-                (
-                    "top".into(),
-                    "Dependency: requires a, which is Pending".into()
-                ),
-            ]
-        );
+        let v = verdicts(&mut s);
+        let enabled: Vec<&str> = v
+            .iter()
+            .filter(|(_, v)| v == "Enable")
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(enabled, ["b", "c", "a"], "by weight, then name");
+        assert!(v.contains(&(
+            "top".into(),
+            "Dependency: requires a, which is not Running yet".into()
+        )));
     }
 
     #[test]
     fn a_missing_or_old_dependency_waits_and_names_it() {
-        let s = sched(vec![
+        let mut s = sched(vec![
             module("web", 0, vec![dep("db", None)], Phase::Loaded),
             module("api", 0, vec![dep("cache", Some(">=2"))], Phase::Loaded),
             module("cache", 0, vec![], Phase::Running),
         ]);
-        let v = verdicts(&s);
+        let v = verdicts(&mut s);
         assert!(v.contains(&(
             "web".into(),
             "Dependency: requires db, which is not installed".into()
@@ -642,16 +768,16 @@ mod tests {
 
     #[test]
     fn a_cycle_is_spelled_out_for_each_member() {
-        let s = sched(vec![
+        let mut s = sched(vec![
             module("a", 0, vec![dep("b", None)], Phase::Loaded),
             module("b", 0, vec![dep("c", None)], Phase::Loaded),
             module("c", 0, vec![dep("a", None)], Phase::Loaded),
             module("d", 0, vec![dep("a", None)], Phase::Loaded),
         ]);
-        let v: BTreeMap<String, String> = verdicts(&s).into_iter().collect();
+        let v: BTreeMap<String, String> = verdicts(&mut s).into_iter().collect();
         assert_eq!(v["a"], "Cycle: dependency cycle: a → b → c → a");
         assert_eq!(v["b"], "Cycle: dependency cycle: b → c → a → b");
-        assert_eq!(v["d"], "Dependency: requires a, which is Pending");
+        assert_eq!(v["d"], "Dependency: requires a, which is not Running yet");
     }
 
     #[test]
@@ -663,7 +789,7 @@ mod tests {
         p.loaded.as_mut().unwrap().requirements.platform =
             Some(Constraint(VersionConstraint::parse(">=5").unwrap()));
         let mut s = sched(vec![n.clone(), p]);
-        let v: BTreeMap<String, String> = verdicts(&s).into_iter().collect();
+        let v: BTreeMap<String, String> = verdicts(&mut s).into_iter().collect();
         assert_eq!(
             v["k"],
             "KubernetesVersion: requires Kubernetes >=99, the cluster runs 1.31.0"
@@ -686,20 +812,20 @@ mod tests {
             name: "storage".into(),
             members: vec![dep("s3", None), dep("disk", None)],
         }];
-        let s = sched(vec![n.clone()]);
-        assert!(verdicts(&s)[0].1.contains("requires one of s3, disk"));
-        let s = sched(vec![n.clone(), module("disk", 0, vec![], Phase::Running)]);
-        assert_eq!(verdicts(&s), [("x".into(), "Enable".into())]);
+        let mut s = sched(vec![n.clone()]);
+        assert!(verdicts(&mut s)[0].1.contains("requires one of s3, disk"));
+        let mut s = sched(vec![n.clone(), module("disk", 0, vec![], Phase::Running)]);
+        assert_eq!(verdicts(&mut s), [("x".into(), "Enable".into())]);
         n.loaded.as_mut().unwrap().requirements.none_of = vec![Group {
             name: "legacy".into(),
             members: vec![dep("old", None)],
         }];
-        let s = sched(vec![
+        let mut s = sched(vec![
             n,
             module("disk", 0, vec![], Phase::Running),
             module("old", 0, vec![], Phase::Loaded),
         ]);
-        let v: BTreeMap<String, String> = verdicts(&s).into_iter().collect();
+        let v: BTreeMap<String, String> = verdicts(&mut s).into_iter().collect();
         assert_eq!(
             v["x"],
             "Conflict: conflicts with old 1.2.0 (noneOf \"legacy\")"
@@ -714,10 +840,10 @@ mod tests {
         db.id = PackageId::new(Kind::App, "db", "shop").unwrap();
         let mut other = db.clone();
         other.id = PackageId::new(Kind::App, "db", "elsewhere").unwrap();
-        let s = sched(vec![app.clone(), other]);
-        assert!(verdicts(&s)[0].1.contains("not installed"));
-        let s = sched(vec![app, db]);
-        assert_eq!(verdicts(&s), [("shop.web".into(), "Enable".into())]);
+        let mut s = sched(vec![app.clone(), other]);
+        assert!(verdicts(&mut s)[0].1.contains("not installed"));
+        let mut s = sched(vec![app, db]);
+        assert_eq!(verdicts(&mut s), [("shop.web".into(), "Enable".into())]);
         assert_eq!(s.dependents(&key("shop.db")), [key("shop.web")]);
     }
 
@@ -727,6 +853,56 @@ mod tests {
         let (k, v) = s.pass().remove(0);
         s.settle(&k, &v);
         assert!(s.pass().is_empty());
+    }
+
+    /// Passes evaluate only what changed, yet see every change: a cycle closed by a later
+    /// load, broken by a removal, and a dependency reaching Running.
+    #[test]
+    fn incremental_passes_follow_every_change() {
+        let mut s = sched(vec![module("a", 0, vec![dep("b", None)], Phase::Loaded)]);
+        let settle = |s: &mut Scheduler| {
+            let out = s.pass();
+            for (k, v) in &out {
+                s.settle(k, v);
+            }
+            out.into_iter()
+                .map(|(k, v)| match v {
+                    Verdict::Enable => (k.into_string(), "Enable".to_owned()),
+                    Verdict::Wait(b) => (
+                        k.into_string(),
+                        format!("{}: {}", b.reason.as_str(), b.message),
+                    ),
+                })
+                .collect::<Vec<_>>()
+        };
+        let first = s.pass();
+        for (k, v) in &first {
+            s.settle(k, v);
+        }
+        assert!(s.pass().is_empty(), "nothing changed");
+        let b = module("b", 0, vec![dep("a", None)], Phase::Loaded);
+        s.upsert(key("b"), b.clone());
+        let mut v = s.pass();
+        v.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(v.len(), 2);
+        assert!(
+            v.iter()
+                .all(|(_, v)| matches!(v, Verdict::Wait(b) if b.reason == Reason::Cycle))
+        );
+        for (k, v) in &v {
+            s.settle(k, v);
+        }
+        s.remove(&key("b"));
+        assert_eq!(
+            settle(&mut s),
+            [(
+                "a".into(),
+                "Dependency: requires b, which is not installed".into()
+            )]
+        );
+        assert!(s.pass().is_empty(), "settled");
+        s.upsert(key("b"), module("b", 0, vec![], Phase::Running));
+        assert_eq!(settle(&mut s), [("a".into(), "Enable".into())]);
     }
 
     #[test]

@@ -708,7 +708,7 @@ mod tests {
         );
         assert_eq!(
             requirements_met(&store, "web").await.2,
-            "requires db, which is Loaded (default.db)"
+            "requires db, which is not Running yet (default.db)"
         );
         report(&store, &mut sched, "db", db, |c| {
             c.phase = Some(Phase::Running)

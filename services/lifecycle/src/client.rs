@@ -1,6 +1,8 @@
-//! How lifecycle learns the cluster's Kubernetes version: it has no cluster access of its own,
-//! so it asks the release service (`ClusterVersion`, callable by the lifecycle role only) at
-//! start and then every [`POLL`], and runs a scheduling pass when the answer changes. Until
+//! Lifecycle's calls to other services (the broker's aside: the relay drives those).
+//!
+//! The cluster's Kubernetes version: lifecycle has no cluster access of its own, so it asks
+//! the release service (`ClusterVersion`, callable by the lifecycle role only) at start and
+//! then every [`POLL`], and runs a scheduling pass when the answer changes. Until
 //! the first answer, packages with a Kubernetes requirement wait (the reason says the version
 //! is not known yet); packages without one are not held up.
 
@@ -21,7 +23,7 @@ const RETRY: Duration = Duration::from_secs(1);
 const ASK_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Polls until `shutdown`.
-pub async fn run(
+pub async fn poll_cluster_version(
     mut release: ReleasesClient<berth_telemetry::Channel>,
     service: LifecycleService,
     shutdown: CancellationToken,
