@@ -107,6 +107,20 @@ pub fn schedule(row: &mut PackageRow, verdict: &Verdict, now: &str) -> Vec<Row> 
     }
 }
 
+/// A package starting over (a new version to download and load): the scheduler forgets the
+/// last load, and its `RequirementsMet` is Unknown until the new one is loaded.
+pub fn unload(row: &mut PackageRow, now: &str) {
+    row.enabled = false;
+    row.loaded = None;
+    let mut unknown = ConditionSet::new(
+        ConditionType::RequirementsMet,
+        ConditionStatus::Unknown,
+        "NotLoaded",
+    );
+    unknown.message = "requirements are checked once the package is loaded".to_owned();
+    set_condition(&mut row.conditions, &unknown, row.generation, now);
+}
+
 /// What an Update asks for, as far as planning cares.
 pub struct NewSpec<'a> {
     pub repository: &'a str,

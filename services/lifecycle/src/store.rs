@@ -188,11 +188,9 @@ impl Store {
         .bind(phase.as_str())
         .execute(&mut *tx)
         .await?;
-        if restart {
-            sqlx::query("UPDATE packages SET loaded_version = NULL, enabled = 0 WHERE key = ?")
-                .bind(key.as_str())
-                .execute(&mut *tx)
-                .await?;
+        if restart && let Some(mut row) = fetch(&mut *tx, &key).await? {
+            flows::unload(&mut row, now);
+            write_row(&mut tx, &row).await?;
         }
         insert_outbox(&mut tx, &outbox).await?;
         rescheduled(&mut tx, &key, sched, now).await?;
@@ -727,5 +725,31 @@ mod tests {
             sched.dependents(&PackageKey::from_issued("default.db".into())),
             [PackageKey::from_issued("default.web".into())]
         );
+
+        // A new version starts over: only Download and Load, and the scheduler decides again
+        // once it is loaded.
+        let mut newer = spec("web");
+        newer.version = "2.0.0".into();
+        store
+            .update(newer.desired(), &mut sched, "t", |prev, key, g| {
+                plan(&newer, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap();
+        assert_eq!(
+            queued(&store).await,
+            [
+                "default.web Disable",
+                "default.web Download",
+                "default.web Load"
+            ]
+        );
+        let (status, reason, _) = requirements_met(&store, "web").await;
+        assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotLoaded"));
+        let key = PackageKey::from_issued("default.web".into());
+        let row = store.get(&key).await.unwrap().unwrap();
+        assert!(!row.enabled && row.loaded.is_none());
     }
 }
