@@ -292,6 +292,7 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let removed = client
         .remove(v1::RemoveRequest {
             r#ref: Some(r.clone()),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -322,6 +323,7 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let again = client
         .remove(v1::RemoveRequest {
             r#ref: Some(r.clone()),
+            ..Default::default()
         })
         .await?
         .into_inner();

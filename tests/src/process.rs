@@ -11,9 +11,15 @@ use tokio::process::{Child, Command};
 /// How long a process may take to announce itself. Generous: the machine may be busy compiling.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Path of a workspace binary, next to the test executable's `deps/` directory.
+/// Path of a workspace binary, next to the test executable's `deps/` directory (or next to a
+/// bench binary, which lives beside the others).
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
+    if let Some(beside) = exe.parent().map(|d| d.join(name))
+        && beside.exists()
+    {
+        return beside;
+    }
     let dir = exe
         .parent()
         .and_then(Path::parent)
@@ -303,6 +309,11 @@ impl SplitTopology {
     /// The hookevent service.
     pub fn hookevent(&self) -> &Proc {
         &self.others[2]
+    }
+
+    /// The OS process id of the service binary `name` (e.g. `berth-lifecycle`), while it runs.
+    pub fn pid_of(&self, name: &str) -> Option<u32> {
+        self.others.iter().find(|p| p.name == name)?.pid()
     }
 
     pub async fn stop(self) {

@@ -166,6 +166,7 @@ async fn jq_bombs(up: &AllInOne) -> anyhow::Result<()> {
         client
             .remove(v1::RemoveRequest {
                 r#ref: Some(r.clone()),
+                ..Default::default()
             })
             .await?;
         journey::wait_gone(&mut client, r).await?;
@@ -390,6 +391,7 @@ async fn big_values(up: &AllInOne) -> anyhow::Result<()> {
     client
         .remove(v1::RemoveRequest {
             r#ref: Some(r.clone()),
+            ..Default::default()
         })
         .await?;
     journey::wait_gone(&mut client, &r).await

@@ -281,6 +281,7 @@ async fn kubernetes_binding_journey(endpoint: &str, kube: kube::Client) -> anyho
     client
         .remove(v1::RemoveRequest {
             r#ref: Some(r.clone()),
+            ..Default::default()
         })
         .await?;
     journey::wait_gone(&mut client, &r).await?;
@@ -338,6 +339,7 @@ async fn refused_operations(package: &str, needles: &[&str]) -> anyhow::Result<(
         client
             .remove(v1::RemoveRequest {
                 r#ref: Some(r.clone()),
+                ..Default::default()
             })
             .await?;
         journey::wait_gone(&mut client, &r).await
@@ -391,6 +393,7 @@ async fn remove(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Res
     client
         .remove(v1::RemoveRequest {
             r#ref: Some(r.clone()),
+            ..Default::default()
         })
         .await?;
     journey::wait_gone(client, r).await
@@ -638,6 +641,7 @@ async fn after_helm_and_delete_bindings_run() -> anyhow::Result<()> {
         client
             .remove(v1::RemoveRequest {
                 r#ref: Some(r.clone()),
+                ..Default::default()
             })
             .await?;
         journey::wait_gone(&mut client, &r).await?;
@@ -689,6 +693,7 @@ async fn remove_finishes_when_delete_hooks_fail() -> anyhow::Result<()> {
         client
             .remove(v1::RemoveRequest {
                 r#ref: Some(r.clone()),
+                ..Default::default()
             })
             .await?;
         let mut warnings = Vec::new();

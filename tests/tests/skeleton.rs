@@ -132,6 +132,7 @@ async fn schedule_hooks_fire_until_removed() -> anyhow::Result<()> {
             client
                 .remove(v1::RemoveRequest {
                     r#ref: Some(r.clone()),
+                    ..Default::default()
                 })
                 .await?;
             journey::wait_gone(&mut client, &r).await
@@ -254,6 +255,7 @@ async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
         client
             .remove(v1::RemoveRequest {
                 r#ref: Some(r.clone()),
+                ..Default::default()
             })
             .await?;
         journey::wait_gone(&mut client, &r).await
@@ -336,6 +338,7 @@ async fn a_task_running_at_sigterm_is_not_run_again_after_restart() -> anyhow::R
         client
             .remove(v1::RemoveRequest {
                 r#ref: Some(r.clone()),
+                ..Default::default()
             })
             .await?;
         journey::wait_gone(&mut client, &r).await

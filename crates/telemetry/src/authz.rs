@@ -55,6 +55,10 @@ const TABLE: &[(&str, &[Role])] = &[
         &[Worker, Release, Hookevent],
     ),
     ("/berth.lifecycle.v1.Lifecycle/Report", &[Worker]),
+    (
+        "/berth.lifecycle.v1.Lifecycle/ReportClusterVersion",
+        &[Release],
+    ),
     // berth.hookevent.v1.HookEvents
     ("/berth.hookevent.v1.HookEvents/SetBindings", &[Worker]),
     ("/berth.hookevent.v1.HookEvents/RemoveBindings", &[Worker]),
@@ -79,6 +83,7 @@ const TABLE: &[(&str, &[Role])] = &[
     ("/berth.release.v1.Releases/History", &[Worker, Operator]),
     ("/berth.release.v1.Releases/Rollback", &[Operator]),
     ("/berth.release.v1.Releases/ApplyCrds", &[Worker]),
+    // Lifecycle's scheduler checks `requirements.kubernetes` against it.
 ];
 
 /// What calling `path` (`/package.Service/Method`) requires; `None` for an RPC nobody may call.

@@ -153,6 +153,9 @@ pub enum Command {
     Remove {
         #[command(flatten)]
         target: Target,
+        /// Remove it even when other packages need it (they wait until it is back).
+        #[arg(long)]
+        force: bool,
         /// Wait until the package is gone.
         #[arg(long)]
         wait: bool,

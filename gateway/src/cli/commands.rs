@@ -267,6 +267,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Remove {
             target,
+            force,
             wait,
             timeout,
         } => {
@@ -274,6 +275,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             let removed = client
                 .remove(v1::RemoveRequest {
                     r#ref: Some(package_ref(target)),
+                    force: *force,
                 })
                 .await
                 .map_err(call_error)?

@@ -18,7 +18,7 @@ pub fn package_yaml(p: &v1::Package) -> String {
     } else {
         "App"
     };
-    let doc = json!({
+    let mut doc = json!({
         "key": p.key,
         "kind": kind,
         "name": r.name,
@@ -29,6 +29,7 @@ pub fn package_yaml(p: &v1::Package) -> String {
         "generation": p.generation,
         "observedGeneration": p.observed_generation,
         "phase": p.phase,
+        "enabled": enabled(p).is_none(),
         "lastError": p.last_error,
         "conditions": p.conditions.iter().map(|c| json!({
             "type": c.r#type, "status": c.status, "reason": c.reason, "message": c.message,
@@ -41,8 +42,21 @@ pub fn package_yaml(p: &v1::Package) -> String {
             "lastRun": timestamp(&h.last_run), "lastError": h.last_error,
         })).collect::<Vec<_>>(),
     });
+    if let (Some(why), Some(fields)) = (enabled(p), doc.as_object_mut()) {
+        fields.insert("notEnabledBecause".into(), Value::String(why));
+    }
     serde_saphyr::to_string(&doc)
         .unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{doc:#}"))
+}
+
+/// Why the scheduler has not enabled the package (from its `RequirementsMet` condition);
+/// `None` when it is enabled.
+fn enabled(p: &v1::Package) -> Option<String> {
+    match p.conditions.iter().find(|c| c.r#type == "RequirementsMet") {
+        Some(c) if c.status == "True" => None,
+        Some(c) => Some(format!("{}: {}", c.reason, c.message)),
+        None => Some("NotLoaded: requirements are checked once the package is loaded".into()),
+    }
 }
 
 fn ready(p: &v1::Package) -> &str {

@@ -10,6 +10,7 @@ use crate::model::{
     Condition, ConditionSet, ConditionStatus, ConditionType, Generation, Kind, PackageId, Phase,
 };
 use crate::report::{self, Change, Report};
+use crate::scheduler::{self, Constraint, LoadedSpec};
 use crate::store::PackageRow;
 use crate::update::{MAX_REPOSITORY_LEN, MAX_SETTINGS_BYTES, MAX_VERSION_LEN, UpdateSpec};
 
@@ -184,6 +185,7 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
                     .map(|h| (h.name.clone(), h.bindings.clone()))
                     .collect(),
             );
+            c.loaded = Some(loaded_spec(l)?);
         }
         Rpt::Values(v) => values(&mut c, v, "values")?,
         Rpt::SettingsApplied(s) => {
@@ -231,6 +233,55 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
         ));
     }
     Ok(Report::Change(Box::new(c)))
+}
+
+/// What the scheduler needs from a Loaded report; the error names the field.
+fn loaded_spec(l: &pb::Loaded) -> Result<LoadedSpec, String> {
+    let version = berth_package::parse_version(&l.version)
+        .map_err(|e| format!("loaded.version: {:?}: {e}", l.version))?;
+    let r = l.requirements.clone().unwrap_or_default();
+    let constraint = |text: &str, field: &str| -> Result<Option<Constraint>, String> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        berth_package::VersionConstraint::parse(text)
+            .map(|c| Some(Constraint(c)))
+            .map_err(|e| format!("loaded.requirements.{field}: {e}"))
+    };
+    let deps =
+        |list: &[pb::Dependency], field: &str| -> Result<Vec<scheduler::Dependency>, String> {
+            list.iter()
+                .map(|d| {
+                    Ok(scheduler::Dependency {
+                        name: d.name.clone(),
+                        constraint: constraint(&d.constraint, field)?,
+                    })
+                })
+                .collect()
+        };
+    let groups =
+        |list: &[pb::DependencyGroup], field: &str| -> Result<Vec<scheduler::Group>, String> {
+            list.iter()
+                .map(|g| {
+                    Ok(scheduler::Group {
+                        name: g.name.clone(),
+                        members: deps(&g.members, field)?,
+                    })
+                })
+                .collect()
+        };
+    Ok(LoadedSpec {
+        version,
+        weight: l.weight,
+        requirements: scheduler::Requirements {
+            kubernetes: constraint(&r.kubernetes, "kubernetes")?,
+            platform: constraint(&r.platform, "platform")?,
+            mandatory: deps(&r.mandatory, "mandatory")?,
+            conditional: deps(&r.conditional, "conditional")?,
+            any_of: groups(&r.any_of, "any_of")?,
+            none_of: groups(&r.none_of, "none_of")?,
+        },
+    })
 }
 
 fn values(c: &mut Change, v: &pb::Values, field: &str) -> Result<(), String> {

@@ -6,12 +6,16 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::Condition;
+use crate::model::{Condition, ConditionType, PackageKey};
+use crate::scheduler::Scheduler;
 use crate::store::{HookState, PackageRow};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct DumpDoc<'a> {
+    /// On the first page only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduler: Option<&'a SchedulerDoc>,
     packages: Vec<PackageDoc<'a>>,
     queues: Vec<QueueDoc>,
     /// Why `queues` (and each package's `queues`) is empty because the broker did not answer;
@@ -40,6 +44,71 @@ struct PackageDoc<'a> {
     values: &'a Value,
     hooks: &'a [HookState],
     queues: BTreeMap<String, i32>,
+    scheduler: PackageScheduling<'a>,
+}
+
+/// Whether the scheduler enabled the package, and why not.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PackageScheduling<'a> {
+    enabled: bool,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reason: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    message: &'a str,
+}
+
+impl<'a> PackageScheduling<'a> {
+    fn of(row: &'a PackageRow) -> Self {
+        let waiting = |reason, message| PackageScheduling {
+            enabled: false,
+            reason,
+            message,
+        };
+        if row.enabled {
+            return PackageScheduling {
+                enabled: true,
+                reason: "",
+                message: "",
+            };
+        }
+        if row.loaded.is_none() {
+            return waiting(
+                "NotLoaded",
+                "requirements are checked once the package is loaded",
+            );
+        }
+        match row
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::RequirementsMet.as_str() && c.status == "False")
+        {
+            Some(c) => waiting(&c.reason, &c.message),
+            None => waiting("", ""),
+        }
+    }
+}
+
+/// The scheduler as a whole: the versions it checks requirements against and the order it
+/// enables packages in (dependencies first, then weight, then key).
+#[derive(Serialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulerDoc {
+    /// Absent while lifecycle has not learned it from the release service yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    pub platform_version: String,
+    pub order: Vec<String>,
+}
+
+impl SchedulerDoc {
+    pub fn of(s: &Scheduler) -> SchedulerDoc {
+        SchedulerDoc {
+            kubernetes_version: s.kubernetes().map(ToString::to_string),
+            platform_version: s.platform().to_string(),
+            order: s.order().into_iter().map(PackageKey::into_string).collect(),
+        }
+    }
 }
 
 /// A queue as the broker reports it.
@@ -64,7 +133,7 @@ pub fn render(
     queues: &[QueueDoc],
     broker_error: Option<&str>,
 ) -> Result<String, String> {
-    render_with_queues(rows, queues, queues, broker_error)
+    render_with_queues(rows, queues, queues, broker_error, None)
 }
 
 /// [`render`] for one page: each package shows its own queues from `queues`, and the
@@ -74,6 +143,7 @@ pub fn render_with_queues(
     queues: &[QueueDoc],
     listed: &[QueueDoc],
     broker_error: Option<&str>,
+    scheduler: Option<&SchedulerDoc>,
 ) -> Result<String, String> {
     let packages = rows
         .iter()
@@ -98,9 +168,11 @@ pub fn render_with_queues(
                 .filter(|q| q.name == r.key.as_str() || q.name.starts_with(&format!("{}/", r.key)))
                 .map(|q| (q.name.clone(), q.length))
                 .collect(),
+            scheduler: PackageScheduling::of(r),
         })
         .collect();
     let doc = DumpDoc {
+        scheduler,
         packages,
         queues: listed.to_vec(),
         queues_unavailable: broker_error,

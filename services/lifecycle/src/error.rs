@@ -12,6 +12,9 @@ pub enum LifecycleError {
     InvalidArgument(String),
     #[error("package {0} not found")]
     NotFound(PackageKey),
+    /// The request cannot be done in the current state (a Remove of a package others need).
+    #[error("{0}")]
+    FailedPrecondition(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Lifecycle's own data cannot be used (a stored schema that no longer compiles, a Dump
@@ -27,6 +30,7 @@ impl From<LifecycleError> for Status {
         match &e {
             LifecycleError::InvalidArgument(_) => Status::invalid_argument(message),
             LifecycleError::NotFound(_) => Status::not_found(message),
+            LifecycleError::FailedPrecondition(_) => Status::failed_precondition(message),
             LifecycleError::Store(_) => {
                 tracing::error!(error = %e, "lifecycle store failed");
                 Status::internal(message)

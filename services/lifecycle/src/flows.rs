@@ -4,8 +4,11 @@
 use berth_proto::tasks::TaskKind;
 use serde_json::{Value, json};
 
-use crate::model::{Generation, PackageKey, Phase};
+use crate::model::{
+    ConditionSet, ConditionStatus, ConditionType, Generation, PackageKey, Phase, set_condition,
+};
 use crate::outbox::{Op, QueuedTask, Row};
+use crate::scheduler::Verdict;
 use crate::store::PackageRow;
 
 /// Drop the package's queued tasks older than `generation` and cancel its running ones.
@@ -39,10 +42,12 @@ fn tasks(key: &PackageKey, generation: Generation, kinds: &[TaskKind]) -> Vec<Ro
 
 /// The tasks of an Update, given the previous state (None for a new package).
 ///
-/// - new package: Download → Load → ApplySettings → Startup → Run;
+/// - new package: Download → Load; the scheduler enqueues the rest (ApplySettings → Startup →
+///   Run) once the package's requirements hold (see [`schedule`]);
 /// - version, package or repository change, or a package still being removed: Disable (the
 ///   release is kept, so workloads keep running) → the same chain;
-/// - settings change only: ApplySettings → Run.
+/// - settings change only: ApplySettings → Run when the package is enabled; nothing when it
+///   still waits for its requirements (its settings are read when it is enabled).
 ///
 /// Returns the tasks and whether the package starts over (its phase goes back to Pending).
 pub fn update(
@@ -53,14 +58,7 @@ pub fn update(
 ) -> (bool, Vec<Row>) {
     use TaskKind::*;
     match previous {
-        None => (
-            true,
-            tasks(
-                key,
-                generation,
-                &[Download, Load, ApplySettings, Startup, Run],
-            ),
-        ),
+        None => (true, tasks(key, generation, &[Download, Load])),
         Some(prev)
             if prev.removing
                 || prev.version != new.version
@@ -71,17 +69,56 @@ pub fn update(
                 || prev.settings_schema.is_none()
                 || prev.phase == Phase::Failed =>
         {
-            (
-                true,
-                tasks(
-                    key,
-                    generation,
-                    &[Disable, Download, Load, ApplySettings, Startup, Run],
-                ),
-            )
+            (true, tasks(key, generation, &[Disable, Download, Load]))
         }
-        Some(_) => (false, tasks(key, generation, &[ApplySettings, Run])),
+        Some(prev) if prev.enabled => (false, tasks(key, generation, &[ApplySettings, Run])),
+        Some(_) => (false, tasks(key, generation, &[])),
     }
+}
+
+/// What a scheduler verdict changes on the package: enabled, it gets `RequirementsMet=True`
+/// and the tasks after Load (ApplySettings → Startup → Run) for its generation; waiting, it
+/// goes (back) to Pending with `RequirementsMet=False` naming the unmet requirement.
+pub fn schedule(row: &mut PackageRow, verdict: &Verdict, now: &str) -> Vec<Row> {
+    use TaskKind::*;
+    match verdict {
+        Verdict::Enable => {
+            row.enabled = true;
+            let mut met =
+                ConditionSet::new(ConditionType::RequirementsMet, ConditionStatus::True, "Met");
+            met.message = "every requirement holds".to_owned();
+            set_condition(&mut row.conditions, &met, row.generation, now);
+            [ApplySettings, Startup, Run]
+                .iter()
+                .map(|k| task(&row.key, row.generation, *k, json!({})))
+                .collect()
+        }
+        Verdict::Wait(blocked) => {
+            row.phase = Phase::Pending;
+            let mut unmet = ConditionSet::new(
+                ConditionType::RequirementsMet,
+                ConditionStatus::False,
+                blocked.reason.as_str(),
+            );
+            unmet.message = blocked.message.clone();
+            set_condition(&mut row.conditions, &unmet, row.generation, now);
+            vec![]
+        }
+    }
+}
+
+/// A package starting over (a new version to download and load): the scheduler forgets the
+/// last load, and its `RequirementsMet` is Unknown until the new one is loaded.
+pub fn unload(row: &mut PackageRow, now: &str) {
+    row.enabled = false;
+    row.loaded = None;
+    let mut unknown = ConditionSet::new(
+        ConditionType::RequirementsMet,
+        ConditionStatus::Unknown,
+        "NotLoaded",
+    );
+    unknown.message = "requirements are checked once the package is loaded".to_owned();
+    set_condition(&mut row.conditions, &unknown, row.generation, now);
 }
 
 /// What an Update asks for, as far as planning cares.
@@ -142,6 +179,8 @@ mod tests {
             hooks: vec![],
             last_error: String::new(),
             removing,
+            enabled: loaded,
+            loaded: None,
         }
     }
 
@@ -164,17 +203,7 @@ mod tests {
     fn a_new_package_installs_from_scratch() {
         let (restart, out) = update(None, &key(), g(1), &NEW);
         assert!(restart);
-        assert_eq!(
-            kinds(&out),
-            [
-                "Supersede",
-                "Download",
-                "Load",
-                "ApplySettings",
-                "Startup",
-                "Run"
-            ]
-        );
+        assert_eq!(kinds(&out), ["Supersede", "Download", "Load"]);
     }
 
     #[test]
@@ -192,18 +221,39 @@ mod tests {
     #[test]
     fn a_version_change_disables_first() {
         let (_, out) = update(Some(&row("0.9.0", true, false)), &key(), g(2), &NEW);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load"]);
+    }
+
+    #[test]
+    fn a_settings_change_of_a_waiting_package_enqueues_nothing() {
+        let mut waiting = row("1.0.0", true, false);
+        waiting.enabled = false;
+        let (restart, out) = update(Some(&waiting), &key(), g(2), &NEW);
+        assert!(!restart);
+        assert_eq!(kinds(&out), ["Supersede"]);
+    }
+
+    #[test]
+    fn enabling_enqueues_the_rest_of_the_chain_and_waiting_names_why() {
+        let mut r = row("1.0.0", true, false);
+        r.enabled = false;
+        r.phase = Phase::Loaded;
+        let blocked = crate::scheduler::Blocked {
+            reason: crate::scheduler::Reason::Dependency,
+            message: "requires db, which is not installed".into(),
+        };
+        assert!(schedule(&mut r, &Verdict::Wait(blocked), "t").is_empty());
+        assert_eq!(r.phase, Phase::Pending);
+        let c = &r.conditions[0];
         assert_eq!(
-            kinds(&out),
-            [
-                "Supersede",
-                "Disable",
-                "Download",
-                "Load",
-                "ApplySettings",
-                "Startup",
-                "Run"
-            ]
+            (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+            ("RequirementsMet", "False", "Dependency")
         );
+        assert_eq!(c.message, "requires db, which is not installed");
+        let out = schedule(&mut r, &Verdict::Enable, "t");
+        assert!(r.enabled);
+        assert_eq!(kinds(&out), ["ApplySettings", "Startup", "Run"]);
+        assert_eq!(r.conditions[0].status, "True");
     }
 
     #[test]

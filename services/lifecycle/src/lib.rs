@@ -11,6 +11,7 @@ mod model;
 mod outbox;
 mod relay;
 mod report;
+mod scheduler;
 mod service;
 mod store;
 mod update;
@@ -76,7 +77,10 @@ pub async fn run(
             shutdown.clone(),
         ),
     );
-    let service = LifecycleService::new(store, broker, wake);
+    let version = berth_package::parse_version(env!("CARGO_PKG_VERSION"))
+        .expect("the crate's version is semver");
+    let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
+    let service = LifecycleService::new(store, broker, wake, scheduler);
     let router = berth_telemetry::grpc_server(tls)?.add_service(
         LifecycleServer::new(service)
             .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use crate::model::{ConditionSet, Generation, Phase, set_condition};
+use crate::scheduler::LoadedSpec;
 use crate::store::{HookState, PackageRow};
 use crate::{flows, outbox};
 
@@ -23,6 +24,8 @@ pub struct Change {
     pub phase: Option<Phase>,
     pub conditions: Vec<ConditionSet>,
     pub settings_schema: Option<Option<Value>>,
+    /// A Load: what the scheduler needs of the package.
+    pub loaded: Option<LoadedSpec>,
     pub hooks: Option<Vec<(String, Vec<String>)>>,
     pub values: Option<Value>,
     pub patch: Vec<Value>,
@@ -51,6 +54,7 @@ impl Change {
             phase: None,
             conditions: vec![],
             settings_schema: None,
+            loaded: None,
             hooks: None,
             values: None,
             patch: vec![],
@@ -75,6 +79,9 @@ impl Change {
         if let Some(schema) = self.settings_schema {
             row.settings_schema = Some(schema);
             row.schema_version = Some(row.version.clone());
+        }
+        if let Some(loaded) = self.loaded {
+            row.loaded = Some(loaded);
         }
         if let Some(hooks) = self.hooks {
             row.hooks = hooks

@@ -6,12 +6,15 @@ use std::sync::Arc;
 
 use berth_proto::json;
 use berth_proto::lifecycle::lifecycle_server::Lifecycle;
-use berth_proto::lifecycle::{GetSpecRequest, ReportRequest, ReportResponse, Spec};
+use berth_proto::lifecycle::{
+    ClusterVersionReport, ClusterVersionReportResponse, GetSpecRequest, ReportRequest,
+    ReportResponse, Spec,
+};
 use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::v1;
 use futures::Stream;
 use serde_json::Value;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::{Mutex, Notify, broadcast};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
@@ -20,6 +23,7 @@ use crate::error::LifecycleError;
 use crate::flows;
 use crate::model::{Generation, PackageKey, Phase};
 use crate::report;
+use crate::scheduler::Scheduler;
 use crate::store::Store;
 use crate::update::{self, NotPlanned};
 
@@ -36,12 +40,23 @@ const MAX_PAGE_TOKEN: usize = 512;
 /// behind is resynchronised from the store instead of holding memory.
 const WATCH_CHANNEL: usize = 256;
 
+/// The scheduler's index, shared by the service and the cluster-version poller. A tokio mutex
+/// held across each write transaction: every write of package state goes through it, so the
+/// index and the store change together (SQLite serialises the writers anyway).
+pub type SharedScheduler = Arc<Mutex<Scheduler>>;
+
 #[derive(Clone)]
 pub struct LifecycleService {
     store: Store,
     broker: BrokerClient<berth_telemetry::Channel>,
     outbox_wake: Arc<Notify>,
     changes: broadcast::Sender<PackageKey>,
+    scheduler: SharedScheduler,
+}
+
+/// Now, as conditions record it.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 impl LifecycleService {
@@ -49,6 +64,7 @@ impl LifecycleService {
         store: Store,
         broker: BrokerClient<berth_telemetry::Channel>,
         outbox_wake: Arc<Notify>,
+        scheduler: SharedScheduler,
     ) -> Self {
         let (changes, _) = broadcast::channel(WATCH_CHANNEL);
         LifecycleService {
@@ -56,12 +72,54 @@ impl LifecycleService {
             broker,
             outbox_wake,
             changes,
+            scheduler,
         }
     }
 
     fn changed(&self, key: &PackageKey) {
         // No receivers is fine: nobody is watching.
         let _ = self.changes.send(key.clone());
+    }
+
+    /// Records the cluster's Kubernetes version; when it changed, a scheduling pass runs.
+    pub async fn cluster_version(&self, version: semver::Version) {
+        let mut sched = self.scheduler.lock().await;
+        if !sched.set_kubernetes(version.clone()) {
+            return;
+        }
+        tracing::info!(kubernetes.version = %version, "cluster version changed; rescheduling");
+        let passed = self.store.reschedule(&mut sched, &now()).await;
+        self.settled(&mut sched, &passed).await;
+        if let Err(e) = passed {
+            tracing::error!(error = %e, "scheduling pass failed");
+        }
+        self.outbox_wake.notify_one();
+    }
+
+    /// After a write: tells watchers about the packages its scheduling pass changed, or, when
+    /// the write failed (perhaps half-way through a pass), rebuilds the scheduler's index from
+    /// the store so it matches what was committed.
+    async fn settled<T>(
+        &self,
+        sched: &mut Scheduler,
+        written: &Result<T, crate::store::StoreError>,
+    ) {
+        let settled = sched.take_settled();
+        if written.is_ok() {
+            for key in &settled {
+                self.changed(key);
+            }
+            return;
+        }
+        match self.store.scheduler(sched.platform().clone()).await {
+            Ok(mut fresh) => {
+                if let Some(v) = sched.kubernetes() {
+                    fresh.set_kubernetes(v.clone());
+                }
+                *sched = fresh;
+            }
+            Err(e) => tracing::error!(error = %e, "rebuilding the scheduler's index failed"),
+        }
     }
 
     async fn load(&self, r: Option<&v1::PackageRef>) -> Result<crate::store::PackageRow, Status> {
@@ -123,12 +181,19 @@ impl Lifecycle for LifecycleService {
         let spec = convert::update_spec(req.get_ref())?;
         let key = spec.id.key();
         tracing::Span::current().record("package.key", key.as_str());
+        let mut sched = self.scheduler.lock().await;
         let planned = self
             .store
-            .update(spec.desired(), |previous, key, generation| {
-                update::plan(&spec, previous, key, generation)
-            })
-            .await?;
+            .update(
+                spec.desired(),
+                &mut sched,
+                &now(),
+                |previous, key, generation| update::plan(&spec, previous, key, generation),
+            )
+            .await;
+        self.settled(&mut sched, &planned).await;
+        drop(sched);
+        let planned = planned?;
         let outcome = match planned {
             Ok(outcome) => outcome,
             Err(NotPlanned::Refused(error)) => return Err(error.into()),
@@ -155,12 +220,30 @@ impl Lifecycle for LifecycleService {
         req: Request<v1::RemoveRequest>,
     ) -> Result<Response<v1::RemoveResponse>, Status> {
         let id = convert::package_id(req.get_ref().r#ref.as_ref())?;
+        let force = req.get_ref().force;
         let key = id.key();
         tracing::Span::current().record("package.key", key.as_str());
-        let generation = self
+        let mut sched = self.scheduler.lock().await;
+        let dependents = sched.dependents(&key);
+        let removed = self
             .store
-            .remove(&key, |_, g| flows::remove(&key, g))
-            .await?;
+            .remove(&key, &mut sched, &now(), |_, g| {
+                if dependents.is_empty() || force {
+                    return Ok(flows::remove(&key, g));
+                }
+                let names: Vec<&str> = dependents.iter().map(PackageKey::as_str).collect();
+                Err(LifecycleError::FailedPrecondition(format!(
+                    "{key} is a mandatory dependency of {}; remove them first, or remove with force",
+                    names.join(", ")
+                )))
+            })
+            .await;
+        self.settled(&mut sched, &removed).await;
+        drop(sched);
+        let generation = removed??;
+        if force && !dependents.is_empty() {
+            tracing::warn!(package.key = %key, dependents = ?dependents, "forced removal of a mandatory dependency");
+        }
         self.outbox_wake.notify_one();
         self.changed(&key);
         Ok(Response::new(v1::RemoveResponse {
@@ -213,8 +296,18 @@ impl Lifecycle for LifecycleService {
         };
         // Every queue is listed on the first page; each package lists its own queues on its page.
         let all_queues = if first_page { queues.as_slice() } else { &[] };
-        let yaml = dump::render_with_queues(&rows, &queues, all_queues, broker_error.as_deref())
-            .map_err(LifecycleError::Internal)?;
+        let scheduler = match first_page {
+            true => Some(dump::SchedulerDoc::of(&*self.scheduler.lock().await)),
+            false => None,
+        };
+        let yaml = dump::render_with_queues(
+            &rows,
+            &queues,
+            all_queues,
+            broker_error.as_deref(),
+            scheduler.as_ref(),
+        )
+        .map_err(LifecycleError::Internal)?;
         Ok(Response::new(v1::DumpResponse {
             yaml,
             next_page_token,
@@ -350,7 +443,26 @@ impl Lifecycle for LifecycleService {
             values_patch_json: Value::Array(row.values_patch.clone()).to_string(),
             present: !row.removing,
             failed: row.phase == Phase::Failed,
+            enabled: row.enabled,
         }))
+    }
+
+    /// The release service reports the cluster's version (at its start and every 30 s);
+    /// a change runs a scheduling pass.
+    #[tracing::instrument(skip_all, fields(git_version = %req.get_ref().git_version))]
+    async fn report_cluster_version(
+        &self,
+        req: Request<ClusterVersionReport>,
+    ) -> Result<Response<ClusterVersionReportResponse>, Status> {
+        let text = req.into_inner().git_version;
+        let version = crate::scheduler::kubernetes_version(&text).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "git_version: {:?} is not a Kubernetes version (vMAJOR.MINOR.PATCH)",
+                text.chars().take(64).collect::<String>()
+            ))
+        })?;
+        self.cluster_version(version).await;
+        Ok(Response::new(ClusterVersionReportResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().key, generation = req.get_ref().generation))]
@@ -362,15 +474,25 @@ impl Lifecycle for LifecycleService {
         let report = convert::report(&req).map_err(LifecycleError::InvalidArgument)?;
         let key = PackageKey::from_issued(req.key);
         let generation = Generation::new(req.generation);
+        let now = now();
+        let mut sched = self.scheduler.lock().await;
         let accepted = match report {
-            report::Report::Removed => self.store.delete_if(&key, generation).await?,
-            report::Report::Change(change) => {
-                let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            report::Report::Removed => {
                 self.store
-                    .modify(&key, generation, |row| change.apply(row, &now))
-                    .await?
+                    .delete_if(&key, generation, &mut sched, &now)
+                    .await
+            }
+            report::Report::Change(change) => {
+                self.store
+                    .modify(&key, generation, &mut sched, &now, |row| {
+                        change.apply(row, &now)
+                    })
+                    .await
             }
         };
+        self.settled(&mut sched, &accepted).await;
+        drop(sched);
+        let accepted = accepted?;
         if accepted {
             self.outbox_wake.notify_one();
             self.changed(&key);

@@ -5,8 +5,9 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
-use crate::model::{Condition, Generation, Kind, PackageId, PackageKey, Phase};
-use crate::outbox;
+use crate::model::{Condition, ConditionType, Generation, Kind, PackageId, PackageKey, Phase};
+use crate::scheduler::{self, Blocked, LoadedSpec, Node, Reason, Scheduler};
+use crate::{flows, outbox};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -45,6 +46,49 @@ pub struct PackageRow {
     pub hooks: Vec<HookState>,
     pub last_error: String,
     pub removing: bool,
+    /// The scheduler enabled this load of the package (the tasks after Load were enqueued).
+    pub enabled: bool,
+    /// What the scheduler needs of the loaded package; `None` until this version is loaded.
+    pub loaded: Option<LoadedSpec>,
+}
+
+impl PackageRow {
+    /// The package as the scheduler sees it.
+    pub fn node(&self) -> Node {
+        Node {
+            id: self.id.clone(),
+            generation: self.generation,
+            phase: self.phase,
+            removing: self.removing,
+            enabled: self.enabled,
+            loaded: self.loaded.clone(),
+            blocked: self.blocked(),
+        }
+    }
+
+    /// Why the scheduler last said this generation waits (its `RequirementsMet=False`).
+    pub fn blocked(&self) -> Option<Blocked> {
+        let c = self
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::RequirementsMet.as_str())?;
+        if c.status != "False" || c.observed_generation != self.generation.get() {
+            return None;
+        }
+        Some(Blocked {
+            reason: Reason::parse(&c.reason)?,
+            message: c.message.clone(),
+        })
+    }
+}
+
+/// What an Update's plan decided, written with the new spec.
+pub struct Planned {
+    pub phase: Phase,
+    pub outbox: Vec<outbox::Row>,
+    /// The package starts over (a new version is downloaded and loaded): the scheduler forgets
+    /// what the last load told it, and enables the new one when its requirements hold.
+    pub restart: bool,
 }
 
 /// A hook as Dump shows it.
@@ -107,17 +151,19 @@ impl Store {
     pub async fn update<E>(
         &self,
         spec: DesiredSpec,
-        plan: impl FnOnce(
-            Option<&PackageRow>,
-            &PackageKey,
-            Generation,
-        ) -> Result<(Phase, Vec<outbox::Row>), E>,
+        sched: &mut Scheduler,
+        now: &str,
+        plan: impl FnOnce(Option<&PackageRow>, &PackageKey, Generation) -> Result<Planned, E>,
     ) -> Result<Result<UpdateOutcome, E>, StoreError> {
         let key = spec.id.key();
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let previous = fetch(&mut *tx, &key).await?;
         let generation = next_generation(&mut tx, &key).await?;
-        let (phase, outbox) = match plan(previous.as_ref(), &key, generation) {
+        let Planned {
+            phase,
+            outbox,
+            restart,
+        } = match plan(previous.as_ref(), &key, generation) {
             Ok(planned) => planned,
             // Dropping the transaction rolls it back, generation counter included.
             Err(refused) => return Ok(Err(refused)),
@@ -142,7 +188,12 @@ impl Store {
         .bind(phase.as_str())
         .execute(&mut *tx)
         .await?;
+        if restart && let Some(mut row) = fetch(&mut *tx, &key).await? {
+            flows::unload(&mut row, now);
+            write_row(&mut tx, &row).await?;
+        }
         insert_outbox(&mut tx, &outbox).await?;
+        rescheduled(&mut tx, &key, sched, now).await?;
         tx.commit().await?;
         Ok(Ok(UpdateOutcome {
             key,
@@ -153,17 +204,25 @@ impl Store {
 
     /// Marks a package as being removed under a new generation, with its outbox rows. `None` when
     /// there is no such package.
-    pub async fn remove(
+    ///
+    /// `plan` may refuse (the package has dependents): then nothing is written and its error
+    /// is returned as the inner `Err`.
+    pub async fn remove<E>(
         &self,
         key: &PackageKey,
-        plan: impl FnOnce(&PackageRow, Generation) -> Vec<outbox::Row>,
-    ) -> Result<Option<Generation>, StoreError> {
+        sched: &mut Scheduler,
+        now: &str,
+        plan: impl FnOnce(&PackageRow, Generation) -> Result<Vec<outbox::Row>, E>,
+    ) -> Result<Result<Option<Generation>, E>, StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let Some(row) = fetch(&mut *tx, key).await? else {
-            return Ok(None);
+            return Ok(Ok(None));
         };
         let generation = next_generation(&mut tx, key).await?;
-        let outbox = plan(&row, generation);
+        let outbox = match plan(&row, generation) {
+            Ok(outbox) => outbox,
+            Err(refused) => return Ok(Err(refused)),
+        };
         sqlx::query("UPDATE packages SET generation = ?, phase = ?, removing = 1, last_error = '' WHERE key = ?")
             .bind(generation.get())
             .bind(Phase::Removing.as_str())
@@ -171,8 +230,9 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         insert_outbox(&mut tx, &outbox).await?;
+        rescheduled(&mut tx, key, sched, now).await?;
         tx.commit().await?;
-        Ok(Some(generation))
+        Ok(Ok(Some(generation)))
     }
 
     pub async fn get(&self, key: &PackageKey) -> Result<Option<PackageRow>, StoreError> {
@@ -202,12 +262,15 @@ impl Store {
     }
 
     /// Applies `change` to the stored row if its generation is still `generation`, writing the
-    /// outbox rows it returns in the same transaction. Returns false when the row is gone or
-    /// newer (a stale report).
+    /// outbox rows it returns in the same transaction. When the change matters to the
+    /// scheduler (a new phase, a load), a scheduling pass runs in the same transaction too.
+    /// Returns false when the row is gone or newer (a stale report).
     pub async fn modify(
         &self,
         key: &PackageKey,
         generation: Generation,
+        sched: &mut Scheduler,
+        now: &str,
         change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row>,
     ) -> Result<bool, StoreError> {
         let mut tx = berth_telemetry::begin_write(&self.pool).await?;
@@ -217,31 +280,34 @@ impl Store {
         if row.generation != generation {
             return Ok(false);
         }
+        let (phase, loaded) = (row.phase, row.loaded.clone());
         let outbox = change(&mut row);
-        let schema = row.settings_schema.as_ref().map(|s| {
-            s.as_ref()
-                .map(Value::to_string)
-                .unwrap_or_else(|| "null".to_owned())
-        });
-        sqlx::query(
-            "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
-               settings_schema = ?, schema_version = ?, hooks = ?, last_error = ? WHERE key = ?",
-        )
-        .bind(row.phase.as_str())
-        .bind(row.observed_generation.get())
-        .bind(serde_json::to_string(&row.conditions).unwrap_or_default())
-        .bind(row.values.to_string())
-        .bind(Value::Array(row.values_patch.clone()).to_string())
-        .bind(schema)
-        .bind(&row.schema_version)
-        .bind(serde_json::to_string(&row.hooks).unwrap_or_default())
-        .bind(&row.last_error)
-        .bind(key.as_str())
-        .execute(&mut *tx)
-        .await?;
+        write_row(&mut tx, &row).await?;
         insert_outbox(&mut tx, &outbox).await?;
+        if row.phase != phase || row.loaded != loaded {
+            sched.upsert(key.clone(), row.node());
+            apply_pass(&mut tx, sched, now).await?;
+        }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Runs a scheduling pass (the cluster's version changed) and writes what it decided.
+    pub async fn reschedule(&self, sched: &mut Scheduler, now: &str) -> Result<(), StoreError> {
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
+        apply_pass(&mut tx, sched, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The scheduler's index, rebuilt from every stored package (at start, and after a write
+    /// failed half-way through a pass).
+    pub async fn scheduler(&self, platform: semver::Version) -> Result<Scheduler, StoreError> {
+        let mut sched = Scheduler::new(platform);
+        for row in self.list().await? {
+            sched.upsert(row.key.clone(), row.node());
+        }
+        Ok(sched)
     }
 
     /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
@@ -250,14 +316,23 @@ impl Store {
         &self,
         key: &PackageKey,
         generation: Generation,
+        sched: &mut Scheduler,
+        now: &str,
     ) -> Result<bool, StoreError> {
+        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
         let done =
             sqlx::query("DELETE FROM packages WHERE key = ? AND generation = ? AND removing = 1")
                 .bind(key.as_str())
                 .bind(generation.get())
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sched.remove(key);
+        apply_pass(&mut tx, sched, now).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// The oldest undelivered outbox rows, as stored (id, body); the relay decodes them.
@@ -286,6 +361,85 @@ impl Store {
             .await?;
         Ok(())
     }
+}
+
+/// Refreshes `key`'s node from its row as written so far, then runs a pass.
+async fn rescheduled(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    key: &PackageKey,
+    sched: &mut Scheduler,
+    now: &str,
+) -> Result<(), StoreError> {
+    match fetch(&mut **tx, key).await? {
+        Some(row) => sched.upsert(key.clone(), row.node()),
+        None => sched.remove(key),
+    }
+    apply_pass(tx, sched, now).await
+}
+
+/// One scheduling pass: each package whose verdict changed gets its condition, phase and (once
+/// enabled) its remaining tasks, in the pass's order. Only the packages whose verdict changed
+/// are read and written.
+async fn apply_pass(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    sched: &mut Scheduler,
+    now: &str,
+) -> Result<(), StoreError> {
+    for (key, verdict) in sched.pass() {
+        let Some(mut row) = fetch(&mut **tx, &key).await? else {
+            continue;
+        };
+        let outbox = flows::schedule(&mut row, &verdict, now);
+        write_row(tx, &row).await?;
+        insert_outbox(tx, &outbox).await?;
+        sched.settle(&key, &verdict);
+        if let scheduler::Verdict::Enable = verdict {
+            tracing::info!(package.key = %key, "requirements met: package enabled");
+        }
+    }
+    Ok(())
+}
+
+/// Writes every column a report or the scheduler may change.
+async fn write_row(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    row: &PackageRow,
+) -> Result<(), StoreError> {
+    let schema = row.settings_schema.as_ref().map(|s| {
+        s.as_ref()
+            .map(Value::to_string)
+            .unwrap_or_else(|| "null".to_owned())
+    });
+    let (loaded_version, weight, requirements) = match &row.loaded {
+        Some(l) => (
+            Some(l.version.to_string()),
+            l.weight,
+            serde_json::to_string(&l.requirements).unwrap_or_default(),
+        ),
+        None => (None, 0, "{}".to_owned()),
+    };
+    sqlx::query(
+        "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
+           settings_schema = ?, schema_version = ?, hooks = ?, last_error = ?, enabled = ?,
+           loaded_version = ?, weight = ?, requirements = ? WHERE key = ?",
+    )
+    .bind(row.phase.as_str())
+    .bind(row.observed_generation.get())
+    .bind(serde_json::to_string(&row.conditions).unwrap_or_default())
+    .bind(row.values.to_string())
+    .bind(Value::Array(row.values_patch.clone()).to_string())
+    .bind(schema)
+    .bind(&row.schema_version)
+    .bind(serde_json::to_string(&row.hooks).unwrap_or_default())
+    .bind(&row.last_error)
+    .bind(i64::from(row.enabled))
+    .bind(loaded_version)
+    .bind(weight)
+    .bind(requirements)
+    .bind(row.key.as_str())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 async fn next_generation(
@@ -353,6 +507,17 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
             Some(if v.is_null() { None } else { Some(v) })
         }
     };
+    let loaded_version: Option<String> = r.get("loaded_version");
+    let loaded = match loaded_version {
+        None => None,
+        Some(text) => Some(LoadedSpec {
+            version: berth_package::parse_version(&text)
+                .map_err(|e| corrupt("loaded_version", e.to_string()))?,
+            weight: r.get("weight"),
+            requirements: serde_json::from_value(json("requirements")?)
+                .map_err(|e| corrupt("requirements", e.to_string()))?,
+        }),
+    };
     let values_patch = match json("values_patch")? {
         Value::Array(ops) => ops,
         _ => return Err(corrupt("values_patch", "not an array".into())),
@@ -380,6 +545,211 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
             .map_err(|e| corrupt("hooks", e.to_string()))?,
         last_error: r.get("last_error"),
         removing: r.get::<i64, _>("removing") != 0,
+        enabled: r.get::<i64, _>("enabled") != 0,
+        loaded,
         key: PackageKey::from_issued(key),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::Op;
+    use crate::report::Change;
+    use crate::scheduler::{Constraint, Dependency, Requirements};
+    use crate::update::{UpdateSpec, plan};
+
+    fn spec(name: &str) -> UpdateSpec {
+        UpdateSpec {
+            id: PackageId::new(Kind::App, name, "").unwrap(),
+            repository: "/repo".into(),
+            package: name.into(),
+            version: "1.0.0".into(),
+            settings: serde_json::json!({}),
+            force: false,
+        }
+    }
+
+    async fn install(store: &Store, sched: &mut Scheduler, name: &str) -> Generation {
+        let spec = spec(name);
+        store
+            .update(spec.desired(), sched, "t", |prev, key, g| {
+                plan(&spec, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap()
+            .generation
+    }
+
+    async fn report(
+        store: &Store,
+        sched: &mut Scheduler,
+        name: &str,
+        g: Generation,
+        fill: impl FnOnce(&mut Change),
+    ) {
+        let mut change = Change::new(g);
+        fill(&mut change);
+        let key = PackageKey::from_issued(format!("default.{name}"));
+        let accepted = store
+            .modify(&key, g, sched, "t", |row| change.apply(row, "t"))
+            .await
+            .unwrap();
+        assert!(accepted);
+    }
+
+    fn loaded(mandatory: &[&str], kubernetes: Option<&str>) -> LoadedSpec {
+        LoadedSpec {
+            version: semver::Version::new(1, 0, 0),
+            weight: 0,
+            requirements: Requirements {
+                kubernetes: kubernetes
+                    .map(|c| Constraint(berth_package::VersionConstraint::parse(c).unwrap())),
+                mandatory: mandatory
+                    .iter()
+                    .map(|n| Dependency {
+                        name: (*n).into(),
+                        constraint: None,
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The task kinds queued in the outbox for `key`, in order, and empties the outbox.
+    async fn queued(store: &Store) -> Vec<String> {
+        let rows = store.outbox_batch(1000).await.unwrap();
+        if let Some((last, _)) = rows.last() {
+            store.outbox_delete(*last).await.unwrap();
+        }
+        rows.iter()
+            .filter_map(|(_, body)| match outbox::Row::decode(0, body).unwrap().op {
+                Op::Enqueue { task } => Some(format!("{} {}", task.package, task.kind)),
+                Op::Supersede { .. } => None,
+            })
+            .collect()
+    }
+
+    async fn requirements_met(store: &Store, name: &str) -> (String, String, String) {
+        let key = PackageKey::from_issued(format!("default.{name}"));
+        let row = store.get(&key).await.unwrap().unwrap();
+        let c = row
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "RequirementsMet")
+            .unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// Loaded packages wait for their requirements, the cluster's version and a dependency
+    /// reaching Running each enable what waited on them (tasks in the same transaction), and
+    /// what the scheduler decided survives a restart.
+    #[tokio::test]
+    async fn the_scheduler_enables_packages_as_their_requirements_come_to_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+        let store = Store::open(&url).await.unwrap();
+        let platform = semver::Version::new(0, 1, 0);
+        let mut sched = store.scheduler(platform.clone()).await.unwrap();
+
+        let web = install(&store, &mut sched, "web").await;
+        assert_eq!(
+            queued(&store).await,
+            ["default.web Download", "default.web Load"]
+        );
+        report(&store, &mut sched, "web", web, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&["db"], Some(">=1.30")));
+        })
+        .await;
+        assert!(queued(&store).await.is_empty());
+        let (status, reason, message) = requirements_met(&store, "web").await;
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "KubernetesVersion")
+        );
+        assert!(message.contains("not known yet"), "{message}");
+
+        sched.set_kubernetes(semver::Version::new(1, 31, 0));
+        store.reschedule(&mut sched, "t").await.unwrap();
+        let (_, reason, message) = requirements_met(&store, "web").await;
+        assert_eq!(reason, "Dependency");
+        assert_eq!(message, "requires db, which is not installed");
+
+        // A restart rebuilds the same decisions from the store: nothing to write again.
+        drop(store);
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store.scheduler(platform).await.unwrap();
+        sched.set_kubernetes(semver::Version::new(1, 31, 0));
+        assert!(sched.pass().is_empty());
+
+        let db = install(&store, &mut sched, "db").await;
+        report(&store, &mut sched, "db", db, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        assert_eq!(
+            queued(&store).await,
+            [
+                "default.db Download",
+                "default.db Load",
+                "default.db ApplySettings",
+                "default.db Startup",
+                "default.db Run"
+            ]
+        );
+        assert_eq!(
+            requirements_met(&store, "web").await.2,
+            "requires db, which is not Running yet (default.db)"
+        );
+        report(&store, &mut sched, "db", db, |c| {
+            c.phase = Some(Phase::Running)
+        })
+        .await;
+        assert_eq!(
+            queued(&store).await,
+            [
+                "default.web ApplySettings",
+                "default.web Startup",
+                "default.web Run"
+            ]
+        );
+        assert_eq!(requirements_met(&store, "web").await.0, "True");
+        assert_eq!(
+            sched.dependents(&PackageKey::from_issued("default.db".into())),
+            [PackageKey::from_issued("default.web".into())]
+        );
+
+        // A new version starts over: only Download and Load, and the scheduler decides again
+        // once it is loaded.
+        let mut newer = spec("web");
+        newer.version = "2.0.0".into();
+        store
+            .update(newer.desired(), &mut sched, "t", |prev, key, g| {
+                plan(&newer, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap();
+        assert_eq!(
+            queued(&store).await,
+            [
+                "default.web Disable",
+                "default.web Download",
+                "default.web Load"
+            ]
+        );
+        let (status, reason, _) = requirements_met(&store, "web").await;
+        assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotLoaded"));
+        let key = PackageKey::from_issued("default.web".into());
+        let row = store.get(&key).await.unwrap().unwrap();
+        assert!(!row.enabled && row.loaded.is_none());
+    }
 }

@@ -7,8 +7,7 @@ use serde_json::Value;
 use crate::error::LifecycleError;
 use crate::flows::{self, NewSpec};
 use crate::model::{Generation, PackageId, PackageKey, Phase};
-use crate::outbox;
-use crate::store::{DesiredSpec, PackageRow};
+use crate::store::{DesiredSpec, PackageRow, Planned};
 
 /// Largest accepted settings document, serialised.
 pub const MAX_SETTINGS_BYTES: usize = 1 << 20;
@@ -51,14 +50,14 @@ pub enum NotPlanned {
 }
 
 /// The new phase and the tasks of `spec` replacing `previous` (None for a new package) as
-/// `generation`. Runs inside the store's write transaction, on the row being replaced, so the
+/// `generation`, and whether the package starts over. Runs inside the store's write transaction, on the row being replaced, so the
 /// decision and the write see the same state.
 pub fn plan(
     spec: &UpdateSpec,
     previous: Option<&PackageRow>,
     key: &PackageKey,
     generation: Generation,
-) -> Result<(Phase, Vec<outbox::Row>), NotPlanned> {
+) -> Result<Planned, NotPlanned> {
     let same_package = |p: &PackageRow| {
         !p.removing
             && p.repository == spec.repository
@@ -89,12 +88,16 @@ pub fn plan(
         package: &spec.package,
         version: &spec.version,
     };
-    let (restart, tasks) = flows::update(previous, key, generation, &new);
+    let (restart, outbox) = flows::update(previous, key, generation, &new);
     let phase = match previous {
         Some(p) if !restart => p.phase,
         _ => Phase::Pending,
     };
-    Ok((phase, tasks))
+    Ok(Planned {
+        phase,
+        outbox,
+        restart,
+    })
 }
 
 /// Validates settings against a loaded schema. `Ok(false)` when there is no loaded schema to

@@ -49,6 +49,12 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
     let scopes =
         berth_telemetry::scope::PackageScopes::connect_lazy(&args.lifecycle, tls.as_ref())?;
+    let reporter = berth_release::process::spawn_version_reporter(
+        client.clone(),
+        &args.lifecycle,
+        tls.as_ref(),
+        shutdown.clone(),
+    )?;
     let service = berth_release::service::ReleaseService::new(client)
         .with_package_scopes(scopes)
         .with_history_max(args.history_max)
@@ -57,5 +63,6 @@ async fn main() -> anyhow::Result<()> {
             output_bytes: args.render_output_limit,
         });
     berth_release::process::run_service(service, tls, listener, shutdown).await?;
+    reporter.abort();
     Ok(())
 }

@@ -3,6 +3,10 @@
 
 use std::path::Path;
 
+use std::time::Duration;
+
+use berth_proto::lifecycle::ClusterVersionReport;
+use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -56,14 +60,91 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let mut service = ReleaseService::new(client);
+    let mut service = ReleaseService::new(client.clone());
+    let mut reporter = None;
     if let Some(endpoint) = lifecycle {
         service = service.with_package_scopes(
             berth_telemetry::scope::PackageScopes::connect_lazy(endpoint, tls.as_ref())
                 .map_err(Error::Lifecycle)?,
         );
+        reporter = Some(spawn_version_reporter(
+            client,
+            endpoint,
+            tls.as_ref(),
+            shutdown.clone(),
+        )?);
     }
-    run_service(service, tls, listener, shutdown).await
+    let served = run_service(service, tls, listener, shutdown).await;
+    if let Some(reporter) = reporter {
+        reporter.abort();
+    }
+    served
+}
+
+/// Starts reporting the cluster's Kubernetes version to lifecycle at `endpoint` until
+/// `shutdown` (see [`report_cluster_version`]).
+pub fn spawn_version_reporter(
+    client: kube::Client,
+    endpoint: &str,
+    tls: Option<&berth_telemetry::Tls>,
+    shutdown: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    let channel = berth_telemetry::connect_lazy(endpoint, tls, berth_telemetry::Role::Lifecycle)
+        .map_err(Error::Lifecycle)?;
+    Ok(berth_telemetry::spawn_in(
+        tracing::info_span!("release.cluster_version"),
+        report_cluster_version(client, LifecycleClient::new(channel), shutdown),
+    ))
+}
+
+/// How often the cluster's version is reported to lifecycle once it was: a cluster upgrade
+/// (or a restarted lifecycle, which keeps the version in memory) is noticed within this.
+const VERSION_REPORT_PERIOD: Duration = Duration::from_secs(30);
+/// First retry after a failed ask or report; doubled up to the period.
+const VERSION_RETRY: Duration = Duration::from_secs(1);
+/// Longest one ask of the API server, or one report, may take.
+const VERSION_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Reports the cluster's Kubernetes version (`/version`) to lifecycle's scheduler at start and
+/// every [`VERSION_REPORT_PERIOD`] until `shutdown`. Release pushes rather than lifecycle
+/// asking: lifecycle has no cluster access, and release already calls lifecycle (package
+/// scopes), so the two need not know each other's address both ways.
+async fn report_cluster_version(
+    client: kube::Client,
+    mut lifecycle: LifecycleClient<berth_telemetry::Channel>,
+    shutdown: CancellationToken,
+) {
+    let mut wait = VERSION_RETRY;
+    loop {
+        let reported = async {
+            let info = tokio::time::timeout(VERSION_CALL_TIMEOUT, client.apiserver_version())
+                .await
+                .map_err(|_| "the API server did not answer /version in time".to_owned())?
+                .map_err(|e| format!("the API server's /version: {e}"))?;
+            tokio::time::timeout(
+                VERSION_CALL_TIMEOUT,
+                lifecycle.report_cluster_version(ClusterVersionReport {
+                    git_version: info.git_version,
+                }),
+            )
+            .await
+            .map_err(|_| "lifecycle did not answer in time".to_owned())?
+            .map_err(|s| format!("lifecycle ReportClusterVersion: {}", s.message()))?;
+            Ok::<_, String>(())
+        }
+        .await;
+        wait = match reported {
+            Ok(()) => VERSION_REPORT_PERIOD,
+            Err(error) => {
+                tracing::debug!(%error, "cluster version not reported; trying again");
+                (wait * 2).min(VERSION_REPORT_PERIOD)
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
 }
 
 /// Serves `service` on `listener` until `shutdown` (with `tls`: mutual TLS, calls authorised

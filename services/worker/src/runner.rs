@@ -65,6 +65,13 @@ impl Handler for TaskRunner {
                 tracing::debug!("superseded; skipped");
                 return Ok(());
             };
+            // Hooks of a package the scheduler has not enabled (its requirements do not hold
+            // yet) run only through its task flows, once enabled: a schedule or an event fired
+            // since its Load is dropped, as its bindings are not in force yet.
+            if kind == TaskKind::HookRun && !cx.spec.enabled {
+                tracing::debug!("package not enabled by the scheduler; hook run skipped");
+                return Ok(());
+            }
             let result = flows::dispatch(&cx, kind, &task).await;
             match &result {
                 Ok(()) => tracing::info!("task done"),

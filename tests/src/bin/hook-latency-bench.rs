@@ -436,6 +436,7 @@ async fn uninstall(
             .clone()
             .remove(v1::RemoveRequest {
                 r#ref: Some(package_ref(ns, name)),
+                ..Default::default()
             })
             .await
             .context("Remove")?;

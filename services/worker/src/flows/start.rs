@@ -5,7 +5,8 @@ use berth_hooks::LifecycleBinding;
 use berth_hooks::binding_context::{self, BindingContext};
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
-    ConditionStatus, ConditionType, HookInfo, Loaded, Phase, SettingsApplied,
+    ConditionStatus, ConditionType, Dependency, DependencyGroup, HookInfo, Loaded, Phase,
+    Requirements, SettingsApplied,
 };
 use berth_proto::release::{ChartFile, InstallRequest};
 use berth_queue::worker::TaskError;
@@ -88,9 +89,45 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
                 bindings: h.binding_summaries(),
             })
             .collect(),
+        version: pkg.definition.version.to_string(),
+        weight: pkg.definition.weight.unwrap_or_default(),
+        requirements: Some(requirements(&pkg.definition.requirements)),
     }))
     .await?;
     Ok(())
+}
+
+/// `requirements` as the Loaded report carries them to lifecycle's scheduler.
+fn requirements(r: &berth_package::Requirements) -> Requirements {
+    let text = |c: &Option<berth_package::VersionConstraint>| {
+        c.as_ref()
+            .map(|c| c.as_str().to_owned())
+            .unwrap_or_default()
+    };
+    let deps = |list: &[berth_package::Dependency]| {
+        list.iter()
+            .map(|d| Dependency {
+                name: d.name.clone(),
+                constraint: text(&d.constraint),
+            })
+            .collect()
+    };
+    let groups = |list: &[berth_package::DependencyGroup]| {
+        list.iter()
+            .map(|g| DependencyGroup {
+                name: g.name.clone(),
+                members: deps(&g.members),
+            })
+            .collect()
+    };
+    Requirements {
+        kubernetes: text(&r.kubernetes),
+        platform: text(&r.platform),
+        mandatory: deps(&r.mandatory),
+        conditional: deps(&r.conditional),
+        any_of: groups(&r.any_of),
+        none_of: groups(&r.none_of),
+    }
 }
 
 /// CRDs first: the chart's `crds/` are applied and Established before the hooks' bindings are
