@@ -18,6 +18,7 @@
 //!   arguments to its output.
 //! - [`order`]: Helm's install order by kind (uninstall walks it backwards).
 //! - [`helm_binary`]: where the real `helm` is, for the comparisons with it (tests, benches).
+//! - [`memory`]: the process setting the rendering binaries start with (no huge pages).
 //!
 //! # Fidelity
 //!
@@ -104,6 +105,7 @@
 //!   are outside the byte-for-byte corpus.
 
 pub mod helm_binary;
+pub mod memory;
 pub mod order;
 pub mod render;
 pub mod template;

@@ -10,6 +10,7 @@ mod engine;
 mod exec;
 mod files;
 pub mod funcs;
+pub mod gotpl;
 pub mod goyaml;
 mod helmignore;
 pub mod manifests;
