@@ -4,12 +4,11 @@
 use super::context::{self, Capabilities};
 use super::exec::{Dict, Exec, Kind, Source, V, value as xvalue};
 use super::funcs::{self, fail};
-use super::methods;
 use super::value::strval;
 use super::values::Scope;
 use super::{Lookup, RenderError};
 use crate::ReleaseInfo;
-use gotmpl::parse::{ListNode, Parser};
+use super::gotpl::{self, ast::DefineNode, ast::ListNode};
 use gotmpl::{FuncMap, Result as TplResult, TemplateError, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -74,26 +73,18 @@ pub fn render_each(
         db.cmp(&da).then_with(|| b.name.cmp(&a.name))
     });
 
-    let mut exec = Exec::new(function_map(lookup));
-    for (e, parsed) in entries.iter().zip(parse_all(&entries)) {
+    let funcs = function_map(lookup);
+    let parsed = parse_all(&entries, &funcs);
+    let mut exec = Exec::new(funcs);
+    for (e, parsed) in entries.iter().zip(parsed) {
         let (tree, defines, text) = parsed?;
-        // What Go's parser refuses (an unknown function, an undeclared variable).
-        if let Some((offset, message)) =
-            exec.parse_check(std::iter::once(&tree).chain(defines.iter().map(|d| &d.body)))
-        {
-            let line = 1 + text.get(..offset).unwrap_or("").matches('\n').count();
-            return Err(RenderError::Parse {
-                template: e.name.clone(),
-                message: format!("parse error at ({}:{line}): {message}", e.name),
-            });
-        }
         let source = Source {
             file: e.name.as_str().into(),
             text,
         };
         exec.add(&e.name, tree, Some(source.clone()));
         for d in defines {
-            exec.add(d.name.as_str(), d.body, Some(source.clone()));
+            exec.add(&d.name, d.body, Some(source.clone()));
         }
     }
 
@@ -269,20 +260,20 @@ pub fn is_large(root: &Scope<'_>) -> bool {
 }
 
 /// A template's tree, its definitions and the text they were parsed from.
-type Parsed = Result<(ListNode, Vec<gotmpl::parse::DefineNode>, Arc<str>), RenderError>;
+type Parsed = Result<(ListNode, Vec<DefineNode>, Arc<str>), RenderError>;
 
 /// Parses every template; on a large chart the work is split across two threads (templates
 /// are independent until they are added to the set, which happens in order afterwards).
-fn parse_all(entries: &[Entry<'_>]) -> Vec<Parsed> {
+fn parse_all(entries: &[Entry<'_>], funcs: &FuncMap) -> Vec<Parsed> {
+    let is_function = |name: &str| super::exec::is_function(funcs, name);
     let parse = |e: &Entry<'_>| -> Parsed {
-        let src = methods::lexer_fixed(e.source);
-        let (tree, defines) = Parser::with_name(Some(&e.name), &src, "{{", "}}")
-            .and_then(Parser::parse)
-            .map_err(|err| RenderError::Parse {
+        let tree = gotpl::parse(&e.name, e.source, &is_function).map_err(|err| {
+            RenderError::Parse {
                 template: e.name.clone(),
-                message: format!("parse error in {}: {err}", e.name),
-            })?;
-        Ok((tree, defines, Arc::from(src.as_ref())))
+                message: err.helm_message(),
+            }
+        })?;
+        Ok((tree.root, tree.defines, Arc::from(e.source)))
     };
     let total: usize = entries.iter().map(|e| e.source.len()).sum();
     if total < PARALLEL_PARSE_BYTES {

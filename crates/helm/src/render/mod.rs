@@ -14,7 +14,6 @@ pub mod gotpl;
 pub mod goyaml;
 mod helmignore;
 pub mod manifests;
-mod methods;
 mod schema;
 pub mod value;
 pub mod values;

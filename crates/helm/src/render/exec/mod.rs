@@ -1,4 +1,4 @@
-//! berth's own executor of parsed Go templates (`gotmpl::parse` trees), with Go
+//! berth's own executor of parsed Go templates (`render::gotpl` trees), with Go
 //! text/template's rules and a value type whose maps are shared by reference ([`value`]).
 //!
 //! It walks the tree itself: pipelines (each command's result is the last argument of the
@@ -8,8 +8,8 @@
 //! (`.Files.Get`, `.Files.Glob`, `(.Files.Glob x).AsConfig`, `.Capabilities.APIVersions.Has`),
 //! missing keys (printed as `<no value>`, which Helm then removes), and Go's printing.
 //! Errors say where they happened as Go's do (`template: FILE:LINE:COL: executing "NAME" at
-//! <NODE>: ...`), and [`Exec::parse_check`] refuses what Go's parser refuses and gotmpl's
-//! does not (unknown functions, undeclared variables).
+//! <NODE>: ...`). [`is_function`] tells the parser which names are functions (Go refuses
+//! an unknown one when it parses a template).
 //!
 //! Functions: `set`, `unset`, `merge*`, `dict`, `deepCopy`, `get`, `hasKey`, `index` and the
 //! short-circuiting `and`/`or` are native (they change or keep maps by reference); the rest of
@@ -18,7 +18,10 @@
 pub mod value;
 
 use gotmpl::FuncMap;
-use gotmpl::parse::{BranchNode, CommandNode, Expr, ListNode, Node, Number, Parser, PipeNode};
+use super::gotpl::{
+    self,
+    ast::{BranchNode, CommandNode, Expr, ListNode, Node, Number, PipeNode},
+};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -166,46 +169,6 @@ impl Exec {
         )
     }
 
-    /// What Go's parser refuses in a tree (or one of its definitions), at the first place in
-    /// the text: a call of an unknown function or a use of an undeclared variable, even in a
-    /// branch that never runs. The offset and Go's message.
-    pub fn parse_check<'t>(
-        &self,
-        trees: impl IntoIterator<Item = &'t ListNode>,
-    ) -> Option<(usize, String)> {
-        trees
-            .into_iter()
-            .flat_map(|t| {
-                let function = self
-                    .undefined_function(t)
-                    .map(|(o, n)| (o, format!("function {n:?} not defined")));
-                let mut scope = vec![Arc::<str>::from("$")];
-                let variable = undefined_variable(t, &mut scope)
-                    .map(|(o, n)| (o, format!("undefined variable {n:?}")));
-                [function, variable]
-            })
-            .flatten()
-            .min_by_key(|(offset, _)| *offset)
-    }
-
-    /// The first function `list` calls that is not defined (its offset and name).
-    fn undefined_function(&self, list: &ListNode) -> Option<(usize, String)> {
-        let known = |name: &str| {
-            self.funcs.contains_key(name)
-                || NATIVE.contains(&name)
-                || GOTMPL_TEXT.contains(&name)
-                || GOTMPL_BOOL.contains(&name)
-        };
-        let mut found: Option<(usize, String)> = None;
-        let mut note = |offset: usize, name: &str| {
-            if !known(name) && found.as_ref().is_none_or(|(o, _)| offset < *o) {
-                found = Some((offset, name.to_string()));
-            }
-        };
-        visit_list(list, &mut note);
-        found
-    }
-
     /// The parsed templates, for freeing elsewhere.
     pub fn into_templates(self) -> HashMap<String, Arc<ListNode>> {
         self.templates
@@ -261,7 +224,6 @@ impl Exec {
                     self.print(&v, out);
                 }
             }
-            Node::List(l) => return self.walk(l, dot, vars, out),
             Node::If(b) => return self.walk_if_with(b, false, dot, vars, out),
             Node::With(b) => return self.walk_if_with(b, true, dot, vars, out),
             Node::Range(b) => return self.walk_range(b, dot, vars, out),
@@ -284,7 +246,6 @@ impl Exec {
                 let mut inner: Vars = vec![("$".into(), data.clone())];
                 self.in_frame(&t.name, None, || self.walk(&tree, &data, &mut inner, out))?;
             }
-            Node::Define(_) => {}
             Node::Break(_) => return Ok(Flow::Break),
             Node::Continue(_) => return Ok(Flow::Continue),
         }
@@ -362,10 +323,10 @@ impl Exec {
         for (k, x) in items {
             match decl.len() {
                 0 => {}
-                1 => vars.push((decl[0].as_str().into(), x.clone())),
+                1 => vars.push((decl[0].clone(), x.clone())),
                 _ => {
-                    vars.push((decl[0].as_str().into(), k));
-                    vars.push((decl[1].as_str().into(), x.clone()));
+                    vars.push((decl[0].clone(), k));
+                    vars.push((decl[1].clone(), x.clone()));
                 }
             }
             let flow = self.walk(&b.body, &x, vars, out);
@@ -393,13 +354,13 @@ impl Exec {
                 match vars
                     .iter_mut()
                     .rev()
-                    .find(|(n, _)| n.as_ref() == name.as_str())
+                    .find(|(n, _)| n == name)
                 {
                     Some(slot) => slot.1 = val.clone(),
                     None => return Err(format!("undefined variable: {name}")),
                 }
             } else {
-                vars.push((name.as_str().into(), val.clone()));
+                vars.push((name.clone(), val.clone()));
             }
         }
         Ok(val)
@@ -516,7 +477,7 @@ impl Exec {
     fn eval_fields(
         &self,
         recv: V,
-        fields: &[gotmpl::parse::SmolStr],
+        fields: &[Arc<str>],
         args: &[Expr],
         dot: &V,
         vars: &mut Vars,
@@ -531,7 +492,7 @@ impl Exec {
     fn eval_fields_typed(
         &self,
         mut recv: V,
-        fields: &[gotmpl::parse::SmolStr],
+        fields: &[Arc<str>],
         args: &[Expr],
         dot: &V,
         vars: &mut Vars,
@@ -1020,22 +981,16 @@ impl Exec {
                 e.trim_start_matches(FRAMED)
             )
         };
-        let src = super::methods::lexer_fixed(&text);
         let cannot_parse = |e: &str| {
             format!(
                 "cannot parse template {}: {e}",
                 super::value::go_quote(&text)
             )
         };
-        let (tree, defines) = Parser::with_name(Some("gotpl"), &src, "{{", "}}")
-            .and_then(Parser::parse)
+        let parsed = gotpl::parse("gotpl", &text, &|name| is_function(&self.funcs, name))
             .map_err(|e| cannot_parse(&e.to_string()))?;
-        if let Some((offset, message)) =
-            self.parse_check(std::iter::once(&tree).chain(defines.iter().map(|d| &d.body)))
-        {
-            let line = 1 + src.get(..offset).unwrap_or("").matches('\n').count();
-            return Err(cannot_parse(&format!("template: gotpl:{line}: {message}")));
-        }
+        let defines = parsed.defines;
+        let tree = parsed.root;
         let overlay: HashMap<String, Arc<ListNode>> = defines
             .into_iter()
             .map(|d| (d.name.to_string(), Arc::new(d.body)))
@@ -1045,7 +1000,7 @@ impl Exec {
         let mut vars: Vars = vec![("$".into(), data.clone())];
         let source = Source {
             file: "gotpl".into(),
-            text: src.as_ref().into(),
+            text: text.as_str().into(),
         };
         let r = self.in_frame("gotpl", Some(source), || {
             self.walk(&tree, &data, &mut vars, &mut out)
@@ -1144,101 +1099,13 @@ fn is_empty(v: &V) -> bool {
     !v.truthy() && !matches!(v, V::Func(_))
 }
 
-/// The first variable used in `list` that no enclosing action declared (Go's parser scopes:
-/// a control action's declarations, in its pipeline or body, end with its `end`).
-fn undefined_variable(list: &ListNode, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
-    for node in &list.nodes {
-        let found = match node {
-            Node::Action(a) => pipe_variables(&a.pipe, scope),
-            Node::If(b) | Node::With(b) | Node::Range(b) => {
-                let mark = scope.len();
-                let found = pipe_variables(&b.pipe, scope)
-                    .or_else(|| undefined_variable(&b.body, scope))
-                    .or_else(|| {
-                        b.else_body
-                            .as_ref()
-                            .and_then(|e| undefined_variable(e, scope))
-                    });
-                scope.truncate(mark);
-                found
-            }
-            Node::List(l) => undefined_variable(l, scope),
-            Node::Define(d) => undefined_variable(&d.body, &mut vec![Arc::from("$")]),
-            Node::Template(t) => t.pipe.as_ref().and_then(|p| pipe_variables(p, scope)),
-            Node::Text(_) | Node::Break(_) | Node::Continue(_) => None,
-        };
-        if found.is_some() {
-            return found;
-        }
-    }
-    None
-}
-
-/// Checks a pipeline's variable uses, then declares what it declares.
-fn pipe_variables(p: &PipeNode, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
-    for c in &p.commands {
-        for a in &c.args {
-            if let Some(found) = expr_variables(a, scope) {
-                return Some(found);
-            }
-        }
-    }
-    if !p.is_assign {
-        scope.extend(p.decl.iter().map(|d| Arc::<str>::from(d.as_str())));
-    }
-    None
-}
-
-fn expr_variables(e: &Expr, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
-    match e {
-        Expr::Variable(p, name, _) => {
-            let known = scope.iter().any(|v| v.as_ref() == name.as_str());
-            (!known).then(|| (p.offset, name.to_string()))
-        }
-        Expr::Pipe(_, p) => pipe_variables(p, scope),
-        Expr::Chain(_, inner, _) => expr_variables(inner, scope),
-        _ => None,
-    }
-}
-
-fn visit_list(list: &ListNode, note: &mut dyn FnMut(usize, &str)) {
-    for node in &list.nodes {
-        match node {
-            Node::Action(a) => visit_pipe(&a.pipe, note),
-            Node::If(b) | Node::With(b) | Node::Range(b) => {
-                visit_pipe(&b.pipe, note);
-                visit_list(&b.body, note);
-                if let Some(e) = &b.else_body {
-                    visit_list(e, note);
-                }
-            }
-            Node::List(l) => visit_list(l, note),
-            Node::Define(d) => visit_list(&d.body, note),
-            Node::Template(t) => {
-                if let Some(p) = &t.pipe {
-                    visit_pipe(p, note);
-                }
-            }
-            Node::Text(_) | Node::Break(_) | Node::Continue(_) => {}
-        }
-    }
-}
-
-fn visit_pipe(p: &PipeNode, note: &mut dyn FnMut(usize, &str)) {
-    for c in &p.commands {
-        for a in &c.args {
-            visit_expr(a, note);
-        }
-    }
-}
-
-fn visit_expr(e: &Expr, note: &mut dyn FnMut(usize, &str)) {
-    match e {
-        Expr::Identifier(p, name) => note(p.offset, name),
-        Expr::Pipe(_, p) => visit_pipe(p, note),
-        Expr::Chain(_, inner, _) => visit_expr(inner, note),
-        _ => {}
-    }
+/// Whether `name` is a function a template may call: one of the pack's, or one the executor
+/// runs itself (Go's parser refuses any other).
+pub fn is_function(funcs: &FuncMap, name: &str) -> bool {
+    funcs.contains_key(name)
+        || NATIVE.contains(&name)
+        || GOTMPL_TEXT.contains(&name)
+        || GOTMPL_BOOL.contains(&name)
 }
 
 /// Which of `n` written arguments of Sprig function `name` are map parameters.
@@ -1265,7 +1132,7 @@ fn chain_offset(e: &Expr) -> usize {
 /// A node as Go prints it in errors.
 fn expr_string(e: &Expr) -> String {
     let fields =
-        |fs: &[gotmpl::parse::SmolStr]| -> String { fs.iter().map(|f| format!(".{f}")).collect() };
+        |fs: &[Arc<str>]| -> String { fs.iter().map(|f| format!(".{f}")).collect() };
     match e {
         Expr::Dot(_) => ".".into(),
         Expr::Field(_, fs) => fields(fs),
@@ -1299,7 +1166,7 @@ fn pipe_string(p: &PipeNode) -> String {
     let decl = p
         .decl
         .iter()
-        .map(|d| d.as_str())
+        .map(|d| d.as_ref())
         .collect::<Vec<_>>()
         .join(", ");
     let op = if p.is_assign { "=" } else { ":=" };
