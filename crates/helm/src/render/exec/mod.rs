@@ -402,7 +402,7 @@ impl Exec {
             }
         };
         match first {
-            Expr::Identifier(_, name) => self.call_expr(name, rest, dot, vars, fin),
+            Expr::Identifier(p, name) => self.call_expr(name, p.offset, rest, dot, vars, fin),
             Expr::Field(_, fields) => self.eval_fields(dot.clone(), fields, rest, dot, vars, fin),
             Expr::Variable(_, name, fields) => {
                 let v = self.var(name, vars)?;
@@ -460,7 +460,7 @@ impl Exec {
                 let v = self.eval_arg(inner, dot, vars)?;
                 self.eval_fields(v, fields, &[], dot, vars, None)
             }
-            Expr::Identifier(_, name) => self.call_expr(name, &[], dot, vars, None),
+            Expr::Identifier(p, name) => self.call_expr(name, p.offset, &[], dot, vars, None),
             Expr::String(_, s) => Ok(V::Str(s.clone())),
             Expr::Number(_, n) => Ok(number(n)),
             Expr::Bool(_, b) => Ok(V::Bool(*b)),
@@ -592,6 +592,7 @@ impl Exec {
     fn call_expr(
         &self,
         name: &str,
+        offset: usize,
         args: &[Expr],
         dot: &V,
         vars: &mut Vars,
@@ -618,8 +619,16 @@ impl Exec {
         }
         let mut vals = Vec::with_capacity(args.len() + 1);
         let map_params = map_params(name, args.len());
+        let given = args.len() + usize::from(fin.is_some());
+        let strings = string_params(name, given);
         for (i, a) in args.iter().enumerate() {
             let (v, typed_nil) = self.eval_arg_typed(a, dot, vars)?;
+            if strings.contains(&i)
+                && let Some(e) = not_a_string(a, &v, typed_nil)
+            {
+                let at = last_node(a);
+                return Err(self.frame(e, chain_offset(at), &|| expr_string(at)));
+            }
             // Go hands a nil variable to a map parameter as an empty map, but refuses a map's
             // missing entry passed directly.
             if typed_nil && map_params.contains(&i) {
@@ -631,6 +640,16 @@ impl Exec {
                 ));
             }
             vals.push(v);
+        }
+        if let Some(f) = &fin
+            && strings.contains(&args.len())
+            && let Some(e) = piped_not_a_string(f)
+        {
+            // Go places it at the last node it evaluated: the last written argument.
+            return Err(match args.last().map(last_node) {
+                Some(at) => self.frame(e, chain_offset(at), &|| expr_string(at)),
+                None => self.frame(e, offset, &|| name.to_string()),
+            });
         }
         vals.extend(fin);
         // Go says which function failed, around whatever the function said.
@@ -1106,6 +1125,73 @@ pub fn is_function(funcs: &FuncMap, name: &str) -> bool {
         || NATIVE.contains(&name)
         || GOTMPL_TEXT.contains(&name)
         || GOTMPL_BOOL.contains(&name)
+}
+
+/// Which of the `n` arguments (written and piped) of function `name` are Go `string`
+/// parameters, when `n` is the function's arity (a wrong count fails as such instead).
+fn string_params(name: &str, n: usize) -> std::ops::Range<usize> {
+    let (arity, strings) = match name {
+        "upper" | "lower" | "title" | "untitle" | "trim" | "nospace" | "snakecase"
+        | "camelcase" | "kebabcase" | "swapcase" | "shuffle" | "initials" | "b64enc"
+        | "b64dec" | "b32enc" | "b32dec" | "sha1sum" | "sha256sum" | "sha512sum"
+        | "adler32sum" | "base" | "dir" | "ext" | "clean" | "isAbs" | "fromYaml"
+        | "fromJson" | "fromYamlArray" | "fromJsonArray" | "regexQuoteMeta" | "semver"
+        | "fail" => (1, 0..1),
+        "trimAll" | "trimall" | "trimPrefix" | "trimSuffix" | "contains" | "hasPrefix"
+        | "hasSuffix" | "split" | "splitList" | "regexMatch" | "mustRegexMatch" | "regexFind"
+        | "mustRegexFind" | "semverCompare" | "htpasswd" => (2, 0..2),
+        "replace" | "regexReplaceAll" | "mustRegexReplaceAll" | "regexReplaceAllLiteral"
+        | "mustRegexReplaceAllLiteral" => (3, 0..3),
+        "regexFindAll" | "mustRegexFindAll" | "regexSplit" | "mustRegexSplit" => (3, 0..2),
+        "repeat" | "trunc" | "abbrev" | "wrap" | "indent" | "nindent" => (2, 1..2),
+        "substr" | "abbrevboth" => (3, 2..3),
+        "wrapWith" => (3, 1..3),
+        "include" | "tpl" | "required" => (2, 0..1),
+        _ => return 0..0,
+    };
+    if n == arity { strings } else { 0..0 }
+}
+
+/// Go's refusal of a written argument for a `string` parameter (`value`, and whether it is a
+/// map's missing or nil entry), in its words; `None` when it is a string.
+fn not_a_string(arg: &Expr, value: &V, typed_nil: bool) -> Option<String> {
+    match (arg, value) {
+        (Expr::String(..), _) | (_, V::Str(_) | V::Func(_)) => None,
+        (Expr::Nil(_), _) => Some("cannot assign nil to string".into()),
+        (Expr::Number(..) | Expr::Bool(..), _) => {
+            Some(format!("expected string; found {}", expr_string(arg)))
+        }
+        // A function's nil result is still typed (`interface {}`).
+        (Expr::Identifier(..), V::Nil) => Some(wrong_type("interface {}")),
+        (_, V::Nil) if typed_nil => Some(wrong_type("interface {}")),
+        (_, V::Nil) => Some("invalid value; expected string".into()),
+        (_, other) => Some(wrong_type(other.type_name())),
+    }
+}
+
+/// The last node Go evaluates for an argument (where its errors about the argument's value
+/// point): inside a parenthesized pipeline, its last command's last word.
+fn last_node(e: &Expr) -> &Expr {
+    match e {
+        Expr::Pipe(_, p) => match p.commands.last().and_then(|c| c.args.last()) {
+            Some(inner) => last_node(inner),
+            None => e,
+        },
+        _ => e,
+    }
+}
+
+/// The same for the value piped into the call (a pipeline's nil has no type left).
+fn piped_not_a_string(value: &V) -> Option<String> {
+    match value {
+        V::Str(_) | V::Func(_) => None,
+        V::Nil => Some("invalid value; expected string".into()),
+        other => Some(wrong_type(other.type_name())),
+    }
+}
+
+fn wrong_type(got: &str) -> String {
+    format!("wrong type for value; expected string; got {got}")
 }
 
 /// Which of `n` written arguments of Sprig function `name` are map parameters.

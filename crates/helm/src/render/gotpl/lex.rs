@@ -110,6 +110,20 @@ const RIGHT: &str = "}}";
 const LEFT_COMMENT: &str = "/*";
 const RIGHT_COMMENT: &str = "*/";
 
+/// Where the next `{{` starts: a SIMD search for `{`, then a look at the byte after it.
+fn find_left(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'{', &b[from..]) {
+        let at = from + i;
+        if b.get(at + 1) == Some(&b'{') {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 /// Go's space inside actions and for trim markers.
 fn is_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\r' | '\n')
@@ -255,10 +269,7 @@ impl Lexer<'_> {
     /// The line `at` is on (`at` never moves backwards between calls).
     fn line_of(&mut self, at: usize) -> usize {
         if at > self.line_at {
-            self.line += self.src.as_bytes()[self.line_at..at]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count();
+            self.line += memchr::memchr_iter(b'\n', &self.src.as_bytes()[self.line_at..at]).count();
             self.line_at = at;
         }
         self.line
@@ -322,7 +333,7 @@ impl Lexer<'_> {
     }
 
     fn text(&mut self) -> Option<State> {
-        let Some(found) = self.rest().find(LEFT) else {
+        let Some(found) = find_left(self.rest()) else {
             self.pos = self.src.len();
             if self.pos > self.start {
                 self.emit(Kind::Text);
