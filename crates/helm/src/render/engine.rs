@@ -101,11 +101,25 @@ pub fn render_each(
         // Helm's structs, printed as Go prints them.
         for (key, fields) in context::CAPABILITY_STRUCTS {
             if let Some(V::Map(m)) = c.get(key) {
-                let s = Dict::with_kind(m.entries().into_iter().collect(), Kind::Struct(fields));
+                // KubeVersion's pointer has a `String` method (its `Version`).
+                let kind = if key == "KubeVersion" {
+                    Kind::Stringer(fields)
+                } else {
+                    Kind::Struct(fields)
+                };
+                let s = Dict::with_kind(m.entries().into_iter().collect(), kind);
                 c.update(&exec.conv.generation, |c| c.insert(key.into(), V::Map(s)));
             }
         }
     }
+    // `.Capabilities` itself is a pointer to Helm's struct.
+    let caps_v = match caps_v {
+        V::Map(c) => V::Map(Dict::with_kind(
+            c.entries().into_iter().collect(),
+            Kind::Pointer(context::CAPABILITIES_FIELDS),
+        )),
+        other => other,
+    };
     let scope_index = |s: &Scope<'_>| scopes.iter().position(|(c, _)| std::ptr::eq(*c, s));
     // Each chart's root data, built once: subcharts first, for `.Subcharts`.
     let mut roots: Vec<Option<Dict>> = vec![None; scopes.len()];

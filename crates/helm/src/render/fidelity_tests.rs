@@ -325,6 +325,25 @@ fn capability_structs_print_as_go_structs() {
     );
 }
 
+/// An action prints `.Capabilities` (a pointer to a struct) as the struct, and
+/// `.Capabilities.KubeVersion` through its `String` method; inside the struct it is a struct
+/// again (helm v4.2.3's output).
+#[test]
+fn capabilities_print_as_helm_prints_them() {
+    let t = "w: \"{{ .Capabilities }}\"\nx: \"{{ .Capabilities.KubeVersion }}\"\n";
+    let out = render_one(&[("templates/t.yaml", t)], json!({}));
+    assert!(
+        out.starts_with("w: \"{{v1.36.0 v1.36.0 1 36} [v1 admissionregistration.k8s.io/v1 "),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(
+            " apiextensions.k8s.io/v1] {v4.2.3 43e8b7feece8beb0fcba47059ec9b522fd929a64 clean go1.26.5 v1.36}}\"\nx: \"v1.36.0\"\n"
+        ),
+        "{out}"
+    );
+}
+
 /// Execution errors read as helm's (issue 13, root cause 11): `fail` and `required` as
 /// `execution error at (FILE:LINE:COL): MESSAGE` where the outermost template called into
 /// them, other errors in Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...` form,

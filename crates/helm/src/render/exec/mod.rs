@@ -1039,7 +1039,13 @@ impl Exec {
             V::Uint(n) => n.to_string(),
             V::Float(f) => super::value::go_float(*f),
             V::Map(d) => match d.kind() {
-                Kind::Struct(fields) => self.conv.struct_text(d, fields),
+                // An action prints what a pointer points to.
+                Kind::Struct(fields) | Kind::Pointer(fields) => self.conv.struct_text(d, fields),
+                Kind::Stringer(fields) => fields
+                    .first()
+                    .and_then(|f| d.get(f))
+                    .map(|v| self.sprint(&v))
+                    .unwrap_or_default(),
                 _ => super::value::go_sprint(&self.conv.to_g(v)),
             },
             other => super::value::go_sprint(&self.conv.to_g(other)),
