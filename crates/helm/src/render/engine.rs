@@ -4,11 +4,11 @@
 use super::context::{self, Capabilities};
 use super::exec::{Dict, Exec, Kind, Source, V, value as xvalue};
 use super::funcs::{self, fail};
+use super::gotpl::{self, ast::DefineNode, ast::ListNode};
 use super::value::strval;
 use super::values::Scope;
 use super::{Lookup, RenderError};
 use crate::ReleaseInfo;
-use super::gotpl::{self, ast::DefineNode, ast::ListNode};
 use gotmpl::{FuncMap, Result as TplResult, TemplateError, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -281,12 +281,11 @@ type Parsed = Result<(ListNode, Vec<DefineNode>, Arc<str>), RenderError>;
 fn parse_all(entries: &[Entry<'_>], funcs: &FuncMap) -> Vec<Parsed> {
     let is_function = |name: &str| super::exec::is_function(funcs, name);
     let parse = |e: &Entry<'_>| -> Parsed {
-        let tree = gotpl::parse(&e.name, e.source, &is_function).map_err(|err| {
-            RenderError::Parse {
+        let tree =
+            gotpl::parse(&e.name, e.source, &is_function).map_err(|err| RenderError::Parse {
                 template: e.name.clone(),
                 message: err.helm_message(),
-            }
-        })?;
+            })?;
         Ok((tree.root, tree.defines, Arc::from(e.source)))
     };
     let total: usize = entries.iter().map(|e| e.source.len()).sum();

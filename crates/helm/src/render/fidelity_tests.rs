@@ -536,19 +536,84 @@ fn a_missing_entry_passed_to_a_map_parameter_is_refused() {
 #[test]
 fn a_string_parameter_refuses_what_go_refuses() {
     for (template, place, node, message) in [
-        ("a: {{ upper .Values.nothing }}\n", "1:19", ".Values.nothing", "wrong type for value; expected string; got interface {}"),
-        ("a: {{ .Values.nothing | upper }}\n", "1:24", "upper", "invalid value; expected string"),
-        ("a: {{ $x := .Values.nothing }}{{ upper $x }}\n", "1:39", "$x", "invalid value; expected string"),
-        ("a: {{ upper .Values.b }}\n", "1:19", ".Values.b", "wrong type for value; expected string; got bool"),
-        ("a: {{ upper .Values.m }}\n", "1:19", ".Values.m", "wrong type for value; expected string; got map[string]interface {}"),
-        ("a: {{ 1 | upper }}\n", "1:10", "upper", "wrong type for value; expected string; got int"),
-        ("a: {{ upper (list) }}\n", "1:13", "list", "wrong type for value; expected string; got []interface {}"),
-        ("a: {{ upper nil }}\n", "1:12", "nil", "cannot assign nil to string"),
-        ("a: {{ upper 3 }}\n", "1:12", "3", "expected string; found 3"),
-        ("a: {{ .Values.nothing | trimPrefix \"x\" }}\n", "1:35", "\"x\"", "invalid value; expected string"),
-        ("a: {{ upper (index .Values.m \"zz\") }}\n", "1:29", "\"zz\"", "invalid value; expected string"),
-        ("a: {{ include .Values.nothing . }}\n", "1:21", ".Values.nothing", "wrong type for value; expected string; got interface {}"),
-        ("a: {{ indent 2 .Values.nothing }}\n", "1:22", ".Values.nothing", "wrong type for value; expected string; got interface {}"),
+        (
+            "a: {{ upper .Values.nothing }}\n",
+            "1:19",
+            ".Values.nothing",
+            "wrong type for value; expected string; got interface {}",
+        ),
+        (
+            "a: {{ .Values.nothing | upper }}\n",
+            "1:24",
+            "upper",
+            "invalid value; expected string",
+        ),
+        (
+            "a: {{ $x := .Values.nothing }}{{ upper $x }}\n",
+            "1:39",
+            "$x",
+            "invalid value; expected string",
+        ),
+        (
+            "a: {{ upper .Values.b }}\n",
+            "1:19",
+            ".Values.b",
+            "wrong type for value; expected string; got bool",
+        ),
+        (
+            "a: {{ upper .Values.m }}\n",
+            "1:19",
+            ".Values.m",
+            "wrong type for value; expected string; got map[string]interface {}",
+        ),
+        (
+            "a: {{ 1 | upper }}\n",
+            "1:10",
+            "upper",
+            "wrong type for value; expected string; got int",
+        ),
+        (
+            "a: {{ upper (list) }}\n",
+            "1:13",
+            "list",
+            "wrong type for value; expected string; got []interface {}",
+        ),
+        (
+            "a: {{ upper nil }}\n",
+            "1:12",
+            "nil",
+            "cannot assign nil to string",
+        ),
+        (
+            "a: {{ upper 3 }}\n",
+            "1:12",
+            "3",
+            "expected string; found 3",
+        ),
+        (
+            "a: {{ .Values.nothing | trimPrefix \"x\" }}\n",
+            "1:35",
+            "\"x\"",
+            "invalid value; expected string",
+        ),
+        (
+            "a: {{ upper (index .Values.m \"zz\") }}\n",
+            "1:29",
+            "\"zz\"",
+            "invalid value; expected string",
+        ),
+        (
+            "a: {{ include .Values.nothing . }}\n",
+            "1:21",
+            ".Values.nothing",
+            "wrong type for value; expected string; got interface {}",
+        ),
+        (
+            "a: {{ indent 2 .Values.nothing }}\n",
+            "1:22",
+            ".Values.nothing",
+            "wrong type for value; expected string; got interface {}",
+        ),
     ] {
         let err = super::tests::render_err(
             &[("templates/x.yaml", template)],

@@ -17,11 +17,11 @@
 
 pub mod value;
 
-use gotmpl::FuncMap;
 use super::gotpl::{
     self,
     ast::{BranchNode, CommandNode, Expr, ListNode, Node, Number, PipeNode},
 };
+use gotmpl::FuncMap;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -351,11 +351,7 @@ impl Exec {
         let val = self.eval_commands(pipe, dot, vars)?;
         for name in &pipe.decl {
             if pipe.is_assign {
-                match vars
-                    .iter_mut()
-                    .rev()
-                    .find(|(n, _)| n == name)
-                {
+                match vars.iter_mut().rev().find(|(n, _)| n == name) {
                     Some(slot) => slot.1 = val.clone(),
                     None => return Err(format!("undefined variable: {name}")),
                 }
@@ -1138,15 +1134,17 @@ pub fn is_function(funcs: &FuncMap, name: &str) -> bool {
 fn string_params(name: &str, n: usize) -> std::ops::Range<usize> {
     let (arity, strings) = match name {
         "upper" | "lower" | "title" | "untitle" | "trim" | "nospace" | "snakecase"
-        | "camelcase" | "kebabcase" | "swapcase" | "shuffle" | "initials" | "b64enc"
-        | "b64dec" | "b32enc" | "b32dec" | "sha1sum" | "sha256sum" | "sha512sum"
-        | "adler32sum" | "base" | "dir" | "ext" | "clean" | "isAbs" | "fromYaml"
-        | "fromJson" | "fromYamlArray" | "fromJsonArray" | "regexQuoteMeta" | "semver"
-        | "fail" => (1, 0..1),
+        | "camelcase" | "kebabcase" | "swapcase" | "shuffle" | "initials" | "b64enc" | "b64dec"
+        | "b32enc" | "b32dec" | "sha1sum" | "sha256sum" | "sha512sum" | "adler32sum" | "base"
+        | "dir" | "ext" | "clean" | "isAbs" | "fromYaml" | "fromJson" | "fromYamlArray"
+        | "fromJsonArray" | "regexQuoteMeta" | "semver" | "fail" => (1, 0..1),
         "trimAll" | "trimall" | "trimPrefix" | "trimSuffix" | "contains" | "hasPrefix"
         | "hasSuffix" | "split" | "splitList" | "regexMatch" | "mustRegexMatch" | "regexFind"
         | "mustRegexFind" | "semverCompare" | "htpasswd" => (2, 0..2),
-        "replace" | "regexReplaceAll" | "mustRegexReplaceAll" | "regexReplaceAllLiteral"
+        "replace"
+        | "regexReplaceAll"
+        | "mustRegexReplaceAll"
+        | "regexReplaceAllLiteral"
         | "mustRegexReplaceAllLiteral" => (3, 0..3),
         "regexFindAll" | "mustRegexFindAll" | "regexSplit" | "mustRegexSplit" => (3, 0..2),
         "repeat" | "trunc" | "abbrev" | "wrap" | "indent" | "nindent" => (2, 1..2),
@@ -1223,8 +1221,7 @@ fn chain_offset(e: &Expr) -> usize {
 
 /// A node as Go prints it in errors.
 fn expr_string(e: &Expr) -> String {
-    let fields =
-        |fs: &[Arc<str>]| -> String { fs.iter().map(|f| format!(".{f}")).collect() };
+    let fields = |fs: &[Arc<str>]| -> String { fs.iter().map(|f| format!(".{f}")).collect() };
     match e {
         Expr::Dot(_) => ".".into(),
         Expr::Field(_, fs) => fields(fs),

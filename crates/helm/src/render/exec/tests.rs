@@ -7,8 +7,8 @@ use crate::render::gotpl;
 fn run(src: &str, data: serde_json::Value) -> Result<String, String> {
     let mut fm = crate::render::funcs::sprig();
     crate::render::files::register(&mut fm);
-    let parsed = gotpl::parse("t", src, &|name| super::is_function(&fm, name))
-        .map_err(|e| e.to_string())?;
+    let parsed =
+        gotpl::parse("t", src, &|name| super::is_function(&fm, name)).map_err(|e| e.to_string())?;
     let mut exec = Exec::new(fm);
     exec.add(
         "t",

@@ -236,7 +236,9 @@ impl Conv {
             .iter()
             .map(|f| match d.get(f) {
                 Some(V::Str(s)) => s.to_string(),
-                Some(V::Map(inner)) if matches!(inner.kind(), Kind::Struct(_) | Kind::Stringer(_)) => {
+                Some(V::Map(inner))
+                    if matches!(inner.kind(), Kind::Struct(_) | Kind::Stringer(_)) =>
+                {
                     match inner.kind() {
                         Kind::Struct(fields) | Kind::Stringer(fields) => {
                             self.struct_text(&inner, fields)
