@@ -65,9 +65,11 @@
 //!   errors are helm's (`parse error at (FILE:LINE): ...`), Go's texts and lines throughout.
 //! - Complex number constants (`1+2i`) are refused when parsed (Go accepts them; no chart
 //!   uses them). Templates may nest 100 deep (actions or parentheses).
-//! - `.Chart.Annotations` unset is an empty map where Go has a nil map, so `toJson` gives `{}`
-//!   for helm's `null`. `.Capabilities` printed whole by an action is helm's struct text, but
-//!   handed to a function (`toString`, `printf "%v"`) it is a map.
+//! - `.Capabilities` printed whole by an action is helm's struct text, but handed to a
+//!   function (`toString`, `printf "%v"`) it is a map. `.Chart.Annotations` is Go's nil map
+//!   when `Chart.yaml` has none (`toJson` gives `null`), but map functions take it where helm
+//!   refuses its `map[string]string` (`hasKey .Chart.Annotations "k"`), and unset lists
+//!   (`.Chart.Keywords`) are empty lists where Go's are nil (`toJson` gives `[]` for `null`).
 //!
 //! # Maps are references (berth's executor)
 //!

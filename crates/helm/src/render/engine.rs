@@ -138,7 +138,7 @@ pub fn render_each(
         let data: BTreeMap<Arc<str>, V> = [
             ("Values", values[i].clone()),
             ("Release", release_v.clone()),
-            ("Chart", exec.conv.to_v(&context::chart_in_scope(s, i == 0))),
+            ("Chart", chart_data(&exec, s, i == 0)),
             ("Capabilities", caps_v.clone()),
             ("Files", V::Map(files)),
             ("Subcharts", V::Map(Dict::new(subs))),
@@ -262,6 +262,24 @@ fn values_at(exec: &Exec, top: &V, path: &[String], scope: &Scope<'_>) -> V {
             own
         }
     }
+}
+
+/// `.Chart` for chart scope `s`; without annotations in `Chart.yaml` its `Annotations` is Go's
+/// nil map (`toJson` gives `null`, as in helm).
+fn chart_data(exec: &Exec, s: &Scope<'_>, is_root: bool) -> V {
+    let chart = exec.conv.to_v(&context::chart_in_scope(s, is_root));
+    let unset = s
+        .chart
+        .metadata
+        .get("annotations")
+        .is_none_or(|a| a.is_null());
+    if let (V::Map(c), true) = (&chart, unset) {
+        let nil = V::Map(Dict::with_kind(BTreeMap::new(), Kind::NilMap));
+        c.update(&exec.conv.generation, |c| {
+            c.insert("Annotations".into(), nil)
+        });
+    }
+    chart
 }
 
 /// Whether the templates of `root` are enough work to be worth a second thread.

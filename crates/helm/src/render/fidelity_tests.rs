@@ -325,6 +325,19 @@ fn capability_structs_print_as_go_structs() {
     );
 }
 
+/// Without annotations in `Chart.yaml`, `.Chart.Annotations` is Go's nil map: `null` to
+/// `toJson`/`toYaml`, `map[]` printed, empty everywhere else (helm v4.2.3's output).
+#[test]
+fn unset_chart_annotations_are_a_nil_map() {
+    let t = "a: {{ .Chart.Annotations | toJson }} {{ toYaml .Chart.Annotations }} \
+             {{ .Chart.Annotations }} {{ len .Chart.Annotations }} {{ empty .Chart.Annotations }}\
+             {{ with .Chart.Annotations }}x{{ end }}{{ range .Chart.Annotations }}y{{ end }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "a: null null map[] 0 true\n"
+    );
+}
+
 /// An action prints `.Capabilities` (a pointer to a struct) as the struct, and
 /// `.Capabilities.KubeVersion` through its `String` method; inside the struct it is a struct
 /// again (helm v4.2.3's output).

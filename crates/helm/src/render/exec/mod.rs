@@ -725,6 +725,10 @@ impl Exec {
                 }))
             }
             "index" => self.index(&args),
+            // Go's nil map has length 0 (the pack sees nil, which has none).
+            "len" if matches!(args.as_slice(), [V::Map(d)] if d.kind() == Kind::NilMap) => {
+                Ok(V::Int(0))
+            }
             "not" => {
                 need(name, &args, 1)?;
                 Ok(V::Bool(!args[0].truthy()))
@@ -1037,6 +1041,7 @@ impl Exec {
             V::Map(d) => match d.kind() {
                 // An action prints what a pointer points to.
                 Kind::Struct(fields) | Kind::Pointer(fields) => self.conv.struct_text(d, fields),
+                Kind::NilMap if d.entries().is_empty() => "map[]".into(),
                 Kind::Stringer(fields) => fields
                     .first()
                     .and_then(|f| d.get(f))

@@ -25,6 +25,9 @@ pub enum Kind {
     /// A struct whose pointer has a `String` method giving its first field
     /// (`.Capabilities.KubeVersion`): an action prints that field, anything else the struct.
     Stringer(&'static [&'static str]),
+    /// Go's nil map (`.Chart.Annotations` when `Chart.yaml` has none): empty and printed as
+    /// `map[]` by an action, but nil to the Sprig pack (`toJson` gives `null`).
+    NilMap,
     /// A pointer to one of Helm's structs (`.Capabilities`): an action prints the struct it
     /// points to (`{...}`), while the Sprig pack sees a map of its fields.
     Pointer(&'static [&'static str]),
@@ -224,6 +227,7 @@ impl Conv {
                 Kind::Struct(fields) | Kind::Stringer(fields) => {
                     G::String(self.struct_text(d, fields).into())
                 }
+                Kind::NilMap if d.entries().is_empty() => G::Nil,
                 _ => G::Map(self.snapshot(d, depth)),
             },
             V::List(_) | V::Map(_) => G::Nil,
