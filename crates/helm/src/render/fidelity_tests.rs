@@ -325,6 +325,18 @@ fn capability_structs_print_as_go_structs() {
     );
 }
 
+/// Two spellings Go reads its own way (gotmpl read them differently, and berth once respelled
+/// them): a comment with a left trim marker only trims on its left, and a pipeline may end in
+/// `|` (helm v4.2.3's output).
+#[test]
+fn go_spellings_render_as_in_helm() {
+    let t = "a: 1\nb: x\n{{- /* c */}}\nc: {{ .Values.a | }}\nd: {{ \"q\" | upper | }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({"a": 7})),
+        "a: 1\nb: x\nc: 7\nd: Q\n"
+    );
+}
+
 /// Without annotations in `Chart.yaml`, `.Chart.Annotations` is Go's nil map: `null` to
 /// `toJson`/`toYaml`, `map[]` printed, empty everywhere else (helm v4.2.3's output).
 #[test]

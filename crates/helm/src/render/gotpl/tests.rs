@@ -378,3 +378,38 @@ fn helm_keeps_the_last_part_of_the_message() {
         "parse error at (x.yaml:1): function \"nofunc\" not defined"
     );
 }
+
+/// Random soups of template fragments (and stray bytes of every kind) parse or fail with an
+/// error; none may panic the parser.
+#[test]
+fn random_input_never_panics() {
+    const PIECES: &[&str] = &[
+        "{{", "}}", "{{-", "-}}", " ", "\n", "\t", "/*", "*/", "\"", "\\", "`", "'", "$", "$x",
+        ":=", "=", ",", "|", "(", ")", ".", ".a", "1", "-", "+", "0x", "e", "p", "i", "_", "é",
+        "\u{1}", "if", "else", "end", "range", "with", "define", "block", "template", "break",
+        "continue", "nil", "true", "f", "#", "}", "{",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let (mut parsed, mut refused) = (0, 0);
+    for _ in 0..20_000 {
+        let len = 1 + next(30);
+        let src: String = (0..len).map(|_| PIECES[next(PIECES.len())]).collect();
+        match parse("t", &src, &is_func) {
+            Ok(_) => parsed += 1,
+            Err(e) => {
+                assert!(e.to_string().starts_with("template: t:"), "{src:?}: {e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        parsed > 100 && refused > 100,
+        "{parsed} parsed, {refused} refused"
+    );
+}
