@@ -1,14 +1,15 @@
 //! berth-helm: the Helm engine. It loads a chart (a directory, a packed `.tgz`, or `(path,
 //! bytes)` pairs), coalesces its values as Helm does, executes its templates with Go template
-//! semantics (its own executor, `render::exec`, over `gotmpl`'s parser) and a hand-written
-//! Helm/Sprig function pack, and splits, checks and
-//! orders the result as Helm does. It knows neither tonic nor kube: whatever a render needs
+//! semantics (its own lexer and parser, `render::gotpl`, and executor, `render::exec`) and a
+//! hand-written Helm/Sprig function pack, and splits, checks and orders the result as Helm
+//! does. It knows neither tonic nor kube: whatever a render needs
 //! from a cluster comes in as plain data ([`render::Capabilities`]) or through a trait the
 //! caller implements ([`render::Lookup`] for Helm's `lookup`); berth-release implements both
 //! against a cluster.
 //!
 //! - [`render`]: chart loading (`chart`, `archive`, `.helmignore`), values (`values`, schema
-//!   validation), the template executor (`render::exec`, maps shared by reference), the
+//!   validation), the Go-template reader (`render::gotpl`: lexer, parser, tree), the template
+//!   executor (`render::exec`, maps shared by reference), the
 //!   template data (`.Release`, `.Chart`, `.Capabilities`, `.Files`), the function pack
 //!   (`render::funcs`,
 //!   Sprig's certificate and key functions in `render::funcs::certs`), the go-yaml-compatible
@@ -18,6 +19,7 @@
 //!   arguments to its output.
 //! - [`order`]: Helm's install order by kind (uninstall walks it backwards).
 //! - [`helm_binary`]: where the real `helm` is, for the comparisons with it (tests, benches).
+//! - [`memory`]: the process setting the rendering binaries start with (no huge pages).
 //!
 //! # Fidelity
 //!
@@ -48,18 +50,26 @@
 //!   client library's API versions, its `HelmVersion` fields), which moves with helm's
 //!   version. `.Capabilities.KubeVersion` and `.HelmVersion` print whole as Go prints their
 //!   structs; `toYaml`/`toJson` of them give maps of their fields.
-//! - Go's type checks of function arguments are only partly there: a map's missing entry
-//!   passed directly to a Sprig map parameter (`hasKey .Values.nothing "k"`) fails as in helm
-//!   (a nil variable or piped value reads as an empty map, as in Go), but other typed
-//!   parameters take any value (`upper .Values.nothing` gives "" where helm refuses it).
+//! - Go's type checks of function arguments cover map parameters (`hasKey .Values.nothing
+//!   "k"` fails as in helm; a nil variable or piped value reads as an empty map, as in Go) and
+//!   the `string` parameters of the string, encoding, path, regex and YAML/JSON functions and
+//!   of `include`/`tpl`/`required` (`upper .Values.nothing`, `1 | upper`, `upper 3` fail with
+//!   helm's texts and places); other typed parameters (`int`, ...) take any value.
 //! - A template calling a function helm does not have, or using a variable no enclosing
 //!   action declared, fails when parsed, as in helm. `getHostByName` resolves nothing and
 //!   answers "" (as `helm template` does offline; berth renders untrusted charts).
 //! - Execution errors are helm's texts (`execution error at (FILE:LINE:COL): ...` for `fail`
 //!   and `required`, Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...` for a
-//!   function's error, helm v4's lines for the executor's own), except that a column on a
-//!   line `render::methods` respelled may differ and a few messages are worded differently
-//!   (those of functions the pack checks itself, a nesting limit).
+//!   function's error, helm v4's lines for the executor's own), except that a few messages
+//!   are worded differently (those of functions the pack checks itself, nesting limits). Parse
+//!   errors are helm's (`parse error at (FILE:LINE): ...`), Go's texts and lines throughout.
+//! - Complex number constants (`1+2i`) are refused when parsed (Go accepts them; no chart
+//!   uses them). Templates may nest 100 deep (actions or parentheses).
+//! - `.Capabilities` printed whole by an action is helm's struct text, but handed to a
+//!   function (`toString`, `printf "%v"`) it is a map. `.Chart.Annotations` is Go's nil map
+//!   when `Chart.yaml` has none (`toJson` gives `null`), but map functions take it where helm
+//!   refuses its `map[string]string` (`hasKey .Chart.Annotations "k"`), and unset lists
+//!   (`.Chart.Keywords`) are empty lists where Go's are nil (`toJson` gives `[]` for `null`).
 //!
 //! # Maps are references (berth's executor)
 //!
@@ -69,8 +79,15 @@
 //! (jupyterhub's and harbor's `set . "k" v` helpers, coredns building `$ports` in a `range`,
 //! nats and linkerd filling defaults into `$tree.Values.x`, falco's and consul's merges).
 //! gotmpl 0.6's `Value::Map` is an immutable `Arc<BTreeMap>`, so berth does not run templates
-//! on gotmpl's executor; it uses gotmpl's parser only and executes the tree itself:
+//! on gotmpl's executor; it reads templates with its own lexer and parser and executes the
+//! tree itself:
 //!
+//! - `render::gotpl` reads Go's text/template grammar (trim markers, comments, pipelines,
+//!   declarations, `define`/`block`/`template`, `if`/`with`/`range` with `else if`/`else
+//!   with`, `break`/`continue`, Go's string, raw string, character and number literals) and
+//!   refuses what Go's parser refuses (unknown functions, undeclared variables, a name defined
+//!   twice in a file) with Go's texts. It replaced gotmpl's parser, whose lexer took a quarter
+//!   of a render and read two spellings differently from Go.
 //! - `render::exec` walks `ListNode`s with Go's rules: pipelines, variables and their scopes,
 //!   `if`/`range`/`with`/`else with`, `define`/`template`/`block`, `break`/`continue`, range
 //!   over an integer, lazy `and`/`or`, missing keys (`<no value>`, which Helm removes), Go's
@@ -93,17 +110,14 @@
 //!   cell caches its converted copy, and a copy a function returns, e.g. from `default`,
 //!   `first` or `ternary`, turns back into its cell). The functions that change or must keep
 //!   maps (`set`, `unset`, `merge*`, `deepCopy`, `dict`, `get`, `hasKey`, `index`) and
-//!   `include`/`tpl` are native.
-//!
-//! Still to do on this design: `.Capabilities` printed whole (a struct in Go, a map here;
-//! `.Chart.Annotations` unset is an empty map, a nil map in Go, so `toJson` gives `{}` for
-//! helm's `null`), and a parser berth owns, so the two respellings
-//! in `render::methods` (a comment with a left trim marker only; a pipeline ending in `|`) go.
+//!   `include`/`tpl` are native. Go's `printf`, `eq`, `lt`, ... run through one-action
+//!   gotmpl templates (cached per name and arity), the one use of gotmpl's own parser left.
 //!
 //! - Functions whose output is random or time-dependent (`randAlphaNum`, `now`, `uuidv4`, ...)
 //!   are outside the byte-for-byte corpus.
 
 pub mod helm_binary;
+pub mod memory;
 pub mod order;
 pub mod render;
 pub mod template;

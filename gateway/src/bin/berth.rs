@@ -7,6 +7,11 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // `berth render` is a short burst of small allocations; huge pages only cost it time and
+    // memory (see there). Other commands keep the default, which their children inherit.
+    if std::env::args().nth(1).as_deref() == Some("render") {
+        berth_helm::memory::prefer_small_pages();
+    }
     // `berth up` runs hookevent, whose jq evaluators are this executable.
     if let Some(code) = berth_hookevent::run_jq_evaluator_if_requested() {
         return code;

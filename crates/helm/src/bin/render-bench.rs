@@ -51,7 +51,9 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     if let Some(pos) = args.iter().position(|a| a == "--render-once") {
-        // `--render-once CHART [--kube-version V]`: the version is fixed below.
+        // `--render-once CHART [--kube-version V]`: the version is fixed below. As `berth`
+        // does; only here, since the setting is inherited by child processes (helm).
+        berth_helm::memory::prefer_small_pages();
         let chart = args.get(pos + 1).context("--render-once CHART")?;
         let opts = TemplateOptions {
             release_name: "bench".into(),
@@ -64,6 +66,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(pos) = args.iter().position(|a| a == "--repeat") {
         // `--repeat N CHART`: renders N times in this process (for `perf record`), printing
         // the mean time per render.
+        berth_helm::memory::prefer_small_pages();
         let n: u32 = args.get(pos + 1).context("--repeat N CHART")?.parse()?;
         let chart = args.get(pos + 2).context("--repeat N CHART")?;
         let opts = TemplateOptions {

@@ -237,6 +237,9 @@ pub fn chart_in_scope(scope: &super::values::Scope<'_>, is_root: bool) -> Value 
     chart_from_metadata(&metadata, is_root)
 }
 
+/// `.Capabilities`' fields in the order Go prints the struct.
+pub const CAPABILITIES_FIELDS: &[&str] = &["KubeVersion", "APIVersions", "HelmVersion"];
+
 /// The structs of `.Capabilities` and their fields in Go's order (how they print whole).
 pub const CAPABILITY_STRUCTS: [(&str, &[&str]); 2] = [
     ("KubeVersion", &["Version", "GitVersion", "Major", "Minor"]),

@@ -4,12 +4,11 @@
 use super::context::{self, Capabilities};
 use super::exec::{Dict, Exec, Kind, Source, V, value as xvalue};
 use super::funcs::{self, fail};
-use super::methods;
+use super::gotpl::{self, ast::DefineNode, ast::ListNode};
 use super::value::strval;
 use super::values::Scope;
 use super::{Lookup, RenderError};
 use crate::ReleaseInfo;
-use gotmpl::parse::{ListNode, Parser};
 use gotmpl::{FuncMap, Result as TplResult, TemplateError, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -74,26 +73,18 @@ pub fn render_each(
         db.cmp(&da).then_with(|| b.name.cmp(&a.name))
     });
 
-    let mut exec = Exec::new(function_map(lookup));
-    for (e, parsed) in entries.iter().zip(parse_all(&entries)) {
+    let funcs = function_map(lookup);
+    let parsed = parse_all(&entries, &funcs);
+    let mut exec = Exec::new(funcs);
+    for (e, parsed) in entries.iter().zip(parsed) {
         let (tree, defines, text) = parsed?;
-        // What Go's parser refuses (an unknown function, an undeclared variable).
-        if let Some((offset, message)) =
-            exec.parse_check(std::iter::once(&tree).chain(defines.iter().map(|d| &d.body)))
-        {
-            let line = 1 + text.get(..offset).unwrap_or("").matches('\n').count();
-            return Err(RenderError::Parse {
-                template: e.name.clone(),
-                message: format!("parse error at ({}:{line}): {message}", e.name),
-            });
-        }
         let source = Source {
             file: e.name.as_str().into(),
             text,
         };
         exec.add(&e.name, tree, Some(source.clone()));
         for d in defines {
-            exec.add(d.name.as_str(), d.body, Some(source.clone()));
+            exec.add(&d.name, d.body, Some(source.clone()));
         }
     }
 
@@ -110,11 +101,25 @@ pub fn render_each(
         // Helm's structs, printed as Go prints them.
         for (key, fields) in context::CAPABILITY_STRUCTS {
             if let Some(V::Map(m)) = c.get(key) {
-                let s = Dict::with_kind(m.entries().into_iter().collect(), Kind::Struct(fields));
+                // KubeVersion's pointer has a `String` method (its `Version`).
+                let kind = if key == "KubeVersion" {
+                    Kind::Stringer(fields)
+                } else {
+                    Kind::Struct(fields)
+                };
+                let s = Dict::with_kind(m.entries().into_iter().collect(), kind);
                 c.update(&exec.conv.generation, |c| c.insert(key.into(), V::Map(s)));
             }
         }
     }
+    // `.Capabilities` itself is a pointer to Helm's struct.
+    let caps_v = match caps_v {
+        V::Map(c) => V::Map(Dict::with_kind(
+            c.entries().into_iter().collect(),
+            Kind::Pointer(context::CAPABILITIES_FIELDS),
+        )),
+        other => other,
+    };
     let scope_index = |s: &Scope<'_>| scopes.iter().position(|(c, _)| std::ptr::eq(*c, s));
     // Each chart's root data, built once: subcharts first, for `.Subcharts`.
     let mut roots: Vec<Option<Dict>> = vec![None; scopes.len()];
@@ -133,7 +138,7 @@ pub fn render_each(
         let data: BTreeMap<Arc<str>, V> = [
             ("Values", values[i].clone()),
             ("Release", release_v.clone()),
-            ("Chart", exec.conv.to_v(&context::chart_in_scope(s, i == 0))),
+            ("Chart", chart_data(&exec, s, i == 0)),
             ("Capabilities", caps_v.clone()),
             ("Files", V::Map(files)),
             ("Subcharts", V::Map(Dict::new(subs))),
@@ -259,6 +264,24 @@ fn values_at(exec: &Exec, top: &V, path: &[String], scope: &Scope<'_>) -> V {
     }
 }
 
+/// `.Chart` for chart scope `s`; without annotations in `Chart.yaml` its `Annotations` is Go's
+/// nil map (`toJson` gives `null`, as in helm).
+fn chart_data(exec: &Exec, s: &Scope<'_>, is_root: bool) -> V {
+    let chart = exec.conv.to_v(&context::chart_in_scope(s, is_root));
+    let unset = s
+        .chart
+        .metadata
+        .get("annotations")
+        .is_none_or(|a| a.is_null());
+    if let (V::Map(c), true) = (&chart, unset) {
+        let nil = V::Map(Dict::with_kind(BTreeMap::new(), Kind::NilMap));
+        c.update(&exec.conv.generation, |c| {
+            c.insert("Annotations".into(), nil)
+        });
+    }
+    chart
+}
+
 /// Whether the templates of `root` are enough work to be worth a second thread.
 pub fn is_large(root: &Scope<'_>) -> bool {
     fn bytes(s: &Scope<'_>) -> usize {
@@ -269,20 +292,19 @@ pub fn is_large(root: &Scope<'_>) -> bool {
 }
 
 /// A template's tree, its definitions and the text they were parsed from.
-type Parsed = Result<(ListNode, Vec<gotmpl::parse::DefineNode>, Arc<str>), RenderError>;
+type Parsed = Result<(ListNode, Vec<DefineNode>, Arc<str>), RenderError>;
 
 /// Parses every template; on a large chart the work is split across two threads (templates
 /// are independent until they are added to the set, which happens in order afterwards).
-fn parse_all(entries: &[Entry<'_>]) -> Vec<Parsed> {
+fn parse_all(entries: &[Entry<'_>], funcs: &FuncMap) -> Vec<Parsed> {
+    let is_function = |name: &str| super::exec::is_function(funcs, name);
     let parse = |e: &Entry<'_>| -> Parsed {
-        let src = methods::lexer_fixed(e.source);
-        let (tree, defines) = Parser::with_name(Some(&e.name), &src, "{{", "}}")
-            .and_then(Parser::parse)
-            .map_err(|err| RenderError::Parse {
+        let tree =
+            gotpl::parse(&e.name, e.source, &is_function).map_err(|err| RenderError::Parse {
                 template: e.name.clone(),
-                message: format!("parse error in {}: {err}", e.name),
+                message: err.helm_message(),
             })?;
-        Ok((tree, defines, Arc::from(src.as_ref())))
+        Ok((tree.root, tree.defines, Arc::from(e.source)))
     };
     let total: usize = entries.iter().map(|e| e.source.len()).sum();
     if total < PARALLEL_PARSE_BYTES {

@@ -325,6 +325,50 @@ fn capability_structs_print_as_go_structs() {
     );
 }
 
+/// Two spellings Go reads its own way (gotmpl read them differently, and berth once respelled
+/// them): a comment with a left trim marker only trims on its left, and a pipeline may end in
+/// `|` (helm v4.2.3's output).
+#[test]
+fn go_spellings_render_as_in_helm() {
+    let t = "a: 1\nb: x\n{{- /* c */}}\nc: {{ .Values.a | }}\nd: {{ \"q\" | upper | }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({"a": 7})),
+        "a: 1\nb: x\nc: 7\nd: Q\n"
+    );
+}
+
+/// Without annotations in `Chart.yaml`, `.Chart.Annotations` is Go's nil map: `null` to
+/// `toJson`/`toYaml`, `map[]` printed, empty everywhere else (helm v4.2.3's output).
+#[test]
+fn unset_chart_annotations_are_a_nil_map() {
+    let t = "a: {{ .Chart.Annotations | toJson }} {{ toYaml .Chart.Annotations }} \
+             {{ .Chart.Annotations }} {{ len .Chart.Annotations }} {{ empty .Chart.Annotations }}\
+             {{ with .Chart.Annotations }}x{{ end }}{{ range .Chart.Annotations }}y{{ end }}\n";
+    assert_eq!(
+        render_one(&[("templates/t.yaml", t)], json!({})),
+        "a: null null map[] 0 true\n"
+    );
+}
+
+/// An action prints `.Capabilities` (a pointer to a struct) as the struct, and
+/// `.Capabilities.KubeVersion` through its `String` method; inside the struct it is a struct
+/// again (helm v4.2.3's output).
+#[test]
+fn capabilities_print_as_helm_prints_them() {
+    let t = "w: \"{{ .Capabilities }}\"\nx: \"{{ .Capabilities.KubeVersion }}\"\n";
+    let out = render_one(&[("templates/t.yaml", t)], json!({}));
+    assert!(
+        out.starts_with("w: \"{{v1.36.0 v1.36.0 1 36} [v1 admissionregistration.k8s.io/v1 "),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(
+            " apiextensions.k8s.io/v1] {v4.2.3 43e8b7feece8beb0fcba47059ec9b522fd929a64 clean go1.26.5 v1.36}}\"\nx: \"v1.36.0\"\n"
+        ),
+        "{out}"
+    );
+}
+
 /// Execution errors read as helm's (issue 13, root cause 11): `fail` and `required` as
 /// `execution error at (FILE:LINE:COL): MESSAGE` where the outermost template called into
 /// them, other errors in Go's `template: FILE:LINE:COL: executing "NAME" at <NODE>: ...` form,
@@ -508,6 +552,117 @@ fn a_missing_entry_passed_to_a_map_parameter_is_refused() {
             json!({})
         ),
         "a: false []\n"
+    );
+}
+
+/// Go's checks of a `string` parameter, each in helm v4.2.3's words and place: a map's
+/// missing entry, a nil variable or pipeline, a literal of another type, a value of another
+/// type (written, piped or in parentheses).
+#[test]
+fn a_string_parameter_refuses_what_go_refuses() {
+    for (template, place, node, message) in [
+        (
+            "a: {{ upper .Values.nothing }}\n",
+            "1:19",
+            ".Values.nothing",
+            "wrong type for value; expected string; got interface {}",
+        ),
+        (
+            "a: {{ .Values.nothing | upper }}\n",
+            "1:24",
+            "upper",
+            "invalid value; expected string",
+        ),
+        (
+            "a: {{ $x := .Values.nothing }}{{ upper $x }}\n",
+            "1:39",
+            "$x",
+            "invalid value; expected string",
+        ),
+        (
+            "a: {{ upper .Values.b }}\n",
+            "1:19",
+            ".Values.b",
+            "wrong type for value; expected string; got bool",
+        ),
+        (
+            "a: {{ upper .Values.m }}\n",
+            "1:19",
+            ".Values.m",
+            "wrong type for value; expected string; got map[string]interface {}",
+        ),
+        (
+            "a: {{ 1 | upper }}\n",
+            "1:10",
+            "upper",
+            "wrong type for value; expected string; got int",
+        ),
+        (
+            "a: {{ upper (list) }}\n",
+            "1:13",
+            "list",
+            "wrong type for value; expected string; got []interface {}",
+        ),
+        (
+            "a: {{ upper nil }}\n",
+            "1:12",
+            "nil",
+            "cannot assign nil to string",
+        ),
+        (
+            "a: {{ upper 3 }}\n",
+            "1:12",
+            "3",
+            "expected string; found 3",
+        ),
+        (
+            "a: {{ .Values.nothing | trimPrefix \"x\" }}\n",
+            "1:35",
+            "\"x\"",
+            "invalid value; expected string",
+        ),
+        (
+            "a: {{ upper (index .Values.m \"zz\") }}\n",
+            "1:29",
+            "\"zz\"",
+            "invalid value; expected string",
+        ),
+        (
+            "a: {{ include .Values.nothing . }}\n",
+            "1:21",
+            ".Values.nothing",
+            "wrong type for value; expected string; got interface {}",
+        ),
+        (
+            "a: {{ indent 2 .Values.nothing }}\n",
+            "1:22",
+            ".Values.nothing",
+            "wrong type for value; expected string; got interface {}",
+        ),
+    ] {
+        let err = super::tests::render_err(
+            &[("templates/x.yaml", template)],
+            json!({"b": true, "m": {"a": 1}}),
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "hello/templates/x.yaml:{place}\n  executing \"hello/templates/x.yaml\" at \
+                 <{node}>:\n    {message}"
+            ),
+            "{template}"
+        );
+    }
+    // Strings, and nil made a string, pass.
+    assert_eq!(
+        render_one(
+            &[(
+                "templates/x.yaml",
+                "a: {{ upper \"x\" }}{{ .Values.nothing | default \"q\" | upper }}{{ upper (toString .Values.b) }}\n"
+            )],
+            json!({"b": true})
+        ),
+        "a: XQTRUE\n"
     );
 }
 

@@ -279,9 +279,10 @@ fn parse_errors_name_the_template_and_line() {
     );
     let text = err.to_string();
     assert!(matches!(err, RenderError::Parse { .. }), "{text}");
-    assert!(
-        text.contains("hello/templates/bad.yaml") && text.contains(":2:"),
-        "{text}"
+    // helm v4.2.3's text for the same template.
+    assert_eq!(
+        text,
+        "parse error at (hello/templates/bad.yaml:2): missing value for if"
     );
 }
 

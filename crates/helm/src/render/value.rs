@@ -176,7 +176,7 @@ fn push_quoted_char(out: &mut String, c: char) {
 /// An approximation of Go's `strconv.IsPrint` without Unicode category tables: control
 /// characters, spaces other than U+0020, the common format characters and private-use
 /// characters are not printable.
-fn go_printable(c: char) -> bool {
+pub fn go_printable(c: char) -> bool {
     let n = u32::from(c);
     !(c.is_control()
         || (c.is_whitespace() && c != ' ')

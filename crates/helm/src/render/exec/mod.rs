@@ -1,4 +1,4 @@
-//! berth's own executor of parsed Go templates (`gotmpl::parse` trees), with Go
+//! berth's own executor of parsed Go templates (`render::gotpl` trees), with Go
 //! text/template's rules and a value type whose maps are shared by reference ([`value`]).
 //!
 //! It walks the tree itself: pipelines (each command's result is the last argument of the
@@ -8,8 +8,8 @@
 //! (`.Files.Get`, `.Files.Glob`, `(.Files.Glob x).AsConfig`, `.Capabilities.APIVersions.Has`),
 //! missing keys (printed as `<no value>`, which Helm then removes), and Go's printing.
 //! Errors say where they happened as Go's do (`template: FILE:LINE:COL: executing "NAME" at
-//! <NODE>: ...`), and [`Exec::parse_check`] refuses what Go's parser refuses and gotmpl's
-//! does not (unknown functions, undeclared variables).
+//! <NODE>: ...`). [`is_function`] tells the parser which names are functions (Go refuses
+//! an unknown one when it parses a template).
 //!
 //! Functions: `set`, `unset`, `merge*`, `dict`, `deepCopy`, `get`, `hasKey`, `index` and the
 //! short-circuiting `and`/`or` are native (they change or keep maps by reference); the rest of
@@ -17,8 +17,11 @@
 
 pub mod value;
 
+use super::gotpl::{
+    self,
+    ast::{BranchNode, CommandNode, Expr, ListNode, Node, Number, PipeNode},
+};
 use gotmpl::FuncMap;
-use gotmpl::parse::{BranchNode, CommandNode, Expr, ListNode, Node, Number, Parser, PipeNode};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -166,46 +169,6 @@ impl Exec {
         )
     }
 
-    /// What Go's parser refuses in a tree (or one of its definitions), at the first place in
-    /// the text: a call of an unknown function or a use of an undeclared variable, even in a
-    /// branch that never runs. The offset and Go's message.
-    pub fn parse_check<'t>(
-        &self,
-        trees: impl IntoIterator<Item = &'t ListNode>,
-    ) -> Option<(usize, String)> {
-        trees
-            .into_iter()
-            .flat_map(|t| {
-                let function = self
-                    .undefined_function(t)
-                    .map(|(o, n)| (o, format!("function {n:?} not defined")));
-                let mut scope = vec![Arc::<str>::from("$")];
-                let variable = undefined_variable(t, &mut scope)
-                    .map(|(o, n)| (o, format!("undefined variable {n:?}")));
-                [function, variable]
-            })
-            .flatten()
-            .min_by_key(|(offset, _)| *offset)
-    }
-
-    /// The first function `list` calls that is not defined (its offset and name).
-    fn undefined_function(&self, list: &ListNode) -> Option<(usize, String)> {
-        let known = |name: &str| {
-            self.funcs.contains_key(name)
-                || NATIVE.contains(&name)
-                || GOTMPL_TEXT.contains(&name)
-                || GOTMPL_BOOL.contains(&name)
-        };
-        let mut found: Option<(usize, String)> = None;
-        let mut note = |offset: usize, name: &str| {
-            if !known(name) && found.as_ref().is_none_or(|(o, _)| offset < *o) {
-                found = Some((offset, name.to_string()));
-            }
-        };
-        visit_list(list, &mut note);
-        found
-    }
-
     /// The parsed templates, for freeing elsewhere.
     pub fn into_templates(self) -> HashMap<String, Arc<ListNode>> {
         self.templates
@@ -261,7 +224,6 @@ impl Exec {
                     self.print(&v, out);
                 }
             }
-            Node::List(l) => return self.walk(l, dot, vars, out),
             Node::If(b) => return self.walk_if_with(b, false, dot, vars, out),
             Node::With(b) => return self.walk_if_with(b, true, dot, vars, out),
             Node::Range(b) => return self.walk_range(b, dot, vars, out),
@@ -284,7 +246,6 @@ impl Exec {
                 let mut inner: Vars = vec![("$".into(), data.clone())];
                 self.in_frame(&t.name, None, || self.walk(&tree, &data, &mut inner, out))?;
             }
-            Node::Define(_) => {}
             Node::Break(_) => return Ok(Flow::Break),
             Node::Continue(_) => return Ok(Flow::Continue),
         }
@@ -362,10 +323,10 @@ impl Exec {
         for (k, x) in items {
             match decl.len() {
                 0 => {}
-                1 => vars.push((decl[0].as_str().into(), x.clone())),
+                1 => vars.push((decl[0].clone(), x.clone())),
                 _ => {
-                    vars.push((decl[0].as_str().into(), k));
-                    vars.push((decl[1].as_str().into(), x.clone()));
+                    vars.push((decl[0].clone(), k));
+                    vars.push((decl[1].clone(), x.clone()));
                 }
             }
             let flow = self.walk(&b.body, &x, vars, out);
@@ -390,16 +351,12 @@ impl Exec {
         let val = self.eval_commands(pipe, dot, vars)?;
         for name in &pipe.decl {
             if pipe.is_assign {
-                match vars
-                    .iter_mut()
-                    .rev()
-                    .find(|(n, _)| n.as_ref() == name.as_str())
-                {
+                match vars.iter_mut().rev().find(|(n, _)| n == name) {
                     Some(slot) => slot.1 = val.clone(),
                     None => return Err(format!("undefined variable: {name}")),
                 }
             } else {
-                vars.push((name.as_str().into(), val.clone()));
+                vars.push((name.clone(), val.clone()));
             }
         }
         Ok(val)
@@ -441,7 +398,7 @@ impl Exec {
             }
         };
         match first {
-            Expr::Identifier(_, name) => self.call_expr(name, rest, dot, vars, fin),
+            Expr::Identifier(p, name) => self.call_expr(name, p.offset, rest, dot, vars, fin),
             Expr::Field(_, fields) => self.eval_fields(dot.clone(), fields, rest, dot, vars, fin),
             Expr::Variable(_, name, fields) => {
                 let v = self.var(name, vars)?;
@@ -499,7 +456,7 @@ impl Exec {
                 let v = self.eval_arg(inner, dot, vars)?;
                 self.eval_fields(v, fields, &[], dot, vars, None)
             }
-            Expr::Identifier(_, name) => self.call_expr(name, &[], dot, vars, None),
+            Expr::Identifier(p, name) => self.call_expr(name, p.offset, &[], dot, vars, None),
             Expr::String(_, s) => Ok(V::Str(s.clone())),
             Expr::Number(_, n) => Ok(number(n)),
             Expr::Bool(_, b) => Ok(V::Bool(*b)),
@@ -516,7 +473,7 @@ impl Exec {
     fn eval_fields(
         &self,
         recv: V,
-        fields: &[gotmpl::parse::SmolStr],
+        fields: &[Arc<str>],
         args: &[Expr],
         dot: &V,
         vars: &mut Vars,
@@ -531,7 +488,7 @@ impl Exec {
     fn eval_fields_typed(
         &self,
         mut recv: V,
-        fields: &[gotmpl::parse::SmolStr],
+        fields: &[Arc<str>],
         args: &[Expr],
         dot: &V,
         vars: &mut Vars,
@@ -631,6 +588,7 @@ impl Exec {
     fn call_expr(
         &self,
         name: &str,
+        offset: usize,
         args: &[Expr],
         dot: &V,
         vars: &mut Vars,
@@ -657,8 +615,16 @@ impl Exec {
         }
         let mut vals = Vec::with_capacity(args.len() + 1);
         let map_params = map_params(name, args.len());
+        let given = args.len() + usize::from(fin.is_some());
+        let strings = string_params(name, given);
         for (i, a) in args.iter().enumerate() {
             let (v, typed_nil) = self.eval_arg_typed(a, dot, vars)?;
+            if strings.contains(&i)
+                && let Some(e) = not_a_string(a, &v, typed_nil)
+            {
+                let at = last_node(a);
+                return Err(self.frame(e, chain_offset(at), &|| expr_string(at)));
+            }
             // Go hands a nil variable to a map parameter as an empty map, but refuses a map's
             // missing entry passed directly.
             if typed_nil && map_params.contains(&i) {
@@ -670,6 +636,16 @@ impl Exec {
                 ));
             }
             vals.push(v);
+        }
+        if let Some(f) = &fin
+            && strings.contains(&args.len())
+            && let Some(e) = piped_not_a_string(f)
+        {
+            // Go places it at the last node it evaluated: the last written argument.
+            return Err(match args.last().map(last_node) {
+                Some(at) => self.frame(e, chain_offset(at), &|| expr_string(at)),
+                None => self.frame(e, offset, &|| name.to_string()),
+            });
         }
         vals.extend(fin);
         // Go says which function failed, around whatever the function said.
@@ -749,6 +725,10 @@ impl Exec {
                 }))
             }
             "index" => self.index(&args),
+            // Go's nil map has length 0 (the pack sees nil, which has none).
+            "len" if matches!(args.as_slice(), [V::Map(d)] if d.kind() == Kind::NilMap) => {
+                Ok(V::Int(0))
+            }
             "not" => {
                 need(name, &args, 1)?;
                 Ok(V::Bool(!args[0].truthy()))
@@ -1020,22 +1000,16 @@ impl Exec {
                 e.trim_start_matches(FRAMED)
             )
         };
-        let src = super::methods::lexer_fixed(&text);
         let cannot_parse = |e: &str| {
             format!(
                 "cannot parse template {}: {e}",
                 super::value::go_quote(&text)
             )
         };
-        let (tree, defines) = Parser::with_name(Some("gotpl"), &src, "{{", "}}")
-            .and_then(Parser::parse)
+        let parsed = gotpl::parse("gotpl", &text, &|name| is_function(&self.funcs, name))
             .map_err(|e| cannot_parse(&e.to_string()))?;
-        if let Some((offset, message)) =
-            self.parse_check(std::iter::once(&tree).chain(defines.iter().map(|d| &d.body)))
-        {
-            let line = 1 + src.get(..offset).unwrap_or("").matches('\n').count();
-            return Err(cannot_parse(&format!("template: gotpl:{line}: {message}")));
-        }
+        let defines = parsed.defines;
+        let tree = parsed.root;
         let overlay: HashMap<String, Arc<ListNode>> = defines
             .into_iter()
             .map(|d| (d.name.to_string(), Arc::new(d.body)))
@@ -1045,7 +1019,7 @@ impl Exec {
         let mut vars: Vars = vec![("$".into(), data.clone())];
         let source = Source {
             file: "gotpl".into(),
-            text: src.as_ref().into(),
+            text: text.as_str().into(),
         };
         let r = self.in_frame("gotpl", Some(source), || {
             self.walk(&tree, &data, &mut vars, &mut out)
@@ -1065,7 +1039,14 @@ impl Exec {
             V::Uint(n) => n.to_string(),
             V::Float(f) => super::value::go_float(*f),
             V::Map(d) => match d.kind() {
-                Kind::Struct(fields) => self.conv.struct_text(d, fields),
+                // An action prints what a pointer points to.
+                Kind::Struct(fields) | Kind::Pointer(fields) => self.conv.struct_text(d, fields),
+                Kind::NilMap if d.entries().is_empty() => "map[]".into(),
+                Kind::Stringer(fields) => fields
+                    .first()
+                    .and_then(|f| d.get(f))
+                    .map(|v| self.sprint(&v))
+                    .unwrap_or_default(),
                 _ => super::value::go_sprint(&self.conv.to_g(v)),
             },
             other => super::value::go_sprint(&self.conv.to_g(other)),
@@ -1144,101 +1125,82 @@ fn is_empty(v: &V) -> bool {
     !v.truthy() && !matches!(v, V::Func(_))
 }
 
-/// The first variable used in `list` that no enclosing action declared (Go's parser scopes:
-/// a control action's declarations, in its pipeline or body, end with its `end`).
-fn undefined_variable(list: &ListNode, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
-    for node in &list.nodes {
-        let found = match node {
-            Node::Action(a) => pipe_variables(&a.pipe, scope),
-            Node::If(b) | Node::With(b) | Node::Range(b) => {
-                let mark = scope.len();
-                let found = pipe_variables(&b.pipe, scope)
-                    .or_else(|| undefined_variable(&b.body, scope))
-                    .or_else(|| {
-                        b.else_body
-                            .as_ref()
-                            .and_then(|e| undefined_variable(e, scope))
-                    });
-                scope.truncate(mark);
-                found
-            }
-            Node::List(l) => undefined_variable(l, scope),
-            Node::Define(d) => undefined_variable(&d.body, &mut vec![Arc::from("$")]),
-            Node::Template(t) => t.pipe.as_ref().and_then(|p| pipe_variables(p, scope)),
-            Node::Text(_) | Node::Break(_) | Node::Continue(_) => None,
-        };
-        if found.is_some() {
-            return found;
-        }
-    }
-    None
+/// Whether `name` is a function a template may call: one of the pack's, or one the executor
+/// runs itself (Go's parser refuses any other).
+pub fn is_function(funcs: &FuncMap, name: &str) -> bool {
+    funcs.contains_key(name)
+        || NATIVE.contains(&name)
+        || GOTMPL_TEXT.contains(&name)
+        || GOTMPL_BOOL.contains(&name)
 }
 
-/// Checks a pipeline's variable uses, then declares what it declares.
-fn pipe_variables(p: &PipeNode, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
-    for c in &p.commands {
-        for a in &c.args {
-            if let Some(found) = expr_variables(a, scope) {
-                return Some(found);
-            }
-        }
-    }
-    if !p.is_assign {
-        scope.extend(p.decl.iter().map(|d| Arc::<str>::from(d.as_str())));
-    }
-    None
+/// Which of the `n` arguments (written and piped) of function `name` are Go `string`
+/// parameters, when `n` is the function's arity (a wrong count fails as such instead).
+fn string_params(name: &str, n: usize) -> std::ops::Range<usize> {
+    let (arity, strings) = match name {
+        "upper" | "lower" | "title" | "untitle" | "trim" | "nospace" | "snakecase"
+        | "camelcase" | "kebabcase" | "swapcase" | "shuffle" | "initials" | "b64enc" | "b64dec"
+        | "b32enc" | "b32dec" | "sha1sum" | "sha256sum" | "sha512sum" | "adler32sum" | "base"
+        | "dir" | "ext" | "clean" | "isAbs" | "fromYaml" | "fromJson" | "fromYamlArray"
+        | "fromJsonArray" | "regexQuoteMeta" | "semver" | "fail" => (1, 0..1),
+        "trimAll" | "trimall" | "trimPrefix" | "trimSuffix" | "contains" | "hasPrefix"
+        | "hasSuffix" | "split" | "splitList" | "regexMatch" | "mustRegexMatch" | "regexFind"
+        | "mustRegexFind" | "semverCompare" | "htpasswd" => (2, 0..2),
+        "replace"
+        | "regexReplaceAll"
+        | "mustRegexReplaceAll"
+        | "regexReplaceAllLiteral"
+        | "mustRegexReplaceAllLiteral" => (3, 0..3),
+        "regexFindAll" | "mustRegexFindAll" | "regexSplit" | "mustRegexSplit" => (3, 0..2),
+        "repeat" | "trunc" | "abbrev" | "wrap" | "indent" | "nindent" => (2, 1..2),
+        "substr" | "abbrevboth" => (3, 2..3),
+        "wrapWith" => (3, 1..3),
+        "include" | "tpl" | "required" => (2, 0..1),
+        _ => return 0..0,
+    };
+    if n == arity { strings } else { 0..0 }
 }
 
-fn expr_variables(e: &Expr, scope: &mut Vec<Arc<str>>) -> Option<(usize, String)> {
+/// Go's refusal of a written argument for a `string` parameter (`value`, and whether it is a
+/// map's missing or nil entry), in its words; `None` when it is a string.
+fn not_a_string(arg: &Expr, value: &V, typed_nil: bool) -> Option<String> {
+    match (arg, value) {
+        (Expr::String(..), _) | (_, V::Str(_) | V::Func(_)) => None,
+        (Expr::Nil(_), _) => Some("cannot assign nil to string".into()),
+        (Expr::Number(..) | Expr::Bool(..), _) => {
+            Some(format!("expected string; found {}", expr_string(arg)))
+        }
+        // A function's nil result is still typed (`interface {}`).
+        (Expr::Identifier(..), V::Nil) => Some(wrong_type("interface {}")),
+        (_, V::Nil) if typed_nil => Some(wrong_type("interface {}")),
+        (_, V::Nil) => Some("invalid value; expected string".into()),
+        (_, other) => Some(wrong_type(other.type_name())),
+    }
+}
+
+/// The last node Go evaluates for an argument (where its errors about the argument's value
+/// point): inside a parenthesized pipeline, its last command's last word.
+fn last_node(e: &Expr) -> &Expr {
     match e {
-        Expr::Variable(p, name, _) => {
-            let known = scope.iter().any(|v| v.as_ref() == name.as_str());
-            (!known).then(|| (p.offset, name.to_string()))
-        }
-        Expr::Pipe(_, p) => pipe_variables(p, scope),
-        Expr::Chain(_, inner, _) => expr_variables(inner, scope),
-        _ => None,
+        Expr::Pipe(_, p) => match p.commands.last().and_then(|c| c.args.last()) {
+            Some(inner) => last_node(inner),
+            None => e,
+        },
+        _ => e,
     }
 }
 
-fn visit_list(list: &ListNode, note: &mut dyn FnMut(usize, &str)) {
-    for node in &list.nodes {
-        match node {
-            Node::Action(a) => visit_pipe(&a.pipe, note),
-            Node::If(b) | Node::With(b) | Node::Range(b) => {
-                visit_pipe(&b.pipe, note);
-                visit_list(&b.body, note);
-                if let Some(e) = &b.else_body {
-                    visit_list(e, note);
-                }
-            }
-            Node::List(l) => visit_list(l, note),
-            Node::Define(d) => visit_list(&d.body, note),
-            Node::Template(t) => {
-                if let Some(p) = &t.pipe {
-                    visit_pipe(p, note);
-                }
-            }
-            Node::Text(_) | Node::Break(_) | Node::Continue(_) => {}
-        }
+/// The same for the value piped into the call (a pipeline's nil has no type left).
+fn piped_not_a_string(value: &V) -> Option<String> {
+    match value {
+        V::Str(_) | V::Func(_) => None,
+        V::Nil => Some("invalid value; expected string".into()),
+        other => Some(wrong_type(other.type_name())),
     }
 }
 
-fn visit_pipe(p: &PipeNode, note: &mut dyn FnMut(usize, &str)) {
-    for c in &p.commands {
-        for a in &c.args {
-            visit_expr(a, note);
-        }
-    }
-}
-
-fn visit_expr(e: &Expr, note: &mut dyn FnMut(usize, &str)) {
-    match e {
-        Expr::Identifier(p, name) => note(p.offset, name),
-        Expr::Pipe(_, p) => visit_pipe(p, note),
-        Expr::Chain(_, inner, _) => visit_expr(inner, note),
-        _ => {}
-    }
+fn wrong_type(got: &str) -> String {
+    format!("wrong type for value; expected string; got {got}")
 }
 
 /// Which of `n` written arguments of Sprig function `name` are map parameters.
@@ -1264,8 +1226,7 @@ fn chain_offset(e: &Expr) -> usize {
 
 /// A node as Go prints it in errors.
 fn expr_string(e: &Expr) -> String {
-    let fields =
-        |fs: &[gotmpl::parse::SmolStr]| -> String { fs.iter().map(|f| format!(".{f}")).collect() };
+    let fields = |fs: &[Arc<str>]| -> String { fs.iter().map(|f| format!(".{f}")).collect() };
     match e {
         Expr::Dot(_) => ".".into(),
         Expr::Field(_, fs) => fields(fs),
@@ -1299,7 +1260,7 @@ fn pipe_string(p: &PipeNode) -> String {
     let decl = p
         .decl
         .iter()
-        .map(|d| d.as_str())
+        .map(|d| d.as_ref())
         .collect::<Vec<_>>()
         .join(", ");
     let op = if p.is_assign { "=" } else { ":=" };

@@ -2,26 +2,25 @@
 //! v4.2.3) for the same template.
 
 use super::{Exec, V, value};
-use gotmpl::parse::Parser;
+use crate::render::gotpl;
 
 fn run(src: &str, data: serde_json::Value) -> Result<String, String> {
     let mut fm = crate::render::funcs::sprig();
     crate::render::files::register(&mut fm);
+    let parsed =
+        gotpl::parse("t", src, &|name| super::is_function(&fm, name)).map_err(|e| e.to_string())?;
     let mut exec = Exec::new(fm);
-    let (tree, defines) = Parser::with_name(Some("t"), src, "{{", "}}")
-        .and_then(Parser::parse)
-        .map_err(|e| e.to_string())?;
     exec.add(
         "t",
-        tree,
+        parsed.root,
         Some(super::Source {
             file: "t".into(),
             text: src.into(),
         }),
     );
-    for d in defines {
+    for d in parsed.defines {
         exec.add(
-            d.name.as_str(),
+            &d.name,
             d.body,
             Some(super::Source {
                 file: "t".into(),
@@ -294,14 +293,14 @@ fn random_templates_never_panic() {
     for _ in 0..4000 {
         let len = 1 + next(24);
         let src: String = (0..len).map(|_| PIECES[next(PIECES.len())]).collect();
-        let parsed = Parser::with_name(Some("t"), &src, "{{", "}}").and_then(Parser::parse);
-        let Ok((tree, defines)) = parsed else {
+        let fm = crate::render::funcs::sprig();
+        let Ok(parsed) = gotpl::parse("t", &src, &|name| super::is_function(&fm, name)) else {
             continue;
         };
-        let mut exec = Exec::new(crate::render::funcs::sprig());
-        exec.add("t", tree, None);
-        for d in defines {
-            exec.add(d.name.as_str(), d.body, None);
+        let mut exec = Exec::new(fm);
+        exec.add("t", parsed.root, None);
+        for d in parsed.defines {
+            exec.add(&d.name, d.body, None);
         }
         let _ = exec.execute("t", &value::from_json(&data));
         executed += 1;

@@ -22,6 +22,15 @@ pub enum Kind {
     /// prints as Go prints a struct, its fields' values in this order in braces. A function
     /// of the Sprig pack gets that text (all one can do with a struct there is print it).
     Struct(&'static [&'static str]),
+    /// A struct whose pointer has a `String` method giving its first field
+    /// (`.Capabilities.KubeVersion`): an action prints that field, anything else the struct.
+    Stringer(&'static [&'static str]),
+    /// Go's nil map (`.Chart.Annotations` when `Chart.yaml` has none): empty and printed as
+    /// `map[]` by an action, but nil to the Sprig pack (`toJson` gives `null`).
+    NilMap,
+    /// A pointer to one of Helm's structs (`.Capabilities`): an action prints the struct it
+    /// points to (`{...}`), while the Sprig pack sees a map of its fields.
+    Pointer(&'static [&'static str]),
 }
 
 pub struct DictCell {
@@ -215,7 +224,10 @@ impl Conv {
                 G::List(l.iter().map(|x| self.to_g_at(x, depth + 1)).collect())
             }
             V::Map(d) if depth < MAX_DEPTH => match d.kind() {
-                Kind::Struct(fields) => G::String(self.struct_text(d, fields).into()),
+                Kind::Struct(fields) | Kind::Stringer(fields) => {
+                    G::String(self.struct_text(d, fields).into())
+                }
+                Kind::NilMap if d.entries().is_empty() => G::Nil,
                 _ => G::Map(self.snapshot(d, depth)),
             },
             V::List(_) | V::Map(_) => G::Nil,
@@ -228,6 +240,16 @@ impl Conv {
             .iter()
             .map(|f| match d.get(f) {
                 Some(V::Str(s)) => s.to_string(),
+                Some(V::Map(inner))
+                    if matches!(inner.kind(), Kind::Struct(_) | Kind::Stringer(_)) =>
+                {
+                    match inner.kind() {
+                        Kind::Struct(fields) | Kind::Stringer(fields) => {
+                            self.struct_text(&inner, fields)
+                        }
+                        _ => String::new(),
+                    }
+                }
                 Some(other) => crate::render::value::go_sprint(&self.to_g(&other)),
                 None => String::new(),
             })
