@@ -33,10 +33,10 @@ pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
 pub use patches::{compact_patches, replay_patches};
 pub use repo::{
-    ArchiveRepository, ConfigError, MAX_CONFIG_BYTES, OciSource, Repositories, Requested,
-    Resolved, Source, SourceFetched, CONFIG_MEDIA_TYPE, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,
-    DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, OciAuth, OciFetched, OciRepository,
-    Packed, RepoError, digest_tree, pack, write_archive,
+    ArchiveRepository, CONFIG_MEDIA_TYPE, ConfigError, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,
+    DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, MAX_CONFIG_BYTES, OciAuth,
+    OciFetched, OciRepository, OciSource, Packed, RepoError, Repositories, Requested, Resolved,
+    Source, SourceFetched, digest_tree, pack, write_archive,
 };
 pub use requirements::{Dependency, DependencyGroup, Requirements};
 pub use schema::{Schema, SchemaError, ValidationError};

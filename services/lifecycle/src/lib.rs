@@ -34,6 +34,9 @@ pub struct Config {
     pub broker_endpoint: String,
     /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
     pub tls: Option<berth_telemetry::Tls>,
+    /// The repositories an Update may name (names, and roots under which it may name a
+    /// directory); anything else is refused.
+    pub repositories: Arc<berth_package::Repositories>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +79,7 @@ pub async fn run(
             shutdown.clone(),
         ),
     );
-    let service = LifecycleService::new(store, broker, wake);
+    let service = LifecycleService::new(store, broker, wake, config.repositories.clone());
     let router = berth_telemetry::grpc_server(tls)?.add_service(
         LifecycleServer::new(service)
             .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)

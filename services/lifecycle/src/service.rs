@@ -42,6 +42,7 @@ pub struct LifecycleService {
     broker: BrokerClient<berth_telemetry::Channel>,
     outbox_wake: Arc<Notify>,
     changes: broadcast::Sender<PackageKey>,
+    repositories: Arc<berth_package::Repositories>,
 }
 
 impl LifecycleService {
@@ -49,6 +50,7 @@ impl LifecycleService {
         store: Store,
         broker: BrokerClient<berth_telemetry::Channel>,
         outbox_wake: Arc<Notify>,
+        repositories: Arc<berth_package::Repositories>,
     ) -> Self {
         let (changes, _) = broadcast::channel(WATCH_CHANNEL);
         LifecycleService {
@@ -56,6 +58,7 @@ impl LifecycleService {
             broker,
             outbox_wake,
             changes,
+            repositories,
         }
     }
 
@@ -120,7 +123,7 @@ impl Lifecycle for LifecycleService {
         &self,
         req: Request<v1::UpdateRequest>,
     ) -> Result<Response<v1::UpdateResponse>, Status> {
-        let spec = convert::update_spec(req.get_ref())?;
+        let spec = convert::update_spec(req.get_ref(), &self.repositories)?;
         let key = spec.id.key();
         tracing::Span::current().record("package.key", key.as_str());
         let planned = self

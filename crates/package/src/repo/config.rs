@@ -402,7 +402,8 @@ fn entry_source(entry: EntryDoc, base: &Path) -> Result<Source, String> {
             entry.name
         ));
     }
-    let oci_options = entry.plain_http || entry.username_file.is_some() || entry.password_file.is_some();
+    let oci_options =
+        entry.plain_http || entry.username_file.is_some() || entry.password_file.is_some();
     if oci_options && entry.oci.is_none() {
         return Err(format!(
             "repository {:?}: plainHttp, usernameFile and passwordFile apply to oci repositories only",
@@ -452,7 +453,9 @@ fn checked_source(source: Source) -> Result<Source, String> {
                 ));
             }
             if !parsed.username().is_empty() || parsed.password().is_some() {
-                return Err(format!("archive {url:?}: credentials in the URL are not accepted"));
+                return Err(format!(
+                    "archive {url:?}: credentials in the URL are not accepted"
+                ));
             }
         }
         Source::Directory(_) | Source::Archive(_) => {}
@@ -642,7 +645,9 @@ async fn download_archive(
             .await
             .map_err(RepoError::io("write file", &to))?;
     }
-    file.flush().await.map_err(RepoError::io("write file", &to))?;
+    file.flush()
+        .await
+        .map_err(RepoError::io("write file", &to))?;
     Ok(())
 }
 
@@ -692,18 +697,51 @@ mod tests {
     #[test]
     fn refusals_name_the_file_and_the_field() {
         for (text, needle) in [
-            ("repositories:\n- name: a\n  directory: /x\n  extra: 1\n", "extra"),
+            (
+                "repositories:\n- name: a\n  directory: /x\n  extra: 1\n",
+                "extra",
+            ),
             ("repos: []\n", "repos"),
-            ("repositories:\n- name: Bad_Name\n  directory: /x\n", "repositories[0]: name \"Bad_Name\""),
-            ("repositories:\n- name: a\n  directory: /x\n- name: a\n  directory: /y\n", "repositories[1]: name \"a\" is configured twice"),
-            ("repositories:\n- name: a\n", "exactly one of directory, archive, oci"),
-            ("repositories:\n- name: a\n  directory: /x\n  oci: oci://h/p\n", "exactly one of"),
-            ("repositories:\n- name: a\n  directory: /x\n  plainHttp: true\n", "oci repositories only"),
-            ("repositories:\n- name: a\n  oci: oci://h/p\n  usernameFile: u\n", "go together"),
-            ("repositories:\n- name: a\n  oci: https://h/p\n", "must start with oci://"),
-            ("repositories:\n- name: a\n  archive: http://example.com/x/\n", "must be https://"),
-            ("repositories:\n- name: a\n  archive: https://u:p@example.com/x/\n", "credentials in the URL"),
-            ("repositories:\n- name: a\n  oci: oci://h/p\n  password: hunter2\n", "password"),
+            (
+                "repositories:\n- name: Bad_Name\n  directory: /x\n",
+                "repositories[0]: name \"Bad_Name\"",
+            ),
+            (
+                "repositories:\n- name: a\n  directory: /x\n- name: a\n  directory: /y\n",
+                "repositories[1]: name \"a\" is configured twice",
+            ),
+            (
+                "repositories:\n- name: a\n",
+                "exactly one of directory, archive, oci",
+            ),
+            (
+                "repositories:\n- name: a\n  directory: /x\n  oci: oci://h/p\n",
+                "exactly one of",
+            ),
+            (
+                "repositories:\n- name: a\n  directory: /x\n  plainHttp: true\n",
+                "oci repositories only",
+            ),
+            (
+                "repositories:\n- name: a\n  oci: oci://h/p\n  usernameFile: u\n",
+                "go together",
+            ),
+            (
+                "repositories:\n- name: a\n  oci: https://h/p\n",
+                "must start with oci://",
+            ),
+            (
+                "repositories:\n- name: a\n  archive: http://example.com/x/\n",
+                "must be https://",
+            ),
+            (
+                "repositories:\n- name: a\n  archive: https://u:p@example.com/x/\n",
+                "credentials in the URL",
+            ),
+            (
+                "repositories:\n- name: a\n  oci: oci://h/p\n  password: hunter2\n",
+                "password",
+            ),
         ] {
             let err = parse(text).expect_err(text);
             assert!(err.starts_with("repositories file r.yaml: "), "{err}");
@@ -714,7 +752,9 @@ mod tests {
     #[test]
     fn requests_are_a_name_or_a_plain_relative_path_under_a_root() {
         let mut repos = Repositories::default();
-        repos.add("local", Source::Directory("/srv/p".into())).unwrap();
+        repos
+            .add("local", Source::Directory("/srv/p".into()))
+            .unwrap();
         for refused in ["/tmp/evil", "../evil", "a/../../evil", "./a", ""] {
             let err = repos.check(refused).expect_err(refused);
             assert!(err.contains("configured repositories: [local]"), "{err}");
@@ -727,8 +767,14 @@ mod tests {
             repos.check("examples/packages"),
             Ok(Requested::UnderRoot(Path::new("examples/packages")))
         );
-        assert!(matches!(repos.check("local"), Ok(Requested::Named("local", _))));
-        assert!(repos.check("/srv/roots/x").is_err(), "absolute even under a root");
+        assert!(matches!(
+            repos.check("local"),
+            Ok(Requested::Named("local", _))
+        ));
+        assert!(
+            repos.check("/srv/roots/x").is_err(),
+            "absolute even under a root"
+        );
     }
 
     #[test]
@@ -763,15 +809,22 @@ mod tests {
         let base = Path::new("/work");
         repos.add_flag("dir=packages", base).unwrap();
         repos.add_flag("tar=archive:dist", base).unwrap();
-        repos.add_flag("reg=oci://127.0.0.1:5000/berth", base).unwrap();
-        repos.add_flag("remote=oci://registry.example.com/berth", base).unwrap();
+        repos
+            .add_flag("reg=oci://127.0.0.1:5000/berth", base)
+            .unwrap();
+        repos
+            .add_flag("remote=oci://registry.example.com/berth", base)
+            .unwrap();
         let source = |n: &str| repos.resolve(n).unwrap().source;
         assert_eq!(source("dir"), Source::Directory("/work/packages".into()));
         assert_eq!(source("tar"), Source::Archive("/work/dist".into()));
         assert!(matches!(source("reg"), Source::Oci(o) if o.plain_http));
         assert!(matches!(source("remote"), Source::Oci(o) if !o.plain_http));
         let err = repos.add_flag("nothing", base).unwrap_err().to_string();
-        assert!(err.contains("--repository nothing: expected NAME=SOURCE"), "{err}");
+        assert!(
+            err.contains("--repository nothing: expected NAME=SOURCE"),
+            "{err}"
+        );
         let err = repos.add_flag("dir=/other", base).unwrap_err().to_string();
         assert!(err.contains("configured twice"), "{err}");
     }
