@@ -200,8 +200,8 @@ impl Repositories {
         let (name, text) = flag
             .split_once('=')
             .ok_or_else(|| fail("expected NAME=SOURCE".into()))?;
-        let source = if text.starts_with("oci://") {
-            let host = text["oci://".len()..].split('/').next().unwrap_or("");
+        let source = if let Some(rest) = text.strip_prefix("oci://") {
+            let host = rest.split('/').next().unwrap_or("");
             Source::Oci(OciSource {
                 url: text.to_owned(),
                 plain_http: is_loopback_host(host),
