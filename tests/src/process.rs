@@ -198,7 +198,8 @@ impl SplitTopology {
     }
 
     /// Like [`SplitTopology::start_with`], with `repositories` (a file, see
-    /// [`repositories_file`]) given to lifecycle and the worker.
+    /// [`repositories_file`]) given to lifecycle, and to the worker unless `worker_args` give
+    /// it `--repositories` of its own.
     pub async fn start_configured(
         kubeconfig: &Path,
         dir: &Path,
@@ -288,9 +289,11 @@ impl SplitTopology {
             &h,
             "--cache-dir",
             &cache,
-            "--repositories",
-            &repositories,
         ];
+        // The worker reads the same file unless `worker_args` name one of its own.
+        if !worker_args.contains(&"--repositories") {
+            args.extend(["--repositories", &repositories]);
+        }
         let worker_tls = tls(Role::Worker);
         args.extend(worker_tls.iter().map(String::as_str));
         args.extend_from_slice(worker_args);

@@ -280,3 +280,52 @@ async fn a_package_installs_from_an_oci_registry() -> anyhow::Result<()> {
     cluster.stop().await;
     result
 }
+
+/// A repository lifecycle knows but the worker does not (their configurations differ) fails
+/// the package permanently, saying so, instead of retrying forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_the_worker_does_not_know_fails_the_package() -> anyhow::Result<()> {
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let lifecycle_dir = dir.path().join("lifecycle");
+    std::fs::create_dir_all(&lifecycle_dir)?;
+    let lifecycle_file = berth_tests::process::repositories_file(
+        &lifecycle_dir,
+        &format!(
+            "- name: elsewhere\n  directory: {}\n",
+            berth_tests::examples_repo().display()
+        ),
+    )?;
+    let worker_file = berth_tests::process::repositories_file(dir.path(), "")?;
+    let worker_file = worker_file.display().to_string();
+    let topology = SplitTopology::start_configured(
+        &cluster.kubeconfig,
+        dir.path(),
+        &["--repositories", &worker_file],
+        &lifecycle_file,
+    )
+    .await?;
+    let result = async {
+        let namespace = TestNamespace::create(&cluster.client, "unknown").await?;
+        let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+        let r = journey::hello(&namespace);
+        let accepted = client.update(update(&r, "elsewhere")).await?.into_inner();
+        let failed = wait_failed(&mut client, &r, accepted.generation).await?;
+        ensure!(
+            failed
+                .last_error
+                .contains("\"elsewhere\" is neither a configured repository"),
+            "{failed:?}"
+        );
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?;
+        journey::wait_gone(&mut client, &r).await
+    }
+    .await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}
