@@ -41,6 +41,9 @@ pub struct UpConfig {
     pub hook_tmp_dir: Option<PathBuf>,
     /// Run hooks as this user (`berth_hooks::HookUser::parse`); needs root.
     pub hook_user: Option<String>,
+    /// The repositories an Update may name, handed to lifecycle (which checks Updates against
+    /// them) and the worker (which fetches from them).
+    pub repositories: berth_package::Repositories,
     /// Bounds on jq programs (hookevent's evaluators are this executable, see
     /// `berth_hookevent::run_jq_evaluator_if_requested`).
     pub jq: berth_hookevent::JqLimits,
@@ -291,11 +294,13 @@ pub async fn run(
         .await;
         ("queue broker", served.map_err(|e| e.to_string()))
     });
+    let repositories = std::sync::Arc::new(config.repositories.clone());
     let sd = tiers.last.clone();
     let lc = berth_lifecycle::Config {
         database_url: sqlite(&data, "lifecycle.db"),
         broker_endpoint: broker.clone(),
         tls: Some(lifecycle_tls),
+        repositories: repositories.clone(),
     };
     services.spawn(async move {
         (
@@ -344,6 +349,7 @@ pub async fn run(
         release_endpoint: release,
         hookevent_endpoint: hookevent,
         cache_dir: data.join("packages"),
+        repositories,
         hook_timeout: config.hook_timeout,
         ready_timeout: config.ready_timeout,
         hook_tmp_dir: config.hook_tmp_dir.clone(),

@@ -111,7 +111,7 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let namespace = crate::TestNamespace::to_be_created("e2e");
     let mut client = connect(endpoint).await?;
     let r = hello(&namespace);
-    let repo = crate::examples_repo().display().to_string();
+    let repo = crate::EXAMPLES_REPO.to_owned();
     let update = |s: Value| v1::UpdateRequest {
         r#ref: Some(r.clone()),
         repository: repo.clone(),

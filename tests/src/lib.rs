@@ -9,17 +9,53 @@ pub mod cluster;
 pub mod journey;
 pub mod measure;
 pub mod process;
+pub mod registry;
 
 pub use berth_devcluster::test_namespace::TestNamespace;
 pub use cluster::TestCluster;
 pub use process::{AllInOne, Proc, SplitTopology, binary};
 
-/// The example package repository shipped with berth.
-pub fn examples_repo() -> std::path::PathBuf {
+/// The example package repository shipped with berth, as an Update names it: relative to
+/// the repository root the harness configures ([`workspace_root`]).
+pub const EXAMPLES_REPO: &str = "examples/packages";
+/// The test fixtures' package repository, as an Update names it.
+pub const FIXTURES_REPO: &str = "tests/fixtures/packages";
+
+/// The checkout: the first repository root every harness configures.
+pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/packages")
+        .join("..")
         .canonicalize()
-        .expect("examples/packages exists")
+        .expect("the workspace exists")
+}
+
+/// The example package repository shipped with berth, on disk.
+pub fn examples_repo() -> std::path::PathBuf {
+    workspace_root().join(EXAMPLES_REPO)
+}
+
+/// The second repository root every harness configures: where tests make repositories of
+/// their own ([`temp_repo`]).
+pub fn temp_repo_root() -> std::path::PathBuf {
+    let root = std::env::temp_dir().join("berth-test-repos");
+    std::fs::create_dir_all(&root).expect("create the test repository root");
+    root
+}
+
+/// A fresh, empty repository directory under [`temp_repo_root`], and the name an Update gives
+/// it (its path relative to that root).
+pub fn temp_repo() -> (tempfile::TempDir, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("repo-")
+        .tempdir_in(temp_repo_root())
+        .expect("create a test repository");
+    let name = dir
+        .path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a UTF-8 name")
+        .to_owned();
+    (dir, name)
 }
 
 /// `GET /metrics` from `addr` over plain HTTP/1.0 (one request needs no HTTP client crate).

@@ -171,6 +171,27 @@ fn with<'a>(args: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
         .collect()
 }
 
+/// A repositories file in `dir` with the harness's roots ([`crate::workspace_root`] and
+/// [`crate::temp_repo_root`]) and `entries` (YAML list items, e.g. `"- name: x\n  directory: /y\n"`)
+/// as its named repositories.
+pub fn repositories_file(dir: &Path, entries: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join("repositories.yaml");
+    let body = if entries.is_empty() {
+        "repositories: []\n".to_owned()
+    } else {
+        format!("repositories:\n{entries}")
+    };
+    std::fs::write(
+        &path,
+        format!(
+            "{body}roots:\n- {}\n- {}\n",
+            crate::workspace_root().display(),
+            crate::temp_repo_root().display()
+        ),
+    )?;
+    Ok(path)
+}
+
 /// Every service as its own process, wired over gRPC on OS-chosen ports, with mutual TLS
 /// between them (a CA and a certificate per role in `<dir>/certs`).
 pub struct SplitTopology {
@@ -192,7 +213,21 @@ impl SplitTopology {
         dir: &Path,
         worker_args: &[&str],
     ) -> anyhow::Result<SplitTopology> {
+        let repositories = repositories_file(dir, "")?;
+        SplitTopology::start_configured(kubeconfig, dir, worker_args, &repositories).await
+    }
+
+    /// Like [`SplitTopology::start_with`], with `repositories` (a file, see
+    /// [`repositories_file`]) given to lifecycle, and to the worker unless `worker_args` give
+    /// it `--repositories` of its own.
+    pub async fn start_configured(
+        kubeconfig: &Path,
+        dir: &Path,
+        worker_args: &[&str],
+        repositories: &Path,
+    ) -> anyhow::Result<SplitTopology> {
         use berth_telemetry::Role;
+        let repositories = repositories.display().to_string();
         let any = "127.0.0.1:0";
         let certs = dir.join("certs");
         berth_telemetry::tls::generate(&certs, &[])?;
@@ -223,6 +258,8 @@ impl SplitTopology {
                     &sqlite(dir, "lifecycle.db"),
                     "--broker",
                     &b,
+                    "--repositories",
+                    &repositories,
                 ],
                 &tls(Role::Lifecycle),
             ),
@@ -275,6 +312,10 @@ impl SplitTopology {
             "--cache-dir",
             &cache,
         ];
+        // The worker reads the same file unless `worker_args` name one of its own.
+        if !worker_args.contains(&"--repositories") {
+            args.extend(["--repositories", &repositories]);
+        }
         let worker_tls = tls(Role::Worker);
         args.extend(worker_tls.iter().map(String::as_str));
         args.extend_from_slice(worker_args);
@@ -332,18 +373,23 @@ pub struct AllInOne {
 
 impl AllInOne {
     /// Starts `berth up` in `data_dir`, against `kubeconfig` or its own embedded dev cluster.
-    /// The broker's metrics are served on an OS-chosen port (`proc.metrics`).
+    /// The broker's metrics are served on an OS-chosen port (`proc.metrics`). Its repository
+    /// roots are [`crate::workspace_root`] and [`crate::temp_repo_root`].
     pub async fn start(data_dir: &Path, kubeconfig: Option<&Path>) -> anyhow::Result<AllInOne> {
         AllInOne::start_with(data_dir, kubeconfig, &[]).await
     }
 
-    /// [`AllInOne::start`] with `extra` arguments for `berth up`.
+    /// Like [`AllInOne::start`], with `extra` arguments (e.g. `--repository NAME=SOURCE`).
     pub async fn start_with(
         data_dir: &Path,
         kubeconfig: Option<&Path>,
         extra: &[&str],
     ) -> anyhow::Result<AllInOne> {
         let dd = data_dir.display().to_string();
+        let (workspace, temp) = (
+            crate::workspace_root().display().to_string(),
+            crate::temp_repo_root().display().to_string(),
+        );
         let mut args = vec![
             "up",
             "--listen",
@@ -352,13 +398,17 @@ impl AllInOne {
             &dd,
             "--metrics-listen",
             "127.0.0.1:0",
+            "--repository-root",
+            &workspace,
+            "--repository-root",
+            &temp,
         ];
+        args.extend_from_slice(extra);
         let kc;
         if let Some(k) = kubeconfig {
             kc = k.display().to_string();
             args.extend(["--kubeconfig", &kc]);
         }
-        args.extend(extra);
         let proc = Proc::start("berth", &args, "listening on ").await?;
         let kubeconfig = kubeconfig
             .map(Path::to_path_buf)

@@ -16,11 +16,9 @@ use serde_json::{Value, json};
 /// Longest a reaction may take to become visible.
 const DEADLINE: Duration = Duration::from_secs(90);
 
+/// The fixtures' repository, as an Update names it (relative to the harness's repository root).
 fn fixtures() -> String {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/packages")
-        .display()
-        .to_string()
+    berth_tests::FIXTURES_REPO.to_owned()
 }
 
 fn app(name: &str, ns: &str) -> v1::PackageRef {
@@ -198,6 +196,9 @@ async fn big_packages_are_paged_and_oversized_fields_refused() -> anyhow::Result
     // No broker: the packages stay Pending, which is all List and Dump need.
     let broker = dead_endpoint();
     let lifecycle_tls = tls(berth_telemetry::Role::Lifecycle);
+    let repositories = berth_tests::process::repositories_file(dir.path(), "")?
+        .display()
+        .to_string();
     let mut args = vec![
         "--listen",
         "127.0.0.1:0",
@@ -205,6 +206,8 @@ async fn big_packages_are_paged_and_oversized_fields_refused() -> anyhow::Result
         &database,
         "--broker",
         &broker,
+        "--repositories",
+        &repositories,
     ];
     args.extend(lifecycle_tls.iter().map(String::as_str));
     let lifecycle = berth_tests::Proc::start("berth-lifecycle", &args, "listening on ").await?;

@@ -3,7 +3,6 @@
 //! namespace, and release and hookevent confine by what lifecycle says the package is — not by
 //! what a caller holding a worker certificate claims.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
@@ -23,10 +22,7 @@ use serde_json::json;
 const DEADLINE: Duration = Duration::from_secs(120);
 
 fn fixtures() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/packages")
-        .display()
-        .to_string()
+    berth_tests::FIXTURES_REPO.to_owned()
 }
 
 fn app(name: &str, ns: &str) -> v1::PackageRef {

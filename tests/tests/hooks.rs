@@ -15,11 +15,9 @@ use serde_json::{Value, json};
 /// Longest a hook reaction may take to become visible.
 const REACT_DEADLINE: Duration = Duration::from_secs(60);
 
+/// The fixtures' repository, as an Update names it (relative to the harness's repository root).
 fn fixtures() -> String {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/packages")
-        .display()
-        .to_string()
+    berth_tests::FIXTURES_REPO.to_owned()
 }
 
 /// A fresh labelled namespace, deleted from a real cluster when dropped (whatever the outcome).
@@ -998,11 +996,13 @@ async fn bad_values_patch_and_non_zero_exit_apply_nothing() -> anyhow::Result<()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_hook_binary_serves_its_hooks() -> anyhow::Result<()> {
     // The repository: the fixture's package.yaml plus the freshly built binary as its only hook.
-    let repo = tempfile::tempdir()?;
+    let (repo, repository) = berth_tests::temp_repo();
     let pkg = repo.path().join("batch/1.0.0");
     std::fs::create_dir_all(pkg.join("hooks"))?;
     std::fs::copy(
-        std::path::Path::new(&fixtures()).join("batch/1.0.0/package.yaml"),
+        berth_tests::workspace_root()
+            .join(berth_tests::FIXTURES_REPO)
+            .join("batch/1.0.0/package.yaml"),
         pkg.join("package.yaml"),
     )?;
     std::fs::copy(
@@ -1010,7 +1010,6 @@ async fn batch_hook_binary_serves_its_hooks() -> anyhow::Result<()> {
         pkg.join("hooks/batch-hook"),
     )
     .context("copying the batch-hook binary")?;
-    let repository = repo.path().display().to_string();
     with_topology(&[], |endpoint, kube| async move {
         let ns = namespace(&kube).await?;
         let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);

@@ -15,10 +15,7 @@ use serde_json::Value;
 const DEADLINE: Duration = Duration::from_secs(120);
 
 fn fixtures() -> String {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/packages")
-        .display()
-        .to_string()
+    berth_tests::FIXTURES_REPO.to_owned()
 }
 
 fn app(ns: &str, name: &str) -> v1::PackageRef {

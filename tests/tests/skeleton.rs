@@ -90,11 +90,10 @@ async fn schedule_hooks_fire_until_removed() -> anyhow::Result<()> {
         name: "ticker".into(),
         namespace: String::new(),
     };
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages");
     let accepted = client
         .update(v1::UpdateRequest {
             r#ref: Some(r.clone()),
-            repository: repo.display().to_string(),
+            repository: berth_tests::FIXTURES_REPO.into(),
             version: "1.0.0".into(),
             ..Default::default()
         })
@@ -170,10 +169,9 @@ async fn wait_holds_until_every_object_is_current() -> anyhow::Result<()> {
             name: "gated".into(),
             namespace: namespace.to_string(),
         };
-        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages");
         let update = |hold: bool| v1::UpdateRequest {
             r#ref: Some(r.clone()),
-            repository: repo.display().to_string(),
+            repository: berth_tests::FIXTURES_REPO.into(),
             version: "1.0.0".into(),
             settings: Some(berth_proto::json::to_struct(
                 &serde_json::json!({ "hold": hold }),
@@ -283,10 +281,9 @@ async fn a_task_running_at_sigterm_is_not_run_again_after_restart() -> anyhow::R
         name: "sleeper".into(),
         namespace: namespace.to_string(),
     };
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packages");
     let update = v1::UpdateRequest {
         r#ref: Some(r.clone()),
-        repository: repo.display().to_string(),
+        repository: berth_tests::FIXTURES_REPO.into(),
         version: "1.0.0".into(),
         settings: Some(berth_proto::json::to_struct(&serde_json::json!({
             "pidFile": pids.display().to_string(),

@@ -102,7 +102,7 @@ async fn install(endpoint: &str, kube: &kube::Client) -> anyhow::Result<TestName
     let accepted = client
         .update(v1::UpdateRequest {
             r#ref: Some(r.clone()),
-            repository: berth_tests::examples_repo().display().to_string(),
+            repository: berth_tests::EXAMPLES_REPO.into(),
             version: "1.0.0".into(),
             settings: Some(settings),
             ..Default::default()

@@ -8,7 +8,9 @@
 //!   layering (static values → settings defaults → settings → values defaults → hook patches).
 //! - [`LocalRepository`] (`<root>/<package>/<version>/`) and [`ArchiveRepository`]
 //!   (`<root>/<package>-<version>.tar.gz`) publish package versions into a local directory,
-//!   checked and atomically.
+//!   checked and atomically; [`OciRepository`] pulls them from an OCI registry.
+//! - [`Repositories`] is the installation's configuration of named repositories and roots:
+//!   what an Update may name, resolved to a [`Source`] that fetches.
 //!
 //! The crate knows neither gRPC nor Kubernetes; services call it and map its errors.
 
@@ -31,9 +33,10 @@ pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
 pub use patches::{compact_patches, replay_patches};
 pub use repo::{
-    ArchiveRepository, CONFIG_MEDIA_TYPE, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,
-    DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, OciAuth, OciFetched, OciRepository,
-    Packed, RepoError, digest_tree, pack, write_archive,
+    ArchiveRepository, CONFIG_MEDIA_TYPE, ConfigError, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,
+    DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, MAX_CONFIG_BYTES, OciAuth,
+    OciFetched, OciRepository, OciSource, Packed, RepoError, Repositories, Requested, Resolved,
+    Source, SourceFetched, digest_tree, pack, write_archive,
 };
 pub use requirements::{Dependency, DependencyGroup, Requirements};
 pub use schema::{Schema, SchemaError, ValidationError};

@@ -101,6 +101,19 @@ pub enum Command {
         /// clients use when --listen is a wildcard address); repeatable.
         #[arg(long = "tls-host")]
         tls_hosts: Vec<String>,
+        /// A repositories file (named repositories and repository roots; see the README's
+        /// "Repositories").
+        #[arg(long, env = "BERTH_REPOSITORIES")]
+        repositories: Option<PathBuf>,
+        /// A named repository, `NAME=SOURCE`: a directory, `archive:DIR` (`.tar.gz` archives),
+        /// `https://BASE/` (archives over HTTPS) or `oci://HOST/PATH`; repeatable.
+        #[arg(long = "repository", value_name = "NAME=SOURCE")]
+        repository: Vec<String>,
+        /// A directory under which an Update may name a repository by its relative path;
+        /// repeatable. Default, when neither this nor the repositories file names a root: the
+        /// directory `berth up` was started in.
+        #[arg(long = "repository-root", value_name = "DIR")]
+        repository_roots: Vec<PathBuf>,
         #[command(flatten)]
         limits: LimitArgs,
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
@@ -130,9 +143,10 @@ pub enum Command {
         /// The package to install (default: the instance name).
         #[arg(long)]
         package: Option<String>,
-        /// Repository directory holding `<package>/<version>/`.
+        /// The repository: a name the server configures, or a directory relative to one of its
+        /// repository roots (e.g. `examples/packages` for `berth up` started in the checkout).
         #[arg(long)]
-        repo: PathBuf,
+        repo: String,
         #[arg(long)]
         version: String,
         /// Settings as a YAML or JSON file.

@@ -122,6 +122,35 @@ fn read_settings(path: &Path) -> Result<prost_types::Struct, String> {
     }
 }
 
+/// `berth up`'s repositories: the file's, then each `--repository`, then the roots; with no
+/// root anywhere, the directory it was started in (so `--repo examples/packages` works from the
+/// checkout).
+fn up_repositories(
+    file: Option<&std::path::Path>,
+    flags: &[String],
+    roots: &[std::path::PathBuf],
+) -> Result<berth_package::Repositories, String> {
+    let mut repos = match file {
+        Some(path) => berth_package::Repositories::load(path).map_err(|e| e.to_string())?,
+        None => berth_package::Repositories::default(),
+    };
+    let cwd = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
+    for flag in flags {
+        repos.add_flag(flag, &cwd).map_err(|e| e.to_string())?;
+    }
+    for root in roots {
+        repos
+            .add_root(&cwd.join(root))
+            .map_err(|e| format!("--repository-root: {e}"))?;
+    }
+    if repos.roots().is_empty() {
+        repos
+            .add_root(&cwd)
+            .map_err(|e| format!("--repository-root: {e}"))?;
+    }
+    Ok(repos)
+}
+
 pub async fn run(cli: Cli) -> Result<ExitCode, String> {
     match &cli.command {
         Command::Up {
@@ -139,10 +168,15 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             token_file,
             tls,
             tls_hosts,
+            repositories,
+            repository,
+            repository_roots,
             limits,
             log_format,
             jq,
         } => {
+            let repositories =
+                up_repositories(repositories.as_deref(), repository, repository_roots)?;
             // Every service in this process: each span is exported under its service's name.
             let _telemetry = berth_telemetry::init_all_in_one(*log_format);
             let mut tokens: Vec<String> = cli.token.iter().cloned().collect();
@@ -171,6 +205,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 hook_tmp_dir: hook_tmp_dir.clone(),
                 hook_user: hook_user.clone(),
                 jq: jq.limits(),
+                repositories,
             };
             let shutdown = CancellationToken::new();
             tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
@@ -235,11 +270,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             timeout,
         } => {
             let mut client = connect(&cli).await?;
-            let repo =
-                std::path::absolute(repo).map_err(|e| format!("--repo {}: {e}", repo.display()))?;
+            // Sent as given: the server resolves it against its own configuration.
             let request = v1::UpdateRequest {
                 r#ref: Some(package_ref(target)),
-                repository: repo.display().to_string(),
+                repository: repo.clone(),
                 package: package.clone().unwrap_or_default(),
                 version: version.clone(),
                 settings: settings.as_deref().map(read_settings).transpose()?,

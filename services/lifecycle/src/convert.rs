@@ -39,14 +39,20 @@ pub fn settings(s: Option<&prost_types::Struct>) -> Result<serde_json::Value, Li
     Ok(settings)
 }
 
-/// Parses an Update request; each refusal names the field.
-pub fn update_spec(req: &v1::UpdateRequest) -> Result<UpdateSpec, LifecycleError> {
+/// Parses an Update request; each refusal names the field. The repository must be one of
+/// `repositories` (a configured name, or a directory under a configured root): nothing else on a
+/// worker's disk is reachable through the API.
+pub fn update_spec(
+    req: &v1::UpdateRequest,
+    repositories: &berth_package::Repositories,
+) -> Result<UpdateSpec, LifecycleError> {
     let invalid = LifecycleError::InvalidArgument;
     let id = package_id(req.r#ref.as_ref())?;
     if req.repository.is_empty() {
-        return Err(invalid(
-            "repository: required (a directory holding <package>/<version>/)".into(),
-        ));
+        return Err(invalid(format!(
+            "repository: required (a configured repository or a directory under a repository root; {})",
+            repositories.describe()
+        )));
     }
     if req.version.is_empty() {
         return Err(invalid("version: required".into()));
@@ -67,12 +73,16 @@ pub fn update_spec(req: &v1::UpdateRequest) -> Result<UpdateSpec, LifecycleError
         req.package.clone()
     };
     crate::model::check_label("package", &package).map_err(invalid)?;
+    let settings = settings(req.settings.as_ref())?;
+    repositories
+        .check_exists(&req.repository)
+        .map_err(|e| invalid(format!("repository: {e}")))?;
     Ok(UpdateSpec {
         id,
         repository: req.repository.clone(),
         package,
         version: req.version.clone(),
-        settings: settings(req.settings.as_ref())?,
+        settings,
         force: req.force,
     })
 }

@@ -35,6 +35,9 @@ pub struct Config {
     pub broker_endpoint: String,
     /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
     pub tls: Option<berth_telemetry::Tls>,
+    /// The repositories an Update may name (names, and roots under which it may name a
+    /// directory); anything else is refused.
+    pub repositories: Arc<berth_package::Repositories>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +83,8 @@ pub async fn run(
     let version = berth_package::parse_version(env!("CARGO_PKG_VERSION"))
         .expect("the crate's version is semver");
     let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
-    let service = LifecycleService::new(store, broker, wake, scheduler);
+    let service =
+        LifecycleService::new(store, broker, wake, scheduler, config.repositories.clone());
     let router = berth_telemetry::grpc_server(tls)?.add_service(
         LifecycleServer::new(service)
             .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)

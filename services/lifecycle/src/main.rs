@@ -21,6 +21,10 @@ struct Args {
     /// The queue broker's gRPC endpoint.
     #[arg(long, env = "BERTH_BROKER", default_value = "http://127.0.0.1:7071")]
     broker: String,
+    /// The repositories file: the named repositories and repository roots an Update may name
+    /// (see the README's "Repositories"). Without it, every Update is refused.
+    #[arg(long, env = "BERTH_REPOSITORIES")]
+    repositories: Option<std::path::PathBuf>,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
@@ -33,6 +37,10 @@ async fn main() -> anyhow::Result<()> {
     let _telemetry = berth_telemetry::init("berth-lifecycle", args.log_format);
     berth_telemetry::ensure_sqlite_dir(&args.database)?;
     let tls = args.tls.load(Some(berth_telemetry::Role::Lifecycle))?;
+    let repositories = match &args.repositories {
+        Some(path) => berth_package::Repositories::load(path)?,
+        None => berth_package::Repositories::default(),
+    };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -42,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
             database_url: args.database,
             broker_endpoint: args.broker,
             tls,
+            repositories: std::sync::Arc::new(repositories),
         },
         listener,
         shutdown,

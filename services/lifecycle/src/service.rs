@@ -52,6 +52,7 @@ pub struct LifecycleService {
     outbox_wake: Arc<Notify>,
     changes: broadcast::Sender<PackageKey>,
     scheduler: SharedScheduler,
+    repositories: Arc<berth_package::Repositories>,
 }
 
 /// Now, as conditions record it.
@@ -65,6 +66,7 @@ impl LifecycleService {
         broker: BrokerClient<berth_telemetry::Channel>,
         outbox_wake: Arc<Notify>,
         scheduler: SharedScheduler,
+        repositories: Arc<berth_package::Repositories>,
     ) -> Self {
         let (changes, _) = broadcast::channel(WATCH_CHANNEL);
         LifecycleService {
@@ -73,6 +75,7 @@ impl LifecycleService {
             outbox_wake,
             changes,
             scheduler,
+            repositories,
         }
     }
 
@@ -178,7 +181,7 @@ impl Lifecycle for LifecycleService {
         &self,
         req: Request<v1::UpdateRequest>,
     ) -> Result<Response<v1::UpdateResponse>, Status> {
-        let spec = convert::update_spec(req.get_ref())?;
+        let spec = convert::update_spec(req.get_ref(), &self.repositories)?;
         let key = spec.id.key();
         tracing::Span::current().record("package.key", key.as_str());
         let mut sched = self.scheduler.lock().await;

@@ -9,8 +9,13 @@ pub struct TaskConfig {
     pub lifecycle_endpoint: String,
     pub release_endpoint: String,
     pub hookevent_endpoint: String,
-    /// Package cache of this worker (`<data-dir>/packages`).
+    /// Package cache of this worker (`<data-dir>/packages`): `<key>/<repository id>/<version>`,
+    /// so each instance has its own copy (Cleanup deletes `<key>`), and two repositories never
+    /// share an entry.
     pub cache_dir: PathBuf,
+    /// The repositories a spec may name (lifecycle checked the Update against the same
+    /// configuration); a name this worker does not know fails the package.
+    pub repositories: std::sync::Arc<berth_package::Repositories>,
     /// Longest a hook may run before its process group is killed.
     pub hook_timeout: Duration,
     /// Longest a Run waits for the release to become ready before it fails (and is retried).

@@ -1,7 +1,5 @@
 //! Per-task context: the package spec as lifecycle has it, the clients, and reporting helpers.
 
-use std::path::PathBuf;
-
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
     ConditionStatus, ConditionType, ConditionUpdate, GetSpecRequest, Phase, Progress,
@@ -70,15 +68,6 @@ impl<'a> TaskContext<'a> {
 
     pub fn key(&self) -> &str {
         &self.spec.key
-    }
-
-    /// `<cache>/<package key>/<version>`: each instance has its own copy, so Cleanup can delete it
-    /// without touching another instance of the same package.
-    pub fn package_dir(&self) -> PathBuf {
-        self.config
-            .cache_dir
-            .join(&self.spec.key)
-            .join(&self.spec.version)
     }
 
     /// The Helm release name and namespace of this package instance.

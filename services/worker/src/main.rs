@@ -61,6 +61,10 @@ enum Command {
         /// it on a tmpfs: creating those files on a disk is most of a hook's start time.
         #[arg(long, env = "BERTH_HOOK_TMP_DIR")]
         hook_tmp_dir: Option<PathBuf>,
+        /// The repositories file (the same as lifecycle's): where the repositories an Update
+        /// names are.
+        #[arg(long, env = "BERTH_REPOSITORIES")]
+        repositories: Option<PathBuf>,
         #[command(flatten)]
         tls: berth_telemetry::TlsArgs,
         /// Worker id in leases and Dump (default: random).
@@ -99,9 +103,14 @@ async fn main() -> anyhow::Result<()> {
             id,
             metrics_listen,
             hook_tmp_dir,
+            repositories,
             tls,
             hook_user,
         } => {
+            let repositories = match &repositories {
+                Some(path) => berth_package::Repositories::load(path)?,
+                None => berth_package::Repositories::default(),
+            };
             let tls = tls.load(Some(berth_telemetry::Role::Worker))?;
             // Processes that escape a hook's group (setsid) are re-parented here and killed.
             if let Err(error) = berth_hooks::reap_escaped_hook_processes() {
@@ -121,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
                 release_endpoint: release,
                 hookevent_endpoint: hookevent,
                 cache_dir,
+                repositories: std::sync::Arc::new(repositories),
                 hook_timeout: Duration::from_secs(hook_timeout),
                 ready_timeout: Duration::from_secs(ready_timeout),
                 hook_tmp_dir,

@@ -2,7 +2,9 @@
 //! Every task that needs the files calls [`ensure`], so any worker can run any task of any package
 //! (workers share nothing but the broker).
 
-use berth_package::{LocalRepository, Package};
+use std::path::Path;
+
+use berth_package::{Limits, Package, Source};
 use serde_json::Value;
 
 use berth_proto::lifecycle::report_request::Report;
@@ -11,20 +13,67 @@ use berth_queue::worker::TaskError;
 use crate::context::TaskContext;
 
 /// Fetches (when missing) and loads the package version of the spec.
+///
+/// The spec names a repository from this worker's configuration (lifecycle checked it at the
+/// Update); the worker resolves it again, so a root-relative directory that now leaves its root
+/// through a symlink, or a name this worker does not know, fails the package. The cache entry is
+/// `<cache>/<key>/<repository id>/<version>`: two repositories offering the same version never
+/// share one. An OCI tag's manifest digest is checked again once per generation, and a re-pushed
+/// tag is fetched again.
 pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
-    let dest = cx.package_dir();
-    let repo = cx.spec.repository.clone();
-    let package = cx.spec.package.clone();
-    let version = cx.spec.version.clone();
-    // Copying and digesting files is blocking work.
-    berth_telemetry::spawn_blocking_here(move || {
-        if !dest.join("package.yaml").exists() {
-            LocalRepository::new(&repo)
-                .fetch(&package, &version, &dest)
-                .map_err(|e| {
-                    TaskError::retry(format!("fetching {package} {version} from {repo}: {e}"))
-                })?;
+    let spec = &cx.spec;
+    let (repo, package, version) = (&spec.repository, &spec.package, &spec.version);
+    let resolved = cx
+        .config
+        .repositories
+        .resolve(repo)
+        .map_err(|e| TaskError::permanent(format!("repository of {package} {version}: {e}")))?;
+    let dir = cx
+        .config
+        .cache_dir
+        .join(&spec.key)
+        .join(resolved.cache_id());
+    let dest = dir.join(version);
+    let marker = dir.join(format!("{version}.revision"));
+    let fetch_error = |e: berth_package::RepoError| {
+        TaskError::retry(format!("fetching {package} {version} from {repo}: {e}"))
+    };
+    let limits = Limits::default();
+    let present = dest.join("package.yaml").exists();
+    let fetch = match (&resolved.source, present) {
+        (_, false) => true,
+        (Source::Oci(_), true) => match read_revision(&marker) {
+            Some((checked, _)) if checked >= spec.generation => false,
+            Some((_, digest)) => {
+                let now = resolved
+                    .source
+                    .revision(package, version, limits)
+                    .await
+                    .map_err(fetch_error)?;
+                if now.as_deref() == Some(digest.as_str()) {
+                    write_revision(&marker, spec.generation, &digest);
+                    false
+                } else {
+                    true
+                }
+            }
+            None => true,
+        },
+        (_, true) => false,
+    };
+    if fetch {
+        let fetched = resolved
+            .source
+            .fetch(package, version, &dest, limits)
+            .await
+            .map_err(fetch_error)?;
+        if let Some(revision) = fetched.revision {
+            write_revision(&marker, spec.generation, &revision);
         }
+    }
+    let (package, version) = (package.clone(), version.clone());
+    // Loading reads and parses files: blocking work.
+    berth_telemetry::spawn_blocking_here(move || {
         // What was fetched is what the repository has: a package that does not load is broken
         // until a new Update, and retrying cannot fix it.
         berth_package::load(&dest)
@@ -32,6 +81,20 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
     })
     .await
     .map_err(|e| TaskError::retry(format!("package loader panicked: {e}")))?
+}
+
+/// The generation at which the cached OCI image was last checked, and its manifest digest.
+fn read_revision(path: &Path) -> Option<(i64, String)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let (generation, digest) = text.trim().split_once(' ')?;
+    Some((generation.parse().ok()?, digest.to_owned()))
+}
+
+/// Records the revision; a write that fails only means the digest is checked again next time.
+fn write_revision(path: &Path, generation: i64, digest: &str) {
+    if let Err(error) = std::fs::write(path, format!("{generation} {digest}\n")) {
+        tracing::warn!(%error, path = %path.display(), "recording the fetched revision");
+    }
 }
 
 /// The values of the package now: settings and the stored hook patches layered over the

@@ -137,6 +137,9 @@ impl Topology {
         let sqlite = |name: &str| format!("sqlite://{}", dir.join(name).display());
         let kc = kubeconfig.display().to_string();
         let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        let repositories = berth_tests::process::repositories_file(dir, "")?
+            .display()
+            .to_string();
         let broker = start(
             "berth-queue",
             s(&[
@@ -160,6 +163,8 @@ impl Topology {
                 &sqlite("lifecycle.db"),
                 "--broker",
                 &b,
+                "--repositories",
+                &repositories,
                 PLAIN,
             ]),
             "listening on ",
@@ -206,6 +211,8 @@ impl Topology {
             &h,
             "--cache-dir",
             &cache,
+            "--repositories",
+            &repositories,
             "--concurrency",
             &n,
             PLAIN,
@@ -321,11 +328,9 @@ fn package_ref(namespace: &str, name: &str) -> PackageRef {
     }
 }
 
+/// The fixtures' repository, as an Update names it (relative to the harness's repository root).
 fn fixtures() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/packages")
-        .display()
-        .to_string()
+    berth_tests::FIXTURES_REPO.to_owned()
 }
 
 async fn create_namespace(kube: &kube::Client, name: &str) -> anyhow::Result<()> {

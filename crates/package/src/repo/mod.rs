@@ -10,6 +10,7 @@
 //! `spawn_blocking`. The OCI repository is async (it talks HTTP).
 
 mod archive;
+mod config;
 mod digest;
 mod local;
 mod oci;
@@ -21,6 +22,10 @@ use std::io;
 use std::path::PathBuf;
 
 pub use archive::ArchiveRepository;
+pub use config::{
+    ConfigError, MAX_CONFIG_BYTES, OciSource, Repositories, Requested, Resolved, Source,
+    SourceFetched,
+};
 pub use digest::digest_tree;
 pub use local::LocalRepository;
 pub use oci::{CONFIG_MEDIA_TYPE, OciAuth, OciFetched, OciRepository};

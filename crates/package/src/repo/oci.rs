@@ -236,6 +236,20 @@ impl OciRepository {
             })
     }
 
+    /// The manifest digest behind the tag `constraint` resolves to now: changes when the tag
+    /// is pushed again.
+    pub async fn manifest_digest(
+        &self,
+        package: &str,
+        constraint: &str,
+    ) -> Result<String, RepoError> {
+        let (_, tag) = self.resolve_tag(package, constraint).await?;
+        self.client
+            .fetch_manifest_digest(&self.reference(package, &tag), &self.auth())
+            .await
+            .map_err(|e| self.registry_error(package, "reading the manifest digest", e))
+    }
+
     /// Resolves `constraint`, pulls that version and publishes it at `dest` atomically. With
     /// `expected_manifest`, the image's manifest digest must be that one.
     pub async fn fetch(
