@@ -114,6 +114,9 @@ async fn install(endpoint: &str, kube: &kube::Client) -> anyhow::Result<TestName
     Ok(namespace)
 }
 
+/// The roots hookevent opens for work the cluster or the clock started.
+const WORK_ROOTS: [&str; 3] = ["hookevent.event", "hookevent.resync", "hookevent.schedule"];
+
 /// What the processes exported (they flush when they stop) tells the story of the Update.
 fn check(spans: &[Span]) -> anyhow::Result<()> {
     let update = spans
@@ -140,10 +143,10 @@ fn check(spans: &[Span]) -> anyhow::Result<()> {
             .map(|s| (&s.service, &s.name))
             .collect::<Vec<_>>()
     );
-    let orphans: Vec<(&String, &String)> = trace
+    let orphans: Vec<(&String, &String, Option<&String>)> = trace
         .iter()
         .filter(|s| !s.parent.is_empty() && !ids.contains(s.parent.as_slice()))
-        .map(|s| (&s.service, &s.name))
+        .map(|s| (&s.service, &s.name, s.attributes.get("rpc.path")))
         .collect();
     anyhow::ensure!(
         orphans.is_empty(),
@@ -169,14 +172,17 @@ fn check(spans: &[Span]) -> anyhow::Result<()> {
         hooks.iter().any(|s| s.service == "berth-worker"),
         "no hook span in the Update's trace"
     );
-    // No background loop traced itself: every trace starts at a request to the public API,
-    // and every span's parent was exported too.
+    // No background loop traced itself: every trace starts at a request to the public API or
+    // at work the cluster or the clock started (a watch event, a resync, a schedule firing, a
+    // drift repair), and every span's parent was exported too.
     let all: HashSet<&[u8]> = spans.iter().map(|s| s.id.as_slice()).collect();
     let stray: Vec<(&String, &String, Option<&String>)> = spans
         .iter()
         .filter(|s| {
             if s.parent.is_empty() {
-                s.service != "berth-gateway" || s.name != "grpc.request"
+                !(s.service == "berth-gateway" && s.name == "grpc.request"
+                    || s.service == "berth-hookevent" && WORK_ROOTS.contains(&s.name.as_str())
+                    || s.service == "berth-release" && s.name == "release.drift.repair")
             } else {
                 !all.contains(s.parent.as_slice())
             }

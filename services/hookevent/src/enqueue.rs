@@ -35,7 +35,7 @@ impl Enqueuer {
     ) -> Enqueuer {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         berth_telemetry::spawn_in(
-            tracing::info_span!("hookevent.enqueue"),
+            tracing::info_span!(parent: None, "hookevent.enqueue"),
             deliver(broker, rx, shutdown),
         );
         Enqueuer { tx }

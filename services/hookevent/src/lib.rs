@@ -136,13 +136,14 @@ pub async fn run(
             })?;
     let service = HookEventService::new(store, enqueuer, kube, scopes).await?;
     let scheduler = berth_telemetry::spawn_in(
-        tracing::info_span!("hookevent.scheduler"),
+        tracing::info_span!(parent: None, "hookevent.scheduler"),
         service.scheduler().run(shutdown.clone()),
     );
     let restore = service.clone();
-    berth_telemetry::spawn_in(tracing::info_span!("hookevent.restore"), async move {
-        restore.restore().await
-    });
+    berth_telemetry::spawn_in(
+        tracing::info_span!(parent: None, "hookevent.restore"),
+        async move { restore.restore().await },
+    );
     let router = berth_telemetry::grpc_server(tls)?.add_service(
         HookEventsServer::new(service)
             .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)

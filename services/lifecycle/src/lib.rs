@@ -72,7 +72,7 @@ pub async fn run(
         .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
     let wake = Arc::new(tokio::sync::Notify::new());
     let relay = berth_telemetry::spawn_in(
-        tracing::info_span!("lifecycle.relay"),
+        tracing::info_span!(parent: None, "lifecycle.relay"),
         relay::run(
             store.clone(),
             broker.clone(),

@@ -51,7 +51,7 @@ pub async fn serve_with_metrics(
     // other services (`berth up` shares its token).
     let stop = shutdown.child_token();
     let maintenance = berth_telemetry::spawn_in(
-        tracing::info_span!("broker.maintenance"),
+        tracing::info_span!(parent: None, "broker.maintenance"),
         broker::run_maintenance(service.clone(), MAINTENANCE_PERIOD, stop.clone()),
     );
     let admin = async {

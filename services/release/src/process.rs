@@ -92,7 +92,7 @@ pub fn spawn_version_reporter(
     let channel = berth_telemetry::connect_lazy(endpoint, tls, berth_telemetry::Role::Lifecycle)
         .map_err(Error::Lifecycle)?;
     Ok(berth_telemetry::spawn_in(
-        tracing::info_span!("release.cluster_version"),
+        tracing::info_span!(parent: None, "release.cluster_version"),
         report_cluster_version(client, LifecycleClient::new(channel), shutdown),
     ))
 }
@@ -160,7 +160,7 @@ pub async fn run_service(
     let service = service.with_shutdown(shutdown.clone());
     let resume = service.clone();
     let resuming = berth_telemetry::spawn_in(
-        tracing::info_span!("release.resume_drift_repair"),
+        tracing::info_span!(parent: None, "release.resume_drift_repair"),
         async move { resume.resume_drift_repair().await },
     );
     let router = berth_telemetry::grpc_server(tls.as_ref())?.add_service(server(service));

@@ -50,7 +50,7 @@ pub async fn work_with_metrics(
     let runner = TaskRunner::new(tasks)?;
     let admin = metrics.map(|listener| {
         berth_telemetry::spawn_in(
-            tracing::info_span!("worker.metrics"),
+            tracing::info_span!(parent: None, "worker.metrics"),
             berth_queue::admin::serve_text_metrics(
                 listener,
                 shutdown.clone(),

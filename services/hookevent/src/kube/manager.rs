@@ -263,7 +263,7 @@ impl KubeManager {
                 r.state.spec.execute_hook_on_synchronization,
             ) {
                 berth_telemetry::spawn_in(
-                    tracing::info_span!("hookevent.resync", binding = id),
+                    tracing::info_span!(parent: None, "hookevent.resync", binding = id),
                     Arc::clone(self).resync(*id, period),
                 );
             }
@@ -501,7 +501,7 @@ impl KubeManager {
         let api: Api<k8s_openapi::api::core::v1::Namespace> =
             Api::all(self.resolver.client().clone());
         let manager = Arc::clone(self);
-        let span = tracing::info_span!("hookevent.namespaces", selector = %selector);
+        let span = tracing::info_span!(parent: None, "hookevent.namespaces", selector = %selector);
         berth_telemetry::spawn_in(span, async move {
             let stream =
                 watcher(api, watcher::Config::default().labels(&selector)).default_backoff();
@@ -650,7 +650,8 @@ impl KubeManager {
         let cancel = w.cancel.clone();
         let key = key.clone();
         let resource = w.resource.clone();
-        let span = tracing::info_span!("hookevent.watch", resource = %resource.plural);
+        let span =
+            tracing::info_span!(parent: None, "hookevent.watch", resource = %resource.plural);
         berth_telemetry::spawn_in(span, async move {
             let stream = watcher(api, config).default_backoff();
             tokio::pin!(stream);

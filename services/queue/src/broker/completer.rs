@@ -75,7 +75,7 @@ impl<E: Clone + Send + 'static> Completer<E> {
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
         runtime.spawn(
             settle(store, limits, receiver, now_ms, to_error, stop).instrument(
-                berth_telemetry::untraced(tracing::info_span!("broker.completer")),
+                berth_telemetry::untraced(tracing::info_span!(parent: None, "broker.completer")),
             ),
         );
         Completer { queue }

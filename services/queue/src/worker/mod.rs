@@ -163,7 +163,8 @@ pub async fn run<H: Handler>(
 ) -> Result<(), WorkerError> {
     // The lease loop is not traced (an idle worker would fill a collector with Leases); each
     // task's span continues the trace of the request that queued it.
-    let span = berth_telemetry::untraced(tracing::info_span!("worker", worker = %config.id));
+    let span =
+        berth_telemetry::untraced(tracing::info_span!(parent: None, "worker", worker = %config.id));
     tracing::Instrument::instrument(lease_loop(broker, handler, config, shutdown), span).await
 }
 
@@ -212,7 +213,7 @@ async fn lease_loop<H: Handler>(
                 // Started once the lease TTL is known.
                 heartbeat.get_or_insert_with(|| {
                     berth_telemetry::spawn_in(
-                        tracing::info_span!("worker.heartbeat", worker = %config.id),
+                        tracing::info_span!(parent: None, "worker.heartbeat", worker = %config.id),
                         heartbeat::run(
                             broker.clone(),
                             held.clone(),

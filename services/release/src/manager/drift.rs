@@ -136,7 +136,7 @@ impl DriftMonitor {
             events,
         };
         berth_telemetry::spawn_in(
-            tracing::info_span!("release.drift_repair", release = %release, namespace = %namespace),
+            tracing::info_span!(parent: None, "release.drift_repair", release = %release, namespace = %namespace),
             repairer.run(objects, applied, cancel),
         );
     }
