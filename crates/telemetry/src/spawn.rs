@@ -116,13 +116,13 @@ mod tests {
         let _default =
             tracing::subscriber::set_default(tracing_subscriber::registry().with(closed.clone()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let handle = async {
+        let request = tracing::info_span!("request");
+        let handle = request.in_scope(|| {
             spawn_in(tracing::info_span!(parent: None, "loop"), async {
                 let _ = stopped.await;
             })
-        }
-        .instrument(tracing::info_span!("request"))
-        .await;
+        });
+        drop(request);
         // The request is over while its loop runs on: its span is closed (and so exported).
         assert_eq!(*closed.0.lock().unwrap(), ["request"]);
         stop.send(()).unwrap();
