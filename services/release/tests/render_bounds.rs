@@ -104,6 +104,34 @@ async fn a_render_past_the_time_limit_is_refused() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn renders_past_the_time_limit_stop_and_give_their_slot_back() -> anyhow::Result<()> {
+    let mut h = start_with_render_limits(RenderLimits {
+        time: Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await?;
+    // Endless renders (10^15 steps), one more than the service renders at once: were they left
+    // running past their deadline, they would hold every render slot for good.
+    let endless = chart(&[(
+        "templates/b.yaml",
+        "# {{ range 100000 }}{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}{{ end }}\n",
+    )]);
+    let slots = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+    let mut calls = Vec::new();
+    for i in 0..=slots {
+        let mut grpc = h.grpc.clone();
+        let request = install(&h, &format!("endless-{i}"), endless.clone(), "");
+        calls.push(tokio::spawn(async move { grpc.install(request).await }));
+    }
+    for call in calls {
+        let err = call.await?.expect_err("an endless render is refused");
+        assert!(err.message().contains("render time limit of 2s"), "{err}");
+    }
+    // The slots are free again: a sane chart installs within its own time limit.
+    still_serving(&mut h).await
+}
+
+#[tokio::test]
 async fn a_render_over_the_output_limit_is_refused() -> anyhow::Result<()> {
     let mut h = start_with_render_limits(RenderLimits {
         output_bytes: 64 * 1024,

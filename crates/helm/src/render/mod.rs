@@ -21,6 +21,7 @@ pub mod values;
 pub use archive::unpack as unpack_chart;
 pub use chart::Chart;
 pub use context::Capabilities;
+pub use exec::{Budget, with_budget};
 pub use manifests::{Document, Listing};
 
 use crate::ReleaseInfo;

@@ -42,11 +42,11 @@ pub const HISTORY_MAX: usize = 10;
 /// Bounds on one release's render, checked where the release service renders (Install, Plan,
 /// Render).
 ///
-/// The time bound stops the wait, not the work: the template engine cannot be interrupted, so a
-/// render past its deadline is left to finish on its blocking thread (gotmpl's range budget and
-/// the engine's include/tpl depth bound it) while the caller gets the error at once. Renders
-/// hold one of a few slots (as many as CPUs) until they really end, so abandoned renders cannot
-/// pile up.
+/// Both bounds are checked by the template engine as it runs ([`render::with_budget`]): a
+/// render past its deadline stops at its next template step, and one template's text cannot
+/// grow past the output bound. The caller also stops waiting at the deadline (work outside the
+/// template engine, such as reading YAML, is not interruptible). Renders hold one of a few
+/// slots (as many as CPUs) until they really end, so renders cannot pile up.
 #[derive(Clone, Copy, Debug)]
 pub struct RenderLimits {
     /// Longest a render may take.
@@ -294,6 +294,7 @@ impl ReleaseManager {
             app.map(|a| a.0.clone()),
         ));
         let renders = self.renders.clone();
+        let started = std::time::Instant::now();
         let render = async move {
             // Waiting for a slot counts against the deadline; the slot goes with the render
             // and is given back when it really ends, not when its caller stopped waiting.
@@ -303,7 +304,16 @@ impl ReleaseManager {
                 .map_err(|e| ReleaseError::Task(e.to_string()))?;
             berth_telemetry::spawn_blocking_here(move || {
                 let _slot = slot;
-                render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
+                // The engine checks the same bounds as it runs, so a render past its deadline
+                // stops (and frees its slot) instead of running on unobserved.
+                let budget = render::Budget {
+                    time: Some(limits.time),
+                    since: Some(started),
+                    output: Some(limits.output_bytes),
+                };
+                render::with_budget(budget, || {
+                    render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
+                })
             })
             .await
             .map_err(|e| ReleaseError::Task(e.to_string()))

@@ -36,6 +36,52 @@ const MAX_RANGE: i64 = 10_000_000;
 
 type R<T> = Result<T, String>;
 
+/// A render's bounds, checked as the templates execute (so a runaway chart stops where it is
+/// rather than running on after its caller gave up): a deadline and a cap on the text one
+/// template may produce. Set for the renders on this thread with [`with_budget`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Budget {
+    /// How long the render may take (named in the error)...
+    pub time: Option<std::time::Duration>,
+    /// ...counted from here (default: when [`with_budget`] starts).
+    pub since: Option<std::time::Instant>,
+    /// How many bytes one template's output may reach.
+    pub output: Option<usize>,
+}
+
+/// The budget in force on this thread and when its time runs out.
+#[derive(Clone, Copy)]
+struct Bound {
+    budget: Budget,
+    deadline: Option<std::time::Instant>,
+}
+
+thread_local! {
+    static BUDGET: Cell<Option<Bound>> = const { Cell::new(None) };
+}
+
+/// Runs `f` (which renders on this thread) within `budget`: templates that run past
+/// `budget.time` or produce more than `budget.output` bytes fail with an error naming the
+/// bound. A thread-local rather than a parameter so that every render entry point honours it.
+pub fn with_budget<T>(budget: Budget, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Bound>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BUDGET.with(|b| b.set(self.0));
+        }
+    }
+    let since = budget.since.unwrap_or_else(std::time::Instant::now);
+    let bound = Bound {
+        budget,
+        deadline: budget.time.map(|t| since + t),
+    };
+    let _restore = Restore(BUDGET.with(|b| b.replace(Some(bound))));
+    f()
+}
+
+/// How many steps pass between two looks at the clock.
+const STEPS_PER_CLOCK_CHECK: u32 = 256;
+
 /// What a walk of a list ended with.
 #[derive(PartialEq, Eq)]
 enum Flow {
@@ -61,6 +107,9 @@ pub struct Exec {
     sources: HashMap<String, Source>,
     /// The templates being executed (innermost last), for error positions.
     frames: RefCell<Vec<Frame>>,
+    /// The render's bounds ([`with_budget`]) and the steps taken since the clock was read.
+    bound: Option<Bound>,
+    steps: Cell<u32>,
 }
 
 /// The file a template is defined in and that file's text.
@@ -116,7 +165,35 @@ impl Exec {
             builtins: RefCell::new(HashMap::new()),
             sources: HashMap::new(),
             frames: RefCell::new(Vec::new()),
+            bound: BUDGET.with(Cell::get),
+            steps: Cell::new(0),
         }
+    }
+
+    /// Fails once the render is past its deadline or `out` past its size bound.
+    fn tick(&self, out: &str) -> R<()> {
+        let Some(bound) = &self.bound else {
+            return Ok(());
+        };
+        if let Some(max) = bound.budget.output {
+            if out.len() > max {
+                return Err(format!(
+                    "the template's output is over the render output limit of {max} bytes"
+                ));
+            }
+        }
+        let steps = self.steps.get().wrapping_add(1);
+        self.steps.set(steps);
+        if steps % STEPS_PER_CLOCK_CHECK == 0 {
+            if let (Some(deadline), Some(time)) = (bound.deadline, bound.budget.time) {
+                if std::time::Instant::now() > deadline {
+                    return Err(format!(
+                        "the render took longer than the render time limit of {time:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Adds a named tree. As in Go, an empty (whitespace-only) tree does not replace a
@@ -216,6 +293,7 @@ impl Exec {
     }
 
     fn walk_node(&self, node: &Node, dot: &V, vars: &mut Vars, out: &mut String) -> R<Flow> {
+        self.tick(out)?;
         match node {
             Node::Text(t) => out.push_str(&t.text),
             Node::Action(a) => {
@@ -374,6 +452,7 @@ impl Exec {
         let Some(first) = cmd.args.first() else {
             return Err("empty command".into());
         };
+        self.tick("")?;
         self.eval_command_inner(cmd, first, dot, vars, fin)
             .map_err(|e| match first {
                 Expr::Identifier(..) => self.frame(e, first.pos().offset, &|| cmd_string(cmd)),

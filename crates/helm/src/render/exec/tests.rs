@@ -323,3 +323,47 @@ fn self_containing_maps_are_freed_with_the_render() {
     };
     assert!(weak.upgrade().is_none());
 }
+
+#[test]
+fn a_render_past_its_budgets_time_stops_where_it_is() {
+    use std::time::Duration;
+    // 10^15 steps (ranges over integers, each below the range bound): only the budget ends it.
+    let endless =
+        "{{ range 100000 }}{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}{{ end }}";
+    let budget = super::Budget {
+        time: Some(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let err = super::with_budget(budget, || run(endless, serde_json::json!({}))).unwrap_err();
+    assert!(err.contains("render time limit of 50ms"), "{err}");
+    // The budget is gone with `with_budget`: the same thread renders unbounded again.
+    assert_eq!(run("{{ 1 }}", serde_json::json!({})).unwrap(), "1");
+}
+
+#[test]
+fn a_templates_output_past_its_budget_fails_with_the_limit_named() {
+    let budget = super::Budget {
+        output: Some(1000),
+        ..Default::default()
+    };
+    let err = super::with_budget(budget, || {
+        run("{{ range until 10000 }}abc{{ end }}", serde_json::json!({}))
+    })
+    .unwrap_err();
+    assert!(
+        err.contains("over the render output limit of 1000 bytes"),
+        "{err}"
+    );
+    // Through include too: the included text is bounded while it is made.
+    let err = super::with_budget(budget, || {
+        run(
+            r#"{{ define "big" }}{{ range until 10000 }}abc{{ end }}{{ end }}{{ include "big" . | len }}"#,
+            serde_json::json!({}),
+        )
+    })
+    .unwrap_err();
+    assert!(
+        err.contains("over the render output limit of 1000 bytes"),
+        "{err}"
+    );
+}
