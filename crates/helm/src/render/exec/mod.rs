@@ -175,23 +175,22 @@ impl Exec {
         let Some(bound) = &self.bound else {
             return Ok(());
         };
-        if let Some(max) = bound.budget.output {
-            if out.len() > max {
-                return Err(format!(
-                    "the template's output is over the render output limit of {max} bytes"
-                ));
-            }
+        if let Some(max) = bound.budget.output
+            && out.len() > max
+        {
+            return Err(format!(
+                "the template's output is over the render output limit of {max} bytes"
+            ));
         }
         let steps = self.steps.get().wrapping_add(1);
         self.steps.set(steps);
-        if steps % STEPS_PER_CLOCK_CHECK == 0 {
-            if let (Some(deadline), Some(time)) = (bound.deadline, bound.budget.time) {
-                if std::time::Instant::now() > deadline {
-                    return Err(format!(
-                        "the render took longer than the render time limit of {time:?}"
-                    ));
-                }
-            }
+        if steps.is_multiple_of(STEPS_PER_CLOCK_CHECK)
+            && let (Some(deadline), Some(time)) = (bound.deadline, bound.budget.time)
+            && std::time::Instant::now() > deadline
+        {
+            return Err(format!(
+                "the render took longer than the render time limit of {time:?}"
+            ));
         }
         Ok(())
     }
