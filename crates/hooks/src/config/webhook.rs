@@ -214,6 +214,66 @@ impl AdmissionBinding {
     }
 }
 
+impl AdmissionBinding {
+    /// The binding as a hook configuration writes it; [`AdmissionBinding::from_value`] reads
+    /// it back unchanged (how the worker hands it to hookevent).
+    pub fn to_value(&self) -> Value {
+        let mut v = serde_json::json!({
+            "name": self.name,
+            "rules": self.rules,
+            "failurePolicy": self.failure_policy.as_str(),
+            "sideEffects": self.side_effects,
+            "timeoutSeconds": self.timeout_seconds,
+        });
+        if !self.include_snapshots_from.is_empty() {
+            v["includeSnapshotsFrom"] = serde_json::json!(self.include_snapshots_from);
+        }
+        if let Some(group) = &self.group {
+            v["group"] = Value::from(group.as_str());
+        }
+        if let Some(sel) = &self.object_selector {
+            v["labelSelector"] = sel.clone();
+        }
+        if let Some(sel) = &self.namespace_selector {
+            v["namespace"] = serde_json::json!({"labelSelector": sel});
+        }
+        if !self.match_conditions.is_empty() {
+            v["matchConditions"] = Value::from(self.match_conditions.clone());
+        }
+        v
+    }
+
+    /// Parses what [`AdmissionBinding::to_value`] wrote (or a hook's configuration entry).
+    pub fn parse(kind: AdmissionKind, value: Value) -> Result<Self, ConfigError> {
+        Self::from_value(kind, value, kind.key())
+    }
+}
+
+impl ConversionBinding {
+    /// The binding as a hook configuration writes it.
+    pub fn to_value(&self) -> Value {
+        let mut v = serde_json::json!({
+            "name": self.name,
+            "crdName": self.crd_name,
+            "conversions": self.conversions.iter().map(|c| serde_json::json!({
+                "fromVersion": c.from_version, "toVersion": c.to_version,
+            })).collect::<Vec<_>>(),
+        });
+        if !self.include_snapshots_from.is_empty() {
+            v["includeSnapshotsFrom"] = serde_json::json!(self.include_snapshots_from);
+        }
+        if let Some(group) = &self.group {
+            v["group"] = Value::from(group.as_str());
+        }
+        v
+    }
+
+    /// Parses what [`ConversionBinding::to_value`] wrote.
+    pub fn parse(value: Value) -> Result<Self, ConfigError> {
+        Self::from_value(value, "kubernetesCustomResourceConversion")
+    }
+}
+
 /// The API server's rule for webhook names: a DNS subdomain of at least three segments.
 fn check_webhook_name(name: &str) -> Result<(), String> {
     let segments: Vec<&str> = name.split('.').collect();
@@ -358,6 +418,26 @@ mod tests {
             b.namespace_selector,
             Some(json!({"matchLabels": {"team": "x"}}))
         );
+    }
+
+    #[test]
+    fn bindings_travel_as_their_configuration() {
+        let b = validating(json!({
+            "name": "policy.example.com", "group": "g", "includeSnapshotsFrom": ["x"],
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+            "labelSelector": {"matchLabels": {"a": "b"}}, "failurePolicy": "Ignore", "timeoutSeconds": 3,
+            "namespace": {"labelSelector": {"matchLabels": {"team": "x"}}},
+            "matchConditions": [{"name": "n", "expression": "true"}]
+        }))
+        .expect("valid");
+        assert_eq!(
+            AdmissionBinding::parse(AdmissionKind::Validating, b.to_value()),
+            Ok(b)
+        );
+        let c = ConversionBinding::parse(json!({"name": "c", "crdName": "xs.example.com",
+            "conversions": [{"fromVersion": "v1", "toVersion": "v2"}]}))
+        .expect("valid");
+        assert_eq!(ConversionBinding::parse(c.to_value()), Ok(c));
     }
 
     #[test]
