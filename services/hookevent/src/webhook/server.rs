@@ -79,6 +79,7 @@ pub async fn serve(
                 async move { Ok::<_, std::convert::Infallible>(handle(&webhooks, req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HANDSHAKE_TIMEOUT)
                 .serve_connection(TokioIo::new(tls), service);
             tokio::pin!(conn);
