@@ -95,7 +95,8 @@ fn refusal(result: Result<ConfigMap, kube::Error>) -> anyhow::Result<kube::core:
 /// A package whose hooks are admission webhooks: the validating hook refuses labelled
 /// ConfigMaps with its own message (403, in kube-apiserver's words) and allows the others; the
 /// mutating hook's patch lands in the stored object; a hook that fails gets the webhook's
-/// failurePolicy (Fail: the request is refused as a failed webhook call). Removing the package
+/// failurePolicy (Fail: the request is refused as a failed webhook call), and so does one that
+/// does not answer within the webhook's timeout (Ignore: the object is let in). Removing the package
 /// removes its webhook configurations, and the labelled ConfigMap is then accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_webhooks_are_answered_by_hooks() -> anyhow::Result<()> {
@@ -118,8 +119,14 @@ async fn admission_webhooks_are_answered_by_hooks() -> anyhow::Result<()> {
             .get(&config_name)
             .await
             .context("the ValidatingWebhookConfiguration")?;
-        let hook = &v.webhooks.as_ref().context("webhooks")?[0];
-        assert_eq!(hook.name, "deny-labelled.gatekeeper.berth.test");
+        let hooks = v.webhooks.as_ref().context("webhooks")?;
+        let mut names: Vec<&str> = hooks.iter().map(|h| h.name.as_str()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["deny-labelled.gatekeeper.berth.test", "slow.gatekeeper.berth.test"]
+        );
+        let hook = &hooks[0];
         assert!(hook.client_config.ca_bundle.is_some(), "caBundle");
         let selector = serde_json::to_value(&hook.namespace_selector)?;
         assert!(
@@ -182,6 +189,14 @@ async fn admission_webhooks_are_answered_by_hooks() -> anyhow::Result<()> {
             status.message
         );
         assert!(status.message.contains("exit code 1"), "{}", status.message);
+        // A hook that does not answer within its webhook's timeout: failurePolicy Ignore lets
+        // the object in (and the request does not hang).
+        cms.create(
+            &pp,
+            &configmap("slow", json!({"gatekeeper.berth.test/slow": "true"}))?,
+        )
+        .await
+        .context("a webhook whose hook is too slow, with failurePolicy Ignore, lets the object in")?;
 
         // Removal deregisters: the labelled ConfigMap is accepted afterwards.
         remove(&mut client, &r).await?;
