@@ -45,6 +45,8 @@ pub struct Target {
     pub kind: KindArg,
 }
 
+// Parsed once per process; `Up`'s many flags are not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run every berth service in this process (embedded database and dev cluster by default).

@@ -68,12 +68,12 @@ pub async fn admit(app: &App, attempt: Attempt<'_>) -> Result<Option<Value>, Api
         if !matches(hook, &attempt, object.as_ref(), namespace_labels.as_ref()) {
             continue;
         }
-        if let Some(answer) = call(hook, &attempt, object.as_ref()).await? {
-            if let (Some(patch), Some(obj)) =
+        let answer = call(hook, &attempt, object.as_ref()).await?;
+        if let Some(answer) = answer
+            && let (Some(patch), Some(obj)) =
                 (answer.get("patch").and_then(Value::as_str), object.as_mut())
-            {
-                apply_patch(hook, obj, patch)?;
-            }
+        {
+            apply_patch(hook, obj, patch)?;
         }
     }
     for hook in &validating {
