@@ -251,34 +251,18 @@ impl Webhooks {
                 }
             }
         }
-        let previous_crds = {
-            let routes = self.routes.lock().expect("webhook routes");
-            routes
-                .packages
-                .get(package.as_str())
-                .map(|r| r.crds.clone())
-                .unwrap_or_default()
-        };
-        if admission.is_empty() && conversion.is_empty() && previous_crds.is_empty() {
-            // Nothing to register; configurations a crashed run may have left are removed.
-            if let Some(kube) = &self.kube {
-                register::delete_admission(kube, package.as_str())
-                    .await
-                    .map_err(unavailable)?;
-            }
-            self.routes
-                .lock()
-                .expect("webhook routes")
-                .packages
-                .remove(package.as_str());
-            return Ok(());
+        if admission.is_empty() && conversion.is_empty() {
+            // Nothing to register: what an earlier generation registered goes.
+            return self.remove(package.as_str()).await;
         }
         let kube = self.kube.as_ref().ok_or(ServiceError::NoKubernetes)?;
         // Routes first, so requests the new configuration brings find them.
         let mut ids = vec![];
+        let mut previous_crds = vec![];
         {
             let mut routes = self.routes.lock().expect("webhook routes");
             if let Some(old) = routes.packages.remove(package.as_str()) {
+                previous_crds = old.crds.clone();
                 for id in old.admission {
                     routes.admission.remove(&id);
                 }
@@ -370,7 +354,11 @@ impl Webhooks {
     pub async fn remove(&self, package: &str) -> Result<(), ServiceError> {
         let old = {
             let mut routes = self.routes.lock().expect("webhook routes");
-            let old = routes.packages.remove(package).unwrap_or_default();
+            // Only what this process registered (or registered again at start from the
+            // store): packages without webhooks cost the API server nothing.
+            let Some(old) = routes.packages.remove(package) else {
+                return Ok(());
+            };
             for id in &old.admission {
                 routes.admission.remove(id);
             }
