@@ -104,6 +104,20 @@ pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBind
     }
 }
 
+/// Hands a webhook run's answer to hookevent, which holds the request open.
+pub async fn answer_webhook(
+    cx: &TaskContext<'_>,
+    request: pb::AnswerWebhookRequest,
+) -> Result<(), TaskError> {
+    cx.services
+        .hookevent
+        .clone()
+        .answer_webhook(request)
+        .await
+        .map_err(|s| rpc_error("hookevent AnswerWebhook", s))?;
+    Ok(())
+}
+
 /// One binding's objects as hookevent holds them.
 pub struct BindingObjects {
     pub objects: Vec<ObjectAndFilterResult>,

@@ -39,20 +39,15 @@ pub async fn webhook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskEr
     } else {
         (response, error)
     };
-    let sent = cx
-        .services
-        .hookevent
-        .clone()
-        .answer_webhook(AnswerWebhookRequest {
-            request_id: payload.request_id.clone(),
-            package: cx.key().to_owned(),
-            response,
-            error: error.clone(),
-        })
-        .await;
-    if let Err(status) = sent {
+    let request = AnswerWebhookRequest {
+        request_id: payload.request_id.clone(),
+        package: cx.key().to_owned(),
+        response,
+        error: error.clone(),
+    };
+    if let Err(e) = bindings::answer_webhook(cx, request).await {
         // The request then ends at its deadline with its failurePolicy.
-        tracing::warn!(error = %status.message(), "could not hand a webhook answer to hookevent");
+        tracing::warn!(error = %e.message, "could not hand a webhook answer to hookevent");
     }
     report_run(cx, &payload.hook, &error).await;
     Ok(())
