@@ -172,7 +172,10 @@ impl Webhooks {
     }
 
     /// Registers `package`'s webhook bindings, replacing what it registered before (a binding
-    /// gone from the new generation is deregistered). Nothing changes when one is invalid.
+    /// gone from the new generation is deregistered). Nothing changes when a binding is
+    /// invalid; when the API server refuses a configuration (`InvalidArgument`, the package
+    /// fails), the routes already follow the new bindings and requests sent to the previous
+    /// configuration's removed webhooks meet its failurePolicy until the next generation.
     pub async fn set(
         &self,
         package: &PackageKey,
