@@ -47,6 +47,8 @@ pub struct UpConfig {
     /// Bounds on jq programs (hookevent's evaluators are this executable, see
     /// `berth_hookevent::run_jq_evaluator_if_requested`).
     pub jq: berth_hookevent::JqLimits,
+    /// hookevent's webhook server (admission and conversion bindings).
+    pub webhook: Option<berth_hookevent::webhook::WebhookListen>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -318,6 +320,7 @@ pub async fn run(
         lifecycle_endpoint: lifecycle.clone(),
         tls: Some(hookevent_tls),
         jq: config.jq,
+        webhook: config.webhook.clone(),
     };
     services.spawn(async move {
         (

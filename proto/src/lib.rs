@@ -143,11 +143,13 @@ pub mod json {
 /// build and read tasks only through these types. Each task is idempotent: delivering it twice
 /// converges to the same state.
 pub mod tasks {
-    pub use crate::generated::berth::tasks::v1::{BindingType, HookRun, TaskKind};
+    pub use crate::generated::berth::tasks::v1::{
+        BindingType, HookRun, TaskKind, WebhookRun, WebhookType,
+    };
 
     impl TaskKind {
         /// Every kind a task can have (not `Unspecified`).
-        pub const ALL: [TaskKind; 9] = [
+        pub const ALL: [TaskKind; 10] = [
             TaskKind::Download,
             TaskKind::Load,
             TaskKind::ApplySettings,
@@ -157,6 +159,7 @@ pub mod tasks {
             TaskKind::Disable,
             TaskKind::Uninstall,
             TaskKind::Cleanup,
+            TaskKind::WebhookRun,
         ];
 
         /// The kind's name in the queue's `Task.kind` (and in Dump and task history).
@@ -172,6 +175,7 @@ pub mod tasks {
                 TaskKind::Disable => "Disable",
                 TaskKind::Uninstall => "Uninstall",
                 TaskKind::Cleanup => "Cleanup",
+                TaskKind::WebhookRun => "WebhookRun",
             }
         }
 
@@ -199,6 +203,70 @@ pub mod tasks {
             ]
             .into_iter()
             .find(|b| b.json_name() == s)
+        }
+    }
+
+    /// The JSON form of a WebhookRun in `Task.payload_json`.
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct WebhookRunJson {
+        hook: String,
+        webhook_type: String,
+        binding_contexts: serde_json::Value,
+        request_id: String,
+        deadline_unix_ms: i64,
+        #[serde(default)]
+        objects: u32,
+    }
+
+    impl WebhookType {
+        fn json_name(self) -> &'static str {
+            match self {
+                WebhookType::Unspecified => "",
+                WebhookType::Validating => "Validating",
+                WebhookType::Mutating => "Mutating",
+                WebhookType::Conversion => "Conversion",
+            }
+        }
+    }
+
+    impl WebhookRun {
+        /// The payload text of a WebhookRun task.
+        pub fn to_payload_json(&self) -> String {
+            let contexts = serde_json::from_str(&self.binding_contexts_json)
+                .unwrap_or(serde_json::Value::Array(vec![]));
+            serde_json::to_string(&WebhookRunJson {
+                hook: self.hook.clone(),
+                webhook_type: self.webhook_type().json_name().to_owned(),
+                binding_contexts: contexts,
+                request_id: self.request_id.clone(),
+                deadline_unix_ms: self.deadline_unix_ms,
+                objects: self.objects,
+            })
+            .expect("a WebhookRun serializes")
+        }
+
+        /// Reads the payload text of a WebhookRun task.
+        pub fn from_payload_json(json: &str) -> Result<WebhookRun, PayloadError> {
+            let raw: WebhookRunJson = serde_json::from_str(json)?;
+            let webhook_type = [
+                WebhookType::Validating,
+                WebhookType::Mutating,
+                WebhookType::Conversion,
+            ]
+            .into_iter()
+            .find(|t| t.json_name() == raw.webhook_type)
+            .ok_or(PayloadError::BindingType(raw.webhook_type))?;
+            if !raw.binding_contexts.is_array() {
+                return Err(PayloadError::Contexts);
+            }
+            Ok(WebhookRun {
+                hook: raw.hook,
+                webhook_type: webhook_type as i32,
+                binding_contexts_json: raw.binding_contexts.to_string(),
+                request_id: raw.request_id,
+                deadline_unix_ms: raw.deadline_unix_ms,
+                objects: raw.objects,
+            })
         }
     }
 

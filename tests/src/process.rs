@@ -282,6 +282,10 @@ impl SplitTopology {
                     &l,
                     "--kubeconfig",
                     &kc,
+                    // The API server (the dev cluster, or a real control plane on this
+                    // machine) reaches the webhook server on loopback.
+                    "--webhook-listen",
+                    any,
                 ],
                 &tls(Role::Hookevent),
             ),

@@ -22,6 +22,11 @@
 //!   termination, owner-reference garbage collection (background, foreground, orphan);
 //! - persistence in a data directory and an optional bearer token;
 //! - the `/scale` subresource of Deployments, ReplicaSets and StatefulSets;
+//! - admission webhooks: Validating/MutatingWebhookConfigurations are stored and their
+//!   webhooks called (AdmissionReview v1 over HTTPS, trusting `caBundle`) for creates,
+//!   updates, patches and deletes of the main resource: rules, `namespaceSelector`,
+//!   `objectSelector`, mutating JSON patches, `failurePolicy`, `timeoutSeconds`, denials in
+//!   kube-apiserver's words (`http::admission`);
 //! - optional workload simulation (Deployments, ReplicaSets, StatefulSets, DaemonSets
 //!   and Jobs report ready after a delay, like kwok; a Deployment also gets a current
 //!   ReplicaSet it controls, as kube-controller-manager would create).
@@ -63,6 +68,10 @@
 //!   `stringData`, namespace finalizers, CRD status, namespace defaults);
 //! - objects are served at every version of their group/resource with only
 //!   `apiVersion` rewritten (no conversion webhooks or schema conversion);
+//! - admission webhooks: only `clientConfig.url` is called (a `service` reference counts as a
+//!   failed call), `matchConditions` are not evaluated (the webhook is called), subresources
+//!   (`/status`, `/scale`) and deletecollection are not sent to webhooks, and a patch is
+//!   admitted by previewing it (a dry run) and writing the mutated result whole;
 //! - OpenAPI v3 documents list operations and parameters but no schemas, and there is
 //!   no `/openapi/v2`: enough for `kubectl apply` to use server-side field validation
 //!   and its compiled-in types for patches (see `http::openapi`), not for `kubectl explain`;

@@ -124,6 +124,8 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", short: &[], namespaced: true, has_status: false, categories: NONE },
     Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", short: &["ev"], namespaced: true, has_status: false, categories: NONE },
     Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", short: &["crd", "crds"], namespaced: false, has_status: true, categories: NONE },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingWebhookConfiguration", plural: "validatingwebhookconfigurations", short: &[], namespaced: false, has_status: false, categories: NONE },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "MutatingWebhookConfiguration", plural: "mutatingwebhookconfigurations", short: &[], namespaced: false, has_status: false, categories: NONE },
     Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", short: &["pdb"], namespaced: true, has_status: true, categories: NONE },
     Builtin { group: "autoscaling", version: "v2", kind: "HorizontalPodAutoscaler", plural: "horizontalpodautoscalers", short: &["hpa"], namespaced: true, has_status: true, categories: ALL },
     Builtin { group: "autoscaling", version: "v1", kind: "HorizontalPodAutoscaler", plural: "horizontalpodautoscalers", short: &["hpa"], namespaced: true, has_status: true, categories: ALL },

@@ -18,7 +18,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             code,
             reason,

@@ -17,7 +17,8 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use crate::config::{
-    HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding, WatchEventType,
+    AdmissionBinding, AdmissionKind, ConversionBinding, ConversionRule, HookConfig,
+    KubernetesBinding, LifecycleBinding, ScheduleBinding, WatchEventType,
 };
 
 /// One cached object of a kubernetes binding, as hookevent keeps it.
@@ -40,6 +41,9 @@ pub enum ContextType {
     Synchronization,
     Event,
     Group,
+    Validating,
+    Mutating,
+    Conversion,
 }
 
 /// One element of the binding-context array.
@@ -64,6 +68,13 @@ pub struct BindingContext {
     pub snapshots: Option<Snapshots>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_name: Option<String>,
+    /// Admission and conversion bindings: the AdmissionReview or ConversionReview request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to_version: Option<String>,
 }
 
 impl BindingContext {
@@ -77,7 +88,40 @@ impl BindingContext {
             objects: None,
             snapshots: None,
             group_name: None,
+            review: None,
+            from_version: None,
+            to_version: None,
         }
+    }
+
+    /// An admission request for a `kubernetesValidating` or `kubernetesMutating` binding:
+    /// `review` is the AdmissionReview as the API server sent it. Snapshots the binding
+    /// includes are listed empty here; the worker fills them when the hook runs.
+    pub fn admission(binding: &AdmissionBinding, review: Value, config: &HookConfig) -> Self {
+        let mut ctx = Self::bare(&binding.name);
+        ctx.context_type = Some(match binding.kind {
+            AdmissionKind::Validating => ContextType::Validating,
+            AdmissionKind::Mutating => ContextType::Mutating,
+        });
+        ctx.snapshots = webhook_snapshots(&binding.include_snapshots_from, &binding.group, config);
+        ctx.review = Some(review);
+        ctx
+    }
+
+    /// A conversion request for a `kubernetesCustomResourceConversion` binding.
+    pub fn conversion(
+        binding: &ConversionBinding,
+        rule: &ConversionRule,
+        review: Value,
+        config: &HookConfig,
+    ) -> Self {
+        let mut ctx = Self::bare(&binding.name);
+        ctx.context_type = Some(ContextType::Conversion);
+        ctx.snapshots = webhook_snapshots(&binding.include_snapshots_from, &binding.group, config);
+        ctx.from_version = Some(rule.from_version.clone());
+        ctx.to_version = Some(rule.to_version.clone());
+        ctx.review = Some(review);
+        ctx
     }
 
     /// A lifecycle binding: `onStartup` gets nothing else, the others get
@@ -214,6 +258,26 @@ fn shape(binding: &KubernetesBinding, item: &ObjectAndFilterResult) -> ObjectAnd
                 .unwrap_or_else(|| Value::from(""))
         }),
     }
+}
+
+/// The snapshots a webhook binding includes (by name, or its group's kubernetes bindings),
+/// listed with no objects: [`refresh_snapshots`] fills them when the hook runs.
+fn webhook_snapshots(
+    names: &[String],
+    group: &Option<String>,
+    config: &HookConfig,
+) -> Option<Snapshots> {
+    let mut wanted: Vec<&str> = names.iter().map(String::as_str).collect();
+    if let Some(group) = group {
+        wanted.extend(
+            config
+                .kubernetes
+                .iter()
+                .filter(|k| k.group.as_ref() == Some(group))
+                .map(|k| k.name.as_str()),
+        );
+    }
+    (!wanted.is_empty() || group.is_some()).then(|| select(&Snapshots::new(), wanted.into_iter()))
 }
 
 fn included(names: &[String], snapshots: &Snapshots) -> Option<Snapshots> {

@@ -25,8 +25,9 @@ mod throttle;
 
 pub use binding_context::{BindingContext, ObjectAndFilterResult, Snapshots};
 pub use config::{
-    ConfigError, HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding,
-    ThrottleSettings, WatchEventType,
+    AdmissionBinding, AdmissionKind, ConfigError, ConversionBinding, ConversionRule, FailurePolicy,
+    HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding, ThrottleSettings,
+    WatchEventType,
 };
 pub use discover::{DiscoverError, Discovery, discover, discover_all};
 pub use hook::{Hook, HookKind, ordered};

@@ -37,6 +37,12 @@ pub mod env {
     pub const CONFIG_VALUES_JSON_PATCH_PATH: &str = "CONFIG_VALUES_JSON_PATCH_PATH";
     pub const KUBERNETES_PATCH_PATH: &str = "KUBERNETES_PATCH_PATH";
     pub const METRICS_PATH: &str = "METRICS_PATH";
+    /// The admission answer of a `kubernetesValidating`/`kubernetesMutating` run.
+    pub const VALIDATING_RESPONSE_PATH: &str = "VALIDATING_RESPONSE_PATH";
+    /// shell-operator's other name of the same file.
+    pub const ADMISSION_RESPONSE_PATH: &str = "ADMISSION_RESPONSE_PATH";
+    /// The answer of a `kubernetesCustomResourceConversion` run.
+    pub const CONVERSION_RESPONSE_PATH: &str = "CONVERSION_RESPONSE_PATH";
 }
 
 /// One run of one hook.
@@ -70,6 +76,11 @@ pub struct RunOutput {
     pub kubernetes_operations: Vec<ObjectOperation>,
     /// From `METRICS_PATH`, in file order.
     pub metrics: Vec<MetricOperation>,
+    /// The text of `VALIDATING_RESPONSE_PATH` (= `ADMISSION_RESPONSE_PATH`), as written: an
+    /// empty or malformed answer is the webhook's to judge (`outputs::webhook`), not a failed run.
+    pub admission_response: String,
+    /// The text of `CONVERSION_RESPONSE_PATH`, as written.
+    pub conversion_response: String,
     /// The last [`OUTPUT_TAIL_LIMIT`] bytes of stdout and stderr interleaved.
     pub output: String,
 }
@@ -272,7 +283,7 @@ struct RunFiles {
     dir: tempfile::TempDir,
 }
 
-const FILES: [(&str, &str); 7] = [
+const FILES: [(&str, &str); 10] = [
     (env::BINDING_CONTEXT_PATH, "binding-context.json"),
     (env::VALUES_PATH, "values.json"),
     (env::CONFIG_VALUES_PATH, "config-values.json"),
@@ -283,6 +294,9 @@ const FILES: [(&str, &str); 7] = [
     ),
     (env::KUBERNETES_PATCH_PATH, "kubernetes-patch"),
     (env::METRICS_PATH, "metrics.json"),
+    (env::VALIDATING_RESPONSE_PATH, "admission-response.json"),
+    (env::ADMISSION_RESPONSE_PATH, "admission-response.json"),
+    (env::CONVERSION_RESPONSE_PATH, "conversion-response.json"),
 ];
 
 impl RunFiles {
@@ -363,6 +377,14 @@ impl RunFiles {
             kubernetes_operations: kubernetes_operations
                 .map_err(bad(env::KUBERNETES_PATCH_PATH))?,
             metrics: metrics.map_err(bad(env::METRICS_PATH))?,
+            admission_response: self
+                .read(env::VALIDATING_RESPONSE_PATH)
+                .await
+                .map_err(bad(env::VALIDATING_RESPONSE_PATH))?,
+            conversion_response: self
+                .read(env::CONVERSION_RESPONSE_PATH)
+                .await
+                .map_err(bad(env::CONVERSION_RESPONSE_PATH))?,
             output,
         })
     }

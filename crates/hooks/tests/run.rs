@@ -645,3 +645,31 @@ async fn an_oversized_output_file_fails_the_run() {
     let err = output_file_replaced("VALUES_JSON_PATCH_PATH", "truncate -s 65M \"$F\"").await;
     assert!(err.to_string().contains("byte limit"), "{err}");
 }
+
+#[tokio::test]
+async fn webhook_answers_are_read_from_their_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // ADMISSION_RESPONSE_PATH is shell-operator's other name of VALIDATING_RESPONSE_PATH.
+    let body = r#"#!/bin/sh
+[ "$ADMISSION_RESPONSE_PATH" = "$VALIDATING_RESPONSE_PATH" ] || exit 3
+echo '{"allowed":false,"message":"no"}' > $ADMISSION_RESPONSE_PATH
+echo '{"failedMessage":"cannot"}' > $CONVERSION_RESPONSE_PATH
+"#;
+    let hook = shell_hook(script(dir.path(), "webhook.sh", body));
+    let out = run(request(&hook, dir.path()))
+        .await
+        .expect("hook succeeds");
+    assert_eq!(
+        out.admission_response.trim(),
+        r#"{"allowed":false,"message":"no"}"#
+    );
+    assert_eq!(
+        out.conversion_response.trim(),
+        r#"{"failedMessage":"cannot"}"#
+    );
+    let quiet = shell_hook(script(dir.path(), "quiet.sh", "#!/bin/sh\n"));
+    let out = run(request(&quiet, dir.path()))
+        .await
+        .expect("hook succeeds");
+    assert!(out.admission_response.is_empty() && out.conversion_response.is_empty());
+}

@@ -72,6 +72,7 @@ const TABLE: &[(&str, &[Role])] = &[
         "/berth.hookevent.v1.HookEvents/ApplyObjectOperations",
         &[Worker],
     ),
+    ("/berth.hookevent.v1.HookEvents/AnswerWebhook", &[Worker]),
     // berth.release.v1.Releases
     ("/berth.release.v1.Releases/Install", &[Worker]),
     ("/berth.release.v1.Releases/Uninstall", &[Worker]),

@@ -45,6 +45,8 @@ pub struct Target {
     pub kind: KindArg,
 }
 
+// Parsed once per process; `Up`'s many flags are not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run every berth service in this process (embedded database and dev cluster by default).
@@ -120,6 +122,10 @@ pub enum Command {
         log_format: berth_telemetry::LogFormat,
         #[command(flatten)]
         jq: berth_hookevent::jq::JqArgs,
+        /// hookevent's webhook server. Default with the embedded dev cluster: 127.0.0.1 on a
+        /// port the OS picks; with --kubeconfig: off unless --webhook-listen is given.
+        #[command(flatten)]
+        webhook: berth_hookevent::webhook::WebhookArgs,
     },
     /// Write a CA and a certificate per service role (gateway, lifecycle, broker, worker,
     /// hookevent, release, operator) for split mode: `<role>.pem` and `<role>-key.pem`, to give

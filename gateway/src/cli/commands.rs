@@ -174,6 +174,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             limits,
             log_format,
             jq,
+            webhook,
         } => {
             let repositories =
                 up_repositories(repositories.as_deref(), repository, repository_roots)?;
@@ -205,6 +206,14 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 hook_tmp_dir: hook_tmp_dir.clone(),
                 hook_user: hook_user.clone(),
                 jq: jq.limits(),
+                webhook: webhook.listen().or_else(|| {
+                    kubeconfig
+                        .is_none()
+                        .then(|| berth_hookevent::webhook::WebhookListen {
+                            listen: ([127, 0, 0, 1], 0).into(),
+                            url: None,
+                        })
+                }),
                 repositories,
             };
             let shutdown = CancellationToken::new();

@@ -18,6 +18,7 @@ mod schedule;
 mod scheduler;
 mod service;
 mod store;
+pub mod webhook;
 
 use std::path::PathBuf;
 
@@ -49,6 +50,8 @@ pub struct Config {
     /// Bounds on jq programs (jqFilters, JQPatch). They run in evaluator processes started from
     /// this executable, whose `main` must call [`run_jq_evaluator_if_requested`] first.
     pub jq: JqLimits,
+    /// The webhook server for admission and conversion bindings; `None` refuses them.
+    pub webhook: Option<webhook::WebhookListen>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +72,8 @@ pub enum Error {
     Kubeconfig { path: String, reason: String },
     #[error("the jq evaluator executable: {0}")]
     JqEvaluator(std::io::Error),
+    #[error("the webhook server: {0}")]
+    Webhook(String),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -118,23 +123,44 @@ pub async fn run(
                 endpoint: config.broker_endpoint.clone(),
                 source,
             })?;
-    let enqueuer = Enqueuer::start(
-        BrokerClient::new(channel)
-            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
-        shutdown.clone(),
-    );
+    let broker = BrokerClient::new(channel)
+        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
+    let enqueuer = Enqueuer::start(broker.clone(), shutdown.clone());
     let jq = jq::Jq::current_exe(config.jq).map_err(Error::JqEvaluator)?;
-    let kube = kube_client(config.kubeconfig.as_deref())
-        .await?
+    let client = kube_client(config.kubeconfig.as_deref()).await?;
+    let kube = client
+        .clone()
         .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone(), jq));
+    let webhooks = match &config.webhook {
+        None => None,
+        Some(w) => {
+            let listener = TcpListener::bind(w.listen)
+                .await
+                .map_err(|e| Error::Webhook(format!("listening on {}: {e}", w.listen)))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| Error::Webhook(e.to_string()))?;
+            let url = w.url.clone().unwrap_or_else(|| format!("https://{addr}"));
+            let (webhooks, cert) =
+                webhook::Webhooks::new(url.clone(), client.clone(), broker.clone())
+                    .map_err(Error::Webhook)?;
+            let tls = webhook::tls_config(&cert).map_err(Error::Webhook)?;
+            tracing::info!(%addr, %url, "webhook server listening");
+            berth_telemetry::spawn_in(
+                tracing::info_span!(parent: None, "hookevent.webhooks"),
+                webhook::serve(listener, tls, webhooks.clone(), shutdown.clone()),
+            );
+            Some(webhooks)
+        }
+    };
     let scopes =
         berth_telemetry::scope::PackageScopes::connect_lazy(&config.lifecycle_endpoint, tls)
             .map_err(|source| Error::Lifecycle {
                 endpoint: config.lifecycle_endpoint.clone(),
                 source,
             })?;
-    let service = HookEventService::new(store, enqueuer, kube, scopes).await?;
+    let service = HookEventService::new(store, enqueuer, kube, scopes, webhooks).await?;
     let scheduler = berth_telemetry::spawn_in(
         tracing::info_span!(parent: None, "hookevent.scheduler"),
         service.scheduler().run(shutdown.clone()),

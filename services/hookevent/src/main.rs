@@ -34,6 +34,8 @@ struct Args {
     log_format: berth_telemetry::LogFormat,
     #[command(flatten)]
     jq: berth_hookevent::jq::JqArgs,
+    #[command(flatten)]
+    webhook: berth_hookevent::webhook::WebhookArgs,
 }
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
@@ -62,6 +64,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             lifecycle_endpoint: args.lifecycle,
             tls,
             jq: args.jq.limits(),
+            webhook: args.webhook.listen(),
         },
         listener,
         shutdown,

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use berth_proto::hookevent::hook_events_server::HookEvents;
 use berth_proto::hookevent::{
-    AdoptGenerationRequest, AdoptGenerationResponse, ApplyObjectOperationsRequest,
-    ApplyObjectOperationsResponse, GetSnapshotsRequest, GetSnapshotsResponse,
-    RemoveBindingsRequest, RemoveBindingsResponse, SetBindingsRequest, SetBindingsResponse,
-    SynchronizationDoneRequest, SynchronizationDoneResponse,
+    AdoptGenerationRequest, AdoptGenerationResponse, AnswerWebhookRequest, AnswerWebhookResponse,
+    ApplyObjectOperationsRequest, ApplyObjectOperationsResponse, GetSnapshotsRequest,
+    GetSnapshotsResponse, RemoveBindingsRequest, RemoveBindingsResponse, SetBindingsRequest,
+    SetBindingsResponse, SynchronizationDoneRequest, SynchronizationDoneResponse,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -20,6 +20,7 @@ use crate::error::ServiceError;
 use crate::kube::{KubeManager, apply_operations};
 use crate::scheduler::Scheduler;
 use crate::store::Store;
+use crate::webhook::Webhooks;
 use berth_telemetry::scope::PackageScopes;
 
 /// Most schedule bindings one package may register.
@@ -34,6 +35,8 @@ pub struct HookEventService {
     /// Lifecycle, asked what a package is: an app's bindings and object operations are
     /// confined to its namespace by lifecycle's answer, never by the caller's word.
     scopes: PackageScopes,
+    /// `None` without a webhook server: webhook bindings are refused.
+    webhooks: Option<Arc<Webhooks>>,
 }
 
 impl HookEventService {
@@ -42,6 +45,7 @@ impl HookEventService {
         enqueuer: Enqueuer,
         kube: Option<Arc<KubeManager>>,
         scopes: PackageScopes,
+        webhooks: Option<Arc<Webhooks>>,
     ) -> Result<Self, crate::store::StoreError> {
         let schedules = store.load_all().await?;
         let scheduler = Scheduler::new(schedules, enqueuer, kube.clone());
@@ -50,6 +54,15 @@ impl HookEventService {
             scheduler,
             kube,
             scopes,
+            webhooks,
+        })
+    }
+
+    fn webhooks(&self) -> Result<&Arc<Webhooks>, ServiceError> {
+        self.webhooks.as_ref().ok_or_else(|| {
+            ServiceError::Invalid(
+                "webhooks: hookevent serves no webhooks (start it with --webhook-listen)".into(),
+            )
         })
     }
 
@@ -68,6 +81,7 @@ impl HookEventService {
     /// Synchronization runs are queued by hookevent itself, ahead of their events.
     pub async fn restore(&self) {
         let Some(kube) = &self.kube else { return };
+        self.restore_webhooks().await;
         let stored = match self.store.registrations().await {
             Ok(s) => s,
             Err(e) => {
@@ -92,6 +106,37 @@ impl HookEventService {
                 .await
             {
                 tracing::error!(package, error = %e, "cannot watch the stored kubernetes bindings again");
+            }
+        }
+    }
+
+    /// Registers the stored webhook bindings again: this process has a new certificate, so
+    /// every configuration gets its CA (and the same URLs).
+    async fn restore_webhooks(&self) {
+        let Some(webhooks) = &self.webhooks else {
+            return;
+        };
+        let Ok(stored) = self.store.registrations().await else {
+            return;
+        };
+        for (package, bytes) in stored {
+            let Ok(req) = SetBindingsRequest::decode(bytes.as_slice()) else {
+                continue;
+            };
+            if req.webhooks.is_empty() {
+                continue;
+            }
+            if let Err(e) = webhooks
+                .set(
+                    &PackageKey::from_issued(req.package.clone()),
+                    Generation::new(req.generation),
+                    &req.app_namespace,
+                    &req.webhooks,
+                    &req.kubernetes,
+                )
+                .await
+            {
+                tracing::error!(package, error = %e, "cannot register the stored webhook bindings again");
             }
         }
     }
@@ -124,7 +169,24 @@ impl HookEventService {
             })?;
             parsed.push(schedule);
         }
-        // Kubernetes bindings first: they may be refused (unknown kind, bad jqFilter), and then
+        // Webhook bindings first: they may be refused (a bad rule, an app converting CRDs),
+        // and then nothing else of the request takes effect.
+        if !req.webhooks.is_empty() {
+            self.webhooks()?
+                .set(
+                    &package,
+                    generation,
+                    &req.app_namespace,
+                    &req.webhooks,
+                    &req.kubernetes,
+                )
+                .await?;
+        } else if let Some(webhooks) = &self.webhooks {
+            webhooks
+                .set(&package, generation, &req.app_namespace, &[], &[])
+                .await?;
+        }
+        // Kubernetes bindings next: they may be refused (unknown kind, bad jqFilter), and then
         // nothing of the request takes effect.
         if req.kubernetes.is_empty() {
             if let Some(kube) = &self.kube {
@@ -139,7 +201,10 @@ impl HookEventService {
                 )
                 .await?;
             }
-            self.store.set_registration(&req.package, None).await?;
+            let stored = (!req.webhooks.is_empty()).then(|| req.encode_to_vec());
+            self.store
+                .set_registration(&req.package, stored.as_deref())
+                .await?;
         } else {
             let kube = self.kube()?;
             kube.set(
@@ -167,6 +232,9 @@ impl HookEventService {
         if let Some(kube) = &self.kube {
             kube.remove(package);
         }
+        if let Some(webhooks) = &self.webhooks {
+            webhooks.remove(package).await?;
+        }
         Ok(())
     }
 
@@ -176,6 +244,9 @@ impl HookEventService {
             kube.adopt_generation(package, generation);
         }
         self.scheduler.adopt_generation(package, generation);
+        if let Some(webhooks) = &self.webhooks {
+            webhooks.adopt_generation(package, generation);
+        }
         // The stored registration too, so a restarted hookevent queues runs a worker accepts.
         if let Ok(stored) = self.store.registrations().await
             && let Some((_, bytes)) = stored.into_iter().find(|(p, _)| p == package)
@@ -250,6 +321,17 @@ impl HookEvents for HookEventService {
         self.adopt(&req.package, Generation::new(req.generation))
             .await?;
         Ok(Response::new(AdoptGenerationResponse {}))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
+    async fn answer_webhook(
+        &self,
+        req: Request<AnswerWebhookRequest>,
+    ) -> Result<Response<AnswerWebhookResponse>, Status> {
+        if let Some(webhooks) = &self.webhooks {
+            webhooks.answer(req.into_inner());
+        }
+        Ok(Response::new(AnswerWebhookResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package, hook = %req.get_ref().hook))]

@@ -17,7 +17,22 @@ use crate::context::TaskContext;
 pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBindingsRequest {
     let mut schedules = vec![];
     let mut kubernetes = vec![];
+    let mut webhooks = vec![];
     for hook in hooks {
+        for a in &hook.config.admission {
+            webhooks.push(pb::WebhookBinding {
+                hook: hook.name.clone(),
+                key: a.kind.key().to_owned(),
+                config_json: a.to_value().to_string(),
+            });
+        }
+        for c in &hook.config.conversion {
+            webhooks.push(pb::WebhookBinding {
+                hook: hook.name.clone(),
+                key: "kubernetesCustomResourceConversion".to_owned(),
+                config_json: c.to_value().to_string(),
+            });
+        }
         for s in &hook.config.schedule {
             schedules.push(pb::ScheduleBinding {
                 hook: hook.name.clone(),
@@ -85,7 +100,22 @@ pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBind
         schedules,
         kubernetes,
         app_namespace: String::new(),
+        webhooks,
     }
+}
+
+/// Hands a webhook run's answer to hookevent, which holds the request open.
+pub async fn answer_webhook(
+    cx: &TaskContext<'_>,
+    request: pb::AnswerWebhookRequest,
+) -> Result<(), TaskError> {
+    cx.services
+        .hookevent
+        .clone()
+        .answer_webhook(request)
+        .await
+        .map_err(|s| rpc_error("hookevent AnswerWebhook", s))?;
+    Ok(())
 }
 
 /// One binding's objects as hookevent holds them.

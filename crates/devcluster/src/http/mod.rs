@@ -1,6 +1,7 @@
 //! The HTTP front end: one axum fallback handler that parses Kubernetes paths itself,
 //! bearer-token authentication, and JSON/Status rendering.
 
+mod admission;
 mod discovery;
 mod openapi;
 mod query;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::query::{self, Query};
 use super::route::ObjectRoute;
-use super::{App, json_response, scale, table, watch};
+use super::{App, admission, json_response, scale, table, watch};
 use crate::patch::PatchKind;
 use crate::protobuf::{self, ProtobufError};
 use crate::resources::ResourceType;
@@ -68,14 +68,48 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                     rt.qualified_name()
                 )));
             }
-            let body = parse_body(req.headers, req.body)?;
+            let mut body = parse_body(req.headers, req.body)?;
             let opts = query::write_options(&req.query, req.headers)?;
+            if admission::any(app) {
+                if rt.namespaced && body["metadata"]["namespace"].is_null() && body.is_object() {
+                    body["metadata"]["namespace"] = Value::from(ns.as_str());
+                }
+                let name = body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let attempt = admission::Attempt {
+                    rt: &rt,
+                    operation: "CREATE",
+                    namespace: &ns,
+                    name: &name,
+                    object: Some(body.clone()),
+                    old_object: None,
+                    dry_run: opts.dry_run,
+                };
+                body = admission::admit(app, attempt).await?.unwrap_or(body);
+            }
             let obj = app.store.create(&rt, r.namespace.as_deref(), body, &opts)?;
             Ok(json_response(StatusCode::CREATED, &obj))
         }
         (&Method::PUT, Some(name)) => {
-            let body = parse_body(req.headers, req.body)?;
+            let mut body = parse_body(req.headers, req.body)?;
             let opts = query::write_options(&req.query, req.headers)?;
+            if part == Part::Main
+                && admission::any(app)
+                && let Ok(old) = app.store.get(&rt, &ns, &name)
+            {
+                let attempt = admission::Attempt {
+                    rt: &rt,
+                    operation: "UPDATE",
+                    namespace: &ns,
+                    name: &name,
+                    object: Some(body.clone()),
+                    old_object: Some(old),
+                    dry_run: opts.dry_run,
+                };
+                body = admission::admit(app, attempt).await?.unwrap_or(body);
+            }
             let obj = app.store.update(&rt, &ns, &name, body, part, &opts)?;
             Ok(json_response(StatusCode::OK, &obj))
         }
@@ -92,6 +126,42 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                     "force: Forbidden: may not be specified for non-apply patch",
                 ));
             }
+            if part == Part::Main && admission::any(app) {
+                // The patched object as it would be stored, run through the webhooks; a
+                // mutated result is then written whole.
+                let preview_opts = crate::store::WriteOptions {
+                    dry_run: true,
+                    ..opts.clone()
+                };
+                let old = app.store.get(&rt, &ns, &name).ok();
+                let (preview, created) =
+                    app.store
+                        .patch(&rt, &ns, &name, kind, req.body, part, &preview_opts)?;
+                let attempt = admission::Attempt {
+                    rt: &rt,
+                    operation: if created { "CREATE" } else { "UPDATE" },
+                    namespace: &ns,
+                    name: &name,
+                    object: Some(preview.clone()),
+                    old_object: old,
+                    dry_run: opts.dry_run,
+                };
+                let admitted = admission::admit(app, attempt).await?;
+                if let Some(mutated) = admitted.filter(|a| *a != preview) {
+                    let obj = if created {
+                        app.store
+                            .create(&rt, r.namespace.as_deref(), mutated, &opts)?
+                    } else {
+                        app.store.update(&rt, &ns, &name, mutated, part, &opts)?
+                    };
+                    let code = if created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    };
+                    return Ok(json_response(code, &obj));
+                }
+            }
             let (obj, created) = app
                 .store
                 .patch(&rt, &ns, &name, kind, req.body, part, &opts)?;
@@ -104,6 +174,20 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
         }
         (&Method::DELETE, Some(name)) => {
             let opts = query::delete_options(&req.query, req.body)?;
+            if admission::any(app)
+                && let Ok(old) = app.store.get(&rt, &ns, &name)
+            {
+                let attempt = admission::Attempt {
+                    rt: &rt,
+                    operation: "DELETE",
+                    namespace: &ns,
+                    name: &name,
+                    object: None,
+                    old_object: Some(old),
+                    dry_run: opts.dry_run,
+                };
+                admission::admit(app, attempt).await?;
+            }
             let obj = app.store.delete(&rt, &ns, &name, &opts)?;
             Ok(json_response(StatusCode::OK, &deleted_answer(&rt, obj)))
         }

@@ -13,6 +13,7 @@ mod lifecycle;
 mod schedule;
 mod selectors;
 mod throttle;
+mod webhook;
 
 pub use batch::{BatchConfig, BatchHookEntry};
 pub use duration::parse_go_duration;
@@ -24,6 +25,10 @@ pub use selectors::{
     LabelSelectorOperator, NameSelector, NamespaceSelector,
 };
 pub use throttle::ThrottleSettings;
+pub use webhook::{
+    AdmissionBinding, AdmissionKind, ConversionBinding, ConversionRule,
+    DEFAULT_WEBHOOK_TIMEOUT_SECONDS, FailurePolicy,
+};
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -66,6 +71,9 @@ pub struct HookConfig {
     pub after_delete_helm: Option<f64>,
     pub schedule: Vec<ScheduleBinding>,
     pub kubernetes: Vec<KubernetesBinding>,
+    /// `kubernetesValidating` then `kubernetesMutating`, in file order.
+    pub admission: Vec<AdmissionBinding>,
+    pub conversion: Vec<ConversionBinding>,
     pub settings: Option<ThrottleSettings>,
 }
 
@@ -87,11 +95,9 @@ struct RawConfig {
     #[serde(default)]
     kubernetes: Option<Vec<Value>>,
     settings: Option<Value>,
-    // Webhook bindings exist in shell-operator but berth does not serve
-    // admission or conversion webhooks; they are recognised only to say so.
-    kubernetes_validating: Option<Value>,
-    kubernetes_mutating: Option<Value>,
-    kubernetes_custom_resource_conversion: Option<Value>,
+    kubernetes_validating: Option<Vec<Value>>,
+    kubernetes_mutating: Option<Vec<Value>>,
+    kubernetes_custom_resource_conversion: Option<Vec<Value>>,
 }
 
 impl HookConfig {
@@ -122,21 +128,6 @@ impl HookConfig {
                 ));
             }
         }
-        for (key, present) in [
-            ("kubernetesValidating", raw.kubernetes_validating.is_some()),
-            ("kubernetesMutating", raw.kubernetes_mutating.is_some()),
-            (
-                "kubernetesCustomResourceConversion",
-                raw.kubernetes_custom_resource_conversion.is_some(),
-            ),
-        ] {
-            if present {
-                return Err(ConfigError::invalid(
-                    key,
-                    "webhook bindings are not supported by berth",
-                ));
-            }
-        }
         let schedule = raw
             .schedule
             .unwrap_or_default()
@@ -151,6 +142,28 @@ impl HookConfig {
             .enumerate()
             .map(|(i, v)| KubernetesBinding::from_value(v, &format!("kubernetes[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
+        let mut admission = vec![];
+        for (kind, list) in [
+            (AdmissionKind::Validating, raw.kubernetes_validating),
+            (AdmissionKind::Mutating, raw.kubernetes_mutating),
+        ] {
+            for (i, v) in list.unwrap_or_default().into_iter().enumerate() {
+                let path = format!("{}[{i}]", kind.key());
+                admission.push(AdmissionBinding::from_value(kind, v, &path)?);
+            }
+        }
+        let conversion = raw
+            .kubernetes_custom_resource_conversion
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                ConversionBinding::from_value(
+                    v,
+                    &format!("kubernetesCustomResourceConversion[{i}]"),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let config = HookConfig {
             on_startup: order(raw.on_startup, "onStartup")?,
             before_all: order(raw.before_all, "beforeAll")?,
@@ -161,6 +174,8 @@ impl HookConfig {
             after_delete_helm: order(raw.after_delete_helm, "afterDeleteHelm")?,
             schedule,
             kubernetes,
+            admission,
+            conversion,
             settings: raw
                 .settings
                 .map(|v| ThrottleSettings::from_value(v, "settings"))
@@ -197,7 +212,18 @@ impl HookConfig {
             .iter()
             .enumerate()
             .map(|(i, k)| (format!("kubernetes[{i}]"), &k.include_snapshots_from));
-        for (path, names) in schedule.chain(kube) {
+        let admission = self
+            .admission
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("{}[{i}]", a.kind.key()), &a.include_snapshots_from));
+        let conversion = self.conversion.iter().enumerate().map(|(i, c)| {
+            (
+                format!("kubernetesCustomResourceConversion[{i}]"),
+                &c.include_snapshots_from,
+            )
+        });
+        for (path, names) in schedule.chain(kube).chain(admission).chain(conversion) {
             if let Some(missing) = names.iter().find(|n| !known.contains(&n.as_str())) {
                 return Err(ConfigError::invalid(
                     format!("{path}.includeSnapshotsFrom"),
@@ -272,11 +298,37 @@ mod tests {
     }
 
     #[test]
-    fn rejects_v0_and_webhooks() {
+    fn rejects_v0() {
         let e = HookConfig::parse("configVersion: v0\nonStartup: 1\n").unwrap_err();
         assert!(e.to_string().contains("configVersion"), "{e}");
-        let e = HookConfig::parse("configVersion: v1\nkubernetesValidating: []\n").unwrap_err();
-        assert!(e.to_string().contains("kubernetesValidating"), "{e}");
+    }
+
+    #[test]
+    fn reads_webhook_bindings() {
+        let text = r#"{"configVersion":"v1",
+          "kubernetesValidating":[{"name":"a.example.com","rules":[{"operations":["CREATE"],"apiGroups":[""],"apiVersions":["v1"],"resources":["configmaps"]}]}],
+          "kubernetesMutating":[{"name":"b.example.com","rules":[{"operations":["*"],"apiGroups":[""],"apiVersions":["v1"],"resources":["configmaps"]}]}],
+          "kubernetesCustomResourceConversion":[{"name":"c","crdName":"xs.example.com","conversions":[{"fromVersion":"v1","toVersion":"v2"}]}]}"#;
+        let c = HookConfig::parse(text).expect("valid config");
+        let kinds: Vec<_> = c
+            .admission
+            .iter()
+            .map(|a| (a.kind, a.name.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (AdmissionKind::Validating, "a.example.com"),
+                (AdmissionKind::Mutating, "b.example.com")
+            ]
+        );
+        assert_eq!(c.conversion[0].crd_name, "xs.example.com");
+        let e = HookConfig::parse(r#"{"kubernetesValidating":[{"name":"a.b.c","rules":[{"operations":["CREATE"],"apiGroups":[""],"apiVersions":["v1"],"resources":["pods"]}],"includeSnapshotsFrom":["x"]}]}"#).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("kubernetesValidating[0].includeSnapshotsFrom"),
+            "{e}"
+        );
     }
 
     #[test]

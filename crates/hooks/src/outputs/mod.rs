@@ -5,6 +5,7 @@
 mod metrics;
 mod object_operations;
 mod values_patch;
+pub mod webhook;
 
 pub use metrics::{MetricOperation, parse_metrics};
 pub use object_operations::{ObjectOperation, ObjectRef, parse_object_operations};

@@ -4,6 +4,7 @@ mod hook_run;
 mod remove;
 mod run;
 mod start;
+mod webhook_run;
 
 use berth_proto::queue::Task;
 use berth_proto::tasks::TaskKind;
@@ -22,6 +23,7 @@ pub async fn dispatch(cx: &TaskContext<'_>, kind: TaskKind, task: &Task) -> Resu
         TaskKind::Disable => remove::disable(cx).await,
         TaskKind::Uninstall => remove::uninstall(cx).await,
         TaskKind::Cleanup => remove::cleanup(cx).await,
+        TaskKind::WebhookRun => webhook_run::webhook_run(cx, task).await,
         // `TaskKind::parse` never gives it; a task without a kind cannot be run.
         TaskKind::Unspecified => Err(TaskError::permanent("a task without a kind")),
     }
