@@ -158,6 +158,11 @@ pub fn package(row: &PackageRow) -> v1::Package {
             .collect(),
         last_error: row.last_error.clone(),
         observed_generation: row.observed_generation.get(),
+        resolved_version: row
+            .loaded
+            .as_ref()
+            .map(|l| l.version.to_string())
+            .unwrap_or_default(),
     }
 }
 

@@ -67,7 +67,9 @@ pub fn update(
                 // Never loaded (e.g. the first Download failed), or the generation failed
                 // permanently: start over.
                 || prev.settings_schema.is_none()
-                || prev.phase == Phase::Failed =>
+                || prev.phase == Phase::Failed
+                // A version constraint is resolved again at every Update.
+                || is_constraint(new.version) =>
         {
             (true, tasks(key, generation, &[Disable, Download, Load]))
         }
@@ -124,6 +126,13 @@ pub fn unload(row: &mut PackageRow, now: &str) {
     );
     unknown.message = "requirements are checked once the package is loaded".to_owned();
     set_condition(&mut row.conditions, &unknown, row.generation, now);
+}
+
+/// Whether `version` is a semver constraint (`~1.2`, `>=1 <2`) rather than one version: an
+/// OCI repository resolves it to the newest tag it allows when the package is downloaded.
+pub fn is_constraint(version: &str) -> bool {
+    berth_package::parse_version(version).is_err()
+        && berth_package::VersionConstraint::parse(version).is_ok()
 }
 
 /// What an Update asks for, as far as planning cares.
@@ -289,6 +298,20 @@ mod tests {
         let (restart, out) = update(Some(&r), &key(), g(3), &two);
         assert!(restart);
         assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load"]);
+    }
+
+    #[test]
+    fn an_update_naming_a_constraint_resolves_it_again() {
+        let tilde = NewSpec {
+            version: "~1.2",
+            ..NEW
+        };
+        let mut r = row("~1.2", true, false);
+        r.settings_schema = Some(None);
+        let (restart, out) = update(Some(&r), &key(), g(2), &tilde);
+        assert!(restart);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load"]);
+        assert!(!is_constraint("1.2.3") && !is_constraint("latest") && is_constraint("^1"));
     }
 
     #[test]
