@@ -70,7 +70,8 @@ fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// An upgrade to 2.0.0 followed at once (before 2.0.0 has loaded: its hook answers `--config`
-/// after a second) by a settings change that only 2.0.0's schema allows: the change is
+/// after a second) by a settings change that only 2.0.0's schema allows: ValidateSettings
+/// answers that the check waits for 2.0.0 to load (deferred), the change is
 /// accepted, not checked against 1.0.0's schema, and 2.0.0 is loaded and runs with it. An
 /// upgrade to 3.0.0 (which drops `color`) followed at once by a settings change valid under
 /// both schemas loads 3.0.0 (the change does not supersede its Load with nothing), and then
@@ -103,6 +104,18 @@ async fn a_settings_change_right_after_an_upgrade_loads_the_new_version() -> any
             .update(update(&r, "2.0.0", json!({"size": 1})))
             .await?
             .into_inner();
+        // Until 2.0.0 is loaded, ValidateSettings has no schema to check against: it says
+        // so (deferred) instead of checking against 1.0.0's.
+        let validate = |settings: serde_json::Value| v1::ValidateSettingsRequest {
+            r#ref: Some(r.clone()),
+            settings: Some(berth_proto::json::to_struct(&settings)),
+        };
+        let answer = client
+            .validate_settings(validate(json!({"size": 2, "color": "blue"})))
+            .await
+            .context("ValidateSettings right after the upgrade")?
+            .into_inner();
+        ensure!(answer.valid && answer.deferred, "{answer:?}");
         let changed = client
             .update(update(&r, "2.0.0", json!({"size": 2, "color": "blue"})))
             .await
@@ -115,6 +128,20 @@ async fn a_settings_change_right_after_an_upgrade_loads_the_new_version() -> any
             configmap(&kube, &ns).await?
                 == pairs(&[("color", "blue"), ("size", "2"), ("version", "2.0.0")]),
             "2.0.0 runs with the new settings"
+        );
+        // Loaded, 2.0.0's schema checks: a color must be a string.
+        let answer = client
+            .validate_settings(validate(json!({"color": "green"})))
+            .await?
+            .into_inner();
+        ensure!(answer.valid && !answer.deferred, "{answer:?}");
+        let err = client
+            .validate_settings(validate(json!({"color": 5})))
+            .await
+            .expect_err("a color is a string");
+        ensure!(
+            err.code() == tonic::Code::InvalidArgument && err.message().contains("color"),
+            "{err:?}"
         );
 
         // Upgrade again (a version no worker has loaded yet, so its Load is slow too), then at
