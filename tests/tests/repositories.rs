@@ -150,6 +150,20 @@ async fn refusals_and_escape(endpoint: &str, kube: kube::Client) -> anyhow::Resu
             );
         }
     }
+    // A version constraint only an OCI repository can resolve.
+    let err = client
+        .update(v1::UpdateRequest {
+            version: "~1.0".into(),
+            ..update(&r, "examples")
+        })
+        .await
+        .expect_err("a constraint for a directory");
+    ensure!(
+        err.code() == tonic::Code::InvalidArgument
+            && err.message().contains("\"~1.0\" is a constraint")
+            && err.message().contains("only an OCI repository"),
+        "{err:?}"
+    );
     let listed = client
         .list(v1::ListRequest::default())
         .await?

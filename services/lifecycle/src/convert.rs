@@ -77,6 +77,21 @@ pub fn update_spec(
     repositories
         .check_exists(&req.repository)
         .map_err(|e| invalid(format!("repository: {e}")))?;
+    // Only a registry lists versions to choose from; elsewhere a constraint names nothing.
+    if crate::flows::is_constraint(&req.version)
+        && !matches!(
+            repositories.check(&req.repository),
+            Ok(berth_package::Requested::Named(
+                _,
+                berth_package::Source::Oci(_)
+            ))
+        )
+    {
+        return Err(invalid(format!(
+            "version: {:?} is a constraint, and only an OCI repository resolves constraints; {:?} is not one, so name an exact version",
+            req.version, req.repository
+        )));
+    }
     Ok(UpdateSpec {
         id,
         repository: req.repository.clone(),
