@@ -76,6 +76,32 @@ async fn wait_failed(
         .context("the package did not fail in time")?
 }
 
+/// Follows the package until its generation `generation` reports an error (retried or not).
+async fn wait_errored(
+    client: &mut journey::Client,
+    r: &v1::PackageRef,
+    generation: i64,
+) -> anyhow::Result<v1::Package> {
+    let follow = async {
+        let mut stream = client
+            .watch(v1::WatchRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        while let Some(p) = stream.next().await {
+            let p = p?;
+            if p.generation == generation && !p.last_error.is_empty() {
+                return Ok(p);
+            }
+        }
+        anyhow::bail!("watch ended before the package reported an error")
+    };
+    tokio::time::timeout(DEADLINE, follow)
+        .await
+        .context("the package reported no error in time")?
+}
+
 /// An absolute path, a `..` escape and an unknown name are refused with InvalidArgument naming
 /// the field, what was given and what is configured, and nothing is created; a directory under
 /// a root that leaves it through a symlink fails the package and installs nothing.
@@ -124,6 +150,20 @@ async fn refusals_and_escape(endpoint: &str, kube: kube::Client) -> anyhow::Resu
             );
         }
     }
+    // A version constraint only an OCI repository can resolve.
+    let err = client
+        .update(v1::UpdateRequest {
+            version: "~1.0".into(),
+            ..update(&r, "examples")
+        })
+        .await
+        .expect_err("a constraint for a directory");
+    ensure!(
+        err.code() == tonic::Code::InvalidArgument
+            && err.message().contains("\"~1.0\" is a constraint")
+            && err.message().contains("only an OCI repository"),
+        "{err:?}"
+    );
     let listed = client
         .list(v1::ListRequest::default())
         .await?
@@ -277,6 +317,186 @@ async fn a_package_installs_from_an_oci_registry() -> anyhow::Result<()> {
             })
             .await?;
         journey::wait_gone(&mut client, &r).await
+    }
+    .await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}
+
+/// Sets the version `hello`'s copy at `package` declares (package.yaml), and a `revision` the
+/// ConfigMap shows, so a test sees which version runs.
+fn set_version(package: &Path, version: &str) -> anyhow::Result<()> {
+    let path = package.join("package.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let text: String = text
+        .lines()
+        .map(|l| match l.starts_with("version:") {
+            true => format!("version: {version}\n"),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&path, text)?;
+    let template = package.join("templates/configmap.yaml");
+    let text = std::fs::read_to_string(&template)?;
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.starts_with("  revision:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&template, format!("{kept}  revision: \"{version}\"\n"))?;
+    Ok(())
+}
+
+/// `berth update --version '~1.2'` against an OCI repository loads the newest tag the
+/// constraint allows (1.2.1 of 1.2.0, 1.2.1, 1.3.0), and `berth get` and Get show the
+/// resolved version next to the constraint. A later Update (a settings change) resolves it
+/// again: after 1.2.5 is pushed, it loads 1.2.5. An identical Update stays a no-op.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_with_a_version_constraint_loads_the_newest_matching_tag() -> anyhow::Result<()> {
+    let Some(registry) = Registry::start()? else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let url = format!("oci://{}/berth/packages", registry.addr);
+    let oci = berth_package::OciRepository::new(&url, berth_package::OciAuth::Anonymous, true)?;
+    let package = hello_copy(&dir.path().join("src"))?;
+    let limits = berth_package::Limits::default();
+    for version in ["1.2.0", "1.2.1", "1.3.0"] {
+        set_version(&package, version)?;
+        oci.push(&berth_package::pack(&package, limits)?).await?;
+    }
+
+    let cluster = TestCluster::start().await?;
+    let repositories = berth_tests::process::repositories_file(
+        dir.path(),
+        &format!("- name: registry\n  oci: {url}\n  plainHttp: true\n"),
+    )?;
+    let topology =
+        SplitTopology::start_configured(&cluster.kubeconfig, dir.path(), &[], &repositories)
+            .await?;
+    let result = async {
+        let namespace = TestNamespace::create(&cluster.client, "constraint").await?;
+        let endpoint = topology.gateway.endpoint();
+        let mut client = journey::connect(&endpoint).await?;
+        let r = journey::hello(&namespace);
+        let settings = dir.path().join("settings.yaml");
+        let cli = |args: Vec<String>| {
+            let mut all = vec!["--server".to_owned(), endpoint.clone()];
+            all.extend(args);
+            tokio::process::Command::new(berth_tests::binary("berth"))
+                .args(all)
+                .output()
+        };
+        let update = |message: &str| -> anyhow::Result<Vec<String>> {
+            std::fs::write(&settings, format!("message: {message}\n"))?;
+            Ok([
+                "update",
+                "hello",
+                "--namespace",
+                &namespace,
+                "--repo",
+                "registry",
+                "--version",
+                "~1.2",
+                "--settings",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain([settings.display().to_string(), "--wait".to_owned()])
+            .collect())
+        };
+        let cms: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &namespace);
+        let revision = || async {
+            let data = cms.get("hello").await?.data.unwrap_or_default();
+            anyhow::Ok(data.get("revision").cloned().unwrap_or_default())
+        };
+
+        let out = cli(update("first")?).await?;
+        ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let p = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        ensure!(
+            (
+                p.phase.as_str(),
+                p.version.as_str(),
+                p.resolved_version.as_str()
+            ) == ("Running", "~1.2", "1.2.1"),
+            "{p:?}"
+        );
+        ensure!(revision().await? == "1.2.1", "the newest ~1.2 tag runs");
+        let out = cli(vec![
+            "get".into(),
+            "hello".into(),
+            "--namespace".into(),
+            namespace.to_string(),
+        ])
+        .await?;
+        let shown: serde_json::Value =
+            serde_saphyr::from_str(&String::from_utf8_lossy(&out.stdout))?;
+        ensure!(
+            (&shown["version"], &shown["resolvedVersion"]) == (&json!("~1.2"), &json!("1.2.1")),
+            "{shown}"
+        );
+
+        // A newer patch is pushed: an identical Update is still a no-op, a settings change
+        // resolves the constraint again.
+        set_version(&package, "1.2.5")?;
+        oci.push(&berth_package::pack(&package, limits)?).await?;
+        let same = client
+            .update(v1::UpdateRequest {
+                r#ref: Some(r.clone()),
+                repository: "registry".into(),
+                version: "~1.2".into(),
+                settings: Some(berth_proto::json::to_struct(&json!({"message": "first"}))),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        ensure!(
+            same.generation == p.generation,
+            "an identical Update is a no-op"
+        );
+        let out = cli(update("second")?).await?;
+        ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let p = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        ensure!(
+            (p.phase.as_str(), p.resolved_version.as_str()) == ("Running", "1.2.5"),
+            "{p:?}"
+        );
+        ensure!(revision().await? == "1.2.5", "the newly pushed patch runs");
+
+        // A constraint no tag satisfies fails the generation, naming it.
+        let bad = client
+            .update(v1::UpdateRequest {
+                r#ref: Some(r.clone()),
+                repository: "registry".into(),
+                version: "~2.0".into(),
+                settings: Some(berth_proto::json::to_struct(&json!({"message": "third"}))),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let failed = wait_errored(&mut client, &r, bad.generation).await?;
+        ensure!(failed.last_error.contains("~2.0"), "{failed:?}");
+        Ok(())
     }
     .await;
     topology.stop().await;

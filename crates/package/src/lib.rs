@@ -17,6 +17,7 @@
 mod chart;
 mod checksum;
 mod constraint;
+mod conversions;
 mod definition;
 mod load;
 mod patches;
@@ -29,6 +30,10 @@ mod values;
 pub use chart::{MAX_CHART_BYTES, MAX_CHART_FILES};
 pub use checksum::checksum;
 pub use constraint::{ConstraintError, VersionConstraint, parse_version};
+pub use conversions::{
+    CONVERSIONS_DIR, ConversionError, Conversions, MAX_CONVERSION_BYTES, MAX_CONVERSIONS_PER_STEP,
+    MAX_SETTINGS_VERSION, Step,
+};
 pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
 pub use patches::{compact_patches, replay_patches};

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::conversions::{ConversionError, Conversions};
 use crate::definition::{Definition, DefinitionError};
 use crate::schema::{Schema, SchemaError};
 
@@ -45,6 +46,11 @@ pub enum LoadError {
     ChartTooLarge { root: PathBuf, limit: String },
     #[error("{}: points outside the package", path.display())]
     LinkEscapes { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Conversion {
+        path: PathBuf,
+        source: ConversionError,
+    },
 }
 
 /// A loaded package version.
@@ -61,6 +67,9 @@ pub struct Package {
     pub hooks_dir: Option<PathBuf>,
     /// Whether the package has a Helm chart (`Chart.yaml` or `templates/`).
     pub is_helm: bool,
+    /// The settings version its schema describes and the conversions from older ones
+    /// (`openapi/conversions/`).
+    pub conversions: Conversions,
 }
 
 /// Loads the package in `root`.
@@ -99,6 +108,16 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
         .map(|(path, doc)| compile(path, doc))
         .transpose()?;
 
+    let conversions = Conversions::load(
+        root,
+        settings_doc.as_ref().map(|(_, doc)| doc),
+        read_yaml,
+        |path, source| LoadError::Conversion {
+            path: path.to_owned(),
+            source,
+        },
+    )?;
+
     let values_path = root.join(VALUES_SCHEMA_FILE);
     let values_schema = match read_yaml(&values_path)? {
         None => None,
@@ -118,6 +137,7 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
         values_schema,
         hooks_dir: hooks.is_dir().then_some(hooks),
         is_helm: root.join("Chart.yaml").is_file() || root.join("templates").is_dir(),
+        conversions,
         definition,
     })
 }

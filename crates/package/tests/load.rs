@@ -264,3 +264,37 @@ fn chart_files_refuse_links_out_of_the_package() {
         .expect_err("refused");
     assert!(matches!(err, LoadError::LinkEscapes { .. }), "{err}");
 }
+
+#[test]
+fn conversions_load_with_the_schema_version_and_broken_ones_name_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "package.yaml", MINIMAL_DEFINITION);
+    write(
+        dir.path(),
+        "openapi/config-values.yaml",
+        "type: object\nx-config-version: 2\nproperties:\n  replicas: {type: integer}\n",
+    );
+    write(
+        dir.path(),
+        "openapi/conversions/v2.yaml",
+        "version: 2\nconversions:\n  - .replicas = .size | del(.size)\n",
+    );
+    let pkg = load(dir.path()).expect("loads");
+    assert_eq!(pkg.conversions.latest(), 2);
+    let chain = pkg.conversions.chain(1).expect("known version");
+    assert_eq!(chain[0].expressions, [".replicas = .size | del(.size)"]);
+    // The schema still validates settings of the latest version.
+    let schema = pkg.settings_schema.expect("schema");
+    assert!(schema.validate(&json!({"replicas": 2})).is_ok());
+
+    write(
+        dir.path(),
+        "openapi/conversions/v2.yaml",
+        "version: 2\nconversions: 'not a list'\n",
+    );
+    let err = load_err(&dir);
+    assert!(
+        err.contains("openapi/conversions/v2.yaml") && err.contains("conversions: required"),
+        "{err}"
+    );
+}

@@ -153,6 +153,8 @@ pub enum Command {
         /// repository roots (e.g. `examples/packages` for `berth up` started in the checkout).
         #[arg(long)]
         repo: String,
+        /// An exact version; for an OCI repository also a semver constraint (`~1.2`), which
+        /// loads the newest tag it allows (`berth get` shows it as `resolvedVersion`).
         #[arg(long)]
         version: String,
         /// Settings as a YAML or JSON file.

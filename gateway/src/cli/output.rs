@@ -42,6 +42,12 @@ pub fn package_yaml(p: &v1::Package) -> String {
             "lastRun": timestamp(&h.last_run), "lastError": h.last_error,
         })).collect::<Vec<_>>(),
     });
+    if let Some(fields) = doc.as_object_mut()
+        && !p.resolved_version.is_empty()
+        && p.resolved_version != p.version
+    {
+        fields.insert("resolvedVersion".into(), json!(p.resolved_version));
+    }
     if let (Some(why), Some(fields)) = (enabled(p), doc.as_object_mut()) {
         fields.insert("notEnabledBecause".into(), Value::String(why));
     }
@@ -81,7 +87,11 @@ pub fn table(packages: &[v1::Package]) -> String {
         rows.push([
             p.key.clone(),
             p.package.clone(),
-            p.version.clone(),
+            match p.resolved_version.as_str() {
+                "" => p.version.clone(),
+                v if v == p.version => p.version.clone(),
+                v => format!("{} ({v})", p.version),
+            },
             format!("{}/{}", p.observed_generation, p.generation),
             p.phase.clone(),
             ready(p).to_owned(),

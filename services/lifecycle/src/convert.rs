@@ -77,6 +77,21 @@ pub fn update_spec(
     repositories
         .check_exists(&req.repository)
         .map_err(|e| invalid(format!("repository: {e}")))?;
+    // Only a registry lists versions to choose from; elsewhere a constraint names nothing.
+    if crate::flows::is_constraint(&req.version)
+        && !matches!(
+            repositories.check(&req.repository),
+            Ok(berth_package::Requested::Named(
+                _,
+                berth_package::Source::Oci(_)
+            ))
+        )
+    {
+        return Err(invalid(format!(
+            "version: {:?} is a constraint, and only an OCI repository resolves constraints; {:?} is not one, so name an exact version",
+            req.version, req.repository
+        )));
+    }
     Ok(UpdateSpec {
         id,
         repository: req.repository.clone(),
@@ -158,6 +173,11 @@ pub fn package(row: &PackageRow) -> v1::Package {
             .collect(),
         last_error: row.last_error.clone(),
         observed_generation: row.observed_generation.get(),
+        resolved_version: row
+            .loaded
+            .as_ref()
+            .map(|l| l.version.to_string())
+            .unwrap_or_default(),
     }
 }
 

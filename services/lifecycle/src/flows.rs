@@ -67,7 +67,9 @@ pub fn update(
                 // Never loaded (e.g. the first Download failed), or the generation failed
                 // permanently: start over.
                 || prev.settings_schema.is_none()
-                || prev.phase == Phase::Failed =>
+                || prev.phase == Phase::Failed
+                // A version constraint is resolved again at every Update.
+                || is_constraint(new.version) =>
         {
             (true, tasks(key, generation, &[Disable, Download, Load]))
         }
@@ -108,10 +110,15 @@ pub fn schedule(row: &mut PackageRow, verdict: &Verdict, now: &str) -> Vec<Row> 
 }
 
 /// A package starting over (a new version to download and load): the scheduler forgets the
-/// last load, and its `RequirementsMet` is Unknown until the new one is loaded.
+/// last load, and its `RequirementsMet` is Unknown until the new one is loaded. The old
+/// version's settings schema goes too: until the new version loads there is no schema to check
+/// settings against, and an Update arriving meanwhile must load the new version again rather
+/// than be taken for a settings change of a loaded package.
 pub fn unload(row: &mut PackageRow, now: &str) {
     row.enabled = false;
     row.loaded = None;
+    row.settings_schema = None;
+    row.schema_version = None;
     let mut unknown = ConditionSet::new(
         ConditionType::RequirementsMet,
         ConditionStatus::Unknown,
@@ -119,6 +126,13 @@ pub fn unload(row: &mut PackageRow, now: &str) {
     );
     unknown.message = "requirements are checked once the package is loaded".to_owned();
     set_condition(&mut row.conditions, &unknown, row.generation, now);
+}
+
+/// Whether `version` is a semver constraint (`~1.2`, `>=1 <2`) rather than one version: an
+/// OCI repository resolves it to the newest tag it allows when the package is downloaded.
+pub fn is_constraint(version: &str) -> bool {
+    berth_package::parse_version(version).is_err()
+        && berth_package::VersionConstraint::parse(version).is_ok()
 }
 
 /// What an Update asks for, as far as planning cares.
@@ -262,6 +276,42 @@ mod tests {
         assert!(restart);
         let (restart, _) = update(Some(&row("1.0.0", false, false)), &key(), g(3), &NEW);
         assert!(restart);
+    }
+
+    #[test]
+    fn an_update_before_an_upgrade_loads_loads_the_new_version_again() {
+        // 1.0.0 was loaded; an upgrade to 2.0.0 starts over ...
+        let mut r = row("1.0.0", true, false);
+        r.settings_schema = Some(Some(serde_json::json!({"type": "object"})));
+        r.schema_version = Some("1.0.0".into());
+        let two = NewSpec {
+            version: "2.0.0",
+            ..NEW
+        };
+        let (restart, _) = update(Some(&r), &key(), g(2), &two);
+        assert!(restart);
+        r.version = "2.0.0".into();
+        unload(&mut r, "t");
+        assert_eq!((&r.settings_schema, &r.schema_version), (&None, &None));
+        // ... and a settings change before 2.0.0 loaded downloads and loads it again, instead
+        // of superseding its Load with nothing.
+        let (restart, out) = update(Some(&r), &key(), g(3), &two);
+        assert!(restart);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load"]);
+    }
+
+    #[test]
+    fn an_update_naming_a_constraint_resolves_it_again() {
+        let tilde = NewSpec {
+            version: "~1.2",
+            ..NEW
+        };
+        let mut r = row("~1.2", true, false);
+        r.settings_schema = Some(None);
+        let (restart, out) = update(Some(&r), &key(), g(2), &tilde);
+        assert!(restart);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load"]);
+        assert!(!is_constraint("1.2.3") && !is_constraint("latest") && is_constraint("^1"));
     }
 
     #[test]

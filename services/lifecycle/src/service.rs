@@ -447,6 +447,11 @@ impl Lifecycle for LifecycleService {
             present: !row.removing,
             failed: row.phase == Phase::Failed,
             enabled: row.enabled,
+            loaded_version: row
+                .loaded
+                .as_ref()
+                .map(|l| l.version.to_string())
+                .unwrap_or_default(),
         }))
     }
 

@@ -74,9 +74,11 @@ pub fn plan(
         return Err(NotPlanned::Unchanged(existing.generation));
     }
     // Settings of a loaded package are checked now, so bad input changes nothing. A new
-    // version may bring a new schema: then they are checked when it loads.
+    // version may bring a new schema: then they are checked when it loads. So may a
+    // constraint, resolved again at every Update.
     if let Some(existing) = previous
         && existing.version == spec.version
+        && !flows::is_constraint(&spec.version)
         && existing.package == spec.package
         && !existing.removing
     {

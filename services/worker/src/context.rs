@@ -144,7 +144,11 @@ impl<'a> TaskContext<'a> {
             ("BERTH_PACKAGE_KEY".to_owned(), self.spec.key.clone()),
             (
                 "BERTH_PACKAGE_VERSION".to_owned(),
-                self.spec.version.clone(),
+                // The loaded version, which a constraint (`~1.2`) resolved to.
+                match self.spec.loaded_version.as_str() {
+                    "" => self.spec.version.clone(),
+                    loaded => loaded.to_owned(),
+                },
             ),
             (
                 "TRACEPARENT".to_owned(),

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use berth_package::{Limits, Package, Source};
 use serde_json::Value;
+use sha2::{Digest as _, Sha256};
 
 use berth_proto::lifecycle::report_request::Report;
 use berth_queue::worker::TaskError;
@@ -22,23 +23,25 @@ use crate::context::TaskContext;
 /// tag is fetched again.
 pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
     let spec = &cx.spec;
-    let (repo, package, version) = (&spec.repository, &spec.package, &spec.version);
-    let resolved = cx
-        .config
-        .repositories
-        .resolve(repo)
-        .map_err(|e| TaskError::permanent(format!("repository of {package} {version}: {e}")))?;
+    let (repo, package, requested) = (&spec.repository, &spec.package, &spec.version);
+    let resolved =
+        cx.config.repositories.resolve(repo).map_err(|e| {
+            TaskError::permanent(format!("repository of {package} {requested}: {e}"))
+        })?;
     let dir = cx
         .config
         .cache_dir
         .join(&spec.key)
         .join(resolved.cache_id());
+    let limits = Limits::default();
+    let fetch_error = |e: berth_package::RepoError| {
+        TaskError::retry(format!("fetching {package} {requested} from {repo}: {e}"))
+    };
+    let version = &resolve_version(cx, &resolved.source, &dir, limits)
+        .await
+        .map_err(fetch_error)?;
     let dest = dir.join(version);
     let marker = dir.join(format!("{version}.revision"));
-    let fetch_error = |e: berth_package::RepoError| {
-        TaskError::retry(format!("fetching {package} {version} from {repo}: {e}"))
-    };
-    let limits = Limits::default();
     let present = dest.join("package.yaml").exists();
     let fetch = match (&resolved.source, present) {
         (_, false) => true,
@@ -81,6 +84,42 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
     })
     .await
     .map_err(|e| TaskError::retry(format!("package loader panicked: {e}")))?
+}
+
+/// The version the spec's version names: itself, or for a constraint given to an OCI
+/// repository (`~1.2`) the tag of the newest version it allows. Once the package is loaded,
+/// the loaded version (lifecycle's spec carries it), so tasks after Load use the files Load
+/// saw; before, a constraint is resolved once per generation on this worker (the answer kept in
+/// `<dir>/<sha256 of the constraint>.resolved` as `<generation> <tag>`). Every Update naming a
+/// constraint starts the package over, so it picks up versions pushed since.
+async fn resolve_version(
+    cx: &TaskContext<'_>,
+    source: &Source,
+    dir: &Path,
+    limits: Limits,
+) -> Result<String, berth_package::RepoError> {
+    let spec = &cx.spec;
+    if !matches!(source, Source::Oci(_)) || berth_package::parse_version(&spec.version).is_ok() {
+        return Ok(spec.version.clone());
+    }
+    if !spec.loaded_version.is_empty() {
+        return Ok(spec.loaded_version.clone());
+    }
+    let name = hex::encode(&Sha256::digest(spec.version.as_bytes())[..16]);
+    let marker = dir.join(format!("{name}.resolved"));
+    if let Some((generation, tag)) = read_revision(&marker)
+        && generation == spec.generation
+    {
+        return Ok(tag);
+    }
+    let tag = source.resolve(&spec.package, &spec.version, limits).await?;
+    if let Err(error) = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&marker, format!("{} {tag}\n", spec.generation)))
+    {
+        tracing::warn!(%error, path = %marker.display(), "recording the resolved version");
+    }
+    tracing::info!(constraint = %spec.version, version = %tag, "version constraint resolved");
+    Ok(tag)
 }
 
 /// The generation at which the cached OCI image was last checked, and its manifest digest.

@@ -39,6 +39,7 @@ use super::{
     ArchiveRepository, Fetched, Limits, LocalRepository, OciAuth, OciRepository, RepoError,
     check_segment,
 };
+use crate::constraint::parse_version;
 
 /// Largest repositories file read.
 pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
@@ -498,6 +499,24 @@ impl Source {
                     .await?,
             )),
             _ => Ok(None),
+        }
+    }
+
+    /// The version `requested` names in the source now: an OCI repository resolves a semver
+    /// constraint (`~1.2`, `>=1.0 <2`) to the tag of the newest version it allows; an exact
+    /// version, and any version of a directory or archive source, is itself.
+    pub async fn resolve(
+        &self,
+        package: &str,
+        requested: &str,
+        limits: Limits,
+    ) -> Result<String, RepoError> {
+        match self {
+            Source::Oci(o) if parse_version(requested).is_err() => Ok(Source::oci(o, limits)?
+                .resolve_tag(package, requested)
+                .await?
+                .1),
+            _ => Ok(requested.to_owned()),
         }
     }
 

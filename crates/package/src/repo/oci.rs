@@ -215,7 +215,7 @@ impl OciRepository {
     }
 
     /// [`resolve`](Self::resolve), with the tag text that version was pushed under.
-    async fn resolve_tag(
+    pub async fn resolve_tag(
         &self,
         package: &str,
         constraint: &str,
