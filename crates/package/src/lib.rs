@@ -29,7 +29,7 @@ mod values;
 pub use chart::{MAX_CHART_BYTES, MAX_CHART_FILES};
 pub use checksum::checksum;
 pub use constraint::{ConstraintError, VersionConstraint, parse_version};
-pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
+pub use definition::{Definition, DefinitionError, GLOBAL_NAME, MAX_NAME_LEN, PackageType, ValuesLayout};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
 pub use patches::{compact_patches, replay_patches};
 pub use repo::{
@@ -41,4 +41,7 @@ pub use repo::{
 pub use requirements::{Dependency, DependencyGroup, Requirements};
 pub use schema::{Schema, SchemaError, ValidationError};
 pub use settings::{MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, validate_settings};
-pub use values::{ValuesError, base_values, compute_values, deep_merge, rebuild_values};
+pub use values::{
+    ValuesError, assemble, base_values, check_patch_scope, compute_values, config_values,
+    deep_merge, own_values, patch_settings, rebuild_values, validate_values, values_section,
+};

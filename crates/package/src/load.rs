@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::definition::{Definition, DefinitionError};
+use crate::definition::{Definition, DefinitionError, PackageType, ValuesLayout};
 use crate::schema::{Schema, SchemaError};
 
 /// Largest `package.yaml`, `values.yaml` or schema file read by the loader.
@@ -45,6 +45,8 @@ pub enum LoadError {
     ChartTooLarge { root: PathBuf, limit: String },
     #[error("{}: points outside the package", path.display())]
     LinkEscapes { path: PathBuf },
+    #[error("{}: a Global package carries global hooks and values, not a chart (remove Chart.yaml and templates/)", root.display())]
+    GlobalChart { root: PathBuf },
 }
 
 /// A loaded package version.
@@ -61,6 +63,10 @@ pub struct Package {
     pub hooks_dir: Option<PathBuf>,
     /// Whether the package has a Helm chart (`Chart.yaml` or `templates/`).
     pub is_helm: bool,
+    /// The values layout: `values:` of `package.yaml`; else nested for a Global package and
+    /// for a Module whose `values.yaml` keeps its values under the camelCase name (the
+    /// addon-operator module layout); else flat.
+    pub layout: ValuesLayout,
 }
 
 /// Loads the package in `root`.
@@ -86,7 +92,13 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
             path: definition_path,
             source,
         })?;
-    let static_values = static_values(root, &definition)?;
+    let (static_values, sectioned) = static_values(root, &definition)?;
+    let layout = match (definition.values_layout, definition.package_type) {
+        (Some(layout), _) => layout,
+        (None, PackageType::Global) => ValuesLayout::Nested,
+        (None, PackageType::Module) if sectioned => ValuesLayout::Nested,
+        (None, _) => ValuesLayout::Flat,
+    };
 
     let settings_doc = SETTINGS_SCHEMA_FILES
         .iter()
@@ -111,21 +123,30 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
     };
 
     let hooks = root.join("hooks");
+    let is_helm = root.join("Chart.yaml").is_file() || root.join("templates").is_dir();
+    if is_helm && definition.package_type == PackageType::Global {
+        return Err(LoadError::GlobalChart {
+            root: root.to_owned(),
+        });
+    }
     Ok(Package {
         root: root.to_owned(),
         static_values,
         settings_schema,
         values_schema,
         hooks_dir: hooks.is_dir().then_some(hooks),
-        is_helm: root.join("Chart.yaml").is_file() || root.join("templates").is_dir(),
+        is_helm,
+        layout,
         definition,
     })
 }
 
-fn static_values(root: &Path, definition: &Definition) -> Result<Value, LoadError> {
+/// The package's own static values, and whether `values.yaml` kept them under the camelCase
+/// name (the addon-operator / Deckhouse module layout).
+fn static_values(root: &Path, definition: &Definition) -> Result<(Value, bool), LoadError> {
     let path = root.join(STATIC_VALUES_FILE);
     let mut values = match read_yaml(&path)? {
-        None | Some(Value::Null) => return Ok(Value::Object(Map::new())),
+        None | Some(Value::Null) => return Ok((Value::Object(Map::new()), false)),
         Some(Value::Object(map)) => map,
         Some(other) => {
             return Err(LoadError::StaticValues {
@@ -134,15 +155,16 @@ fn static_values(root: &Path, definition: &Definition) -> Result<Value, LoadErro
             });
         }
     };
-    // Deckhouse modules keep their values under the camelCase package name; use only that part.
+    // Deckhouse modules keep their values under the camelCase package name; use only that part
+    // (addon-operator's `<name>Enabled` and `global` keys beside it are not the package's).
     match values.remove(&definition.values_key()) {
-        Some(Value::Object(section)) => Ok(Value::Object(section)),
-        Some(Value::Null) => Ok(Value::Object(Map::new())),
+        Some(Value::Object(section)) => Ok((Value::Object(section), true)),
+        Some(Value::Null) => Ok((Value::Object(Map::new()), true)),
         Some(other) => {
             values.insert(definition.values_key(), other);
-            Ok(Value::Object(values))
+            Ok((Value::Object(values), false))
         }
-        None => Ok(Value::Object(values)),
+        None => Ok((Value::Object(values), false)),
     }
 }
 
