@@ -53,6 +53,12 @@ pub struct PackageRow {
 }
 
 impl PackageRow {
+    /// Whether this is the `global` package (a module of that name; its package is of type
+    /// Global, which the worker checks at Load).
+    pub fn is_global(&self) -> bool {
+        self.id.kind == crate::model::Kind::Module && self.id.name == GLOBAL
+    }
+
     /// The package as the scheduler sees it.
     pub fn node(&self) -> Node {
         Node {
@@ -281,7 +287,13 @@ impl Store {
             return Ok(false);
         }
         let (phase, loaded) = (row.phase, row.loaded.clone());
-        let outbox = change(&mut row);
+        let global_before = row.is_global().then(|| row.values.get(GLOBAL).cloned());
+        let mut outbox = change(&mut row);
+        if let Some(before) = global_before
+            && row.values.get(GLOBAL) != before.as_ref()
+        {
+            outbox.extend(global_readers(&mut tx).await?);
+        }
         write_row(&mut tx, &row).await?;
         insert_outbox(&mut tx, &outbox).await?;
         if row.phase != phase || row.loaded != loaded {
@@ -290,6 +302,12 @@ impl Store {
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// The `global` package (whose values every nested package sees), if there is one.
+    pub async fn global(&self) -> Result<Option<PackageRow>, StoreError> {
+        let row = self.get(&PackageKey::from_issued(GLOBAL.to_owned())).await?;
+        Ok(row.filter(PackageRow::is_global))
     }
 
     /// Runs a scheduling pass (the cluster's version changed) and writes what it decided.
@@ -400,6 +418,34 @@ async fn apply_pass(
     Ok(())
 }
 
+/// The package that holds the global values and the global hooks: the module `global`.
+const GLOBAL: &str = berth_package::GLOBAL_NAME;
+
+/// A Run for every package whose chart reads the global values, when they changed: running
+/// (a package on its way there renders with the new ones anyway), enabled, not being removed.
+/// Packages that do not read them are left alone.
+async fn global_readers(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+) -> Result<Vec<outbox::Row>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT key, generation FROM packages
+         WHERE reads_global = 1 AND phase = 'Running' AND removing = 0 AND enabled = 1 AND key <> ?",
+    )
+    .bind(GLOBAL)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .iter()
+        .flat_map(|r| {
+            flows::rerun_for(
+                &PackageKey::from_issued(r.get("key")),
+                Generation::new(r.get("generation")),
+                "the global values changed",
+            )
+        })
+        .collect())
+}
+
 /// Writes every column a report or the scheduler may change.
 async fn write_row(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
@@ -410,18 +456,19 @@ async fn write_row(
             .map(Value::to_string)
             .unwrap_or_else(|| "null".to_owned())
     });
-    let (loaded_version, weight, requirements) = match &row.loaded {
+    let (loaded_version, weight, requirements, reads_global) = match &row.loaded {
         Some(l) => (
             Some(l.version.to_string()),
             l.weight,
             serde_json::to_string(&l.requirements).unwrap_or_default(),
+            l.reads_global,
         ),
-        None => (None, 0, "{}".to_owned()),
+        None => (None, 0, "{}".to_owned(), false),
     };
     sqlx::query(
         "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
            settings_schema = ?, schema_version = ?, hooks = ?, last_error = ?, enabled = ?,
-           loaded_version = ?, weight = ?, requirements = ? WHERE key = ?",
+           loaded_version = ?, weight = ?, requirements = ?, reads_global = ?, settings = ? WHERE key = ?",
     )
     .bind(row.phase.as_str())
     .bind(row.observed_generation.get())
@@ -436,6 +483,8 @@ async fn write_row(
     .bind(loaded_version)
     .bind(weight)
     .bind(requirements)
+    .bind(i64::from(reads_global))
+    .bind(row.settings.to_string())
     .bind(row.key.as_str())
     .execute(&mut **tx)
     .await?;
@@ -516,6 +565,7 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
             weight: r.get("weight"),
             requirements: serde_json::from_value(json("requirements")?)
                 .map_err(|e| corrupt("requirements", e.to_string()))?,
+            reads_global: r.get::<i64, _>("reads_global") != 0,
         }),
     };
     let values_patch = match json("values_patch")? {
@@ -616,6 +666,7 @@ mod tests {
                     .collect(),
                 ..Default::default()
             },
+            reads_global: false,
         }
     }
 

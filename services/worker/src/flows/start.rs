@@ -44,6 +44,23 @@ pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 
 pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
+    // The global package is one per installation: the module `global`.
+    let is_module = cx.spec.r#ref.as_ref().map(|r| r.kind)
+        == Some(berth_proto::v1::PackageKind::Module as i32);
+    if pkg.definition.package_type == berth_package::PackageType::Global && !is_module {
+        let message = "a Global package (global hooks and values) installs as the module `global` (--kind module), not as an app";
+        cx.set_condition(
+            ConditionType::Loaded,
+            ConditionStatus::False,
+            "GlobalNotModule",
+            message,
+        )
+        .await?;
+        return Err(TaskError::permanent(message));
+    }
+    let reads_global = pkg
+        .reads_global()
+        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
     let hooks = match cx.package_hooks(&pkg).await {
         Ok(h) => h,
         Err(e) => {
@@ -92,6 +109,7 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         version: pkg.definition.version.to_string(),
         weight: pkg.definition.weight.unwrap_or_default(),
         requirements: Some(requirements(&pkg.definition.requirements)),
+        reads_global,
     }))
     .await?;
     Ok(())
@@ -289,7 +307,7 @@ async fn synchronize(
                 None => k.allow_failure,
             };
             let context = BindingContext::synchronization(k, &b.objects, &hook.config, &snapshots);
-            let output = match run_hook(cx, hook, binding_context::to_json(&[context]), values)
+            let output = match run_hook(cx, pkg, hook, binding_context::to_json(&[context]), values)
                 .await
             {
                 Ok(o) => o,
