@@ -172,7 +172,10 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         [json!("onStartup"), json!("beforeAll"), json!("afterAll")],
         "{values}"
     );
-    assert_eq!(values["global"]["clusterDomain"], "cluster.local", "{values}");
+    assert_eq!(
+        values["global"]["clusterDomain"], "cluster.local",
+        "{values}"
+    );
     assert_eq!(values["global"]["clusterName"], "test", "{values}");
     assert_eq!(
         values.as_object().map(|o| o.len()),
@@ -181,24 +184,31 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     );
     let names: Vec<&str> = g.hooks.iter().map(|h| h.name.as_str()).collect();
     assert!(
-        names.iter().any(|n| n.contains("order.sh")) && names.iter().any(|n| n.contains("domain.sh")),
+        names.iter().any(|n| n.contains("order.sh"))
+            && names.iter().any(|n| n.contains("domain.sh")),
         "{names:?}"
     );
 
     // A nested module reading its own section and the global one.
     let p = install(&mut client, &reader, json!({"namespace": ns.to_string()})).await?;
-    let data = wait_configmap(&cms, "nested-reader", "the nested module's ConfigMap", |d| {
-        d["replicas"] == "2"
-    })
+    let data = wait_configmap(
+        &cms,
+        "nested-reader",
+        "the nested module's ConfigMap",
+        |d| d["replicas"] == "2",
+    )
     .await?;
     assert_eq!(
         data,
         json!({"greeting": "hello", "token": "from-hook", "replicas": "2",
                "domain": "cluster.local", "clusterName": "test"})
     );
-    let p = wait_package(&mut client, &reader, "the config patch in the settings", |p| {
-        json_of(p.settings.as_ref())["replicas"] == 2
-    })
+    let p = wait_package(
+        &mut client,
+        &reader,
+        "the config patch in the settings",
+        |p| json_of(p.settings.as_ref())["replicas"] == 2,
+    )
     .await
     .with_context(|| format!("first seen: {p:?}"))?;
     let values = json_of(p.values.as_ref());
@@ -207,8 +217,14 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         json!({"token": "from-hook", "sawGlobal": "cluster.local"}),
         "{values}"
     );
-    assert_eq!(values["global"]["clusterDomain"], "cluster.local", "{values}");
-    assert!(values.get("greeting").is_none(), "nested, not flat: {values}");
+    assert_eq!(
+        values["global"]["clusterDomain"], "cluster.local",
+        "{values}"
+    );
+    assert!(
+        values.get("greeting").is_none(),
+        "nested, not flat: {values}"
+    );
 
     // A nested module that does not read the global values.
     install(&mut client, &plain, json!({"namespace": ns.to_string()})).await?;
@@ -228,9 +244,12 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         "data": {"domain": "example.org"},
     }))?;
     cms.create(&PostParams::default(), &input).await?;
-    wait_configmap(&cms, "nested-reader", "the re-render with the new global value", |d| {
-        d["domain"] == "example.org"
-    })
+    wait_configmap(
+        &cms,
+        "nested-reader",
+        "the re-render with the new global value",
+        |d| d["domain"] == "example.org",
+    )
     .await?;
     let g = get(&mut client, &global).await?;
     assert_eq!(
@@ -267,8 +286,7 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     })
     .await?;
     assert!(
-        p.last_error.contains("/global/clusterDomain")
-            && p.last_error.contains("/nestedIntruder/"),
+        p.last_error.contains("/global/clusterDomain") && p.last_error.contains("/nestedIntruder/"),
         "{}",
         p.last_error
     );

@@ -63,9 +63,7 @@ impl Package {
         let files = self.chart_files()?;
         Ok(files.iter().any(|(path, content)| {
             (path.starts_with("templates/") || path.starts_with("charts/"))
-                && content
-                    .windows(GLOBAL_WORD.len())
-                    .any(|w| w == GLOBAL_WORD)
+                && content.windows(GLOBAL_WORD.len()).any(|w| w == GLOBAL_WORD)
         }))
     }
 }

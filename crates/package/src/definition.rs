@@ -117,9 +117,7 @@ impl Definition {
             Some(other) => {
                 return Err(DefinitionError::new(
                     "type",
-                    format!(
-                        "unknown package type {other}; expected Application, Module or Global"
-                    ),
+                    format!("unknown package type {other}; expected Application, Module or Global"),
                 ));
             }
         };

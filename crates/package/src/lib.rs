@@ -29,7 +29,9 @@ mod values;
 pub use chart::{MAX_CHART_BYTES, MAX_CHART_FILES};
 pub use checksum::checksum;
 pub use constraint::{ConstraintError, VersionConstraint, parse_version};
-pub use definition::{Definition, DefinitionError, GLOBAL_NAME, MAX_NAME_LEN, PackageType, ValuesLayout};
+pub use definition::{
+    Definition, DefinitionError, GLOBAL_NAME, MAX_NAME_LEN, PackageType, ValuesLayout,
+};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
 pub use patches::{compact_patches, replay_patches};
 pub use repo::{

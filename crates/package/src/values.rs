@@ -39,7 +39,9 @@ pub enum ValuesError {
     },
     #[error("values do not match the values schema: {}", join_errors(.0))]
     Values(Vec<ValidationError>),
-    #[error("values patch operation {operation} on {path:?} is outside this package's values: {expected}")]
+    #[error(
+        "values patch operation {operation} on {path:?} is outside this package's values: {expected}"
+    )]
     Scope {
         operation: usize,
         path: String,

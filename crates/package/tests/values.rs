@@ -211,7 +211,9 @@ fn rebuild_replays_stored_patches_leniently() {
 
 /// An addon-operator style module: `values.yaml` keeps its values under `myMod`.
 fn nested_module(dir: &std::path::Path, explicit: Option<&str>) -> berth_package::Package {
-    let layout = explicit.map(|l| format!("values: {l}\n")).unwrap_or_default();
+    let layout = explicit
+        .map(|l| format!("values: {l}\n"))
+        .unwrap_or_default();
     write(
         dir,
         "package.yaml",
@@ -307,7 +309,10 @@ fn explicit_flat_layout_wins_over_detection() {
     assert_eq!(pkg.layout, berth_package::ValuesLayout::Flat);
     let values = compute_values(&pkg, &json!({}), &json!({"ignored": true}), &Patch(vec![]))
         .expect("computes");
-    assert_eq!(values, json!({"image": "nginx", "internal": {}, "replicas": 1}));
+    assert_eq!(
+        values,
+        json!({"image": "nginx", "internal": {}, "replicas": 1})
+    );
 }
 
 #[test]

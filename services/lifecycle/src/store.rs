@@ -306,7 +306,9 @@ impl Store {
 
     /// The `global` package (whose values every nested package sees), if there is one.
     pub async fn global(&self) -> Result<Option<PackageRow>, StoreError> {
-        let row = self.get(&PackageKey::from_issued(GLOBAL.to_owned())).await?;
+        let row = self
+            .get(&PackageKey::from_issued(GLOBAL.to_owned()))
+            .await?;
         Ok(row.filter(PackageRow::is_global))
     }
 

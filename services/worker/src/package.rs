@@ -245,6 +245,6 @@ pub async fn report_values(
     inside_run: bool,
 ) -> Result<(), TaskError> {
     cx.report(Report::Values(values.report(inside_run)))
-    .await
-    .map(|_| ())
+        .await
+        .map(|_| ())
 }

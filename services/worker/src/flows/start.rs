@@ -45,8 +45,8 @@ pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
     // The global package is one per installation: the module `global`.
-    let is_module = cx.spec.r#ref.as_ref().map(|r| r.kind)
-        == Some(berth_proto::v1::PackageKind::Module as i32);
+    let is_module =
+        cx.spec.r#ref.as_ref().map(|r| r.kind) == Some(berth_proto::v1::PackageKind::Module as i32);
     if pkg.definition.package_type == berth_package::PackageType::Global && !is_module {
         let message = "a Global package (global hooks and values) installs as the module `global` (--kind module), not as an app";
         cx.set_condition(
