@@ -652,6 +652,22 @@ mod tests {
         assert!(accepted);
     }
 
+    async fn report_to(
+        store: &Store,
+        sched: &mut Scheduler,
+        key: &PackageKey,
+        g: Generation,
+        fill: impl FnOnce(&mut Change),
+    ) {
+        let mut change = Change::new(g);
+        fill(&mut change);
+        let accepted = store
+            .modify(key, g, sched, "t", |row| change.apply(row, "t"))
+            .await
+            .unwrap();
+        assert!(accepted);
+    }
+
     fn loaded(mandatory: &[&str], kubernetes: Option<&str>) -> LoadedSpec {
         LoadedSpec {
             version: semver::Version::new(1, 0, 0),
@@ -695,6 +711,81 @@ mod tests {
             .find(|c| c.type_ == "RequirementsMet")
             .unwrap();
         (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// A change of the `global` package's values re-runs the Running packages whose charts
+    /// read them (in the report's transaction), not the others; which packages read them
+    /// survives a restart; a report that leaves the global values as they are re-runs nothing.
+    #[tokio::test]
+    async fn a_change_of_the_global_values_reruns_their_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+        let store = Store::open(&url).await.unwrap();
+        let platform = semver::Version::new(0, 1, 0);
+        let mut sched = store.scheduler(platform.clone()).await.unwrap();
+        for (name, reads) in [("reader", true), ("plain", false)] {
+            let g = install(&store, &mut sched, name).await;
+            report(&store, &mut sched, name, g, |c| {
+                c.phase = Some(Phase::Loaded);
+                c.settings_schema = Some(None);
+                c.loaded = Some(LoadedSpec {
+                    reads_global: reads,
+                    ..loaded(&[], None)
+                });
+            })
+            .await;
+            report(&store, &mut sched, name, g, |c| {
+                c.phase = Some(Phase::Running)
+            })
+            .await;
+        }
+        let global = UpdateSpec {
+            id: PackageId::new(Kind::Module, "global", "").unwrap(),
+            ..spec("global")
+        };
+        let key = global.id.key();
+        let g = store
+            .update(global.desired(), &mut sched, "t", |prev, key, g| {
+                plan(&global, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap()
+            .generation;
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        queued(&store).await;
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.values = Some(serde_json::json!({"global": {"domain": "a"}}));
+            c.patch_inside_run = true;
+        })
+        .await;
+        assert_eq!(queued(&store).await, ["default.reader Run"]);
+
+        drop(store);
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store.scheduler(platform).await.unwrap();
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.values = Some(serde_json::json!({"global": {"domain": "a"}}));
+            c.patch_inside_run = true;
+        })
+        .await;
+        assert!(queued(&store).await.is_empty(), "unchanged");
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.values = Some(serde_json::json!({"global": {"domain": "b"}}));
+            c.patch_inside_run = true;
+        })
+        .await;
+        assert_eq!(queued(&store).await, ["default.reader Run"]);
+        assert_eq!(
+            store.global().await.unwrap().map(|r| r.values),
+            Some(serde_json::json!({"global": {"domain": "b"}}))
+        );
     }
 
     /// Loaded packages wait for their requirements, the cluster's version and a dependency
