@@ -226,6 +226,22 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         "nested, not flat: {values}"
     );
 
+    // An addon-operator module as addon-operator lays it out: no package.yaml, its Chart.yaml
+    // names it, and its values are nested.
+    let ao = module("ao-module");
+    install(&mut client, &ao, json!({"namespace": ns.to_string()})).await?;
+    let data = wait_configmap(
+        &cms,
+        "ao-module",
+        "the addon-operator module's ConfigMap",
+        |d| d["fromHook"] == "yes",
+    )
+    .await?;
+    assert_eq!(
+        data,
+        json!({"message": "from-values", "fromHook": "yes", "domain": "cluster.local"})
+    );
+
     // A nested module that does not read the global values.
     install(&mut client, &plain, json!({"namespace": ns.to_string()})).await?;
     let plain_runs = {
@@ -248,6 +264,13 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         &cms,
         "nested-reader",
         "the re-render with the new global value",
+        |d| d["domain"] == "example.org",
+    )
+    .await?;
+    wait_configmap(
+        &cms,
+        "ao-module",
+        "the addon-operator module's re-render",
         |d| d["domain"] == "example.org",
     )
     .await?;
@@ -297,7 +320,7 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         "unchanged"
     );
 
-    for r in [&intruder, &plain, &reader, &global] {
+    for r in [&intruder, &plain, &ao, &reader, &global] {
         remove(&mut client, r).await?;
     }
     Ok(())

@@ -32,7 +32,7 @@ pub use constraint::{ConstraintError, VersionConstraint, parse_version};
 pub use definition::{
     Definition, DefinitionError, GLOBAL_NAME, MAX_NAME_LEN, PackageType, ValuesLayout,
 };
-pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
+pub use load::{LoadError, MAX_METADATA_BYTES, Package, is_package_dir, load};
 pub use patches::{compact_patches, replay_patches};
 pub use repo::{
     ArchiveRepository, CONFIG_MEDIA_TYPE, ConfigError, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,

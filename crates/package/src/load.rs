@@ -16,6 +16,8 @@ use crate::schema::{Schema, SchemaError};
 pub const MAX_METADATA_BYTES: u64 = 4 * 1024 * 1024;
 
 pub(crate) const DEFINITION_FILE: &str = "package.yaml";
+/// An addon-operator module has no `package.yaml`: its chart's `Chart.yaml` names it.
+const CHART_FILE: &str = "Chart.yaml";
 const STATIC_VALUES_FILE: &str = "values.yaml";
 const SETTINGS_SCHEMA_FILES: [&str; 2] = ["openapi/settings.yaml", "openapi/config-values.yaml"];
 const VALUES_SCHEMA_FILE: &str = "openapi/values.yaml";
@@ -24,7 +26,7 @@ const VALUES_SCHEMA_FILE: &str = "openapi/values.yaml";
 pub enum LoadError {
     #[error("{}: not a package directory", path.display())]
     NotADirectory { path: PathBuf },
-    #[error("{}: file is missing (every package needs package.yaml)", path.display())]
+    #[error("{}: file is missing (every package needs package.yaml, or Chart.yaml for an addon-operator module)", path.display())]
     MissingDefinition { path: PathBuf },
     #[error("{}: cannot read: {source}", path.display())]
     Read { path: PathBuf, source: io::Error },
@@ -82,11 +84,18 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
             path: root.to_owned(),
         });
     }
-    let definition_path = root.join(DEFINITION_FILE);
-    let definition_doc =
-        read_yaml(&definition_path)?.ok_or_else(|| LoadError::MissingDefinition {
-            path: definition_path.clone(),
-        })?;
+    let mut definition_path = root.join(DEFINITION_FILE);
+    let definition_doc = match read_yaml(&definition_path)? {
+        Some(doc) => doc,
+        None => {
+            let chart_path = root.join(CHART_FILE);
+            let chart = read_yaml(&chart_path)?.ok_or_else(|| LoadError::MissingDefinition {
+                path: definition_path.clone(),
+            })?;
+            definition_path = chart_path;
+            addon_operator_definition(&chart)
+        }
+    };
     let definition =
         Definition::from_document(&definition_doc).map_err(|source| LoadError::Definition {
             path: definition_path,
@@ -138,6 +147,25 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
         is_helm,
         layout,
         definition,
+    })
+}
+
+/// Whether `dir` holds a package: a `package.yaml`, or the `Chart.yaml` of an addon-operator
+/// module.
+pub fn is_package_dir(dir: &Path) -> bool {
+    dir.join(DEFINITION_FILE).is_file() || dir.join(CHART_FILE).is_file()
+}
+
+/// The definition of an addon-operator module, which has none of its own: a Module named and
+/// versioned by its chart, with nested values (addon-operator's only layout).
+fn addon_operator_definition(chart: &Value) -> Value {
+    let field = |name: &str| chart.get(name).cloned().unwrap_or(Value::Null);
+    serde_json::json!({
+        "type": "Module",
+        "name": field("name"),
+        "version": field("version"),
+        "description": field("description"),
+        "values": "nested",
     })
 }
 

@@ -349,6 +349,11 @@ impl Store {
         if done.rows_affected() == 0 {
             return Ok(false);
         }
+        if key.as_str() == GLOBAL {
+            // The global values are gone: their readers render again without them.
+            let reruns = global_readers(&mut tx).await?;
+            insert_outbox(&mut tx, &reruns).await?;
+        }
         sched.remove(key);
         apply_pass(&mut tx, sched, now).await?;
         tx.commit().await?;

@@ -39,7 +39,7 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
         TaskError::retry(format!("fetching {package} {version} from {repo}: {e}"))
     };
     let limits = Limits::default();
-    let present = dest.join("package.yaml").exists();
+    let present = berth_package::is_package_dir(&dest);
     let fetch = match (&resolved.source, present) {
         (_, false) => true,
         (Source::Oci(_), true) => match read_revision(&marker) {

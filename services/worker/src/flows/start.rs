@@ -44,11 +44,15 @@ pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 
 pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
-    // The global package is one per installation: the module `global`.
+    // The global package is one per installation: the module `global`, and that module is
+    // always a Global package (lifecycle takes its values for the global values).
     let is_module =
         cx.spec.r#ref.as_ref().map(|r| r.kind) == Some(berth_proto::v1::PackageKind::Module as i32);
-    if pkg.definition.package_type == berth_package::PackageType::Global && !is_module {
-        let message = "a Global package (global hooks and values) installs as the module `global` (--kind module), not as an app";
+    let is_global = pkg.definition.package_type == berth_package::PackageType::Global;
+    let named_global = is_module
+        && cx.spec.r#ref.as_ref().map(|r| r.name.as_str()) == Some(berth_package::GLOBAL_NAME);
+    if is_global != named_global {
+        let message = "a Global package (global hooks and values) installs as the module `global` (--kind module), and the module `global` must be a Global package";
         cx.set_condition(
             ConditionType::Loaded,
             ConditionStatus::False,
