@@ -29,6 +29,16 @@ async fn install(
     r: &v1::PackageRef,
     settings: Value,
 ) -> anyhow::Result<v1::Package> {
+    let generation = update(client, r, settings).await?;
+    journey::wait_running(client, r, generation).await
+}
+
+/// Sends the Update and returns its generation, without waiting.
+async fn update(
+    client: &mut journey::Client,
+    r: &v1::PackageRef,
+    settings: Value,
+) -> anyhow::Result<i64> {
     let accepted = client
         .update(v1::UpdateRequest {
             r#ref: Some(r.clone()),
@@ -40,7 +50,7 @@ async fn install(
         })
         .await?
         .into_inner();
-    journey::wait_running(client, r, accepted.generation).await
+    Ok(accepted.generation)
 }
 
 async fn remove(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<()> {
@@ -127,7 +137,8 @@ fn hook_runs(p: &v1::Package, hook: &str) -> i64 {
 
 /// A Global package and nested modules:
 /// - the global hooks run onStartup, then beforeAll and afterAll, patching `/global/...`, and
-///   `berth get global` shows the global values, settings and hooks;
+///   `berth get global` shows the global values, settings and hooks; a nested module updated
+///   together with it waits for it, so its first run already sees the global values;
 /// - a module whose values.yaml keeps its values under its camelCase name is nested: its
 ///   templates read `.Values.nestedReader.*` and `.Values.global.*` (global values and global
 ///   settings), its hook patches `/nestedReader/...`, sees the global values in `VALUES_PATH`,
@@ -158,8 +169,12 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         module("nested-intruder"),
     );
 
-    // The global package: its hooks ran in order, its values are the global section.
-    install(&mut client, &global, json!({"clusterName": "test"})).await?;
+    // The global package: its hooks ran in order, its values are the global section. The
+    // nested module updated right after it waits until it is Running.
+    let global_generation = update(&mut client, &global, json!({"clusterName": "test"})).await?;
+    let reader_generation =
+        update(&mut client, &reader, json!({"namespace": ns.to_string()})).await?;
+    journey::wait_running(&mut client, &global, global_generation).await?;
     let g = wait_package(&mut client, &global, "the global hooks' runs", |p| {
         json_of(p.values.as_ref())["global"]["ran"]
             .as_array()
@@ -190,7 +205,7 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     );
 
     // A nested module reading its own section and the global one.
-    let p = install(&mut client, &reader, json!({"namespace": ns.to_string()})).await?;
+    let p = journey::wait_running(&mut client, &reader, reader_generation).await?;
     let data = wait_configmap(
         &cms,
         "nested-reader",
@@ -214,8 +229,9 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let values = json_of(p.values.as_ref());
     assert_eq!(
         values["nestedReader"]["internal"],
-        json!({"token": "from-hook", "sawGlobal": "cluster.local"}),
-        "{values}"
+        json!({"token": "from-hook", "sawGlobal": "cluster.local",
+               "seenDomains": ["cluster.local"]}),
+        "its first run already saw the global values: {values}"
     );
     assert_eq!(
         values["global"]["clusterDomain"], "cluster.local",

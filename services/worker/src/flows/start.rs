@@ -112,11 +112,29 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             .collect(),
         version: pkg.definition.version.to_string(),
         weight: pkg.definition.weight.unwrap_or_default(),
-        requirements: Some(requirements(&pkg.definition.requirements)),
+        requirements: Some(requirements(&implied_requirements(&pkg))),
         reads_global,
     }))
     .await?;
     Ok(())
+}
+
+/// The package's requirements, plus what its values layout implies: a nested package (not the
+/// Global one) depends conditionally on the module `global`, so when there is a global package
+/// it is Running — its onStartup, beforeAll and afterAll hooks have run — before the nested
+/// package's settings, hooks and chart see the global values. Without one, nothing waits.
+fn implied_requirements(pkg: &berth_package::Package) -> berth_package::Requirements {
+    let mut r = pkg.definition.requirements.clone();
+    let nested = berth_package::values_section(pkg).is_some()
+        && pkg.definition.package_type != berth_package::PackageType::Global;
+    let named = |d: &berth_package::Dependency| d.name == berth_package::GLOBAL_NAME;
+    if nested && !r.mandatory.iter().any(named) && !r.conditional.iter().any(named) {
+        r.conditional.push(berth_package::Dependency {
+            name: berth_package::GLOBAL_NAME.to_owned(),
+            constraint: None,
+        });
+    }
+    r
 }
 
 /// `requirements` as the Loaded report carries them to lifecycle's scheduler.
