@@ -230,8 +230,8 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     assert_eq!(
         values["nestedReader"]["internal"],
         json!({"token": "from-hook", "sawGlobal": "cluster.local",
-               "seenDomains": ["cluster.local"]}),
-        "its first run already saw the global values: {values}"
+               "seen": ["cluster.local|onStartup,beforeAll,afterAll"]}),
+        "its first run came after the global hooks': {values}"
     );
     assert_eq!(
         values["global"]["clusterDomain"], "cluster.local",
