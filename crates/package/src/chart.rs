@@ -46,6 +46,30 @@ impl Package {
     }
 }
 
+impl Package {
+    /// Whether the package's chart may read the global values: a nested package (not the
+    /// Global one) whose templates or subcharts name `global` anywhere (`.Values.global`,
+    /// `index .Values "global"`, a helper's `$.Values.global`). A change of the global values
+    /// re-renders exactly these packages. The word test errs on the side of re-rendering; a
+    /// chart that reaches the global values without naming them (passing all of `.Values` to
+    /// a function that builds the key at run time) is not seen.
+    pub fn reads_global(&self) -> Result<bool, LoadError> {
+        if crate::values::values_section(self).is_none()
+            || self.definition.package_type == crate::PackageType::Global
+            || !self.is_helm
+        {
+            return Ok(false);
+        }
+        let files = self.chart_files()?;
+        Ok(files.iter().any(|(path, content)| {
+            (path.starts_with("templates/") || path.starts_with("charts/"))
+                && content.windows(GLOBAL_WORD.len()).any(|w| w == GLOBAL_WORD)
+        }))
+    }
+}
+
+const GLOBAL_WORD: &[u8] = crate::definition::GLOBAL_NAME.as_bytes();
+
 struct Walk {
     root: PathBuf,
     files: Vec<(String, Vec<u8>)>,

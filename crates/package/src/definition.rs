@@ -13,10 +13,36 @@ use crate::constraint::parse_version;
 use crate::requirements::Requirements;
 
 /// `Application`: multi-instance, user-installed. `Module`: a platform module with a `weight`.
+/// `Global`: the one package named `global` whose hooks are global hooks and whose values are
+/// the `global` values every nested package sees (addon-operator's `global-hooks/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PackageType {
     Application,
     Module,
+    Global,
+}
+
+/// The name a `Global` package must have (its values key, its queue, its package key).
+pub const GLOBAL_NAME: &str = "global";
+
+/// How a package's values are laid out for its hooks and templates.
+///
+/// `Flat` (berth's own format): settings and values sit at the root, `.Values.<key>`.
+/// `Nested` (addon-operator modules): the package's values sit under its camelCase name and
+/// the shared global values under `global`: `.Values.<camelName>.<key>`, `.Values.global.<key>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValuesLayout {
+    Flat,
+    Nested,
+}
+
+impl fmt::Display for ValuesLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ValuesLayout::Flat => "flat",
+            ValuesLayout::Nested => "nested",
+        })
+    }
 }
 
 impl fmt::Display for PackageType {
@@ -24,6 +50,7 @@ impl fmt::Display for PackageType {
         f.write_str(match self {
             PackageType::Application => "Application",
             PackageType::Module => "Module",
+            PackageType::Global => "Global",
         })
     }
 }
@@ -39,6 +66,8 @@ pub struct Definition {
     /// Scheduling order for modules (lower first); the scheduler treats `None` as 999.
     pub weight: Option<i64>,
     pub requirements: Requirements,
+    /// `values: flat|nested` as written; `None` lets the loader decide (see `load`).
+    pub values_layout: Option<ValuesLayout>,
 }
 
 /// A field of `package.yaml` that is missing or wrong; the loader adds the file path.
@@ -84,15 +113,41 @@ impl Definition {
             Some(Value::String(t)) if t.is_empty() => PackageType::Module,
             Some(Value::String(t)) if t == "Application" => PackageType::Application,
             Some(Value::String(t)) if t == "Module" => PackageType::Module,
+            Some(Value::String(t)) if t == "Global" => PackageType::Global,
             Some(other) => {
                 return Err(DefinitionError::new(
                     "type",
-                    format!("unknown package type {other}; expected Application or Module"),
+                    format!("unknown package type {other}; expected Application, Module or Global"),
                 ));
             }
         };
         let name = required_string(map.get("name"), "name")?;
         check_name(&name).map_err(|msg| DefinitionError::new("name", msg))?;
+        if (package_type == PackageType::Global) != (name == GLOBAL_NAME) {
+            return Err(DefinitionError::new(
+                "name",
+                format!(
+                    "{name:?}: the package named {GLOBAL_NAME:?} must be of type Global, and only it"
+                ),
+            ));
+        }
+        let values_layout = match map.get("values") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(l)) if l == "flat" => Some(ValuesLayout::Flat),
+            Some(Value::String(l)) if l == "nested" => Some(ValuesLayout::Nested),
+            Some(other) => {
+                return Err(DefinitionError::new(
+                    "values",
+                    format!("unknown values layout {other}; expected flat or nested"),
+                ));
+            }
+        };
+        if package_type == PackageType::Global && values_layout == Some(ValuesLayout::Flat) {
+            return Err(DefinitionError::new(
+                "values",
+                "a Global package's values are the nested `global` section; `flat` is not allowed",
+            ));
+        }
         let version_text = required_string(map.get("version"), "version")?;
         let version = parse_version(&version_text).map_err(|e| {
             DefinitionError::new(
@@ -117,6 +172,7 @@ impl Definition {
             description: description(map),
             weight,
             requirements,
+            values_layout,
         })
     }
 
@@ -212,6 +268,22 @@ mod tests {
             (
                 json!({"type": "Module", "name": "a", "version": "1.0.0", "weight": "high"}),
                 "weight",
+            ),
+            (
+                json!({"type": "Module", "name": "a", "version": "1.0.0", "values": "deep"}),
+                "values",
+            ),
+            (
+                json!({"type": "Global", "name": "a", "version": "1.0.0"}),
+                "name",
+            ),
+            (
+                json!({"type": "Module", "name": "global", "version": "1.0.0"}),
+                "name",
+            ),
+            (
+                json!({"type": "Global", "name": "global", "version": "1.0.0", "values": "flat"}),
+                "values",
             ),
         ];
         for (doc, field) in cases {

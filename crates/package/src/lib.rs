@@ -34,8 +34,10 @@ pub use conversions::{
     CONVERSIONS_DIR, ConversionError, Conversions, MAX_CONVERSION_BYTES, MAX_CONVERSIONS_PER_STEP,
     MAX_SETTINGS_VERSION, Step,
 };
-pub use definition::{Definition, DefinitionError, MAX_NAME_LEN, PackageType};
-pub use load::{LoadError, MAX_METADATA_BYTES, Package, load};
+pub use definition::{
+    Definition, DefinitionError, GLOBAL_NAME, MAX_NAME_LEN, PackageType, ValuesLayout,
+};
+pub use load::{LoadError, MAX_METADATA_BYTES, Package, is_package_dir, load};
 pub use patches::{compact_patches, replay_patches};
 pub use repo::{
     ArchiveRepository, CONFIG_MEDIA_TYPE, ConfigError, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,
@@ -46,4 +48,7 @@ pub use repo::{
 pub use requirements::{Dependency, DependencyGroup, Requirements};
 pub use schema::{Schema, SchemaError, ValidationError};
 pub use settings::{MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, validate_settings};
-pub use values::{ValuesError, base_values, compute_values, deep_merge, rebuild_values};
+pub use values::{
+    ValuesError, assemble, base_values, check_patch_scope, compute_values, config_values,
+    deep_merge, own_values, patch_settings, rebuild_values, validate_values, values_section,
+};

@@ -10,13 +10,15 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::conversions::{ConversionError, Conversions};
-use crate::definition::{Definition, DefinitionError};
+use crate::definition::{Definition, DefinitionError, PackageType, ValuesLayout};
 use crate::schema::{Schema, SchemaError};
 
 /// Largest `package.yaml`, `values.yaml` or schema file read by the loader.
 pub const MAX_METADATA_BYTES: u64 = 4 * 1024 * 1024;
 
 pub(crate) const DEFINITION_FILE: &str = "package.yaml";
+/// An addon-operator module has no `package.yaml`: its chart's `Chart.yaml` names it.
+const CHART_FILE: &str = "Chart.yaml";
 const STATIC_VALUES_FILE: &str = "values.yaml";
 const SETTINGS_SCHEMA_FILES: [&str; 2] = ["openapi/settings.yaml", "openapi/config-values.yaml"];
 const VALUES_SCHEMA_FILE: &str = "openapi/values.yaml";
@@ -25,7 +27,7 @@ const VALUES_SCHEMA_FILE: &str = "openapi/values.yaml";
 pub enum LoadError {
     #[error("{}: not a package directory", path.display())]
     NotADirectory { path: PathBuf },
-    #[error("{}: file is missing (every package needs package.yaml)", path.display())]
+    #[error("{}: file is missing (every package needs package.yaml, or Chart.yaml for an addon-operator module)", path.display())]
     MissingDefinition { path: PathBuf },
     #[error("{}: cannot read: {source}", path.display())]
     Read { path: PathBuf, source: io::Error },
@@ -51,6 +53,8 @@ pub enum LoadError {
         path: PathBuf,
         source: ConversionError,
     },
+    #[error("{}: a Global package carries global hooks and values, not a chart (remove Chart.yaml and templates/)", root.display())]
+    GlobalChart { root: PathBuf },
 }
 
 /// A loaded package version.
@@ -70,6 +74,10 @@ pub struct Package {
     /// The settings version its schema describes and the conversions from older ones
     /// (`openapi/conversions/`).
     pub conversions: Conversions,
+    /// The values layout: `values:` of `package.yaml`; else nested for a Global package and
+    /// for a Module whose `values.yaml` keeps its values under the camelCase name (the
+    /// addon-operator module layout); else flat.
+    pub layout: ValuesLayout,
 }
 
 /// Loads the package in `root`.
@@ -85,17 +93,30 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
             path: root.to_owned(),
         });
     }
-    let definition_path = root.join(DEFINITION_FILE);
-    let definition_doc =
-        read_yaml(&definition_path)?.ok_or_else(|| LoadError::MissingDefinition {
-            path: definition_path.clone(),
-        })?;
+    let mut definition_path = root.join(DEFINITION_FILE);
+    let definition_doc = match read_yaml(&definition_path)? {
+        Some(doc) => doc,
+        None => {
+            let chart_path = root.join(CHART_FILE);
+            let chart = read_yaml(&chart_path)?.ok_or_else(|| LoadError::MissingDefinition {
+                path: definition_path.clone(),
+            })?;
+            definition_path = chart_path;
+            addon_operator_definition(&chart)
+        }
+    };
     let definition =
         Definition::from_document(&definition_doc).map_err(|source| LoadError::Definition {
             path: definition_path,
             source,
         })?;
-    let static_values = static_values(root, &definition)?;
+    let (static_values, sectioned) = static_values(root, &definition)?;
+    let layout = match (definition.values_layout, definition.package_type) {
+        (Some(layout), _) => layout,
+        (None, PackageType::Global) => ValuesLayout::Nested,
+        (None, PackageType::Module) if sectioned => ValuesLayout::Nested,
+        (None, _) => ValuesLayout::Flat,
+    };
 
     let settings_doc = SETTINGS_SCHEMA_FILES
         .iter()
@@ -130,22 +151,50 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
     };
 
     let hooks = root.join("hooks");
+    let is_helm = root.join("Chart.yaml").is_file() || root.join("templates").is_dir();
+    if is_helm && definition.package_type == PackageType::Global {
+        return Err(LoadError::GlobalChart {
+            root: root.to_owned(),
+        });
+    }
     Ok(Package {
         root: root.to_owned(),
         static_values,
         settings_schema,
         values_schema,
         hooks_dir: hooks.is_dir().then_some(hooks),
-        is_helm: root.join("Chart.yaml").is_file() || root.join("templates").is_dir(),
+        is_helm,
         conversions,
+        layout,
         definition,
     })
 }
 
-fn static_values(root: &Path, definition: &Definition) -> Result<Value, LoadError> {
+/// Whether `dir` holds a package: a `package.yaml`, or the `Chart.yaml` of an addon-operator
+/// module.
+pub fn is_package_dir(dir: &Path) -> bool {
+    dir.join(DEFINITION_FILE).is_file() || dir.join(CHART_FILE).is_file()
+}
+
+/// The definition of an addon-operator module, which has none of its own: a Module named and
+/// versioned by its chart, with nested values (addon-operator's only layout).
+fn addon_operator_definition(chart: &Value) -> Value {
+    let field = |name: &str| chart.get(name).cloned().unwrap_or(Value::Null);
+    serde_json::json!({
+        "type": "Module",
+        "name": field("name"),
+        "version": field("version"),
+        "description": field("description"),
+        "values": "nested",
+    })
+}
+
+/// The package's own static values, and whether `values.yaml` kept them under the camelCase
+/// name (the addon-operator / Deckhouse module layout).
+fn static_values(root: &Path, definition: &Definition) -> Result<(Value, bool), LoadError> {
     let path = root.join(STATIC_VALUES_FILE);
     let mut values = match read_yaml(&path)? {
-        None | Some(Value::Null) => return Ok(Value::Object(Map::new())),
+        None | Some(Value::Null) => return Ok((Value::Object(Map::new()), false)),
         Some(Value::Object(map)) => map,
         Some(other) => {
             return Err(LoadError::StaticValues {
@@ -154,15 +203,16 @@ fn static_values(root: &Path, definition: &Definition) -> Result<Value, LoadErro
             });
         }
     };
-    // Deckhouse modules keep their values under the camelCase package name; use only that part.
+    // Deckhouse modules keep their values under the camelCase package name; use only that part
+    // (addon-operator's `<name>Enabled` and `global` keys beside it are not the package's).
     match values.remove(&definition.values_key()) {
-        Some(Value::Object(section)) => Ok(Value::Object(section)),
-        Some(Value::Null) => Ok(Value::Object(Map::new())),
+        Some(Value::Object(section)) => Ok((Value::Object(section), true)),
+        Some(Value::Null) => Ok((Value::Object(Map::new()), true)),
         Some(other) => {
             values.insert(definition.values_key(), other);
-            Ok(Value::Object(values))
+            Ok((Value::Object(values), false))
         }
-        None => Ok(Value::Object(values)),
+        None => Ok((Value::Object(values), false)),
     }
 }
 

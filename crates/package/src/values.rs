@@ -6,12 +6,23 @@
 //! 4. values-schema defaults, which only fill what is still missing;
 //! 5. hook patches (RFC 6902), applied strictly: an operation on a path that does not exist fails.
 //!
-//! The result is validated against the values schema. Values are flat: settings sit at the root,
-//! so templates read `.Values.<setting>`. In a deep merge a non-map value (including `null` and
+//! Layers 1–4 make the package's *own* values. How hooks and templates see them depends on the
+//! package's [`ValuesLayout`]:
+//!
+//! - flat (berth's own format): the own values are the whole document, `.Values.<setting>`;
+//! - nested (addon-operator modules): `{"<camelName>": own, "global": <global values>}`, so
+//!   templates read `.Values.<camelName>.<key>` and `.Values.global.<key>`, and hooks patch
+//!   `/<camelName>/...`. The global values belong to the `global` package: a module's hook that
+//!   patches `/global/...` is refused (in addon-operator only global hooks change them);
+//! - the Global package itself: `{"global": own}`; its hooks patch `/global/...`.
+//!
+//! Layer 5 (hook patches) applies to that document; the values schema validates the own
+//! values (the section, when nested). In a deep merge a non-map value (including `null` and
 //! lists) replaces what was below it.
 
 use serde_json::{Map, Value};
 
+use crate::definition::{GLOBAL_NAME, PackageType, ValuesLayout};
 use crate::load::Package;
 use crate::schema::{ValidationError, join_errors};
 use crate::settings::validate_settings;
@@ -28,17 +39,29 @@ pub enum ValuesError {
     },
     #[error("values do not match the values schema: {}", join_errors(.0))]
     Values(Vec<ValidationError>),
+    #[error(
+        "values patch operation {operation} on {path:?} is outside this package's values: {expected}"
+    )]
+    Scope {
+        operation: usize,
+        path: String,
+        expected: String,
+    },
 }
 
 /// Computes the effective values of `pkg` for `settings` and the accumulated hook `patches`,
 /// applying the patches strictly. Use this when a hook returns a new patch (pass the stored,
 /// compacted patches followed by the new ones) so a bad patch fails the hook.
+///
+/// `global` is the global values (the `global` package's own values); only a nested package
+/// sees them.
 pub fn compute_values(
     pkg: &Package,
     settings: &Value,
+    global: &Value,
     patches: &json_patch::Patch,
 ) -> Result<Value, ValuesError> {
-    let mut values = base_values(pkg, settings)?;
+    let mut values = assemble(pkg, base_values(pkg, settings)?, global);
     json_patch::patch(&mut values, patches).map_err(|e| ValuesError::Patch {
         operation: e.operation,
         path: e.path.to_string(),
@@ -53,9 +76,10 @@ pub fn compute_values(
 pub fn rebuild_values(
     pkg: &Package,
     settings: &Value,
+    global: &Value,
     stored: &json_patch::Patch,
 ) -> Result<Value, ValuesError> {
-    let mut values = base_values(pkg, settings)?;
+    let mut values = assemble(pkg, base_values(pkg, settings)?, global);
     let skipped = crate::patches::replay_patches(&mut values, stored);
     if skipped > 0 {
         tracing::debug!(package.name = %pkg.definition.name, skipped, "stored values patches skipped on rebuild");
@@ -82,11 +106,115 @@ pub fn base_values(pkg: &Package, settings: &Value) -> Result<Value, ValuesError
     Ok(values)
 }
 
-fn validate_values(pkg: &Package, values: &Value) -> Result<(), ValuesError> {
+/// Validates the package's own values in `values` (the whole document when flat, its section
+/// when nested) against the values schema.
+pub fn validate_values(pkg: &Package, values: &Value) -> Result<(), ValuesError> {
     match &pkg.values_schema {
-        Some(schema) => schema.validate(values).map_err(ValuesError::Values),
+        Some(schema) => schema
+            .validate(own_values(pkg, values).unwrap_or(&Value::Null))
+            .map_err(ValuesError::Values),
         None => Ok(()),
     }
+}
+
+/// The key of the package's own section in nested values (`global` for the Global package);
+/// `None` when its values are flat.
+pub fn values_section(pkg: &Package) -> Option<String> {
+    match (pkg.definition.package_type, pkg.layout) {
+        (PackageType::Global, _) => Some(GLOBAL_NAME.to_owned()),
+        (_, ValuesLayout::Nested) => Some(pkg.definition.values_key()),
+        (_, ValuesLayout::Flat) => None,
+    }
+}
+
+/// Lays the package's own values out as its hooks and templates see them, beside `global`.
+pub fn assemble(pkg: &Package, own: Value, global: &Value) -> Value {
+    match values_section(pkg) {
+        None => own,
+        Some(key) if pkg.definition.package_type == PackageType::Global => {
+            Value::Object(Map::from_iter([(key, own)]))
+        }
+        Some(key) => Value::Object(Map::from_iter([
+            (GLOBAL_NAME.to_owned(), global.clone()),
+            (key, own),
+        ])),
+    }
+}
+
+/// The package's own values inside the document [`assemble`] made.
+pub fn own_values<'a>(pkg: &Package, values: &'a Value) -> Option<&'a Value> {
+    match values_section(pkg) {
+        None => Some(values),
+        Some(key) => values.get(key),
+    }
+}
+
+/// Checks that every operation of a hook's patch stays inside the package's own values: under
+/// `/<camelName>/` for a nested package, `/global/` for the Global package; anything for a
+/// flat one. A patch that reaches elsewhere (a module's hook writing `/global/...`, or the
+/// whole section) is refused whole, naming the operation.
+pub fn check_patch_scope(pkg: &Package, patch: &json_patch::Patch) -> Result<(), ValuesError> {
+    let Some(key) = values_section(pkg) else {
+        return Ok(());
+    };
+    let prefix = format!("/{key}/");
+    for (operation, op) in patch.0.iter().enumerate() {
+        let from = match op {
+            json_patch::PatchOperation::Move(m) => Some(m.from.as_str()),
+            json_patch::PatchOperation::Copy(c) => Some(c.from.as_str()),
+            _ => None,
+        };
+        for path in std::iter::once(op.path().as_str()).chain(from) {
+            if !path.starts_with(&prefix) {
+                return Err(ValuesError::Scope {
+                    operation,
+                    path: path.to_owned(),
+                    expected: scope_text(pkg, &key),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn scope_text(pkg: &Package, key: &str) -> String {
+    if pkg.definition.package_type == PackageType::Global {
+        "global hooks patch paths under /global/".to_owned()
+    } else {
+        format!(
+            "the hooks of {} (nested values) patch paths under /{key}/; the global values belong to global hooks",
+            pkg.definition.name
+        )
+    }
+}
+
+/// The config values (`CONFIG_VALUES_PATH`) a hook sees: the settings, under the package's
+/// section when nested, beside the global settings (`global_settings`).
+pub fn config_values(pkg: &Package, settings: &Value, global_settings: &Value) -> Value {
+    assemble(pkg, settings.clone(), global_settings)
+}
+
+/// Applies a hook's config values patch (`CONFIG_VALUES_JSON_PATCH_PATH`) to the settings:
+/// scoped as values patches are, strict, and validated against the settings schema. Returns the
+/// new settings.
+pub fn patch_settings(
+    pkg: &Package,
+    settings: &Value,
+    patch: &json_patch::Patch,
+) -> Result<Value, ValuesError> {
+    check_patch_scope(pkg, patch)?;
+    let mut doc = assemble(pkg, settings.clone(), &Value::Object(Map::new()));
+    json_patch::patch(&mut doc, patch).map_err(|e| ValuesError::Patch {
+        operation: e.operation,
+        path: e.path.to_string(),
+        message: e.kind.to_string(),
+    })?;
+    let patched = match values_section(pkg) {
+        None => doc,
+        Some(key) => doc.get(&key).cloned().unwrap_or(Value::Null),
+    };
+    validate_settings(pkg.settings_schema.as_ref(), &patched).map_err(ValuesError::Settings)?;
+    Ok(patched)
 }
 
 /// Merges `overlay` into `base`: maps merge key by key, anything else replaces.

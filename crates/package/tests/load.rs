@@ -298,3 +298,37 @@ fn conversions_load_with_the_schema_version_and_broken_ones_name_the_file() {
         "{err}"
     );
 }
+
+/// An addon-operator module has no package.yaml: its Chart.yaml names and versions it, and its
+/// values are nested.
+#[test]
+fn an_addon_operator_module_loads_from_its_chart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(
+        root,
+        "Chart.yaml",
+        "apiVersion: v2\nname: sysctl-tuner\nversion: 0.2.0\n",
+    );
+    write(
+        root,
+        "values.yaml",
+        "sysctlTuner:\n  sleep: 600\nsysctlTunerEnabled: true\n",
+    );
+    write(root, "templates/ds.yaml", "kind: DaemonSet\n");
+    let pkg = load(root).expect("loads");
+    assert_eq!(pkg.definition.package_type, PackageType::Module);
+    assert_eq!(pkg.definition.name, "sysctl-tuner");
+    assert_eq!(pkg.definition.version.to_string(), "0.2.0");
+    assert_eq!(pkg.layout, berth_package::ValuesLayout::Nested);
+    assert_eq!(pkg.static_values, json!({"sleep": 600}));
+    assert!(berth_package::is_package_dir(root));
+
+    // A chart without a version names the field and the file.
+    write(root, "Chart.yaml", "apiVersion: v2\nname: sysctl-tuner\n");
+    let err = load_err(&dir);
+    assert!(
+        err.contains("Chart.yaml") && err.contains("version"),
+        "{err}"
+    );
+}

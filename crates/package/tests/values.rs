@@ -5,6 +5,23 @@ use json_patch::Patch;
 use serde_json::{Value, json};
 use support::write;
 
+/// The values of a flat package (no global values to see).
+fn compute_flat(
+    pkg: &berth_package::Package,
+    settings: &Value,
+    patches: &Patch,
+) -> Result<Value, ValuesError> {
+    compute_values(pkg, settings, &json!({}), patches)
+}
+
+fn rebuild_flat(
+    pkg: &berth_package::Package,
+    settings: &Value,
+    patches: &Patch,
+) -> Result<Value, ValuesError> {
+    rebuild_values(pkg, settings, &json!({}), patches)
+}
+
 fn patch(ops: Value) -> Patch {
     serde_json::from_value(ops).expect("valid patch")
 }
@@ -40,7 +57,7 @@ fn layers_override_in_order() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pkg = layered_package(dir.path());
 
-    let values = compute_values(&pkg, &json!({}), &Patch(vec![])).expect("computes");
+    let values = compute_flat(&pkg, &json!({}), &Patch(vec![])).expect("computes");
     assert_eq!(
         values["layer"], "static",
         "static values are the bottom layer"
@@ -64,7 +81,7 @@ fn layers_override_in_order() {
     );
 
     let settings = json!({"layer": "settings", "nested": {"a": "settings"}, "replicas": 3});
-    let values = compute_values(&pkg, &settings, &Patch(vec![])).expect("computes");
+    let values = compute_flat(&pkg, &settings, &Patch(vec![])).expect("computes");
     assert_eq!(
         values["layer"], "settings",
         "settings override static values"
@@ -80,7 +97,7 @@ fn layers_override_in_order() {
         {"op": "replace", "path": "/layer", "value": "patch"},
         {"op": "add", "path": "/internal/token", "value": "abc"}
     ]));
-    let values = compute_values(&pkg, &settings, &patches).expect("computes");
+    let values = compute_flat(&pkg, &settings, &patches).expect("computes");
     assert_eq!(values["layer"], "patch", "hook patches are the top layer");
     assert_eq!(values["internal"]["token"], "abc");
 }
@@ -89,7 +106,7 @@ fn layers_override_in_order() {
 fn patches_are_strict() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pkg = layered_package(dir.path());
-    let err = compute_values(
+    let err = compute_flat(
         &pkg,
         &json!({}),
         &patch(json!([{"op": "remove", "path": "/missing/key"}])),
@@ -110,7 +127,7 @@ fn patches_are_strict() {
 fn patched_values_are_validated() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pkg = layered_package(dir.path());
-    let err = compute_values(
+    let err = compute_flat(
         &pkg,
         &json!({}),
         &patch(json!([{"op": "replace", "path": "/replicas", "value": 50}])),
@@ -128,12 +145,12 @@ fn invalid_settings_are_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pkg = layered_package(dir.path());
     let err =
-        compute_values(&pkg, &json!({"replicas": "many"}), &Patch(vec![])).expect_err("invalid");
+        compute_flat(&pkg, &json!({"replicas": "many"}), &Patch(vec![])).expect_err("invalid");
     let ValuesError::Settings(errors) = &err else {
         panic!("expected a settings error, got {err}")
     };
     assert_eq!(errors[0].path, ".replicas");
-    let err = compute_values(&pkg, &json!({"typo": 1}), &Patch(vec![])).expect_err("unknown field");
+    let err = compute_flat(&pkg, &json!({"typo": 1}), &Patch(vec![])).expect_err("unknown field");
     assert!(err.to_string().contains(".typo"), "{err}");
 }
 
@@ -148,10 +165,10 @@ fn settings_without_schema_are_rejected() {
     write(dir.path(), "values.yaml", "a: 1\n");
     let pkg = load(dir.path()).expect("loads");
     assert_eq!(
-        compute_values(&pkg, &json!({}), &Patch(vec![])).expect("empty settings are fine"),
+        compute_flat(&pkg, &json!({}), &Patch(vec![])).expect("empty settings are fine"),
         json!({"a": 1})
     );
-    let err = compute_values(&pkg, &json!({"a": 2}), &Patch(vec![])).expect_err("rejected");
+    let err = compute_flat(&pkg, &json!({"a": 2}), &Patch(vec![])).expect_err("rejected");
     assert!(err.to_string().contains("no settings schema"), "{err}");
 }
 
@@ -170,7 +187,7 @@ fn rebuild_replays_stored_patches_leniently() {
         2,
         "only the last operation per path is kept"
     );
-    let old = compute_values(&pkg, &json!({"nested": {"a": "x"}}), &stored)
+    let old = compute_flat(&pkg, &json!({"nested": {"a": "x"}}), &stored)
         .expect("strict apply works at first");
     assert!(old["nested"].get("a").is_none());
 
@@ -179,15 +196,175 @@ fn rebuild_replays_stored_patches_leniently() {
         json!([{"op": "remove", "path": "/nested/a"}, {"op": "remove", "path": "/nested/a"}]),
     );
     assert!(
-        compute_values(&pkg, &json!({}), &doubled).is_err(),
+        compute_flat(&pkg, &json!({}), &doubled).is_err(),
         "strict mode refuses the second remove"
     );
-    let rebuilt = rebuild_values(&pkg, &json!({}), &doubled).expect("lenient replay skips it");
+    let rebuilt = rebuild_flat(&pkg, &json!({}), &doubled).expect("lenient replay skips it");
     assert!(rebuilt["nested"].get("a").is_none());
     assert_eq!(rebuilt["nested"]["b"], "static");
     assert_eq!(
         checksum(&rebuilt),
-        checksum(&rebuild_values(&pkg, &json!({}), &doubled).expect("again")),
+        checksum(&rebuild_flat(&pkg, &json!({}), &doubled).expect("again")),
         "rebuilds are deterministic"
     );
+}
+
+/// An addon-operator style module: `values.yaml` keeps its values under `myMod`.
+fn nested_module(dir: &std::path::Path, explicit: Option<&str>) -> berth_package::Package {
+    let layout = explicit
+        .map(|l| format!("values: {l}\n"))
+        .unwrap_or_default();
+    write(
+        dir,
+        "package.yaml",
+        &format!("type: Module\nname: my-mod\nversion: 1.0.0\n{layout}"),
+    );
+    write(
+        dir,
+        "values.yaml",
+        "myMod:\n  image: nginx\n  internal: {}\nmyModEnabled: true\n",
+    );
+    write(
+        dir,
+        "openapi/config-values.yaml",
+        "type: object\nproperties:\n  replicas: {type: integer, default: 1}\n",
+    );
+    write(
+        dir,
+        "openapi/values.yaml",
+        "type: object\nproperties:\n  image: {type: string}\n  internal:\n    type: object\n    properties:\n      token: {type: string}\n",
+    );
+    load(dir).expect("loads")
+}
+
+#[test]
+fn nested_values_sit_under_the_camel_case_name_beside_global() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pkg = nested_module(dir.path(), None);
+    assert_eq!(
+        pkg.layout,
+        berth_package::ValuesLayout::Nested,
+        "detected from values.yaml"
+    );
+    let global = json!({"clusterName": "prod"});
+    let values = compute_values(
+        &pkg,
+        &json!({"replicas": 3}),
+        &global,
+        &patch(json!([{"op": "add", "path": "/myMod/internal/token", "value": "t"}])),
+    )
+    .expect("computes");
+    assert_eq!(
+        values,
+        json!({
+            "global": {"clusterName": "prod"},
+            "myMod": {"image": "nginx", "internal": {"token": "t"}, "replicas": 3}
+        })
+    );
+    // The values schema checks the module's own section.
+    let err = compute_values(
+        &pkg,
+        &json!({}),
+        &global,
+        &patch(json!([{"op": "add", "path": "/myMod/internal/token", "value": 5}])),
+    )
+    .expect_err("schema refuses");
+    assert!(
+        matches!(&err, ValuesError::Values(e) if e[0].path == ".internal.token"),
+        "{err}"
+    );
+}
+
+#[test]
+fn module_hooks_may_not_patch_global_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pkg = nested_module(dir.path(), Some("nested"));
+    let err = berth_package::check_patch_scope(
+        &pkg,
+        &patch(json!([
+            {"op": "add", "path": "/myMod/a", "value": 1},
+            {"op": "add", "path": "/global/a", "value": 1}
+        ])),
+    )
+    .expect_err("global is not the module's");
+    assert!(
+        matches!(&err, ValuesError::Scope { operation: 1, path, .. } if path == "/global/a"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("/myMod/"), "{err}");
+    // Moving from outside the section is refused too.
+    assert!(
+        berth_package::check_patch_scope(
+            &pkg,
+            &patch(json!([{"op": "copy", "from": "/global/x", "path": "/myMod/x"}]))
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn explicit_flat_layout_wins_over_detection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pkg = nested_module(dir.path(), Some("flat"));
+    assert_eq!(pkg.layout, berth_package::ValuesLayout::Flat);
+    let values = compute_values(&pkg, &json!({}), &json!({"ignored": true}), &Patch(vec![]))
+        .expect("computes");
+    assert_eq!(
+        values,
+        json!({"image": "nginx", "internal": {}, "replicas": 1})
+    );
+}
+
+#[test]
+fn config_patches_change_the_settings_within_their_schema() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pkg = nested_module(dir.path(), None);
+    let settings = berth_package::patch_settings(
+        &pkg,
+        &json!({"replicas": 2}),
+        &patch(json!([{"op": "replace", "path": "/myMod/replicas", "value": 4}])),
+    )
+    .expect("patches");
+    assert_eq!(settings, json!({"replicas": 4}));
+    let err = berth_package::patch_settings(
+        &pkg,
+        &json!({}),
+        &patch(json!([{"op": "add", "path": "/myMod/replicas", "value": "four"}])),
+    )
+    .expect_err("schema refuses");
+    assert!(matches!(err, ValuesError::Settings(_)), "{err}");
+}
+
+#[test]
+fn the_global_package_owns_the_global_section() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "package.yaml",
+        "type: Global\nname: global\nversion: 1.0.0\n",
+    );
+    write(dir.path(), "values.yaml", "global:\n  clusterName: dev\n");
+    let pkg = load(dir.path()).expect("loads");
+    let values = compute_values(
+        &pkg,
+        &json!({}),
+        &json!({}),
+        &patch(json!([{"op": "add", "path": "/global/discovered", "value": true}])),
+    )
+    .expect("computes");
+    assert_eq!(
+        values,
+        json!({"global": {"clusterName": "dev", "discovered": true}})
+    );
+    assert!(
+        berth_package::check_patch_scope(
+            &pkg,
+            &patch(json!([{"op": "add", "path": "/other", "value": 1}]))
+        )
+        .is_err()
+    );
+    // A chart has no place in it.
+    write(dir.path(), "templates/a.yaml", "kind: ConfigMap\n");
+    let err = load(dir.path()).expect_err("refused");
+    assert!(err.to_string().contains("not a chart"), "{err}");
 }

@@ -311,6 +311,7 @@ fn loaded_spec(l: &pb::Loaded) -> Result<LoadedSpec, String> {
             any_of: groups(&r.any_of, "any_of")?,
             none_of: groups(&r.none_of, "none_of")?,
         },
+        reads_global: l.reads_global,
     })
 }
 
@@ -326,6 +327,16 @@ fn values(c: &mut Change, v: &pb::Values, field: &str) -> Result<(), String> {
     c.patch = report::parse_patch(&v.values_patch_json)
         .map_err(|e| format!("{field}.values_patch_json: {e}"))?;
     c.patch_inside_run = v.patch_inside_run;
+    c.settings = v.settings.as_ref().map(json::from_struct);
+    if let Some(settings) = &c.settings {
+        let size = settings.to_string().len();
+        if size > berth_package::MAX_SETTINGS_BYTES {
+            return Err(format!(
+                "{field}.settings: {size} bytes exceed the limit of {} bytes",
+                berth_package::MAX_SETTINGS_BYTES
+            ));
+        }
+    }
     Ok(())
 }
 

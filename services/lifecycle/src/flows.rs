@@ -153,11 +153,16 @@ pub fn remove(key: &PackageKey, generation: Generation) -> Vec<Row> {
 
 /// A Run after a hook outside a Run changed the values.
 pub fn rerun(key: &PackageKey, generation: Generation) -> Vec<Row> {
+    rerun_for(key, generation, "values changed by a hook")
+}
+
+/// A Run of the package for `reason`.
+pub fn rerun_for(key: &PackageKey, generation: Generation, reason: &str) -> Vec<Row> {
     vec![task(
         key,
         generation,
         TaskKind::Run,
-        json!({"reason": "values changed by a hook"}),
+        json!({"reason": reason}),
     )]
 }
 

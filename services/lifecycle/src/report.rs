@@ -30,6 +30,8 @@ pub struct Change {
     pub values: Option<Value>,
     pub patch: Vec<Value>,
     pub patch_inside_run: bool,
+    /// The settings after a hook's config values patch.
+    pub settings: Option<Value>,
     pub hook_run: Option<(String, String)>,
     /// `Some("")` clears the package's error.
     pub error: Option<String>,
@@ -59,6 +61,7 @@ impl Change {
             values: None,
             patch: vec![],
             patch_inside_run: false,
+            settings: None,
             hook_run: None,
             error: None,
         }
@@ -104,6 +107,11 @@ impl Change {
         if !self.patch.is_empty() {
             row.values_patch.extend(self.patch);
             compact(&mut row.values_patch);
+        }
+        if let Some(settings) = self.settings {
+            // A hook changed the persisted config values (addon-operator's ConfigMap patch):
+            // they are the package's settings from now on, until the next Update sets others.
+            row.settings = settings;
         }
         if let Some(values) = self.values {
             if values != row.values && !self.patch_inside_run && row.phase == Phase::Running {

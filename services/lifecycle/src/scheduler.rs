@@ -77,6 +77,9 @@ pub struct LoadedSpec {
     /// `weight` as written (0: unset).
     pub weight: i64,
     pub requirements: Requirements,
+    /// The chart may read the global values (not a scheduling fact: a change of the global
+    /// values re-runs the packages that have it).
+    pub reads_global: bool,
 }
 
 /// Why a package is not enabled (the reason of its `RequirementsMet=False` condition).
@@ -694,6 +697,7 @@ mod tests {
                     mandatory,
                     ..Default::default()
                 },
+                reads_global: false,
             }),
             blocked: None,
         }

@@ -435,6 +435,14 @@ impl Lifecycle for LifecycleService {
             .get(&key)
             .await?
             .ok_or_else(|| LifecycleError::NotFound(key.clone()))?;
+        let global = self.store.global().await?;
+        let (global_values, global_settings) = match &global {
+            Some(g) => (
+                g.values.get(berth_package::GLOBAL_NAME).cloned(),
+                Some(g.settings.clone()),
+            ),
+            None => (None, None),
+        };
         Ok(Response::new(Spec {
             key: row.key.to_string(),
             r#ref: Some(convert::package_ref(&row.id)),
@@ -452,6 +460,12 @@ impl Lifecycle for LifecycleService {
                 .as_ref()
                 .map(|l| l.version.to_string())
                 .unwrap_or_default(),
+            global_values: Some(json::to_struct(
+                &global_values.unwrap_or_else(|| Value::Object(Default::default())),
+            )),
+            global_settings: Some(json::to_struct(
+                &global_settings.unwrap_or_else(|| Value::Object(Default::default())),
+            )),
         }))
     }
 

@@ -53,6 +53,12 @@ pub struct PackageRow {
 }
 
 impl PackageRow {
+    /// Whether this is the `global` package (a module of that name; its package is of type
+    /// Global, which the worker checks at Load).
+    pub fn is_global(&self) -> bool {
+        self.id.kind == crate::model::Kind::Module && self.id.name == GLOBAL
+    }
+
     /// The package as the scheduler sees it.
     pub fn node(&self) -> Node {
         Node {
@@ -281,7 +287,13 @@ impl Store {
             return Ok(false);
         }
         let (phase, loaded) = (row.phase, row.loaded.clone());
-        let outbox = change(&mut row);
+        let global_before = row.is_global().then(|| row.values.get(GLOBAL).cloned());
+        let mut outbox = change(&mut row);
+        if let Some(before) = global_before
+            && row.values.get(GLOBAL) != before.as_ref()
+        {
+            outbox.extend(global_readers(&mut tx).await?);
+        }
         write_row(&mut tx, &row).await?;
         insert_outbox(&mut tx, &outbox).await?;
         if row.phase != phase || row.loaded != loaded {
@@ -290,6 +302,14 @@ impl Store {
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// The `global` package (whose values every nested package sees), if there is one.
+    pub async fn global(&self) -> Result<Option<PackageRow>, StoreError> {
+        let row = self
+            .get(&PackageKey::from_issued(GLOBAL.to_owned()))
+            .await?;
+        Ok(row.filter(PackageRow::is_global))
     }
 
     /// Runs a scheduling pass (the cluster's version changed) and writes what it decided.
@@ -328,6 +348,11 @@ impl Store {
                 .await?;
         if done.rows_affected() == 0 {
             return Ok(false);
+        }
+        if key.as_str() == GLOBAL {
+            // The global values are gone: their readers render again without them.
+            let reruns = global_readers(&mut tx).await?;
+            insert_outbox(&mut tx, &reruns).await?;
         }
         sched.remove(key);
         apply_pass(&mut tx, sched, now).await?;
@@ -400,6 +425,34 @@ async fn apply_pass(
     Ok(())
 }
 
+/// The package that holds the global values and the global hooks: the module `global`.
+const GLOBAL: &str = berth_package::GLOBAL_NAME;
+
+/// A Run for every package whose chart reads the global values, when they changed: running
+/// (a package on its way there renders with the new ones anyway), enabled, not being removed.
+/// Packages that do not read them are left alone.
+async fn global_readers(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+) -> Result<Vec<outbox::Row>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT key, generation FROM packages
+         WHERE reads_global = 1 AND phase = 'Running' AND removing = 0 AND enabled = 1 AND key <> ?",
+    )
+    .bind(GLOBAL)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .iter()
+        .flat_map(|r| {
+            flows::rerun_for(
+                &PackageKey::from_issued(r.get("key")),
+                Generation::new(r.get("generation")),
+                "the global values changed",
+            )
+        })
+        .collect())
+}
+
 /// Writes every column a report or the scheduler may change.
 async fn write_row(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
@@ -410,18 +463,19 @@ async fn write_row(
             .map(Value::to_string)
             .unwrap_or_else(|| "null".to_owned())
     });
-    let (loaded_version, weight, requirements) = match &row.loaded {
+    let (loaded_version, weight, requirements, reads_global) = match &row.loaded {
         Some(l) => (
             Some(l.version.to_string()),
             l.weight,
             serde_json::to_string(&l.requirements).unwrap_or_default(),
+            l.reads_global,
         ),
-        None => (None, 0, "{}".to_owned()),
+        None => (None, 0, "{}".to_owned(), false),
     };
     sqlx::query(
         "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
            settings_schema = ?, schema_version = ?, hooks = ?, last_error = ?, enabled = ?,
-           loaded_version = ?, weight = ?, requirements = ? WHERE key = ?",
+           loaded_version = ?, weight = ?, requirements = ?, reads_global = ?, settings = ? WHERE key = ?",
     )
     .bind(row.phase.as_str())
     .bind(row.observed_generation.get())
@@ -436,6 +490,8 @@ async fn write_row(
     .bind(loaded_version)
     .bind(weight)
     .bind(requirements)
+    .bind(i64::from(reads_global))
+    .bind(row.settings.to_string())
     .bind(row.key.as_str())
     .execute(&mut **tx)
     .await?;
@@ -516,6 +572,7 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
             weight: r.get("weight"),
             requirements: serde_json::from_value(json("requirements")?)
                 .map_err(|e| corrupt("requirements", e.to_string()))?,
+            reads_global: r.get::<i64, _>("reads_global") != 0,
         }),
     };
     let values_patch = match json("values_patch")? {
@@ -600,6 +657,22 @@ mod tests {
         assert!(accepted);
     }
 
+    async fn report_to(
+        store: &Store,
+        sched: &mut Scheduler,
+        key: &PackageKey,
+        g: Generation,
+        fill: impl FnOnce(&mut Change),
+    ) {
+        let mut change = Change::new(g);
+        fill(&mut change);
+        let accepted = store
+            .modify(key, g, sched, "t", |row| change.apply(row, "t"))
+            .await
+            .unwrap();
+        assert!(accepted);
+    }
+
     fn loaded(mandatory: &[&str], kubernetes: Option<&str>) -> LoadedSpec {
         LoadedSpec {
             version: semver::Version::new(1, 0, 0),
@@ -616,6 +689,7 @@ mod tests {
                     .collect(),
                 ..Default::default()
             },
+            reads_global: false,
         }
     }
 
@@ -642,6 +716,81 @@ mod tests {
             .find(|c| c.type_ == "RequirementsMet")
             .unwrap();
         (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// A change of the `global` package's values re-runs the Running packages whose charts
+    /// read them (in the report's transaction), not the others; which packages read them
+    /// survives a restart; a report that leaves the global values as they are re-runs nothing.
+    #[tokio::test]
+    async fn a_change_of_the_global_values_reruns_their_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+        let store = Store::open(&url).await.unwrap();
+        let platform = semver::Version::new(0, 1, 0);
+        let mut sched = store.scheduler(platform.clone()).await.unwrap();
+        for (name, reads) in [("reader", true), ("plain", false)] {
+            let g = install(&store, &mut sched, name).await;
+            report(&store, &mut sched, name, g, |c| {
+                c.phase = Some(Phase::Loaded);
+                c.settings_schema = Some(None);
+                c.loaded = Some(LoadedSpec {
+                    reads_global: reads,
+                    ..loaded(&[], None)
+                });
+            })
+            .await;
+            report(&store, &mut sched, name, g, |c| {
+                c.phase = Some(Phase::Running)
+            })
+            .await;
+        }
+        let global = UpdateSpec {
+            id: PackageId::new(Kind::Module, "global", "").unwrap(),
+            ..spec("global")
+        };
+        let key = global.id.key();
+        let g = store
+            .update(global.desired(), &mut sched, "t", |prev, key, g| {
+                plan(&global, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap()
+            .generation;
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        queued(&store).await;
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.values = Some(serde_json::json!({"global": {"domain": "a"}}));
+            c.patch_inside_run = true;
+        })
+        .await;
+        assert_eq!(queued(&store).await, ["default.reader Run"]);
+
+        drop(store);
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store.scheduler(platform).await.unwrap();
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.values = Some(serde_json::json!({"global": {"domain": "a"}}));
+            c.patch_inside_run = true;
+        })
+        .await;
+        assert!(queued(&store).await.is_empty(), "unchanged");
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.values = Some(serde_json::json!({"global": {"domain": "b"}}));
+            c.patch_inside_run = true;
+        })
+        .await;
+        assert_eq!(queued(&store).await, ["default.reader Run"]);
+        assert_eq!(
+            store.global().await.unwrap().map(|r| r.values),
+            Some(serde_json::json!({"global": {"domain": "b"}}))
+        );
     }
 
     /// Loaded packages wait for their requirements, the cluster's version and a dependency

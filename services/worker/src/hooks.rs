@@ -17,6 +17,7 @@ use crate::package::Values;
 /// Runs one hook with `binding_context` and the current values.
 pub async fn run_hook(
     cx: &TaskContext<'_>,
+    pkg: &Package,
     hook: &Hook,
     binding_context: Value,
     values: &Values,
@@ -29,7 +30,7 @@ pub async fn run_hook(
             hook,
             binding_context,
             values: values.current.clone(),
-            config_values: values.settings.clone(),
+            config_values: values.config_values(pkg),
             env: cx.hook_env(),
             timeout: cx.config.hook_timeout,
             cancel: cx.cancel.clone(),
@@ -69,15 +70,16 @@ pub async fn run_lifecycle(
             &hook.config,
             &hook_snapshots(&snapshots, &hook.name),
         );
-        let output = run_hook(cx, hook, binding_context::to_json(&[context]), values).await?;
+        let output = run_hook(cx, pkg, hook, binding_context::to_json(&[context]), values).await?;
         changed |= apply_outputs(cx, pkg, hook, output, values).await?;
         report_run(cx, &hook.name, "").await;
     }
     Ok(changed)
 }
 
-/// Applies a successful run's outputs: the values patch (strict, schema-checked), then the
-/// object operations as one batch, then the metrics. Returns whether the values changed.
+/// Applies a successful run's outputs: the config values patch (the settings), the values
+/// patch (strict, schema-checked), then the object operations as one batch, then the metrics.
+/// Returns whether the values changed.
 pub async fn apply_outputs(
     cx: &TaskContext<'_>,
     pkg: &Package,
@@ -85,7 +87,8 @@ pub async fn apply_outputs(
     output: RunOutput,
     values: &mut Values,
 ) -> Result<bool, TaskError> {
-    let changed = values.apply(pkg, &hook.name, output.values_patch)?;
+    let mut changed = values.apply_config(pkg, &hook.name, &output.config_values_patch)?;
+    changed |= values.apply(pkg, &hook.name, output.values_patch)?;
     bindings::apply_operations(cx, &hook.name, &output.kubernetes_operations).await?;
     crate::metrics::record(cx.key(), &hook.name, &output.metrics);
     Ok(changed)

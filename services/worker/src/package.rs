@@ -42,7 +42,7 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
         .map_err(fetch_error)?;
     let dest = dir.join(version);
     let marker = dir.join(format!("{version}.revision"));
-    let present = dest.join("package.yaml").exists();
+    let present = berth_package::is_package_dir(&dest);
     let fetch = match (&resolved.source, present) {
         (_, false) => true,
         (Source::Oci(_), true) => match read_revision(&marker) {
@@ -137,11 +137,17 @@ fn write_revision(path: &Path, generation: i64, digest: &str) {
 }
 
 /// The values of the package now: settings and the stored hook patches layered over the
-/// package's static values and defaults.
+/// package's static values and defaults, laid out as the package's layout says (a nested
+/// package sees the global values beside its own).
 pub struct Values {
     pub settings: Value,
     pub patches: json_patch::Patch,
     pub current: Value,
+    /// The global values and settings as lifecycle had them when the task started.
+    global: Value,
+    global_settings: Value,
+    /// A hook's config values patch changed the settings in this task.
+    settings_changed: bool,
     /// How many of `patches` lifecycle already stores; the rest are new in this task.
     stored: usize,
 }
@@ -149,6 +155,8 @@ pub struct Values {
 impl Values {
     pub fn compute(pkg: &Package, cx: &TaskContext<'_>) -> Result<Values, TaskError> {
         let settings = berth_proto::json::from_opt_struct(cx.spec.settings.as_ref());
+        let global = berth_proto::json::from_opt_struct(cx.spec.global_values.as_ref());
+        let global_settings = berth_proto::json::from_opt_struct(cx.spec.global_settings.as_ref());
         let patches: json_patch::Patch =
             serde_json::from_str(&cx.spec.values_patch_json).map_err(|e| {
                 TaskError::permanent(format!("stored values patch is not a JSON patch: {e}"))
@@ -156,15 +164,28 @@ impl Values {
         // Stored patches replay leniently: a settings change may have removed a path an old
         // patch touched, and that must not wedge the package.
         // Settings the package's schema refuses stay refused until the next Update.
-        let current = berth_package::rebuild_values(pkg, &settings, &patches)
+        let current = berth_package::rebuild_values(pkg, &settings, &global, &patches)
             .map_err(|e| TaskError::permanent(e.to_string()))?;
         let stored = patches.0.len();
         Ok(Values {
             settings,
             patches,
             current,
+            global,
+            global_settings,
+            settings_changed: false,
             stored,
         })
+    }
+
+    /// What a hook gets in `CONFIG_VALUES_PATH`: the settings, laid out as the values are.
+    pub fn config_values(&self, pkg: &Package) -> Value {
+        berth_package::config_values(pkg, &self.settings, &self.global_settings)
+    }
+
+    /// The settings when a hook changed them in this task.
+    pub fn changed_settings(&self) -> Option<&Value> {
+        self.settings_changed.then_some(&self.settings)
     }
 
     /// The patch operations added in this task, as JSON for lifecycle ("" when none).
@@ -177,8 +198,8 @@ impl Values {
         }
     }
 
-    /// Applies a hook's patch on top: strict, and validated against the values schema. Returns
-    /// whether the values changed.
+    /// Applies a hook's patch on top: within the package's own values, strict, and validated
+    /// against the values schema. Returns whether the values changed.
     pub fn apply(
         &mut self,
         pkg: &Package,
@@ -188,27 +209,17 @@ impl Values {
         if patch.0.is_empty() {
             return Ok(false);
         }
+        let failed = |e: berth_package::ValuesError| {
+            TaskError::retry(format!("values patch of hook {hook}: {e}"))
+        };
+        berth_package::check_patch_scope(pkg, &patch).map_err(failed)?;
         // New operations apply strictly on top of the current values, then the result must
         // still match the values schema.
         let mut values = self.current.clone();
         json_patch::patch(&mut values, &patch)
             .map_err(|e| TaskError::retry(format!("values patch of hook {hook}: {e}")))?;
-        if let Some(schema) = &pkg.values_schema {
-            schema.validate(&values).map_err(|errors| {
-                let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-                TaskError::retry(format!(
-                    "values patch of hook {hook}: values do not match the values schema: {}",
-                    text.join("; ")
-                ))
-            })?;
-        }
-        let size = serde_json::to_vec(&values).map_or(0, |v| v.len());
-        if size > berth_proto::MAX_VALUES_BYTES {
-            return Err(TaskError::retry(format!(
-                "values patch of hook {hook}: the values would be {size} bytes, over the limit of {} bytes",
-                berth_proto::MAX_VALUES_BYTES
-            )));
-        }
+        berth_package::validate_values(pkg, &values).map_err(failed)?;
+        check_size(hook, &values)?;
         let mut all = self.patches.clone();
         all.0.extend(patch.0);
         let changed = values != self.current;
@@ -216,6 +227,54 @@ impl Values {
         self.patches = all;
         Ok(changed)
     }
+
+    /// Applies a hook's config values patch (`CONFIG_VALUES_JSON_PATCH_PATH`): the settings
+    /// change (scoped and validated as settings), and the values are rebuilt on them. Returns
+    /// whether the values changed.
+    pub fn apply_config(
+        &mut self,
+        pkg: &Package,
+        hook: &str,
+        patch: &json_patch::Patch,
+    ) -> Result<bool, TaskError> {
+        if patch.0.is_empty() {
+            return Ok(false);
+        }
+        let failed = |e: berth_package::ValuesError| {
+            TaskError::retry(format!("config values patch of hook {hook}: {e}"))
+        };
+        let settings = berth_package::patch_settings(pkg, &self.settings, patch).map_err(failed)?;
+        check_size(hook, &settings)?;
+        let values = berth_package::rebuild_values(pkg, &settings, &self.global, &self.patches)
+            .map_err(failed)?;
+        check_size(hook, &values)?;
+        self.settings_changed |= settings != self.settings;
+        self.settings = settings;
+        let changed = values != self.current;
+        self.current = values;
+        Ok(changed)
+    }
+
+    /// The values as lifecycle stores them, with the operations new in this task.
+    pub fn report(&self, inside_run: bool) -> berth_proto::lifecycle::Values {
+        berth_proto::lifecycle::Values {
+            values: Some(berth_proto::json::to_struct(&self.current)),
+            values_patch_json: self.new_ops_json(),
+            patch_inside_run: inside_run,
+            settings: self.changed_settings().map(berth_proto::json::to_struct),
+        }
+    }
+}
+
+fn check_size(hook: &str, values: &Value) -> Result<(), TaskError> {
+    let size = serde_json::to_vec(values).map_or(0, |v| v.len());
+    if size > berth_proto::MAX_VALUES_BYTES {
+        return Err(TaskError::retry(format!(
+            "values patch of hook {hook}: the values would be {size} bytes, over the limit of {} bytes",
+            berth_proto::MAX_VALUES_BYTES
+        )));
+    }
+    Ok(())
 }
 
 /// Reports the values now and the patch operations new in this task.
@@ -224,11 +283,7 @@ pub async fn report_values(
     values: &Values,
     inside_run: bool,
 ) -> Result<(), TaskError> {
-    cx.report(Report::Values(berth_proto::lifecycle::Values {
-        values: Some(berth_proto::json::to_struct(&values.current)),
-        values_patch_json: values.new_ops_json(),
-        patch_inside_run: inside_run,
-    }))
-    .await
-    .map(|_| ())
+    cx.report(Report::Values(values.report(inside_run)))
+        .await
+        .map(|_| ())
 }

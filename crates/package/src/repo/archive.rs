@@ -19,7 +19,7 @@ use super::publish::{publish, staging_dir};
 use super::stage::Stager;
 use super::{Fetched, Limits, RepoError, check_segment};
 use crate::constraint::parse_version;
-use crate::load::DEFINITION_FILE;
+use crate::load::is_package_dir;
 
 const ARCHIVE_SUFFIX: &str = ".tar.gz";
 
@@ -221,7 +221,7 @@ fn copy_hashed(source: fs::File, dest: &Path, limit: u64) -> Result<String, Repo
 
 /// The unpacked package root: the staging dir itself, or its single top-level directory.
 pub(super) fn package_root(unpacked: &Path) -> Result<PathBuf, RepoError> {
-    if unpacked.join(DEFINITION_FILE).exists() {
+    if is_package_dir(unpacked) {
         return Ok(unpacked.to_owned());
     }
     let entries = fs::read_dir(unpacked)

@@ -41,7 +41,7 @@ pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError
         let all = bindings::snapshots(cx, &hooks, false).await?;
         binding_context::refresh_snapshots(&mut contexts, &hook_snapshots(&all, name));
     }
-    let result = match run_hook(cx, hook, contexts, &values).await {
+    let result = match run_hook(cx, &pkg, hook, contexts, &values).await {
         Ok(output) => apply_outputs(cx, &pkg, hook, output, &mut values).await,
         Err(e) => Err(e),
     };
@@ -52,11 +52,7 @@ pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError
     cx.report(Report::HookRun(HookRunReport {
         name: name.to_owned(),
         error: String::new(),
-        values: Some(berth_proto::lifecycle::Values {
-            values: Some(berth_proto::json::to_struct(&values.current)),
-            values_patch_json: values.new_ops_json(),
-            patch_inside_run: false,
-        }),
+        values: Some(values.report(false)),
     }))
     .await?;
     Ok(())

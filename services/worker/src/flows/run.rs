@@ -79,28 +79,19 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
     let hooks = cx.package_hooks(&pkg).await?;
     let mut values = Values::compute(&pkg, cx)?;
+    // The global package has no chart: its Run is the global hooks bound to beforeAll, then
+    // those bound to afterAll (see ARCHITECTURE.md for how that differs from addon-operator).
+    let (before, after) = if pkg.definition.package_type == berth_package::PackageType::Global {
+        (LifecycleBinding::BeforeAll, LifecycleBinding::AfterAll)
+    } else {
+        (LifecycleBinding::BeforeHelm, LifecycleBinding::AfterHelm)
+    };
     let hooks_result = async {
-        run_lifecycle(
-            cx,
-            &pkg,
-            &hooks,
-            LifecycleBinding::BeforeHelm,
-            "beforeHelm",
-            &mut values,
-        )
-        .await?;
+        run_lifecycle(cx, &pkg, &hooks, before, before.as_str(), &mut values).await?;
         if pkg.is_helm {
             install(cx, &pkg, &values).await?;
         }
-        let changed = run_lifecycle(
-            cx,
-            &pkg,
-            &hooks,
-            LifecycleBinding::AfterHelm,
-            "afterHelm",
-            &mut values,
-        )
-        .await?;
+        let changed = run_lifecycle(cx, &pkg, &hooks, after, after.as_str(), &mut values).await?;
         // afterHelm hooks that change the values get one more upgrade, as addon-operator does.
         if changed && pkg.is_helm {
             install(cx, &pkg, &values).await?;

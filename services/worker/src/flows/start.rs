@@ -44,6 +44,27 @@ pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 
 pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
+    // The global package is one per installation: the module `global`, and that module is
+    // always a Global package (lifecycle takes its values for the global values).
+    let is_module =
+        cx.spec.r#ref.as_ref().map(|r| r.kind) == Some(berth_proto::v1::PackageKind::Module as i32);
+    let is_global = pkg.definition.package_type == berth_package::PackageType::Global;
+    let named_global = is_module
+        && cx.spec.r#ref.as_ref().map(|r| r.name.as_str()) == Some(berth_package::GLOBAL_NAME);
+    if is_global != named_global {
+        let message = "a Global package (global hooks and values) installs as the module `global` (--kind module), and the module `global` must be a Global package";
+        cx.set_condition(
+            ConditionType::Loaded,
+            ConditionStatus::False,
+            "GlobalNotModule",
+            message,
+        )
+        .await?;
+        return Err(TaskError::permanent(message));
+    }
+    let reads_global = pkg
+        .reads_global()
+        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
     let hooks = match cx.package_hooks(&pkg).await {
         Ok(h) => h,
         Err(e) => {
@@ -91,10 +112,29 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             .collect(),
         version: pkg.definition.version.to_string(),
         weight: pkg.definition.weight.unwrap_or_default(),
-        requirements: Some(requirements(&pkg.definition.requirements)),
+        requirements: Some(requirements(&implied_requirements(&pkg))),
+        reads_global,
     }))
     .await?;
     Ok(())
+}
+
+/// The package's requirements, plus what its values layout implies: a nested package (not the
+/// Global one) depends conditionally on the module `global`, so when there is a global package
+/// it is Running — its onStartup, beforeAll and afterAll hooks have run — before the nested
+/// package's settings, hooks and chart see the global values. Without one, nothing waits.
+fn implied_requirements(pkg: &berth_package::Package) -> berth_package::Requirements {
+    let mut r = pkg.definition.requirements.clone();
+    let nested = berth_package::values_section(pkg).is_some()
+        && pkg.definition.package_type != berth_package::PackageType::Global;
+    let named = |d: &berth_package::Dependency| d.name == berth_package::GLOBAL_NAME;
+    if nested && !r.mandatory.iter().any(named) && !r.conditional.iter().any(named) {
+        r.conditional.push(berth_package::Dependency {
+            name: berth_package::GLOBAL_NAME.to_owned(),
+            constraint: None,
+        });
+    }
+    r
 }
 
 /// `requirements` as the Loaded report carries them to lifecycle's scheduler.
@@ -289,7 +329,7 @@ async fn synchronize(
                 None => k.allow_failure,
             };
             let context = BindingContext::synchronization(k, &b.objects, &hook.config, &snapshots);
-            let output = match run_hook(cx, hook, binding_context::to_json(&[context]), values)
+            let output = match run_hook(cx, pkg, hook, binding_context::to_json(&[context]), values)
                 .await
             {
                 Ok(o) => o,
