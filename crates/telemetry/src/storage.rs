@@ -72,8 +72,9 @@ impl Dialect {
 /// A pool over the database at `url`, the way every berth service keeps its state.
 ///
 /// SQLite: the file is created when missing (`mode=rwc` unless the URL names a mode), WAL
-/// journal (readers never block the writer), `synchronous = NORMAL` (survives any process
-/// crash) and a 10 s busy timeout so concurrent writers wait instead of failing. An in-memory
+/// journal (readers never block the writer), `synchronous = FULL` (a commit survives a power
+/// loss: an accepted Update is never forgotten) and a 10 s busy timeout so concurrent writers
+/// wait instead of failing. An in-memory
 /// database (`sqlite::memory:`) is one connection that is never recycled: through sqlx's `Any`
 /// driver every new connection would open a new, empty database.
 ///
@@ -112,7 +113,7 @@ pub async fn connect(
                     for statement in [
                         "PRAGMA journal_mode = WAL",
                         "PRAGMA busy_timeout = 10000",
-                        "PRAGMA synchronous = NORMAL",
+                        "PRAGMA synchronous = FULL",
                     ] {
                         conn.execute(statement).await?;
                     }
