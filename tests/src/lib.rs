@@ -13,7 +13,7 @@ pub mod registry;
 
 pub use berth_devcluster::test_namespace::TestNamespace;
 pub use cluster::TestCluster;
-pub use process::{AllInOne, Proc, SplitTopology, binary};
+pub use process::{AllInOne, Databases, Proc, SplitTopology, binary};
 
 /// The example package repository shipped with berth, as an Update names it: relative to
 /// the repository root the harness configures ([`workspace_root`]).

@@ -149,6 +149,25 @@ fn sqlite(dir: &Path, name: &str) -> String {
     format!("sqlite://{}", dir.join(name).display())
 }
 
+/// Where the services of a [`SplitTopology`] keep their state (their `--database` URLs).
+#[derive(Clone, Debug)]
+pub struct Databases {
+    pub queue: String,
+    pub lifecycle: String,
+    pub hookevent: String,
+}
+
+impl Databases {
+    /// A SQLite file per service in `dir`.
+    pub fn sqlite(dir: &Path) -> Databases {
+        Databases {
+            queue: sqlite(dir, "queue.db"),
+            lifecycle: sqlite(dir, "lifecycle.db"),
+            hookevent: sqlite(dir, "hookevent.db"),
+        }
+    }
+}
+
 /// `--tls-ca CA --tls-cert CERT --tls-key KEY` for `role`'s identity in `certs` (a directory
 /// `berth certs` or [`berth_telemetry::tls::generate`] wrote).
 pub fn tls_args(certs: &Path, role: berth_telemetry::Role) -> Vec<String> {
@@ -199,6 +218,8 @@ pub struct SplitTopology {
     /// The CA and the certificates of every role.
     pub certs: PathBuf,
     others: Vec<Proc>,
+    /// Lifecycle's command line, to start it again (see [`SplitTopology::restart_lifecycle`]).
+    lifecycle_args: Vec<String>,
 }
 
 impl SplitTopology {
@@ -226,6 +247,34 @@ impl SplitTopology {
         worker_args: &[&str],
         repositories: &Path,
     ) -> anyhow::Result<SplitTopology> {
+        SplitTopology::start_full(
+            kubeconfig,
+            dir,
+            worker_args,
+            repositories,
+            &Databases::sqlite(dir),
+        )
+        .await
+    }
+
+    /// Like [`SplitTopology::start`], with the services' state in `databases` (e.g. databases
+    /// on one PostgreSQL server).
+    pub async fn start_on(
+        kubeconfig: &Path,
+        dir: &Path,
+        databases: &Databases,
+    ) -> anyhow::Result<SplitTopology> {
+        let repositories = repositories_file(dir, "")?;
+        SplitTopology::start_full(kubeconfig, dir, &[], &repositories, databases).await
+    }
+
+    async fn start_full(
+        kubeconfig: &Path,
+        dir: &Path,
+        worker_args: &[&str],
+        repositories: &Path,
+        databases: &Databases,
+    ) -> anyhow::Result<SplitTopology> {
         use berth_telemetry::Role;
         let repositories = repositories.display().to_string();
         let any = "127.0.0.1:0";
@@ -235,34 +284,30 @@ impl SplitTopology {
         let broker = Proc::start(
             "berth-queue",
             &with(
-                &[
-                    "serve",
-                    "--listen",
-                    any,
-                    "--database",
-                    &sqlite(dir, "queue.db"),
-                ],
+                &["serve", "--listen", any, "--database", &databases.queue],
                 &tls(Role::Broker),
             ),
             "listening on ",
         )
         .await?;
         let b = broker.endpoint();
+        let lifecycle_args: Vec<String> = [
+            "--listen",
+            any,
+            "--database",
+            &databases.lifecycle,
+            "--broker",
+            &b,
+            "--repositories",
+            &repositories,
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(tls(Role::Lifecycle))
+        .collect();
         let lifecycle = Proc::start(
             "berth-lifecycle",
-            &with(
-                &[
-                    "--listen",
-                    any,
-                    "--database",
-                    &sqlite(dir, "lifecycle.db"),
-                    "--broker",
-                    &b,
-                    "--repositories",
-                    &repositories,
-                ],
-                &tls(Role::Lifecycle),
-            ),
+            &with(&[], &lifecycle_args),
             "listening on ",
         )
         .await?;
@@ -275,7 +320,7 @@ impl SplitTopology {
                     "--listen",
                     any,
                     "--database",
-                    &sqlite(dir, "hookevent.db"),
+                    &databases.hookevent,
                     "--broker",
                     &b,
                     "--lifecycle",
@@ -338,7 +383,31 @@ impl SplitTopology {
             gateway,
             certs,
             others: vec![worker, release, hookevent, lifecycle, broker],
+            lifecycle_args,
         })
+    }
+
+    /// Stops lifecycle with SIGTERM, waits for it to exit, and starts it again with the same
+    /// command line on the address it had (the other services keep calling it there).
+    pub async fn restart_lifecycle(&mut self) -> anyhow::Result<()> {
+        const LIFECYCLE: usize = 3;
+        let old = self.others.remove(LIFECYCLE);
+        let addr = old.addr.clone().context("lifecycle announced no address")?;
+        old.stop().await;
+        let mut args = self.lifecycle_args.clone();
+        let listen = args
+            .iter()
+            .position(|a| a == "--listen")
+            .context("lifecycle's --listen")?;
+        args[listen + 1] = addr.clone();
+        let new = Proc::start("berth-lifecycle", &with(&[], &args), "listening on ").await?;
+        anyhow::ensure!(
+            new.addr.as_deref() == Some(addr.as_str()),
+            "lifecycle came back on {:?}, not {addr}",
+            new.addr
+        );
+        self.others.insert(LIFECYCLE, new);
+        Ok(())
     }
 
     /// The queue worker.
@@ -354,6 +423,11 @@ impl SplitTopology {
     /// The hookevent service.
     pub fn hookevent(&self) -> &Proc {
         &self.others[2]
+    }
+
+    /// The lifecycle service.
+    pub fn lifecycle(&self) -> &Proc {
+        &self.others[3]
     }
 
     /// The OS process id of the service binary `name` (e.g. `berth-lifecycle`), while it runs.

@@ -17,7 +17,7 @@ pub use serve::{
     GrpcRouter, GrpcServer, grpc_server, grpc_server_named, serve_router, shutdown_on_signal,
 };
 pub use spawn::{spawn_blocking_here, spawn_here, spawn_in};
-pub use storage::{begin_write, connect_sqlite, ensure_sqlite_dir};
+pub use storage::{ConnectError, Dialect, begin_write, connect, ensure_sqlite_dir, redacted};
 pub use tls::{Role, Tls, TlsArgs};
 
 /// The largest gRPC message any berth server or client sends or accepts (both directions, every

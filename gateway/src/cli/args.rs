@@ -184,6 +184,21 @@ pub enum Command {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Ask a berth service (any of them, not only the gateway) whether it serves, with the
+    /// standard gRPC health check; exits 0 when it answers SERVING. For container
+    /// healthchecks: `berth health https://127.0.0.1:7072 --ca-file /certs/ca.pem
+    /// --tls-server-name lifecycle.berth`.
+    Health {
+        /// The service's gRPC address (`http://` or `https://`).
+        endpoint: String,
+        /// The name the service's certificate must carry, when it differs from the address's
+        /// host (berth's service certificates name `<role>.berth`).
+        #[arg(long)]
+        tls_server_name: Option<String>,
+        /// The gRPC service to ask about (empty: the server as a whole).
+        #[arg(long, default_value = "")]
+        service: String,
+    },
     /// Print a YAML snapshot of every package and queue.
     Dump,
     /// List the task queues: length, head task, its attempts and last error, lease holder.

@@ -86,6 +86,52 @@ async fn connect(cli: &Cli) -> Result<Client, String> {
         .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES))
 }
 
+/// `berth health`: one standard health check, bounded in time.
+async fn health(
+    cli: &Cli,
+    endpoint: &str,
+    server_name: Option<&str>,
+    service: &str,
+) -> Result<ExitCode, String> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let mut target = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| format!("{endpoint:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5));
+    if target.uri().scheme_str() == Some("https") {
+        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+        if let Some(path) = &cli.ca_file {
+            let pem =
+                std::fs::read(path).map_err(|e| format!("--ca-file {}: {e}", path.display()))?;
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        }
+        if let Some(name) = server_name {
+            tls = tls.domain_name(name);
+        }
+        target = target
+            .tls_config(tls)
+            .map_err(|e| format!("{endpoint:?}: TLS: {e}"))?;
+    }
+    let channel = target
+        .connect()
+        .await
+        .map_err(|e| format!("cannot reach {endpoint}: {e}"))?;
+    let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .map_err(call_error)?
+        .into_inner();
+    let status = ServingStatus::try_from(answer.status).unwrap_or(ServingStatus::Unknown);
+    println!("{}", status.as_str_name());
+    Ok(if status == ServingStatus::Serving {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// A failed call as the message the user sees.
 fn call_error(status: tonic::Status) -> String {
     format!("{:?}: {}", status.code(), status.message())
@@ -411,6 +457,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             print!("{}", output::package_yaml(&p));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Health {
+            endpoint,
+            tls_server_name,
+            service,
+        } => health(&cli, endpoint, tls_server_name.as_deref(), service).await,
         Command::List => {
             let mut client = connect(&cli).await?;
             let mut packages = vec![];

@@ -37,7 +37,7 @@ pub use store::{Store, StoreError};
 
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// `sqlite://PATH` or `sqlite::memory:`.
+    /// `sqlite://PATH` (created when missing), `sqlite::memory:` or `postgres://…`.
     pub database_url: String,
     pub broker_endpoint: String,
     /// The cluster kubernetes bindings watch. `None`: the ambient configuration (in-cluster or

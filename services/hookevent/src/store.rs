@@ -1,15 +1,18 @@
 //! Registered bindings in SQL, so a restart keeps firing them.
 
 use berth_names::{Generation, PackageKey};
-use sqlx::Row;
-use sqlx::sqlite::SqlitePool;
+use berth_telemetry::Dialect;
+use sqlx::{AnyPool, Row};
 
 use crate::schedule::{Schedule, parse_crontab};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("opening the hookevent database {url}: {source}")]
-    Open { url: String, source: sqlx::Error },
+    Open {
+        url: String,
+        source: berth_telemetry::ConnectError,
+    },
     #[error("migrating the hookevent database: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("hookevent database: {0}")]
@@ -18,33 +21,71 @@ pub enum StoreError {
 
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: AnyPool,
+    dialect: Dialect,
 }
 
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Pool size: writes are rare (a package's Load, a registration), reads happen at start. On
+/// SQLite a second connection lets a read overlap a write.
+const CONNECTIONS: u32 = 2;
+
 impl Store {
+    /// Opens (creating if needed) and migrates the database at `url`: `sqlite://PATH`,
+    /// `sqlite::memory:` or `postgres://…` (see the README's "Databases").
     pub async fn open(url: &str) -> Result<Store, StoreError> {
-        // SQLite serialises writers anyway; a few connections let reads overlap.
-        let pool = berth_telemetry::connect_sqlite(url, 2)
-            .await
-            .map_err(|source| StoreError::Open {
-                url: url.to_owned(),
-                source,
-            })?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Store { pool })
+        let (pool, dialect) =
+            berth_telemetry::connect(url, CONNECTIONS)
+                .await
+                .map_err(|source| StoreError::Open {
+                    url: berth_telemetry::redacted(url),
+                    source,
+                })?;
+        let migrator = match dialect {
+            Dialect::Sqlite => &SQLITE_MIGRATIONS,
+            Dialect::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        migrator.run(&pool).await?;
+        Ok(Store { pool, dialect })
+    }
+
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        Ok(berth_telemetry::begin_write(&self.pool, self.dialect).await?)
+    }
+
+    /// Makes concurrent writers of `package`'s rows take turns until `tx` ends. SQLite's
+    /// `BEGIN IMMEDIATE` serialises whole transactions already; on PostgreSQL two hookevents
+    /// replacing one package's rows at once would otherwise both delete (nothing the other
+    /// inserted) and both insert. A transaction-scoped advisory lock keyed by the package.
+    async fn lock_package(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        package: &str,
+    ) -> Result<(), StoreError> {
+        if self.dialect == Dialect::Postgres {
+            // `execute`: the function returns `void`, which no row could be decoded from.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(package)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Replaces a package's bindings in one transaction.
     pub async fn replace(&self, package: &str, schedules: &[Schedule]) -> Result<(), StoreError> {
-        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
-        sqlx::query("DELETE FROM schedule_bindings WHERE package = ?")
+        let mut tx = self.begin().await?;
+        self.lock_package(&mut tx, package).await?;
+        sqlx::query("DELETE FROM schedule_bindings WHERE package = $1")
             .bind(package)
             .execute(&mut *tx)
             .await?;
         for s in schedules {
             sqlx::query(
                 "INSERT INTO schedule_bindings (package, generation, hook, binding, crontab, allow_failure, queue, include_snapshots_from, grp)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(s.package.as_str())
             .bind(s.generation.get())
@@ -68,13 +109,14 @@ impl Store {
         package: &str,
         request: Option<&[u8]>,
     ) -> Result<(), StoreError> {
-        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
-        sqlx::query("DELETE FROM kubernetes_registrations WHERE package = ?")
+        let mut tx = self.begin().await?;
+        self.lock_package(&mut tx, package).await?;
+        sqlx::query("DELETE FROM kubernetes_registrations WHERE package = $1")
             .bind(package)
             .execute(&mut *tx)
             .await?;
         if let Some(request) = request {
-            sqlx::query("INSERT INTO kubernetes_registrations (package, request) VALUES (?, ?)")
+            sqlx::query("INSERT INTO kubernetes_registrations (package, request) VALUES ($1, $2)")
                 .bind(package)
                 .bind(request)
                 .execute(&mut *tx)
@@ -90,9 +132,9 @@ impl Store {
         package: &str,
         generation: Generation,
     ) -> Result<(), StoreError> {
-        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
+        let mut tx = self.begin().await?;
         sqlx::query(
-            "UPDATE schedule_bindings SET generation = ? WHERE package = ? AND generation < ?",
+            "UPDATE schedule_bindings SET generation = $1 WHERE package = $2 AND generation < $3",
         )
         .bind(generation.get())
         .bind(package)
@@ -145,5 +187,177 @@ impl Store {
                 })
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test's database, deleted (or its server stopped) on drop.
+    enum TestDb {
+        Sqlite(tempfile::TempDir),
+        Postgres(berth_testpg::PgServer),
+    }
+
+    impl TestDb {
+        fn url(&self) -> String {
+            match self {
+                TestDb::Sqlite(dir) => {
+                    format!("sqlite://{}", dir.path().join("hookevent.db").display())
+                }
+                TestDb::Postgres(server) => server.url(),
+            }
+        }
+    }
+
+    /// Runs each `async fn(TestDb)` on a SQLite file and on a fresh PostgreSQL server.
+    macro_rules! on_both_backends {
+        ($($name:ident),* $(,)?) => {
+            mod sqlite {
+                $(#[tokio::test]
+                async fn $name() {
+                    super::$name(super::TestDb::Sqlite(tempfile::tempdir().unwrap())).await
+                })*
+            }
+            mod postgres {
+                $(#[tokio::test]
+                async fn $name() {
+                    super::$name(super::TestDb::Postgres(berth_testpg::PgServer::start().await)).await
+                })*
+            }
+        };
+    }
+
+    on_both_backends!(
+        bindings_and_registrations_survive_a_reopen,
+        concurrent_replacements_leave_one_set_of_bindings,
+    );
+
+    fn schedule(package: &str, hook: &str, crontab: &str) -> Schedule {
+        Schedule {
+            package: PackageKey::from_issued(package.to_owned()),
+            generation: Generation::new(1),
+            hook: hook.into(),
+            binding: "every-minute".into(),
+            crontab: crontab.into(),
+            allow_failure: true,
+            queue: "main".into(),
+            include_snapshots_from: vec!["pods".into()],
+            group: "g".into(),
+            cron: parse_crontab(crontab).unwrap(),
+        }
+    }
+
+    fn summary(schedules: &[Schedule]) -> Vec<String> {
+        let mut out: Vec<String> = schedules
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} g{} {} {} {} {} {} {:?} {}",
+                    s.package.as_str(),
+                    s.generation.get(),
+                    s.hook,
+                    s.binding,
+                    s.crontab,
+                    s.allow_failure,
+                    s.queue,
+                    s.include_snapshots_from,
+                    s.group
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// What a hookevent stored comes back, column for column, after a restart; a replacement
+    /// replaces, a generation only rises, and a registration keeps its bytes.
+    async fn bindings_and_registrations_survive_a_reopen(db: TestDb) {
+        let store = Store::open(&db.url()).await.unwrap();
+        store
+            .replace(
+                "default.a",
+                &[
+                    schedule("default.a", "h1", "* * * * *"),
+                    schedule("default.a", "h2", "*/5 * * * *"),
+                ],
+            )
+            .await
+            .unwrap();
+        store
+            .replace("default.b", &[schedule("default.b", "h", "0 * * * *")])
+            .await
+            .unwrap();
+        store
+            .replace("default.a", &[schedule("default.a", "h3", "* * * * *")])
+            .await
+            .unwrap();
+        store
+            .adopt_generation("default.a", Generation::new(4))
+            .await
+            .unwrap();
+        store
+            .adopt_generation("default.a", Generation::new(2))
+            .await
+            .unwrap();
+        let request = [0u8, 1, 2, 255, 254, b'x'];
+        store
+            .set_registration("default.a", Some(&request))
+            .await
+            .unwrap();
+        store
+            .set_registration("default.b", Some(b"old"))
+            .await
+            .unwrap();
+        store.set_registration("default.b", None).await.unwrap();
+        drop(store);
+
+        let store = Store::open(&db.url()).await.unwrap();
+        assert_eq!(
+            summary(&store.load_all().await.unwrap()),
+            [
+                "default.a g4 h3 every-minute * * * * * true main [\"pods\"] g",
+                "default.b g1 h every-minute 0 * * * * true main [\"pods\"] g",
+            ]
+        );
+        assert_eq!(
+            store.registrations().await.unwrap(),
+            [("default.a".to_owned(), request.to_vec())]
+        );
+    }
+
+    /// Two hookevents replacing one package's bindings at once end with one of the two sets,
+    /// never both.
+    async fn concurrent_replacements_leave_one_set_of_bindings(db: TestDb) {
+        let one = Store::open(&db.url()).await.unwrap();
+        let two = Store::open(&db.url()).await.unwrap();
+        let first: Vec<Schedule> = (0..20)
+            .map(|i| schedule("default.a", &format!("one-{i}"), "* * * * *"))
+            .collect();
+        let second: Vec<Schedule> = (0..20)
+            .map(|i| schedule("default.a", &format!("two-{i}"), "* * * * *"))
+            .collect();
+        for _ in 0..5 {
+            let (a, b) = tokio::join!(
+                one.replace("default.a", &first),
+                two.replace("default.a", &second)
+            );
+            a.unwrap();
+            b.unwrap();
+            let stored = summary(&one.load_all().await.unwrap());
+            assert!(
+                stored == summary(&first) || stored == summary(&second),
+                "{} rows: {stored:?}",
+                stored.len()
+            );
+            let (a, b) = tokio::join!(
+                one.set_registration("default.a", Some(b"one")),
+                two.set_registration("default.a", Some(b"two"))
+            );
+            a.unwrap();
+            b.unwrap();
+            assert_eq!(one.registrations().await.unwrap().len(), 1);
+        }
     }
 }

@@ -14,6 +14,8 @@ mod report;
 mod scheduler;
 mod service;
 mod store;
+#[cfg(test)]
+mod test_db;
 mod update;
 
 use std::sync::Arc;
@@ -29,7 +31,7 @@ pub use store::{Store, StoreError};
 /// Everything the lifecycle service needs, parsed and validated before any port is bound.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// `sqlite://PATH` (created when missing) or `sqlite::memory:`.
+    /// `sqlite://PATH` (created when missing), `sqlite::memory:` or `postgres://…`.
     pub database_url: String,
     /// The queue broker, e.g. `http://127.0.0.1:7071`.
     pub broker_endpoint: String,

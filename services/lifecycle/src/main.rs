@@ -11,7 +11,8 @@ struct Args {
     /// Address to serve gRPC on.
     #[arg(long, env = "BERTH_LIFECYCLE_LISTEN", default_value = "127.0.0.1:7072")]
     listen: std::net::SocketAddr,
-    /// `sqlite://PATH` of the lifecycle database.
+    /// The lifecycle database: `sqlite://PATH` (created when missing) or
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (see the README's "Databases").
     #[arg(
         long,
         env = "BERTH_LIFECYCLE_DATABASE",

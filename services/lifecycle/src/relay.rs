@@ -68,18 +68,22 @@ enum RelayError {
 }
 
 /// Delivers one batch, in order. Ok(true) when there may be more. Rows before an unreadable row
-/// are delivered and deleted; that row and everything after it stay.
+/// are delivered and deleted; that row and everything after it stay. The batch is claimed (see
+/// [`Store::outbox_claim`]): another lifecycle relaying from the same PostgreSQL database does
+/// not deliver it too.
 async fn deliver(
     store: &Store,
     broker: &mut BrokerClient<berth_telemetry::Channel>,
 ) -> Result<bool, RelayError> {
-    let batch = store.outbox_batch(BATCH).await?;
-    let full = batch.len() as i64 == BATCH;
-    let mut delivered = None;
+    let claim = store.outbox_claim(BATCH).await?;
+    let full = claim.rows.len() as i64 == BATCH;
+    let mut delivered = Vec::with_capacity(claim.rows.len());
+    // Ids of the Enqueue rows in `pending`: delivered once it is flushed.
+    let mut pending_ids = Vec::new();
     let mut pending: Vec<Task> = Vec::new();
     let mut unreadable = None;
-    for (id, body) in batch {
-        let row = match outbox::Row::decode(id, &body) {
+    for (id, body) in &claim.rows {
+        let row = match outbox::Row::decode(*id, body) {
             Ok(row) => row,
             Err(e) => {
                 unreadable = Some(e);
@@ -87,12 +91,18 @@ async fn deliver(
             }
         };
         match row.op {
-            Op::Enqueue { task } => pending.push(task.into()),
+            Op::Enqueue { task } => {
+                pending.push(task.into());
+                pending_ids.push(*id);
+            }
             Op::Supersede {
                 package,
                 generation,
             } => {
+                // A failed call drops the claim unsettled: the whole batch is delivered again
+                // (the broker's Enqueue and Supersede are idempotent).
                 flush(broker, &mut pending).await?;
+                delivered.append(&mut pending_ids);
                 broker
                     .supersede(SupersedeRequest {
                         package,
@@ -103,14 +113,13 @@ async fn deliver(
                         call: "Supersede",
                         message: s.message().to_owned(),
                     })?;
+                delivered.push(*id);
             }
         }
-        delivered = Some(id);
     }
     flush(broker, &mut pending).await?;
-    if let Some(last) = delivered {
-        store.outbox_delete(last).await?;
-    }
+    delivered.append(&mut pending_ids);
+    store.outbox_settle(claim, &delivered).await?;
     match unreadable {
         Some(e) => Err(e.into()),
         None => Ok(full),
@@ -162,11 +171,10 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn an_unknown_row_stops_the_relay_and_is_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
-        let store = Store::open(&url).await.unwrap();
+    crate::test_db::on_both_backends!(an_unknown_row_stops_the_relay_and_is_kept);
+
+    async fn an_unknown_row_stops_the_relay_and_is_kept(db: crate::test_db::TestDb) {
+        let store = Store::open(&db.url()).await.unwrap();
         let key = PackageKey::from_issued("default.hello".into());
         store
             .outbox_insert_raw(r#"{"v":99,"op":"teleport","package":"default.hello"}"#)
@@ -181,7 +189,7 @@ mod tests {
             let err = deliver(&store, &mut broker).await.unwrap_err();
             assert!(matches!(err, RelayError::Unreadable(_)), "{err}");
         }
-        let kept = store.outbox_batch(BATCH).await.unwrap();
+        let kept = store.outbox_claim(BATCH).await.unwrap().rows;
         assert_eq!(kept.len(), 2, "{kept:?}");
         assert!(kept[0].1.contains("teleport"));
     }

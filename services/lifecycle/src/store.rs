@@ -1,9 +1,10 @@
 //! Package state in SQL. Every write that implies broker work (supersede, enqueue) writes the
 //! matching outbox rows in the same transaction, so state and queued work never disagree.
 
+use berth_telemetry::Dialect;
 use serde_json::Value;
-use sqlx::Row;
-use sqlx::sqlite::SqlitePool;
+use sqlx::any::AnyRow;
+use sqlx::{AnyPool, Row};
 
 use crate::model::{Condition, ConditionType, Generation, Kind, PackageId, PackageKey, Phase};
 use crate::scheduler::{self, Blocked, LoadedSpec, Node, Reason, Scheduler};
@@ -12,7 +13,10 @@ use crate::{flows, outbox};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("opening the lifecycle database {url}: {source}")]
-    Open { url: String, source: sqlx::Error },
+    Open {
+        url: String,
+        source: berth_telemetry::ConnectError,
+    },
     #[error("migrating the lifecycle database: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("lifecycle database: {0}")]
@@ -122,8 +126,26 @@ pub struct DesiredSpec {
 
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: AnyPool,
+    dialect: Dialect,
 }
+
+/// Outbox rows one relay holds until it settles them (see [`Store::outbox_claim`]).
+pub struct OutboxClaim {
+    /// The rows, oldest first, as stored (id, body).
+    pub rows: Vec<(i64, String)>,
+    /// PostgreSQL: the transaction holding the rows' locks until [`Store::outbox_settle`].
+    tx: Option<sqlx::Transaction<'static, sqlx::Any>>,
+}
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Connections to a PostgreSQL database: the relay holds one while it delivers a batch, the
+/// requests share the rest.
+const POSTGRES_CONNECTIONS: u32 = 8;
+/// SQLite serialises writers anyway; a few connections let reads overlap.
+const SQLITE_CONNECTIONS: u32 = 4;
 
 /// What an Update did, so the caller can plan the tasks.
 pub struct UpdateOutcome {
@@ -134,18 +156,34 @@ pub struct UpdateOutcome {
 }
 
 impl Store {
-    /// Opens (creating if needed) and migrates the database at `url` (`sqlite://PATH` or
-    /// `sqlite::memory:`).
+    /// Opens (creating if needed) and migrates the database at `url`: `sqlite://PATH`,
+    /// `sqlite::memory:` or `postgres://…` (see the README's "Databases").
     pub async fn open(url: &str) -> Result<Store, StoreError> {
-        // SQLite serialises writers anyway; a few connections let reads overlap.
-        let pool = berth_telemetry::connect_sqlite(url, 4)
-            .await
-            .map_err(|source| StoreError::Open {
-                url: url.to_owned(),
-                source,
-            })?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Store { pool })
+        let max = match Dialect::from_url(url) {
+            Ok(Dialect::Postgres) => POSTGRES_CONNECTIONS,
+            _ => SQLITE_CONNECTIONS,
+        };
+        let (pool, dialect) =
+            berth_telemetry::connect(url, max)
+                .await
+                .map_err(|source| StoreError::Open {
+                    url: berth_telemetry::redacted(url),
+                    source,
+                })?;
+        let migrator = match dialect {
+            Dialect::Sqlite => &SQLITE_MIGRATIONS,
+            Dialect::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        migrator.run(&pool).await?;
+        Ok(Store { pool, dialect })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        Ok(berth_telemetry::begin_write(&self.pool, self.dialect).await?)
     }
 
     /// Records a new desired spec under a new generation, with the outbox rows produced by `plan`
@@ -162,9 +200,12 @@ impl Store {
         plan: impl FnOnce(Option<&PackageRow>, &PackageKey, Generation) -> Result<Planned, E>,
     ) -> Result<Result<UpdateOutcome, E>, StoreError> {
         let key = spec.id.key();
-        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
-        let previous = fetch(&mut *tx, &key).await?;
+        let mut tx = self.begin().await?;
+        // The generation first: its upsert makes a concurrent Update of the same package (another
+        // lifecycle on the same PostgreSQL database) wait until this one commits, so the row
+        // read next is the one this Update replaces.
         let generation = next_generation(&mut tx, &key).await?;
+        let previous = fetch_for_write(&mut tx, self.dialect, &key).await?;
         let Planned {
             phase,
             outbox,
@@ -177,7 +218,7 @@ impl Store {
         let settings = spec.settings.to_string();
         sqlx::query(
             "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (key) DO UPDATE SET repository = excluded.repository, package = excluded.package,
                version = excluded.version, generation = excluded.generation, settings = excluded.settings,
                phase = excluded.phase, removing = 0, last_error = ''",
@@ -194,12 +235,12 @@ impl Store {
         .bind(phase.as_str())
         .execute(&mut *tx)
         .await?;
-        if restart && let Some(mut row) = fetch(&mut *tx, &key).await? {
+        if restart && let Some(mut row) = fetch_for_write(&mut tx, self.dialect, &key).await? {
             flows::unload(&mut row, now);
             write_row(&mut tx, &row).await?;
         }
         insert_outbox(&mut tx, &outbox).await?;
-        rescheduled(&mut tx, &key, sched, now).await?;
+        rescheduled(&mut tx, self.dialect, &key, sched, now).await?;
         tx.commit().await?;
         Ok(Ok(UpdateOutcome {
             key,
@@ -220,8 +261,8 @@ impl Store {
         now: &str,
         plan: impl FnOnce(&PackageRow, Generation) -> Result<Vec<outbox::Row>, E>,
     ) -> Result<Result<Option<Generation>, E>, StoreError> {
-        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
-        let Some(row) = fetch(&mut *tx, key).await? else {
+        let mut tx = self.begin().await?;
+        let Some(row) = fetch_for_write(&mut tx, self.dialect, key).await? else {
             return Ok(Ok(None));
         };
         let generation = next_generation(&mut tx, key).await?;
@@ -229,14 +270,14 @@ impl Store {
             Ok(outbox) => outbox,
             Err(refused) => return Ok(Err(refused)),
         };
-        sqlx::query("UPDATE packages SET generation = ?, phase = ?, removing = 1, last_error = '' WHERE key = ?")
+        sqlx::query("UPDATE packages SET generation = $1, phase = $2, removing = 1, last_error = '' WHERE key = $3")
             .bind(generation.get())
             .bind(Phase::Removing.as_str())
             .bind(key.as_str())
             .execute(&mut *tx)
             .await?;
         insert_outbox(&mut tx, &outbox).await?;
-        rescheduled(&mut tx, key, sched, now).await?;
+        rescheduled(&mut tx, self.dialect, key, sched, now).await?;
         tx.commit().await?;
         Ok(Ok(Some(generation)))
     }
@@ -252,7 +293,11 @@ impl Store {
         after: &str,
         limit: usize,
     ) -> Result<Vec<PackageRow>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM packages WHERE key > ? ORDER BY key LIMIT ?")
+        let sql = self.dialect.pick(
+            "SELECT * FROM packages WHERE key > $1 ORDER BY key LIMIT $2",
+            "SELECT * FROM packages WHERE key > $1 COLLATE \"C\" ORDER BY key COLLATE \"C\" LIMIT $2",
+        );
+        let rows = sqlx::query(sql)
             .bind(after)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
@@ -260,10 +305,13 @@ impl Store {
         rows.iter().map(decode).collect()
     }
 
+    /// Every package, in key order (bytewise on both engines).
     pub async fn list(&self) -> Result<Vec<PackageRow>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM packages ORDER BY key")
-            .fetch_all(&self.pool)
-            .await?;
+        let sql = self.dialect.pick(
+            "SELECT * FROM packages ORDER BY key",
+            "SELECT * FROM packages ORDER BY key COLLATE \"C\"",
+        );
+        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
         rows.iter().map(decode).collect()
     }
 
@@ -279,8 +327,8 @@ impl Store {
         now: &str,
         change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row>,
     ) -> Result<bool, StoreError> {
-        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
-        let Some(mut row) = fetch(&mut *tx, key).await? else {
+        let mut tx = self.begin().await?;
+        let Some(mut row) = fetch_for_write(&mut tx, self.dialect, key).await? else {
             return Ok(false);
         };
         if row.generation != generation {
@@ -298,7 +346,7 @@ impl Store {
         insert_outbox(&mut tx, &outbox).await?;
         if row.phase != phase || row.loaded != loaded {
             sched.upsert(key.clone(), row.node());
-            apply_pass(&mut tx, sched, now).await?;
+            apply_pass(&mut tx, self.dialect, sched, now).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -314,8 +362,8 @@ impl Store {
 
     /// Runs a scheduling pass (the cluster's version changed) and writes what it decided.
     pub async fn reschedule(&self, sched: &mut Scheduler, now: &str) -> Result<(), StoreError> {
-        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
-        apply_pass(&mut tx, sched, now).await?;
+        let mut tx = self.begin().await?;
+        apply_pass(&mut tx, self.dialect, sched, now).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -339,9 +387,9 @@ impl Store {
         sched: &mut Scheduler,
         now: &str,
     ) -> Result<bool, StoreError> {
-        let mut tx = berth_telemetry::begin_write(&self.pool).await?;
+        let mut tx = self.begin().await?;
         let done =
-            sqlx::query("DELETE FROM packages WHERE key = ? AND generation = ? AND removing = 1")
+            sqlx::query("DELETE FROM packages WHERE key = $1 AND generation = $2 AND removing = 1")
                 .bind(key.as_str())
                 .bind(generation.get())
                 .execute(&mut *tx)
@@ -355,42 +403,123 @@ impl Store {
             insert_outbox(&mut tx, &reruns).await?;
         }
         sched.remove(key);
-        apply_pass(&mut tx, sched, now).await?;
+        apply_pass(&mut tx, self.dialect, sched, now).await?;
         tx.commit().await?;
         Ok(true)
     }
 
-    /// The oldest undelivered outbox rows, as stored (id, body); the relay decodes them.
-    pub async fn outbox_batch(&self, limit: i64) -> Result<Vec<(i64, String)>, StoreError> {
-        let rows = sqlx::query("SELECT id, body FROM outbox ORDER BY id LIMIT ?")
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.iter().map(|r| (r.get("id"), r.get("body"))).collect())
+    /// Takes the oldest undelivered outbox rows (at most `limit`) for delivery, oldest first;
+    /// [`Store::outbox_settle`] deletes the delivered ones. Dropping the claim unsettled keeps
+    /// them all for the next claim.
+    ///
+    /// On PostgreSQL the rows stay locked (`FOR UPDATE SKIP LOCKED`) in a transaction until
+    /// they are settled, so another lifecycle relaying from the same database skips them
+    /// instead of delivering them twice; and it gets nothing at all while the oldest row is
+    /// taken (its claim would be no prefix of the outbox), so work is delivered in commit order
+    /// by one relay at a time. SQLite serves one lifecycle, whose relay is its only reader.
+    pub async fn outbox_claim(&self, limit: i64) -> Result<OutboxClaim, StoreError> {
+        let select_sqlite = "SELECT id, body FROM outbox ORDER BY id LIMIT $1";
+        let decode = |rows: Vec<AnyRow>| -> Vec<(i64, String)> {
+            rows.iter().map(|r| (r.get("id"), r.get("body"))).collect()
+        };
+        match self.dialect {
+            Dialect::Sqlite => {
+                let rows = sqlx::query(select_sqlite)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(OutboxClaim {
+                    rows: decode(rows),
+                    tx: None,
+                })
+            }
+            Dialect::Postgres => {
+                let mut tx = self.pool.begin().await?;
+                let rows = decode(
+                    sqlx::query(
+                        "SELECT id, body FROM outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                    )
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?,
+                );
+                let Some((first, _)) = rows.first() else {
+                    return Ok(OutboxClaim { rows, tx: None });
+                };
+                let oldest: i64 = sqlx::query("SELECT min(id) AS oldest FROM outbox")
+                    .fetch_one(&mut *tx)
+                    .await?
+                    .get("oldest");
+                if oldest != *first {
+                    // Another relay holds older rows: delivering these now would overtake them.
+                    return Ok(OutboxClaim {
+                        rows: Vec::new(),
+                        tx: None,
+                    });
+                }
+                Ok(OutboxClaim { rows, tx: Some(tx) })
+            }
+        }
+    }
+
+    /// Deletes the `delivered` rows of `claim` (by id: a row committed later with a smaller id
+    /// is not one of them) and releases the rest.
+    pub async fn outbox_settle(
+        &self,
+        claim: OutboxClaim,
+        delivered: &[i64],
+    ) -> Result<(), StoreError> {
+        let OutboxClaim { tx, .. } = claim;
+        let mut conn = match tx {
+            Some(tx) => Settle::Locked(tx),
+            None => Settle::Pool(self.pool.acquire().await?),
+        };
+        for chunk in delivered.chunks(OUTBOX_DELETE_CHUNK) {
+            let placeholders: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            // Only placeholders are generated; every id is bound.
+            let sql = format!(
+                "DELETE FROM outbox WHERE id IN ({})",
+                placeholders.join(", ")
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            match &mut conn {
+                Settle::Locked(tx) => query.execute(&mut **tx).await?,
+                Settle::Pool(c) => query.execute(&mut **c).await?,
+            };
+        }
+        if let Settle::Locked(tx) = conn {
+            tx.commit().await?;
+        }
+        Ok(())
     }
 
     /// Writes an outbox row body as is, for tests of rows this lifecycle would not write.
     #[cfg(test)]
     pub(crate) async fn outbox_insert_raw(&self, body: &str) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO outbox (body) VALUES (?)")
+        sqlx::query("INSERT INTO outbox (body) VALUES ($1)")
             .bind(body)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    pub async fn outbox_delete(&self, up_to: i64) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM outbox WHERE id <= ?")
-            .bind(up_to)
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 }
 
+/// Where [`Store::outbox_settle`] deletes.
+enum Settle {
+    Locked(sqlx::Transaction<'static, sqlx::Any>),
+    Pool(sqlx::pool::PoolConnection<sqlx::Any>),
+}
+
+/// Ids per DELETE of [`Store::outbox_settle`]: a relay batch fits in one.
+const OUTBOX_DELETE_CHUNK: usize = 256;
+
 /// Refreshes `key`'s node from its row as written so far, then runs a pass.
 async fn rescheduled(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    dialect: Dialect,
     key: &PackageKey,
     sched: &mut Scheduler,
     now: &str,
@@ -399,19 +528,20 @@ async fn rescheduled(
         Some(row) => sched.upsert(key.clone(), row.node()),
         None => sched.remove(key),
     }
-    apply_pass(tx, sched, now).await
+    apply_pass(tx, dialect, sched, now).await
 }
 
 /// One scheduling pass: each package whose verdict changed gets its condition, phase and (once
 /// enabled) its remaining tasks, in the pass's order. Only the packages whose verdict changed
 /// are read and written.
 async fn apply_pass(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    dialect: Dialect,
     sched: &mut Scheduler,
     now: &str,
 ) -> Result<(), StoreError> {
     for (key, verdict) in sched.pass() {
-        let Some(mut row) = fetch(&mut **tx, &key).await? else {
+        let Some(mut row) = fetch_for_write(tx, dialect, &key).await? else {
             continue;
         };
         let outbox = flows::schedule(&mut row, &verdict, now);
@@ -432,11 +562,11 @@ const GLOBAL: &str = berth_package::GLOBAL_NAME;
 /// (a package on its way there renders with the new ones anyway), enabled, not being removed.
 /// Packages that do not read them are left alone.
 async fn global_readers(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
 ) -> Result<Vec<outbox::Row>, StoreError> {
     let rows = sqlx::query(
         "SELECT key, generation FROM packages
-         WHERE reads_global = 1 AND phase = 'Running' AND removing = 0 AND enabled = 1 AND key <> ?",
+         WHERE reads_global = 1 AND phase = 'Running' AND removing = 0 AND enabled = 1 AND key <> $1",
     )
     .bind(GLOBAL)
     .fetch_all(&mut **tx)
@@ -455,7 +585,7 @@ async fn global_readers(
 
 /// Writes every column a report or the scheduler may change.
 async fn write_row(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     row: &PackageRow,
 ) -> Result<(), StoreError> {
     let schema = row.settings_schema.as_ref().map(|s| {
@@ -473,9 +603,9 @@ async fn write_row(
         None => (None, 0, "{}".to_owned(), false),
     };
     sqlx::query(
-        "UPDATE packages SET phase = ?, observed_generation = ?, conditions = ?, values_json = ?, values_patch = ?,
-           settings_schema = ?, schema_version = ?, hooks = ?, last_error = ?, enabled = ?,
-           loaded_version = ?, weight = ?, requirements = ?, reads_global = ?, settings = ? WHERE key = ?",
+        "UPDATE packages SET phase = $1, observed_generation = $2, conditions = $3, values_json = $4, values_patch = $5,
+           settings_schema = $6, schema_version = $7, hooks = $8, last_error = $9, enabled = $10,
+           loaded_version = $11, weight = $12, requirements = $13, reads_global = $14, settings = $15 WHERE key = $16",
     )
     .bind(row.phase.as_str())
     .bind(row.observed_generation.get())
@@ -499,11 +629,11 @@ async fn write_row(
 }
 
 async fn next_generation(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     key: &PackageKey,
 ) -> Result<Generation, StoreError> {
     let row = sqlx::query(
-        "INSERT INTO generations (key, generation) VALUES (?, 1)
+        "INSERT INTO generations (key, generation) VALUES ($1, 1)
          ON CONFLICT (key) DO UPDATE SET generation = generations.generation + 1
          RETURNING generation",
     )
@@ -514,11 +644,11 @@ async fn next_generation(
 }
 
 async fn insert_outbox(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     rows: &[outbox::Row],
 ) -> Result<(), StoreError> {
     for row in rows {
-        sqlx::query("INSERT INTO outbox (body) VALUES (?)")
+        sqlx::query("INSERT INTO outbox (body) VALUES ($1)")
             .bind(row.encode())
             .execute(&mut **tx)
             .await?;
@@ -528,16 +658,35 @@ async fn insert_outbox(
 
 async fn fetch<'c, E>(executor: E, key: &PackageKey) -> Result<Option<PackageRow>, StoreError>
 where
-    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
 {
-    let row = sqlx::query("SELECT * FROM packages WHERE key = ?")
+    let row = sqlx::query("SELECT * FROM packages WHERE key = $1")
         .bind(key.as_str())
         .fetch_optional(executor)
         .await?;
     row.as_ref().map(decode).transpose()
 }
 
-fn decode(r: &sqlx::sqlite::SqliteRow) -> Result<PackageRow, StoreError> {
+/// Reads `key`'s row inside a write transaction. On PostgreSQL the row stays locked until the
+/// transaction ends, so two lifecycles writing one package take turns instead of one
+/// overwriting the other's change (SQLite's `BEGIN IMMEDIATE` serialises whole transactions).
+async fn fetch_for_write(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    dialect: Dialect,
+    key: &PackageKey,
+) -> Result<Option<PackageRow>, StoreError> {
+    let sql = dialect.pick(
+        "SELECT * FROM packages WHERE key = $1",
+        "SELECT * FROM packages WHERE key = $1 FOR UPDATE",
+    );
+    let row = sqlx::query(sql)
+        .bind(key.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.as_ref().map(decode).transpose()
+}
+
+fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
     let key: String = r.get("key");
     let json = |column: &'static str| -> Result<Value, StoreError> {
         let text: String = r.get(column);
@@ -614,6 +763,7 @@ mod tests {
     use crate::outbox::Op;
     use crate::report::Change;
     use crate::scheduler::{Constraint, Dependency, Requirements};
+    use crate::test_db::TestDb;
     use crate::update::{UpdateSpec, plan};
 
     fn spec(name: &str) -> UpdateSpec {
@@ -695,10 +845,10 @@ mod tests {
 
     /// The task kinds queued in the outbox for `key`, in order, and empties the outbox.
     async fn queued(store: &Store) -> Vec<String> {
-        let rows = store.outbox_batch(1000).await.unwrap();
-        if let Some((last, _)) = rows.last() {
-            store.outbox_delete(*last).await.unwrap();
-        }
+        let claim = store.outbox_claim(1000).await.unwrap();
+        let rows = claim.rows.clone();
+        let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+        store.outbox_settle(claim, &ids).await.unwrap();
         rows.iter()
             .filter_map(|(_, body)| match outbox::Row::decode(0, body).unwrap().op {
                 Op::Enqueue { task } => Some(format!("{} {}", task.package, task.kind)),
@@ -721,10 +871,8 @@ mod tests {
     /// A change of the `global` package's values re-runs the Running packages whose charts
     /// read them (in the report's transaction), not the others; which packages read them
     /// survives a restart; a report that leaves the global values as they are re-runs nothing.
-    #[tokio::test]
-    async fn a_change_of_the_global_values_reruns_their_readers() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+    async fn a_change_of_the_global_values_reruns_their_readers(db: TestDb) {
+        let url = db.url();
         let store = Store::open(&url).await.unwrap();
         let platform = semver::Version::new(0, 1, 0);
         let mut sched = store.scheduler(platform.clone()).await.unwrap();
@@ -793,13 +941,20 @@ mod tests {
         );
     }
 
+    crate::test_db::on_both_backends!(
+        the_scheduler_enables_packages_as_their_requirements_come_to_hold,
+        settling_deletes_only_the_delivered_rows,
+        a_second_relay_takes_nothing_while_the_first_holds_the_oldest_rows,
+        concurrent_updates_of_one_package_from_two_stores_get_distinct_generations,
+        packages_are_listed_in_byte_order_of_their_keys,
+        a_change_of_the_global_values_reruns_their_readers,
+    );
+
     /// Loaded packages wait for their requirements, the cluster's version and a dependency
     /// reaching Running each enable what waited on them (tasks in the same transaction), and
     /// what the scheduler decided survives a restart.
-    #[tokio::test]
-    async fn the_scheduler_enables_packages_as_their_requirements_come_to_hold() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
+    async fn the_scheduler_enables_packages_as_their_requirements_come_to_hold(db: TestDb) {
+        let url = db.url();
         let store = Store::open(&url).await.unwrap();
         let platform = semver::Version::new(0, 1, 0);
         let mut sched = store.scheduler(platform.clone()).await.unwrap();
@@ -900,5 +1055,148 @@ mod tests {
         let key = PackageKey::from_issued("default.web".into());
         let row = store.get(&key).await.unwrap().unwrap();
         assert!(!row.enabled && row.loaded.is_none());
+    }
+
+    /// A relay deletes what it delivered and nothing else: a row written while it delivered
+    /// stays for the next batch.
+    async fn settling_deletes_only_the_delivered_rows(db: TestDb) {
+        let store = Store::open(&db.url()).await.unwrap();
+        let mut sched = store
+            .scheduler(semver::Version::new(0, 1, 0))
+            .await
+            .unwrap();
+        install(&store, &mut sched, "a").await;
+        let claim = store.outbox_claim(100).await.unwrap();
+        let ids: Vec<i64> = claim.rows.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids.len(), 3, "Supersede, Download and Load");
+        // Neither a SQLite claim (no lock) nor a PostgreSQL one (row locks) stops new rows.
+        install(&store, &mut sched, "b").await;
+        store.outbox_settle(claim, &ids[..2]).await.unwrap();
+        assert_eq!(
+            queued(&store).await,
+            ["default.a Load", "default.b Download", "default.b Load"],
+            "the undelivered row of the batch and the new rows stay, in order"
+        );
+    }
+
+    /// Two lifecycles on one PostgreSQL database never deliver the same outbox rows, nor
+    /// deliver out of order: while one relay holds the oldest rows the other gets nothing, and
+    /// once they are settled it gets the rest. (SQLite serves one lifecycle: its claims do not
+    /// lock, and a second claim sees the same rows.)
+    async fn a_second_relay_takes_nothing_while_the_first_holds_the_oldest_rows(db: TestDb) {
+        let first = Store::open(&db.url()).await.unwrap();
+        let second = Store::open(&db.url()).await.unwrap();
+        let mut sched = first
+            .scheduler(semver::Version::new(0, 1, 0))
+            .await
+            .unwrap();
+        for name in ["a", "b"] {
+            install(&first, &mut sched, name).await;
+        }
+        // Each install wrote Supersede, Download and Load.
+        let held = first.outbox_claim(3).await.unwrap();
+        assert_eq!(held.rows.len(), 3);
+        let other = second.outbox_claim(100).await.unwrap();
+        match first.dialect() {
+            Dialect::Postgres => assert!(
+                other.rows.is_empty(),
+                "the second relay would overtake the first: {:?}",
+                other.rows
+            ),
+            Dialect::Sqlite => assert_eq!(other.rows.len(), 6),
+        }
+        drop(other);
+        let ids: Vec<i64> = held.rows.iter().map(|(id, _)| *id).collect();
+        first.outbox_settle(held, &ids).await.unwrap();
+        let rest = second.outbox_claim(100).await.unwrap();
+        let kinds: Vec<&str> = rest.rows.iter().map(|(_, body)| body.as_str()).collect();
+        assert_eq!(kinds.len(), 3, "{kinds:?}");
+        assert!(kinds.iter().all(|b| b.contains("default.b")), "{kinds:?}");
+    }
+
+    /// Two stores (two lifecycles) updating one package at once: each Update gets its own
+    /// generation, and the stored row is the one of the newest.
+    async fn concurrent_updates_of_one_package_from_two_stores_get_distinct_generations(
+        db: TestDb,
+    ) {
+        let platform = semver::Version::new(0, 1, 0);
+        let one = Store::open(&db.url()).await.unwrap();
+        let two = Store::open(&db.url()).await.unwrap();
+        let (mut s1, mut s2) = (
+            one.scheduler(platform.clone()).await.unwrap(),
+            two.scheduler(platform).await.unwrap(),
+        );
+        let mut generations = Vec::new();
+        for round in 0..5 {
+            let (a, b) = tokio::join!(
+                set(
+                    &one,
+                    &mut s1,
+                    serde_json::json!({"store": 1, "round": round})
+                ),
+                set(
+                    &two,
+                    &mut s2,
+                    serde_json::json!({"store": 2, "round": round})
+                )
+            );
+            generations.extend([a, b]);
+        }
+        let mut sorted: Vec<i64> = generations.iter().map(|(g, _)| *g).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, (1..=10).collect::<Vec<i64>>(), "{generations:?}");
+        let key = PackageKey::from_issued("default.web".into());
+        let row = one.get(&key).await.unwrap().unwrap();
+        assert_eq!(row.generation.get(), 10);
+        let newest = generations.iter().find(|(g, _)| *g == 10).unwrap();
+        assert_eq!(
+            row.settings, newest.1,
+            "the newest Update's settings are stored"
+        );
+    }
+
+    /// Updates package `web` to `settings`: its generation and the settings.
+    async fn set(
+        store: &Store,
+        sched: &mut Scheduler,
+        settings: serde_json::Value,
+    ) -> (i64, serde_json::Value) {
+        let mut spec = spec("web");
+        spec.settings = settings.clone();
+        let outcome = store
+            .update(spec.desired(), sched, "t", |prev, key, g| {
+                plan(&spec, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap();
+        (outcome.generation.get(), settings)
+    }
+
+    /// Keys are listed bytewise on both engines, so pages of List mean the same on both.
+    async fn packages_are_listed_in_byte_order_of_their_keys(db: TestDb) {
+        let store = Store::open(&db.url()).await.unwrap();
+        let mut sched = store
+            .scheduler(semver::Version::new(0, 1, 0))
+            .await
+            .unwrap();
+        for name in ["b-x", "bx", "a", "b"] {
+            install(&store, &mut sched, name).await;
+        }
+        let keys = |rows: Vec<PackageRow>| -> Vec<String> {
+            rows.into_iter()
+                .map(|r| r.key.as_str().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            keys(store.list().await.unwrap()),
+            ["default.a", "default.b", "default.b-x", "default.bx"]
+        );
+        assert_eq!(
+            keys(store.list_after("default.b", 2).await.unwrap()),
+            ["default.b-x", "default.bx"]
+        );
     }
 }
