@@ -73,3 +73,43 @@ pub async fn scrape_metrics(addr: &str) -> anyhow::Result<String> {
     );
     Ok(response)
 }
+
+/// A loopback address where connections are refused for as long as this lives: its port is
+/// bound (so no other process of the test run can take it) but not listening. Closing a
+/// listener to get a "free" port instead races with every other test binding ports.
+pub struct RefusedPort {
+    _socket: socket2::Socket,
+    addr: std::net::SocketAddr,
+}
+
+impl RefusedPort {
+    pub fn new() -> RefusedPort {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let socket =
+            Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("a TCP socket");
+        // No SO_REUSEADDR: on Linux a second bind then fails even for a socket that sets it.
+        socket
+            .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .expect("bind 127.0.0.1:0");
+        let addr = socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .expect("a bound IPv4 address");
+        RefusedPort {
+            _socket: socket,
+            addr,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Default for RefusedPort {
+    fn default() -> Self {
+        RefusedPort::new()
+    }
+}

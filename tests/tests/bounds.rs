@@ -172,12 +172,6 @@ async fn jq_bombs(up: &AllInOne) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A port nobody listens on: bind one, note it, close it.
-fn dead_endpoint() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    format!("http://{}", l.local_addr().expect("addr"))
-}
-
 fn big_settings(bytes: usize) -> prost_types::Struct {
     berth_proto::json::to_struct(&json!({"blob": "x".repeat(bytes)}))
 }
@@ -194,7 +188,8 @@ async fn big_packages_are_paged_and_oversized_fields_refused() -> anyhow::Result
     berth_telemetry::tls::generate(&certs, &[])?;
     let tls = |role| berth_tests::process::tls_args(&certs, role);
     // No broker: the packages stay Pending, which is all List and Dump need.
-    let broker = dead_endpoint();
+    let dead = berth_tests::RefusedPort::new();
+    let broker = dead.endpoint();
     let lifecycle_tls = tls(berth_telemetry::Role::Lifecycle);
     let repositories = berth_tests::process::repositories_file(dir.path(), "")?
         .display()

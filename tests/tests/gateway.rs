@@ -8,22 +8,17 @@ use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
-/// A port nobody listens on: bind one, note it, close it.
-fn dead_endpoint() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    format!("http://{}", l.local_addr().unwrap())
-}
-
 #[tokio::test]
 async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() -> anyhow::Result<()>
 {
+    let lifecycle = berth_tests::RefusedPort::new();
     let gateway = Proc::start(
         "berth-gateway",
         &[
             "--listen",
             "127.0.0.1:0",
             "--lifecycle",
-            &dead_endpoint(),
+            &lifecycle.endpoint(),
             "--insecure-plaintext",
         ],
         "listening on ",
@@ -85,6 +80,7 @@ async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() ->
 /// fails, instead of printing an empty table that reads as "nothing queued".
 #[tokio::test]
 async fn queues_with_the_broker_down_is_an_error_not_an_empty_list() -> anyhow::Result<()> {
+    let broker = berth_tests::RefusedPort::new();
     let dir = tempfile::tempdir()?;
     let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
     let lifecycle = Proc::start(
@@ -95,7 +91,7 @@ async fn queues_with_the_broker_down_is_an_error_not_an_empty_list() -> anyhow::
             "--database",
             &database,
             "--broker",
-            &dead_endpoint(),
+            &broker.endpoint(),
             "--insecure-plaintext",
         ],
         "listening on ",
