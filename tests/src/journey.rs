@@ -34,33 +34,52 @@ fn settings(v: Value) -> Option<prost_types::Struct> {
     Some(berth_proto::json::to_struct(&v))
 }
 
-/// Follows Watch until `generation` is Running; fails on a reported task error.
-pub async fn wait_running(
+/// Follows Watch on `r` for at most `deadline` until `step` answers `Ok(true)` for a package
+/// update, and returns that update; `step` fails the wait by answering an error (a task error
+/// the caller did not expect, a phase it must not reach). The error of a wait that ends
+/// without names `what` and the last update seen.
+pub async fn follow(
     client: &mut Client,
     r: &PackageRef,
-    generation: i64,
+    deadline: Duration,
+    what: &str,
+    mut step: impl FnMut(&v1::Package) -> anyhow::Result<bool>,
 ) -> anyhow::Result<v1::Package> {
-    let follow = async {
+    let watch = async {
         let mut stream = client
             .watch(v1::WatchRequest {
                 r#ref: Some(r.clone()),
             })
             .await?
             .into_inner();
+        let mut last = None;
         while let Some(p) = stream.next().await {
             let p = p?;
-            if !p.last_error.is_empty() {
-                bail!("package failed: {}", p.last_error);
-            }
-            if p.phase == "Running" && p.observed_generation >= generation {
+            if step(&p)? {
                 return Ok(p);
             }
+            last = Some(p);
         }
-        bail!("watch ended before the package was Running")
+        bail!("watch ended; last seen: {last:?}")
     };
-    tokio::time::timeout(CONVERGE_DEADLINE, follow)
+    tokio::time::timeout(deadline, watch)
         .await
-        .context("package did not become Running in time")?
+        .with_context(|| format!("{}: {what}: not within {deadline:?}", r.name))?
+}
+
+/// Follows Watch until `generation` is Running; fails on a reported task error.
+pub async fn wait_running(
+    client: &mut Client,
+    r: &PackageRef,
+    generation: i64,
+) -> anyhow::Result<v1::Package> {
+    follow(client, r, CONVERGE_DEADLINE, "Running", |p| {
+        if !p.last_error.is_empty() {
+            bail!("package failed: {}", p.last_error);
+        }
+        Ok(p.phase == "Running" && p.observed_generation >= generation)
+    })
+    .await
 }
 
 /// The package's `seen` values, as the test fixtures' hooks record them (a list of strings under

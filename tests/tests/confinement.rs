@@ -5,13 +5,12 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{bail, ensure};
 use berth_proto::hookevent::hook_events_client::HookEventsClient;
 use berth_proto::release::releases_client::ReleasesClient;
 use berth_proto::{hookevent, release, v1};
 use berth_telemetry::Role;
 use berth_tests::{SplitTopology, TestCluster, TestNamespace, journey};
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Api;
@@ -50,27 +49,13 @@ async fn wait_failed(
     r: &v1::PackageRef,
     generation: i64,
 ) -> anyhow::Result<v1::Package> {
-    let follow = async {
-        let mut stream = client
-            .watch(v1::WatchRequest {
-                r#ref: Some(r.clone()),
-            })
-            .await?
-            .into_inner();
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            if p.phase == "Failed" && p.generation == generation {
-                return Ok(p);
-            }
-            if p.phase == "Running" {
-                bail!("the package is Running: it was not refused");
-            }
+    journey::follow(client, r, DEADLINE, "the generation to fail", |p| {
+        if p.phase == "Running" {
+            bail!("the package is Running: it was not refused");
         }
-        bail!("watch ended before the package failed")
-    };
-    tokio::time::timeout(DEADLINE, follow)
-        .await
-        .context("the package did not fail in time")?
+        Ok(p.phase == "Failed" && p.generation == generation)
+    })
+    .await
 }
 
 async fn with_topology<F, Fut>(journey: F) -> anyhow::Result<()>

@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use berth_proto::v1;
 use berth_tests::{SplitTopology, TestCluster, TestNamespace, journey};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::PostParams;
@@ -83,26 +82,7 @@ async fn wait_package(
     what: &str,
     done: impl Fn(&v1::Package) -> bool,
 ) -> anyhow::Result<v1::Package> {
-    let follow = async {
-        let mut stream = client
-            .watch(v1::WatchRequest {
-                r#ref: Some(r.clone()),
-            })
-            .await?
-            .into_inner();
-        let mut last = String::new();
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            if done(&p) {
-                return Ok(p);
-            }
-            last = format!("{p:?}");
-        }
-        bail!("watch ended; last seen: {last}")
-    };
-    tokio::time::timeout(REACT_DEADLINE, follow)
-        .await
-        .with_context(|| format!("waiting for {what}"))?
+    journey::follow(client, r, REACT_DEADLINE, what, |p| Ok(done(p))).await
 }
 
 /// Polls the ConfigMap `name` in `ns` until `check` holds on its data (bounded).

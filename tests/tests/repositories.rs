@@ -6,11 +6,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
+use anyhow::ensure;
 use berth_proto::v1;
 use berth_tests::registry::Registry;
 use berth_tests::{AllInOne, SplitTopology, TestCluster, TestNamespace, journey};
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::json;
@@ -55,25 +54,11 @@ async fn wait_failed(
     r: &v1::PackageRef,
     generation: i64,
 ) -> anyhow::Result<v1::Package> {
-    let follow = async {
-        let mut stream = client
-            .watch(v1::WatchRequest {
-                r#ref: Some(r.clone()),
-            })
-            .await?
-            .into_inner();
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            ensure!(p.phase != "Running", "the package is Running: {p:?}");
-            if p.phase == "Failed" && p.generation == generation {
-                return Ok(p);
-            }
-        }
-        anyhow::bail!("watch ended before the package failed")
-    };
-    tokio::time::timeout(DEADLINE, follow)
-        .await
-        .context("the package did not fail in time")?
+    journey::follow(client, r, DEADLINE, "the generation to fail", |p| {
+        ensure!(p.phase != "Running", "the package is Running: {p:?}");
+        Ok(p.phase == "Failed" && p.generation == generation)
+    })
+    .await
 }
 
 /// Follows the package until its generation `generation` reports an error (retried or not).
@@ -82,24 +67,10 @@ async fn wait_errored(
     r: &v1::PackageRef,
     generation: i64,
 ) -> anyhow::Result<v1::Package> {
-    let follow = async {
-        let mut stream = client
-            .watch(v1::WatchRequest {
-                r#ref: Some(r.clone()),
-            })
-            .await?
-            .into_inner();
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            if p.generation == generation && !p.last_error.is_empty() {
-                return Ok(p);
-            }
-        }
-        anyhow::bail!("watch ended before the package reported an error")
-    };
-    tokio::time::timeout(DEADLINE, follow)
-        .await
-        .context("the package reported no error in time")?
+    journey::follow(client, r, DEADLINE, "an error to be reported", |p| {
+        Ok(p.generation == generation && !p.last_error.is_empty())
+    })
+    .await
 }
 
 /// An absolute path, a `..` escape and an unknown name are refused with InvalidArgument naming

@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use berth_proto::v1;
 use berth_tests::{SplitTopology, TestCluster, TestNamespace, journey};
-use futures::StreamExt;
 use serde_json::Value;
 
 /// Longest a package may take to reach the state a test waits for.
@@ -61,29 +60,13 @@ async fn wait_package(
     what: &str,
     done: impl Fn(&v1::Package) -> bool,
 ) -> anyhow::Result<v1::Package> {
-    let follow = async {
-        let mut stream = client
-            .watch(v1::WatchRequest {
-                r#ref: Some(r.clone()),
-            })
-            .await?
-            .into_inner();
-        let mut last = None;
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            if !p.last_error.is_empty() {
-                bail!("{}: package failed: {}", r.name, p.last_error);
-            }
-            if done(&p) {
-                return Ok(p);
-            }
-            last = Some((p.phase.clone(), requirements_met(&p)));
+    journey::follow(client, r, DEADLINE, what, |p| {
+        if !p.last_error.is_empty() {
+            bail!("{}: package failed: {}", r.name, p.last_error);
         }
-        bail!("watch ended; last seen {last:?}")
-    };
-    tokio::time::timeout(DEADLINE, follow)
-        .await
-        .with_context(|| format!("{}: {what}: not within {DEADLINE:?}", r.name))?
+        Ok(done(p))
+    })
+    .await
 }
 
 /// Follows the package until the scheduler says it waits for `reason`; returns the message.
