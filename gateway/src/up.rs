@@ -39,7 +39,8 @@ pub struct UpConfig {
     pub hook_metrics_listen: Option<SocketAddr>,
     /// Directory for hook runs' temporary files; `None` = the system temp directory.
     pub hook_tmp_dir: Option<PathBuf>,
-    /// Run hooks as this user (`berth_hooks::HookUser::parse`); needs root.
+    /// Run hooks as this user (`berth_hooks::HookUser::choose`: as root, nobody unless this
+    /// names another user; `root` keeps them root).
     pub hook_user: Option<String>,
     /// The repositories an Update may name, handed to lifecycle (which checks Updates against
     /// them) and the worker (which fetches from them).
@@ -106,24 +107,78 @@ fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
-/// Makes this process's hooks run as `user` (a name, UID or UID:GID), and lets that user reach
-/// the package cache: the data directory becomes searchable by others (0711, not listable) and
-/// the cache readable (0755; package files are berth's, 0644/0755). Everything else directly
-/// in the data directory stays the owner's: directories 0700, files 0600 (the databases are
-/// made so before they are opened).
-fn hooks_as(user: &str, data: &Path) -> Result<(), UpError> {
+/// Where hooks find the package cache, and what keeps a temporary one alive.
+struct HookCache {
+    dir: PathBuf,
+    /// A cache outside the data directory, removed when `berth up` ends.
+    _temporary: Option<tempfile::TempDir>,
+}
+
+/// Chooses the user hooks run as (`spec`, from `--hook-user`: as root, nobody unless it names
+/// another user; `root` opts out) and where the package cache is, so that user reaches it.
+///
+/// With a hook user the data directory becomes searchable by others (0711, not listable) and
+/// the cache readable (0755; package files are berth's, 0644/0755); everything else directly in
+/// it stays the owner's: directories 0700, files 0600 (the databases are made so before they
+/// are opened). When the data directory's own parents are not searchable by the hook user
+/// (`./.berth` in a checkout under `/root`), the cache is a fresh directory in the system temp
+/// directory instead (random name, created by berth, removed at the end), so `berth up` works
+/// from anywhere. A `--hook-tmp-dir` the hook user cannot reach refuses the start.
+fn hook_cache(
+    spec: Option<&str>,
+    data: &Path,
+    hook_tmp_dir: Option<&Path>,
+) -> Result<HookCache, UpError> {
     use std::os::unix::fs::PermissionsExt;
-    berth_hooks::HookUser::parse(user)
-        .and_then(berth_hooks::run_hooks_as)
-        .map_err(UpError::HookUser)?;
+    let user = berth_hooks::HookUser::choose_for_self(spec).map_err(UpError::HookUser)?;
+    let cache = data.join("packages");
     let io = |path: &Path| {
         let path = path.display().to_string();
         move |source| UpError::DataDir { path, source }
     };
-    std::fs::set_permissions(data, std::fs::Permissions::from_mode(0o711)).map_err(io(data))?;
-    let cache = data.join("packages");
-    std::fs::create_dir_all(&cache).map_err(io(&cache))?;
-    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).map_err(io(&cache))?;
+    let Some(user) = user else {
+        return Ok(HookCache {
+            dir: cache,
+            _temporary: None,
+        });
+    };
+    let tmp = hook_tmp_dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    user.check_reachable(&tmp)
+        .map_err(|e| UpError::HookUser(format!("--hook-tmp-dir: {e}")))?;
+    let parent = data.parent().unwrap_or(Path::new("/"));
+    let hooks = match user.check_reachable(parent) {
+        Ok(()) => {
+            std::fs::set_permissions(data, std::fs::Permissions::from_mode(0o711))
+                .map_err(io(data))?;
+            std::fs::create_dir_all(&cache).map_err(io(&cache))?;
+            std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755))
+                .map_err(io(&cache))?;
+            HookCache {
+                dir: cache.clone(),
+                _temporary: None,
+            }
+        }
+        Err(reason) => {
+            let temporary = tempfile::Builder::new()
+                .prefix("berth-packages-")
+                .rand_bytes(12)
+                .tempdir()
+                .map_err(io(&std::env::temp_dir()))?;
+            std::fs::set_permissions(temporary.path(), std::fs::Permissions::from_mode(0o711))
+                .map_err(io(temporary.path()))?;
+            user.check_reachable(temporary.path())
+                .map_err(UpError::HookUser)?;
+            tracing::warn!(
+                cache = %temporary.path().display(),
+                %reason,
+                "the package cache is in the temp directory for this run: the hook user cannot reach the data directory"
+            );
+            HookCache {
+                dir: temporary.path().to_path_buf(),
+                _temporary: Some(temporary),
+            }
+        }
+    };
     for entry in std::fs::read_dir(data).map_err(io(data))? {
         let entry = entry.map_err(io(data))?;
         let path = entry.path();
@@ -141,7 +196,9 @@ fn hooks_as(user: &str, data: &Path) -> Result<(), UpError> {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
             .map_err(io(&path))?;
     }
-    Ok(())
+    berth_hooks::run_hooks_as(user).map_err(UpError::HookUser)?;
+    tracing::info!(uid = user.uid, gid = user.gid, cache = %hooks.dir.display(), "hooks run as an unprivileged user");
+    Ok(hooks)
 }
 
 fn sqlite(dir: &Path, name: &str) -> String {
@@ -165,9 +222,17 @@ pub async fn run(
         path: data.display().to_string(),
         source,
     })?;
-    if let Some(user) = &config.hook_user {
-        hooks_as(user, &data)?;
+    if let Some(dir) = &config.hook_tmp_dir {
+        std::fs::create_dir_all(dir).map_err(|source| UpError::DataDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
     }
+    let hooks = hook_cache(
+        config.hook_user.as_deref(),
+        &data,
+        config.hook_tmp_dir.as_deref(),
+    )?;
     for db in ["queue.db", "lifecycle.db", "hookevent.db"] {
         // SQLite creates a database's -wal and -shm files with the database file's mode.
         let path = data.join(db);
@@ -178,13 +243,6 @@ pub async fn run(
             }
         })?;
     }
-    if let Some(dir) = &config.hook_tmp_dir {
-        std::fs::create_dir_all(dir).map_err(|source| UpError::DataDir {
-            path: dir.display().to_string(),
-            source,
-        })?;
-    }
-
     // Every service's identity (mutual TLS between them): a CA and a certificate per role,
     // generated once and kept, 0600.
     let tls_dir = data.join("tls");
@@ -351,7 +409,7 @@ pub async fn run(
         lifecycle_endpoint: lifecycle.clone(),
         release_endpoint: release,
         hookevent_endpoint: hookevent,
-        cache_dir: data.join("packages"),
+        cache_dir: hooks.dir.clone(),
         repositories,
         hook_timeout: config.hook_timeout,
         ready_timeout: config.ready_timeout,

@@ -58,6 +58,15 @@ pub fn temp_repo() -> (tempfile::TempDir, String) {
     (dir, name)
 }
 
+/// A fresh directory hooks may write into (a test's side channel: pid files, gates). Hooks
+/// run as nobody when the tests run as root (berth's default), so it is writable by all.
+pub fn hook_writable_dir() -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::Builder::new().prefix("hook-side-").tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))?;
+    Ok(dir)
+}
+
 /// `GET /metrics` from `addr` over plain HTTP/1.0 (one request needs no HTTP client crate).
 pub async fn scrape_metrics(addr: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

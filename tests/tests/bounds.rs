@@ -395,26 +395,34 @@ async fn big_values(up: &AllInOne) -> anyhow::Result<()> {
     journey::wait_gone(&mut client, &r).await
 }
 
-/// `berth up --hook-user`: hooks run as that user (here `nobody`), reach their package in the
-/// cache, and cannot read the services' keys or databases, nor list the data directory. As
-/// root without the flag, the same hook reads all of them. Needs root (to switch users).
+/// `berth up` as root runs hooks as nobody without being told: they reach their package in
+/// the cache, and cannot read the services' keys or databases, nor list the data directory.
+/// `--hook-user root` is the explicit opt-out: the same hook then reads all of them. Needs
+/// root (to switch users).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn berth_up_runs_hooks_as_the_hook_user_away_from_its_secrets() -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+async fn berth_up_as_root_runs_hooks_as_nobody_away_from_its_secrets() -> anyhow::Result<()> {
     if !nix::unistd::geteuid().is_root() {
         println!("skipped: running hooks as another user needs root");
         return Ok(());
     }
+    let nobody = snoop_as(&[]).await?;
+    anyhow::ensure!(
+        nobody == "uid=65534 found=yes key=no db=no list=no",
+        "the default hook user's view of berth's data directory: {nobody}"
+    );
+    let root = snoop_as(&["--hook-user", "root"]).await?;
+    anyhow::ensure!(
+        root == "uid=0 found=yes key=yes db=yes list=yes",
+        "--hook-user root: {root}"
+    );
+    Ok(())
+}
+
+/// What the snoop hook saw, run by a fresh `berth up` started with `args`.
+async fn snoop_as(args: &[&str]) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
-    // The hook user must be able to reach the data directory: its parent is searchable.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
     let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
-    let up = AllInOne::start_with(
-        &dir.path().join("data"),
-        real.as_deref(),
-        &["--hook-user", "65534:65534"],
-    )
-    .await?;
+    let up = AllInOne::start_with(&dir.path().join("data"), real.as_deref(), args).await?;
     let result = async {
         let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
         let ns = TestNamespace::create(&kube, "bounds").await?;
@@ -427,14 +435,131 @@ async fn berth_up_runs_hooks_as_the_hook_user_away_from_its_secrets() -> anyhow:
             .as_ref()
             .map(berth_proto::json::from_struct)
             .unwrap_or(Value::Null);
-        anyhow::ensure!(
-            values["probe"] == json!("uid=65534 found=yes key=no db=no list=no"),
-            "the hook's view of berth's data directory: {}",
-            values["probe"]
-        );
-        anyhow::Ok(())
+        values["probe"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("no probe in {values}"))
     }
     .await;
     up.proc.stop().await;
     result
+}
+
+/// A data directory the hook user cannot reach (its parent is 0700, like a checkout under
+/// `/root`): `berth up` keeps it the owner's and puts the package cache in a fresh directory
+/// of the temp directory instead, so hooks still run, as nobody, and that directory is gone
+/// when berth stops. Needs root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn berth_up_under_a_private_directory_still_runs_hooks_as_nobody() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: running hooks as another user needs root");
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+    let data = dir.path().join("data");
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let up = AllInOne::start(&data, real.as_deref()).await?;
+    let result = async {
+        let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+        let ns = TestNamespace::create(&kube, "bounds").await?;
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let r = app("snoop", &ns);
+        let generation = install(&mut client, &r).await?;
+        let p = journey::wait_running(&mut client, &r, generation).await?;
+        let values = p
+            .values
+            .as_ref()
+            .map(berth_proto::json::from_struct)
+            .unwrap_or(Value::Null);
+        // The hook ran from the temporary cache: berth's data directory is not above it (and
+        // the probe's "list" is of `/`).
+        anyhow::ensure!(
+            values["probe"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("uid=65534 found=no key=no db=no ")),
+            "the hook's view: {}",
+            values["probe"]
+        );
+        let mode = std::fs::metadata(&data)?.permissions().mode() & 0o777;
+        anyhow::ensure!(mode == 0o700, "the data directory stays private: {mode:o}");
+        // `<cache>/<key>/<repository>/<version>/hooks/snoop.sh`
+        let hook = std::path::PathBuf::from(values["hookPath"].as_str().unwrap_or_default());
+        let cache = hook
+            .ancestors()
+            .nth(5)
+            .with_context(|| format!("a cache above {}", hook.display()))?
+            .to_path_buf();
+        let name = cache.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        anyhow::ensure!(
+            cache.parent() == Some(std::env::temp_dir().as_path())
+                && name.starts_with("berth-packages-"),
+            "the package cache is a fresh directory of the temp directory: {}",
+            cache.display()
+        );
+        anyhow::Ok(cache)
+    }
+    .await;
+    up.proc.stop().await;
+    let cache = result?;
+    anyhow::ensure!(
+        !cache.exists(),
+        "the temporary package cache {} outlived berth up",
+        cache.display()
+    );
+    Ok(())
+}
+
+/// A worker running as root whose package cache hooks could not reach (a parent directory is
+/// 0700) refuses to start, naming the directory and the ways out, instead of failing every
+/// hook later. Needs root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_cache_hooks_cannot_reach_refuses_to_start() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: running hooks as another user needs root");
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let private = dir.path().join("private");
+    std::fs::create_dir(&private)?;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700))?;
+    let cache = private.join("cache").display().to_string();
+    let certs = dir.path().join("certs");
+    berth_telemetry::tls::generate(&certs, &[])?;
+    let dead = berth_tests::RefusedPort::new();
+    let endpoint = dead.endpoint();
+    let mut args = vec!["work".to_owned(), "--cache-dir".into(), cache.clone()];
+    for flag in ["--broker", "--lifecycle", "--release", "--hookevent"] {
+        args.extend([flag.to_owned(), endpoint.clone()]);
+    }
+    args.extend(berth_tests::process::tls_args(
+        &certs,
+        berth_telemetry::Role::Worker,
+    ));
+    let run = tokio::process::Command::new(berth_tests::binary("berth-queue"))
+        .args(&args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .context("the worker started instead of refusing")??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    anyhow::ensure!(!out.status.success(), "the worker started: {stderr}");
+    let named = format!(
+        "{} (mode 0700, owner 0:0) is not searchable",
+        private.display()
+    );
+    anyhow::ensure!(
+        stderr.contains("--cache-dir")
+            && stderr.contains(&named)
+            && stderr.contains("--hook-user root"),
+        "the refusal names the flag, the directory and the ways out: {stderr}"
+    );
+    anyhow::ensure!(
+        std::path::Path::new(&cache).read_dir()?.next().is_none(),
+        "nothing was fetched"
+    );
+    Ok(())
 }

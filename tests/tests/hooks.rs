@@ -486,7 +486,7 @@ async fn wait_pids(path: &std::path::Path, n: usize) -> anyhow::Result<Vec<i32>>
 async fn hung_hook_is_killed_at_its_timeout() -> anyhow::Result<()> {
     with_topology(&["--hook-timeout", "2"], |endpoint, kube| async move {
         let ns = namespace(&kube).await?;
-        let pids = tempfile::tempdir()?;
+        let pids = berth_tests::hook_writable_dir()?;
         let pid_file = pids.path().join("pids");
         let mut client = journey::connect(&endpoint).await?;
         let r = app("sleeper", &ns);
@@ -518,7 +518,7 @@ async fn hung_hook_is_killed_at_its_timeout() -> anyhow::Result<()> {
 async fn update_cancels_a_running_hook_within_one_second() -> anyhow::Result<()> {
     with_topology(&[], |endpoint, kube| async move {
         let ns = namespace(&kube).await?;
-        let pids = tempfile::tempdir()?;
+        let pids = berth_tests::hook_writable_dir()?;
         let pid_file = pids.path().join("pids");
         let mut client = journey::connect(&endpoint).await?;
         let r = app("sleeper", &ns);

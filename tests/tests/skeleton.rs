@@ -26,9 +26,12 @@ async fn all_in_one_journey() -> anyhow::Result<()> {
         use std::os::unix::fs::PermissionsExt as _;
         let mode =
             |p: &std::path::Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777);
+        // Searchable (0711) when hooks run as another user (berth as root), so they reach
+        // the package cache; never listable or writable by others.
+        let data = mode(&dir.path().join("data"))?;
         anyhow::ensure!(
-            mode(&dir.path().join("data"))? == 0o700,
-            "data dir readable by others"
+            data == 0o700 || data == 0o711,
+            "data dir readable by others: {data:o}"
         );
         // The CA and every service's key: the owner's only.
         anyhow::ensure!(mode(&dir.path().join("data/tls"))? == 0o700, "tls dir");
@@ -275,7 +278,8 @@ async fn a_task_running_at_sigterm_is_not_run_again_after_restart() -> anyhow::R
     let data = dir.path().join("data");
     let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
     let namespace = berth_tests::TestNamespace::to_be_created("stop");
-    let pids = dir.path().join("pids");
+    let side = berth_tests::hook_writable_dir()?;
+    let pids = side.path().join("pids");
     let r = v1::PackageRef {
         kind: v1::PackageKind::App as i32,
         name: "sleeper".into(),

@@ -84,10 +84,12 @@ pub enum Command {
         /// it on a tmpfs: creating those files on a disk is most of a hook's start time.
         #[arg(long, env = "BERTH_HOOK_TMP_DIR")]
         hook_tmp_dir: Option<PathBuf>,
-        /// Run hooks as this user (a name, UID or UID:GID) without supplementary groups; needs
-        /// berth to run as root. The data directory then becomes searchable by others (0711)
-        /// so hooks reach the package cache; everything else in it stays the owner's (0700
-        /// directories, 0600 files).
+        /// Run hooks as this user (a name, UID or UID:GID) without supplementary groups. As
+        /// root, berth runs them as nobody (65534:65534) unless this names another user;
+        /// `root` keeps them root. The data directory then becomes searchable by others (0711)
+        /// so hooks reach the package cache (or, when its parents are not searchable, the cache
+        /// is a fresh directory in the temp directory); everything else in it stays the
+        /// owner's (0700 directories, 0600 files).
         #[arg(long, env = "BERTH_HOOK_USER")]
         hook_user: Option<String>,
         /// Accept any of the bearer tokens in this file (one per line; `#` comments), with

@@ -96,6 +96,82 @@ impl HookUser {
     }
 }
 
+impl HookUser {
+    /// `nobody`: the user hooks run as by default when berth runs as root. Numeric, so it
+    /// needs no entry in the user database (minimal images have none).
+    pub const NOBODY: HookUser = HookUser {
+        uid: 65534,
+        gid: 65534,
+    };
+
+    /// The user hooks run as, from the `--hook-user` setting (`spec`) and berth's own
+    /// effective uid: `None` when hooks run as berth's own user.
+    ///
+    /// As root, hooks run as [`HookUser::NOBODY`] unless `spec` names another user; naming
+    /// root (`root`, `0`) keeps them root, the explicit opt-out. As any other user, hooks run
+    /// as that user, and a `spec` naming someone else is an error (only root can switch).
+    pub fn choose(spec: Option<&str>, euid: u32) -> Result<Option<HookUser>, String> {
+        let user = spec.map(HookUser::parse).transpose()?;
+        match (euid, user) {
+            (0, None) => Ok(Some(HookUser::NOBODY)),
+            (0, Some(user)) if user.uid == 0 => Ok(None),
+            (0, Some(user)) => Ok(Some(user)),
+            (_, None) => Ok(None),
+            (own, Some(user)) if user.uid == own => Ok(None),
+            (own, Some(user)) => Err(format!(
+                "running hooks as uid {} needs root (berth runs as uid {own}); leave \
+                 --hook-user unset to run them as berth's own user",
+                user.uid
+            )),
+        }
+    }
+
+    /// [`HookUser::choose`] for this process's effective uid.
+    pub fn choose_for_self(spec: Option<&str>) -> Result<Option<HookUser>, String> {
+        HookUser::choose(spec, nix::unistd::geteuid().as_raw())
+    }
+
+    /// Checks that this user can reach `dir`: every directory from `/` to `dir` must be
+    /// searchable by it (owner, primary group or others `x` bit: hooks run without
+    /// supplementary groups). The error names the first directory that is not, and what to
+    /// do. Hooks reach their package's files and their run's files through such directories;
+    /// checked at start so a misconfigured worker refuses to start instead of failing every
+    /// hook.
+    pub fn check_reachable(self, dir: &Path) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let full = dir
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        for step in full.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            let meta = std::fs::metadata(step).map_err(|e| format!("{}: {e}", step.display()))?;
+            let mode = meta.mode();
+            let searchable = if meta.uid() == self.uid {
+                mode & 0o100 != 0
+            } else if meta.gid() == self.gid {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            };
+            if !searchable {
+                return Err(format!(
+                    "hooks run as uid {}:{} and cannot reach {}: {} (mode {:04o}, owner {}:{}) \
+                     is not searchable by them; make it so (chmod o+x {}), use a directory they \
+                     can reach, or run hooks as root (--hook-user root)",
+                    self.uid,
+                    self.gid,
+                    dir.display(),
+                    step.display(),
+                    mode & 0o7777,
+                    meta.uid(),
+                    meta.gid(),
+                    step.display(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 static HOOK_USER: std::sync::OnceLock<HookUser> = std::sync::OnceLock::new();
 
 /// Makes every hook process this process starts (runs, discovery's `--config`, settings
