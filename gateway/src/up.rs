@@ -48,6 +48,8 @@ pub struct UpConfig {
     /// Bounds on jq programs (hookevent's evaluators are this executable, see
     /// `berth_hookevent::run_jq_evaluator_if_requested`).
     pub jq: berth_hookevent::JqLimits,
+    /// How long a validation waits for a worker (see `berth_lifecycle::Config`).
+    pub validation_wait: Duration,
     /// hookevent's webhook server (admission and conversion bindings).
     pub webhook: Option<berth_hookevent::webhook::WebhookListen>,
 }
@@ -361,6 +363,7 @@ pub async fn run(
         broker_endpoint: broker.clone(),
         tls: Some(lifecycle_tls),
         repositories: repositories.clone(),
+        validation_wait: config.validation_wait,
     };
     services.spawn(async move {
         (

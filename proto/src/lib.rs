@@ -144,12 +144,12 @@ pub mod json {
 /// converges to the same state.
 pub mod tasks {
     pub use crate::generated::berth::tasks::v1::{
-        BindingType, HookRun, TaskKind, WebhookRun, WebhookType,
+        BindingType, HookRun, TaskKind, ValidateRun, WebhookRun, WebhookType,
     };
 
     impl TaskKind {
         /// Every kind a task can have (not `Unspecified`).
-        pub const ALL: [TaskKind; 10] = [
+        pub const ALL: [TaskKind; 11] = [
             TaskKind::Download,
             TaskKind::Load,
             TaskKind::ApplySettings,
@@ -160,6 +160,7 @@ pub mod tasks {
             TaskKind::Uninstall,
             TaskKind::Cleanup,
             TaskKind::WebhookRun,
+            TaskKind::ValidateRun,
         ];
 
         /// The kind's name in the queue's `Task.kind` (and in Dump and task history).
@@ -176,6 +177,7 @@ pub mod tasks {
                 TaskKind::Uninstall => "Uninstall",
                 TaskKind::Cleanup => "Cleanup",
                 TaskKind::WebhookRun => "WebhookRun",
+                TaskKind::ValidateRun => "ValidateRun",
             }
         }
 
@@ -203,6 +205,39 @@ pub mod tasks {
             ]
             .into_iter()
             .find(|b| b.json_name() == s)
+        }
+    }
+
+    /// The JSON form of a ValidateRun in `Task.payload_json`: the settings as JSON, not as
+    /// text holding JSON.
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct ValidateRunJson {
+        request_id: String,
+        deadline_unix_ms: i64,
+        settings: serde_json::Value,
+    }
+
+    impl ValidateRun {
+        /// The payload text of a ValidateRun task.
+        pub fn to_payload_json(&self) -> String {
+            let settings = serde_json::from_str(&self.settings_json)
+                .unwrap_or(serde_json::Value::Object(Default::default()));
+            serde_json::to_string(&ValidateRunJson {
+                request_id: self.request_id.clone(),
+                deadline_unix_ms: self.deadline_unix_ms,
+                settings,
+            })
+            .expect("a ValidateRun serializes")
+        }
+
+        /// Reads the payload text of a ValidateRun task.
+        pub fn from_payload_json(json: &str) -> Result<ValidateRun, PayloadError> {
+            let raw: ValidateRunJson = serde_json::from_str(json)?;
+            Ok(ValidateRun {
+                request_id: raw.request_id,
+                deadline_unix_ms: raw.deadline_unix_ms,
+                settings_json: raw.settings.to_string(),
+            })
         }
     }
 
@@ -290,7 +325,7 @@ pub mod tasks {
     /// A HookRun payload that is not a HookRun.
     #[derive(Debug, thiserror::Error)]
     pub enum PayloadError {
-        #[error("not a HookRun payload: {0}")]
+        #[error("not a task payload: {0}")]
         Json(#[from] serde_json::Error),
         #[error("HookRun binding_type: unknown value {0:?}")]
         BindingType(String),

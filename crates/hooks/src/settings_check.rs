@@ -65,6 +65,12 @@ pub async fn check_settings(req: SettingsCheckRequest<'_>) -> Result<SettingsChe
     tokio::fs::write(&settings_path, bytes)
         .await
         .map_err(prepare)?;
+    // A check running as the hook user reads its settings through a directory of its own.
+    if let Some(user) = process::hook_user() {
+        for path in [dir.path(), settings_path.as_path()] {
+            std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).map_err(prepare)?;
+        }
+    }
 
     let mut env: Vec<(OsString, OsString)> =
         req.env.iter().map(|(k, v)| (k.into(), v.into())).collect();

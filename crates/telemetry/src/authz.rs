@@ -55,6 +55,7 @@ const TABLE: &[(&str, &[Role])] = &[
         &[Worker, Release, Hookevent],
     ),
     ("/berth.lifecycle.v1.Lifecycle/Report", &[Worker]),
+    ("/berth.lifecycle.v1.Lifecycle/AnswerValidation", &[Worker]),
     (
         "/berth.lifecycle.v1.Lifecycle/ReportClusterVersion",
         &[Release],
@@ -77,10 +78,11 @@ const TABLE: &[(&str, &[Role])] = &[
     ("/berth.release.v1.Releases/Install", &[Worker]),
     ("/berth.release.v1.Releases/Uninstall", &[Worker]),
     ("/berth.release.v1.Releases/Status", &[Worker, Operator]),
-    // Not workers: a Render or Plan without a package is not confined (the operator's
-    // `berth release render/plan`), and workers need neither.
+    // Not workers: a Render without a package is not confined (the operator's `berth release
+    // render`). A worker's Plan (a ValidateRun's dry run) must name its package, and is
+    // confined as an install of it would be (`caller_role`).
     ("/berth.release.v1.Releases/Render", &[Operator]),
-    ("/berth.release.v1.Releases/Plan", &[Operator]),
+    ("/berth.release.v1.Releases/Plan", &[Operator, Worker]),
     ("/berth.release.v1.Releases/History", &[Worker, Operator]),
     ("/berth.release.v1.Releases/Rollback", &[Operator]),
     ("/berth.release.v1.Releases/ApplyCrds", &[Worker]),
@@ -153,6 +155,13 @@ impl<S> tower::Layer<S> for Authorize {
 pub struct AuthorizeService<S> {
     inner: S,
     enabled: bool,
+}
+
+/// The role of the caller of a request a tonic handler got: the role in the verified client
+/// certificate its connection presented, if any (a handler that treats roles differently).
+pub fn caller_role<T>(req: &tonic::Request<T>) -> Option<Role> {
+    let certs = req.peer_certs()?;
+    der_role(certs.first()?)
 }
 
 /// The role in the verified client certificate the connection presented, if any.

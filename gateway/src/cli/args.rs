@@ -92,6 +92,11 @@ pub enum Command {
         /// owner's (0700 directories, 0600 files).
         #[arg(long, env = "BERTH_HOOK_USER")]
         hook_user: Option<String>,
+        /// How long a ValidateSettings, or an Update changing a loaded package's settings,
+        /// waits for the worker to run the package's settings check and plan the install
+        /// (seconds); with no answer by then only the settings schema is checked.
+        #[arg(long, env = "BERTH_VALIDATION_TIMEOUT", default_value_t = 30)]
+        validation_timeout: u64,
         /// Accept any of the bearer tokens in this file (one per line; `#` comments), with
         /// --token's if both are given.
         #[arg(long, env = "BERTH_TOKEN_FILE")]

@@ -211,6 +211,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             hook_metrics_listen,
             hook_tmp_dir,
             hook_user,
+            validation_timeout,
             token_file,
             tls,
             tls_hosts,
@@ -251,6 +252,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 hook_metrics_listen: *hook_metrics_listen,
                 hook_tmp_dir: hook_tmp_dir.clone(),
                 hook_user: hook_user.clone(),
+                validation_wait: Duration::from_secs(*validation_timeout),
                 jq: jq.limits(),
                 webhook: webhook.listen().or_else(|| {
                     kubeconfig
@@ -436,13 +438,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 .await
                 .map_err(call_error)?
                 .into_inner();
-            if answer.deferred {
-                println!(
-                    "valid (package not loaded yet: the settings will be checked when it loads)"
-                );
-            } else {
-                println!("valid");
-            }
+            print!("{}", output::validation(&answer));
             Ok(ExitCode::SUCCESS)
         }
         Command::Get { target } => {

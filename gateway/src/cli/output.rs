@@ -134,3 +134,43 @@ pub fn progress(p: &v1::Package) -> String {
     }
     line
 }
+
+/// `berth validate`'s answer: the verdict, the settings check's warnings, and the plan, one
+/// object per line (`create`, `update (spec, data)`, `delete`, `unchanged`).
+pub fn validation(answer: &v1::ValidateSettingsResponse) -> String {
+    let mut out = String::new();
+    if answer.deferred {
+        out.push_str(&format!(
+            "valid against the settings schema; not checked further: {}\n",
+            answer.deferred_reason
+        ));
+    } else {
+        out.push_str("valid\n");
+    }
+    for warning in &answer.warnings {
+        out.push_str(&format!("warning: {warning}\n"));
+    }
+    if answer.deferred {
+        return out;
+    }
+    if answer.plan.is_empty() {
+        out.push_str("plan: no objects\n");
+        return out;
+    }
+    out.push_str("plan:\n");
+    for change in &answer.plan {
+        let action = match change.action() {
+            v1::PlanAction::Create => "create".to_owned(),
+            v1::PlanAction::Update => format!("update ({})", change.changed.join(", ")),
+            v1::PlanAction::Delete => "delete".to_owned(),
+            v1::PlanAction::Unchanged => "unchanged".to_owned(),
+            v1::PlanAction::Unspecified => "?".to_owned(),
+        };
+        let object = match change.namespace.as_str() {
+            "" => format!("{}/{}", change.kind, change.name),
+            ns => format!("{}/{} -n {ns}", change.kind, change.name),
+        };
+        out.push_str(&format!("  {action:<10} {} {object}\n", change.api_version));
+    }
+    out
+}

@@ -17,6 +17,7 @@ mod store;
 #[cfg(test)]
 mod test_db;
 mod update;
+mod validation;
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use service::LifecycleService;
 pub use store::{Store, StoreError};
+pub use validation::DEFAULT_WAIT as DEFAULT_VALIDATION_WAIT;
 
 /// Everything the lifecycle service needs, parsed and validated before any port is bound.
 #[derive(Clone, Debug)]
@@ -40,6 +42,9 @@ pub struct Config {
     /// The repositories an Update may name (names, and roots under which it may name a
     /// directory); anything else is refused.
     pub repositories: Arc<berth_package::Repositories>,
+    /// How long a ValidateSettings (or an Update of a loaded package's settings) waits for a
+    /// worker's verdict before settling for the schema check.
+    pub validation_wait: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,8 +90,15 @@ pub async fn run(
     let version = berth_package::parse_version(env!("CARGO_PKG_VERSION"))
         .expect("the crate's version is semver");
     let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
-    let service =
-        LifecycleService::new(store, broker, wake, scheduler, config.repositories.clone());
+    let validations = validation::Validations::new(broker.clone(), config.validation_wait);
+    let service = LifecycleService::new(
+        store,
+        broker,
+        wake,
+        scheduler,
+        config.repositories.clone(),
+        validations,
+    );
     let router = berth_telemetry::grpc_server(tls)?.add_service(
         LifecycleServer::new(service)
             .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)

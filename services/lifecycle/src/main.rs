@@ -26,6 +26,11 @@ struct Args {
     /// (see the README's "Repositories"). Without it, every Update is refused.
     #[arg(long, env = "BERTH_REPOSITORIES")]
     repositories: Option<std::path::PathBuf>,
+    /// How long a ValidateSettings, or an Update changing a loaded package's settings, waits
+    /// for a worker to run the package's settings check and plan the install (seconds); with
+    /// no answer by then only the settings schema is checked.
+    #[arg(long, env = "BERTH_VALIDATION_TIMEOUT", default_value_t = 30)]
+    validation_timeout: u64,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
@@ -52,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
             broker_endpoint: args.broker,
             tls,
             repositories: std::sync::Arc::new(repositories),
+            validation_wait: std::time::Duration::from_secs(args.validation_timeout),
         },
         listener,
         shutdown,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use berth_proto::json;
 use berth_proto::lifecycle::lifecycle_server::Lifecycle;
 use berth_proto::lifecycle::{
-    ClusterVersionReport, ClusterVersionReportResponse, GetSpecRequest, ReportRequest,
-    ReportResponse, Spec,
+    AnswerValidationRequest, AnswerValidationResponse, ClusterVersionReport,
+    ClusterVersionReportResponse, GetSpecRequest, ReportRequest, ReportResponse, Spec,
 };
 use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::v1;
@@ -26,6 +26,7 @@ use crate::report;
 use crate::scheduler::Scheduler;
 use crate::store::Store;
 use crate::update::{self, NotPlanned};
+use crate::validation::{Outcome, Validations};
 
 /// Packages in a List or Dump page when the request does not say.
 const DEFAULT_PAGE_SIZE: usize = 100;
@@ -53,6 +54,7 @@ pub struct LifecycleService {
     changes: broadcast::Sender<PackageKey>,
     scheduler: SharedScheduler,
     repositories: Arc<berth_package::Repositories>,
+    validations: Validations,
 }
 
 /// Now, as conditions record it.
@@ -67,6 +69,7 @@ impl LifecycleService {
         outbox_wake: Arc<Notify>,
         scheduler: SharedScheduler,
         repositories: Arc<berth_package::Repositories>,
+        validations: Validations,
     ) -> Self {
         let (changes, _) = broadcast::channel(WATCH_CHANNEL);
         LifecycleService {
@@ -76,6 +79,7 @@ impl LifecycleService {
             changes,
             scheduler,
             repositories,
+            validations,
         }
     }
 
@@ -184,6 +188,27 @@ impl Lifecycle for LifecycleService {
         let spec = convert::update_spec(req.get_ref(), &self.repositories)?;
         let key = spec.id.key();
         tracing::Span::current().record("package.key", key.as_str());
+        // New settings for a loaded package are validated as ValidateSettings would before
+        // anything is written: the schema, then the package's settings check and the plan of
+        // the install (a worker's verdict; without one in time, the schema check stands).
+        if let Some(existing) = self.store.get(&key).await?
+            && update::validates_deeply(&spec, &existing)
+        {
+            update::check_settings(existing.settings_schema.as_ref(), &spec.settings)?;
+            match self
+                .validations
+                .validate(&key, existing.generation, &spec.settings)
+                .await
+            {
+                Outcome::Invalid(why) => {
+                    return Err(LifecycleError::InvalidArgument(format!("{key}: {why}")).into());
+                }
+                Outcome::Deferred(why) => {
+                    tracing::info!(package.key = %key, reason = %why, "settings checked against the schema only");
+                }
+                Outcome::Valid { .. } => {}
+            }
+        }
         let mut sched = self.scheduler.lock().await;
         let planned = self
             .store
@@ -324,15 +349,44 @@ impl Lifecycle for LifecycleService {
         let req = req.into_inner();
         let id = convert::package_id(req.r#ref.as_ref())?;
         let settings = convert::settings(req.settings.as_ref())?;
-        let row = self.store.get(&id.key()).await?;
-        let checked = match &row {
-            Some(row) => update::check_settings(row.settings_schema.as_ref(), &settings)?,
-            None => false,
+        let key = id.key();
+        let deferred = |reason: &str| {
+            Ok(Response::new(v1::ValidateSettingsResponse {
+                valid: true,
+                deferred: true,
+                deferred_reason: reason.to_owned(),
+                ..Default::default()
+            }))
         };
-        Ok(Response::new(v1::ValidateSettingsResponse {
-            valid: true,
-            deferred: !checked,
-        }))
+        let Some(row) = self.store.get(&key).await? else {
+            return deferred(
+                "the package is not installed: its settings are checked when it loads",
+            );
+        };
+        if !update::check_settings(row.settings_schema.as_ref(), &settings)? {
+            return deferred(
+                "the package's version is not loaded yet: its settings are checked when it loads",
+            );
+        }
+        if row.removing {
+            return deferred("the package is being removed");
+        }
+        match self
+            .validations
+            .validate(&key, row.generation, &settings)
+            .await
+        {
+            Outcome::Valid { plan, warnings } => Ok(Response::new(v1::ValidateSettingsResponse {
+                valid: true,
+                plan,
+                warnings,
+                ..Default::default()
+            })),
+            Outcome::Invalid(why) => {
+                Err(LifecycleError::InvalidArgument(format!("{key}: {why}")).into())
+            }
+            Outcome::Deferred(why) => deferred(&why),
+        }
     }
 
     async fn get(&self, req: Request<v1::GetRequest>) -> Result<Response<v1::Package>, Status> {
@@ -485,6 +539,17 @@ impl Lifecycle for LifecycleService {
         })?;
         self.cluster_version(version).await;
         Ok(Response::new(ClusterVersionReportResponse {}))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
+    async fn answer_validation(
+        &self,
+        req: Request<AnswerValidationRequest>,
+    ) -> Result<Response<AnswerValidationResponse>, Status> {
+        if !self.validations.answer(req.into_inner()) {
+            tracing::debug!("a validation answer nobody waits for (late, or another replica's)");
+        }
+        Ok(Response::new(AnswerValidationResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().key, generation = req.get_ref().generation))]

@@ -102,6 +102,18 @@ pub fn plan(
     })
 }
 
+/// Whether an Update gets a worker's validation before it is accepted: it changes the settings
+/// of a loaded package and keeps its version (a new version is validated when it loads).
+pub fn validates_deeply(spec: &UpdateSpec, existing: &PackageRow) -> bool {
+    !existing.removing
+        && existing.settings_schema.is_some()
+        && existing.repository == spec.repository
+        && existing.package == spec.package
+        && existing.version == spec.version
+        && !flows::is_constraint(&spec.version)
+        && existing.settings != spec.settings
+}
+
 /// Validates settings against a loaded schema. `Ok(false)` when there is no loaded schema to
 /// check against yet.
 pub fn check_settings(

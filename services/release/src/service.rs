@@ -140,6 +140,26 @@ fn to_status(e: ReleaseError) -> Status {
     }
 }
 
+/// A Plan's error: as [`to_status`], except that an object the API server refuses (the dry
+/// run's 400 or 422, a kind it does not serve) is the chart's or the values' fault, and says so
+/// with `InvalidArgument` (a ValidateSettings answers such settings as invalid).
+fn plan_status(e: ReleaseError) -> Status {
+    use crate::apply::ApplyError;
+    let refused = match &e {
+        ReleaseError::Apply(ApplyError::Invalid { .. } | ApplyError::UnknownKind { .. }) => true,
+        ReleaseError::Apply(ApplyError::Kube {
+            source: kube::Error::Api(s),
+            ..
+        }) => matches!(s.code, 400 | 404 | 422),
+        _ => false,
+    };
+    if refused {
+        Status::invalid_argument(berth_telemetry::bounded_status_message(e.to_string()))
+    } else {
+        to_status(e)
+    }
+}
+
 fn object_ref(k: ObjectKey) -> pb::ObjectRef {
     pb::ObjectRef {
         api_version: k.api_version,
@@ -329,16 +349,20 @@ impl pb::releases_server::Releases for ReleaseService {
         &self,
         request: Request<pb::InstallRequest>,
     ) -> Result<Response<pb::PlanResponse>, Status> {
+        // A worker plans for a package (a ValidateRun) and must name it, to be confined as its
+        // install would be; the operator may plan any chart.
+        let worker =
+            berth_telemetry::authz::caller_role(&request) == Some(berth_telemetry::Role::Worker);
         let req = request.into_inner();
         let values = parse_values(&req.values_json)?;
         let release = release_id(&req.name, &req.namespace)?;
-        let app = self.confinement(&req.package, &release, false).await?;
+        let app = self.confinement(&req.package, &release, worker).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let changes = self
             .manager
             .plan(&release, files, values, app.as_ref())
             .await
-            .map_err(to_status)?;
+            .map_err(plan_status)?;
         Ok(Response::new(pb::PlanResponse {
             changes: changes
                 .into_iter()

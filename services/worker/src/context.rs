@@ -44,8 +44,11 @@ impl<'a> TaskContext<'a> {
             Err(s) => return Err(rpc_error("lifecycle GetSpec", s)),
         };
         // Superseded by a newer generation, or this generation failed permanently (its
-        // remaining tasks, hook runs included, wait for the next Update).
-        if spec.generation > task.generation || (spec.failed && spec.generation == task.generation)
+        // remaining tasks, hook runs included, wait for the next Update). A validation still
+        // runs for a failed package: checking the settings that would repair it is its use.
+        let validation = TaskKind::parse(&task.kind) == Some(TaskKind::ValidateRun);
+        if spec.generation > task.generation
+            || (spec.failed && spec.generation == task.generation && !validation)
         {
             return Ok(None);
         }

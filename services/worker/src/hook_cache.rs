@@ -14,11 +14,18 @@ use berth_queue::worker::TaskError;
 /// rediscovery only costs a `--config` run per hook.
 const HOOK_CACHE_ENTRIES: usize = 256;
 
+/// What discovery found in one package directory.
+#[derive(Clone, Default)]
+struct Discovered {
+    hooks: Arc<Vec<Hook>>,
+    settings_check: Option<PathBuf>,
+}
+
 /// Discovered hooks per package directory: discovery runs every hook with `--config`, too costly
 /// to repeat for every event.
 #[derive(Default)]
 pub struct HookCache {
-    entries: Mutex<HashMap<PathBuf, Arc<Vec<Hook>>>>,
+    entries: Mutex<HashMap<PathBuf, Discovered>>,
     /// Token buckets of hooks with `settings` (executionMinInterval/executionBurst), by
     /// `<package>/<hook>`. Per worker: several workers each allow the configured rate.
     throttles: Mutex<HashMap<String, Throttle>>,
@@ -28,23 +35,38 @@ impl HookCache {
     /// The package's hooks, discovered (each run with `--config`, for at most `timeout`) on
     /// first use.
     pub async fn get(&self, pkg: &Package, timeout: Duration) -> Result<Arc<Vec<Hook>>, TaskError> {
+        Ok(self.discovered(pkg, timeout).await?.hooks)
+    }
+
+    /// The package's settings check (the batch binary answering `hook check`), if it has one.
+    pub async fn settings_check(
+        &self,
+        pkg: &Package,
+        timeout: Duration,
+    ) -> Result<Option<PathBuf>, TaskError> {
+        Ok(self.discovered(pkg, timeout).await?.settings_check)
+    }
+
+    async fn discovered(&self, pkg: &Package, timeout: Duration) -> Result<Discovered, TaskError> {
         let Some(dir) = pkg.hooks_dir.clone() else {
-            return Ok(Arc::new(vec![]));
+            return Ok(Discovered::default());
         };
-        if let Some(hooks) = self.lock().get(&dir) {
-            return Ok(hooks.clone());
+        if let Some(found) = self.lock().get(&dir) {
+            return Ok(found.clone());
         }
-        let hooks = Arc::new(
-            berth_hooks::discover(&dir, timeout)
-                .await
-                .map_err(discovery_error)?,
-        );
+        let found = berth_hooks::discover_all(&dir, timeout)
+            .await
+            .map_err(discovery_error)?;
+        let found = Discovered {
+            hooks: Arc::new(found.hooks),
+            settings_check: found.settings_check,
+        };
         let mut entries = self.lock();
         if entries.len() >= HOOK_CACHE_ENTRIES {
             entries.clear();
         }
-        entries.insert(dir, hooks.clone());
-        Ok(hooks)
+        entries.insert(dir, found.clone());
+        Ok(found)
     }
 
     /// Takes a run from the hook's `settings` throttle (always granted without settings), or
@@ -66,7 +88,7 @@ impl HookCache {
         self.lock().retain(|k, _| !k.starts_with(dir_prefix));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Vec<Hook>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Discovered>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

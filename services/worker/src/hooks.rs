@@ -105,3 +105,30 @@ pub async fn report_run(cx: &TaskContext<'_>, hook: &str, error: &str) {
         tracing::warn!(error = %e.message, "could not report a hook run");
     }
 }
+
+/// Runs the package's settings check (module-sdk `hook check`) on `settings`, if it has one:
+/// `Ok(None)` without a check, the verdict otherwise. A check that cannot give a verdict (it
+/// crashed, timed out, or printed no result) is an error worth retrying.
+pub async fn check_settings(
+    cx: &TaskContext<'_>,
+    pkg: &Package,
+    settings: &Value,
+    timeout: std::time::Duration,
+) -> Result<Option<berth_hooks::SettingsCheck>, TaskError> {
+    let Some(executable) = cx.hooks.settings_check(pkg, cx.config.hook_timeout).await? else {
+        return Ok(None);
+    };
+    let span = tracing::info_span!("hook.check", hook.name = %executable.display());
+    berth_hooks::check_settings(berth_hooks::SettingsCheckRequest {
+        executable: &executable,
+        settings,
+        env: cx.hook_env(),
+        timeout,
+        cancel: cx.cancel.clone(),
+        tmp_dir: cx.config.hook_tmp_dir.clone(),
+    })
+    .instrument(span)
+    .await
+    .map(Some)
+    .map_err(|e| TaskError::retry(e.to_string()))
+}

@@ -6,11 +6,12 @@
 //! |---|---|---|
 //! | Download | copy the package version into this worker's cache | second copy is skipped (same digest) |
 //! | Load | read the package, discover hooks, report schema and hooks, register schedule, kubernetes and webhook bindings | same report, bindings replaced |
-//! | ApplySettings | bindings adopt the generation; validate settings, compute values, report them | same values |
+//! | ApplySettings | bindings adopt the generation; validate settings (schema, then the package's settings check), compute values, report them | same values |
 //! | Startup | Synchronization runs of kubernetes bindings, release their events, then onStartup hooks | hooks run again (hooks must be idempotent, as in shell-operator) |
 //! | Run | beforeHelm hooks → release install/upgrade → afterHelm hooks → wait ready | server-side apply is idempotent |
 //! | HookRun | run one hook with its binding contexts, apply its outputs | the hook runs again |
 //! | WebhookRun | run one hook for an admission or conversion request and hand its answer to hookevent (never retried; skipped once the request's deadline passed) | the second answer is dropped (the request was answered or gave up) |
+//! | ValidateRun | check candidate settings as an Update would (values, settings check, release Plan) and hand the verdict and plan to lifecycle (never retried; skipped once lifecycle stopped waiting) | the second answer is dropped |
 //! | Disable | remove the package's bindings | no-op |
 //! | Uninstall | beforeDeleteHelm → release uninstall → afterDeleteHelm | uninstall of a missing release is a no-op |
 //! | Cleanup | forget the package's state and cached files | no-op |

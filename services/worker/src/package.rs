@@ -155,6 +155,16 @@ pub struct Values {
 impl Values {
     pub fn compute(pkg: &Package, cx: &TaskContext<'_>) -> Result<Values, TaskError> {
         let settings = berth_proto::json::from_opt_struct(cx.spec.settings.as_ref());
+        Values::compute_with(pkg, cx, settings)
+    }
+
+    /// The values the package would have with `settings` instead of its own (a validation's
+    /// candidate settings): everything else, the hooks' stored patches included, as it is.
+    pub fn compute_with(
+        pkg: &Package,
+        cx: &TaskContext<'_>,
+        settings: Value,
+    ) -> Result<Values, TaskError> {
         let global = berth_proto::json::from_opt_struct(cx.spec.global_values.as_ref());
         let global_settings = berth_proto::json::from_opt_struct(cx.spec.global_settings.as_ref());
         let patches: json_patch::Patch =

@@ -4,6 +4,7 @@ mod hook_run;
 mod remove;
 mod run;
 mod start;
+mod validate_run;
 mod webhook_run;
 
 use berth_proto::queue::Task;
@@ -24,7 +25,19 @@ pub async fn dispatch(cx: &TaskContext<'_>, kind: TaskKind, task: &Task) -> Resu
         TaskKind::Uninstall => remove::uninstall(cx).await,
         TaskKind::Cleanup => remove::cleanup(cx).await,
         TaskKind::WebhookRun => webhook_run::webhook_run(cx, task).await,
+        TaskKind::ValidateRun => validate_run::validate_run(cx, task).await,
         // `TaskKind::parse` never gives it; a task without a kind cannot be run.
         TaskKind::Unspecified => Err(TaskError::permanent("a task without a kind")),
     }
+}
+
+/// Time left until `deadline_unix_ms` (a run someone waits for: a webhook request, a
+/// validation); `None` once it passed.
+fn remaining(deadline_unix_ms: i64) -> Option<std::time::Duration> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    let left = deadline_unix_ms.checked_sub(now)?;
+    (left > 0).then(|| std::time::Duration::from_millis(left as u64))
 }

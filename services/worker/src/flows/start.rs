@@ -14,7 +14,7 @@ use berth_queue::worker::TaskError;
 use crate::bindings::{self, hook_snapshots};
 use crate::client::{confined, invalid_argument, rpc_error};
 use crate::context::TaskContext;
-use crate::hooks::{apply_outputs, report_run, run_hook, run_lifecycle};
+use crate::hooks::{apply_outputs, check_settings, report_run, run_hook, run_lifecycle};
 use crate::package::{Values, ensure, report_values};
 
 pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
@@ -243,7 +243,24 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         })
         .await
         .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
-    match Values::compute(&pkg, cx) {
+    let computed = match Values::compute(&pkg, cx) {
+        // The package's own settings check has the last word (its verdict is permanent: the
+        // same settings get the same answer until the next Update).
+        Ok(values) => {
+            match check_settings(cx, &pkg, &values.settings, cx.config.hook_timeout).await? {
+                Some(check) if !check.valid => Err(TaskError::permanent(format!(
+                    "settings check: {}",
+                    check
+                        .message
+                        .as_deref()
+                        .unwrap_or("the settings are refused")
+                ))),
+                _ => Ok(values),
+            }
+        }
+        Err(e) => Err(e),
+    };
+    match computed {
         Ok(values) => {
             cx.report(Report::SettingsApplied(SettingsApplied {
                 values: Some(berth_proto::json::to_struct(&values.current)),

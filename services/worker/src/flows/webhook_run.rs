@@ -3,8 +3,6 @@
 //! run that cannot answer says why, and hookevent gives the request its failurePolicy. Never
 //! retried: the API server stops waiting at the request's deadline.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use berth_hooks::{RunRequest, binding_context};
 use berth_proto::hookevent::AnswerWebhookRequest;
 use berth_proto::queue::Task;
@@ -12,6 +10,7 @@ use berth_proto::tasks::{WebhookRun, WebhookType};
 use berth_queue::worker::TaskError;
 use tracing::Instrument as _;
 
+use super::remaining;
 use crate::bindings::{self, hook_snapshots};
 use crate::context::TaskContext;
 use crate::hooks::report_run;
@@ -97,14 +96,4 @@ async fn answer(cx: &TaskContext<'_>, payload: &WebhookRun) -> Result<String, St
         WebhookType::Conversion => output.conversion_response,
         _ => output.admission_response,
     })
-}
-
-/// Time left until `deadline_unix_ms`; `None` once it passed.
-fn remaining(deadline_unix_ms: i64) -> Option<Duration> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
-    let left = deadline_unix_ms.checked_sub(now)?;
-    (left > 0).then(|| Duration::from_millis(left as u64))
 }

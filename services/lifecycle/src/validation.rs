@@ -1,0 +1,231 @@
+//! Deep validation: candidate settings checked as an Update would apply them, by a worker.
+//!
+//! Lifecycle holds no package files and runs no hooks, so a ValidateSettings (or an Update
+//! changing a loaded package's settings) queues a ValidateRun task on a queue of its own
+//! (`<package>/validate/<id>`: it never waits behind the package's other work and is never
+//! merged with another), sent to the broker directly, and waits for the worker's
+//! AnswerValidation. The worker runs the package's settings check and asks release for the plan
+//! of an install with the resulting values (render and server-side dry run). Bounded: at most
+//! [`MAX_IN_FLIGHT`] validations wait at once, each at most the configured wait; one that gets
+//! no answer in time is `Deferred` (the schema check alone stands, and the package's own
+//! ApplySettings runs the settings check again).
+//!
+//! An answer reaches the lifecycle replica that waits for it only: with several replicas, a
+//! worker's answer to another replica is dropped and the caller's validation is deferred.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use berth_proto::lifecycle::AnswerValidationRequest;
+use berth_proto::queue::broker_client::BrokerClient;
+use berth_proto::queue::{EnqueueRequest, Task};
+use berth_proto::tasks::{TaskKind, ValidateRun};
+use berth_proto::v1;
+use serde_json::Value;
+use tokio::sync::{Semaphore, oneshot};
+
+use crate::model::{Generation, PackageKey};
+
+/// Most validations waiting for workers at once; more are answered `Deferred` at once.
+pub const MAX_IN_FLIGHT: usize = 64;
+/// How long a validation waits for a worker by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+/// Most plan entries and warnings kept from an answer (a reply must stay small).
+const MAX_PLAN: usize = 2000;
+const MAX_WARNINGS: usize = 100;
+
+/// What a worker found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Valid {
+        plan: Vec<v1::PlannedChange>,
+        warnings: Vec<String>,
+    },
+    /// Why the settings are refused.
+    Invalid(String),
+    /// Why no verdict was reached: only the schema was checked.
+    Deferred(String),
+}
+
+struct Pending {
+    package: String,
+    tx: oneshot::Sender<AnswerValidationRequest>,
+}
+
+#[derive(Clone)]
+pub struct Validations {
+    broker: BrokerClient<berth_telemetry::Channel>,
+    pending: Arc<Mutex<HashMap<String, Pending>>>,
+    in_flight: Arc<Semaphore>,
+    wait: Duration,
+}
+
+impl Validations {
+    pub fn new(broker: BrokerClient<berth_telemetry::Channel>, wait: Duration) -> Validations {
+        Validations {
+            broker,
+            pending: Arc::default(),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            wait,
+        }
+    }
+
+    /// Has a worker validate `settings` for the package at `generation`.
+    pub async fn validate(
+        &self,
+        package: &PackageKey,
+        generation: Generation,
+        settings: &Value,
+    ) -> Outcome {
+        let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
+            return Outcome::Deferred(format!(
+                "more than {MAX_IN_FLIGHT} validations are waiting for workers"
+            ));
+        };
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let run = ValidateRun {
+            request_id: request_id.clone(),
+            deadline_unix_ms: now_ms() + self.wait.as_millis() as i64,
+            settings_json: settings.to_string(),
+        };
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(
+            request_id.clone(),
+            Pending {
+                package: package.to_string(),
+                tx,
+            },
+        );
+        let task = Task {
+            id: request_id.clone(),
+            queue: format!("{package}/validate/{request_id}"),
+            package: package.to_string(),
+            generation: generation.get(),
+            kind: TaskKind::ValidateRun.as_str().to_owned(),
+            payload_json: run.to_payload_json(),
+            traceparent: berth_telemetry::current_traceparent(),
+            allow_failure: true,
+            ..Default::default()
+        };
+        let wait = self.wait;
+        let answered = tokio::time::timeout(wait, async {
+            self.broker
+                .clone()
+                .enqueue(EnqueueRequest { tasks: vec![task] })
+                .await
+                .map_err(|s| format!("the broker refused the validation: {}", s.message()))?;
+            rx.await
+                .map_err(|_| "lifecycle is shutting down".to_owned())
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("no worker answered within {}s", wait.as_secs())));
+        self.lock().remove(&request_id);
+        match answered {
+            Err(why) => Outcome::Deferred(why),
+            Ok(a) if !a.error.is_empty() => {
+                Outcome::Deferred(format!("the worker could not validate: {}", a.error))
+            }
+            Ok(a) if !a.invalid.is_empty() => Outcome::Invalid(a.invalid),
+            Ok(a) => Outcome::Valid {
+                plan: a.plan.into_iter().take(MAX_PLAN).collect(),
+                warnings: a.warnings.into_iter().take(MAX_WARNINGS).collect(),
+            },
+        }
+    }
+
+    /// A worker's answer. `false` when nobody waits for it (it came late, or for another
+    /// package than the one validated, which is dropped).
+    pub fn answer(&self, answer: AnswerValidationRequest) -> bool {
+        let mut pending = self.lock();
+        match pending.get(&answer.request_id) {
+            Some(p) if p.package == answer.package => {}
+            _ => return false,
+        }
+        let Some(p) = pending.remove(&answer.request_id) else {
+            return false;
+        };
+        p.tx.send(answer).is_ok()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validations(wait: Duration) -> Validations {
+        // Port 9 (discard) refuses connections on loopback: enqueueing fails at once.
+        let channel = berth_telemetry::connect_lazy(
+            "http://127.0.0.1:9",
+            None,
+            berth_telemetry::Role::Broker,
+        )
+        .unwrap();
+        Validations::new(BrokerClient::new(channel), wait)
+    }
+
+    fn waiting(
+        v: &Validations,
+        id: &str,
+        package: &str,
+    ) -> oneshot::Receiver<AnswerValidationRequest> {
+        let (tx, rx) = oneshot::channel();
+        v.lock().insert(
+            id.to_owned(),
+            Pending {
+                package: package.to_owned(),
+                tx,
+            },
+        );
+        rx
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_only_the_validation_of_its_package() {
+        let v = validations(DEFAULT_WAIT);
+        let mut rx = waiting(&v, "r1", "ns.app");
+        let answer = |package: &str| AnswerValidationRequest {
+            request_id: "r1".into(),
+            package: package.into(),
+            invalid: "no".into(),
+            ..Default::default()
+        };
+        assert!(
+            !v.answer(answer("other.app")),
+            "another package's answer is dropped"
+        );
+        assert!(rx.try_recv().is_err());
+        assert!(v.answer(answer("ns.app")));
+        assert_eq!(rx.try_recv().unwrap().invalid, "no");
+        assert!(!v.answer(answer("ns.app")), "a second answer finds nobody");
+        assert!(!v.answer(AnswerValidationRequest {
+            request_id: "unknown".into(),
+            ..Default::default()
+        }));
+    }
+
+    #[tokio::test]
+    async fn without_a_broker_the_validation_is_deferred_and_forgotten() {
+        let v = validations(Duration::from_secs(5));
+        let key = PackageKey::from_issued("ns.app".into());
+        let outcome = v
+            .validate(&key, Generation::new(1), &serde_json::json!({}))
+            .await;
+        match outcome {
+            Outcome::Deferred(why) => assert!(why.contains("broker"), "{why}"),
+            other => panic!("expected Deferred, got {other:?}"),
+        }
+        assert!(v.lock().is_empty(), "nothing left waiting");
+    }
+}

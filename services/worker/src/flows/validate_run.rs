@@ -1,0 +1,147 @@
+//! ValidateRun: candidate settings checked as an Update would apply them, for a ValidateSettings
+//! (or an Update) lifecycle holds open. The worker computes the values the package would have
+//! (its schema, the hooks' stored patches replayed on the new settings), runs the package's
+//! settings check (`hook check`), and asks the release service for the plan of an install with
+//! those values (a render and a server-side dry-run apply of every object). The outcome goes
+//! back through lifecycle's AnswerValidation. Nothing is written anywhere; never retried:
+//! lifecycle stops waiting at the run's deadline.
+
+use std::time::Duration;
+
+use berth_proto::lifecycle::AnswerValidationRequest;
+use berth_proto::queue::Task;
+use berth_proto::release::{ChartFile, InstallRequest};
+use berth_proto::tasks::ValidateRun;
+use berth_proto::v1;
+use berth_queue::worker::TaskError;
+use serde_json::Value;
+
+use super::remaining;
+use crate::client::invalid_argument;
+use crate::context::TaskContext;
+use crate::hooks::check_settings;
+use crate::package::{Values, ensure};
+
+pub async fn validate_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
+    let payload = ValidateRun::from_payload_json(&task.payload_json)
+        .map_err(|e| TaskError::permanent(e.to_string()))?;
+    let Some(left) = remaining(payload.deadline_unix_ms) else {
+        // Lifecycle stopped waiting; nobody would read the answer.
+        tracing::info!("validation skipped: its caller stopped waiting");
+        return Ok(());
+    };
+    let mut answer = match validate(cx, &payload, left).await {
+        Ok(answer) => answer,
+        Err(error) => AnswerValidationRequest {
+            error,
+            ..Default::default()
+        },
+    };
+    answer.request_id = payload.request_id;
+    answer.package = cx.key().to_owned();
+    if let Err(s) = cx
+        .services
+        .lifecycle
+        .clone()
+        .answer_validation(answer)
+        .await
+    {
+        // The caller then falls back to the schema check at its deadline.
+        tracing::warn!(error = %s.message(), "could not hand a validation to lifecycle");
+    }
+    Ok(())
+}
+
+/// The outcome: `Ok` with `invalid` set or not; `Err` when no verdict could be reached.
+async fn validate(
+    cx: &TaskContext<'_>,
+    payload: &ValidateRun,
+    left: Duration,
+) -> Result<AnswerValidationRequest, String> {
+    let invalid = |why: String, warnings: Vec<String>| AnswerValidationRequest {
+        invalid: why,
+        warnings,
+        ..Default::default()
+    };
+    let settings: Value = serde_json::from_str(&payload.settings_json)
+        .map_err(|e| format!("the run's settings: {e}"))?;
+    let pkg = ensure(cx).await.map_err(|e| e.message)?;
+    // The schema (and every values rule) first: what Update's ApplySettings would refuse.
+    let values = match Values::compute_with(&pkg, cx, settings.clone()) {
+        Ok(values) => values,
+        Err(e) => return Ok(invalid(e.message, vec![])),
+    };
+    let mut warnings = Vec::new();
+    let timeout = left.min(cx.config.hook_timeout);
+    if let Some(check) = check_settings(cx, &pkg, &settings, timeout)
+        .await
+        .map_err(|e| e.message)?
+    {
+        warnings = check.warnings;
+        if !check.valid {
+            let why = check
+                .message
+                .as_deref()
+                .unwrap_or("the settings are refused");
+            return Ok(invalid(format!("settings check: {why}"), warnings));
+        }
+    }
+    if !pkg.is_helm {
+        return Ok(AnswerValidationRequest {
+            warnings,
+            ..Default::default()
+        });
+    }
+    let files = pkg
+        .chart_files()
+        .map_err(|e| format!("reading the chart: {e}"))?
+        .into_iter()
+        .map(|(path, content)| ChartFile { path, content })
+        .collect();
+    let (name, namespace) = cx.release();
+    let planned = tokio::time::timeout(
+        left,
+        cx.services.release.clone().plan(InstallRequest {
+            name,
+            namespace,
+            files,
+            values_json: values.current.to_string(),
+            package: cx.key().to_owned(),
+        }),
+    )
+    .await
+    .map_err(|_| format!("the release service did not plan within {left:?}"))?;
+    let plan = match planned {
+        Ok(plan) => plan.into_inner(),
+        // A render error or an object the API server refuses: the settings' doing.
+        Err(s) if invalid_argument(&s) => {
+            return Ok(invalid(format!("release plan: {}", s.message()), warnings));
+        }
+        Err(s) => return Err(format!("release Plan: {} ({:?})", s.message(), s.code())),
+    };
+    Ok(AnswerValidationRequest {
+        warnings,
+        plan: plan.changes.into_iter().map(planned_change).collect(),
+        ..Default::default()
+    })
+}
+
+fn planned_change(c: berth_proto::release::PlannedChange) -> v1::PlannedChange {
+    use berth_proto::release::PlanAction as R;
+    let action = match c.action() {
+        R::Create => v1::PlanAction::Create,
+        R::Update => v1::PlanAction::Update,
+        R::Delete => v1::PlanAction::Delete,
+        R::Unchanged => v1::PlanAction::Unchanged,
+        R::Unspecified => v1::PlanAction::Unspecified,
+    };
+    let object = c.object.unwrap_or_default();
+    v1::PlannedChange {
+        api_version: object.api_version,
+        kind: object.kind,
+        namespace: object.namespace,
+        name: object.name,
+        action: action as i32,
+        changed: c.changed,
+    }
+}
