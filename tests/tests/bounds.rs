@@ -423,26 +423,28 @@ async fn snoop_as(args: &[&str]) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
     let up = AllInOne::start_with(&dir.path().join("data"), real.as_deref(), args).await?;
-    let result = async {
-        let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
-        let ns = TestNamespace::create(&kube, "bounds").await?;
-        let mut client = journey::connect(&up.proc.endpoint()).await?;
-        let r = app("snoop", &ns);
-        let generation = install(&mut client, &r).await?;
-        let p = journey::wait_running(&mut client, &r, generation).await?;
-        let values = p
-            .values
-            .as_ref()
-            .map(berth_proto::json::from_struct)
-            .unwrap_or(Value::Null);
-        values["probe"]
-            .as_str()
-            .map(str::to_owned)
-            .with_context(|| format!("no probe in {values}"))
-    }
-    .await;
+    let values = snoop(&up).await;
     up.proc.stop().await;
-    result
+    let values = values?;
+    values["probe"]
+        .as_str()
+        .map(str::to_owned)
+        .with_context(|| format!("no probe in {values}"))
+}
+
+/// Installs the snoop package on `up` and returns its values once Running (`/probe`, what its
+/// hook saw; `/hookPath`, where its file was).
+async fn snoop(up: &AllInOne) -> anyhow::Result<Value> {
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let ns = TestNamespace::create(&kube, "bounds").await?;
+    let mut client = journey::connect(&up.proc.endpoint()).await?;
+    let r = app("snoop", &ns);
+    let generation = install(&mut client, &r).await?;
+    let p = journey::wait_running(&mut client, &r, generation).await?;
+    Ok(p.values
+        .as_ref()
+        .map(berth_proto::json::from_struct)
+        .unwrap_or(Value::Null))
 }
 
 /// A data directory the hook user cannot reach (its parent is 0700, like a checkout under
@@ -462,17 +464,7 @@ async fn berth_up_under_a_private_directory_still_runs_hooks_as_nobody() -> anyh
     let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
     let up = AllInOne::start(&data, real.as_deref()).await?;
     let result = async {
-        let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
-        let ns = TestNamespace::create(&kube, "bounds").await?;
-        let mut client = journey::connect(&up.proc.endpoint()).await?;
-        let r = app("snoop", &ns);
-        let generation = install(&mut client, &r).await?;
-        let p = journey::wait_running(&mut client, &r, generation).await?;
-        let values = p
-            .values
-            .as_ref()
-            .map(berth_proto::json::from_struct)
-            .unwrap_or(Value::Null);
+        let values = snoop(&up).await?;
         // The hook ran from the temporary cache: berth's data directory is not above it (and
         // the probe's "list" is of `/`).
         anyhow::ensure!(

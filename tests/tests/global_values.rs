@@ -321,3 +321,42 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A package's hook bound to beforeAll (a global hooks' binding) is refused when the package
+/// loads, naming the hook and the binding, instead of silently never running; the hook never
+/// runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_hook_bound_to_before_all_is_refused_at_load() -> anyhow::Result<()> {
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let topology = SplitTopology::start(&cluster.kubeconfig, dir.path()).await?;
+    let result = async {
+        let ns = TestNamespace::create(&cluster.client, "misbound").await?;
+        let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "misbound".into(),
+            namespace: ns.to_string(),
+        };
+        let generation = update(&mut client, &r, json!({})).await?;
+        let failed = wait_package(&mut client, &r, "Failed at Load", |p| {
+            p.phase == "Failed" && p.generation == generation
+        })
+        .await?;
+        anyhow::ensure!(
+            failed.last_error.contains("before-all.sh (beforeAll)")
+                && failed.last_error.contains("global hooks' bindings"),
+            "{failed:?}"
+        );
+        anyhow::ensure!(
+            json_of(failed.values.as_ref()).get("ran").is_none(),
+            "the hook never ran: {:?}",
+            failed.values
+        );
+        remove(&mut client, &r).await
+    }
+    .await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}

@@ -42,6 +42,34 @@ pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     }
 }
 
+/// Hooks bound to what this kind of package never runs, refused at Load rather than silently
+/// never run (as addon-operator: `beforeAll`/`afterAll` are global hooks' bindings, and the
+/// global package has no chart for the Helm bindings).
+fn misplaced_bindings(hooks: &[berth_hooks::Hook], global: bool) -> Option<String> {
+    use LifecycleBinding::*;
+    let (refused, why): (&[LifecycleBinding], &str) = if global {
+        (
+            &[BeforeHelm, AfterHelm, BeforeDeleteHelm, AfterDeleteHelm],
+            "the global package has no chart: its hooks may bind onStartup, beforeAll, afterAll, schedule and kubernetes",
+        )
+    } else {
+        (
+            &[BeforeAll, AfterAll],
+            "beforeAll and afterAll are global hooks' bindings: put such hooks in the global package (the module `global`, type Global)",
+        )
+    };
+    let found: Vec<String> = hooks
+        .iter()
+        .flat_map(|h| {
+            refused
+                .iter()
+                .filter(|b| h.config.order(**b).is_some())
+                .map(move |b| format!("{} ({})", h.name, b.as_str()))
+        })
+        .collect();
+    (!found.is_empty()).then(|| format!("hooks {}: {why}", found.join(", ")))
+}
+
 pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
     // The global package is one per installation: the module `global`, and that module is
@@ -78,6 +106,16 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             return Err(e);
         }
     };
+    if let Some(message) = misplaced_bindings(&hooks, is_global) {
+        cx.set_condition(
+            ConditionType::Loaded,
+            ConditionStatus::False,
+            "HookConfigInvalid",
+            &message,
+        )
+        .await?;
+        return Err(TaskError::permanent(message));
+    }
     apply_crds(cx, &pkg).await?;
     let request = bindings::set_bindings_request(cx, &hooks);
     if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
