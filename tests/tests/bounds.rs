@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use berth_proto::v1;
 use berth_tests::{AllInOne, TestNamespace, journey};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::PostParams;
@@ -55,24 +54,7 @@ async fn wait_for(
     what: &str,
     done: impl Fn(&v1::Package) -> bool,
 ) -> anyhow::Result<v1::Package> {
-    let follow = async {
-        let mut stream = client
-            .watch(v1::WatchRequest {
-                r#ref: Some(r.clone()),
-            })
-            .await?
-            .into_inner();
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            if done(&p) {
-                return Ok(p);
-            }
-        }
-        bail!("watch ended")
-    };
-    tokio::time::timeout(DEADLINE, follow)
-        .await
-        .with_context(|| format!("waiting for {what}"))?
+    journey::follow(client, r, DEADLINE, what, |p| Ok(done(p))).await
 }
 
 /// `def f: [f]; f` overflowed hookevent's stack and killed `berth up` (again on every restart).

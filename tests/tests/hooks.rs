@@ -57,50 +57,22 @@ async fn wait_package(
     what: &str,
     done: impl Fn(&v1::Package) -> bool,
 ) -> anyhow::Result<v1::Package> {
-    let follow = async {
-        let mut stream = client
-            .watch(v1::WatchRequest {
-                r#ref: Some(r.clone()),
-            })
-            .await?
-            .into_inner();
-        let mut last = Value::Null;
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            if let Some(h) = p.hooks.iter().find(|h| !h.last_error.is_empty()) {
-                bail!("hook {} failed: {}", h.name, h.last_error);
-            }
-            if done(&p) {
-                return Ok(p);
-            }
-            last = values(&p);
+    journey::follow(client, r, REACT_DEADLINE, what, |p| {
+        if let Some(h) = p.hooks.iter().find(|h| !h.last_error.is_empty()) {
+            bail!("hook {} failed: {}", h.name, h.last_error);
         }
-        bail!("watch ended; values so far: {last}")
-    };
-    tokio::time::timeout(REACT_DEADLINE, follow)
-        .await
-        .with_context(|| format!("waiting for {what}"))?
-}
-
-/// Follows the package until it reports an error, and returns it.
-async fn wait_error(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<String> {
-    tokio::time::timeout(REACT_DEADLINE, async {
-        let mut stream = client
-            .watch(v1::WatchRequest {
-                r#ref: Some(r.clone()),
-            })
-            .await?
-            .into_inner();
-        while let Some(p) = stream.next().await {
-            let p = p?;
-            if !p.last_error.is_empty() {
-                return Ok(p.last_error);
-            }
-        }
-        bail!("watch ended without an error")
+        Ok(done(p))
     })
     .await
-    .context("waiting for the package to report an error")?
+}
+
+/// Follows the package until it reports an error, and returns it (bounded).
+async fn wait_error(client: &mut journey::Client, r: &v1::PackageRef) -> anyhow::Result<String> {
+    let p = journey::follow(client, r, REACT_DEADLINE, "an error", |p| {
+        Ok(!p.last_error.is_empty())
+    })
+    .await?;
+    Ok(p.last_error)
 }
 
 /// Polls the cluster until `check` holds (bounded).
