@@ -320,6 +320,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             repo,
             version,
             settings,
+            settings_version,
             force,
             wait,
             timeout,
@@ -333,6 +334,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 version: version.clone(),
                 settings: settings.as_deref().map(read_settings).transpose()?,
                 force: *force,
+                settings_version: *settings_version,
             };
             let accepted = client
                 .update(request)
@@ -425,10 +427,15 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             print!("{}", super::queues::table(&dump.yaml)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Validate { target, settings } => {
+        Command::Validate {
+            target,
+            settings,
+            settings_version,
+        } => {
             let request = v1::ValidateSettingsRequest {
                 r#ref: Some(package_ref(target)),
                 settings: Some(read_settings(settings)?),
+                settings_version: *settings_version,
             };
             let answer = connect(&cli)
                 .await?
@@ -442,6 +449,16 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 );
             } else {
                 println!("valid");
+            }
+            if let Some(converted) = &answer.converted_settings {
+                print!(
+                    "{}",
+                    output::converted_settings_yaml(
+                        *settings_version,
+                        answer.settings_version,
+                        converted
+                    )
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

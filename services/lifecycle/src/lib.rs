@@ -3,6 +3,7 @@
 //! in the same transaction and relayed to the queue broker), folds worker reports into the state,
 //! and answers Get/List/Watch/Dump/ValidateSettings.
 
+pub mod conversion;
 mod convert;
 mod dump;
 mod error;
@@ -40,6 +41,9 @@ pub struct Config {
     /// The repositories an Update may name (names, and roots under which it may name a
     /// directory); anything else is refused.
     pub repositories: Arc<berth_package::Repositories>,
+    /// Bounds on settings conversions (jq). They run in evaluator processes started from this
+    /// executable, whose `main` must call [`berth_jq::run_if_requested`] first.
+    pub jq: berth_jq::JqLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +55,8 @@ pub enum Error {
         endpoint: String,
         source: tonic::transport::Error,
     },
+    #[error("the jq evaluator executable: {0}")]
+    JqEvaluator(std::io::Error),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -61,6 +67,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    let jq = berth_jq::Jq::current_exe(config.jq).map_err(Error::JqEvaluator)?;
     let store = Store::open(&config.database_url).await?;
     let tls = config.tls.as_ref();
     let channel =
@@ -85,8 +92,14 @@ pub async fn run(
     let version = berth_package::parse_version(env!("CARGO_PKG_VERSION"))
         .expect("the crate's version is semver");
     let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
-    let service =
-        LifecycleService::new(store, broker, wake, scheduler, config.repositories.clone());
+    let service = LifecycleService::new(
+        store,
+        broker,
+        wake,
+        scheduler,
+        config.repositories.clone(),
+        jq,
+    );
     let router = berth_telemetry::grpc_server(tls)?.add_service(
         LifecycleServer::new(service)
             .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)

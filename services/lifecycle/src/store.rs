@@ -40,6 +40,9 @@ pub struct PackageRow {
     pub generation: Generation,
     pub observed_generation: Generation,
     pub settings: Value,
+    /// The settings version `settings` are written for; 0: the version of the package version
+    /// they were given for, until it loads (see `conversion`).
+    pub settings_version: u32,
     pub phase: Phase,
     pub conditions: Vec<Condition>,
     pub values: Value,
@@ -47,6 +50,8 @@ pub struct PackageRow {
     /// `None` until loaded; `Some(None)` when loaded without a settings schema.
     pub settings_schema: Option<Option<Value>>,
     pub schema_version: Option<String>,
+    /// The loaded package's settings conversions; `None` until loaded (as the schema).
+    pub conversions: Option<berth_package::Conversions>,
     pub hooks: Vec<HookState>,
     pub last_error: String,
     pub removing: bool,
@@ -95,6 +100,9 @@ impl PackageRow {
 /// What an Update's plan decided, written with the new spec.
 pub struct Planned {
     pub phase: Phase,
+    /// The settings and their version to store, when they differ from the spec's (converted
+    /// to the loaded package's settings version, or the version resolved).
+    pub settings: Option<(Value, u32)>,
     pub outbox: Vec<outbox::Row>,
     /// The package starts over (a new version is downloaded and loaded): the scheduler forgets
     /// what the last load told it, and enables the new one when its requirements hold.
@@ -122,6 +130,7 @@ pub struct DesiredSpec {
     pub package: String,
     pub version: String,
     pub settings: Value,
+    pub settings_version: u32,
 }
 
 #[derive(Clone)]
@@ -208,6 +217,7 @@ impl Store {
         let previous = fetch_for_write(&mut tx, self.dialect, &key).await?;
         let Planned {
             phase,
+            settings,
             outbox,
             restart,
         } = match plan(previous.as_ref(), &key, generation) {
@@ -215,13 +225,16 @@ impl Store {
             // Dropping the transaction rolls it back, generation counter included.
             Err(refused) => return Ok(Err(refused)),
         };
-        let settings = spec.settings.to_string();
+        let (settings, settings_version) = match settings {
+            Some((settings, version)) => (settings.to_string(), version),
+            None => (spec.settings.to_string(), spec.settings_version),
+        };
         sqlx::query(
-            "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase, settings_version)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (key) DO UPDATE SET repository = excluded.repository, package = excluded.package,
                version = excluded.version, generation = excluded.generation, settings = excluded.settings,
-               phase = excluded.phase, removing = 0, last_error = ''",
+               phase = excluded.phase, removing = 0, last_error = '', settings_version = excluded.settings_version",
         )
         .bind(key.as_str())
         .bind(spec.id.kind.as_str())
@@ -233,6 +246,7 @@ impl Store {
         .bind(generation.get())
         .bind(&settings)
         .bind(phase.as_str())
+        .bind(i64::from(settings_version))
         .execute(&mut *tx)
         .await?;
         if restart && let Some(mut row) = fetch_for_write(&mut tx, self.dialect, &key).await? {
@@ -605,7 +619,8 @@ async fn write_row(
     sqlx::query(
         "UPDATE packages SET phase = $1, observed_generation = $2, conditions = $3, values_json = $4, values_patch = $5,
            settings_schema = $6, schema_version = $7, hooks = $8, last_error = $9, enabled = $10,
-           loaded_version = $11, weight = $12, requirements = $13, reads_global = $14, settings = $15 WHERE key = $16",
+           loaded_version = $11, weight = $12, requirements = $13, reads_global = $14, settings = $15,
+           settings_version = $16, conversions = $17 WHERE key = $18",
     )
     .bind(row.phase.as_str())
     .bind(row.observed_generation.get())
@@ -622,6 +637,8 @@ async fn write_row(
     .bind(requirements)
     .bind(i64::from(reads_global))
     .bind(row.settings.to_string())
+    .bind(i64::from(row.settings_version))
+    .bind(row.conversions.as_ref().map(crate::conversion::to_json))
     .bind(row.key.as_str())
     .execute(&mut **tx)
     .await?;
@@ -724,6 +741,13 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
             reads_global: r.get::<i64, _>("reads_global") != 0,
         }),
     };
+    let conversions: Option<String> = r.get("conversions");
+    let conversions = conversions
+        .map(|text| crate::conversion::from_json(&text))
+        .transpose()
+        .map_err(|e| corrupt("conversions", e))?;
+    let settings_version = u32::try_from(r.get::<i64, _>("settings_version"))
+        .map_err(|e| corrupt("settings_version", e.to_string()))?;
     let values_patch = match json("values_patch")? {
         Value::Array(ops) => ops,
         _ => return Err(corrupt("values_patch", "not an array".into())),
@@ -740,6 +764,7 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
         generation: Generation::new(r.get("generation")),
         observed_generation: Generation::new(r.get("observed_generation")),
         settings: json("settings")?,
+        settings_version,
         phase: Phase::parse(&phase).ok_or_else(|| corrupt("phase", phase.clone()))?,
         conditions: serde_json::from_value(json("conditions")?)
             .map_err(|e| corrupt("conditions", e.to_string()))?,
@@ -747,6 +772,7 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
         values_patch,
         settings_schema,
         schema_version: r.get("schema_version"),
+        conversions,
         hooks: serde_json::from_value(json("hooks")?)
             .map_err(|e| corrupt("hooks", e.to_string()))?,
         last_error: r.get("last_error"),
@@ -773,6 +799,8 @@ mod tests {
             package: name.into(),
             version: "1.0.0".into(),
             settings: serde_json::json!({}),
+            settings_version: 0,
+            converted: None,
             force: false,
         }
     }
