@@ -287,34 +287,6 @@ mod tests {
             ("hello", Some("demo"), "1.0.0", true)
         );
     }
-}
-
-/// The public API's request limits (`berth up` and `berth-gateway`).
-#[derive(clap::Args, Clone, Debug)]
-pub struct LimitArgs {
-    /// Calls in progress at once; more are refused with ResourceExhausted.
-    #[arg(long, env = "BERTH_MAX_CALLS", default_value_t = crate::Limits::default().concurrent_calls)]
-    pub max_calls: usize,
-    /// Calls per second one caller (bearer token, or address without one) may make.
-    #[arg(long, env = "BERTH_RATE_PER_CALLER", default_value_t = crate::Limits::default().calls_per_second)]
-    pub rate_per_caller: u32,
-    /// Calls a caller may make in a burst above --rate-per-caller.
-    #[arg(long, env = "BERTH_RATE_BURST", default_value_t = crate::Limits::default().burst)]
-    pub rate_burst: u32,
-    /// Watch streams open at once; more are refused with ResourceExhausted.
-    #[arg(long, env = "BERTH_MAX_WATCHES", default_value_t = crate::Limits::default().watch_streams)]
-    pub max_watches: usize,
-}
-
-impl LimitArgs {
-    pub fn limits(&self) -> crate::Limits {
-        crate::Limits {
-            concurrent_calls: self.max_calls,
-            calls_per_second: self.rate_per_caller,
-            burst: self.rate_burst,
-            watch_streams: self.max_watches,
-        }
-    }
 
     #[test]
     fn update_and_validate_take_a_settings_version() {
@@ -377,5 +349,33 @@ impl LimitArgs {
             ])
             .is_err()
         );
+    }
+}
+
+/// The public API's request limits (`berth up` and `berth-gateway`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct LimitArgs {
+    /// Calls in progress at once; more are refused with ResourceExhausted.
+    #[arg(long, env = "BERTH_MAX_CALLS", default_value_t = crate::Limits::default().concurrent_calls)]
+    pub max_calls: usize,
+    /// Calls per second one caller (bearer token, or address without one) may make.
+    #[arg(long, env = "BERTH_RATE_PER_CALLER", default_value_t = crate::Limits::default().calls_per_second)]
+    pub rate_per_caller: u32,
+    /// Calls a caller may make in a burst above --rate-per-caller.
+    #[arg(long, env = "BERTH_RATE_BURST", default_value_t = crate::Limits::default().burst)]
+    pub rate_burst: u32,
+    /// Watch streams open at once; more are refused with ResourceExhausted.
+    #[arg(long, env = "BERTH_MAX_WATCHES", default_value_t = crate::Limits::default().watch_streams)]
+    pub max_watches: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> crate::Limits {
+        crate::Limits {
+            concurrent_calls: self.max_calls,
+            calls_per_second: self.rate_per_caller,
+            burst: self.rate_burst,
+            watch_streams: self.max_watches,
+        }
     }
 }
