@@ -976,7 +976,136 @@ mod tests {
         concurrent_updates_of_one_package_from_two_stores_get_distinct_generations,
         packages_are_listed_in_byte_order_of_their_keys,
         a_change_of_the_global_values_reruns_their_readers,
+        settings_versions_and_conversions_are_stored_with_the_settings,
     );
+
+    /// Plans and writes the Update `spec`: its generation, or why nothing was written.
+    async fn planned(
+        store: &Store,
+        sched: &mut Scheduler,
+        spec: &UpdateSpec,
+    ) -> Result<Generation, crate::update::NotPlanned> {
+        store
+            .update(spec.desired(), sched, "t", |prev, key, g| {
+                plan(spec, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map(|o| o.generation)
+    }
+
+    /// The settings' version is stored with them: an install's 0 is resolved when its version
+    /// loads (with the conversions, which survive a reopen); a Load that converts stores the
+    /// converted settings and version; a failed conversion fails the generation and leaves
+    /// settings, version and the last load alone; an Update of the loaded version stores
+    /// settings converted before the transaction, refuses a version too new, and re-sending the
+    /// same settings converted is a no-op.
+    async fn settings_versions_and_conversions_are_stored_with_the_settings(db: TestDb) {
+        use crate::conversion::{AtLoad, Converted};
+        use berth_package::{Conversions, Step};
+        let url = db.url();
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store
+            .scheduler(semver::Version::new(0, 1, 0))
+            .await
+            .unwrap();
+        let key = PackageKey::from_issued("default.conv".into());
+        let conversions = Conversions::from_steps(
+            2,
+            [Step {
+                version: 2,
+                expressions: vec![".replicas = .size | del(.size)".into()],
+            }],
+        )
+        .unwrap();
+        let mut spec = spec("conv");
+        spec.settings = serde_json::json!({"size": 3});
+        spec.settings_version = 1;
+        let g = store
+            .update(spec.desired(), &mut sched, "t", |prev, key, g| {
+                plan(&spec, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap()
+            .generation;
+        assert_eq!(store.get(&key).await.unwrap().unwrap().settings_version, 1);
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(Some(serde_json::json!({
+                "type": "object",
+                "properties": {"replicas": {"type": "integer"}},
+            })));
+            c.conversions = Some(conversions.clone());
+            c.stored_settings = Some(AtLoad::Converted(Converted {
+                settings: serde_json::json!({"replicas": 3}),
+                version: 2,
+                ran: true,
+            }));
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        let store = Store::open(&url).await.unwrap();
+        let row = store.get(&key).await.unwrap().unwrap();
+        assert_eq!(row.settings, serde_json::json!({"replicas": 3}));
+        assert_eq!(row.settings_version, 2);
+        assert_eq!(row.conversions.as_ref(), Some(&conversions));
+
+        // The same version again with version-1 settings, converted before the transaction.
+        spec.settings = serde_json::json!({"size": 4});
+        spec.converted = Some((
+            Converted {
+                settings: serde_json::json!({"replicas": 4}),
+                version: 2,
+                ran: true,
+            },
+            conversions.clone(),
+        ));
+        let out = planned(&store, &mut sched, &spec).await;
+        let g = match out {
+            Ok(g) => g,
+            Err(crate::update::NotPlanned::Refused(e)) => panic!("refused: {e}"),
+            Err(crate::update::NotPlanned::Unchanged(_)) => panic!("unchanged"),
+        };
+        let row = store.get(&key).await.unwrap().unwrap();
+        assert_eq!(
+            (row.settings.clone(), row.settings_version, row.generation),
+            (serde_json::json!({"replicas": 4}), 2, g)
+        );
+        let out = planned(&store, &mut sched, &spec).await;
+        assert!(
+            matches!(out, Err(crate::update::NotPlanned::Unchanged(same)) if same == g),
+            "the same settings converted again change nothing"
+        );
+        spec.settings_version = 3;
+        spec.converted = None;
+        let out = planned(&store, &mut sched, &spec).await;
+        assert!(matches!(
+            out,
+            Err(crate::update::NotPlanned::Refused(
+                crate::error::LifecycleError::InvalidArgument(_)
+            ))
+        ));
+
+        // A failed conversion at Load: the generation fails, nothing else changes.
+        let failed = Change::failed(g, "v2.yaml: boom".into());
+        store
+            .modify(&key, g, &mut sched, "t", |row| failed.apply(row, "t"))
+            .await
+            .unwrap();
+        let after = store.get(&key).await.unwrap().unwrap();
+        assert_eq!(after.phase, Phase::Failed);
+        assert!(
+            after.last_error.contains("v2.yaml: boom"),
+            "{}",
+            after.last_error
+        );
+        assert_eq!(
+            (after.settings, after.settings_version, after.conversions),
+            (row.settings, row.settings_version, row.conversions)
+        );
+    }
 
     /// Loaded packages wait for their requirements, the cluster's version and a dependency
     /// reaching Running each enable what waited on them (tasks in the same transaction), and
