@@ -111,7 +111,7 @@ pub fn plan(
         && !spec.force
         && same_package(existing)
         && existing.settings == *settings
-        && existing.settings_version == settings_version
+        && same_settings_version(existing, settings_version)
     {
         return Err(NotPlanned::Unchanged(existing.generation));
     }
@@ -139,6 +139,17 @@ pub fn plan(
         outbox,
         restart,
     })
+}
+
+/// Whether settings of `version` are of the stored settings' version: equal, or 0 (the
+/// package version's own) while the stored ones are of the loaded version's own.
+fn same_settings_version(existing: &PackageRow, version: u32) -> bool {
+    existing.settings_version == version
+        || (version == 0
+            && existing
+                .conversions
+                .as_ref()
+                .is_some_and(|c| c.latest() == existing.settings_version))
 }
 
 /// Validates settings against a loaded schema. `Ok(false)` when there is no loaded schema to
