@@ -45,9 +45,9 @@ pub struct UpConfig {
     /// The repositories an Update may name, handed to lifecycle (which checks Updates against
     /// them) and the worker (which fetches from them).
     pub repositories: berth_package::Repositories,
-    /// Bounds on jq programs (hookevent's evaluators are this executable, see
-    /// `berth_hookevent::run_jq_evaluator_if_requested`).
-    pub jq: berth_hookevent::JqLimits,
+    /// Bounds on jq programs, hookevent's and lifecycle's settings conversions (their
+    /// evaluators are this executable, see `berth_jq::run_if_requested`).
+    pub jq: berth_jq::JqLimits,
     /// How long a validation waits for a worker (see `berth_lifecycle::Config`).
     pub validation_wait: Duration,
     /// hookevent's webhook server (admission and conversion bindings).
@@ -364,6 +364,7 @@ pub async fn run(
         tls: Some(lifecycle_tls),
         repositories: repositories.clone(),
         validation_wait: config.validation_wait,
+        jq: config.jq,
     };
     services.spawn(async move {
         (

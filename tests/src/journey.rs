@@ -138,6 +138,7 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         version: "1.0.0".into(),
         settings: settings(s),
         force: false,
+        settings_version: 0,
     };
 
     // Install.
@@ -260,6 +261,7 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let bad = v1::ValidateSettingsRequest {
         r#ref: Some(r.clone()),
         settings: settings(json!({"message": "x", "replicas": "many"})),
+        settings_version: 0,
     };
     let err = client
         .validate_settings(bad)

@@ -40,6 +40,7 @@ fn update(r: &v1::PackageRef, settings: Option<serde_json::Value>) -> v1::Update
         version: "1.0.0".into(),
         settings: settings.as_ref().map(berth_proto::json::to_struct),
         force: false,
+        settings_version: 0,
     }
 }
 

@@ -46,6 +46,7 @@ async fn update(
             version: "1.0.0".into(),
             settings: Some(berth_proto::json::to_struct(&settings)),
             force: false,
+            settings_version: 0,
         })
         .await?
         .into_inner();

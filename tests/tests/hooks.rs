@@ -355,6 +355,7 @@ fn update(
         version: "1.0.0".into(),
         settings: settings.as_ref().map(berth_proto::json::to_struct),
         force: false,
+        settings_version: 0,
     }
 }
 

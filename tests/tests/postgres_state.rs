@@ -95,6 +95,7 @@ async fn journey(
         version: "1.0.0".into(),
         settings: Some(berth_proto::json::to_struct(&s)),
         force: false,
+        settings_version: 0,
     };
     let installed = client
         .update(update(json!({"message": "world", "replicas": 2})))

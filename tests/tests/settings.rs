@@ -27,6 +27,7 @@ fn update(r: &v1::PackageRef, version: &str, settings: serde_json::Value) -> v1:
         version: version.into(),
         settings: Some(berth_proto::json::to_struct(&settings)),
         force: false,
+        settings_version: 0,
     }
 }
 
@@ -109,6 +110,7 @@ async fn a_settings_change_right_after_an_upgrade_loads_the_new_version() -> any
         let validate = |settings: serde_json::Value| v1::ValidateSettingsRequest {
             r#ref: Some(r.clone()),
             settings: Some(berth_proto::json::to_struct(&settings)),
+            settings_version: 0,
         };
         let answer = client
             .validate_settings(validate(json!({"size": 2, "color": "blue"})))

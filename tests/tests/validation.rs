@@ -35,6 +35,7 @@ fn validate(r: &v1::PackageRef, settings: serde_json::Value) -> v1::ValidateSett
     v1::ValidateSettingsRequest {
         r#ref: Some(r.clone()),
         settings: Some(berth_proto::json::to_struct(&settings)),
+        settings_version: 0,
     }
 }
 

@@ -55,6 +55,13 @@ pub struct Step {
     pub expressions: Vec<String>,
 }
 
+impl Step {
+    /// The file the step comes from, relative to the package root (for error messages).
+    pub fn file(&self) -> String {
+        format!("{CONVERSIONS_DIR}/v{}.yaml", self.version)
+    }
+}
+
 /// The conversions of a package version, and the settings version its schema describes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Conversions {
@@ -85,6 +92,67 @@ impl Conversions {
             .range(from + 1..=latest)
             .map(|(_, s)| s)
             .collect())
+    }
+
+    /// Every step, in order (what a Load report carries to lifecycle).
+    pub fn steps(&self) -> impl Iterator<Item = &Step> {
+        self.steps.values()
+    }
+
+    /// Conversions as a Load report carries them (`latest` 0 means 1), checked as the loader
+    /// checks the files: every step from 2 to `latest` once, none beyond, bounded sizes. The
+    /// error names the offending step's file.
+    pub fn from_steps(
+        latest: u32,
+        steps: impl IntoIterator<Item = Step>,
+    ) -> Result<Conversions, (String, ConversionError)> {
+        let latest = latest.max(1);
+        let schema = || "openapi/settings.yaml".to_owned();
+        if latest > MAX_SETTINGS_VERSION {
+            return Err((schema(), ConversionError::SchemaVersion(latest.to_string())));
+        }
+        let mut by_version = BTreeMap::new();
+        for step in steps {
+            let file = step.file();
+            let fail = |m: String| Err((file.clone(), ConversionError::Format(m)));
+            if step.version < 2 || step.version > latest {
+                return Err((
+                    file,
+                    ConversionError::BeyondLatest {
+                        found: step.version,
+                        latest,
+                    },
+                ));
+            }
+            if step.expressions.is_empty() || step.expressions.len() > MAX_CONVERSIONS_PER_STEP {
+                return fail(format!(
+                    "conversions: from 1 to {MAX_CONVERSIONS_PER_STEP} expressions, got {}",
+                    step.expressions.len()
+                ));
+            }
+            if let Some(i) = step
+                .expressions
+                .iter()
+                .position(|e| e.trim().is_empty() || e.len() > MAX_CONVERSION_BYTES)
+            {
+                return fail(format!(
+                    "conversions[{i}]: empty or longer than {MAX_CONVERSION_BYTES} bytes"
+                ));
+            }
+            if by_version.insert(step.version, step).is_some() {
+                return fail("the step appears twice".into());
+            }
+        }
+        if let Some(missing) = (2..=latest).find(|v| !by_version.contains_key(v)) {
+            return Err((
+                format!("{CONVERSIONS_DIR}/v{missing}.yaml"),
+                ConversionError::Missing { latest, missing },
+            ));
+        }
+        Ok(Conversions {
+            latest,
+            steps: by_version,
+        })
     }
 
     /// Reads `x-config-version` from the settings schema document and the files of
@@ -275,6 +343,35 @@ mod tests {
             Err(ConversionError::UnknownVersion { from: 4, latest: 3 })
         );
         assert!(c.chain(0).is_err());
+    }
+
+    #[test]
+    fn conversions_from_a_report_are_checked_as_files_are() {
+        let step = |version, e: &[&str]| Step {
+            version,
+            expressions: e.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        let c = Conversions::from_steps(3, [step(3, &["del(.b)"]), step(2, &[".b = .a"])]).unwrap();
+        assert_eq!(c.latest(), 3);
+        assert_eq!(c.steps().map(|s| s.version).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(c.chain(1).unwrap()[0].file(), "openapi/conversions/v2.yaml");
+        assert_eq!(Conversions::from_steps(0, []).unwrap().latest(), 1);
+        let (file, e) = Conversions::from_steps(3, [step(2, &["."])]).unwrap_err();
+        assert_eq!(file, "openapi/conversions/v3.yaml");
+        assert_eq!(
+            e,
+            ConversionError::Missing {
+                latest: 3,
+                missing: 3
+            }
+        );
+        let (file, _) = Conversions::from_steps(2, [step(2, &["."]), step(4, &["."])]).unwrap_err();
+        assert_eq!(file, "openapi/conversions/v4.yaml");
+        let (_, e) = Conversions::from_steps(2, [step(2, &[])]).unwrap_err();
+        assert!(e.to_string().contains("from 1 to"), "{e}");
+        let (_, e) = Conversions::from_steps(2, [step(2, &["."]), step(2, &["."])]).unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+        assert!(Conversions::from_steps(MAX_SETTINGS_VERSION + 1, []).is_err());
     }
 
     #[test]

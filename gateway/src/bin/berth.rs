@@ -12,8 +12,8 @@ fn main() -> std::process::ExitCode {
     if std::env::args().nth(1).as_deref() == Some("render") {
         berth_helm::memory::prefer_small_pages();
     }
-    // `berth up` runs hookevent, whose jq evaluators are this executable.
-    if let Some(code) = berth_hookevent::run_jq_evaluator_if_requested() {
+    // `berth up` runs hookevent and lifecycle, whose jq evaluators are this executable.
+    if let Some(code) = berth_jq::run_if_requested() {
         return code;
     }
     berth_gateway::cli::main()

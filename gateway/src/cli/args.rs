@@ -128,7 +128,7 @@ pub enum Command {
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
         log_format: berth_telemetry::LogFormat,
         #[command(flatten)]
-        jq: berth_hookevent::jq::JqArgs,
+        jq: berth_jq::JqArgs,
         /// hookevent's webhook server. Default with the embedded dev cluster: 127.0.0.1 on a
         /// port the OS picks; with --kubeconfig: off unless --webhook-listen is given.
         #[command(flatten)]
@@ -167,6 +167,12 @@ pub enum Command {
         /// Settings as a YAML or JSON file.
         #[arg(long)]
         settings: Option<PathBuf>,
+        /// The settings version the settings are written for (the package's settings schema
+        /// names its own with `x-config-version`). Settings of an older version are converted
+        /// with the package's `openapi/conversions/`; 0 (the default): the version of the
+        /// package version being installed.
+        #[arg(long, default_value_t = 0)]
+        settings_version: u32,
         /// Converge again (hooks and release) even when nothing changed; an identical Update
         /// is otherwise a no-op.
         #[arg(long)]
@@ -216,6 +222,10 @@ pub enum Command {
         target: Target,
         #[arg(long)]
         settings: PathBuf,
+        /// The settings version the settings are written for; older ones are converted to the
+        /// loaded package's version first, and the converted settings printed.
+        #[arg(long, default_value_t = 0)]
+        settings_version: u32,
     },
     /// Show one package.
     Get {
@@ -280,6 +290,69 @@ mod tests {
                 wait
             ),
             ("hello", Some("demo"), "1.0.0", true)
+        );
+    }
+
+    #[test]
+    fn update_and_validate_take_a_settings_version() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        let cli = parse(&[
+            "berth",
+            "update",
+            "hello",
+            "--repo",
+            "r",
+            "--version",
+            "2.0.0",
+            "--settings",
+            "s.yaml",
+            "--settings-version",
+            "1",
+        ])
+        .unwrap();
+        let Command::Update {
+            settings_version, ..
+        } = cli.command
+        else {
+            panic!("not update")
+        };
+        assert_eq!(settings_version, 1);
+        let cli = parse(&["berth", "update", "hello", "--repo", "r", "--version", "1"]).unwrap();
+        let Command::Update {
+            settings_version, ..
+        } = cli.command
+        else {
+            panic!("not update")
+        };
+        assert_eq!(settings_version, 0, "the package version's own by default");
+        let cli = parse(&[
+            "berth",
+            "validate",
+            "hello",
+            "--settings",
+            "s.yaml",
+            "--settings-version",
+            "2",
+        ])
+        .unwrap();
+        let Command::Validate {
+            settings_version, ..
+        } = cli.command
+        else {
+            panic!("not validate")
+        };
+        assert_eq!(settings_version, 2);
+        assert!(
+            parse(&[
+                "berth",
+                "validate",
+                "h",
+                "--settings",
+                "s",
+                "--settings-version",
+                "-1"
+            ])
+            .is_err()
         );
     }
 }

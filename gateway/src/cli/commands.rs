@@ -322,6 +322,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             repo,
             version,
             settings,
+            settings_version,
             force,
             wait,
             timeout,
@@ -335,6 +336,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 version: version.clone(),
                 settings: settings.as_deref().map(read_settings).transpose()?,
                 force: *force,
+                settings_version: *settings_version,
             };
             let accepted = client
                 .update(request)
@@ -427,10 +429,15 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             print!("{}", super::queues::table(&dump.yaml)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Validate { target, settings } => {
+        Command::Validate {
+            target,
+            settings,
+            settings_version,
+        } => {
             let request = v1::ValidateSettingsRequest {
                 r#ref: Some(package_ref(target)),
                 settings: Some(read_settings(settings)?),
+                settings_version: *settings_version,
             };
             let answer = connect(&cli)
                 .await?
@@ -439,6 +446,16 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 .map_err(call_error)?
                 .into_inner();
             print!("{}", output::validation(&answer));
+            if let Some(converted) = &answer.converted_settings {
+                print!(
+                    "{}",
+                    output::converted_settings_yaml(
+                        *settings_version,
+                        answer.settings_version,
+                        converted
+                    )
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Get { target } => {

@@ -36,6 +36,7 @@ pub fn package_yaml(p: &v1::Package) -> String {
             "observedGeneration": c.observed_generation, "lastTransitionTime": timestamp(&c.last_transition_time),
         })).collect::<Vec<_>>(),
         "settings": berth_proto::json::from_opt_struct(p.settings.as_ref()),
+        "settingsVersion": p.settings_version,
         "values": berth_proto::json::from_opt_struct(p.values.as_ref()),
         "hooks": p.hooks.iter().map(|h| json!({
             "name": h.name, "bindings": h.bindings, "runs": h.runs,
@@ -51,6 +52,17 @@ pub fn package_yaml(p: &v1::Package) -> String {
     if let (Some(why), Some(fields)) = (enabled(p), doc.as_object_mut()) {
         fields.insert("notEnabledBecause".into(), Value::String(why));
     }
+    serde_saphyr::to_string(&doc)
+        .unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{doc:#}"))
+}
+
+/// The settings a conversion produced, for `berth validate --settings-version`.
+pub fn converted_settings_yaml(from: u32, to: u32, settings: &prost_types::Struct) -> String {
+    let doc = json!({
+        "convertedFrom": from,
+        "settingsVersion": to,
+        "settings": berth_proto::json::from_struct(settings),
+    });
     serde_saphyr::to_string(&doc)
         .unwrap_or_else(|e| format!("# cannot render as YAML: {e}\n{doc:#}"))
 }

@@ -12,7 +12,6 @@
 mod convert;
 mod enqueue;
 mod error;
-pub mod jq;
 pub mod kube;
 mod schedule;
 mod scheduler;
@@ -27,9 +26,11 @@ use berth_proto::queue::broker_client::BrokerClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// The bounded jq evaluator, shared with lifecycle (`berth-jq`).
+pub use berth_jq as jq;
+pub use berth_jq::{JqError, JqLimits, run_if_requested as run_jq_evaluator_if_requested};
 pub use enqueue::Enqueuer;
 pub use error::ServiceError;
-pub use jq::{JqError, JqLimits, run_if_requested as run_jq_evaluator_if_requested};
 pub use schedule::parse_crontab;
 pub use scheduler::Scheduler;
 pub use service::HookEventService;

@@ -92,12 +92,21 @@ pub fn update_spec(
             req.version, req.repository
         )));
     }
+    if req.settings_version > berth_package::MAX_SETTINGS_VERSION {
+        return Err(invalid(format!(
+            "settings_version: {} is over the limit of {}",
+            req.settings_version,
+            berth_package::MAX_SETTINGS_VERSION
+        )));
+    }
     Ok(UpdateSpec {
         id,
         repository: req.repository.clone(),
         package,
         version: req.version.clone(),
         settings,
+        settings_version: req.settings_version,
+        converted: None,
         force: req.force,
     })
 }
@@ -178,6 +187,7 @@ pub fn package(row: &PackageRow) -> v1::Package {
             .as_ref()
             .map(|l| l.version.to_string())
             .unwrap_or_default(),
+        settings_version: row.settings_version,
     }
 }
 
@@ -216,6 +226,16 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
                     .collect(),
             );
             c.loaded = Some(loaded_spec(l)?);
+            c.conversions = Some(
+                berth_package::Conversions::from_steps(
+                    l.settings_version,
+                    l.conversions.iter().map(|s| berth_package::Step {
+                        version: s.version,
+                        expressions: s.expressions.clone(),
+                    }),
+                )
+                .map_err(|(file, e)| format!("loaded.conversions: {file}: {e}"))?,
+            );
         }
         Rpt::Values(v) => values(&mut c, v, "values")?,
         Rpt::SettingsApplied(s) => {

@@ -41,6 +41,8 @@ struct PackageDoc<'a> {
     last_error: &'a str,
     conditions: &'a [Condition],
     settings: &'a Value,
+    /// 0 while a new version loads with settings given for it.
+    settings_version: u32,
     values: &'a Value,
     hooks: &'a [HookState],
     queues: BTreeMap<String, i32>,
@@ -161,6 +163,7 @@ pub fn render_with_queues(
             last_error: &r.last_error,
             conditions: &r.conditions,
             settings: &r.settings,
+            settings_version: r.settings_version,
             values: &r.values,
             hooks: &r.hooks,
             queues: queues

@@ -15,6 +15,9 @@ pub enum LifecycleError {
     /// The request cannot be done in the current state (a Remove of a package others need).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The state changed under the request (it may be sent again).
+    #[error("{0}")]
+    Aborted(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Lifecycle's own data cannot be used (a stored schema that no longer compiles, a Dump
@@ -31,6 +34,7 @@ impl From<LifecycleError> for Status {
             LifecycleError::InvalidArgument(_) => Status::invalid_argument(message),
             LifecycleError::NotFound(_) => Status::not_found(message),
             LifecycleError::FailedPrecondition(_) => Status::failed_precondition(message),
+            LifecycleError::Aborted(_) => Status::aborted(message),
             LifecycleError::Store(_) => {
                 tracing::error!(error = %e, "lifecycle store failed");
                 Status::internal(message)

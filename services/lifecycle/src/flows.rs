@@ -119,6 +119,7 @@ pub fn unload(row: &mut PackageRow, now: &str) {
     row.loaded = None;
     row.settings_schema = None;
     row.schema_version = None;
+    row.conversions = None;
     let mut unknown = ConditionSet::new(
         ConditionType::RequirementsMet,
         ConditionStatus::Unknown,
@@ -189,12 +190,14 @@ mod tests {
             generation: g(1),
             observed_generation: g(1),
             settings: serde_json::json!({}),
+            settings_version: 0,
             phase: Phase::Running,
             conditions: vec![],
             values: serde_json::json!({}),
             values_patch: vec![],
             settings_schema: loaded.then_some(None),
             schema_version: None,
+            conversions: None,
             hooks: vec![],
             last_error: String::new(),
             removing,

@@ -3,6 +3,7 @@
 //! in the same transaction and relayed to the queue broker), folds worker reports into the state,
 //! and answers Get/List/Watch/Dump/ValidateSettings.
 
+pub mod conversion;
 mod convert;
 mod dump;
 mod error;
@@ -45,6 +46,9 @@ pub struct Config {
     /// How long a ValidateSettings (or an Update of a loaded package's settings) waits for a
     /// worker's verdict before settling for the schema check.
     pub validation_wait: std::time::Duration,
+    /// Bounds on settings conversions (jq). They run in evaluator processes started from this
+    /// executable, whose `main` must call [`berth_jq::run_if_requested`] first.
+    pub jq: berth_jq::JqLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +60,8 @@ pub enum Error {
         endpoint: String,
         source: tonic::transport::Error,
     },
+    #[error("the jq evaluator executable: {0}")]
+    JqEvaluator(std::io::Error),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -66,6 +72,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    let jq = berth_jq::Jq::current_exe(config.jq).map_err(Error::JqEvaluator)?;
     let store = Store::open(&config.database_url).await?;
     let tls = config.tls.as_ref();
     let channel =
@@ -98,6 +105,7 @@ pub async fn run(
         scheduler,
         config.repositories.clone(),
         validations,
+        jq,
     );
     let router = berth_telemetry::grpc_server(tls)?.add_service(
         LifecycleServer::new(service)

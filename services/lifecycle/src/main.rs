@@ -35,11 +35,21 @@ struct Args {
     tls: berth_telemetry::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
+    #[command(flatten)]
+    jq: berth_jq::JqArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> anyhow::Result<std::process::ExitCode> {
+    // A jq evaluator (this executable, started by the service itself to run settings
+    // conversions) serves before anything else starts.
+    if let Some(code) = berth_jq::run_if_requested() {
+        return Ok(code);
+    }
+    tokio::runtime::Runtime::new()?.block_on(serve(Args::parse()))?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
     let _telemetry = berth_telemetry::init("berth-lifecycle", args.log_format);
     berth_telemetry::ensure_sqlite_dir(&args.database)?;
     let tls = args.tls.load(Some(berth_telemetry::Role::Lifecycle))?;
@@ -58,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
             tls,
             repositories: std::sync::Arc::new(repositories),
             validation_wait: std::time::Duration::from_secs(args.validation_timeout),
+            jq: args.jq.limits(),
         },
         listener,
         shutdown,

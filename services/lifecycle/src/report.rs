@@ -2,7 +2,10 @@
 
 use serde_json::Value;
 
-use crate::model::{ConditionSet, Generation, Phase, set_condition};
+use crate::conversion::AtLoad;
+use crate::model::{
+    ConditionSet, ConditionStatus, ConditionType, Generation, Phase, set_condition,
+};
 use crate::scheduler::LoadedSpec;
 use crate::store::{HookState, PackageRow};
 use crate::{flows, outbox};
@@ -24,6 +27,11 @@ pub struct Change {
     pub phase: Option<Phase>,
     pub conditions: Vec<ConditionSet>,
     pub settings_schema: Option<Option<Value>>,
+    /// A Load: the package's settings conversions.
+    pub conversions: Option<berth_package::Conversions>,
+    /// A Load: what becomes of the stored settings (`service::report` converts them first;
+    /// a failed conversion is set as the change's failure instead, see [`Change::failed`]).
+    pub stored_settings: Option<crate::conversion::AtLoad>,
     /// A Load: what the scheduler needs of the package.
     pub loaded: Option<LoadedSpec>,
     pub hooks: Option<Vec<(String, Vec<String>)>>,
@@ -56,6 +64,8 @@ impl Change {
             phase: None,
             conditions: vec![],
             settings_schema: None,
+            conversions: None,
+            stored_settings: None,
             loaded: None,
             hooks: None,
             values: None,
@@ -65,6 +75,25 @@ impl Change {
             hook_run: None,
             error: None,
         }
+    }
+
+    /// A Load whose stored settings could not be converted: instead of loading, the generation
+    /// fails (phase Failed) with the message naming the conversion step and its error; the
+    /// settings, their version and the last load stay as they were.
+    pub fn failed(generation: Generation, message: String) -> Change {
+        let mut c = Change::new(generation);
+        c.phase = Some(Phase::Failed);
+        let mut invalid = ConditionSet::new(
+            ConditionType::SettingsValid,
+            ConditionStatus::False,
+            "ConversionFailed",
+        );
+        invalid.message = message.clone();
+        let mut ready = ConditionSet::new(ConditionType::Ready, ConditionStatus::False, "Failed");
+        ready.message = format!("{message} (fix the package or its settings, then Update)");
+        c.conditions = vec![invalid, ready];
+        c.error = Some(format!("Load: {message}"));
+        c
     }
 
     /// Applies the report to `row`; returns the outbox rows it implies.
@@ -82,6 +111,18 @@ impl Change {
         if let Some(schema) = self.settings_schema {
             row.settings_schema = Some(schema);
             row.schema_version = Some(row.version.clone());
+        }
+        if let Some(conversions) = self.conversions {
+            row.conversions = Some(conversions);
+        }
+        match self.stored_settings {
+            Some(AtLoad::Keep(version)) => row.settings_version = version,
+            Some(AtLoad::Converted(c)) => {
+                row.settings = c.settings;
+                row.settings_version = c.version;
+            }
+            // `Change::failed` replaced the load with the failure.
+            Some(AtLoad::Failed(_)) | None => {}
         }
         if let Some(loaded) = self.loaded {
             row.loaded = Some(loaded);

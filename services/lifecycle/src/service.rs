@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex, Notify, broadcast};
 use tonic::{Request, Response, Status};
 
+use crate::conversion;
 use crate::convert;
 use crate::dump;
 use crate::error::LifecycleError;
@@ -55,6 +56,8 @@ pub struct LifecycleService {
     scheduler: SharedScheduler,
     repositories: Arc<berth_package::Repositories>,
     validations: Validations,
+    /// The bounded jq evaluators settings conversions run on.
+    jq: berth_jq::Jq,
 }
 
 /// Now, as conditions record it.
@@ -70,6 +73,7 @@ impl LifecycleService {
         scheduler: SharedScheduler,
         repositories: Arc<berth_package::Repositories>,
         validations: Validations,
+        jq: berth_jq::Jq,
     ) -> Self {
         let (changes, _) = broadcast::channel(WATCH_CHANNEL);
         LifecycleService {
@@ -80,7 +84,45 @@ impl LifecycleService {
             scheduler,
             repositories,
             validations,
+            jq,
         }
+    }
+
+    /// A Load report: the stored settings taken to the loaded version's settings version
+    /// before the write (jq runs outside the transaction). On success the change carries the
+    /// converted settings; on failure it becomes the package's failure. Returns the settings
+    /// and version it converted, which the write checks are still the stored ones.
+    async fn convert_at_load(
+        &self,
+        key: &PackageKey,
+        generation: Generation,
+        change: &mut Box<report::Change>,
+    ) -> Result<Option<(Value, u32)>, Status> {
+        let Some(conversions) = change.conversions.as_ref() else {
+            return Ok(None);
+        };
+        let Some(row) = self.store.get(key).await? else {
+            return Ok(None);
+        };
+        if row.generation != generation {
+            // Stale: the write ignores it.
+            return Ok(None);
+        }
+        let at_load =
+            conversion::at_load(&self.jq, conversions, &row.settings, row.settings_version).await;
+        match at_load {
+            conversion::AtLoad::Failed(e) => {
+                tracing::warn!(package.key = %key, error = %e, "settings conversion failed; the package fails");
+                **change = report::Change::failed(generation, e.to_string());
+            }
+            done => {
+                if let conversion::AtLoad::Converted(c) = &done {
+                    tracing::info!(package.key = %key, from = row.settings_version, to = c.version, "stored settings converted");
+                }
+                change.stored_settings = Some(done);
+            }
+        }
+        Ok(Some((row.settings, row.settings_version)))
     }
 
     fn changed(&self, key: &PackageKey) {
@@ -185,19 +227,32 @@ impl Lifecycle for LifecycleService {
         &self,
         req: Request<v1::UpdateRequest>,
     ) -> Result<Response<v1::UpdateResponse>, Status> {
-        let spec = convert::update_spec(req.get_ref(), &self.repositories)?;
+        let mut spec = convert::update_spec(req.get_ref(), &self.repositories)?;
         let key = spec.id.key();
         tracing::Span::current().record("package.key", key.as_str());
+        // Settings of an older version for the loaded version: converted now, outside the
+        // write transaction (the plan checks the conversions are still the loaded ones).
+        if spec.settings_version != 0 {
+            let current = self.store.get(&key).await?;
+            spec.converted = conversion::for_update(
+                &self.jq,
+                current.as_ref(),
+                |r| spec.same_loaded_version(r),
+                &spec.settings,
+                spec.settings_version,
+            )
+            .await?;
+        }
         // New settings for a loaded package are validated as ValidateSettings would before
         // anything is written: the schema, then the package's settings check and the plan of
         // the install (a worker's verdict; without one in time, the schema check stands).
         if let Some(existing) = self.store.get(&key).await?
             && update::validates_deeply(&spec, &existing)
         {
-            update::check_settings(existing.settings_schema.as_ref(), &spec.settings)?;
+            update::check_settings(existing.settings_schema.as_ref(), spec.effective_settings())?;
             match self
                 .validations
-                .validate(&key, existing.generation, &spec.settings)
+                .validate(&key, existing.generation, spec.effective_settings())
                 .await
             {
                 Outcome::Invalid(why) => {
@@ -350,42 +405,53 @@ impl Lifecycle for LifecycleService {
         let id = convert::package_id(req.r#ref.as_ref())?;
         let settings = convert::settings(req.settings.as_ref())?;
         let key = id.key();
-        let deferred = |reason: &str| {
-            Ok(Response::new(v1::ValidateSettingsResponse {
-                valid: true,
-                deferred: true,
-                deferred_reason: reason.to_owned(),
-                ..Default::default()
-            }))
+        let row = self.store.get(&key).await?;
+        let converted =
+            conversion::for_validation(&self.jq, row.as_ref(), &settings, req.settings_version)
+                .await?;
+        let checked_settings = converted.as_ref().map_or(&settings, |c| &c.settings);
+        let settings_version = converted
+            .as_ref()
+            .map_or(req.settings_version, |c| c.version);
+        let converted_settings = converted
+            .as_ref()
+            .filter(|c| c.ran)
+            .map(|c| json::to_struct(&c.settings));
+        let answer = |deferred_reason: &str| v1::ValidateSettingsResponse {
+            valid: true,
+            deferred: !deferred_reason.is_empty(),
+            deferred_reason: deferred_reason.to_owned(),
+            settings_version,
+            converted_settings: converted_settings.clone(),
+            ..Default::default()
         };
-        let Some(row) = self.store.get(&key).await? else {
-            return deferred(
+        let Some(row) = row else {
+            return Ok(Response::new(answer(
                 "the package is not installed: its settings are checked when it loads",
-            );
+            )));
         };
-        if !update::check_settings(row.settings_schema.as_ref(), &settings)? {
-            return deferred(
+        if !update::check_settings(row.settings_schema.as_ref(), checked_settings)? {
+            return Ok(Response::new(answer(
                 "the package's version is not loaded yet: its settings are checked when it loads",
-            );
+            )));
         }
         if row.removing {
-            return deferred("the package is being removed");
+            return Ok(Response::new(answer("the package is being removed")));
         }
         match self
             .validations
-            .validate(&key, row.generation, &settings)
+            .validate(&key, row.generation, checked_settings)
             .await
         {
             Outcome::Valid { plan, warnings } => Ok(Response::new(v1::ValidateSettingsResponse {
-                valid: true,
                 plan,
                 warnings,
-                ..Default::default()
+                ..answer("")
             })),
             Outcome::Invalid(why) => {
                 Err(LifecycleError::InvalidArgument(format!("{key}: {why}")).into())
             }
-            Outcome::Deferred(why) => deferred(&why),
+            Outcome::Deferred(why) => Ok(Response::new(answer(&why))),
         }
     }
 
@@ -561,8 +627,16 @@ impl Lifecycle for LifecycleService {
         let report = convert::report(&req).map_err(LifecycleError::InvalidArgument)?;
         let key = PackageKey::from_issued(req.key);
         let generation = Generation::new(req.generation);
+        let mut report = report;
+        let converted_from = match &mut report {
+            report::Report::Change(change) => {
+                self.convert_at_load(&key, generation, change).await?
+            }
+            report::Report::Removed => None,
+        };
         let now = now();
         let mut sched = self.scheduler.lock().await;
+        let mut moved = false;
         let accepted = match report {
             report::Report::Removed => {
                 self.store
@@ -572,6 +646,13 @@ impl Lifecycle for LifecycleService {
             report::Report::Change(change) => {
                 self.store
                     .modify(&key, generation, &mut sched, &now, |row| {
+                        // The settings converted must still be the stored ones.
+                        if let Some((settings, version)) = &converted_from
+                            && (row.settings != *settings || row.settings_version != *version)
+                        {
+                            moved = true;
+                            return vec![];
+                        }
                         change.apply(row, &now)
                     })
                     .await
@@ -580,6 +661,12 @@ impl Lifecycle for LifecycleService {
         self.settled(&mut sched, &accepted).await;
         drop(sched);
         let accepted = accepted?;
+        if moved {
+            return Err(LifecycleError::Aborted(
+                "the package's settings changed while they were converted; report again".into(),
+            )
+            .into());
+        }
         if accepted {
             self.outbox_wake.notify_one();
             self.changed(&key);

@@ -40,6 +40,9 @@ pub struct PackageRow {
     pub generation: Generation,
     pub observed_generation: Generation,
     pub settings: Value,
+    /// The settings version `settings` are written for; 0: the version of the package version
+    /// they were given for, until it loads (see `conversion`).
+    pub settings_version: u32,
     pub phase: Phase,
     pub conditions: Vec<Condition>,
     pub values: Value,
@@ -47,6 +50,8 @@ pub struct PackageRow {
     /// `None` until loaded; `Some(None)` when loaded without a settings schema.
     pub settings_schema: Option<Option<Value>>,
     pub schema_version: Option<String>,
+    /// The loaded package's settings conversions; `None` until loaded (as the schema).
+    pub conversions: Option<berth_package::Conversions>,
     pub hooks: Vec<HookState>,
     pub last_error: String,
     pub removing: bool,
@@ -95,6 +100,9 @@ impl PackageRow {
 /// What an Update's plan decided, written with the new spec.
 pub struct Planned {
     pub phase: Phase,
+    /// The settings and their version to store, when they differ from the spec's (converted
+    /// to the loaded package's settings version, or the version resolved).
+    pub settings: Option<(Value, u32)>,
     pub outbox: Vec<outbox::Row>,
     /// The package starts over (a new version is downloaded and loaded): the scheduler forgets
     /// what the last load told it, and enables the new one when its requirements hold.
@@ -122,6 +130,7 @@ pub struct DesiredSpec {
     pub package: String,
     pub version: String,
     pub settings: Value,
+    pub settings_version: u32,
 }
 
 #[derive(Clone)]
@@ -208,6 +217,7 @@ impl Store {
         let previous = fetch_for_write(&mut tx, self.dialect, &key).await?;
         let Planned {
             phase,
+            settings,
             outbox,
             restart,
         } = match plan(previous.as_ref(), &key, generation) {
@@ -215,13 +225,16 @@ impl Store {
             // Dropping the transaction rolls it back, generation counter included.
             Err(refused) => return Ok(Err(refused)),
         };
-        let settings = spec.settings.to_string();
+        let (settings, settings_version) = match settings {
+            Some((settings, version)) => (settings.to_string(), version),
+            None => (spec.settings.to_string(), spec.settings_version),
+        };
         sqlx::query(
-            "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+            "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase, settings_version)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (key) DO UPDATE SET repository = excluded.repository, package = excluded.package,
                version = excluded.version, generation = excluded.generation, settings = excluded.settings,
-               phase = excluded.phase, removing = 0, last_error = ''",
+               phase = excluded.phase, removing = 0, last_error = '', settings_version = excluded.settings_version",
         )
         .bind(key.as_str())
         .bind(spec.id.kind.as_str())
@@ -233,6 +246,7 @@ impl Store {
         .bind(generation.get())
         .bind(&settings)
         .bind(phase.as_str())
+        .bind(i64::from(settings_version))
         .execute(&mut *tx)
         .await?;
         if restart && let Some(mut row) = fetch_for_write(&mut tx, self.dialect, &key).await? {
@@ -605,7 +619,8 @@ async fn write_row(
     sqlx::query(
         "UPDATE packages SET phase = $1, observed_generation = $2, conditions = $3, values_json = $4, values_patch = $5,
            settings_schema = $6, schema_version = $7, hooks = $8, last_error = $9, enabled = $10,
-           loaded_version = $11, weight = $12, requirements = $13, reads_global = $14, settings = $15 WHERE key = $16",
+           loaded_version = $11, weight = $12, requirements = $13, reads_global = $14, settings = $15,
+           settings_version = $16, conversions = $17 WHERE key = $18",
     )
     .bind(row.phase.as_str())
     .bind(row.observed_generation.get())
@@ -622,6 +637,8 @@ async fn write_row(
     .bind(requirements)
     .bind(i64::from(reads_global))
     .bind(row.settings.to_string())
+    .bind(i64::from(row.settings_version))
+    .bind(row.conversions.as_ref().map(crate::conversion::to_json))
     .bind(row.key.as_str())
     .execute(&mut **tx)
     .await?;
@@ -724,6 +741,13 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
             reads_global: r.get::<i64, _>("reads_global") != 0,
         }),
     };
+    let conversions: Option<String> = r.get("conversions");
+    let conversions = conversions
+        .map(|text| crate::conversion::from_json(&text))
+        .transpose()
+        .map_err(|e| corrupt("conversions", e))?;
+    let settings_version = u32::try_from(r.get::<i64, _>("settings_version"))
+        .map_err(|e| corrupt("settings_version", e.to_string()))?;
     let values_patch = match json("values_patch")? {
         Value::Array(ops) => ops,
         _ => return Err(corrupt("values_patch", "not an array".into())),
@@ -740,6 +764,7 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
         generation: Generation::new(r.get("generation")),
         observed_generation: Generation::new(r.get("observed_generation")),
         settings: json("settings")?,
+        settings_version,
         phase: Phase::parse(&phase).ok_or_else(|| corrupt("phase", phase.clone()))?,
         conditions: serde_json::from_value(json("conditions")?)
             .map_err(|e| corrupt("conditions", e.to_string()))?,
@@ -747,6 +772,7 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
         values_patch,
         settings_schema,
         schema_version: r.get("schema_version"),
+        conversions,
         hooks: serde_json::from_value(json("hooks")?)
             .map_err(|e| corrupt("hooks", e.to_string()))?,
         last_error: r.get("last_error"),
@@ -773,6 +799,8 @@ mod tests {
             package: name.into(),
             version: "1.0.0".into(),
             settings: serde_json::json!({}),
+            settings_version: 0,
+            converted: None,
             force: false,
         }
     }
@@ -948,7 +976,136 @@ mod tests {
         concurrent_updates_of_one_package_from_two_stores_get_distinct_generations,
         packages_are_listed_in_byte_order_of_their_keys,
         a_change_of_the_global_values_reruns_their_readers,
+        settings_versions_and_conversions_are_stored_with_the_settings,
     );
+
+    /// Plans and writes the Update `spec`: its generation, or why nothing was written.
+    async fn planned(
+        store: &Store,
+        sched: &mut Scheduler,
+        spec: &UpdateSpec,
+    ) -> Result<Generation, crate::update::NotPlanned> {
+        store
+            .update(spec.desired(), sched, "t", |prev, key, g| {
+                plan(spec, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map(|o| o.generation)
+    }
+
+    /// The settings' version is stored with them: an install's 0 is resolved when its version
+    /// loads (with the conversions, which survive a reopen); a Load that converts stores the
+    /// converted settings and version; a failed conversion fails the generation and leaves
+    /// settings, version and the last load alone; an Update of the loaded version stores
+    /// settings converted before the transaction, refuses a version too new, and re-sending the
+    /// same settings converted is a no-op.
+    async fn settings_versions_and_conversions_are_stored_with_the_settings(db: TestDb) {
+        use crate::conversion::{AtLoad, Converted};
+        use berth_package::{Conversions, Step};
+        let url = db.url();
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store
+            .scheduler(semver::Version::new(0, 1, 0))
+            .await
+            .unwrap();
+        let key = PackageKey::from_issued("default.conv".into());
+        let conversions = Conversions::from_steps(
+            2,
+            [Step {
+                version: 2,
+                expressions: vec![".replicas = .size | del(.size)".into()],
+            }],
+        )
+        .unwrap();
+        let mut spec = spec("conv");
+        spec.settings = serde_json::json!({"size": 3});
+        spec.settings_version = 1;
+        let g = store
+            .update(spec.desired(), &mut sched, "t", |prev, key, g| {
+                plan(&spec, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap()
+            .generation;
+        assert_eq!(store.get(&key).await.unwrap().unwrap().settings_version, 1);
+        report_to(&store, &mut sched, &key, g, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(Some(serde_json::json!({
+                "type": "object",
+                "properties": {"replicas": {"type": "integer"}},
+            })));
+            c.conversions = Some(conversions.clone());
+            c.stored_settings = Some(AtLoad::Converted(Converted {
+                settings: serde_json::json!({"replicas": 3}),
+                version: 2,
+                ran: true,
+            }));
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        let store = Store::open(&url).await.unwrap();
+        let row = store.get(&key).await.unwrap().unwrap();
+        assert_eq!(row.settings, serde_json::json!({"replicas": 3}));
+        assert_eq!(row.settings_version, 2);
+        assert_eq!(row.conversions.as_ref(), Some(&conversions));
+
+        // The same version again with version-1 settings, converted before the transaction.
+        spec.settings = serde_json::json!({"size": 4});
+        spec.converted = Some((
+            Converted {
+                settings: serde_json::json!({"replicas": 4}),
+                version: 2,
+                ran: true,
+            },
+            conversions.clone(),
+        ));
+        let out = planned(&store, &mut sched, &spec).await;
+        let g = match out {
+            Ok(g) => g,
+            Err(crate::update::NotPlanned::Refused(e)) => panic!("refused: {e}"),
+            Err(crate::update::NotPlanned::Unchanged(_)) => panic!("unchanged"),
+        };
+        let row = store.get(&key).await.unwrap().unwrap();
+        assert_eq!(
+            (row.settings.clone(), row.settings_version, row.generation),
+            (serde_json::json!({"replicas": 4}), 2, g)
+        );
+        let out = planned(&store, &mut sched, &spec).await;
+        assert!(
+            matches!(out, Err(crate::update::NotPlanned::Unchanged(same)) if same == g),
+            "the same settings converted again change nothing"
+        );
+        spec.settings_version = 3;
+        spec.converted = None;
+        let out = planned(&store, &mut sched, &spec).await;
+        assert!(matches!(
+            out,
+            Err(crate::update::NotPlanned::Refused(
+                crate::error::LifecycleError::InvalidArgument(_)
+            ))
+        ));
+
+        // A failed conversion at Load: the generation fails, nothing else changes.
+        let failed = Change::failed(g, "v2.yaml: boom".into());
+        store
+            .modify(&key, g, &mut sched, "t", |row| failed.apply(row, "t"))
+            .await
+            .unwrap();
+        let after = store.get(&key).await.unwrap().unwrap();
+        assert_eq!(after.phase, Phase::Failed);
+        assert!(
+            after.last_error.contains("v2.yaml: boom"),
+            "{}",
+            after.last_error
+        );
+        assert_eq!(
+            (after.settings, after.settings_version, after.conversions),
+            (row.settings, row.settings_version, row.conversions)
+        );
+    }
 
     /// Loaded packages wait for their requirements, the cluster's version and a dependency
     /// reaching Running each enable what waited on them (tasks in the same transaction), and

@@ -4,6 +4,9 @@
 
 use serde_json::Value;
 
+use berth_package::Conversions;
+
+use crate::conversion::{self, Converted};
 use crate::error::LifecycleError;
 use crate::flows::{self, NewSpec};
 use crate::model::{Generation, PackageId, PackageKey, Phase};
@@ -24,6 +27,12 @@ pub struct UpdateSpec {
     pub package: String,
     pub version: String,
     pub settings: Value,
+    /// The settings version `settings` are written for (0: the package version's own).
+    pub settings_version: u32,
+    /// The settings converted to the loaded package's settings version, with the conversions
+    /// used (`conversion::for_update`, before the write transaction); `None` when no
+    /// conversion applies.
+    pub converted: Option<(Converted, Conversions)>,
     /// Plan the tasks even when nothing changed.
     pub force: bool,
 }
@@ -37,7 +46,24 @@ impl UpdateSpec {
             package: self.package.clone(),
             version: self.version.clone(),
             settings: self.settings.clone(),
+            settings_version: self.settings_version,
         }
+    }
+
+    /// The settings as they would be stored: converted, when a conversion applies.
+    pub fn effective_settings(&self) -> &Value {
+        self.converted
+            .as_ref()
+            .map_or(&self.settings, |(c, _)| &c.settings)
+    }
+
+    /// Whether `row` is this very package version, loaded: then the Update is a settings
+    /// change, checked (and converted) against what is loaded now.
+    pub fn same_loaded_version(&self, row: &PackageRow) -> bool {
+        row.version == self.version
+            && !flows::is_constraint(&self.version)
+            && row.package == self.package
+            && !row.removing
     }
 }
 
@@ -64,12 +90,35 @@ pub fn plan(
             && p.package == spec.package
             && p.version == spec.version
     };
+    // For a loaded package of the same version, the settings are taken to its settings
+    // version (converted before the transaction, or 0 resolved); a new version converts them
+    // when it loads.
+    let resolved = match previous {
+        Some(existing) if spec.same_loaded_version(existing) => match &existing.conversions {
+            Some(conversions) => Some(
+                conversion::resolve_for_plan(
+                    conversions,
+                    &spec.settings,
+                    spec.settings_version,
+                    spec.converted.as_ref(),
+                )
+                .map_err(NotPlanned::Refused)?,
+            ),
+            None => None,
+        },
+        _ => None,
+    };
+    let (settings, settings_version) = match &resolved {
+        Some((settings, version)) => (settings, *version),
+        None => (&spec.settings, spec.settings_version),
+    };
     // An Update identical to what is wanted already is a no-op (unless forced): it writes
     // nothing and answers the current generation, and no hook runs again.
     if let Some(existing) = previous
         && !spec.force
         && same_package(existing)
-        && existing.settings == spec.settings
+        && existing.settings == *settings
+        && same_settings_version(existing, settings_version)
     {
         return Err(NotPlanned::Unchanged(existing.generation));
     }
@@ -77,13 +126,9 @@ pub fn plan(
     // version may bring a new schema: then they are checked when it loads. So may a
     // constraint, resolved again at every Update.
     if let Some(existing) = previous
-        && existing.version == spec.version
-        && !flows::is_constraint(&spec.version)
-        && existing.package == spec.package
-        && !existing.removing
+        && spec.same_loaded_version(existing)
     {
-        check_settings(existing.settings_schema.as_ref(), &spec.settings)
-            .map_err(NotPlanned::Refused)?;
+        check_settings(existing.settings_schema.as_ref(), settings).map_err(NotPlanned::Refused)?;
     }
     let new = NewSpec {
         repository: &spec.repository,
@@ -97,6 +142,7 @@ pub fn plan(
     };
     Ok(Planned {
         phase,
+        settings: resolved,
         outbox,
         restart,
     })
@@ -105,13 +151,21 @@ pub fn plan(
 /// Whether an Update gets a worker's validation before it is accepted: it changes the settings
 /// of a loaded package and keeps its version (a new version is validated when it loads).
 pub fn validates_deeply(spec: &UpdateSpec, existing: &PackageRow) -> bool {
-    !existing.removing
-        && existing.settings_schema.is_some()
+    existing.settings_schema.is_some()
         && existing.repository == spec.repository
-        && existing.package == spec.package
-        && existing.version == spec.version
-        && !flows::is_constraint(&spec.version)
-        && existing.settings != spec.settings
+        && spec.same_loaded_version(existing)
+        && existing.settings != *spec.effective_settings()
+}
+
+/// Whether settings of `version` are of the stored settings' version: equal, or 0 (the
+/// package version's own) while the stored ones are of the loaded version's own.
+fn same_settings_version(existing: &PackageRow, version: u32) -> bool {
+    existing.settings_version == version
+        || (version == 0
+            && existing
+                .conversions
+                .as_ref()
+                .is_some_and(|c| c.latest() == existing.settings_version))
 }
 
 /// Validates settings against a loaded schema. `Ok(false)` when there is no loaded schema to

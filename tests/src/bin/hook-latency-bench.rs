@@ -414,6 +414,7 @@ async fn install(
                 &json!({"startsFile": file.display().to_string()}),
             )),
             force: false,
+            settings_version: 0,
         };
         async move {
             let accepted = client.update(request).await.context("Update")?.into_inner();

@@ -6,7 +6,7 @@ use berth_hooks::binding_context::{self, BindingContext};
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
     ConditionStatus, ConditionType, Dependency, DependencyGroup, HookInfo, Loaded, Phase,
-    Requirements, SettingsApplied,
+    Requirements, SettingsApplied, SettingsConversion,
 };
 use berth_proto::release::{ChartFile, InstallRequest};
 use berth_queue::worker::TaskError;
@@ -152,6 +152,15 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         weight: pkg.definition.weight.unwrap_or_default(),
         requirements: Some(requirements(&implied_requirements(&pkg))),
         reads_global,
+        settings_version: pkg.conversions.latest(),
+        conversions: pkg
+            .conversions
+            .steps()
+            .map(|s| SettingsConversion {
+                version: s.version,
+                expressions: s.expressions.clone(),
+            })
+            .collect(),
     }))
     .await?;
     Ok(())

@@ -1,12 +1,18 @@
-//! jq programs (`jqFilter` of kubernetes bindings, `JQPatch` operations), run by jaq in
-//! sandboxed evaluator processes with depth, time and memory limits ([`JqLimits`]).
+//! jq programs, run by jaq in sandboxed evaluator processes with depth, time and memory limits
+//! ([`JqLimits`]): hookevent's (`jqFilter` of kubernetes bindings, `JQPatch` operations) and
+//! lifecycle's (settings conversions, `openapi/conversions/`).
 //!
-//! A program is checked (compiled by an evaluator) when a binding or operation is accepted, then
-//! run on every object the watch delivers. A program that hits a limit is disabled: every later
-//! run fails at once with the same error, so a hostile filter costs one evaluator, not one per
-//! event. `def f: [f]; f` as a jqFilter used to overflow the service's stack and take `berth up`
-//! down (and again on every restart, as the binding is restored); now its events are dropped
-//! with an error naming the depth limit and the service keeps serving.
+//! The evaluators are the running executable itself, started with [`EVALUATOR_ARG`]: every
+//! executable that evaluates (`berth-hookevent`, `berth-lifecycle`, `berth` for `berth up`)
+//! calls [`run_if_requested`] first thing in `main`.
+//!
+//! A program is checked (compiled by an evaluator) when a binding, operation or conversion is
+//! accepted, then run on every input (for hookevent, every object the watch delivers). A
+//! program that hits a limit is disabled while it is held: every later run fails at once with
+//! the same error, so a hostile filter costs one evaluator, not one per event. `def f: [f]; f`
+//! as a jqFilter used to overflow hookevent's stack and take `berth up` down (and again on
+//! every restart, as the binding is restored); now its events are dropped with an error naming
+//! the depth limit and the service keeps serving.
 
 mod evaluator;
 mod program;
@@ -85,7 +91,7 @@ impl JqFilter {
     }
 
     /// A filter that was never checked, for tests that evaluate it in process.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     pub fn unchecked(source: &str) -> JqFilter {
         JqFilter {
             source: source.to_owned(),
@@ -216,10 +222,11 @@ fn shorten(source: &str) -> String {
     }
 }
 
-/// Command-line flags for [`JqLimits`] (`berth-hookevent`, `berth up`).
+/// Command-line flags for [`JqLimits`] (`berth-hookevent`, `berth-lifecycle`, `berth up`).
 #[derive(clap::Args, Clone, Debug)]
 pub struct JqArgs {
-    /// Longest one jq evaluation (a jqFilter on one object, a JQPatch) may take, in ms.
+    /// Longest one jq evaluation (a jqFilter on one object, a JQPatch, one settings
+    /// conversion expression) may take, in ms.
     #[arg(long, env = "BERTH_JQ_TIME_LIMIT_MS", default_value_t = 2000)]
     pub jq_time_limit_ms: u64,
     /// Memory one jq evaluator process may allocate, in MiB.

@@ -81,8 +81,9 @@ impl JqProgram {
         })
     }
 
-    /// [`JqProgram::run_json`] on a value, for tests of what the engine computes.
-    #[cfg(test)]
+    /// [`JqProgram::run_json`] on a value, for tests of what the engine computes (unbounded:
+    /// never in a service).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn run(&self, input: &serde_json::Value) -> Result<serde_json::Value, String> {
         let text = self.run_json(input.to_string().as_bytes(), usize::MAX)?;
         serde_json::from_str(&text).map_err(|e| e.to_string())

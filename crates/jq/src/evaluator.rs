@@ -55,9 +55,9 @@ impl ChildLimits {
 }
 
 /// Runs the jq evaluator when this process was started as one, and returns its exit code;
-/// `None` otherwise. Every executable that runs the hookevent service (`berth-hookevent`,
-/// `berth` for `berth up`) calls this first thing in `main`, before any runtime or thread
-/// starts.
+/// `None` otherwise. Every executable that runs a service evaluating jq (`berth-hookevent`,
+/// `berth-lifecycle`, `berth` for `berth up`) calls this first thing in `main`, before any
+/// runtime or thread starts.
 pub fn run_if_requested() -> Option<ExitCode> {
     let mut args = std::env::args_os().skip(1);
     if args.next().as_deref() != Some(OsStr::new(EVALUATOR_ARG)) {

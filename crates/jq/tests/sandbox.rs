@@ -1,15 +1,18 @@
-//! jq programs in the sandboxed evaluators (`berth-hookevent --berth-jq-evaluator`): hostile
-//! programs are stopped at a limit with an error naming it, and the evaluators keep serving.
+//! jq programs in the sandboxed evaluators (`berth-jq-test-evaluator --berth-jq-evaluator`, the
+//! same entry every service binary calls): hostile programs are stopped at a limit with an error
+//! naming it, and the evaluators keep serving.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use berth_hookevent::JqError;
-use berth_hookevent::jq::{Jq, JqLimits};
+use berth_jq::{Jq, JqError, JqLimits};
 use serde_json::json;
 
 fn jq(limits: JqLimits) -> Jq {
-    Jq::new(PathBuf::from(env!("CARGO_BIN_EXE_berth-hookevent")), limits)
+    Jq::new(
+        PathBuf::from(env!("CARGO_BIN_EXE_berth-jq-test-evaluator")),
+        limits,
+    )
 }
 
 fn small() -> JqLimits {
