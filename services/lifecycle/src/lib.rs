@@ -7,6 +7,7 @@ mod convert;
 mod dump;
 mod error;
 mod flows;
+mod metrics;
 mod model;
 mod outbox;
 mod relay;
@@ -40,6 +41,8 @@ pub struct Config {
     /// The repositories an Update may name (names, and roots under which it may name a
     /// directory); anything else is refused.
     pub repositories: Arc<berth_package::Repositories>,
+    /// Where the service's metrics go (RPC metrics and `berth_packages`).
+    pub metrics: berth_telemetry::Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,13 +88,26 @@ pub async fn run(
     let version = berth_package::parse_version(env!("CARGO_PKG_VERSION"))
         .expect("the crate's version is semver");
     let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
-    let service =
-        LifecycleService::new(store, broker, wake, scheduler, config.repositories.clone());
-    let router = berth_telemetry::grpc_server(tls)?.add_service(
-        LifecycleServer::new(service)
-            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+    let service = LifecycleService::new(
+        store.clone(),
+        broker,
+        wake,
+        scheduler,
+        config.repositories.clone(),
     );
+    let metrics = metrics::LifecycleMetrics::default();
+    config.metrics.register(|r| metrics.register(r));
+    let counting = berth_telemetry::spawn_in(
+        tracing::info_span!(parent: None, "lifecycle.metrics"),
+        metrics.run(store, service.subscribe_changes(), shutdown.clone()),
+    );
+    let router =
+        berth_telemetry::grpc_server(berth_telemetry::Role::Lifecycle, tls, &config.metrics)?
+            .add_service(
+                LifecycleServer::new(service)
+                    .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+            );
     let served = berth_telemetry::serve_router(
         router,
         listener,
@@ -102,5 +118,6 @@ pub async fn run(
     .await;
     shutdown.cancel();
     let _ = relay.await;
+    let _ = counting.await;
     Ok(served?)
 }

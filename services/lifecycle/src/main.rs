@@ -28,6 +28,8 @@ struct Args {
     repositories: Option<std::path::PathBuf>,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
+    #[command(flatten)]
+    metrics: berth_telemetry::MetricsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -42,16 +44,20 @@ async fn main() -> anyhow::Result<()> {
         Some(path) => berth_package::Repositories::load(path)?,
         None => berth_package::Repositories::default(),
     };
+    let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_telemetry::Metrics::default();
+    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     berth_lifecycle::run(
         berth_lifecycle::Config {
             database_url: args.database,
             broker_endpoint: args.broker,
             tls,
             repositories: std::sync::Arc::new(repositories),
+            metrics,
         },
         listener,
         shutdown,
