@@ -18,6 +18,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+/// (namespace, name) of each release applied but not yet seen ready → the revision applied
+/// and when.
+type AwaitingReady = HashMap<(String, String), (i32, Instant)>;
+
 /// Releases whose readiness is awaited at once; past it, the oldest applied is forgotten.
 const MAX_PENDING_READY: usize = 4096;
 
@@ -45,8 +49,7 @@ pub struct ReleaseMetrics {
     apply: Family<OutcomeLabel, Histogram, fn() -> Histogram>,
     ready: Histogram,
     repairs: Family<OutcomeLabel, Counter>,
-    /// (namespace, name) → the revision applied and when.
-    awaiting_ready: Arc<Mutex<HashMap<(String, String), (i32, Instant)>>>,
+    awaiting_ready: Arc<Mutex<AwaitingReady>>,
 }
 
 impl Default for ReleaseMetrics {
@@ -81,7 +84,7 @@ impl ReleaseMetrics {
         );
     }
 
-    fn awaiting(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (i32, Instant)>> {
+    fn awaiting(&self) -> std::sync::MutexGuard<'_, AwaitingReady> {
         self.awaiting_ready
             .lock()
             .unwrap_or_else(|p| p.into_inner())
