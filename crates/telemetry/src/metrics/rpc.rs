@@ -321,6 +321,80 @@ impl http_body::Body for Recording {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    /// A server of the health service behind the layer, as `grpc_server` builds it.
+    async fn health_server(
+        metrics: &super::super::Metrics,
+    ) -> (String, tokio_util::sync::CancellationToken) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let (_reporter, health) = tonic_health::server::health_reporter();
+        let router = crate::grpc_server(crate::Role::Lifecycle, None, metrics)
+            .expect("a server")
+            .add_service(health);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            router
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                .await
+        });
+        (url, shutdown)
+    }
+
+    #[tokio::test]
+    async fn calls_are_counted_by_method_and_code() {
+        let metrics = super::super::Metrics::default();
+        let (url, shutdown) = health_server(&metrics).await;
+        let channel = tonic::transport::Endpoint::from_shared(url)
+            .expect("url")
+            .connect()
+            .await
+            .expect("connect");
+        let mut client = HealthClient::new(channel.clone());
+        let check = |service: &str| HealthCheckRequest {
+            service: service.into(),
+        };
+        client.check(check("")).await.expect("serving");
+        client.check(check("")).await.expect("serving");
+        let unknown = client
+            .check(check("nope"))
+            .await
+            .expect_err("unknown service");
+        assert_eq!(unknown.code(), Code::NotFound);
+        // A stream counts when it opens; it is still open when the page is read.
+        let _stream = client.watch(check("")).await.expect("a stream");
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.expect("ready");
+        let made_up = grpc
+            .unary::<(), (), _>(
+                tonic::Request::new(()),
+                http::uri::PathAndQuery::from_static("/grpc.health.v1.Health/Secret-123"),
+                tonic_prost::ProstCodec::default(),
+            )
+            .await
+            .expect_err("no such method");
+        assert_eq!(made_up.code(), Code::Unimplemented);
+
+        let page = metrics.render();
+        let health = "grpc.health.v1.Health";
+        for line in [
+            format!(r#"berth_rpc_requests_total{{service="lifecycle",method="{health}/Check",code="OK"}} 2"#),
+            format!(r#"berth_rpc_requests_total{{service="lifecycle",method="{health}/Check",code="NotFound"}} 1"#),
+            format!(r#"berth_rpc_requests_total{{service="lifecycle",method="{health}/Watch",code="OK"}} 1"#),
+            r#"berth_rpc_requests_total{service="lifecycle",method="other",code="Unimplemented"} 1"#.into(),
+            format!(r#"berth_rpc_request_duration_seconds_count{{service="lifecycle",method="{health}/Check"}} 3"#),
+        ] {
+            assert!(page.lines().any(|l| l == line), "no {line} in\n{page}");
+        }
+        assert!(!page.contains("Secret-123"), "{page}");
+        shutdown.cancel();
+    }
 
     #[test]
     fn methods_come_from_the_descriptor_sets() {
