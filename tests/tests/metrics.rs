@@ -374,6 +374,25 @@ async fn every_service_serves_its_metrics() -> anyhow::Result<()> {
             p.sum("berth_watch_events_total", &[("kind", "ConfigMap")]) >= events_before + 2.0
         })
         .await?;
+
+        // Figures, printed: what a scrape of each service costs after this journey.
+        for (service, proc) in [
+            ("gateway", &topology.gateway),
+            ("lifecycle", topology.lifecycle()),
+            ("broker", topology.broker()),
+            ("worker", topology.worker()),
+            ("release", topology.release()),
+            ("hookevent", topology.hookevent()),
+        ] {
+            let started = std::time::Instant::now();
+            let page = Page::parse(&berth_tests::scrape_metrics(&metrics_of(proc)?).await?)?;
+            eprintln!(
+                "metrics page of {service:<9} {:>4} samples {:>6} bytes, scraped in {:?}",
+                page.samples.len(),
+                page.text.len(),
+                started.elapsed()
+            );
+        }
         Ok(())
     }
     .await;
