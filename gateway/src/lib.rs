@@ -27,6 +27,8 @@ pub struct Config {
     /// The public listener's certificate; `None`: plain HTTP/2.
     pub public_tls: Option<PublicTls>,
     pub limits: Limits,
+    /// Where the gateway's RPC metrics go.
+    pub metrics: berth_telemetry::Metrics,
 }
 
 /// A certificate and its key (PEM) for the public listener.
@@ -98,7 +100,7 @@ pub async fn run(
     // The public listener authenticates callers by bearer token, not by certificate: no
     // role check here.
     let mut server =
-        berth_telemetry::grpc_server_named(None, berth_telemetry::Role::Gateway.service_name())?;
+        berth_telemetry::grpc_server(berth_telemetry::Role::Gateway, None, &config.metrics)?;
     if let Some(public) = &config.public_tls {
         let identity = tonic::transport::Identity::from_pem(&public.cert, &public.key);
         server = server.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;

@@ -30,6 +30,8 @@ struct Args {
     listen_tls_key: Option<std::path::PathBuf>,
     #[command(flatten)]
     limits: berth_gateway::cli::LimitArgs,
+    #[command(flatten)]
+    metrics: berth_telemetry::MetricsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
 }
@@ -47,10 +49,13 @@ async fn main() -> anyhow::Result<()> {
         (Some(cert), Some(key)) => Some(berth_gateway::PublicTls::load(cert, key)?),
         _ => None,
     };
+    let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_telemetry::Metrics::default();
+    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     berth_gateway::run(
         berth_gateway::Config {
             lifecycle_endpoint: args.lifecycle,
@@ -58,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
             tls,
             public_tls,
             limits: args.limits.limits(),
+            metrics,
         },
         listener,
         shutdown,

@@ -33,9 +33,10 @@ pub struct UpConfig {
     pub hook_timeout: Duration,
     pub ready_timeout: Duration,
     pub worker_concurrency: usize,
-    /// Where to serve the broker's metrics; `None` for nowhere.
+    /// Where to serve every service's metrics (and the metrics hooks write); `None` for
+    /// nowhere.
     pub metrics_listen: Option<SocketAddr>,
-    /// Where to serve the metrics hooks write; `None` for nowhere.
+    /// Where to serve the metrics hooks write alone; `None` for nowhere.
     pub hook_metrics_listen: Option<SocketAddr>,
     /// Directory for hook runs' temporary files; `None` = the system temp directory.
     pub hook_tmp_dir: Option<PathBuf>,
@@ -85,7 +86,7 @@ pub enum UpError {
 pub struct Running {
     pub gateway: SocketAddr,
     pub kubeconfig: PathBuf,
-    /// The broker's metrics port, when asked for.
+    /// The metrics port (every service's), when asked for.
     pub metrics: Option<SocketAddr>,
     /// The hook metrics port, when asked for.
     pub hook_metrics: Option<SocketAddr>,
@@ -309,7 +310,7 @@ pub async fn run(
     let hookevent = endpoint(&hookevent_listener);
     let release = endpoint(&release_listener);
     let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(bind("the queue metrics", addr).await?),
+        Some(addr) => Some(bind("the metrics", addr).await?),
         None => None,
     };
     let hook_metrics_listener = match config.hook_metrics_listen {
@@ -341,16 +342,21 @@ pub async fn run(
     // period, while lifecycle, release, hookevent and the broker still answer its reports; then
     // hookevent stops its watches and schedules; lifecycle, release and the broker go last.
     let tiers = Tiers::new();
+    // One registry for every service: their series differ by name (and the RPC series by
+    // their `service` label). Served until the last tier stops, so a scrape sees the stop.
+    let metrics = berth_telemetry::Metrics::default();
+    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, tiers.last.clone());
     let mut services: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
     let sd = tiers.last.clone();
     let db = sqlite(&data, "queue.db");
+    let m = metrics.clone();
     services.spawn(async move {
-        let served = berth_queue::process::serve_with_metrics(
+        let served = berth_queue::process::serve(
             &db,
             Default::default(),
             Some(broker_tls),
             broker_listener,
-            metrics_listener,
+            &m,
             sd,
         )
         .await;
@@ -365,6 +371,7 @@ pub async fn run(
         repositories: repositories.clone(),
         validation_wait: config.validation_wait,
         jq: config.jq,
+        metrics: metrics.clone(),
     };
     services.spawn(async move {
         (
@@ -383,6 +390,7 @@ pub async fn run(
         tls: Some(hookevent_tls),
         jq: config.jq,
         webhook: config.webhook.clone(),
+        metrics: metrics.clone(),
     };
     services.spawn(async move {
         (
@@ -394,6 +402,7 @@ pub async fn run(
     });
     let sd = tiers.last.clone();
     let release_lifecycle = lifecycle.clone();
+    let m = metrics.clone();
     services.spawn(async move {
         (
             "release",
@@ -402,6 +411,7 @@ pub async fn run(
                 Some(&release_lifecycle),
                 Some(release_tls),
                 release_listener,
+                m,
                 sd,
             )
             .await
@@ -424,15 +434,16 @@ pub async fn run(
         concurrency: config.worker_concurrency,
         ..Default::default()
     };
+    // The hook metrics alone, on a port of their own when asked (they are on the main page
+    // too, with the worker's).
+    if hook_metrics_listener.is_some() {
+        let hook_metrics = berth_telemetry::Metrics::default();
+        hook_metrics.add_text(berth_worker::metrics::render);
+        berth_telemetry::metrics::spawn_server(&hook_metrics, hook_metrics_listener, sd.clone());
+    }
+    let m = metrics.clone();
     services.spawn(async move {
-        let worked = berth_worker::process::work_with_metrics(
-            &broker,
-            tasks,
-            worker,
-            hook_metrics_listener,
-            sd,
-        )
-        .await;
+        let worked = berth_worker::process::work(&broker, tasks, worker, &m, sd).await;
         ("queue worker", worked.map_err(|e| e.to_string()))
     });
     let sd = tiers.gateway.clone();
@@ -442,6 +453,7 @@ pub async fn run(
         tls: Some(gateway_tls),
         public_tls: public,
         limits: config.limits,
+        metrics,
     };
     services.spawn(async move {
         (

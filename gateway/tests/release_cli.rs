@@ -94,6 +94,7 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
         None,
         Some(berth_telemetry::Tls::from_dir(&certs, Role::Release)?),
         listener,
+        berth_telemetry::Metrics::default(),
         shutdown.clone(),
     ));
 

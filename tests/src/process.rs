@@ -212,7 +212,8 @@ pub fn repositories_file(dir: &Path, entries: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// Every service as its own process, wired over gRPC on OS-chosen ports, with mutual TLS
-/// between them (a CA and a certificate per role in `<dir>/certs`).
+/// between them (a CA and a certificate per role in `<dir>/certs`). Each serves its metrics on
+/// an OS-chosen port too (`Proc::metrics`).
 pub struct SplitTopology {
     pub gateway: Proc,
     /// The CA and the certificates of every role.
@@ -280,7 +281,12 @@ impl SplitTopology {
         let any = "127.0.0.1:0";
         let certs = dir.join("certs");
         berth_telemetry::tls::generate(&certs, &[])?;
-        let tls = |role| tls_args(&certs, role);
+        // Every service's identity, and its metrics on a port of its own.
+        let tls = |role| {
+            let mut args = tls_args(&certs, role);
+            args.extend(["--metrics-listen".to_owned(), any.to_owned()]);
+            args
+        };
         let broker = Proc::start(
             "berth-queue",
             &with(
@@ -430,6 +436,11 @@ impl SplitTopology {
         &self.others[3]
     }
 
+    /// The queue broker.
+    pub fn broker(&self) -> &Proc {
+        &self.others[4]
+    }
+
     /// The OS process id of the service binary `name` (e.g. `berth-lifecycle`), while it runs.
     pub fn pid_of(&self, name: &str) -> Option<u32> {
         self.others.iter().find(|p| p.name == name)?.pid()
@@ -451,7 +462,7 @@ pub struct AllInOne {
 
 impl AllInOne {
     /// Starts `berth up` in `data_dir`, against `kubeconfig` or its own embedded dev cluster.
-    /// The broker's metrics are served on an OS-chosen port (`proc.metrics`). Its repository
+    /// Its metrics are served on an OS-chosen port (`proc.metrics`). Its repository
     /// roots are [`crate::workspace_root`] and [`crate::temp_repo_root`].
     pub async fn start(data_dir: &Path, kubeconfig: Option<&Path>) -> anyhow::Result<AllInOne> {
         AllInOne::start_with(data_dir, kubeconfig, &[]).await

@@ -1068,12 +1068,7 @@ async fn hook_metrics_are_served_with_a_hook_label() -> anyhow::Result<()> {
     let topology = SplitTopology::start_with(
         &cluster.kubeconfig,
         dir.path(),
-        &[
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--hook-tmp-dir",
-            &hook_tmp_arg,
-        ],
+        &["--hook-tmp-dir", &hook_tmp_arg],
     )
     .await?;
     let metrics = topology

@@ -5,6 +5,7 @@
 pub mod authz;
 mod context;
 mod init;
+pub mod metrics;
 pub mod scope;
 mod serve;
 mod spawn;
@@ -13,9 +14,8 @@ pub mod tls;
 
 pub use context::{TraceContext, current_traceparent, traced_request, untraced, with_traceparent};
 pub use init::{LogFormat, TelemetryGuard, init, init_all_in_one};
-pub use serve::{
-    GrpcRouter, GrpcServer, grpc_server, grpc_server_named, serve_router, shutdown_on_signal,
-};
+pub use metrics::{Metrics, MetricsArgs};
+pub use serve::{GrpcRouter, GrpcServer, grpc_server, serve_router, shutdown_on_signal};
 pub use spawn::{spawn_blocking_here, spawn_here, spawn_in};
 pub use storage::{ConnectError, Dialect, begin_write, connect, ensure_sqlite_dir, redacted};
 pub use tls::{Role, Tls, TlsArgs};

@@ -5,34 +5,38 @@
 use std::net::SocketAddr;
 
 use crate::authz::Authorize;
-use crate::tls::Tls;
+use crate::metrics::{Metrics, RpcLayer};
+use crate::tls::{Role, Tls};
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tower::layer::util::{Identity, Stack};
 
-/// A tonic server builder with trace-context extraction and authorisation installed.
-pub type GrpcServer = tonic::transport::Server<Stack<Authorize, Identity>>;
+/// A tonic server builder with RPC metrics, trace-context extraction and authorisation
+/// installed.
+pub type GrpcServer = tonic::transport::Server<Stack<Authorize, Stack<RpcLayer, Identity>>>;
 
 /// The router a [`GrpcServer`] builds.
-pub type GrpcRouter = tonic::transport::server::Router<Stack<Authorize, Identity>>;
+pub type GrpcRouter = tonic::transport::server::Router<Stack<Authorize, Stack<RpcLayer, Identity>>>;
 
-/// A server builder whose request spans continue the caller's trace. With `tls`, it serves
-/// mutual TLS with that identity and authorises every call by the caller's role
-/// ([`crate::authz`]); without, plain gRPC that anyone may call.
-pub fn grpc_server(tls: Option<&Tls>) -> Result<GrpcServer, tonic::transport::Error> {
-    grpc_server_named(tls, tls.map(|t| t.role().service_name()).unwrap_or(""))
-}
-
-/// [`grpc_server`] whose request spans name `service` as theirs (`berth.service`) whatever
-/// the identity: the gateway's public API, served without a berth certificate.
-pub fn grpc_server_named(
+/// A server builder for the service of `role`, whose request spans continue the caller's trace
+/// (named as `role`'s service) and whose calls are counted and timed in `metrics` (labelled
+/// `service=role`). With `tls`, it serves mutual TLS with that identity and authorises every
+/// call by the caller's role ([`crate::authz`]); without, plain gRPC that anyone may call (the
+/// gateway's public API, which authenticates by token, and tests).
+///
+/// The metrics layer is outermost, so calls the authorisation refuses are counted with their
+/// code too.
+pub fn grpc_server(
+    role: Role,
     tls: Option<&Tls>,
-    service: &'static str,
+    metrics: &Metrics,
 ) -> Result<GrpcServer, tonic::transport::Error> {
+    let service = role.service_name();
     let server = tonic::transport::Server::builder()
         .trace_fn(move |req| crate::context::span_for_request(req, service))
+        .layer(metrics.rpc_layer(role.as_str()))
         .layer(Authorize::new(tls.is_some()));
     match tls {
         Some(tls) => server.tls_config(tls.server_config()),

@@ -72,12 +72,11 @@ pub enum Command {
         /// Tasks the in-process worker runs at once.
         #[arg(long, env = "BERTH_WORKER_CONCURRENCY", default_value_t = 4)]
         concurrency: usize,
-        /// Serve the queue broker's Prometheus metrics (depth, wait and run time, retries,
-        /// cancellations) at `/metrics` on this address (as `berth-queue serve --metrics-listen`).
+        /// Serve every service's Prometheus metrics (RPCs, packages by phase, tasks, releases,
+        /// watches, the queue) and the metrics hooks write at `/metrics` on this address.
         #[arg(long, env = "BERTH_METRICS_LISTEN")]
         metrics_listen: Option<std::net::SocketAddr>,
-        /// Serve the metrics hooks write at `/metrics` on this address (as `berth-queue work
-        /// --metrics-listen`).
+        /// Serve the metrics hooks write, alone, at `/metrics` on this address.
         #[arg(long, env = "BERTH_HOOK_METRICS_LISTEN")]
         hook_metrics_listen: Option<std::net::SocketAddr>,
         /// Directory for hook runs' temporary files (default: the system temp directory). Put

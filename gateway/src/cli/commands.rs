@@ -287,10 +287,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                     }
                 );
                 if let Some(addr) = running.metrics {
-                    println!("  queue metrics: http://{addr}/metrics");
+                    println!("  metrics:    http://{addr}/metrics");
                 }
                 if let Some(addr) = running.hook_metrics {
-                    println!("  hook metrics:  http://{addr}/metrics");
+                    println!("  hook metrics: http://{addr}/metrics");
                 }
             })
             .await

@@ -53,6 +53,9 @@ pub struct Config {
     pub jq: JqLimits,
     /// The webhook server for admission and conversion bindings; `None` refuses them.
     pub webhook: Option<webhook::WebhookListen>,
+    /// Where the service's metrics go (RPC metrics, `berth_watches`,
+    /// `berth_watch_events_total`).
+    pub metrics: berth_telemetry::Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -130,9 +133,17 @@ pub async fn run(
     let enqueuer = Enqueuer::start(broker.clone(), shutdown.clone());
     let jq = jq::Jq::current_exe(config.jq).map_err(Error::JqEvaluator)?;
     let client = kube_client(config.kubeconfig.as_deref()).await?;
-    let kube = client
-        .clone()
-        .map(|client| kube::KubeManager::new(client, enqueuer.clone(), shutdown.clone(), jq));
+    let watch_metrics = kube::WatchMetrics::default();
+    config.metrics.register(|r| watch_metrics.register(r));
+    let kube = client.clone().map(|client| {
+        kube::KubeManager::new(
+            client,
+            enqueuer.clone(),
+            shutdown.clone(),
+            jq,
+            watch_metrics,
+        )
+    });
     let webhooks = match &config.webhook {
         None => None,
         Some(w) => {
@@ -171,11 +182,13 @@ pub async fn run(
         tracing::info_span!(parent: None, "hookevent.restore"),
         async move { restore.restore().await },
     );
-    let router = berth_telemetry::grpc_server(tls)?.add_service(
-        HookEventsServer::new(service)
-            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
-    );
+    let router =
+        berth_telemetry::grpc_server(berth_telemetry::Role::Hookevent, tls, &config.metrics)?
+            .add_service(
+                HookEventsServer::new(service)
+                    .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+            );
     let served = berth_telemetry::serve_router(
         router,
         listener,

@@ -31,6 +31,8 @@ struct Args {
     kubeconfig: Option<std::path::PathBuf>,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
+    #[command(flatten)]
+    metrics: berth_telemetry::MetricsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
     #[command(flatten)]
@@ -53,10 +55,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let _telemetry = berth_telemetry::init("berth-hookevent", args.log_format);
     berth_telemetry::ensure_sqlite_dir(&args.database)?;
     let tls = args.tls.load(Some(berth_telemetry::Role::Hookevent))?;
+    let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_telemetry::Metrics::default();
+    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     berth_hookevent::run(
         berth_hookevent::Config {
             database_url: args.database,
@@ -66,6 +71,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             tls,
             jq: args.jq.limits(),
             webhook: args.webhook.listen(),
+            metrics,
         },
         listener,
         shutdown,

@@ -8,6 +8,7 @@ mod convert;
 mod dump;
 mod error;
 mod flows;
+mod metrics;
 mod model;
 mod outbox;
 mod relay;
@@ -49,6 +50,8 @@ pub struct Config {
     /// Bounds on settings conversions (jq). They run in evaluator processes started from this
     /// executable, whose `main` must call [`berth_jq::run_if_requested`] first.
     pub jq: berth_jq::JqLimits,
+    /// Where the service's metrics go (RPC metrics and `berth_packages`).
+    pub metrics: berth_telemetry::Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +102,7 @@ pub async fn run(
     let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
     let validations = validation::Validations::new(broker.clone(), config.validation_wait);
     let service = LifecycleService::new(
-        store,
+        store.clone(),
         broker,
         wake,
         scheduler,
@@ -107,11 +110,19 @@ pub async fn run(
         validations,
         jq,
     );
-    let router = berth_telemetry::grpc_server(tls)?.add_service(
-        LifecycleServer::new(service)
-            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+    let metrics = metrics::LifecycleMetrics::default();
+    config.metrics.register(|r| metrics.register(r));
+    let counting = berth_telemetry::spawn_in(
+        tracing::info_span!(parent: None, "lifecycle.metrics"),
+        metrics.run(store, service.subscribe_changes(), shutdown.clone()),
     );
+    let router =
+        berth_telemetry::grpc_server(berth_telemetry::Role::Lifecycle, tls, &config.metrics)?
+            .add_service(
+                LifecycleServer::new(service)
+                    .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
+            );
     let served = berth_telemetry::serve_router(
         router,
         listener,
@@ -122,5 +133,6 @@ pub async fn run(
     .await;
     shutdown.cancel();
     let _ = relay.await;
+    let _ = counting.await;
     Ok(served?)
 }

@@ -33,6 +33,8 @@ struct Args {
     validation_timeout: u64,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
+    #[command(flatten)]
+    metrics: berth_telemetry::MetricsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_telemetry::LogFormat,
     #[command(flatten)]
@@ -57,10 +59,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Some(path) => berth_package::Repositories::load(path)?,
         None => berth_package::Repositories::default(),
     };
+    let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_telemetry::Metrics::default();
+    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     berth_lifecycle::run(
         berth_lifecycle::Config {
             database_url: args.database,
@@ -69,6 +74,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             repositories: std::sync::Arc::new(repositories),
             validation_wait: std::time::Duration::from_secs(args.validation_timeout),
             jq: args.jq.limits(),
+            metrics,
         },
         listener,
         shutdown,

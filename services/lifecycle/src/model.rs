@@ -92,6 +92,15 @@ pub enum Phase {
 }
 
 impl Phase {
+    pub const ALL: [Phase; 6] = [
+        Phase::Pending,
+        Phase::Downloading,
+        Phase::Loaded,
+        Phase::Running,
+        Phase::Removing,
+        Phase::Failed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",
@@ -104,16 +113,7 @@ impl Phase {
     }
 
     pub fn parse(s: &str) -> Option<Phase> {
-        [
-            Phase::Pending,
-            Phase::Downloading,
-            Phase::Loaded,
-            Phase::Running,
-            Phase::Removing,
-            Phase::Failed,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
+        Phase::ALL.into_iter().find(|p| p.as_str() == s)
     }
 }
 

@@ -125,6 +125,11 @@ impl LifecycleService {
         Ok(Some((row.settings, row.settings_version)))
     }
 
+    /// Notifications of package changes, as Watch streams get them.
+    pub(crate) fn subscribe_changes(&self) -> broadcast::Receiver<PackageKey> {
+        self.changes.subscribe()
+    }
+
     fn changed(&self, key: &PackageKey) {
         // No receivers is fine: nobody is watching.
         let _ = self.changes.send(key.clone());

@@ -329,6 +329,26 @@ impl Store {
         rows.iter().map(decode).collect()
     }
 
+    /// How many packages are in each phase (phases without packages are left out).
+    pub async fn count_by_phase(&self) -> Result<Vec<(Phase, i64)>, StoreError> {
+        let rows = sqlx::query("SELECT phase, COUNT(*) AS n FROM packages GROUP BY phase")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let phase: String = r.get("phase");
+                let n: i64 = r.get("n");
+                Phase::parse(&phase)
+                    .map(|p| (p, n))
+                    .ok_or_else(|| StoreError::Corrupt {
+                        key: "(packages by phase)".into(),
+                        column: "phase",
+                        reason: format!("unknown phase {phase:?}"),
+                    })
+            })
+            .collect()
+    }
+
     /// Applies `change` to the stored row if its generation is still `generation`, writing the
     /// outbox rows it returns in the same transaction. When the change matters to the
     /// scheduler (a new phase, a load), a scheduling pass runs in the same transaction too.

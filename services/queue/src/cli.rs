@@ -21,10 +21,8 @@ pub struct ServeArgs {
     /// Lease time-to-live in milliseconds: a dead worker's task is redelivered after it.
     #[arg(long, env = "BERTH_QUEUE_LEASE_TTL_MS", default_value_t = 10_000)]
     pub lease_ttl_ms: u64,
-    /// Serve Prometheus metrics at `http://ADDR/metrics` (off unless given; port 0 picks a
-    /// free one). The address is printed as `metrics on ADDR`.
-    #[arg(long, env = "BERTH_QUEUE_METRICS_LISTEN")]
-    pub metrics_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub metrics: berth_telemetry::MetricsArgs,
     #[command(flatten)]
     pub tls: berth_telemetry::TlsArgs,
 }
@@ -46,23 +44,15 @@ pub enum ServeError {
 pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> Result<(), ServeError> {
     berth_telemetry::ensure_sqlite_dir(&args.database)?;
     let tls = args.tls.load(Some(berth_telemetry::Role::Broker))?;
-    // The metrics line comes first: harnesses wait for `listening on` and may stop reading
-    // after it.
-    let metrics = match args.metrics_listen {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            println!("metrics on {}", listener.local_addr()?);
-            Some(listener)
-        }
-        None => None,
-    };
+    let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let config = BrokerConfig {
         lease_ttl: Duration::from_millis(args.lease_ttl_ms),
         ..Default::default()
     };
-    crate::process::serve_with_metrics(&args.database, config, tls, listener, metrics, shutdown)
-        .await?;
+    let metrics = berth_telemetry::Metrics::default();
+    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
+    crate::process::serve(&args.database, config, tls, listener, &metrics, shutdown).await?;
     Ok(())
 }

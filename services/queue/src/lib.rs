@@ -13,7 +13,6 @@
 //! Nothing here knows what a task means: berth's task handlers live in berth-worker, so the
 //! queue is built and tested without berth's package, hook or release logic.
 
-pub mod admin;
 pub mod broker;
 pub mod cli;
 pub mod process;

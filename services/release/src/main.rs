@@ -27,6 +27,8 @@ struct Args {
     lifecycle: String,
     #[command(flatten)]
     tls: berth_telemetry::TlsArgs,
+    #[command(flatten)]
+    metrics: berth_telemetry::MetricsArgs,
     /// Longest one release's render may take, in seconds.
     #[arg(long, env = "BERTH_RENDER_TIME_LIMIT", default_value_t = 60)]
     render_time_limit: u64,
@@ -46,10 +48,13 @@ async fn main() -> anyhow::Result<()> {
     let _telemetry = berth_telemetry::init("berth-release", args.log_format);
     let client = berth_release::process::kube_client(args.kubeconfig.as_deref()).await?;
     let tls = args.tls.load(Some(berth_telemetry::Role::Release))?;
+    let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_telemetry::Metrics::default();
+    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     let scopes =
         berth_telemetry::scope::PackageScopes::connect_lazy(&args.lifecycle, tls.as_ref())?;
     let reporter = berth_release::process::spawn_version_reporter(
@@ -65,7 +70,7 @@ async fn main() -> anyhow::Result<()> {
             time: std::time::Duration::from_secs(args.render_time_limit),
             output_bytes: args.render_output_limit,
         });
-    berth_release::process::run_service(service, tls, listener, shutdown).await?;
+    berth_release::process::run_service(service, tls, listener, metrics, shutdown).await?;
     reporter.abort();
     Ok(())
 }

@@ -58,6 +58,7 @@ pub async fn run(
     lifecycle: Option<&str>,
     tls: Option<berth_telemetry::Tls>,
     listener: TcpListener,
+    metrics: berth_telemetry::Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let mut service = ReleaseService::new(client.clone());
@@ -74,7 +75,7 @@ pub async fn run(
             shutdown.clone(),
         )?);
     }
-    let served = run_service(service, tls, listener, shutdown).await;
+    let served = run_service(service, tls, listener, metrics, shutdown).await;
     if let Some(reporter) = reporter {
         reporter.abort();
     }
@@ -148,22 +149,28 @@ async fn report_cluster_version(
 }
 
 /// Serves `service` on `listener` until `shutdown` (with `tls`: mutual TLS, calls authorised
-/// by the caller's role; without: plain gRPC), which also ends its drift watches. Drift
+/// by the caller's role; without: plain gRPC), which also ends its drift watches. Its metrics
+/// (RPC, apply and readiness durations, drift repairs) go to `metrics`. Drift
 /// repair of the releases berth deployed earlier resumes alongside (so a slow cluster does not
 /// delay serving).
 pub async fn run_service(
     service: ReleaseService,
     tls: Option<berth_telemetry::Tls>,
     listener: TcpListener,
+    metrics: berth_telemetry::Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let service = service.with_shutdown(shutdown.clone());
+    let service = service
+        .with_metrics(&metrics)
+        .with_shutdown(shutdown.clone());
     let resume = service.clone();
     let resuming = berth_telemetry::spawn_in(
         tracing::info_span!(parent: None, "release.resume_drift_repair"),
         async move { resume.resume_drift_repair().await },
     );
-    let router = berth_telemetry::grpc_server(tls.as_ref())?.add_service(server(service));
+    let router =
+        berth_telemetry::grpc_server(berth_telemetry::Role::Release, tls.as_ref(), &metrics)?
+            .add_service(server(service));
     berth_telemetry::serve_router(
         router,
         listener,

@@ -107,6 +107,12 @@ impl ReleaseService {
         self
     }
 
+    /// Keeps the release metrics in `metrics` (see [`crate::manager::ReleaseMetrics`]).
+    pub fn with_metrics(mut self, metrics: &berth_telemetry::Metrics) -> Self {
+        self.manager = self.manager.with_metrics(metrics);
+        self
+    }
+
     /// Ends the service's background work (drift watches) when `shutdown` is cancelled.
     pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
         self.manager = self.manager.with_shutdown(shutdown);

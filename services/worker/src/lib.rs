@@ -23,8 +23,9 @@
 //! - [`config`]: where the other services are and the worker's local limits.
 //! - `client`: the clients of lifecycle, release and hookevent, and what their refusals mean
 //!   to a task (the only module besides `process` that names tonic).
-//! - `hook_cache` (discovered hooks and `settings` throttles per worker) and [`metrics`] (the
-//!   metrics hooks write): per-process state, no imports from this crate.
+//! - `hook_cache` (discovered hooks and `settings` throttles per worker), [`metrics`] (the
+//!   metrics hooks write) and `task_metrics` (the worker's own, task durations): per-process
+//!   state, no imports from this crate.
 //! - `context`: one task's context (the package spec, clients, reporting).
 //! - `package` (the package in this worker's cache, and its values) and `bindings` (what the
 //!   worker tells and asks hookevent): over the context.
@@ -46,6 +47,7 @@ pub mod metrics;
 mod package;
 pub mod process;
 pub mod runner;
+mod task_metrics;
 
 pub use config::TaskConfig;
 pub use runner::TaskRunner;

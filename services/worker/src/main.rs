@@ -50,10 +50,9 @@ enum Command {
         /// Seconds a hook may run before its process group is killed.
         #[arg(long, env = "BERTH_HOOK_TIMEOUT", default_value_t = 300)]
         hook_timeout: u64,
-        /// Serve the metrics hooks write at `http://ADDR/metrics` (off unless given; port 0 picks
-        /// a free one). The address is printed as `metrics on ADDR`.
-        #[arg(long, env = "BERTH_WORKER_METRICS_LISTEN")]
-        metrics_listen: Option<std::net::SocketAddr>,
+        /// Task durations and the metrics hooks write.
+        #[command(flatten)]
+        metrics: berth_telemetry::MetricsArgs,
         /// Seconds a Run waits for the release to become ready before failing (and retrying).
         #[arg(long, env = "BERTH_READY_TIMEOUT", default_value_t = 300)]
         ready_timeout: u64,
@@ -103,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
             hook_timeout,
             ready_timeout,
             id,
-            metrics_listen,
+            metrics,
             hook_tmp_dir,
             repositories,
             tls,
@@ -158,17 +157,11 @@ async fn main() -> anyhow::Result<()> {
                 config.id = id;
             }
             // The metrics line comes first: harnesses wait for `worker ` and may stop reading.
-            let metrics = match metrics_listen {
-                Some(addr) => {
-                    let listener = tokio::net::TcpListener::bind(addr).await?;
-                    println!("metrics on {}", listener.local_addr()?);
-                    Some(listener)
-                }
-                None => None,
-            };
+            let metrics_listener = metrics.bind().await?;
             println!("worker {} started", config.id);
-            berth_worker::process::work_with_metrics(&broker, tasks, config, metrics, shutdown)
-                .await?;
+            let metrics = berth_telemetry::Metrics::default();
+            berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
+            berth_worker::process::work(&broker, tasks, config, &metrics, shutdown).await?;
         }
     }
     Ok(())

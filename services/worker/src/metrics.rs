@@ -11,6 +11,9 @@ use std::sync::Mutex;
 
 use berth_hooks::MetricOperation;
 
+/// Names berth's own metrics use: a hook's would be served on the same page (a worker's
+/// `/metrics`, `berth up`'s), where it could pass for berth's own series.
+const RESERVED_PREFIX: &str = "berth_";
 /// Most series kept; past it, new series are dropped (and logged) so a hook cannot exhaust memory.
 const MAX_SERIES: usize = 10_000;
 /// Buckets of `observe` when the hook names none (Prometheus' defaults).
@@ -86,6 +89,10 @@ pub fn record(package: &str, hook: &str, operations: &[MetricOperation]) {
             MetricOperation::Observe { name, labels, .. } => (name, labels, None),
             MetricOperation::Expire { .. } => continue,
         };
+        if name.starts_with(RESERVED_PREFIX) {
+            tracing::warn!(hook, metric = %name, "hook metrics may not use berth's own `berth_` names; dropped");
+            continue;
+        }
         let mut labels: Vec<(String, String)> =
             labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         labels.push(("hook".into(), hook.to_owned()));
@@ -237,5 +244,23 @@ mod tests {
         );
         record("ns.m1", "a.sh", &ops(r#"{"group":"g","action":"expire"}"#));
         assert!(!render().contains("m1_size"));
+    }
+
+    #[test]
+    fn hooks_cannot_write_berth_names() {
+        record(
+            "ns.m2",
+            "b.sh",
+            &ops(
+                r#"{"name":"berth_packages","set":100,"labels":{"phase":"Running"}}
+{"name":"m2_ok","set":1}"#,
+            ),
+        );
+        let text = render();
+        assert!(!text.contains("berth_packages"), "{text}");
+        assert!(
+            text.contains(r#"m2_ok{hook="b.sh",package="ns.m2"} 1"#),
+            "{text}"
+        );
     }
 }

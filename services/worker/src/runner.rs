@@ -3,6 +3,7 @@
 //! failure to lifecycle.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use berth_proto::queue::Task;
 use berth_proto::tasks::TaskKind;
@@ -15,22 +16,49 @@ use crate::config::TaskConfig;
 use crate::context::TaskContext;
 use crate::flows;
 use crate::hook_cache::HookCache;
+use crate::task_metrics::{Outcome, TaskMetrics};
 
 /// The [`Handler`] that runs berth's tasks.
 pub struct TaskRunner {
     services: Services,
     config: TaskConfig,
     hooks: HookCache,
+    metrics: TaskMetrics,
 }
 
 impl TaskRunner {
-    pub fn new(config: TaskConfig) -> Result<Arc<TaskRunner>, ConnectError> {
+    /// A runner whose task metrics are registered in `metrics`.
+    pub fn new(
+        config: TaskConfig,
+        metrics: &berth_telemetry::Metrics,
+    ) -> Result<Arc<TaskRunner>, ConnectError> {
         let services = Services::connect_lazy(&config)?;
+        let task_metrics = TaskMetrics::default();
+        metrics.register(|r| task_metrics.register(r));
         Ok(Arc::new(TaskRunner {
             services,
             config,
             hooks: HookCache::default(),
+            metrics: task_metrics,
         }))
+    }
+}
+
+/// What became of a task that did not fail.
+enum Ran {
+    Done,
+    Skipped,
+}
+
+/// How a task ended, for the metrics.
+fn outcome(result: &Result<Ran, TaskError>, cancel: &CancellationToken) -> Outcome {
+    match result {
+        Ok(Ran::Done) => Outcome::Done,
+        Ok(Ran::Skipped) => Outcome::Skipped,
+        Err(e) if e.defer.is_some() => Outcome::Deferred,
+        Err(_) if cancel.is_cancelled() => Outcome::Cancelled,
+        Err(e) if e.retry => Outcome::Retry,
+        Err(_) => Outcome::Failed,
     }
 }
 
@@ -47,46 +75,57 @@ fn fails_generation(kind: TaskKind, error: &TaskError, cancel: &CancellationToke
 
 impl Handler for TaskRunner {
     async fn handle(&self, task: Task, cancel: CancellationToken) -> Result<(), TaskError> {
+        let started = Instant::now();
+        let kind = TaskKind::parse(&task.kind);
         let span = berth_telemetry::with_traceparent(
             tracing::info_span!("task", task.id = %task.id, task.kind = %task.kind, package.key = %task.package, generation = task.generation),
             &task.traceparent,
         );
-        async move {
-            let Some(kind) = TaskKind::parse(&task.kind) else {
-                return Err(TaskError::permanent(format!(
-                    "unknown task kind {:?}",
-                    task.kind
-                )));
-            };
-            let Some(cx) =
-                TaskContext::start(&self.services, &self.config, &self.hooks, &task, cancel)
-                    .await?
-            else {
-                tracing::debug!("superseded; skipped");
-                return Ok(());
-            };
-            // Hooks of a package the scheduler has not enabled (its requirements do not hold
-            // yet) run only through its task flows, once enabled: a schedule or an event fired
-            // since its Load is dropped, as its bindings are not in force yet.
-            if kind == TaskKind::HookRun && !cx.spec.enabled {
-                tracing::debug!("package not enabled by the scheduler; hook run skipped");
-                return Ok(());
-            }
-            let result = flows::dispatch(&cx, kind, &task).await;
-            match &result {
-                Ok(()) => tracing::info!("task done"),
-                Err(e) if e.defer.is_some() => {
-                    tracing::debug!(reason = %e.message, "task handed back for later")
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e.message, "task failed");
-                    cx.report_error(kind, &e.message, fails_generation(kind, e, &cx.cancel))
-                        .await;
-                }
-            }
-            result
+        let result = self.run(kind, &task, cancel.clone()).instrument(span).await;
+        self.metrics
+            .observe(kind, outcome(&result, &cancel), started.elapsed());
+        result.map(|_| ())
+    }
+}
+
+impl TaskRunner {
+    async fn run(
+        &self,
+        kind: Option<TaskKind>,
+        task: &Task,
+        cancel: CancellationToken,
+    ) -> Result<Ran, TaskError> {
+        let Some(kind) = kind else {
+            return Err(TaskError::permanent(format!(
+                "unknown task kind {:?}",
+                task.kind
+            )));
+        };
+        let Some(cx) =
+            TaskContext::start(&self.services, &self.config, &self.hooks, task, cancel).await?
+        else {
+            tracing::debug!("superseded; skipped");
+            return Ok(Ran::Skipped);
+        };
+        // Hooks of a package the scheduler has not enabled (its requirements do not hold
+        // yet) run only through its task flows, once enabled: a schedule or an event fired
+        // since its Load is dropped, as its bindings are not in force yet.
+        if kind == TaskKind::HookRun && !cx.spec.enabled {
+            tracing::debug!("package not enabled by the scheduler; hook run skipped");
+            return Ok(Ran::Skipped);
         }
-        .instrument(span)
-        .await
+        let result = flows::dispatch(&cx, kind, task).await;
+        match &result {
+            Ok(()) => tracing::info!("task done"),
+            Err(e) if e.defer.is_some() => {
+                tracing::debug!(reason = %e.message, "task handed back for later")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e.message, "task failed");
+                cx.report_error(kind, &e.message, fails_generation(kind, e, &cx.cancel))
+                    .await;
+            }
+        }
+        result.map(|()| Ran::Done)
     }
 }

@@ -414,7 +414,12 @@ async fn main() -> anyhow::Result<()> {
     let broker = RecordingBroker::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let broker_endpoint = format!("http://{}", listener.local_addr()?);
-    let router = berth_telemetry::grpc_server(None)?.add_service(BrokerServer::new(broker.clone()));
+    let router = berth_telemetry::grpc_server(
+        berth_telemetry::Role::Broker,
+        None,
+        &berth_telemetry::Metrics::default(),
+    )?
+    .add_service(BrokerServer::new(broker.clone()));
     let serving = tokio::spawn(berth_telemetry::serve_router(
         router,
         listener,

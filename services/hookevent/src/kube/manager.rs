@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::binding::{BindingState, Change, Evaluation, obj_key};
+use super::metrics::WatchMetrics;
 use super::registry::{Follow, NamespaceWatch, PackageState, Registered, State, Watch, WatchKey};
 use super::resolve::{ResolveError, Resolver};
 use super::tasks::{event_task, hook_snapshots, release, sync_task};
@@ -93,23 +94,37 @@ pub struct KubeManager {
     /// Woken whenever a watch finished a list or failed.
     listed: Notify,
     shutdown: CancellationToken,
+    metrics: WatchMetrics,
 }
 
 impl KubeManager {
+    /// A manager whose watches are counted in `metrics` (`berth_watches`,
+    /// `berth_watch_events_total`).
     pub fn new(
         client: kube::Client,
         enqueuer: Enqueuer,
         shutdown: CancellationToken,
         jq: Jq,
+        metrics: WatchMetrics,
     ) -> Arc<KubeManager> {
-        Arc::new(KubeManager {
+        let manager = Arc::new(KubeManager {
             resolver: Resolver::new(client),
             jq,
             enqueuer,
             state: Mutex::new(State::default()),
             listed: Notify::new(),
             shutdown,
-        })
+            metrics,
+        });
+        manager.metrics.watch(&manager);
+        manager
+    }
+
+    /// The Kubernetes watches open: one per watched (resource, namespace, selectors), plus one
+    /// per namespace label selector followed.
+    pub fn watch_count(&self) -> usize {
+        let state = self.lock();
+        state.watches.len() + state.namespace_watches.len()
     }
 
     pub fn resolver(&self) -> &Resolver {
@@ -690,6 +705,11 @@ impl KubeManager {
         resource: &ApiResource,
         event: watcher::Event<DynamicObject>,
     ) {
+        if let watcher::Event::InitApply(_) | watcher::Event::Apply(_) | watcher::Event::Delete(_) =
+            &event
+        {
+            self.metrics.event(&resource.kind);
+        }
         let (event, object) = match event {
             watcher::Event::Init => (EventKind::Init, None),
             watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {

@@ -1,15 +1,18 @@
 //! Kubernetes: the watch manager behind `kubernetes` bindings (`manager`: registration and
 //! watch events; `registry`: what is watched for whom; `tasks`: the HookRun tasks built from
-//! it), kind resolution, and the execution of hooks' object operations.
+//! it), kind resolution, the execution of hooks' object operations, and the watch metrics
+//! (`metrics`).
 
 mod binding;
 mod manager;
+mod metrics;
 mod operations;
 mod registry;
 mod resolve;
 mod tasks;
 
 pub use manager::{BindingObjects, KubeManager, SetError};
+pub use metrics::WatchMetrics;
 pub use operations::{OperationError, apply_operations};
 pub use registry::WatchKey;
 pub use resolve::{ResolveError, Resolved, Resolver};

@@ -80,6 +80,7 @@ pub struct DriftMonitor {
     releases: Arc<Mutex<HashMap<(String, String), Watched>>>,
     /// Cancelled when the process shuts down; each release's watch holds a child of it.
     shutdown: CancellationToken,
+    metrics: ReleaseMetrics,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -87,12 +88,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl DriftMonitor {
-    /// A monitor whose watches all end when `shutdown` is cancelled.
-    pub fn new(shutdown: CancellationToken) -> Self {
+    /// A monitor whose watches all end when `shutdown` is cancelled, counting repairs in
+    /// `metrics`.
+    pub fn new(shutdown: CancellationToken, metrics: ReleaseMetrics) -> Self {
         DriftMonitor {
             releases: Arc::default(),
             shutdown,
+            metrics,
         }
+    }
+
+    /// Counts the repairs of watches started from now on in `metrics`.
+    pub fn set_metrics(&mut self, metrics: ReleaseMetrics) {
+        self.metrics = metrics;
     }
 
     /// Starts watching `objects` (the desired state) for the release, replacing any earlier
@@ -134,6 +142,7 @@ impl DriftMonitor {
             namespace: namespace.to_string(),
             revision,
             events,
+            metrics: self.metrics.clone(),
         };
         berth_telemetry::spawn_in(
             tracing::info_span!(parent: None, "release.drift_repair", release = %release, namespace = %namespace),
@@ -257,6 +266,7 @@ struct Repairer {
     namespace: String,
     revision: i32,
     events: EventLog,
+    metrics: ReleaseMetrics,
 }
 
 impl Repairer {
@@ -369,6 +379,7 @@ impl Repairer {
                 if known_good.is_some() {
                     t.known_good = known_good;
                 }
+                self.metrics.repaired(error.is_none());
                 self.record(key, kind, fields, error);
             }
         }

@@ -6,7 +6,28 @@ impl ReleaseManager {
     /// Installs the chart, or upgrades the release when a revision already exists. With `app`,
     /// the whole render (hooks included) must stay in the app's namespace, or nothing is
     /// applied.
+    ///
+    /// Timed in `berth_release_apply_duration_seconds` (waiting for the release's lock
+    /// included); a success starts the clock of its readiness.
     pub async fn install(
+        &self,
+        release: &ReleaseId,
+        files: Vec<(String, Vec<u8>)>,
+        values: serde_json::Value,
+        app: Option<&AppNamespace>,
+    ) -> Result<Installed, ReleaseError> {
+        let started = std::time::Instant::now();
+        let installed = self.install_timed(release, files, values, app).await;
+        self.metrics.applied(
+            release.namespace(),
+            release.name(),
+            started.elapsed(),
+            installed.as_ref().ok().map(|i| i.revision),
+        );
+        installed
+    }
+
+    async fn install_timed(
         &self,
         release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,

@@ -8,6 +8,7 @@ mod drift;
 mod history;
 mod hooks;
 mod install;
+mod metrics;
 mod plan;
 mod ready;
 mod resume;
@@ -19,6 +20,7 @@ mod uninstall;
 pub use confine::AppNamespace;
 pub use drift::{DriftEvent, DriftKind};
 pub use history::RevisionSummary;
+pub use metrics::ReleaseMetrics;
 pub use plan::{PlanAction, PlannedChange};
 
 use crate::ReleaseInfo;
@@ -172,6 +174,7 @@ pub struct ReleaseManager {
     locks: ReleaseLocks,
     capabilities: CapabilitiesCache,
     drift: drift::DriftMonitor,
+    metrics: ReleaseMetrics,
     /// Whether installed objects are watched and repaired (see `drift`).
     repair_drift: bool,
     /// Revisions kept per release; older records are deleted after each install or rollback.
@@ -249,6 +252,7 @@ impl ReleaseManager {
             locks: ReleaseLocks::default(),
             capabilities: CapabilitiesCache::default(),
             drift: drift::DriftMonitor::default(),
+            metrics: ReleaseMetrics::default(),
             repair_drift: true,
             history_max: HISTORY_MAX,
             render_limits: RenderLimits::default(),
@@ -347,7 +351,15 @@ impl ReleaseManager {
     /// Ends every drift watch when `shutdown` is cancelled (they run as their own tasks).
     /// Call before the first install.
     pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
-        self.drift = drift::DriftMonitor::new(shutdown);
+        self.drift = drift::DriftMonitor::new(shutdown, self.metrics.clone());
+        self
+    }
+
+    /// Keeps the release metrics (apply and readiness durations, drift repairs) in `metrics`
+    /// (by default, in a registry nobody serves).
+    pub fn with_metrics(mut self, metrics: &berth_telemetry::Metrics) -> Self {
+        metrics.register(|r| self.metrics.register(r));
+        self.drift.set_metrics(self.metrics.clone());
         self
     }
 

@@ -100,6 +100,9 @@ impl ReleaseManager {
         if let (false, Some(e)) = (ready, watch_error) {
             not_ready.push(e);
         }
+        if ready {
+            self.metrics.ready(namespace, name, latest.version);
+        }
         Ok(Observed {
             found: true,
             revision: latest.version,

@@ -44,6 +44,9 @@ impl ReleaseManager {
             out.objects.push(seen.key);
         }
         out.ready = kstatus::aggregate(&statuses, ObjectStatus::Current) == ObjectStatus::Current;
+        if out.ready {
+            self.metrics.ready(namespace, name, out.revision);
+        }
         out.drift = self.drift.events(name, namespace);
         Ok(out)
     }

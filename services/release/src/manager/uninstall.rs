@@ -16,6 +16,7 @@ impl ReleaseManager {
         };
         // Stop repairing before deleting, or the watches would bring the objects back.
         self.drift.stop(name, namespace);
+        self.metrics.forget(namespace, name);
         store.set_status(latest, Status::Uninstalling).await?;
         let hooks = helm_hooks::from_record(latest);
         self.run_hooks(&hooks, HookEvent::PreDelete, name, namespace)

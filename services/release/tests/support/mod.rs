@@ -143,7 +143,8 @@ async fn serve(
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
         let served = if as_process {
-            berth_release::process::run_service(service, None, listener, stop)
+            let metrics = berth_telemetry::Metrics::default();
+            berth_release::process::run_service(service, None, listener, metrics, stop)
                 .await
                 .map_err(|e| e.to_string())
         } else {

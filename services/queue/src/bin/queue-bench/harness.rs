@@ -66,6 +66,7 @@ impl Broker {
                     BrokerConfig::default(),
                     None,
                     listener,
+                    &berth_telemetry::Metrics::default(),
                     shutdown,
                 )
                 .await
