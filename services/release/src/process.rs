@@ -152,7 +152,8 @@ async fn report_cluster_version(
 /// by the caller's role; without: plain gRPC), which also ends its drift watches. Its metrics
 /// (RPC, apply and readiness durations, drift repairs) go to `metrics`. Drift
 /// repair of the releases berth deployed earlier resumes alongside (so a slow cluster does not
-/// delay serving).
+/// delay serving), and the cluster's release Leases are followed, so this replica can take
+/// over the repair of releases other replicas installed.
 pub async fn run_service(
     service: ReleaseService,
     tls: Option<berth_telemetry::Tls>,
@@ -168,6 +169,12 @@ pub async fn run_service(
         tracing::info_span!(parent: None, "release.resume_drift_repair"),
         async move { resume.resume_drift_repair().await },
     );
+    let follow = service.clone();
+    let until = shutdown.clone();
+    let following = berth_telemetry::spawn_in(
+        tracing::info_span!(parent: None, "release.follow_leases"),
+        async move { follow.follow_leases(until).await },
+    );
     let router =
         berth_telemetry::grpc_server(berth_telemetry::Role::Release, tls.as_ref(), &metrics)?
             .add_service(server(service));
@@ -180,5 +187,6 @@ pub async fn run_service(
     )
     .await?;
     resuming.abort();
+    following.abort();
     Ok(())
 }

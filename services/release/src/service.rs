@@ -127,6 +127,19 @@ impl ReleaseService {
             Err(e) => tracing::warn!(error = %e, "cannot resume drift repair"),
         }
     }
+
+    /// Takes part in the per-release Leases (this replica's identity, the Lease duration and
+    /// renew period; see `manager::lease`).
+    pub fn with_lease(mut self, lease: crate::manager::LeaseConfig) -> Self {
+        self.manager = self.manager.with_lease(lease);
+        self
+    }
+
+    /// Follows the cluster's release Leases until `shutdown`, becoming a candidate for the
+    /// releases other replicas installed (see [`ReleaseManager::follow_leases`]).
+    pub async fn follow_leases(&self, shutdown: tokio_util::sync::CancellationToken) {
+        self.manager.follow_leases(shutdown).await;
+    }
 }
 
 fn to_status(e: ReleaseError) -> Status {

@@ -14,9 +14,18 @@
 //! and controllers writing status cost nothing.
 //!
 //! Before repairing, the release's records are read: when its newest revision is no longer the
-//! deployed one being watched (another instance upgraded, rolled back or is uninstalling it),
-//! the watch ends instead.
+//! deployed one being watched (another replica upgraded, rolled back or is uninstalling it),
+//! the watch ends instead, and the owner reads the records again: it watches the newer deployed
+//! revision, or, when there is none, deletes the release's Lease and stops.
+//!
+//! Replicas: a release's objects are watched and repaired only by the replica holding the
+//! release's Lease (`lease`). Every replica that knows a release (it installed, rolled back or
+//! resumed it, or found its Lease) is a candidate; the holder renews, the others try again
+//! every renew period and take over once the Lease expires, reading what to watch from the
+//! release's records. A holder that fails to renew within the renew deadline, or finds the
+//! Lease taken, stops repairing at once (in-flight repairs are dropped).
 
+use super::lease::{Claim, Elector, LeaseConfig};
 use super::*;
 use crate::apply::Seen;
 use crate::apply::dry_run::{DryRun, comparable};
@@ -73,7 +82,8 @@ struct Watched {
     events: EventLog,
 }
 
-/// The drift watches of every release this process installed (or resumed).
+/// The drift watches of every release this process installed (or resumed, or found the
+/// Lease of), each owned through the release's Lease.
 #[derive(Clone, Default)]
 pub struct DriftMonitor {
     // Std mutex: held only to insert, remove or copy entries, never across an await.
@@ -81,6 +91,26 @@ pub struct DriftMonitor {
     /// Cancelled when the process shuts down; each release's watch holds a child of it.
     shutdown: CancellationToken,
     metrics: ReleaseMetrics,
+    lease: LeaseConfig,
+}
+
+/// What to watch: a deployed revision's objects.
+pub(super) struct Desired {
+    pub revision: i32,
+    pub objects: Vec<serde_json::Value>,
+    pub applied: Vec<Applied>,
+}
+
+/// How a repairer's watch ended.
+enum Ended {
+    /// Paused, stopped or shut down.
+    Cancelled,
+    /// The watched revision is no longer the release's deployed one.
+    Outdated,
+    /// The watch stream ended (nothing to watch).
+    Closed,
+    /// Another replica holds the Lease now, or it could not be renewed in time.
+    Lost,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -95,7 +125,17 @@ impl DriftMonitor {
             releases: Arc::default(),
             shutdown,
             metrics,
+            lease: LeaseConfig::default(),
         }
+    }
+
+    /// Takes part in the release Leases as `lease` says (identity, duration, renew period).
+    pub fn set_lease(&mut self, lease: LeaseConfig) {
+        self.lease = lease;
+    }
+
+    pub fn lease(&self) -> &LeaseConfig {
+        &self.lease
     }
 
     /// Counts the repairs of watches started from now on in `metrics`.
@@ -116,10 +156,41 @@ impl DriftMonitor {
         objects: Vec<serde_json::Value>,
         applied: Vec<Applied>,
     ) {
+        let desired = Desired {
+            revision,
+            objects,
+            applied,
+        };
+        self.start(applier, release, namespace, Some(desired), true);
+    }
+
+    /// Becomes a candidate for the release's Lease unless this process already is (found
+    /// through its Lease: what to watch comes from its records once the Lease is held; a
+    /// Lease that disappears ends the candidacy). Returns whether it started.
+    pub fn contend(&self, applier: &Applier, release: &str, namespace: &str) -> bool {
+        if self.is_watching(release, namespace) || self.shutdown.is_cancelled() {
+            return false;
+        }
+        self.start(applier, release, namespace, None, false)
+    }
+
+    /// Starts the release's owner loop, replacing any earlier one (`replace`) or only when
+    /// there is none running.
+    fn start(
+        &self,
+        applier: &Applier,
+        release: &str,
+        namespace: &str,
+        desired: Option<Desired>,
+        replace: bool,
+    ) -> bool {
         let cancel = self.shutdown.child_token();
         let events = {
             let mut map = lock(&self.releases);
             let id = (namespace.to_string(), release.to_string());
+            if !replace && map.get(&id).is_some_and(|w| !w.cancel.is_cancelled()) {
+                return false;
+            }
             let events = map.get(&id).map(|w| w.events.clone()).unwrap_or_default();
             if let Some(old) = map.insert(
                 id,
@@ -132,22 +203,20 @@ impl DriftMonitor {
             }
             events
         };
-        let objects = objects
-            .into_iter()
-            .filter(|o| !crate::apply::object::is_kept(o))
-            .collect();
-        let repairer = Repairer {
+        let owner = Owner {
             applier: applier.clone(),
             release: release.to_string(),
             namespace: namespace.to_string(),
-            revision,
             events,
             metrics: self.metrics.clone(),
+            lease: self.lease.clone(),
+            shutdown: self.shutdown.clone(),
         };
         berth_telemetry::spawn_in(
             tracing::info_span!(parent: None, "release.drift_repair", release = %release, namespace = %namespace),
-            repairer.run(objects, applied, cancel),
+            owner.run(desired, cancel),
         );
+        true
     }
 
     /// True while the release's objects are watched (not paused or stopped).
@@ -179,6 +248,142 @@ impl DriftMonitor {
             .get(&(namespace.to_string(), release.to_string()))
             .map(|w| lock(&w.events).iter().cloned().collect())
             .unwrap_or_default()
+    }
+}
+
+/// One release's candidacy for its Lease, and its repairer while it holds it.
+struct Owner {
+    applier: Applier,
+    release: String,
+    namespace: String,
+    events: EventLog,
+    metrics: ReleaseMetrics,
+    lease: LeaseConfig,
+    shutdown: CancellationToken,
+}
+
+impl Owner {
+    async fn run(self, mut desired: Option<Desired>, cancel: CancellationToken) {
+        let mut elector = Elector::new(
+            self.applier.client().clone(),
+            &self.namespace,
+            &self.release,
+            self.lease.clone(),
+        );
+        let renew = self.lease.renew;
+        loop {
+            // A candidate until this replica holds the Lease. Only a replica that knows the
+            // release is deployed may create it.
+            loop {
+                match elector.acquire(desired.is_some()).await {
+                    Ok(Claim::Held) => break,
+                    Ok(Claim::Other) => {}
+                    Ok(Claim::Gone) => {
+                        tracing::info!(
+                            "release lease gone (release uninstalled); not a candidate any more"
+                        );
+                        cancel.cancel();
+                        return;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "acquiring the release lease failed"),
+                }
+                tokio::select! {
+                    () = cancel.cancelled() => return self.cancelled(&mut elector).await,
+                    () = tokio::time::sleep(renew) => {}
+                }
+            }
+            let d = match desired.take() {
+                Some(d) => d,
+                None => match self.deployed().await {
+                    Ok(Some(d)) => d,
+                    Ok(None) => {
+                        tracing::info!("release no longer deployed by berth; its lease is deleted");
+                        elector.delete_if_held().await;
+                        cancel.cancel();
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading the release's records failed");
+                        tokio::select! {
+                            () = cancel.cancelled() => return self.cancelled(&mut elector).await,
+                            () = tokio::time::sleep(renew) => {}
+                        }
+                        continue;
+                    }
+                },
+            };
+            tracing::info!(revision = d.revision, identity = %self.lease.identity, "holding the release lease: repairing drift");
+            let held = cancel.child_token();
+            let repairer = Repairer {
+                applier: self.applier.clone(),
+                release: self.release.clone(),
+                namespace: self.namespace.clone(),
+                revision: d.revision,
+                events: self.events.clone(),
+                metrics: self.metrics.clone(),
+            };
+            let run = repairer.run(d.objects, d.applied, held.clone());
+            tokio::pin!(run);
+            let mut closed = false;
+            let ended = loop {
+                tokio::select! {
+                    ended = &mut run, if !closed => match ended {
+                        // Nothing to watch: keep the Lease, so no other replica takes it up.
+                        Ended::Closed => closed = true,
+                        other => break other,
+                    },
+                    () = tokio::time::sleep(renew) => match elector.acquire(true).await {
+                        Ok(Claim::Held) => {}
+                        Ok(_) => break Ended::Lost,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "renewing the release lease failed");
+                            if !elector.still_held() {
+                                break Ended::Lost;
+                            }
+                        }
+                    },
+                    () = cancel.cancelled(), if closed => break Ended::Cancelled,
+                }
+            };
+            held.cancel();
+            match ended {
+                Ended::Cancelled => return self.cancelled(&mut elector).await,
+                Ended::Lost => {
+                    tracing::info!("release lease lost: another replica repairs drift now");
+                }
+                Ended::Outdated => {
+                    tracing::info!(
+                        revision = d.revision,
+                        "release changed elsewhere; reading its records again"
+                    );
+                }
+                Ended::Closed => {}
+            }
+        }
+    }
+
+    /// Paused or stopped (an operation of this process takes over), or shut down: then the
+    /// Lease is given up, so another replica takes over without waiting for it to expire.
+    async fn cancelled(&self, elector: &mut Elector) {
+        if self.shutdown.is_cancelled() {
+            elector.release().await;
+        }
+    }
+
+    /// The release's latest revision, when it is deployed and berth's.
+    async fn deployed(&self) -> Result<Option<Desired>, StoreError> {
+        let store = ReleaseStore::new(self.applier.client().clone(), &self.namespace);
+        let Some(latest) = store.stored(&self.release).await?.pop() else {
+            return Ok(None);
+        };
+        if latest.release.info.status != Status::Deployed.as_str() || latest.checksum.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Desired {
+            revision: latest.release.version,
+            objects: recorded_objects(&latest.release.manifest),
+            applied: Vec::new(),
+        }))
     }
 }
 
@@ -275,7 +480,7 @@ impl Repairer {
         objects: Vec<serde_json::Value>,
         applied: Vec<Applied>,
         cancel: CancellationToken,
-    ) {
+    ) -> Ended {
         let mut known: HashMap<ObjectKey, serde_json::Value> = applied
             .into_iter()
             .filter_map(|a| Some((a.key, comparable_of(&a.live)?)))
@@ -306,12 +511,10 @@ impl Repairer {
         let mut work: FuturesUnordered<Work> = FuturesUnordered::new();
         loop {
             let (key, sighting) = tokio::select! {
-                () = cancel.cancelled() => return,
+                () = cancel.cancelled() => return Ended::Cancelled,
                 Some((key, done)) = work.next() => {
                     if matches!(done, Done::Outdated) {
-                        tracing::info!(release.name = %self.release, release.namespace = %self.namespace, revision = self.revision, "release changed elsewhere; drift watch ends");
-                        cancel.cancel();
-                        return;
+                        return Ended::Outdated;
                     }
                     let Some(t) = tracked.get_mut(&key) else { continue };
                     if let Some(next) = self.finish(&key, t, done) {
@@ -324,7 +527,7 @@ impl Repairer {
                     continue;
                 }
                 seen = stream.next() => match seen {
-                    None => return,
+                    None => return Ended::Closed,
                     Some(Seen::Error { watch, error }) => {
                         // The watcher backs off and re-lists by itself.
                         tracing::debug!(watch, error, "drift watch error");

@@ -8,6 +8,7 @@ mod drift;
 mod history;
 mod hooks;
 mod install;
+pub mod lease;
 mod metrics;
 mod plan;
 mod ready;
@@ -20,6 +21,7 @@ mod uninstall;
 pub use confine::AppNamespace;
 pub use drift::{DriftEvent, DriftKind};
 pub use history::RevisionSummary;
+pub use lease::LeaseConfig;
 pub use metrics::ReleaseMetrics;
 pub use plan::{PlanAction, PlannedChange};
 
@@ -351,8 +353,22 @@ impl ReleaseManager {
     /// Ends every drift watch when `shutdown` is cancelled (they run as their own tasks).
     /// Call before the first install.
     pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        let lease = self.drift.lease().clone();
         self.drift = drift::DriftMonitor::new(shutdown, self.metrics.clone());
+        self.drift.set_lease(lease);
         self
+    }
+
+    /// Takes part in the per-release Leases that decide which replica repairs each release's
+    /// drift (see `lease`) as `lease` says.
+    pub fn with_lease(mut self, lease: LeaseConfig) -> Self {
+        self.drift.set_lease(lease);
+        self
+    }
+
+    /// This replica's Lease settings.
+    pub fn lease(&self) -> &LeaseConfig {
+        self.drift.lease()
     }
 
     /// Keeps the release metrics (apply and readiness durations, drift repairs) in `metrics`

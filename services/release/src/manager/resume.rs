@@ -110,4 +110,37 @@ impl ReleaseManager {
         );
         Ok(true)
     }
+
+    /// Every renew period until `shutdown`, lists the release Leases of the cluster and
+    /// becomes a candidate for each release this process does not know yet (one another
+    /// replica installed), so it can take the release over when its holder dies. Does
+    /// nothing with drift repair off.
+    pub async fn follow_leases(&self, shutdown: tokio_util::sync::CancellationToken) {
+        if !self.repair_drift {
+            return;
+        }
+        let period = self.lease().renew;
+        loop {
+            match lease::list(self.client.clone()).await {
+                Ok(found) => {
+                    for (namespace, name) in found {
+                        if validate_release(&name, &namespace).is_err() {
+                            continue;
+                        }
+                        // An operation on the release in this process decides for itself.
+                        let lock = self.locks.get(&namespace, &name);
+                        let Ok(_held) = lock.try_lock() else { continue };
+                        if self.drift.contend(&self.applier, &name, &namespace) {
+                            tracing::debug!(release.name = %name, release.namespace = %namespace, "found a release lease; a candidate for it");
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "listing release leases failed"),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(period) => {}
+            }
+        }
+    }
 }
