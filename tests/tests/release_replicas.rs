@@ -46,7 +46,9 @@ async fn repairs(proc: &Proc) -> anyhow::Result<f64> {
     let text = berth_tests::scrape_metrics(addr).await?;
     Ok(text
         .lines()
-        .filter(|l| l.starts_with("berth_drift_repairs_total{") && l.contains(r#"outcome="success""#))
+        .filter(|l| {
+            l.starts_with("berth_drift_repairs_total{") && l.contains(r#"outcome="success""#)
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum())
 }
@@ -84,10 +86,7 @@ async fn drift_is_repaired_by_the_lease_holder_then_by_the_survivor() -> anyhow:
     // Every process of the topology gets these; only berth-release reads them. The topology's
     // release (the one the worker installs through) is replica-a.
     berth_tests::process::child_env("BERTH_RELEASE_REPLICA_ID", "replica-a");
-    berth_tests::process::child_env(
-        "BERTH_RELEASE_LEASE_DURATION_SECS",
-        &LEASE_SECS.to_string(),
-    );
+    berth_tests::process::child_env("BERTH_RELEASE_LEASE_DURATION_SECS", &LEASE_SECS.to_string());
     berth_tests::process::child_env("BERTH_RELEASE_LEASE_RENEW_SECS", &RENEW_SECS.to_string());
     let topology = SplitTopology::start(&cluster.kubeconfig, dir.path()).await?;
     let result = journey(&cluster, &topology).await;
@@ -114,7 +113,10 @@ async fn journey(cluster: &TestCluster, topology: &SplitTopology) -> anyhow::Res
     ]
     .map(str::to_owned)
     .into();
-    args.extend(berth_tests::process::tls_args(&topology.certs, Role::Release));
+    args.extend(berth_tests::process::tls_args(
+        &topology.certs,
+        Role::Release,
+    ));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let b = Proc::start("berth-release", &args, "listening on ").await?;
     let a = topology.release();
@@ -141,7 +143,10 @@ async fn journey(cluster: &TestCluster, topology: &SplitTopology) -> anyhow::Res
     // The installing replica holds the release's Lease, as the timing configured.
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &namespace);
     let (first, lease) = until("the release lease has a holder", || holder(&leases)).await?;
-    ensure!(first == "replica-a", "the installer holds the lease: {lease:?}");
+    ensure!(
+        first == "replica-a",
+        "the installer holds the lease: {lease:?}"
+    );
     let spec = lease.spec.clone().unwrap_or_default();
     ensure!(
         spec.lease_duration_seconds == Some(LEASE_SECS as i32),
@@ -192,7 +197,10 @@ async fn journey(cluster: &TestCluster, topology: &SplitTopology) -> anyhow::Res
     println!("takeover after SIGKILL: {took:?} (lease {LEASE_SECS}s, renew {RENEW_SECS}s)");
     ensure!(taken == "replica-b");
     let transitions = lease.spec.and_then(|s| s.lease_transitions).unwrap_or(0);
-    ensure!(transitions >= 1, "a takeover is a transition: {transitions}");
+    ensure!(
+        transitions >= 1,
+        "a takeover is a transition: {transitions}"
+    );
     delete_and_see_repaired(&configmaps, &release).await?;
     until("replica-b counts the repair", || async {
         Ok((repairs(&b).await? > b0).then_some(()))
