@@ -149,7 +149,7 @@ pub mod tasks {
 
     impl TaskKind {
         /// Every kind a task can have (not `Unspecified`).
-        pub const ALL: [TaskKind; 11] = [
+        pub const ALL: [TaskKind; 12] = [
             TaskKind::Download,
             TaskKind::Load,
             TaskKind::ApplySettings,
@@ -161,6 +161,7 @@ pub mod tasks {
             TaskKind::Cleanup,
             TaskKind::WebhookRun,
             TaskKind::ValidateRun,
+            TaskKind::AfterAll,
         ];
 
         /// The kind's name in the queue's `Task.kind` (and in Dump and task history).
@@ -178,6 +179,7 @@ pub mod tasks {
                 TaskKind::Cleanup => "Cleanup",
                 TaskKind::WebhookRun => "WebhookRun",
                 TaskKind::ValidateRun => "ValidateRun",
+                TaskKind::AfterAll => "AfterAll",
             }
         }
 

@@ -117,9 +117,12 @@ fn hook_runs(p: &v1::Package, hook: &str) -> i64 {
 }
 
 /// A Global package and nested modules:
-/// - the global hooks run onStartup, then beforeAll and afterAll, patching `/global/...`, and
-///   `berth get global` shows the global values, settings and hooks; a nested module updated
-///   together with it waits for it, so its first run already sees the global values;
+/// - the global hooks run onStartup, then beforeAll, patching `/global/...`, and `berth get
+///   global` shows the global values, settings and hooks; a nested module updated together
+///   with it waits for it, so its first run already sees the global values;
+/// - the global afterAll hooks run after that nested module's first run (as addon-operator
+///   runs afterAll once all modules converged): its first run saw beforeAll's change and not
+///   afterAll's, and afterAll's change of the global values runs it again;
 /// - a module whose values.yaml keeps its values under its camelCase name is nested: its
 ///   templates read `.Values.nestedReader.*` and `.Values.global.*` (global values and global
 ///   settings), its hook patches `/nestedReader/...`, sees the global values in `VALUES_PATH`,
@@ -151,7 +154,9 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     );
 
     // The global package: its hooks ran in order, its values are the global section. The
-    // nested module updated right after it waits until it is Running.
+    // nested module updated right after it waits until it is Running (beforeAll is slow, so
+    // the module is loaded and waiting by then); the afterAll hook runs after the module's
+    // first run.
     let global_generation = update(&mut client, &global, json!({"clusterName": "test"})).await?;
     let reader_generation =
         update(&mut client, &reader, json!({"namespace": ns.to_string()})).await?;
@@ -185,7 +190,9 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
         "{names:?}"
     );
 
-    // A nested module reading its own section and the global one.
+    // A nested module reading its own section and the global one. Its first run saw the global
+    // values after beforeAll and before afterAll; afterAll's patch of the global values ran it
+    // again (its chart reads them).
     let p = journey::wait_running(&mut client, &reader, reader_generation).await?;
     let data = wait_configmap(
         &cms,
@@ -202,8 +209,13 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let p = wait_package(
         &mut client,
         &reader,
-        "the config patch in the settings",
-        |p| json_of(p.settings.as_ref())["replicas"] == 2,
+        "the config patch in the settings and the run after afterAll",
+        |p| {
+            json_of(p.settings.as_ref())["replicas"] == 2
+                && json_of(p.values.as_ref())["nestedReader"]["internal"]["seen"]
+                    .as_array()
+                    .is_some_and(|s| s.len() >= 2)
+        },
     )
     .await
     .with_context(|| format!("first seen: {p:?}"))?;
@@ -211,8 +223,9 @@ async fn journey(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     assert_eq!(
         values["nestedReader"]["internal"],
         json!({"token": "from-hook", "sawGlobal": "cluster.local",
-               "seen": ["cluster.local|onStartup,beforeAll,afterAll"]}),
-        "its first run came after the global hooks': {values}"
+               "seen": ["cluster.local|onStartup,beforeAll",
+                        "cluster.local|onStartup,beforeAll,afterAll"]}),
+        "its first run came after beforeAll and before afterAll, its second after afterAll: {values}"
     );
     assert_eq!(
         values["global"]["clusterDomain"], "cluster.local",

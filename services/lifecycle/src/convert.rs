@@ -254,6 +254,7 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
         }
         Rpt::RunSucceeded(pb::RunSucceeded {}) => {
             c.phase = Some(Phase::Running);
+            c.run_succeeded = true;
             c.conditions = vec![ConditionSet::new(
                 ConditionType::Ready,
                 ConditionStatus::True,

@@ -157,6 +157,11 @@ pub fn rerun(key: &PackageKey, generation: Generation) -> Vec<Row> {
     rerun_for(key, generation, "values changed by a hook")
 }
 
+/// The global package's afterAll hooks, on its queue.
+pub fn after_all(key: &PackageKey, generation: Generation) -> Row {
+    task(key, generation, TaskKind::AfterAll, json!({}))
+}
+
 /// A Run of the package for `reason`.
 pub fn rerun_for(key: &PackageKey, generation: Generation, reason: &str) -> Vec<Row> {
     vec![task(
@@ -203,6 +208,7 @@ mod tests {
             removing,
             enabled: loaded,
             loaded: None,
+            after_all_due: false,
         }
     }
 

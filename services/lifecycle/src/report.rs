@@ -41,6 +41,9 @@ pub struct Change {
     /// The settings after a hook's config values patch.
     pub settings: Option<Value>,
     pub hook_run: Option<(String, String)>,
+    /// A RunSucceeded: the global package's one makes its afterAll due (see
+    /// `store::after_all`).
+    pub run_succeeded: bool,
     /// `Some("")` clears the package's error.
     pub error: Option<String>,
 }
@@ -73,6 +76,7 @@ impl Change {
             patch_inside_run: false,
             settings: None,
             hook_run: None,
+            run_succeeded: false,
             error: None,
         }
     }
@@ -169,6 +173,11 @@ impl Change {
         }
         if let Some(error) = self.error {
             row.last_error = error;
+        }
+        if self.run_succeeded && row.is_global() {
+            // Its beforeAll hooks ran: its afterAll hooks run once the packages waiting for it
+            // converged (the store enqueues them and clears the flag in one transaction).
+            row.after_all_due = true;
         }
         outbox
     }

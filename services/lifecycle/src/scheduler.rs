@@ -369,6 +369,30 @@ impl Scheduler {
         out
     }
 
+    /// Present packages ordered after `key`: those whose mandatory or conditional dependencies
+    /// resolve to it, and, in turn, those ordered after them; sorted. The global package's
+    /// afterAll hooks wait for these to converge.
+    pub fn ordered_after(&self, key: &PackageKey) -> Vec<PackageKey> {
+        let mut followers: HashMap<&PackageKey, Vec<&PackageKey>> = HashMap::new();
+        for (k, node) in self.nodes.iter().filter(|(_, n)| !n.removing) {
+            for dep in self.edges(node).filter(|d| *d != k) {
+                followers.entry(dep).or_default().push(k);
+            }
+        }
+        let mut seen: HashSet<&PackageKey> = HashSet::new();
+        let mut stack = vec![key];
+        while let Some(at) = stack.pop() {
+            for f in followers.get(at).into_iter().flatten() {
+                if *f != key && seen.insert(f) {
+                    stack.push(f);
+                }
+            }
+        }
+        let mut out: Vec<PackageKey> = seen.into_iter().cloned().collect();
+        out.sort();
+        out
+    }
+
     /// The order packages are enabled in: dependencies first, then by order (weight) and key.
     /// Packages in a cycle come last, by order and key.
     pub fn order(&self) -> Vec<PackageKey> {
@@ -750,6 +774,28 @@ mod tests {
             "top".into(),
             "Dependency: requires a, which is not Running yet".into()
         )));
+    }
+
+    #[test]
+    fn packages_ordered_after_one_follow_its_dependents_transitively() {
+        let mut global = module("global", 0, vec![], Phase::Running);
+        global.loaded.as_mut().unwrap().requirements.conditional = vec![];
+        let mut nested = module("nested", 0, vec![], Phase::Loaded);
+        nested.loaded.as_mut().unwrap().requirements.conditional = vec![dep("global", None)];
+        let mut gone = module("gone", 0, vec![dep("global", None)], Phase::Loaded);
+        gone.removing = true;
+        let s = sched(vec![
+            global,
+            nested,
+            gone,
+            module("on-nested", 0, vec![dep("nested", None)], Phase::Loaded),
+            module("flat", 0, vec![], Phase::Running),
+        ]);
+        assert_eq!(
+            s.ordered_after(&key("global")),
+            [key("nested"), key("on-nested")]
+        );
+        assert!(s.ordered_after(&key("flat")).is_empty());
     }
 
     #[test]

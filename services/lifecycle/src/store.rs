@@ -59,6 +59,9 @@ pub struct PackageRow {
     pub enabled: bool,
     /// What the scheduler needs of the loaded package; `None` until this version is loaded.
     pub loaded: Option<LoadedSpec>,
+    /// The global package only: its Run (beforeAll) succeeded and its AfterAll task is not
+    /// enqueued yet (see [`after_all`]).
+    pub after_all_due: bool,
 }
 
 impl PackageRow {
@@ -255,6 +258,8 @@ impl Store {
         }
         insert_outbox(&mut tx, &outbox).await?;
         rescheduled(&mut tx, self.dialect, &key, sched, now).await?;
+        // A package starting over is no longer known to wait for the global package.
+        after_all(&mut tx, self.dialect, sched).await?;
         tx.commit().await?;
         Ok(Ok(UpdateOutcome {
             key,
@@ -292,6 +297,8 @@ impl Store {
             .await?;
         insert_outbox(&mut tx, &outbox).await?;
         rescheduled(&mut tx, self.dialect, key, sched, now).await?;
+        // A package being removed is not waited for.
+        after_all(&mut tx, self.dialect, sched).await?;
         tx.commit().await?;
         Ok(Ok(Some(generation)))
     }
@@ -368,7 +375,7 @@ impl Store {
         if row.generation != generation {
             return Ok(false);
         }
-        let (phase, loaded) = (row.phase, row.loaded.clone());
+        let (phase, loaded, observed) = (row.phase, row.loaded.clone(), row.observed_generation);
         let global_before = row.is_global().then(|| row.values.get(GLOBAL).cloned());
         let mut outbox = change(&mut row);
         if let Some(before) = global_before
@@ -381,6 +388,14 @@ impl Store {
         if row.phase != phase || row.loaded != loaded {
             sched.upsert(key.clone(), row.node());
             apply_pass(&mut tx, self.dialect, sched, now).await?;
+        }
+        // After the pass: the packages it enabled are waited for too.
+        if row.is_global()
+            || row.phase != phase
+            || row.loaded != loaded
+            || row.observed_generation != observed
+        {
+            after_all(&mut tx, self.dialect, sched).await?;
         }
         tx.commit().await?;
         Ok(true)
@@ -438,6 +453,7 @@ impl Store {
         }
         sched.remove(key);
         apply_pass(&mut tx, self.dialect, sched, now).await?;
+        after_all(&mut tx, self.dialect, sched).await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -592,6 +608,63 @@ async fn apply_pass(
 /// The package that holds the global values and the global hooks: the module `global`.
 const GLOBAL: &str = berth_package::GLOBAL_NAME;
 
+/// Enqueues the global package's AfterAll (its afterAll hooks) when it is due and every package
+/// ordered after it has converged, clearing the due flag in the same transaction, so a due
+/// afterAll survives a restart and is enqueued once.
+///
+/// Due: the global package's Run (its beforeAll hooks) succeeded at its current generation and
+/// the package is Running. Converged: every package ordered after it
+/// ([`Scheduler::ordered_after`]: its nested packages' implied conditional dependency, and any
+/// other dependency on it or on them) that is enabled and not being removed is Running at its
+/// current generation, or Failed. Without such packages, the AfterAll follows the Run at once.
+async fn after_all(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    dialect: Dialect,
+    sched: &Scheduler,
+) -> Result<(), StoreError> {
+    let key = PackageKey::from_issued(GLOBAL.to_owned());
+    // Most writes find nothing due: ask before taking the global package's row lock.
+    let due = sqlx::query("SELECT after_all_due FROM packages WHERE key = $1")
+        .bind(key.as_str())
+        .fetch_optional(&mut **tx)
+        .await?
+        .is_some_and(|r| r.get::<i64, _>("after_all_due") != 0);
+    if !due {
+        return Ok(());
+    }
+    let Some(mut global) = fetch_for_write(tx, dialect, &key).await? else {
+        return Ok(());
+    };
+    let running = global.phase == Phase::Running && global.observed_generation == global.generation;
+    if !global.is_global() || !global.after_all_due || global.removing || !running {
+        return Ok(());
+    }
+    for follower in sched.ordered_after(&key) {
+        let Some(row) = fetch(&mut **tx, &follower).await? else {
+            continue;
+        };
+        if !converged(&row) {
+            return Ok(());
+        }
+    }
+    global.after_all_due = false;
+    write_row(tx, &global).await?;
+    insert_outbox(tx, &[flows::after_all(&key, global.generation)]).await?;
+    tracing::info!(
+        generation = global.generation.get(),
+        "the packages waiting for the global package converged: afterAll enqueued"
+    );
+    Ok(())
+}
+
+/// Whether a package ordered after the global package no longer holds its afterAll back.
+fn converged(row: &PackageRow) -> bool {
+    row.removing
+        || !row.enabled
+        || row.phase == Phase::Failed
+        || (row.phase == Phase::Running && row.observed_generation == row.generation)
+}
+
 /// A Run for every package whose chart reads the global values, when they changed: running
 /// (a package on its way there renders with the new ones anyway), enabled, not being removed.
 /// Packages that do not read them are left alone.
@@ -640,7 +713,7 @@ async fn write_row(
         "UPDATE packages SET phase = $1, observed_generation = $2, conditions = $3, values_json = $4, values_patch = $5,
            settings_schema = $6, schema_version = $7, hooks = $8, last_error = $9, enabled = $10,
            loaded_version = $11, weight = $12, requirements = $13, reads_global = $14, settings = $15,
-           settings_version = $16, conversions = $17 WHERE key = $18",
+           settings_version = $16, conversions = $17, after_all_due = $18 WHERE key = $19",
     )
     .bind(row.phase.as_str())
     .bind(row.observed_generation.get())
@@ -659,6 +732,7 @@ async fn write_row(
     .bind(row.settings.to_string())
     .bind(i64::from(row.settings_version))
     .bind(row.conversions.as_ref().map(crate::conversion::to_json))
+    .bind(i64::from(row.after_all_due))
     .bind(row.key.as_str())
     .execute(&mut **tx)
     .await?;
@@ -799,6 +873,7 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
         removing: r.get::<i64, _>("removing") != 0,
         enabled: r.get::<i64, _>("enabled") != 0,
         loaded,
+        after_all_due: r.get::<i64, _>("after_all_due") != 0,
         key: PackageKey::from_issued(key),
     })
 }
@@ -989,7 +1064,104 @@ mod tests {
         );
     }
 
+    /// Installs the module `name` and reports it Loaded with `conditional` dependencies.
+    async fn install_module(
+        store: &Store,
+        sched: &mut Scheduler,
+        name: &str,
+        conditional: &[&str],
+    ) -> (PackageKey, Generation) {
+        let module = UpdateSpec {
+            id: PackageId::new(Kind::Module, name, "").unwrap(),
+            ..spec(name)
+        };
+        let key = module.id.key();
+        let g = store
+            .update(module.desired(), sched, "t", |prev, key, g| {
+                plan(&module, prev, key, g)
+            })
+            .await
+            .unwrap()
+            .map_err(|_| "not planned")
+            .unwrap()
+            .generation;
+        report_to(store, sched, &key, g, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            let mut spec = loaded(&[], None);
+            spec.requirements.conditional = conditional
+                .iter()
+                .map(|n| Dependency {
+                    name: (*n).into(),
+                    constraint: None,
+                })
+                .collect();
+            c.loaded = Some(spec);
+        })
+        .await;
+        (key, g)
+    }
+
+    fn run_succeeded(c: &mut Change) {
+        c.phase = Some(Phase::Running);
+        c.run_succeeded = true;
+    }
+
+    async fn after_all_due(store: &Store) -> bool {
+        store.global().await.unwrap().unwrap().after_all_due
+    }
+
+    /// The global package's afterAll is due once its Run succeeded, stays due (across a reopen
+    /// of the store) while a package waiting for it has not converged, and is enqueued once,
+    /// in the report that makes the last one Running, which clears it; with everything
+    /// converged already, the Run's own report enqueues it.
+    async fn after_all_waits_for_the_packages_ordered_after_the_global_package(db: TestDb) {
+        let url = db.url();
+        let store = Store::open(&url).await.unwrap();
+        let platform = semver::Version::new(0, 1, 0);
+        let mut sched = store.scheduler(platform.clone()).await.unwrap();
+        let (global, g) = install_module(&store, &mut sched, "global", &[]).await;
+        let (nested, n) = install_module(&store, &mut sched, "nested", &["global"]).await;
+        let (plain, p) = install_module(&store, &mut sched, "plain", &[]).await;
+        queued(&store).await;
+        assert!(!after_all_due(&store).await);
+
+        report_to(&store, &mut sched, &global, g, run_succeeded).await;
+        assert_eq!(
+            queued(&store).await,
+            ["nested ApplySettings", "nested Startup", "nested Run"],
+            "the nested package starts; the afterAll waits for it"
+        );
+        assert!(after_all_due(&store).await);
+        // A package that does not wait for the global package does not hold it back.
+        report_to(&store, &mut sched, &plain, p, run_succeeded).await;
+        assert!(queued(&store).await.is_empty());
+
+        drop(store);
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store.scheduler(platform).await.unwrap();
+        assert!(after_all_due(&store).await, "kept across a reopen");
+        report_to(&store, &mut sched, &nested, n, |c| {
+            c.values = Some(serde_json::json!({"nested": {}}));
+        })
+        .await;
+        assert!(queued(&store).await.is_empty(), "not Running yet");
+
+        report_to(&store, &mut sched, &nested, n, run_succeeded).await;
+        assert_eq!(queued(&store).await, ["global AfterAll"]);
+        assert!(!after_all_due(&store).await, "cleared with the enqueue");
+        report_to(&store, &mut sched, &nested, n, run_succeeded).await;
+        assert!(queued(&store).await.is_empty(), "once per convergence");
+
+        // The next Run of the global package: everything has converged, so the afterAll
+        // follows at once.
+        report_to(&store, &mut sched, &global, g, run_succeeded).await;
+        assert_eq!(queued(&store).await, ["global AfterAll"]);
+        assert!(!after_all_due(&store).await);
+    }
+
     crate::test_db::on_both_backends!(
+        after_all_waits_for_the_packages_ordered_after_the_global_package,
         the_scheduler_enables_packages_as_their_requirements_come_to_hold,
         settling_deletes_only_the_delivered_rows,
         a_second_relay_takes_nothing_while_the_first_holds_the_oldest_rows,

@@ -8,7 +8,8 @@
 //! | Load | read the package, discover hooks, report schema and hooks, register schedule, kubernetes and webhook bindings | same report, bindings replaced |
 //! | ApplySettings | bindings adopt the generation; validate settings (schema, then the package's settings check), compute values, report them | same values |
 //! | Startup | Synchronization runs of kubernetes bindings, release their events, then onStartup hooks | hooks run again (hooks must be idempotent, as in shell-operator) |
-//! | Run | beforeHelm hooks → release install/upgrade → afterHelm hooks → wait ready | server-side apply is idempotent |
+//! | Run | beforeHelm hooks → release install/upgrade → afterHelm hooks → wait ready (the global package: beforeAll hooks) | server-side apply is idempotent |
+//! | AfterAll | the global package's afterAll hooks, apply their outputs (enqueued by lifecycle once the packages waiting for it converged) | the hooks run again |
 //! | HookRun | run one hook with its binding contexts, apply its outputs | the hook runs again |
 //! | WebhookRun | run one hook for an admission or conversion request and hand its answer to hookevent (never retried; skipped once the request's deadline passed) | the second answer is dropped (the request was answered or gave up) |
 //! | ValidateRun | check candidate settings as an Update would (values, settings check, release Plan) and hand the verdict and plan to lifecycle (never retried; skipped once lifecycle stopped waiting) | the second answer is dropped |

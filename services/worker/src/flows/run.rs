@@ -1,5 +1,6 @@
 //! Run: beforeHelm hooks, the release install or upgrade, afterHelm hooks, then the wait for
-//! readiness.
+//! readiness (the global package: its beforeAll hooks); AfterAll: the global package's afterAll
+//! hooks.
 
 use std::time::{Duration, Instant};
 
@@ -79,14 +80,17 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
     let hooks = cx.package_hooks(&pkg).await?;
     let mut values = Values::compute(&pkg, cx)?;
-    // The global package has no chart: its Run is the global hooks bound to beforeAll, then
-    // those bound to afterAll (see ARCHITECTURE.md for how that differs from addon-operator).
-    let (before, after) = if pkg.definition.package_type == berth_package::PackageType::Global {
-        (LifecycleBinding::BeforeAll, LifecycleBinding::AfterAll)
-    } else {
-        (LifecycleBinding::BeforeHelm, LifecycleBinding::AfterHelm)
-    };
+    // The global package has no chart: its Run is the global hooks bound to beforeAll. Its
+    // afterAll hooks run in their own task (AfterAll, [`after_all`]) that lifecycle enqueues
+    // once the packages waiting for the global package converged.
+    let global = pkg.definition.package_type == berth_package::PackageType::Global;
     let hooks_result = async {
+        if global {
+            let before = LifecycleBinding::BeforeAll;
+            run_lifecycle(cx, &pkg, &hooks, before, before.as_str(), &mut values).await?;
+            return Ok(());
+        }
+        let (before, after) = (LifecycleBinding::BeforeHelm, LifecycleBinding::AfterHelm);
         run_lifecycle(cx, &pkg, &hooks, before, before.as_str(), &mut values).await?;
         if pkg.is_helm {
             install(cx, &pkg, &values).await?;
@@ -99,7 +103,22 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         Ok::<(), TaskError>(())
     }
     .await;
-    if let Err(e) = hooks_result {
+    hooks_processed(cx, &values, hooks_result).await?;
+    if pkg.is_helm {
+        wait_ready(cx).await?;
+    }
+    cx.report(Report::RunSucceeded(RunSucceeded {})).await?;
+    Ok(())
+}
+
+/// Reports the values a Run's (or AfterAll's) hooks left and `HooksProcessed`, or the hook
+/// failure that stopped them.
+async fn hooks_processed(
+    cx: &TaskContext<'_>,
+    values: &Values,
+    result: Result<(), TaskError>,
+) -> Result<(), TaskError> {
+    if let Err(e) = result {
         cx.set_condition(
             ConditionType::HooksProcessed,
             ConditionStatus::False,
@@ -109,19 +128,36 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         .await?;
         return Err(e);
     }
-    report_values(cx, &values, true).await?;
+    report_values(cx, values, true).await?;
     cx.set_condition(
         ConditionType::HooksProcessed,
         ConditionStatus::True,
         "Processed",
         "",
     )
-    .await?;
-    if pkg.is_helm {
-        wait_ready(cx).await?;
+    .await
+}
+
+/// AfterAll: the global package's hooks bound to afterAll, run once the packages that wait for
+/// it converged after its Run (lifecycle decides when, and enqueues this task on the global
+/// package's queue). Their values patches change the global values as a Run's hooks do (the
+/// packages reading them run again; the global package itself does not).
+pub async fn after_all(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    let pkg = ensure(cx).await?;
+    if pkg.definition.package_type != berth_package::PackageType::Global {
+        // Lifecycle enqueues AfterAll for the module `global` only, which Load checks is
+        // the Global package; a package's own afterAll hooks are refused at Load.
+        return Err(TaskError::permanent(
+            "an AfterAll task for a package that is not the Global package",
+        ));
     }
-    cx.report(Report::RunSucceeded(RunSucceeded {})).await?;
-    Ok(())
+    let hooks = cx.package_hooks(&pkg).await?;
+    let mut values = Values::compute(&pkg, cx)?;
+    let after = LifecycleBinding::AfterAll;
+    let result = run_lifecycle(cx, &pkg, &hooks, after, after.as_str(), &mut values)
+        .await
+        .map(|_| ());
+    hooks_processed(cx, &values, result).await
 }
 
 /// Longest one waiting Status call is asked to hold on; the loop calls again until the ready
