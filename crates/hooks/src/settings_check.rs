@@ -26,6 +26,20 @@ pub struct SettingsCheck {
     pub warnings: Vec<String>,
 }
 
+impl SettingsCheck {
+    /// Why the settings are refused (`settings check: <message>`); `None` when valid.
+    pub fn refusal(&self) -> Option<String> {
+        (!self.valid).then(|| {
+            format!(
+                "settings check: {}",
+                self.message
+                    .as_deref()
+                    .unwrap_or("the settings are refused")
+            )
+        })
+    }
+}
+
 /// One `hook check` invocation.
 #[derive(Debug, Clone)]
 pub struct SettingsCheckRequest<'a> {

@@ -237,8 +237,8 @@ impl Lifecycle for LifecycleService {
         tracing::Span::current().record("package.key", key.as_str());
         // Settings of an older version for the loaded version: converted now, outside the
         // write transaction (the plan checks the conversions are still the loaded ones).
+        let current = self.store.get(&key).await?;
         if spec.settings_version != 0 {
-            let current = self.store.get(&key).await?;
             spec.converted = conversion::for_update(
                 &self.jq,
                 current.as_ref(),
@@ -251,8 +251,8 @@ impl Lifecycle for LifecycleService {
         // New settings for a loaded package are validated as ValidateSettings would before
         // anything is written: the schema, then the package's settings check and the plan of
         // the install (a worker's verdict; without one in time, the schema check stands).
-        if let Some(existing) = self.store.get(&key).await?
-            && update::validates_deeply(&spec, &existing)
+        if let Some(existing) = &current
+            && update::validates_deeply(&spec, existing)
         {
             update::check_settings(existing.settings_schema.as_ref(), spec.effective_settings())?;
             match self

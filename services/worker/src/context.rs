@@ -73,6 +73,26 @@ impl<'a> TaskContext<'a> {
         &self.spec.key
     }
 
+    /// What release's Install, Plan and ApplyCrds take for this package: its release, the
+    /// chart's files and `values`.
+    pub fn install_request(
+        &self,
+        files: Vec<(String, Vec<u8>)>,
+        values: &serde_json::Value,
+    ) -> berth_proto::release::InstallRequest {
+        let (name, namespace) = self.release();
+        berth_proto::release::InstallRequest {
+            name,
+            namespace,
+            files: files
+                .into_iter()
+                .map(|(path, content)| berth_proto::release::ChartFile { path, content })
+                .collect(),
+            values_json: values.to_string(),
+            package: self.key().to_owned(),
+        }
+    }
+
     /// The Helm release name and namespace of this package instance.
     pub fn release(&self) -> (String, String) {
         let r = self.spec.r#ref.clone().unwrap_or_default();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use berth_hooks::LifecycleBinding;
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{ConditionStatus, ConditionType, RunSucceeded};
-use berth_proto::release::{ChartFile, InstallRequest, StatusRequest};
+use berth_proto::release::StatusRequest;
 use berth_queue::worker::TaskError;
 
 use crate::client::{confined, rpc_error};
@@ -22,22 +22,12 @@ async fn install(
 ) -> Result<(), TaskError> {
     let files = pkg
         .chart_files()
-        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?
-        .into_iter()
-        .map(|(path, content)| ChartFile { path, content })
-        .collect();
-    let (name, namespace) = cx.release();
+        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
     let installed = cx
         .services
         .release
         .clone()
-        .install(InstallRequest {
-            name,
-            namespace,
-            files,
-            values_json: values.current.to_string(),
-            package: cx.key().to_owned(),
-        })
+        .install(cx.install_request(files, &values.current))
         .await;
     match installed {
         Ok(r) => {

@@ -8,7 +8,6 @@ use berth_proto::lifecycle::{
     ConditionStatus, ConditionType, Dependency, DependencyGroup, HookInfo, Loaded, Phase,
     Requirements, SettingsApplied, SettingsConversion,
 };
-use berth_proto::release::{ChartFile, InstallRequest};
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
@@ -233,17 +232,7 @@ async fn apply_crds(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Resul
         Ok(v) => v.current,
         Err(_) => pkg.static_values.clone(),
     };
-    let (name, namespace) = cx.release();
-    let request = InstallRequest {
-        name,
-        namespace,
-        files: files
-            .into_iter()
-            .map(|(path, content)| ChartFile { path, content })
-            .collect(),
-        values_json: values.to_string(),
-        package: cx.key().to_owned(),
-    };
+    let request = cx.install_request(files, &values);
     match cx.services.release.clone().apply_crds(request).await {
         Ok(answer) => {
             let crds = answer.into_inner().crds;
@@ -294,15 +283,10 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         // The package's own settings check has the last word (its verdict is permanent: the
         // same settings get the same answer until the next Update).
         Ok(values) => {
-            match check_settings(cx, &pkg, &values.settings, cx.config.hook_timeout).await? {
-                Some(check) if !check.valid => Err(TaskError::permanent(format!(
-                    "settings check: {}",
-                    check
-                        .message
-                        .as_deref()
-                        .unwrap_or("the settings are refused")
-                ))),
-                _ => Ok(values),
+            let check = check_settings(cx, &pkg, &values.settings, cx.config.hook_timeout).await?;
+            match check.and_then(|c| c.refusal()) {
+                Some(refused) => Err(TaskError::permanent(refused)),
+                None => Ok(values),
             }
         }
         Err(e) => Err(e),

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use berth_proto::lifecycle::AnswerValidationRequest;
 use berth_proto::queue::Task;
-use berth_proto::release::{ChartFile, InstallRequest};
 use berth_proto::tasks::ValidateRun;
 use berth_proto::v1;
 use berth_queue::worker::TaskError;
@@ -77,14 +76,10 @@ async fn validate(
         .await
         .map_err(|e| e.message)?
     {
-        warnings = check.warnings;
-        if !check.valid {
-            let why = check
-                .message
-                .as_deref()
-                .unwrap_or("the settings are refused");
-            return Ok(invalid(format!("settings check: {why}"), warnings));
+        if let Some(refused) = check.refusal() {
+            return Ok(invalid(refused, check.warnings));
         }
+        warnings = check.warnings;
     }
     if !pkg.is_helm {
         return Ok(AnswerValidationRequest {
@@ -94,20 +89,13 @@ async fn validate(
     }
     let files = pkg
         .chart_files()
-        .map_err(|e| format!("reading the chart: {e}"))?
-        .into_iter()
-        .map(|(path, content)| ChartFile { path, content })
-        .collect();
-    let (name, namespace) = cx.release();
+        .map_err(|e| format!("reading the chart: {e}"))?;
     let planned = tokio::time::timeout(
         left,
-        cx.services.release.clone().plan(InstallRequest {
-            name,
-            namespace,
-            files,
-            values_json: values.current.to_string(),
-            package: cx.key().to_owned(),
-        }),
+        cx.services
+            .release
+            .clone()
+            .plan(cx.install_request(files, &values.current)),
     )
     .await
     .map_err(|_| format!("the release service did not plan within {left:?}"))?;
