@@ -3,6 +3,7 @@
 //! (health, reflection, graceful shutdown).
 
 pub mod authz;
+pub mod balance;
 mod context;
 mod init;
 pub mod metrics;
@@ -55,16 +56,30 @@ pub fn endpoint(
 /// Connects lazily to the `server` at `endpoint` (`http://host:port`; see [`endpoint`] for
 /// `tls`). The first call establishes the connection, so services can start in any order;
 /// every call carries the current W3C trace context.
+///
+/// `endpoint` may name several replicas of the server, separated by commas
+/// (`http://a:7001,http://b:7001`): calls are then spread over the replicas that accept
+/// connections (see [`balance`]). That form must be called inside a tokio runtime.
 pub fn connect_lazy(
     endpoint: &str,
     tls: Option<&Tls>,
     server: Role,
 ) -> Result<Channel, tonic::transport::Error> {
-    let channel = self::endpoint(endpoint, tls, server)?
-        // Every outbound call is bounded; long-polls set their own shorter deadlines.
-        .timeout(std::time::Duration::from_secs(120))
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .connect_lazy();
+    let configure = |url: &str| {
+        Ok::<_, tonic::transport::Error>(
+            self::endpoint(url, tls, server)?
+                // Every outbound call is bounded; long-polls set their own shorter deadlines.
+                .timeout(std::time::Duration::from_secs(120))
+                .connect_timeout(std::time::Duration::from_secs(5)),
+        )
+    };
+    let channel = match balance::split(endpoint) {
+        Ok(list) if list.len() > 1 => {
+            balance::balanced(list.into_iter().map(configure).collect::<Result<_, _>>()?)
+        }
+        // One endpoint, or a list that is not one (its error comes from parsing it whole).
+        _ => configure(endpoint)?.connect_lazy(),
+    };
     Ok(tonic::service::interceptor::InterceptedService::new(
         channel,
         TraceContext,
