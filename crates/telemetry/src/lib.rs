@@ -6,6 +6,7 @@ pub mod authz;
 pub mod balance;
 mod context;
 mod init;
+pub mod listen;
 pub mod metrics;
 pub mod scope;
 mod serve;

@@ -176,6 +176,9 @@ pub struct Scheduler {
     /// Every package in a dependency cycle, with the cycle spelled out.
     cycles: HashMap<PackageKey, String>,
     cycles_stale: bool,
+    /// The last entry of the database's change log replayed into this index (PostgreSQL, where
+    /// other lifecycle replicas write too; see `store::catch_up`).
+    changes_seen: i64,
 }
 
 impl Scheduler {
@@ -188,6 +191,7 @@ impl Scheduler {
             named_by: HashMap::new(),
             dirty: HashSet::new(),
             all_dirty: true,
+            changes_seen: 0,
             cycles: HashMap::new(),
             cycles_stale: true,
         }
@@ -304,6 +308,15 @@ impl Scheduler {
         self.kubernetes = Some(version);
         self.all_dirty |= changed;
         changed
+    }
+
+    /// The last change-log entry replayed into this index.
+    pub fn changes_seen(&self) -> i64 {
+        self.changes_seen
+    }
+
+    pub fn set_changes_seen(&mut self, seq: i64) {
+        self.changes_seen = seq;
     }
 
     /// Records a verdict a pass returned, once it is written.

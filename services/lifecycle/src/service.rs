@@ -138,14 +138,17 @@ impl LifecycleService {
     /// Records the cluster's Kubernetes version; when it changed, a scheduling pass runs.
     pub async fn cluster_version(&self, version: semver::Version) {
         let mut sched = self.scheduler.lock().await;
-        if !sched.set_kubernetes(version.clone()) {
+        if sched.kubernetes() == Some(&version) {
             return;
         }
-        tracing::info!(kubernetes.version = %version, "cluster version changed; rescheduling");
-        let passed = self.store.reschedule(&mut sched, &now()).await;
+        let passed = self.store.reschedule(&mut sched, version.clone(), &now()).await;
         self.settled(&mut sched, &passed).await;
-        if let Err(e) = passed {
-            tracing::error!(error = %e, "scheduling pass failed");
+        match passed {
+            Ok(false) => return,
+            Ok(true) => {
+                tracing::info!(kubernetes.version = %version, "cluster version changed; rescheduled")
+            }
+            Err(e) => tracing::error!(error = %e, "scheduling pass failed"),
         }
         self.outbox_wake.notify_one();
     }
@@ -312,10 +315,13 @@ impl Lifecycle for LifecycleService {
         let key = id.key();
         tracing::Span::current().record("package.key", key.as_str());
         let mut sched = self.scheduler.lock().await;
-        let dependents = sched.dependents(&key);
+        // Read in the write transaction: the index is current there (other replicas' writes
+        // included).
+        let mut dependents = Vec::new();
         let removed = self
             .store
-            .remove(&key, &mut sched, &now(), |_, g| {
+            .remove(&key, &mut sched, &now(), |_, g, sched| {
+                dependents = sched.dependents(&key);
                 if dependents.is_empty() || force {
                     return Ok(flows::remove(&key, g));
                 }

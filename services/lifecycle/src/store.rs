@@ -194,8 +194,49 @@ impl Store {
         self.dialect
     }
 
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
-        Ok(berth_telemetry::begin_write(&self.pool, self.dialect).await?)
+    /// Starts a write transaction. On PostgreSQL, where other lifecycle replicas may write
+    /// too, it first takes the writers' advisory lock ([`WRITE_LOCK`]) and brings `sched` up to
+    /// date with what the others committed ([`catch_up`]), so every scheduling pass decides on
+    /// the whole, current graph. End it with [`Store::commit`].
+    async fn begin(
+        &self,
+        sched: &mut Scheduler,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        let mut tx = berth_telemetry::begin_write(&self.pool, self.dialect).await?;
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(WRITE_LOCK)
+                .execute(&mut *tx)
+                .await?;
+            catch_up(&mut tx, sched).await?;
+        }
+        Ok(tx)
+    }
+
+    /// Commits a transaction of [`Store::begin`]. On PostgreSQL the change-log entries it
+    /// wrote are already in `sched` (the write applied them), so they are marked seen, and the
+    /// log is pruned now and then.
+    async fn commit(
+        &self,
+        mut tx: sqlx::Transaction<'static, sqlx::Any>,
+        sched: &mut Scheduler,
+    ) -> Result<(), StoreError> {
+        if self.dialect == Dialect::Sqlite {
+            tx.commit().await?;
+            return Ok(());
+        }
+        let last = last_change(&mut tx).await?;
+        if last / PRUNE_EVERY != sched.changes_seen() / PRUNE_EVERY && last > CHANGES_KEPT {
+            let upto = last - CHANGES_KEPT;
+            sqlx::query("DELETE FROM package_changes WHERE seq <= $1")
+                .bind(upto)
+                .execute(&mut *tx)
+                .await?;
+            set_meta(&mut tx, META_PRUNED, &upto.to_string()).await?;
+        }
+        tx.commit().await?;
+        sched.set_changes_seen(last);
+        Ok(())
     }
 
     /// Records a new desired spec under a new generation, with the outbox rows produced by `plan`
@@ -212,7 +253,7 @@ impl Store {
         plan: impl FnOnce(Option<&PackageRow>, &PackageKey, Generation) -> Result<Planned, E>,
     ) -> Result<Result<UpdateOutcome, E>, StoreError> {
         let key = spec.id.key();
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(sched).await?;
         // The generation first: its upsert makes a concurrent Update of the same package (another
         // lifecycle on the same PostgreSQL database) wait until this one commits, so the row
         // read next is the one this Update replaces.
@@ -260,7 +301,7 @@ impl Store {
         rescheduled(&mut tx, self.dialect, &key, sched, now).await?;
         // A package starting over is no longer known to wait for the global package.
         after_all(&mut tx, self.dialect, sched).await?;
-        tx.commit().await?;
+        self.commit(tx, sched).await?;
         Ok(Ok(UpdateOutcome {
             key,
             generation,
@@ -278,14 +319,14 @@ impl Store {
         key: &PackageKey,
         sched: &mut Scheduler,
         now: &str,
-        plan: impl FnOnce(&PackageRow, Generation) -> Result<Vec<outbox::Row>, E>,
+        plan: impl FnOnce(&PackageRow, Generation, &Scheduler) -> Result<Vec<outbox::Row>, E>,
     ) -> Result<Result<Option<Generation>, E>, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(sched).await?;
         let Some(row) = fetch_for_write(&mut tx, self.dialect, key).await? else {
             return Ok(Ok(None));
         };
         let generation = next_generation(&mut tx, key).await?;
-        let outbox = match plan(&row, generation) {
+        let outbox = match plan(&row, generation, sched) {
             Ok(outbox) => outbox,
             Err(refused) => return Ok(Err(refused)),
         };
@@ -299,7 +340,7 @@ impl Store {
         rescheduled(&mut tx, self.dialect, key, sched, now).await?;
         // A package being removed is not waited for.
         after_all(&mut tx, self.dialect, sched).await?;
-        tx.commit().await?;
+        self.commit(tx, sched).await?;
         Ok(Ok(Some(generation)))
     }
 
@@ -368,7 +409,7 @@ impl Store {
         now: &str,
         change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(sched).await?;
         let Some(mut row) = fetch_for_write(&mut tx, self.dialect, key).await? else {
             return Ok(false);
         };
@@ -397,7 +438,7 @@ impl Store {
         {
             after_all(&mut tx, self.dialect, sched).await?;
         }
-        tx.commit().await?;
+        self.commit(tx, sched).await?;
         Ok(true)
     }
 
@@ -409,22 +450,30 @@ impl Store {
         Ok(row.filter(PackageRow::is_global))
     }
 
-    /// Runs a scheduling pass (the cluster's version changed) and writes what it decided.
-    pub async fn reschedule(&self, sched: &mut Scheduler, now: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
+    /// Records the cluster's Kubernetes version and, when it changed, runs a scheduling pass
+    /// and writes what it decided. Returns whether it changed.
+    pub async fn reschedule(
+        &self,
+        sched: &mut Scheduler,
+        kubernetes: semver::Version,
+        now: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin(sched).await?;
+        if !sched.set_kubernetes(kubernetes.clone()) {
+            return Ok(false);
+        }
+        set_meta(&mut tx, META_KUBERNETES, &kubernetes.to_string()).await?;
         apply_pass(&mut tx, self.dialect, sched, now).await?;
-        tx.commit().await?;
-        Ok(())
+        self.commit(tx, sched).await?;
+        Ok(true)
     }
 
     /// The scheduler's index, rebuilt from every stored package (at start, and after a write
-    /// failed half-way through a pass).
+    /// failed half-way through a pass). On PostgreSQL it starts from the cluster version the
+    /// replicas recorded, and knows how far the change log it reflects goes.
     pub async fn scheduler(&self, platform: semver::Version) -> Result<Scheduler, StoreError> {
-        let mut sched = Scheduler::new(platform);
-        for row in self.list().await? {
-            sched.upsert(row.key.clone(), row.node());
-        }
-        Ok(sched)
+        let mut conn = self.pool.acquire().await?;
+        rebuild(&mut conn, self.dialect, platform).await
     }
 
     /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
@@ -436,7 +485,7 @@ impl Store {
         sched: &mut Scheduler,
         now: &str,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(sched).await?;
         let done =
             sqlx::query("DELETE FROM packages WHERE key = $1 AND generation = $2 AND removing = 1")
                 .bind(key.as_str())
@@ -454,7 +503,7 @@ impl Store {
         sched.remove(key);
         apply_pass(&mut tx, self.dialect, sched, now).await?;
         after_all(&mut tx, self.dialect, sched).await?;
-        tx.commit().await?;
+        self.commit(tx, sched).await?;
         Ok(true)
     }
 
@@ -781,6 +830,127 @@ where
 /// Reads `key`'s row inside a write transaction. On PostgreSQL the row stays locked until the
 /// transaction ends, so two lifecycles writing one package take turns instead of one
 /// overwriting the other's change (SQLite's `BEGIN IMMEDIATE` serialises whole transactions).
+/// The advisory lock (PostgreSQL) every lifecycle write transaction takes first: writes of
+/// all replicas are serialised, as they are within one replica by its scheduler's mutex, so
+/// each pass sees the whole graph, the change log's order is commit order, and row locks are
+/// always taken under it (no deadlock between replicas). Its value spells "berthlc1".
+const WRITE_LOCK: i64 = 0x6265_7274_686c_6331;
+/// Change-log entries kept behind the newest; a replica further behind rebuilds its index.
+const CHANGES_KEPT: i64 = 10_000;
+/// The log is pruned whenever its newest entry crosses a multiple of this.
+const PRUNE_EVERY: i64 = 1_000;
+/// `lifecycle_meta` names.
+const META_KUBERNETES: &str = "kubernetes_version";
+const META_PRUNED: &str = "changes_pruned_upto";
+
+async fn set_meta(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    name: &str,
+    value: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO lifecycle_meta (name, value) VALUES ($1, $2)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+    )
+    .bind(name)
+    .bind(value)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn meta(conn: &mut sqlx::AnyConnection, name: &str) -> Result<Option<String>, StoreError> {
+    Ok(sqlx::query("SELECT value FROM lifecycle_meta WHERE name = $1")
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| r.get("value")))
+}
+
+async fn last_change(conn: &mut sqlx::AnyConnection) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query("SELECT COALESCE(MAX(seq), 0) AS last FROM package_changes")
+            .fetch_one(&mut *conn)
+            .await?
+            .get("last"),
+    )
+}
+
+/// The scheduler's index from every stored package. On PostgreSQL: with the recorded cluster
+/// version, and marked as reflecting the change log up to its newest entry (read first: what
+/// commits after it is replayed by the next [`catch_up`]; replaying a change twice is harmless).
+async fn rebuild(
+    conn: &mut sqlx::AnyConnection,
+    dialect: Dialect,
+    platform: semver::Version,
+) -> Result<Scheduler, StoreError> {
+    let mut sched = Scheduler::new(platform);
+    if dialect == Dialect::Postgres {
+        sched.set_changes_seen(last_change(conn).await?);
+        if let Some(v) = meta(conn, META_KUBERNETES).await?
+            && let Ok(v) = semver::Version::parse(&v)
+        {
+            sched.set_kubernetes(v);
+        }
+    }
+    let sql = dialect.pick(
+        "SELECT * FROM packages ORDER BY key",
+        "SELECT * FROM packages ORDER BY key COLLATE \"C\"",
+    );
+    for row in sqlx::query(sql).fetch_all(&mut *conn).await? {
+        let row = decode(&row)?;
+        sched.upsert(row.key.clone(), row.node());
+    }
+    Ok(sched)
+}
+
+/// Replays into `sched` what other replicas committed since it last looked (PostgreSQL, under
+/// [`WRITE_LOCK`]): the packages named by the change-log entries after
+/// [`Scheduler::changes_seen`] are read again, and the recorded cluster version adopted. An
+/// index older than the pruned part of the log is rebuilt whole.
+async fn catch_up(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    sched: &mut Scheduler,
+) -> Result<(), StoreError> {
+    let pruned = meta(tx, META_PRUNED)
+        .await?
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(0);
+    if sched.changes_seen() < pruned {
+        tracing::info!(seen = sched.changes_seen(), pruned, "scheduler index too far behind the change log; rebuilding it");
+        let mut fresh = rebuild(tx, Dialect::Postgres, sched.platform().clone()).await?;
+        if fresh.kubernetes().is_none()
+            && let Some(v) = sched.kubernetes()
+        {
+            fresh.set_kubernetes(v.clone());
+        }
+        *sched = fresh;
+        return Ok(());
+    }
+    if let Some(v) = meta(tx, META_KUBERNETES).await?
+        && let Ok(v) = semver::Version::parse(&v)
+    {
+        sched.set_kubernetes(v);
+    }
+    let entries = sqlx::query("SELECT seq, key FROM package_changes WHERE seq > $1 ORDER BY seq")
+        .bind(sched.changes_seen())
+        .fetch_all(&mut **tx)
+        .await?;
+    let Some(last) = entries.last().map(|r| r.get::<i64, _>("seq")) else {
+        return Ok(());
+    };
+    let keys: std::collections::BTreeSet<String> = entries.iter().map(|r| r.get("key")).collect();
+    for key in keys {
+        let key = PackageKey::from_issued(key);
+        match fetch(&mut **tx, &key).await? {
+            Some(row) => sched.upsert(key, row.node()),
+            None => sched.remove(&key),
+        }
+    }
+    sched.set_changes_seen(last);
+    Ok(())
+}
+
 async fn fetch_for_write(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     dialect: Dialect,
@@ -1160,6 +1330,90 @@ mod tests {
         assert!(!after_all_due(&store).await);
     }
 
+    /// Two lifecycle replicas on one PostgreSQL database, each with its own scheduler index
+    /// built before the other wrote anything: each pass decides on what both committed. The
+    /// replica that makes the dependency Running enables the dependent it never saw written,
+    /// the other learns of it and enqueues nothing twice, the cluster version one recorded is
+    /// the other's, and a Remove on either sees dependents written through the other.
+    #[tokio::test]
+    async fn replicas_schedule_on_the_graph_both_wrote() {
+        let db = TestDb::postgres().await;
+        let platform = semver::Version::new(0, 1, 0);
+        let a = Store::open(&db.url()).await.unwrap();
+        let b = Store::open(&db.url()).await.unwrap();
+        let mut sched_a = a.scheduler(platform.clone()).await.unwrap();
+        let mut sched_b = b.scheduler(platform.clone()).await.unwrap();
+
+        let web = install(&a, &mut sched_a, "web").await;
+        report(&a, &mut sched_a, "web", web, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&["db"], Some(">=1.30")));
+        })
+        .await;
+        queued(&a).await;
+        // The version reported to B holds web back on the dependency now, on both.
+        b.reschedule(&mut sched_b, semver::Version::new(1, 31, 0), "t")
+            .await
+            .unwrap();
+        assert_eq!(
+            requirements_met(&a, "web").await.2,
+            "requires db, which is not installed"
+        );
+
+        let db_g = install(&b, &mut sched_b, "db").await;
+        report(&b, &mut sched_b, "db", db_g, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        report(&b, &mut sched_b, "db", db_g, |c| c.phase = Some(Phase::Running)).await;
+        let web_tasks: Vec<String> = queued(&b)
+            .await
+            .into_iter()
+            .filter(|t| t.starts_with("default.web"))
+            .collect();
+        assert_eq!(
+            web_tasks,
+            [
+                "default.web ApplySettings",
+                "default.web Startup",
+                "default.web Run"
+            ],
+            "B enabled web, which only A wrote"
+        );
+
+        // A writes next: it catches up, and enables nothing again.
+        install(&a, &mut sched_a, "other").await;
+        assert_eq!(
+            queued(&a).await,
+            ["default.other Download", "default.other Load"]
+        );
+        assert_eq!(sched_a.kubernetes(), Some(&semver::Version::new(1, 31, 0)));
+        // A Remove of db through A is refused: web depends on it (B wrote db's state).
+        let refused = a
+            .remove(
+                &PackageKey::from_issued("default.db".into()),
+                &mut sched_a,
+                "t",
+                |_, _, sched| {
+                    let dependents = sched.dependents(&PackageKey::from_issued("default.db".into()));
+                    if dependents.is_empty() {
+                        Ok(vec![])
+                    } else {
+                        Err(dependents)
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            refused.unwrap_err(),
+            [PackageKey::from_issued("default.web".into())]
+        );
+    }
+
     crate::test_db::on_both_backends!(
         after_all_waits_for_the_packages_ordered_after_the_global_package,
         the_scheduler_enables_packages_as_their_requirements_come_to_hold,
@@ -1327,8 +1581,10 @@ mod tests {
         );
         assert!(message.contains("not known yet"), "{message}");
 
-        sched.set_kubernetes(semver::Version::new(1, 31, 0));
-        store.reschedule(&mut sched, "t").await.unwrap();
+        store
+            .reschedule(&mut sched, semver::Version::new(1, 31, 0), "t")
+            .await
+            .unwrap();
         let (_, reason, message) = requirements_met(&store, "web").await;
         assert_eq!(reason, "Dependency");
         assert_eq!(message, "requires db, which is not installed");

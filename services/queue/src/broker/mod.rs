@@ -23,7 +23,6 @@ mod backoff;
 mod compaction;
 mod completer;
 mod convert;
-mod listen;
 mod metrics;
 mod model;
 mod service;

@@ -12,11 +12,12 @@ use tracing::Instrument;
 use tracing::instrument;
 
 use super::completer::Completer;
+use super::store::CHANGE_CHANNEL;
 use super::convert::{self, saturate};
 use super::metrics::BrokerMetrics;
 use super::model::{FailOutcome, LeaseBatch, TaskId};
 use super::store::{self, Completion, Dialect, LeaseLimits, Store, StoreError};
-use super::{BrokerConfig, listen};
+use super::BrokerConfig;
 
 /// The broker. Cheap to clone; clones share the store and the wake-up signal.
 #[derive(Clone)]
@@ -50,9 +51,21 @@ impl BrokerService {
         if store.dialect() == Dialect::Postgres {
             match &runtime {
                 Some(runtime) => {
+                    let (url, wake, stop) =
+                        (store.database_url().to_owned(), wake.clone(), stop.clone());
+                    // Every notice wakes the waiters, a reconnection too: notifications sent
+                    // while disconnected are lost.
                     runtime.spawn(
-                        listen::relay(store.database_url().into(), wake.clone(), stop.clone())
-                            .instrument(tracing::info_span!("broker.listen")),
+                        async move {
+                            berth_telemetry::listen::relay(
+                                &url,
+                                &[CHANGE_CHANNEL],
+                                |_| wake.notify_one(),
+                                stop,
+                            )
+                            .await
+                        }
+                        .instrument(tracing::info_span!("broker.listen")),
                     );
                 }
                 None => tracing::warn!(
