@@ -10,10 +10,12 @@ pub mod journey;
 pub mod measure;
 pub mod process;
 pub mod registry;
+pub mod replicated;
 
 pub use berth_devcluster::test_namespace::TestNamespace;
 pub use cluster::TestCluster;
 pub use process::{AllInOne, Databases, Proc, SplitTopology, binary};
+pub use replicated::{Replicas, ReplicatedTopology};
 
 /// The example package repository shipped with berth, as an Update names it: relative to
 /// the repository root the harness configures ([`workspace_root`]).

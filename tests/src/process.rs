@@ -128,6 +128,11 @@ impl Proc {
         )
     }
 
+    /// Kills the process with SIGKILL (it cannot clean up) and waits until it is gone.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+
     /// Stops the process with SIGTERM and waits for it to exit; SIGKILL after a grace period.
     pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
@@ -183,7 +188,7 @@ pub fn tls_args(certs: &Path, role: berth_telemetry::Role) -> Vec<String> {
 }
 
 /// `args` followed by `extra`, as the `&str`s [`Proc::start`] takes.
-fn with<'a>(args: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
+pub(crate) fn with<'a>(args: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
     args.iter()
         .copied()
         .chain(extra.iter().map(String::as_str))

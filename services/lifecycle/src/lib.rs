@@ -100,7 +100,8 @@ pub async fn run(
     let version = berth_package::parse_version(env!("CARGO_PKG_VERSION"))
         .expect("the crate's version is semver");
     let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
-    let validations = validation::Validations::new(broker.clone(), config.validation_wait);
+    let validations =
+        validation::Validations::new(broker.clone(), store.clone(), config.validation_wait);
     let service = LifecycleService::new(
         store.clone(),
         broker,
@@ -110,6 +111,14 @@ pub async fn run(
         validations,
         jq,
     );
+    let listening = (store.dialect() == berth_telemetry::Dialect::Postgres).then(|| {
+        let service = service.clone();
+        let shutdown = shutdown.clone();
+        berth_telemetry::spawn_in(
+            tracing::info_span!(parent: None, "lifecycle.listen"),
+            async move { service.listen(shutdown).await },
+        )
+    });
     let metrics = metrics::LifecycleMetrics::default();
     config.metrics.register(|r| metrics.register(r));
     let counting = berth_telemetry::spawn_in(
@@ -134,5 +143,8 @@ pub async fn run(
     shutdown.cancel();
     let _ = relay.await;
     let _ = counting.await;
+    if let Some(listening) = listening {
+        let _ = listening.await;
+    }
     Ok(served?)
 }

@@ -63,7 +63,7 @@ impl LifecycleMetrics {
     pub async fn run(
         self,
         store: Store,
-        mut changes: broadcast::Receiver<PackageKey>,
+        mut changes: broadcast::Receiver<Option<PackageKey>>,
         shutdown: CancellationToken,
     ) {
         loop {

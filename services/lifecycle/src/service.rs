@@ -52,7 +52,8 @@ pub struct LifecycleService {
     store: Store,
     broker: BrokerClient<berth_telemetry::Channel>,
     outbox_wake: Arc<Notify>,
-    changes: broadcast::Sender<PackageKey>,
+    /// `Some(key)`: that package changed; `None`: changes may have been missed (resend all).
+    changes: broadcast::Sender<Option<PackageKey>>,
     scheduler: SharedScheduler,
     repositories: Arc<berth_package::Repositories>,
     validations: Validations,
@@ -126,13 +127,55 @@ impl LifecycleService {
     }
 
     /// Notifications of package changes, as Watch streams get them.
-    pub(crate) fn subscribe_changes(&self) -> broadcast::Receiver<PackageKey> {
+    pub(crate) fn subscribe_changes(&self) -> broadcast::Receiver<Option<PackageKey>> {
         self.changes.subscribe()
     }
 
+    /// A package this replica wrote. On PostgreSQL the database tells every replica, this one
+    /// included, of every change ([`LifecycleService::notice`]), so nothing is sent here.
     fn changed(&self, key: &PackageKey) {
-        // No receivers is fine: nobody is watching.
-        let _ = self.changes.send(key.clone());
+        if self.store.dialect() == berth_telemetry::Dialect::Sqlite {
+            // No receivers is fine: nobody is watching.
+            let _ = self.changes.send(Some(key.clone()));
+        }
+    }
+
+    /// Listens to the replicas' database (PostgreSQL) until `shutdown`: package changes reach
+    /// Watch streams and the metrics, stored validation answers their waiting validation.
+    pub async fn listen(&self, shutdown: tokio_util::sync::CancellationToken) {
+        use berth_telemetry::listen::Notice;
+        let (answers, mut answered) = tokio::sync::mpsc::channel::<Option<String>>(256);
+        let validations = self.validations.clone();
+        let deliver = tokio::spawn(async move {
+            while let Some(id) = answered.recv().await {
+                validations.notice(id).await;
+            }
+        });
+        let url = self.store.url().to_owned();
+        let changes = self.changes.clone();
+        berth_telemetry::listen::relay(
+            &url,
+            &[crate::store::CHANGES_CHANNEL, crate::store::ANSWERS_CHANNEL],
+            |notice| match notice {
+                Notice::Message { channel, payload }
+                    if channel == crate::store::CHANGES_CHANNEL =>
+                {
+                    let _ = changes.send(Some(PackageKey::from_issued(payload.to_owned())));
+                }
+                Notice::Message { payload, .. } => {
+                    // Full: the next reconnection looks every pending request up.
+                    let _ = answers.try_send(Some(payload.to_owned()));
+                }
+                Notice::Reconnected => {
+                    let _ = changes.send(None);
+                    let _ = answers.try_send(None);
+                }
+            },
+            shutdown,
+        )
+        .await;
+        drop(answers);
+        let _ = deliver.await;
     }
 
     /// Records the cluster's Kubernetes version; when it changed, a scheduling pass runs.
@@ -141,7 +184,10 @@ impl LifecycleService {
         if sched.kubernetes() == Some(&version) {
             return;
         }
-        let passed = self.store.reschedule(&mut sched, version.clone(), &now()).await;
+        let passed = self
+            .store
+            .reschedule(&mut sched, version.clone(), &now())
+            .await;
         self.settled(&mut sched, &passed).await;
         match passed {
             Ok(false) => return,
@@ -526,9 +572,9 @@ impl Lifecycle for LifecycleService {
             }
             loop {
                 let keys: Vec<PackageKey> = match changes.recv().await {
-                    Ok(key) => vec![key],
-                    // Fell behind: resend everything in scope.
-                    Err(broadcast::error::RecvError::Lagged(_)) => match &filter {
+                    Ok(Some(key)) => vec![key],
+                    // Fell behind, or changes may have been missed: resend everything in scope.
+                    Ok(None) | Err(broadcast::error::RecvError::Lagged(_)) => match &filter {
                         Some(k) => vec![k.clone()],
                         None => store
                             .list()
@@ -623,8 +669,8 @@ impl Lifecycle for LifecycleService {
         &self,
         req: Request<AnswerValidationRequest>,
     ) -> Result<Response<AnswerValidationResponse>, Status> {
-        if !self.validations.answer(req.into_inner()) {
-            tracing::debug!("a validation answer nobody waits for (late, or another replica's)");
+        if !self.validations.receive(req.into_inner()).await {
+            tracing::debug!("a validation answer nobody waits for (late, or another package's)");
         }
         Ok(Response::new(AnswerValidationResponse {}))
     }

@@ -140,6 +140,7 @@ pub struct DesiredSpec {
 pub struct Store {
     pool: AnyPool,
     dialect: Dialect,
+    url: std::sync::Arc<str>,
 }
 
 /// Outbox rows one relay holds until it settles them (see [`Store::outbox_claim`]).
@@ -187,7 +188,11 @@ impl Store {
             Dialect::Postgres => &POSTGRES_MIGRATIONS,
         };
         migrator.run(&pool).await?;
-        Ok(Store { pool, dialect })
+        Ok(Store {
+            pool,
+            dialect,
+            url: url.into(),
+        })
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -595,6 +600,69 @@ impl Store {
         Ok(())
     }
 
+    /// Keeps a worker's validation answer for the replica that waits for it (PostgreSQL) and
+    /// tells the replicas (NOTIFY on [`ANSWERS_CHANNEL`] with the request id). Answers older
+    /// than [`ANSWER_TTL_MS`] go first; with [`MAX_STORED_ANSWERS`] kept, the answer is refused
+    /// (`false`), as late answers are.
+    pub async fn put_validation_answer(
+        &self,
+        request_id: &str,
+        package: &str,
+        answer: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM validation_answers WHERE created_ms < $1")
+            .bind(now_ms - ANSWER_TTL_MS)
+            .execute(&mut *tx)
+            .await?;
+        let kept: i64 = sqlx::query("SELECT COUNT(*) AS n FROM validation_answers")
+            .fetch_one(&mut *tx)
+            .await?
+            .get("n");
+        if kept >= MAX_STORED_ANSWERS {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO validation_answers (request_id, package, answer, created_ms)
+             VALUES ($1, $2, $3, $4) ON CONFLICT (request_id) DO NOTHING",
+        )
+        .bind(request_id)
+        .bind(package)
+        .bind(answer)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(ANSWERS_CHANNEL)
+                .bind(request_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Takes (reads and deletes) the stored answer to `request_id`: its package and answer.
+    pub async fn take_validation_answer(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<(String, String)>, StoreError> {
+        let row = sqlx::query(
+            "DELETE FROM validation_answers WHERE request_id = $1 RETURNING package, answer",
+        )
+        .bind(request_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| (r.get("package"), r.get("answer"))))
+    }
+
+    /// The URL the store was opened with (LISTEN connections open their own).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Writes an outbox row body as is, for tests of rows this lifecycle would not write.
     #[cfg(test)]
     pub(crate) async fn outbox_insert_raw(&self, body: &str) -> Result<(), StoreError> {
@@ -830,6 +898,15 @@ where
 /// Reads `key`'s row inside a write transaction. On PostgreSQL the row stays locked until the
 /// transaction ends, so two lifecycles writing one package take turns instead of one
 /// overwriting the other's change (SQLite's `BEGIN IMMEDIATE` serialises whole transactions).
+/// The NOTIFY channel of package changes (written by the `packages_changed` trigger).
+pub const CHANGES_CHANNEL: &str = "berth_lifecycle_changes";
+/// The NOTIFY channel of stored validation answers; the payload is the request id.
+pub const ANSWERS_CHANNEL: &str = "berth_lifecycle_answers";
+/// How long a stored validation answer is kept for its replica.
+const ANSWER_TTL_MS: i64 = 10 * 60 * 1000;
+/// Most validation answers stored at once.
+const MAX_STORED_ANSWERS: i64 = 10_000;
+
 /// The advisory lock (PostgreSQL) every lifecycle write transaction takes first: writes of
 /// all replicas are serialised, as they are within one replica by its scheduler's mutex, so
 /// each pass sees the whole graph, the change log's order is commit order, and row locks are
@@ -860,11 +937,13 @@ async fn set_meta(
 }
 
 async fn meta(conn: &mut sqlx::AnyConnection, name: &str) -> Result<Option<String>, StoreError> {
-    Ok(sqlx::query("SELECT value FROM lifecycle_meta WHERE name = $1")
-        .bind(name)
-        .fetch_optional(&mut *conn)
-        .await?
-        .map(|r| r.get("value")))
+    Ok(
+        sqlx::query("SELECT value FROM lifecycle_meta WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await?
+            .map(|r| r.get("value")),
+    )
 }
 
 async fn last_change(conn: &mut sqlx::AnyConnection) -> Result<i64, StoreError> {
@@ -917,7 +996,11 @@ async fn catch_up(
         .and_then(|v| v.parse::<i64>().ok())
         .unwrap_or(0);
     if sched.changes_seen() < pruned {
-        tracing::info!(seen = sched.changes_seen(), pruned, "scheduler index too far behind the change log; rebuilding it");
+        tracing::info!(
+            seen = sched.changes_seen(),
+            pruned,
+            "scheduler index too far behind the change log; rebuilding it"
+        );
         let mut fresh = rebuild(tx, Dialect::Postgres, sched.platform().clone()).await?;
         if fresh.kubernetes().is_none()
             && let Some(v) = sched.kubernetes()
@@ -1368,7 +1451,10 @@ mod tests {
             c.loaded = Some(loaded(&[], None));
         })
         .await;
-        report(&b, &mut sched_b, "db", db_g, |c| c.phase = Some(Phase::Running)).await;
+        report(&b, &mut sched_b, "db", db_g, |c| {
+            c.phase = Some(Phase::Running)
+        })
+        .await;
         let web_tasks: Vec<String> = queued(&b)
             .await
             .into_iter()
@@ -1398,7 +1484,8 @@ mod tests {
                 &mut sched_a,
                 "t",
                 |_, _, sched| {
-                    let dependents = sched.dependents(&PackageKey::from_issued("default.db".into()));
+                    let dependents =
+                        sched.dependents(&PackageKey::from_issued("default.db".into()));
                     if dependents.is_empty() {
                         Ok(vec![])
                     } else {

@@ -10,8 +10,9 @@
 //! no answer in time is `Deferred` (the schema check alone stands, and the package's own
 //! ApplySettings runs the settings check again).
 //!
-//! An answer reaches the lifecycle replica that waits for it only: with several replicas, a
-//! worker's answer to another replica is dropped and the caller's validation is deferred.
+//! With several replicas on one PostgreSQL database, the worker's answer may reach a replica
+//! that does not wait for it: that replica stores it (`validation_answers`) and NOTIFYs the
+//! request id; the waiting replica hears it ([`Validations::notice`]) and takes the answer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,7 @@ use serde_json::Value;
 use tokio::sync::{Semaphore, oneshot};
 
 use crate::model::{Generation, PackageKey};
+use crate::store::Store;
 
 /// Most validations waiting for workers at once; more are answered `Deferred` at once.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -56,15 +58,22 @@ struct Pending {
 #[derive(Clone)]
 pub struct Validations {
     broker: BrokerClient<berth_telemetry::Channel>,
+    /// Where answers for other replicas are left (PostgreSQL).
+    store: Store,
     pending: Arc<Mutex<HashMap<String, Pending>>>,
     in_flight: Arc<Semaphore>,
     wait: Duration,
 }
 
 impl Validations {
-    pub fn new(broker: BrokerClient<berth_telemetry::Channel>, wait: Duration) -> Validations {
+    pub fn new(
+        broker: BrokerClient<berth_telemetry::Channel>,
+        store: Store,
+        wait: Duration,
+    ) -> Validations {
         Validations {
             broker,
+            store,
             pending: Arc::default(),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             wait,
@@ -134,18 +143,77 @@ impl Validations {
         }
     }
 
-    /// A worker's answer. `false` when nobody waits for it (it came late, or for another
-    /// package than the one validated, which is dropped).
-    pub fn answer(&self, answer: AnswerValidationRequest) -> bool {
+    /// A worker's answer, given to the validation waiting for it here. `false` when nobody
+    /// here waits for it: it came late, or for another package than the one validated (then
+    /// it is dropped).
+    pub fn answer(&self, answer: AnswerValidationRequest) -> Result<(), AnswerValidationRequest> {
         let mut pending = self.lock();
         match pending.get(&answer.request_id) {
             Some(p) if p.package == answer.package => {}
-            _ => return false,
+            _ => return Err(answer),
         }
         let Some(p) = pending.remove(&answer.request_id) else {
-            return false;
+            return Err(answer);
         };
-        p.tx.send(answer).is_ok()
+        // A receiver gone (its validation timed out at this instant) is a late answer.
+        let _ = p.tx.send(answer);
+        Ok(())
+    }
+
+    /// A worker's answer as the RPC receives it: given to the validation waiting here, or, on
+    /// PostgreSQL, left for the replica that waits for it. Returns whether it was delivered or
+    /// stored.
+    pub async fn receive(&self, answer: AnswerValidationRequest) -> bool {
+        let Err(answer) = self.answer(answer) else {
+            return true;
+        };
+        if self.store.dialect() != berth_telemetry::Dialect::Postgres {
+            return false;
+        }
+        let encoded = hex::encode(prost::Message::encode_to_vec(&answer));
+        match self
+            .store
+            .put_validation_answer(&answer.request_id, &answer.package, &encoded, now_ms())
+            .await
+        {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::warn!(error = %e, "storing a validation answer for another replica failed");
+                false
+            }
+        }
+    }
+
+    /// A notice of the replicas' database: a stored answer (`Some(request_id)`), or a
+    /// reconnection (`None`: notices may have been missed, so every pending request is looked
+    /// up). Answers to requests waiting here are taken and delivered; the rest are left.
+    pub async fn notice(&self, request_id: Option<String>) {
+        let ids: Vec<String> = match request_id {
+            Some(id) if self.lock().contains_key(&id) => vec![id],
+            Some(_) => return,
+            None => self.lock().keys().cloned().collect(),
+        };
+        for id in ids {
+            let taken = match self.store.take_validation_answer(&id).await {
+                Ok(Some((_, encoded))) => encoded,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "taking a stored validation answer failed");
+                    continue;
+                }
+            };
+            let decoded = hex::decode(&taken)
+                .ok()
+                .and_then(|b| <AnswerValidationRequest as prost::Message>::decode(&b[..]).ok());
+            match decoded {
+                Some(answer) => {
+                    let _ = self.answer(answer);
+                }
+                None => {
+                    tracing::warn!(request_id = %id, "a stored validation answer is corrupt; dropped")
+                }
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
@@ -164,7 +232,7 @@ fn now_ms() -> i64 {
 mod tests {
     use super::*;
 
-    fn validations(wait: Duration) -> Validations {
+    async fn validations(wait: Duration) -> Validations {
         // Port 9 (discard) refuses connections on loopback: enqueueing fails at once.
         let channel = berth_telemetry::connect_lazy(
             "http://127.0.0.1:9",
@@ -172,7 +240,8 @@ mod tests {
             berth_telemetry::Role::Broker,
         )
         .unwrap();
-        Validations::new(BrokerClient::new(channel), wait)
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        Validations::new(BrokerClient::new(channel), store, wait)
     }
 
     fn waiting(
@@ -193,7 +262,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_reaches_only_the_validation_of_its_package() {
-        let v = validations(DEFAULT_WAIT);
+        let v = validations(DEFAULT_WAIT).await;
         let mut rx = waiting(&v, "r1", "ns.app");
         let answer = |package: &str| AnswerValidationRequest {
             request_id: "r1".into(),
@@ -202,22 +271,29 @@ mod tests {
             ..Default::default()
         };
         assert!(
-            !v.answer(answer("other.app")),
+            v.answer(answer("other.app")).is_err(),
             "another package's answer is dropped"
         );
         assert!(rx.try_recv().is_err());
-        assert!(v.answer(answer("ns.app")));
+        assert!(v.answer(answer("ns.app")).is_ok());
         assert_eq!(rx.try_recv().unwrap().invalid, "no");
-        assert!(!v.answer(answer("ns.app")), "a second answer finds nobody");
-        assert!(!v.answer(AnswerValidationRequest {
-            request_id: "unknown".into(),
-            ..Default::default()
-        }));
+        assert!(
+            v.answer(answer("ns.app")).is_err(),
+            "a second answer finds nobody"
+        );
+        assert!(
+            !v.receive(AnswerValidationRequest {
+                request_id: "unknown".into(),
+                ..Default::default()
+            })
+            .await,
+            "on SQLite (one replica) an answer nobody waits for is dropped"
+        );
     }
 
     #[tokio::test]
     async fn without_a_broker_the_validation_is_deferred_and_forgotten() {
-        let v = validations(Duration::from_secs(5));
+        let v = validations(Duration::from_secs(5)).await;
         let key = PackageKey::from_issued("ns.app".into());
         let outcome = v
             .validate(&key, Generation::new(1), &serde_json::json!({}))

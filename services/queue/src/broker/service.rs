@@ -11,13 +11,13 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 use tracing::instrument;
 
+use super::BrokerConfig;
 use super::completer::Completer;
-use super::store::CHANGE_CHANNEL;
 use super::convert::{self, saturate};
 use super::metrics::BrokerMetrics;
 use super::model::{FailOutcome, LeaseBatch, TaskId};
+use super::store::CHANGE_CHANNEL;
 use super::store::{self, Completion, Dialect, LeaseLimits, Store, StoreError};
-use super::BrokerConfig;
 
 /// The broker. Cheap to clone; clones share the store and the wake-up signal.
 #[derive(Clone)]
