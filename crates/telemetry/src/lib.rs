@@ -66,25 +66,43 @@ pub fn connect_lazy(
     tls: Option<&Tls>,
     server: Role,
 ) -> Result<Channel, tonic::transport::Error> {
+    // Every outbound call is bounded; long-polls set their own shorter deadlines.
+    let channel = lazy_channel(
+        endpoint,
+        tls,
+        server,
+        Some(std::time::Duration::from_secs(120)),
+    )?;
+    Ok(tonic::service::interceptor::InterceptedService::new(
+        channel,
+        TraceContext,
+    ))
+}
+
+/// The channel under [`connect_lazy`], without the trace context, and with `timeout` on every
+/// call (`None`: calls that bound themselves, such as the workers' long-polling Lease).
+/// `endpoint` may name several replicas, as for [`connect_lazy`].
+pub fn lazy_channel(
+    endpoint: &str,
+    tls: Option<&Tls>,
+    server: Role,
+    timeout: Option<std::time::Duration>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let configure = |url: &str| {
-        Ok::<_, tonic::transport::Error>(
-            self::endpoint(url, tls, server)?
-                // Every outbound call is bounded; long-polls set their own shorter deadlines.
-                .timeout(std::time::Duration::from_secs(120))
-                .connect_timeout(std::time::Duration::from_secs(5)),
-        )
+        let mut e =
+            self::endpoint(url, tls, server)?.connect_timeout(std::time::Duration::from_secs(5));
+        if let Some(t) = timeout {
+            e = e.timeout(t);
+        }
+        Ok::<_, tonic::transport::Error>(e)
     };
-    let channel = match balance::split(endpoint) {
+    Ok(match balance::split(endpoint) {
         Ok(list) if list.len() > 1 => {
             balance::balanced(list.into_iter().map(configure).collect::<Result<_, _>>()?)
         }
         // One endpoint, or a list that is not one (its error comes from parsing it whole).
         _ => configure(endpoint)?.connect_lazy(),
-    };
-    Ok(tonic::service::interceptor::InterceptedService::new(
-        channel,
-        TraceContext,
-    ))
+    })
 }
 
 /// Longest gRPC status message berth sends. A status message travels in an HTTP/2 header, and a

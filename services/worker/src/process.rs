@@ -1,8 +1,6 @@
 //! The `work` role of the `berth-queue` binary (and of `berth up`): a worker of the queue's
 //! runtime, running berth's tasks, against a broker.
 
-use std::time::Duration;
-
 use berth_proto::queue::broker_client::BrokerClient;
 use berth_queue::worker::{self, WorkerConfig};
 use tokio_util::sync::CancellationToken;
@@ -28,13 +26,13 @@ pub async fn work(
     metrics: &berth_telemetry::Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let channel = berth_telemetry::endpoint(
+    // Lease long-polls bound themselves; `broker_endpoint` may name several brokers.
+    let channel = berth_telemetry::lazy_channel(
         broker_endpoint,
         tasks.tls.as_ref(),
         berth_telemetry::Role::Broker,
-    )?
-    .connect_timeout(Duration::from_secs(5))
-    .connect_lazy();
+        None,
+    )?;
     let runner = TaskRunner::new(tasks, metrics)?;
     metrics.add_text(crate::metrics::render);
     worker::run(BrokerClient::new(channel), runner, config, shutdown).await?;
