@@ -248,9 +248,9 @@ async fn check(
     let deployments: Api<Deployment> = Api::namespaced(kube.clone(), ns);
     for (component, replicas) in [
         ("queue", 2),
-        ("lifecycle", 1),
+        ("lifecycle", 2),
         ("hookevent", 1),
-        ("release", 1),
+        ("release", 2),
         ("worker", 2),
         ("gateway", 2),
     ] {
