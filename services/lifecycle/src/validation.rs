@@ -143,28 +143,28 @@ impl Validations {
         }
     }
 
-    /// A worker's answer, given to the validation waiting for it here. `false` when nobody
-    /// here waits for it: it came late, or for another package than the one validated (then
-    /// it is dropped).
-    pub fn answer(&self, answer: AnswerValidationRequest) -> Result<(), AnswerValidationRequest> {
+    /// A worker's answer, given to the validation waiting for it here. Handed back when
+    /// nobody here waits for it: it came late, is another replica's, or names another package
+    /// than the one validated.
+    pub fn answer(&self, answer: AnswerValidationRequest) -> Option<AnswerValidationRequest> {
         let mut pending = self.lock();
         match pending.get(&answer.request_id) {
             Some(p) if p.package == answer.package => {}
-            _ => return Err(answer),
+            _ => return Some(answer),
         }
         let Some(p) = pending.remove(&answer.request_id) else {
-            return Err(answer);
+            return Some(answer);
         };
         // A receiver gone (its validation timed out at this instant) is a late answer.
         let _ = p.tx.send(answer);
-        Ok(())
+        None
     }
 
     /// A worker's answer as the RPC receives it: given to the validation waiting here, or, on
     /// PostgreSQL, left for the replica that waits for it. Returns whether it was delivered or
     /// stored.
     pub async fn receive(&self, answer: AnswerValidationRequest) -> bool {
-        let Err(answer) = self.answer(answer) else {
+        let Some(answer) = self.answer(answer) else {
             return true;
         };
         if self.store.dialect() != berth_telemetry::Dialect::Postgres {
@@ -271,14 +271,14 @@ mod tests {
             ..Default::default()
         };
         assert!(
-            v.answer(answer("other.app")).is_err(),
+            v.answer(answer("other.app")).is_some(),
             "another package's answer is dropped"
         );
         assert!(rx.try_recv().is_err());
-        assert!(v.answer(answer("ns.app")).is_ok());
+        assert!(v.answer(answer("ns.app")).is_none());
         assert_eq!(rx.try_recv().unwrap().invalid, "no");
         assert!(
-            v.answer(answer("ns.app")).is_err(),
+            v.answer(answer("ns.app")).is_some(),
             "a second answer finds nobody"
         );
         assert!(
