@@ -156,8 +156,7 @@ async fn events_once(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watches_are_shared_by_shard_and_taken_over_from_a_killed_replica() -> anyhow::Result<()>
-{
+async fn watches_are_shared_by_shard_and_taken_over_from_a_killed_replica() -> anyhow::Result<()> {
     let cluster = TestCluster::start().await?;
     let pg = berth_testpg::PgServer::start().await;
     let databases = Databases {
@@ -189,16 +188,20 @@ async fn replicas_journey(
 ) -> anyhow::Result<()> {
     let kube = cluster.client.clone();
     let leases: Api<Lease> = Api::namespaced(kube.clone(), &topology.lease_namespace);
-    // The lone replica took every shard at start.
-    let alone = holders(&leases).await?;
-    ensure!(
-        alone.len() == SHARDS as usize && alone.values().all(|h| h == "replica-a"),
-        "replica-a holds every shard before replica-b starts: {alone:?}"
-    );
+    // The lone replica takes every shard at start (before it serves; it announces its
+    // address a moment earlier).
+    until("replica-a holds every shard", || async {
+        let h = holders(&leases).await?;
+        Ok((h.len() == SHARDS as usize && h.values().all(|x| x == "replica-a")).then_some(()))
+    })
+    .await?;
 
     // replica-b: the same database, broker, lifecycle and Lease namespace.
     let kc = cluster.kubeconfig.display().to_string();
-    let (b_url, l_url) = (topology.broker().endpoint(), topology.lifecycle().endpoint());
+    let (b_url, l_url) = (
+        topology.broker().endpoint(),
+        topology.lifecycle().endpoint(),
+    );
     let mut args: Vec<String> = [
         "--listen",
         "127.0.0.1:0",
@@ -228,8 +231,10 @@ async fn replicas_journey(
     let balanced = until("the shards are shared by both replicas", || async {
         let h = holders(&leases).await?;
         let of = |r: &str| h.values().filter(|x| *x == r).count();
-        Ok((h.len() == SHARDS as usize && of("replica-a") == 2 && of("replica-b") == 2)
-            .then_some(h))
+        Ok(
+            (h.len() == SHARDS as usize && of("replica-a") == 2 && of("replica-b") == 2)
+                .then_some(h),
+        )
     })
     .await?;
     println!("shards: {balanced:?}");

@@ -177,8 +177,10 @@ pub async fn run(
                 source,
             })?;
     let leases = client.clone().zip(config.shards.leases.clone());
-    let owned = match leases {
-        Some(_) => shards::Shards::new(config.shards.shards),
+    let owned = match &leases {
+        Some((client, leases)) => {
+            shards::Shards::with_leases(config.shards.shards, client.clone(), leases)
+        }
         None => shards::Shards::all_owned(config.shards.shards),
     };
     let service = HookEventService::new(

@@ -135,12 +135,12 @@ impl HookEventService {
     /// The owner of `package`'s shard when another replica owns it (`Ok(None)`: this one
     /// does). A call another replica forwarded here, or one whose shard has no known owner,
     /// is refused with `Unavailable`, so the worker's task retries.
-    fn peer<T>(
+    async fn peer<T>(
         &self,
         package: &str,
         req: &Request<T>,
     ) -> Result<Option<HookEventsClient<berth_telemetry::Channel>>, Status> {
-        match self.shards.route(package) {
+        match self.shards.resolve(package).await {
             Route::Local => Ok(None),
             Route::Remote { shard, .. } | Route::Unknown { shard }
                 if req.metadata().contains_key(FORWARDED) =>
@@ -438,7 +438,7 @@ impl HookEvents for HookEventService {
         if req.get_ref().package.is_empty() {
             return Err(ServiceError::Invalid("package: required".into()).into());
         }
-        if let Some(mut owner) = self.peer(&req.get_ref().package, &req)? {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
             return owner.set_bindings(forwarded(req.into_inner())).await;
         }
         self.set(req.into_inner()).await?;
@@ -450,7 +450,7 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<RemoveBindingsRequest>,
     ) -> Result<Response<RemoveBindingsResponse>, Status> {
-        if let Some(mut owner) = self.peer(&req.get_ref().package, &req)? {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
             return owner.remove_bindings(forwarded(req.into_inner())).await;
         }
         self.remove(&req.get_ref().package).await?;
@@ -462,7 +462,7 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<GetSnapshotsRequest>,
     ) -> Result<Response<GetSnapshotsResponse>, Status> {
-        if let Some(mut owner) = self.peer(&req.get_ref().package, &req)? {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
             return owner.get_snapshots(forwarded(req.into_inner())).await;
         }
         let req = req.into_inner();
@@ -482,7 +482,7 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<SynchronizationDoneRequest>,
     ) -> Result<Response<SynchronizationDoneResponse>, Status> {
-        if let Some(mut owner) = self.peer(&req.get_ref().package, &req)? {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
             return owner
                 .synchronization_done(forwarded(req.into_inner()))
                 .await;
@@ -500,7 +500,7 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<AdoptGenerationRequest>,
     ) -> Result<Response<AdoptGenerationResponse>, Status> {
-        if let Some(mut owner) = self.peer(&req.get_ref().package, &req)? {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
             return owner.adopt_generation(forwarded(req.into_inner())).await;
         }
         let req = req.into_inner();
@@ -515,7 +515,7 @@ impl HookEvents for HookEventService {
         req: Request<AnswerWebhookRequest>,
     ) -> Result<Response<AnswerWebhookResponse>, Status> {
         // The owner of the package's shard registered its webhooks and waits for the answer.
-        if let Some(mut owner) = self.peer(&req.get_ref().package, &req)? {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
             return owner.answer_webhook(forwarded(req.into_inner())).await;
         }
         if let Some(webhooks) = &self.webhooks {

@@ -36,6 +36,8 @@ pub const SHARD_LABEL: &str = "berth.io/hookevent-shard";
 pub const MEMBER_LABEL: &str = "berth.io/hookevent-replica";
 /// Annotation of a shard Lease: the gRPC endpoint of the replica holding it.
 pub const ENDPOINT_ANNOTATION: &str = "berth.io/hookevent-endpoint";
+/// Bound on reading one shard's Lease for a call whose owner is not known yet.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where a pod's namespace is, when hookevent runs in one.
 const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -130,15 +132,35 @@ struct Slot {
 pub struct Shards {
     count: u32,
     slots: Mutex<Vec<Slot>>,
+    /// Where to read a shard's Lease when its owner is not known yet (a call arriving between
+    /// two rounds): the client, the Leases' namespace and this replica's identity.
+    lookup: Option<(kube::Client, String, String)>,
 }
 
 impl Shards {
     /// `count` shards, none owned yet.
     pub fn new(count: u32) -> Arc<Shards> {
-        Arc::new(Shards {
+        Arc::new(Shards::unowned(count, None))
+    }
+
+    fn unowned(count: u32, lookup: Option<(kube::Client, String, String)>) -> Shards {
+        Shards {
             count: count.max(1),
             slots: Mutex::new(vec![Slot::default(); count.max(1) as usize]),
-        })
+            lookup,
+        }
+    }
+
+    /// `count` shards owned through the Leases `leases` describes, none owned yet.
+    pub fn with_leases(count: u32, client: kube::Client, leases: &ShardLeases) -> Arc<Shards> {
+        Arc::new(Shards::unowned(
+            count,
+            Some((
+                client,
+                leases.namespace.clone(),
+                leases.lease.identity.clone(),
+            )),
+        ))
     }
 
     /// `count` shards, every one owned by this replica (no Leases).
@@ -148,6 +170,43 @@ impl Shards {
             slot.owned = true;
         }
         shards
+    }
+
+    /// Where `package`'s calls go; when the owner of its shard is not known yet, its Lease is
+    /// read once to find it.
+    pub async fn resolve(&self, package: &str) -> Route {
+        let route = self.route(package);
+        let (Route::Unknown { shard }, Some((client, namespace, identity))) =
+            (&route, &self.lookup)
+        else {
+            return route;
+        };
+        let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        let Ok(Ok(Some(lease))) =
+            tokio::time::timeout(LOOKUP_TIMEOUT, api.get_opt(&lease_name(*shard))).await
+        else {
+            return route;
+        };
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default();
+        let endpoint = lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ENDPOINT_ANNOTATION))
+            .cloned();
+        match endpoint {
+            Some(endpoint) if !holder.is_empty() && holder != *identity => {
+                if !self.owns_shard(*shard) {
+                    self.set_owner(*shard, Some(endpoint));
+                }
+                self.route(package)
+            }
+            _ => route,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Slot>> {
