@@ -391,6 +391,9 @@ pub async fn run(
         jq: config.jq,
         webhook: config.webhook.clone(),
         metrics: metrics.clone(),
+        // `berth up` is the one hookevent of its cluster and database: no shard Leases, it
+        // owns every package from the start.
+        shards: berth_hookevent::shards::ShardConfig::default(),
     };
     services.spawn(async move {
         (

@@ -187,6 +187,14 @@ pub fn tls_args(certs: &Path, role: berth_telemetry::Role) -> Vec<String> {
     .collect()
 }
 
+/// A namespace of its own for the shard Leases of the hookevent replicas one test starts
+/// (`--lease-namespace`): tests sharing a real cluster must not share shards. Deleted with
+/// the returned guard on a real cluster.
+pub async fn lease_namespace(kubeconfig: &Path) -> anyhow::Result<crate::TestNamespace> {
+    let client = crate::cluster::client_for(kubeconfig).await?;
+    Ok(crate::TestNamespace::create(&client, "hookevent-leases").await?)
+}
+
 /// `args` followed by `extra`, as the `&str`s [`Proc::start`] takes.
 pub(crate) fn with<'a>(args: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
     args.iter()
@@ -221,6 +229,8 @@ pub fn repositories_file(dir: &Path, entries: &str) -> anyhow::Result<PathBuf> {
 /// an OS-chosen port too (`Proc::metrics`).
 pub struct SplitTopology {
     pub gateway: Proc,
+    /// The namespace of hookevent's shard Leases (`--lease-namespace`), the topology's own.
+    pub lease_namespace: crate::TestNamespace,
     /// The CA and the certificates of every role.
     pub certs: PathBuf,
     others: Vec<Proc>,
@@ -324,6 +334,7 @@ impl SplitTopology {
         .await?;
         let kc = kubeconfig.display().to_string();
         let l = lifecycle.endpoint();
+        let lease_namespace = lease_namespace(kubeconfig).await?;
         let hookevent = Proc::start(
             "berth-hookevent",
             &with(
@@ -342,6 +353,8 @@ impl SplitTopology {
                     // machine) reaches the webhook server on loopback.
                     "--webhook-listen",
                     any,
+                    "--lease-namespace",
+                    &lease_namespace,
                 ],
                 &tls(Role::Hookevent),
             ),
@@ -392,6 +405,7 @@ impl SplitTopology {
         .await?;
         Ok(SplitTopology {
             gateway,
+            lease_namespace,
             certs,
             others: vec![worker, release, hookevent, lifecycle, broker],
             lifecycle_args,

@@ -121,6 +121,7 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
     )
     .await?;
     let kc = cluster.kubeconfig.display().to_string();
+    let leases = berth_tests::process::lease_namespace(&cluster.kubeconfig).await?;
     let hookevent = start(
         "berth-hookevent",
         base(
@@ -133,6 +134,8 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
                 &broker.endpoint(),
                 "--kubeconfig",
                 &kc,
+                "--lease-namespace",
+                &leases,
             ],
             Role::Hookevent,
         ),

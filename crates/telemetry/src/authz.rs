@@ -60,20 +60,36 @@ const TABLE: &[(&str, &[Role])] = &[
         "/berth.lifecycle.v1.Lifecycle/ReportClusterVersion",
         &[Release],
     ),
-    // berth.hookevent.v1.HookEvents
-    ("/berth.hookevent.v1.HookEvents/SetBindings", &[Worker]),
-    ("/berth.hookevent.v1.HookEvents/RemoveBindings", &[Worker]),
-    ("/berth.hookevent.v1.HookEvents/GetSnapshots", &[Worker]),
+    // berth.hookevent.v1.HookEvents. A hookevent replica forwards a package's calls to the
+    // replica owning the package's shard (not ApplyObjectOperations: any replica runs it).
+    (
+        "/berth.hookevent.v1.HookEvents/SetBindings",
+        &[Worker, Hookevent],
+    ),
+    (
+        "/berth.hookevent.v1.HookEvents/RemoveBindings",
+        &[Worker, Hookevent],
+    ),
+    (
+        "/berth.hookevent.v1.HookEvents/GetSnapshots",
+        &[Worker, Hookevent],
+    ),
     (
         "/berth.hookevent.v1.HookEvents/SynchronizationDone",
-        &[Worker],
+        &[Worker, Hookevent],
     ),
-    ("/berth.hookevent.v1.HookEvents/AdoptGeneration", &[Worker]),
+    (
+        "/berth.hookevent.v1.HookEvents/AdoptGeneration",
+        &[Worker, Hookevent],
+    ),
     (
         "/berth.hookevent.v1.HookEvents/ApplyObjectOperations",
         &[Worker],
     ),
-    ("/berth.hookevent.v1.HookEvents/AnswerWebhook", &[Worker]),
+    (
+        "/berth.hookevent.v1.HookEvents/AnswerWebhook",
+        &[Worker, Hookevent],
+    ),
     // berth.release.v1.Releases
     ("/berth.release.v1.Releases/Install", &[Worker]),
     ("/berth.release.v1.Releases/Uninstall", &[Worker]),

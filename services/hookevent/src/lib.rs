@@ -16,6 +16,7 @@ pub mod kube;
 mod schedule;
 mod scheduler;
 mod service;
+pub mod shards;
 mod store;
 pub mod webhook;
 
@@ -56,6 +57,9 @@ pub struct Config {
     /// Where the service's metrics go (RPC metrics, `berth_watches`,
     /// `berth_watch_events_total`).
     pub metrics: berth_telemetry::Metrics,
+    /// How packages are shared out among replicas (without Leases, or without a cluster,
+    /// this replica owns them all).
+    pub shards: shards::ShardConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -172,16 +176,54 @@ pub async fn run(
                 endpoint: config.lifecycle_endpoint.clone(),
                 source,
             })?;
-    let service = HookEventService::new(store, enqueuer, kube, scopes, webhooks).await?;
+    let leases = client.clone().zip(config.shards.leases.clone());
+    let owned = match &leases {
+        Some((client, leases)) => {
+            shards::Shards::with_leases(config.shards.shards, client.clone(), leases)
+        }
+        None => shards::Shards::all_owned(config.shards.shards),
+    };
+    let service = HookEventService::new(
+        store,
+        enqueuer,
+        kube,
+        scopes,
+        webhooks,
+        owned.clone(),
+        config.tls.clone(),
+    )
+    .await?;
     let scheduler = berth_telemetry::spawn_in(
         tracing::info_span!(parent: None, "hookevent.scheduler"),
         service.scheduler().run(shutdown.clone()),
     );
-    let restore = service.clone();
-    berth_telemetry::spawn_in(
-        tracing::info_span!(parent: None, "hookevent.restore"),
-        async move { restore.restore().await },
-    );
+    let coordinator = match leases {
+        Some((client, leases)) => {
+            tracing::info!(replica = %leases.lease.identity, namespace = %leases.namespace,
+                shards = config.shards.shards, advertise = %leases.advertise, "hookevent replica");
+            let mut coordinator = shards::Coordinator::new(
+                client,
+                leases,
+                owned,
+                std::sync::Arc::new(service.clone()),
+            );
+            // The shards free now are taken before serving: a lone replica serves every
+            // package from its first call.
+            coordinator.round().await;
+            Some(berth_telemetry::spawn_in(
+                tracing::info_span!(parent: None, "hookevent.shards"),
+                coordinator.run(shutdown.clone()),
+            ))
+        }
+        None => {
+            let restore = service.clone();
+            berth_telemetry::spawn_in(
+                tracing::info_span!(parent: None, "hookevent.restore"),
+                async move { restore.restore().await },
+            );
+            None
+        }
+    };
     let router =
         berth_telemetry::grpc_server(berth_telemetry::Role::Hookevent, tls, &config.metrics)?
             .add_service(
@@ -199,5 +241,9 @@ pub async fn run(
     .await;
     shutdown.cancel();
     let _ = scheduler.await;
+    if let Some(coordinator) = coordinator {
+        // Gives the shard Leases up, so another replica takes them at once.
+        let _ = coordinator.await;
+    }
     Ok(served?)
 }

@@ -17,6 +17,7 @@ use crate::convert::schedule_binding;
 use crate::enqueue::Enqueuer;
 use crate::kube::{KubeManager, hook_run_task};
 use crate::schedule::Schedule;
+use crate::shards::Shards;
 
 /// Longest the scheduler sleeps without re-checking (clock jumps, missed wake-ups).
 const MAX_SLEEP: Duration = Duration::from_secs(30);
@@ -29,6 +30,8 @@ pub struct Scheduler {
     enqueuer: Enqueuer,
     /// Where snapshots and hook configurations come from, for schedules that include them.
     kube: Option<Arc<KubeManager>>,
+    /// Only the schedules of packages whose shard this replica owns fire.
+    shards: Arc<Shards>,
 }
 
 impl Scheduler {
@@ -36,12 +39,14 @@ impl Scheduler {
         schedules: Vec<Schedule>,
         enqueuer: Enqueuer,
         kube: Option<Arc<KubeManager>>,
+        shards: Arc<Shards>,
     ) -> Scheduler {
         Scheduler {
             schedules: Arc::new(Mutex::new(schedules)),
             wake: Arc::new(Notify::new()),
             enqueuer,
             kube,
+            shards,
         }
     }
 
@@ -53,6 +58,16 @@ impl Scheduler {
     pub fn replace(&self, package: &str, new: Vec<Schedule>) {
         let mut all = self.lock();
         all.retain(|s| s.package.as_str() != package);
+        all.extend(new);
+        drop(all);
+        self.wake.notify_one();
+    }
+
+    /// Replaces the schedules of every package `which` selects with `new` (a shard taken
+    /// over: its stored schedules; a shard given up: none) and wakes the loop.
+    pub fn replace_where(&self, which: impl Fn(&str) -> bool, new: Vec<Schedule>) {
+        let mut all = self.lock();
+        all.retain(|s| !which(s.package.as_str()));
         all.extend(new);
         drop(all);
         self.wake.notify_one();
@@ -80,6 +95,8 @@ impl Scheduler {
                 let due: Vec<Schedule> = all
                     .iter()
                     .filter(|s| s.next_after(last).is_some_and(|t| t <= now))
+                    // A shard given up a moment ago may still have schedules here.
+                    .filter(|s| self.shards.owns(s.package.as_str()))
                     .cloned()
                     .collect();
                 let next = all.iter().filter_map(|s| s.next_after(now)).min();

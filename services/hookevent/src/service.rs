@@ -2,8 +2,10 @@
 //! and the store, and maps their errors to gRPC codes (`error`).
 
 use berth_names::{Generation, PackageKey};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
+use berth_proto::hookevent::hook_events_client::HookEventsClient;
 use berth_proto::hookevent::hook_events_server::HookEvents;
 use berth_proto::hookevent::{
     AdoptGenerationRequest, AdoptGenerationResponse, AnswerWebhookRequest, AnswerWebhookResponse,
@@ -19,6 +21,7 @@ use crate::enqueue::Enqueuer;
 use crate::error::ServiceError;
 use crate::kube::{KubeManager, apply_operations};
 use crate::scheduler::Scheduler;
+use crate::shards::{Route, ShardHandler, Shards};
 use crate::store::Store;
 use crate::webhook::Webhooks;
 use berth_telemetry::scope::PackageScopes;
@@ -37,6 +40,63 @@ pub struct HookEventService {
     scopes: PackageScopes,
     /// `None` without a webhook server: webhook bindings are refused.
     webhooks: Option<Arc<Webhooks>>,
+    /// Which packages this replica serves; the others' calls go to their owner.
+    shards: Arc<Shards>,
+    peers: Peers,
+}
+
+/// Metadata marking a call one replica forwarded to another: it is not forwarded again.
+const FORWARDED: &str = "x-berth-hookevent-forwarded";
+/// Longest advertised endpoint a replica forwards to.
+const MAX_ENDPOINT_LEN: usize = 512;
+/// Most peer clients kept (one per replica endpoint seen).
+const MAX_PEERS: usize = 64;
+
+/// Clients of the other replicas, by endpoint, over mutual TLS as role hookevent.
+#[derive(Clone)]
+struct Peers {
+    tls: Option<berth_telemetry::Tls>,
+    clients: Arc<Mutex<HashMap<String, HookEventsClient<berth_telemetry::Channel>>>>,
+}
+
+impl Peers {
+    fn client(&self, endpoint: &str) -> Result<HookEventsClient<berth_telemetry::Channel>, Status> {
+        if endpoint.len() > MAX_ENDPOINT_LEN {
+            return Err(Status::unavailable(format!(
+                "hookevent: the owner's advertised endpoint is longer than {MAX_ENDPOINT_LEN} bytes"
+            )));
+        }
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = clients.get(endpoint) {
+            return Ok(c.clone());
+        }
+        let channel = berth_telemetry::connect_lazy(
+            endpoint,
+            self.tls.as_ref(),
+            berth_telemetry::Role::Hookevent,
+        )
+        .map_err(|e| {
+            Status::unavailable(format!(
+                "hookevent: the owner's endpoint {endpoint:?} is unusable: {e}"
+            ))
+        })?;
+        let client = HookEventsClient::new(channel)
+            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
+        if clients.len() >= MAX_PEERS {
+            clients.clear();
+        }
+        clients.insert(endpoint.to_owned(), client.clone());
+        Ok(client)
+    }
+}
+
+/// `inner` as a call forwarded to the owner of its package's shard.
+fn forwarded<T>(inner: T) -> Request<T> {
+    let mut req = Request::new(inner);
+    req.metadata_mut()
+        .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+    req
 }
 
 impl HookEventService {
@@ -46,16 +106,54 @@ impl HookEventService {
         kube: Option<Arc<KubeManager>>,
         scopes: PackageScopes,
         webhooks: Option<Arc<Webhooks>>,
+        shards: Arc<Shards>,
+        tls: Option<berth_telemetry::Tls>,
     ) -> Result<Self, crate::store::StoreError> {
-        let schedules = store.load_all().await?;
-        let scheduler = Scheduler::new(schedules, enqueuer, kube.clone());
+        // The schedules of the shards owned now; those of shards taken over later come with
+        // them (`take`).
+        let schedules = store
+            .load_all()
+            .await?
+            .into_iter()
+            .filter(|s| shards.owns(s.package.as_str()))
+            .collect();
+        let scheduler = Scheduler::new(schedules, enqueuer, kube.clone(), shards.clone());
         Ok(HookEventService {
             store,
             scheduler,
             kube,
             scopes,
             webhooks,
+            shards,
+            peers: Peers {
+                tls,
+                clients: Arc::default(),
+            },
         })
+    }
+
+    /// The owner of `package`'s shard when another replica owns it (`Ok(None)`: this one
+    /// does). A call another replica forwarded here, or one whose shard has no known owner,
+    /// is refused with `Unavailable`, so the worker's task retries.
+    async fn peer<T>(
+        &self,
+        package: &str,
+        req: &Request<T>,
+    ) -> Result<Option<HookEventsClient<berth_telemetry::Channel>>, Status> {
+        match self.shards.resolve(package).await {
+            Route::Local => Ok(None),
+            Route::Remote { shard, .. } | Route::Unknown { shard }
+                if req.metadata().contains_key(FORWARDED) =>
+            {
+                Err(Status::unavailable(format!(
+                    "hookevent: package {package:?} (shard {shard}) is not this replica's any more; retry"
+                )))
+            }
+            Route::Remote { endpoint, .. } => Ok(Some(self.peers.client(&endpoint)?)),
+            Route::Unknown { shard } => Err(Status::unavailable(format!(
+                "hookevent: no replica is known to own shard {shard} (package {package:?}) yet: it is being handed over; retry"
+            ))),
+        }
     }
 
     fn webhooks(&self) -> Result<&Arc<Webhooks>, ServiceError> {
@@ -80,8 +178,15 @@ impl HookEventService {
     /// Watches the stored kubernetes registrations again (after a restart). Their
     /// Synchronization runs are queued by hookevent itself, ahead of their events.
     pub async fn restore(&self) {
+        let owned = self.shards.owned();
+        self.restore_where(|p| owned.contains(&self.shards.shard(p)))
+            .await;
+    }
+
+    /// What a restart does, for the packages `which` selects.
+    async fn restore_where(&self, which: impl Fn(&str) -> bool) {
         let Some(kube) = &self.kube else { return };
-        self.restore_webhooks().await;
+        self.restore_webhooks(&which).await;
         let stored = match self.store.registrations().await {
             Ok(s) => s,
             Err(e) => {
@@ -90,6 +195,9 @@ impl HookEventService {
             }
         };
         for (package, bytes) in stored {
+            if !which(&package) {
+                continue;
+            }
             let Ok(req) = SetBindingsRequest::decode(bytes.as_slice()) else {
                 tracing::warn!(package, "skipping an unreadable stored registration");
                 continue;
@@ -112,7 +220,7 @@ impl HookEventService {
 
     /// Registers the stored webhook bindings again: this process has a new certificate, so
     /// every configuration gets its CA (and the same URLs).
-    async fn restore_webhooks(&self) {
+    async fn restore_webhooks(&self, which: &impl Fn(&str) -> bool) {
         let Some(webhooks) = &self.webhooks else {
             return;
         };
@@ -120,6 +228,9 @@ impl HookEventService {
             return;
         };
         for (package, bytes) in stored {
+            if !which(&package) {
+                continue;
+            }
             let Ok(req) = SetBindingsRequest::decode(bytes.as_slice()) else {
                 continue;
             };
@@ -222,7 +333,24 @@ impl HookEventService {
         }
         self.store.replace(&req.package, &parsed).await?;
         self.scheduler.replace(&req.package, parsed);
+        // The shard was given up while this call ran: the new owner restores the package
+        // from the store (written above); this replica keeps nothing of it.
+        if !self.shards.owns(&req.package) {
+            self.drop_package(&req.package);
+        }
         Ok(())
+    }
+
+    /// Forgets `package` here (watches, schedules, webhook routes), leaving the store and the
+    /// cluster as they are.
+    fn drop_package(&self, package: &str) {
+        self.scheduler.replace(package, vec![]);
+        if let Some(kube) = &self.kube {
+            kube.remove(package);
+        }
+        if let Some(webhooks) = &self.webhooks {
+            webhooks.forget_where(|p| p == package);
+        }
     }
 
     async fn remove(&self, package: &str) -> Result<(), ServiceError> {
@@ -262,6 +390,44 @@ impl HookEventService {
     }
 }
 
+impl ShardHandler for HookEventService {
+    async fn take(&self, shards: Vec<u32>) {
+        let which = |p: &str| shards.contains(&self.shards.shard(p));
+        match self.store.load_all().await {
+            Ok(all) => {
+                let taken = all
+                    .into_iter()
+                    .filter(|s| which(s.package.as_str()))
+                    .collect();
+                self.scheduler.replace_where(which, taken);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, ?shards, "cannot read the stored schedules of shards taken over")
+            }
+        }
+        self.restore_where(which).await;
+    }
+
+    fn drop_shards(&self, shards: &[u32]) {
+        let which = |p: &str| shards.contains(&self.shards.shard(p));
+        self.scheduler.replace_where(which, vec![]);
+        if let Some(kube) = &self.kube {
+            for package in kube.packages() {
+                if which(&package) {
+                    kube.remove(&package);
+                }
+            }
+        }
+        if let Some(webhooks) = &self.webhooks {
+            webhooks.forget_where(which);
+        }
+        tracing::info!(
+            ?shards,
+            "dropped the watches and schedules of shards given up"
+        );
+    }
+}
+
 #[tonic::async_trait]
 impl HookEvents for HookEventService {
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
@@ -269,6 +435,12 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<SetBindingsRequest>,
     ) -> Result<Response<SetBindingsResponse>, Status> {
+        if req.get_ref().package.is_empty() {
+            return Err(ServiceError::Invalid("package: required".into()).into());
+        }
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            return owner.set_bindings(forwarded(req.into_inner())).await;
+        }
         self.set(req.into_inner()).await?;
         Ok(Response::new(SetBindingsResponse {}))
     }
@@ -278,6 +450,9 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<RemoveBindingsRequest>,
     ) -> Result<Response<RemoveBindingsResponse>, Status> {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            return owner.remove_bindings(forwarded(req.into_inner())).await;
+        }
         self.remove(&req.get_ref().package).await?;
         Ok(Response::new(RemoveBindingsResponse {}))
     }
@@ -287,6 +462,9 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<GetSnapshotsRequest>,
     ) -> Result<Response<GetSnapshotsResponse>, Status> {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            return owner.get_snapshots(forwarded(req.into_inner())).await;
+        }
         let req = req.into_inner();
         let Some(kube) = &self.kube else {
             return Ok(Response::new(GetSnapshotsResponse::default()));
@@ -304,6 +482,11 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<SynchronizationDoneRequest>,
     ) -> Result<Response<SynchronizationDoneResponse>, Status> {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            return owner
+                .synchronization_done(forwarded(req.into_inner()))
+                .await;
+        }
         let req = req.into_inner();
         if let Some(kube) = &self.kube {
             kube.synchronization_done(&req.package, Generation::new(req.generation))
@@ -317,6 +500,9 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<AdoptGenerationRequest>,
     ) -> Result<Response<AdoptGenerationResponse>, Status> {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            return owner.adopt_generation(forwarded(req.into_inner())).await;
+        }
         let req = req.into_inner();
         self.adopt(&req.package, Generation::new(req.generation))
             .await?;
@@ -328,6 +514,10 @@ impl HookEvents for HookEventService {
         &self,
         req: Request<AnswerWebhookRequest>,
     ) -> Result<Response<AnswerWebhookResponse>, Status> {
+        // The owner of the package's shard registered its webhooks and waits for the answer.
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            return owner.answer_webhook(forwarded(req.into_inner())).await;
+        }
         if let Some(webhooks) = &self.webhooks {
             webhooks.answer(req.into_inner());
         }

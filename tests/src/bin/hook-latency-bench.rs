@@ -110,6 +110,8 @@ fn positive(value: &str) -> Result<usize, String> {
 struct Topology {
     procs: Vec<Proc>,
     lifecycle: Lifecycle,
+    /// hookevent's shard Leases live here (kept while the bench runs).
+    _leases: berth_tests::TestNamespace,
 }
 
 impl Topology {
@@ -170,6 +172,7 @@ impl Topology {
             "listening on ",
         )
         .await?;
+        let leases = berth_tests::process::lease_namespace(kubeconfig).await?;
         let hookevent = start(
             "berth-hookevent",
             s(&[
@@ -181,6 +184,8 @@ impl Topology {
                 &b,
                 "--kubeconfig",
                 &kc,
+                "--lease-namespace",
+                &leases,
                 PLAIN,
             ]),
             "listening on ",
@@ -222,6 +227,7 @@ impl Topology {
         Ok(Topology {
             procs: vec![worker, release, hookevent, lifecycle, broker],
             lifecycle: client,
+            _leases: leases,
         })
     }
 

@@ -436,6 +436,7 @@ async fn main() -> anyhow::Result<()> {
         .join("berth-hookevent");
     let database = format!("sqlite://{}", dir.path().join("hookevent.db").display());
     let kubeconfig = cluster.kubeconfig.display().to_string();
+    let leases = berth_tests::process::lease_namespace(&cluster.kubeconfig).await?;
     let hookevent = Proc::start_path(
         &hookevent_path,
         &[
@@ -447,6 +448,8 @@ async fn main() -> anyhow::Result<()> {
             &broker_endpoint,
             "--kubeconfig",
             &kubeconfig,
+            "--lease-namespace",
+            &leases,
             // The bench's broker is an in-process stand-in serving plain gRPC.
             "--insecure-plaintext",
         ],

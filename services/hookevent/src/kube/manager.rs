@@ -479,6 +479,15 @@ impl KubeManager {
         }
     }
 
+    /// The packages with kubernetes bindings here.
+    pub fn packages(&self) -> Vec<String> {
+        self.lock()
+            .packages
+            .keys()
+            .map(|p| p.as_str().to_owned())
+            .collect()
+    }
+
     /// Drops the package's bindings and stops watches nobody needs any more. Idempotent.
     pub fn remove(&self, package: &str) {
         let mut state = self.lock();

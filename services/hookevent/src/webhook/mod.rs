@@ -383,6 +383,29 @@ impl Webhooks {
         Ok(())
     }
 
+    /// Forgets the packages `which` selects without touching the cluster's configurations:
+    /// this replica no longer owns their shard, and the replica that takes it over registers
+    /// them again with its own URL and CA.
+    pub fn forget_where(&self, which: impl Fn(&str) -> bool) {
+        let mut routes = self.routes.lock().expect("webhook routes");
+        let gone: Vec<String> = routes
+            .packages
+            .keys()
+            .filter(|p| which(p))
+            .cloned()
+            .collect();
+        for package in gone {
+            if let Some(old) = routes.packages.remove(&package) {
+                for id in &old.admission {
+                    routes.admission.remove(id);
+                }
+                for crd in &old.crds {
+                    routes.conversion.remove(crd);
+                }
+            }
+        }
+    }
+
     /// Runs for `package` go to its newer generation from now on.
     pub fn adopt_generation(&self, package: &str, generation: Generation) {
         let mut routes = self.routes.lock().expect("webhook routes");

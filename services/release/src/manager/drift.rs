@@ -25,7 +25,7 @@
 //! release's records. A holder that fails to renew within the renew deadline, or finds the
 //! Lease taken, stops repairing at once (in-flight repairs are dropped).
 
-use super::lease::{Claim, Elector, LeaseConfig};
+use super::lease::{self, Claim, Elector, LeaseConfig};
 use super::*;
 use crate::apply::Seen;
 use crate::apply::dry_run::{DryRun, comparable};
@@ -84,7 +84,7 @@ struct Watched {
 
 /// The drift watches of every release this process installed (or resumed, or found the
 /// Lease of), each owned through the release's Lease.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct DriftMonitor {
     // Std mutex: held only to insert, remove or copy entries, never across an await.
     releases: Arc<Mutex<HashMap<(String, String), Watched>>>,
@@ -117,6 +117,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+impl Default for DriftMonitor {
+    fn default() -> Self {
+        DriftMonitor::new(CancellationToken::default(), ReleaseMetrics::default())
+    }
+}
+
 impl DriftMonitor {
     /// A monitor whose watches all end when `shutdown` is cancelled, counting repairs in
     /// `metrics`.
@@ -125,7 +131,7 @@ impl DriftMonitor {
             releases: Arc::default(),
             shutdown,
             metrics,
-            lease: LeaseConfig::default(),
+            lease: lease::default_config(),
         }
     }
 
@@ -264,7 +270,7 @@ struct Owner {
 
 impl Owner {
     async fn run(self, mut desired: Option<Desired>, cancel: CancellationToken) {
-        let mut elector = Elector::new(
+        let mut elector = lease::elector(
             self.applier.client().clone(),
             &self.namespace,
             &self.release,

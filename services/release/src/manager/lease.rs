@@ -1,93 +1,23 @@
 //! Who repairs a release: replicas of the release service share the cluster, and each
 //! release's drift repair is owned by one of them at a time through a
 //! `coordination.k8s.io/v1` Lease in the release's namespace, named
-//! `berth-release-<release>` and labelled [`LEASE_LABEL`]`=<release>`.
-//!
-//! The rules are client-go's leader election, per release: the holder renews the Lease every
-//! `renew` period; another replica takes it over only when it has watched the Lease record stay
-//! unchanged for its `leaseDurationSeconds` (measured on the replica's own clock, so the
-//! replicas' clocks need not agree), or when it has no holder. Every write is a create or a
-//! replace carrying the `resourceVersion` just read, so of two replicas racing for one Lease
-//! the API server lets exactly one win (the other gets 409 Conflict and stays a candidate).
-//! kube-rs has no per-object leader elector, so the loop is written here over its `Api<Lease>`.
+//! `berth-release-<release>` and labelled [`LEASE_LABEL`]`=<release>`. The Lease rules
+//! (client-go's, per Lease) are in the shared `berth-lease` crate.
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::Api;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
-use std::time::{Duration, Instant};
+pub use berth_lease::{Claim, LeaseConfig, MAX_IDENTITY_LEN};
 
 /// Label every release Lease carries; its value is the release's name.
 pub const LEASE_LABEL: &str = "berth.io/release-lease";
-/// Bound on one request about a Lease.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest replica identity kept (a Lease's holderIdentity is free text; keep it readable).
-pub const MAX_IDENTITY_LEN: usize = 128;
-
-/// How this replica takes part in the per-release Leases.
-#[derive(Clone, Debug)]
-pub struct LeaseConfig {
-    /// This replica's identity, written as the holderIdentity of the Leases it holds.
-    pub identity: String,
-    /// How long a Lease stays valid after its last renewal (`leaseDurationSeconds`).
-    pub duration: Duration,
-    /// How often a holder renews, and a candidate tries again.
-    pub renew: Duration,
-}
-
-impl Default for LeaseConfig {
-    fn default() -> Self {
-        LeaseConfig {
-            identity: default_identity(),
-            duration: Duration::from_secs(15),
-            renew: Duration::from_secs(5),
-        }
-    }
-}
-
-impl LeaseConfig {
-    /// Checks the configuration; the error names what is wrong.
-    pub fn check(&self) -> Result<(), String> {
-        if self.identity.is_empty() || self.identity.len() > MAX_IDENTITY_LEN {
-            return Err(format!(
-                "replica id {:?} must be 1-{MAX_IDENTITY_LEN} characters",
-                self.identity
-            ));
-        }
-        if self.identity.chars().any(char::is_control) {
-            return Err(format!(
-                "replica id {:?} must not hold control characters",
-                self.identity
-            ));
-        }
-        if self.renew.is_zero() || self.renew >= self.duration {
-            return Err(format!(
-                "the lease renew period ({:?}) must be positive and shorter than the lease duration ({:?})",
-                self.renew, self.duration
-            ));
-        }
-        if self.duration > Duration::from_secs(i32::MAX as u64) {
-            return Err(format!("lease duration {:?} is too long", self.duration));
-        }
-        Ok(())
-    }
-}
 
 /// The host's name and a random suffix: unique per process, readable in `kubectl get lease`.
 pub fn default_identity() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-        })
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "berth-release".to_owned());
-    let host: String = host.chars().filter(|c| !c.is_control()).take(100).collect();
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
-    format!("{host}-{}", &suffix[..8])
+    berth_lease::default_identity("berth-release")
+}
+
+/// The default configuration of a release replica: a fresh identity, 15 s Leases renewed
+/// every 5 s.
+pub fn default_config() -> LeaseConfig {
+    LeaseConfig::new(default_identity())
 }
 
 /// The name of the Lease of `release` (in the release's namespace).
@@ -95,203 +25,23 @@ pub fn lease_name(release: &str) -> String {
     format!("berth-release-{release}")
 }
 
-/// What an attempt to acquire or renew a Lease found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Claim {
-    /// This replica holds the Lease.
-    Held,
-    /// Another replica holds it.
-    Other,
-    /// There is no Lease (the release was uninstalled) and this replica may not create one.
-    Gone,
-}
-
 /// One replica's view of one release's Lease.
-pub(super) struct Elector {
-    api: Api<Lease>,
-    name: String,
-    release: String,
+pub(super) type Elector = berth_lease::Elector;
+
+/// The elector of `release`'s Lease in `namespace`.
+pub(super) fn elector(
+    client: kube::Client,
+    namespace: &str,
+    release: &str,
     config: LeaseConfig,
-    /// The Lease record as last seen held by another replica, and when it was first seen so.
-    observed: Option<(String, Instant)>,
-    /// When this replica last held the Lease, renewed.
-    renewed: Option<Instant>,
-}
-
-fn conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
-
-async fn bounded<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
-    tokio::time::timeout(CALL_TIMEOUT, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(kube::Error::Service(
-                "the API server did not answer a Lease request in time".into(),
-            ))
-        })
-}
-
-impl Elector {
-    pub(super) fn new(
-        client: kube::Client,
-        namespace: &str,
-        release: &str,
-        config: LeaseConfig,
-    ) -> Self {
-        Elector {
-            api: Api::namespaced(client, namespace),
-            name: lease_name(release),
-            release: release.to_owned(),
-            config,
-            observed: None,
-            renewed: None,
-        }
-    }
-
-    /// True while the last renewal is recent enough that no other replica can have taken the
-    /// Lease over (the renew deadline: one renew period short of the duration).
-    pub(super) fn still_held(&self) -> bool {
-        self.renewed
-            .is_some_and(|t| t.elapsed() < self.config.duration.saturating_sub(self.config.renew))
-    }
-
-    /// Acquires or renews the Lease: `Ok(Held)` when this replica holds it now, `Ok(Other)`
-    /// when another replica does (or won a race for it). A missing Lease is created only
-    /// with `create` (this replica knows the release is deployed); else it is `Gone`.
-    pub(super) async fn acquire(&mut self, create: bool) -> Result<Claim, kube::Error> {
-        // A conflict while the Lease is this replica's own (an earlier watch of the release
-        // renewing at the same moment) is retried once with the fresh record.
-        for _ in 0..2 {
-            match self.attempt(create).await {
-                Err(e) if conflict(&e) => continue,
-                other => return other,
-            }
-        }
-        Ok(Claim::Other)
-    }
-
-    async fn attempt(&mut self, create: bool) -> Result<Claim, kube::Error> {
-        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let duration = i32::try_from(self.config.duration.as_secs()).unwrap_or(i32::MAX);
-        let Some(mut lease) = bounded(self.api.get_opt(&self.name)).await? else {
-            if !create {
-                return Ok(Claim::Gone);
-            }
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.name.clone()),
-                    labels: Some([(LEASE_LABEL.to_owned(), self.release.clone())].into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(self.config.identity.clone()),
-                    lease_duration_seconds: Some(duration),
-                    acquire_time: Some(now.clone()),
-                    renew_time: Some(now),
-                    lease_transitions: Some(0),
-                    ..LeaseSpec::default()
-                }),
-            };
-            return match bounded(self.api.create(&PostParams::default(), &lease)).await {
-                Ok(_) => Ok(self.held()),
-                // Another replica created it first.
-                Err(e) if conflict(&e) => Ok(Claim::Other),
-                Err(e) => Err(e),
-            };
-        };
-        let version = lease.metadata.resource_version.clone().unwrap_or_default();
-        let spec = lease.spec.get_or_insert_default();
-        let holder = spec.holder_identity.clone().unwrap_or_default();
-        if holder != self.config.identity {
-            if !holder.is_empty() {
-                let valid = spec
-                    .lease_duration_seconds
-                    .and_then(|s| u64::try_from(s).ok())
-                    .map_or(self.config.duration, Duration::from_secs);
-                match &self.observed {
-                    Some((seen, since)) if *seen == version => {
-                        if since.elapsed() < valid {
-                            return Ok(Claim::Other);
-                        }
-                    }
-                    _ => {
-                        self.observed = Some((version, Instant::now()));
-                        self.renewed = None;
-                        return Ok(Claim::Other);
-                    }
-                }
-                tracing::info!(lease = %self.name, previous = %holder, "release lease expired; taking it over");
-            }
-            spec.acquire_time = Some(now.clone());
-            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
-        }
-        spec.holder_identity = Some(self.config.identity.clone());
-        spec.lease_duration_seconds = Some(duration);
-        spec.renew_time = Some(now);
-        let labels = lease.metadata.labels.get_or_insert_default();
-        labels.insert(LEASE_LABEL.to_owned(), self.release.clone());
-        // `replace` sends the resourceVersion read above: a concurrent writer makes it 409.
-        bounded(self.api.replace(&self.name, &PostParams::default(), &lease)).await?;
-        Ok(self.held())
-    }
-
-    fn held(&mut self) -> Claim {
-        self.observed = None;
-        self.renewed = Some(Instant::now());
-        Claim::Held
-    }
-
-    /// Gives the Lease up (no holder) if this replica holds it, so another takes over at once.
-    pub(super) async fn release(&mut self) {
-        self.renewed = None;
-        let given_up = async {
-            let Some(mut lease) = bounded(self.api.get_opt(&self.name)).await? else {
-                return Ok(());
-            };
-            let spec = lease.spec.get_or_insert_default();
-            if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
-                return Ok(());
-            }
-            spec.holder_identity = None;
-            bounded(self.api.replace(&self.name, &PostParams::default(), &lease))
-                .await
-                .map(drop)
-        };
-        if let Err(e) = given_up.await {
-            tracing::debug!(lease = %self.name, error = %e, "giving the release lease up failed");
-        }
-    }
-
-    /// Deletes the Lease if this replica holds it (its release is gone).
-    pub(super) async fn delete_if_held(&mut self) {
-        self.renewed = None;
-        let deleted = async {
-            let Some(lease) = bounded(self.api.get_opt(&self.name)).await? else {
-                return Ok(());
-            };
-            let holder = lease
-                .spec
-                .as_ref()
-                .and_then(|s| s.holder_identity.as_deref());
-            if holder != Some(self.config.identity.as_str()) {
-                return Ok(());
-            }
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    resource_version: lease.metadata.resource_version.clone(),
-                    uid: lease.metadata.uid.clone(),
-                }),
-                ..DeleteParams::default()
-            };
-            bounded(self.api.delete(&self.name, &params))
-                .await
-                .map(drop)
-        };
-        if let Err(e) = deleted.await {
-            tracing::debug!(lease = %self.name, error = %e, "deleting the release lease failed");
-        }
-    }
+) -> Elector {
+    berth_lease::Elector::new(
+        client,
+        namespace,
+        &lease_name(release),
+        [(LEASE_LABEL.to_owned(), release.to_owned())].into(),
+        config,
+    )
 }
 
 /// Deletes the Lease of `release` whoever holds it (the release was uninstalled).
@@ -300,59 +50,19 @@ pub(super) async fn delete(
     namespace: &str,
     release: &str,
 ) -> Result<(), kube::Error> {
-    let api: Api<Lease> = Api::namespaced(client, namespace);
-    match bounded(api.delete(&lease_name(release), &DeleteParams::default())).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
+    berth_lease::delete(client, namespace, &lease_name(release)).await
 }
-
-/// Leases read per list request.
-const PAGE: u32 = 500;
 
 /// (namespace, release) of every release Lease in the cluster.
 pub(super) async fn list(client: kube::Client) -> Result<Vec<(String, String)>, kube::Error> {
-    let api: Api<Lease> = Api::all(client);
-    let mut params = ListParams::default().labels(LEASE_LABEL).limit(PAGE);
-    let mut found = Vec::new();
-    loop {
-        let page = bounded(api.list(&params)).await?;
-        for lease in &page.items {
-            let meta = &lease.metadata;
-            if let (Some(ns), Some(release)) = (
-                &meta.namespace,
-                meta.labels.as_ref().and_then(|l| l.get(LEASE_LABEL)),
-            ) && meta.name.as_deref() == Some(lease_name(release).as_str())
-            {
-                found.push((ns.clone(), release.clone()));
-            }
-        }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(found),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identities_are_unique_and_checked() {
-        let (a, b) = (default_identity(), default_identity());
-        assert_ne!(a, b);
-        assert!(LeaseConfig::default().check().is_ok());
-        let bad = LeaseConfig {
-            renew: Duration::from_secs(15),
-            ..LeaseConfig::default()
-        };
-        assert!(bad.check().unwrap_err().contains("renew period"));
-        let bad = LeaseConfig {
-            identity: String::new(),
-            ..LeaseConfig::default()
-        };
-        assert!(bad.check().unwrap_err().contains("replica id"));
-    }
+    Ok(berth_lease::list(client, LEASE_LABEL)
+        .await?
+        .into_iter()
+        .filter_map(|lease| {
+            let meta = lease.metadata;
+            let release = meta.labels?.get(LEASE_LABEL)?.clone();
+            (meta.name.as_deref() == Some(lease_name(&release).as_str()))
+                .then_some((meta.namespace?, release))
+        })
+        .collect())
 }
