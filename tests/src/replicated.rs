@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use berth_telemetry::Role;
 
-use crate::process::{Databases, Proc, repositories_file, tls_args, with};
+use crate::process::{Databases, Proc, lease_namespace, repositories_file, tls_args, with};
 
 /// How many processes of each service.
 #[derive(Clone, Copy, Debug)]
@@ -52,6 +52,8 @@ pub const SERVICES: [&str; 6] = [
 pub struct ReplicatedTopology {
     /// The CA and the certificates of every role.
     pub certs: PathBuf,
+    /// The namespace of hookevent's shard Leases (`--lease-namespace`), the topology's own.
+    pub lease_namespace: crate::TestNamespace,
     /// Every process, with its service's name; a killed one is `None`.
     procs: Vec<(&'static str, Option<Proc>)>,
 }
@@ -60,7 +62,8 @@ impl ReplicatedTopology {
     /// Starts `replicas` of every service in `dir` against the cluster of `kubeconfig`, with
     /// their state in `databases`. `extra` appends arguments to every replica of a service
     /// (e.g. `("release", vec!["--lease-duration-secs", "3"])`); release and hookevent
-    /// replicas get `--replica-id <service>-<n>`.
+    /// replicas get `--replica-id <service>-<n>`, and hookevent's shard Leases a namespace of
+    /// the topology's own.
     pub async fn start(
         kubeconfig: &Path,
         dir: &Path,
@@ -73,15 +76,21 @@ impl ReplicatedTopology {
         berth_telemetry::tls::generate(&certs, &[])?;
         let repositories = repositories_file(dir, "")?.display().to_string();
         let kc = kubeconfig.display().to_string();
+        let leases = lease_namespace(kubeconfig).await?;
+        let leases_name = leases.to_string();
         let mut topology = ReplicatedTopology {
             certs: certs.clone(),
+            lease_namespace: leases,
             procs: Vec::new(),
         };
         let args_of = |service: &str, role: Role, n: usize, base: &[&str]| -> Vec<String> {
             let mut args: Vec<String> = base.iter().map(|a| a.to_string()).collect();
             args.extend(tls_args(&certs, role));
-            if service == "release" {
+            if matches!(service, "release" | "hookevent") {
                 args.extend(["--replica-id".to_owned(), format!("{service}-{n}")]);
+            }
+            if service == "hookevent" {
+                args.extend(["--lease-namespace".to_owned(), leases_name.clone()]);
             }
             for (s, more) in extra {
                 if *s == service {

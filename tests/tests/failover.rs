@@ -114,9 +114,18 @@ async fn killing_one_of_every_service_mid_install_loses_nothing() -> anyhow::Res
     result
 }
 
-/// Hookevent's replica flags: shards through Leases, short timings.
+/// Hookevent's replica flags: few shards (so both replicas own some), short Lease timings.
 fn hookevent_args() -> Vec<String> {
-    Vec::new()
+    [
+        "--shards",
+        "4",
+        "--lease-duration-secs",
+        "3",
+        "--lease-renew-secs",
+        "1",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 async fn failover(

@@ -68,6 +68,11 @@ spec:
           args:
             {{- toYaml .args | nindent 12 }}
           env:
+            # Where hookevent replicas reach each other (--advertise-endpoint's default).
+            - name: POD_IP
+              valueFrom:
+                fieldRef:
+                  fieldPath: status.podIP
             - name: BERTH_LOG_FORMAT
               value: {{ $root.Values.logFormat | quote }}
             {{- with $root.Values.otlpEndpoint }}
