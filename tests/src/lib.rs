@@ -124,3 +124,27 @@ impl Default for RefusedPort {
         RefusedPort::new()
     }
 }
+
+/// Waits until `check` answers `Some` (polling every `poll`), for at most `deadline`; the error
+/// names `what` was waited for.
+pub async fn until<T, F, Fut>(
+    what: &str,
+    deadline: std::time::Duration,
+    poll: std::time::Duration,
+    mut check: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if started.elapsed() > deadline {
+            anyhow::bail!("{what}: not within {deadline:?}");
+        }
+        tokio::time::sleep(poll).await;
+    }
+}

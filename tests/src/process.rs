@@ -163,6 +163,16 @@ pub struct Databases {
 }
 
 impl Databases {
+    /// A database per service on the PostgreSQL server `pg` (each migrates its own schema and
+    /// keeps its own migration history, as in docker-compose.yml).
+    pub async fn on_postgres(pg: &berth_testpg::PgServer) -> Databases {
+        Databases {
+            queue: pg.create_database("berth_queue").await,
+            lifecycle: pg.create_database("berth_lifecycle").await,
+            hookevent: pg.create_database("berth_hookevent").await,
+        }
+    }
+
     /// A SQLite file per service in `dir`.
     pub fn sqlite(dir: &Path) -> Databases {
         Databases {

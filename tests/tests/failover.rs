@@ -70,11 +70,7 @@ fn write_repository(root: &Path, runs: &Path) -> anyhow::Result<()> {
 async fn killing_one_of_every_service_mid_install_loses_nothing() -> anyhow::Result<()> {
     let cluster = TestCluster::start().await?;
     let pg = berth_testpg::PgServer::start().await;
-    let databases = Databases {
-        queue: pg.create_database("berth_queue").await,
-        lifecycle: pg.create_database("berth_lifecycle").await,
-        hookevent: pg.create_database("berth_hookevent").await,
-    };
+    let databases = Databases::on_postgres(&pg).await;
     let dir = tempfile::tempdir()?;
     let side = berth_tests::hook_writable_dir()?;
     let runs = side.path().join("runs");

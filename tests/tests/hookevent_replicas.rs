@@ -27,22 +27,13 @@ const RENEW_SECS: u64 = 1;
 const DEADLINE: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_millis(250);
 
-/// Waits (bounded) until `check` answers `Some`.
-async fn until<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
+/// Waits (bounded by [`DEADLINE`]) until `check` answers `Some`.
+async fn until<T, F, Fut>(what: &str, check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<T>>>,
 {
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if started.elapsed() > DEADLINE {
-            bail!("{what}: not within {DEADLINE:?}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    berth_tests::until(what, DEADLINE, POLL, check).await
 }
 
 /// Shard → holder of the shard Leases that have one.
@@ -159,11 +150,7 @@ async fn events_once(
 async fn watches_are_shared_by_shard_and_taken_over_from_a_killed_replica() -> anyhow::Result<()> {
     let cluster = TestCluster::start().await?;
     let pg = berth_testpg::PgServer::start().await;
-    let databases = Databases {
-        queue: pg.create_database("berth_queue").await,
-        lifecycle: pg.create_database("berth_lifecycle").await,
-        hookevent: pg.create_database("berth_hookevent").await,
-    };
+    let databases = Databases::on_postgres(&pg).await;
     let dir = tempfile::tempdir()?;
     // Every process of the topology gets these; only berth-hookevent reads them. The
     // topology's hookevent (the one the worker calls) is replica-a.

@@ -13,11 +13,7 @@ use serde_json::json;
 async fn lifecycle_replicas_share_packages_watches_and_validation_answers() -> anyhow::Result<()> {
     let cluster = TestCluster::start().await?;
     let pg = berth_testpg::PgServer::start().await;
-    let databases = Databases {
-        queue: pg.create_database("berth_queue").await,
-        lifecycle: pg.create_database("berth_lifecycle").await,
-        hookevent: pg.create_database("berth_hookevent").await,
-    };
+    let databases = Databases::on_postgres(&pg).await;
     let dir = tempfile::tempdir()?;
     // Gateway n and the worker call lifecycle n only: the worker's reports and answers all go
     // to lifecycle 0, while the test talks to lifecycle 1 through gateway 1.

@@ -60,11 +60,7 @@ async fn split_mode_on_postgres_keeps_package_state_across_a_lifecycle_restart()
     let pg = berth_testpg::PgServer::start().await;
     // A database per service: each migrates its own schema and keeps its own migration
     // history, as in docker-compose.yml.
-    let databases = Databases {
-        queue: pg.create_database("berth_queue").await,
-        lifecycle: pg.create_database("berth_lifecycle").await,
-        hookevent: pg.create_database("berth_hookevent").await,
-    };
+    let databases = Databases::on_postgres(&pg).await;
     let dir = tempfile::tempdir()?;
     let mut topology = SplitTopology::start_on(&cluster.kubeconfig, dir.path(), &databases).await?;
     let result = journey(&mut topology, &databases, cluster.client.clone()).await;

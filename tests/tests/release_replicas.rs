@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use berth_proto::v1;
 use berth_telemetry::Role;
 use berth_tests::{Proc, SplitTopology, TestCluster, TestNamespace, journey};
@@ -22,22 +22,13 @@ const RENEW_SECS: u64 = 1;
 const DEADLINE: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(200);
 
-/// Waits (bounded) until `check` answers `Some`.
-async fn until<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
+/// Waits (bounded by [`DEADLINE`]) until `check` answers `Some`.
+async fn until<T, F, Fut>(what: &str, check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<T>>>,
 {
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if started.elapsed() > DEADLINE {
-            bail!("{what}: not within {DEADLINE:?}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    berth_tests::until(what, DEADLINE, POLL, check).await
 }
 
 /// Objects a process re-applied after drift (`berth_drift_repairs_total{outcome="success"}`).
