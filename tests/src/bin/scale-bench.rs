@@ -370,6 +370,7 @@ async fn run(
             (cpu_time(pid, false)? - before).as_secs_f64()
         );
     }
+    rpc_counts(berth, args.packages).await?;
     // What a user would look at: every ConfigMap shows the value the hook set.
     let maps = kube::Api::<ConfigMap>::namespaced(kube.clone(), &namespace)
         .list(&Default::default())
@@ -389,6 +390,41 @@ async fn run(
         "{from_hook} of {} ConfigMaps carry the hook's value",
         args.packages
     );
+    Ok(())
+}
+
+/// Prints the gRPC calls the berth servers answered, per method and per package (from each
+/// process's `berth_rpc_requests_total`; every call is counted once, by its server).
+async fn rpc_counts(berth: &Berth, packages: usize) -> anyhow::Result<()> {
+    let mut calls: std::collections::BTreeMap<String, f64> = Default::default();
+    for (_, p) in berth.procs() {
+        let Some(addr) = &p.metrics else { continue };
+        let page = berth_tests::scrape_metrics(addr).await?;
+        for line in page.lines() {
+            let Some(rest) = line.strip_prefix("berth_rpc_requests_total{") else {
+                continue;
+            };
+            let (labels, value) = rest.rsplit_once("} ").context("a metrics line")?;
+            let label = |key: &str| {
+                labels
+                    .split(',')
+                    .find_map(|l| l.strip_prefix(key))
+                    .map(|v| v.trim_matches('"').to_owned())
+                    .unwrap_or_default()
+            };
+            let method = label("method=");
+            let method = method.rsplit('/').next().unwrap_or_default();
+            *calls
+                .entry(format!("{}/{method}", label("service=")))
+                .or_default() += value.parse::<f64>()?;
+        }
+    }
+    let mut calls: Vec<_> = calls.into_iter().collect();
+    calls.sort_by(|a, b| b.1.total_cmp(&a.1));
+    println!("gRPC calls answered (per package):");
+    for (method, n) in calls {
+        println!("  {method:<32} {n:>8} ({:.1})", n / packages as f64);
+    }
     Ok(())
 }
 
