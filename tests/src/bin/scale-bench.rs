@@ -9,7 +9,8 @@
 //! - `--mode up`: starts one `berth up` process with its embedded defaults;
 //!
 //! then Updates every package (`--in-flight` Updates at once, default 16; a call the gateway's
-//! rate limit refuses is retried after a moment), and polls List every 500 ms until all are
+//! rate limit refuses is retried after a moment; `--rate N` sets that limit, 100 calls/s per
+//! caller after a burst of 200 by default, to N calls/s and a burst of N), and polls List every 500 ms until all are
 //! Running. It prints the time from the first Update to all Running, the peak resident memory
 //! (`VmHWM` of `/proc/PID/status`) and CPU time of every berth process, and checks that every
 //! ConfigMap carries the hook's value. Then, unless `--no-helm`, it stops berth and installs
@@ -55,10 +56,13 @@ struct Args {
     in_flight: usize,
     helm: bool,
     helm_parallel: usize,
+    /// The gateway's per-caller rate limit (calls per second, and the burst), when not its
+    /// default.
+    rate: Option<usize>,
 }
 
 const USAGE: &str = "flags: --packages N, --mode split|up, --workers N, --in-flight N, \
-                     --helm-parallel N, --no-helm";
+                     --rate N, --helm-parallel N, --no-helm";
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -68,6 +72,7 @@ fn parse_args() -> anyhow::Result<Args> {
         in_flight: 16,
         helm: true,
         helm_parallel: 8,
+        rate: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -87,6 +92,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--workers" => args.workers = number()?,
             "--in-flight" => args.in_flight = number()?,
             "--helm-parallel" => args.helm_parallel = number()?,
+            "--rate" => args.rate = Some(number()?),
             "--mode" => {
                 args.mode = match value.as_str() {
                     "split" => Mode::Split,
@@ -252,6 +258,11 @@ impl Berth {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
+    if let Some(rate) = args.rate {
+        // The gateway's flags' environment variables (`berth up` takes the same).
+        berth_tests::process::child_env("BERTH_RATE_PER_CALLER", &rate.to_string());
+        berth_tests::process::child_env("BERTH_RATE_BURST", &rate.to_string());
+    }
     let dir = tempfile::tempdir()?;
     let (repo_dir, repo) = berth_tests::temp_repo();
     for i in 0..args.packages {
@@ -349,9 +360,11 @@ async fn run(
         Mode::Up => "berth up".to_owned(),
     };
     println!(
-        "berth ({mode}), {} packages, {} Updates in flight, {} cluster",
+        "berth ({mode}), {} packages, {} Updates in flight, gateway rate limit {}, {} cluster",
         args.packages,
         args.in_flight,
+        args.rate
+            .map_or("default".to_owned(), |r| format!("{r}/s")),
         if TestCluster::is_real() {
             "real"
         } else {
@@ -397,15 +410,21 @@ async fn run(
     Ok(())
 }
 
-/// Prints the gRPC calls the berth servers answered, per method and per package (from each
-/// process's `berth_rpc_requests_total`; every call is counted once, by its server).
+/// Prints the gRPC calls the berth servers answered, per method and per package, and their
+/// mean duration at the server (from each process's `berth_rpc_requests_total` and
+/// `berth_rpc_request_duration_seconds`; every call is counted once, by its server).
 async fn rpc_counts(berth: &Berth, packages: usize) -> anyhow::Result<()> {
-    let mut calls: std::collections::BTreeMap<String, f64> = Default::default();
+    // method -> (calls, seconds spent answering them)
+    let mut calls: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
     for (_, p) in berth.procs() {
         let Some(addr) = &p.metrics else { continue };
         let page = berth_tests::scrape_metrics(addr).await?;
         for line in page.lines() {
-            let Some(rest) = line.strip_prefix("berth_rpc_requests_total{") else {
+            let (count, rest) = if let Some(r) = line.strip_prefix("berth_rpc_requests_total{") {
+                (true, r)
+            } else if let Some(r) = line.strip_prefix("berth_rpc_request_duration_seconds_sum{") {
+                (false, r)
+            } else {
                 continue;
             };
             let (labels, value) = rest.rsplit_once("} ").context("a metrics line")?;
@@ -418,16 +437,26 @@ async fn rpc_counts(berth: &Berth, packages: usize) -> anyhow::Result<()> {
             };
             let method = label("method=");
             let method = method.rsplit('/').next().unwrap_or_default();
-            *calls
+            let entry = calls
                 .entry(format!("{}/{method}", label("service=")))
-                .or_default() += value.parse::<f64>()?;
+                .or_default();
+            let value = value.parse::<f64>()?;
+            if count {
+                entry.0 += value;
+            } else {
+                entry.1 += value;
+            }
         }
     }
     let mut calls: Vec<_> = calls.into_iter().collect();
-    calls.sort_by(|a, b| b.1.total_cmp(&a.1));
-    println!("gRPC calls answered (per package):");
-    for (method, n) in calls {
-        println!("  {method:<32} {n:>8} ({:.1})", n / packages as f64);
+    calls.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    println!("gRPC calls answered: calls (per package), mean time at the server");
+    for (method, (n, seconds)) in calls {
+        println!(
+            "  {method:<32} {n:>8} ({:>4.1}) {:>8.2} ms",
+            n / packages as f64,
+            seconds * 1000.0 / n.max(1.0)
+        );
     }
     Ok(())
 }
