@@ -320,12 +320,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Installs every package through berth and prints the figures.
-async fn run(
-    berth: &Berth,
-    kube: &kube::Client,
-    repo: &str,
-    args: &Args,
-) -> anyhow::Result<()> {
+async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> anyhow::Result<()> {
     let namespace = TestNamespace::create(kube, "scale").await?;
     let client = journey::connect(&berth.endpoint()).await?;
     let cpu_before: Vec<Duration> = berth
@@ -363,8 +358,7 @@ async fn run(
         "berth ({mode}), {} packages, {} Updates in flight, gateway rate limit {}, {} cluster",
         args.packages,
         args.in_flight,
-        args.rate
-            .map_or("default".to_owned(), |r| format!("{r}/s")),
+        args.rate.map_or("default".to_owned(), |r| format!("{r}/s")),
         if TestCluster::is_real() {
             "real"
         } else {
