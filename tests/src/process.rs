@@ -246,6 +246,13 @@ pub struct SplitTopology {
     others: Vec<Proc>,
     /// Lifecycle's command line, to start it again (see [`SplitTopology::restart_lifecycle`]).
     lifecycle_args: Vec<String>,
+    /// The first worker's command line without its `--cache-dir`, for further workers (see
+    /// [`SplitTopology::add_worker`]).
+    worker_args: Vec<String>,
+    /// The directory the topology keeps its state in (certificates, package caches).
+    dir: PathBuf,
+    /// Workers started so far.
+    workers: usize,
 }
 
 impl SplitTopology {
@@ -294,7 +301,9 @@ impl SplitTopology {
         SplitTopology::start_full(kubeconfig, dir, &[], &repositories, databases).await
     }
 
-    async fn start_full(
+    /// Everything configurable at once: `worker_args`, `repositories` (see
+    /// [`SplitTopology::start_configured`]) and `databases` (see [`SplitTopology::start_on`]).
+    pub async fn start_full(
         kubeconfig: &Path,
         dir: &Path,
         worker_args: &[&str],
@@ -380,7 +389,6 @@ impl SplitTopology {
             "listening on ",
         )
         .await?;
-        let cache = dir.join("packages").display().to_string();
         let (r, h) = (release.endpoint(), hookevent.endpoint());
         let mut args = vec![
             "work",
@@ -392,8 +400,6 @@ impl SplitTopology {
             &r,
             "--hookevent",
             &h,
-            "--cache-dir",
-            &cache,
         ];
         // The worker reads the same file unless `worker_args` name one of its own.
         if !worker_args.contains(&"--repositories") {
@@ -402,8 +408,8 @@ impl SplitTopology {
         let worker_tls = tls(Role::Worker);
         args.extend(worker_tls.iter().map(String::as_str));
         args.extend_from_slice(worker_args);
-        // `berth-queue work` (built by berth-worker): berth's task handlers on the queue's runtime.
-        let worker = Proc::start("berth-queue", &args, "worker ").await?;
+        let worker_args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let worker = start_worker(&worker_args, &dir.join("packages")).await?;
         let gateway = Proc::start(
             "berth-gateway",
             &with(
@@ -419,7 +425,33 @@ impl SplitTopology {
             certs,
             others: vec![worker, release, hookevent, lifecycle, broker],
             lifecycle_args,
+            worker_args,
+            dir: dir.to_owned(),
+            workers: 1,
         })
+    }
+
+    /// Starts one more worker with the first one's command line and a package cache of its
+    /// own (`<dir>/packages-<n>`); it leases tasks from the same broker.
+    pub async fn add_worker(&mut self) -> anyhow::Result<()> {
+        let cache = self.dir.join(format!("packages-{}", self.workers + 1));
+        let worker = start_worker(&self.worker_args, &cache).await?;
+        self.others.push(worker);
+        self.workers += 1;
+        Ok(())
+    }
+
+    /// Every process of the topology with its role: the gateway, the first worker, release,
+    /// hookevent, lifecycle, the broker, and the added workers.
+    pub fn procs(&self) -> impl Iterator<Item = (&'static str, &Proc)> {
+        const ROLES: [&str; FIRST_ADDED_WORKER] =
+            ["worker", "release", "hookevent", "lifecycle", "broker"];
+        std::iter::once(("gateway", &self.gateway)).chain(
+            self.others
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (ROLES.get(i).copied().unwrap_or("worker"), p)),
+        )
     }
 
     /// Stops lifecycle with SIGTERM, waits for it to exit, and starts it again with the same
@@ -475,12 +507,27 @@ impl SplitTopology {
         self.others.iter().find(|p| p.name == name)?.pid()
     }
 
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
         self.gateway.stop().await;
-        for p in self.others {
+        // The added workers first, while the services they call are still there.
+        let added = self.others.split_off(FIRST_ADDED_WORKER);
+        for p in added.into_iter().chain(self.others) {
             p.stop().await;
         }
     }
+}
+
+/// Where [`SplitTopology::add_worker`] puts the workers it starts in `others` (after the
+/// first worker, release, hookevent, lifecycle and the broker).
+const FIRST_ADDED_WORKER: usize = 5;
+
+/// `berth-queue work` (built by berth-worker: berth's task handlers on the queue's runtime)
+/// with `args` and its package cache in `cache`.
+async fn start_worker(args: &[String], cache: &Path) -> anyhow::Result<Proc> {
+    let cache = cache.display().to_string();
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend(["--cache-dir", &cache]);
+    Proc::start("berth-queue", &args, "worker ").await
 }
 
 /// `berth up` as one process.

@@ -1,0 +1,504 @@
+//! `scale-bench`: how long berth takes to install many small packages on a cluster, what each
+//! of its processes costs in memory, and how long `helm install --wait` takes for the same.
+//!
+//! It writes a repository of `--packages` apps (default 1,000), each a chart with one
+//! ConfigMap and one beforeHelm shell hook that sets the value the ConfigMap shows, and:
+//! - `--mode split` (default): starts the services as separate processes with mutual TLS
+//!   ([`SplitTopology`]), the broker, lifecycle and hookevent on a real PostgreSQL server
+//!   (`berth-testpg`), and `--workers` worker processes (default 3);
+//! - `--mode up`: starts one `berth up` process with its embedded defaults;
+//!
+//! then Updates every package (`--in-flight` Updates at once, default 16; a call the gateway's
+//! rate limit refuses is retried after a moment; `--rate N` sets that limit, 100 calls/s per
+//! caller after a burst of 200 by default, to N calls/s and a burst of N), and polls List every 500 ms until all are
+//! Running. It prints the time from the first Update to all Running, the peak resident memory
+//! (`VmHWM` of `/proc/PID/status`) and CPU time of every berth process, and checks that every
+//! ConfigMap carries the hook's value. Then, unless `--no-helm`, it stops berth and installs
+//! the same chart `--packages` times with `helm install --wait`, 8 at once (`--helm-parallel`),
+//! as distinct releases in a namespace of their own, and prints that time.
+//!
+//! The cluster is the embedded dev cluster (in this process) or the one of
+//! `BERTH_TEST_KUBECONFIG`; helm is `$HELM` or `helm` on `PATH`. The services are the builds
+//! next to this binary. Run: `cargo build --release -p berth-gateway -p berth-worker
+//! -p berth-lifecycle -p berth-hookevent -p berth-release -p berth-tests --bins`, then
+//! `BERTH_LOG=warn target/release/scale-bench [--packages 1000] [--mode split|up] [--no-helm]`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use berth_proto::v1::{self, PackageKind, PackageRef};
+use berth_tests::measure::cpu_time;
+use berth_tests::process::Proc;
+use berth_tests::{AllInOne, Databases, SplitTopology, TestCluster, TestNamespace, journey};
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::ConfigMap;
+
+/// Longest the packages may take to all be Running (and helm to install them all).
+const CONVERGE_DEADLINE: Duration = Duration::from_secs(1800);
+/// How often the bench lists the packages while waiting. Every List of 1,000 packages reads
+/// and converts them all in lifecycle and the gateway: polling as often as `scheduler-bench`
+/// (100 ms) would make the bench a large share of the load it measures.
+const POLL: Duration = Duration::from_millis(500);
+/// The value the beforeHelm hook patches in; the chart's own default differs.
+const FROM_HOOK: &str = "from-the-hook";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Split,
+    Up,
+}
+
+struct Args {
+    packages: usize,
+    mode: Mode,
+    workers: usize,
+    in_flight: usize,
+    helm: bool,
+    helm_parallel: usize,
+    /// The gateway's per-caller rate limit (calls per second, and the burst), when not its
+    /// default.
+    rate: Option<usize>,
+}
+
+const USAGE: &str = "flags: --packages N, --mode split|up, --workers N, --in-flight N, \
+                     --rate N, --helm-parallel N, --no-helm";
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        packages: 1000,
+        mode: Mode::Split,
+        workers: 3,
+        in_flight: 16,
+        helm: true,
+        helm_parallel: 8,
+        rate: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--no-helm" {
+            args.helm = false;
+            continue;
+        }
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        let number = || -> anyhow::Result<usize> {
+            match value.parse() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => bail!("{flag}: {value:?} is not a positive number"),
+            }
+        };
+        match flag.as_str() {
+            "--packages" => args.packages = number()?,
+            "--workers" => args.workers = number()?,
+            "--in-flight" => args.in_flight = number()?,
+            "--helm-parallel" => args.helm_parallel = number()?,
+            "--rate" => args.rate = Some(number()?),
+            "--mode" => {
+                args.mode = match value.as_str() {
+                    "split" => Mode::Split,
+                    "up" => Mode::Up,
+                    _ => bail!("--mode: {value:?} is neither split nor up"),
+                }
+            }
+            _ => bail!("unknown flag {flag} ({USAGE})"),
+        }
+    }
+    Ok(args)
+}
+
+fn name(i: usize) -> String {
+    format!("p{i:05}")
+}
+
+/// The hook: `--config` declares beforeHelm; a run patches `greeting` into the values.
+const HOOK: &str = r#"#!/bin/sh
+if [ "$1" = "--config" ]; then
+  printf 'configVersion: v1\nbeforeHelm: 10\n'
+  exit 0
+fi
+printf '[{"op":"add","path":"/greeting","value":"from-the-hook"}]' > "$VALUES_JSON_PATCH_PATH"
+"#;
+
+/// Writes package `i`: `<root>/<name>/1.0.0/` with package.yaml, a chart of one ConfigMap,
+/// and the hook.
+fn write_package(root: &Path, i: usize) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = root.join(name(i)).join("1.0.0");
+    std::fs::create_dir_all(dir.join("templates"))?;
+    std::fs::create_dir_all(dir.join("hooks"))?;
+    std::fs::write(
+        dir.join("package.yaml"),
+        format!(
+            "apiVersion: berth.io/v1\ntype: Application\nname: {}\nversion: 1.0.0\n",
+            name(i)
+        ),
+    )?;
+    std::fs::write(
+        dir.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: {}\nversion: 1.0.0\n", name(i)),
+    )?;
+    std::fs::write(dir.join("values.yaml"), "greeting: from-the-chart\n")?;
+    std::fs::write(
+        dir.join("templates/configmap.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n\
+         data:\n  greeting: {{ .Values.greeting | quote }}\n",
+    )?;
+    let hook = dir.join("hooks/10-greeting.sh");
+    std::fs::write(&hook, HOOK)?;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+/// Updates until accepted: the gateway refuses calls beyond its rate limit at once
+/// (`ResourceExhausted`), so the bench retries those after a moment.
+async fn update(
+    mut client: journey::Client,
+    repo: &str,
+    namespace: &str,
+    i: usize,
+) -> anyhow::Result<()> {
+    loop {
+        let request = v1::UpdateRequest {
+            r#ref: Some(PackageRef {
+                kind: PackageKind::App as i32,
+                name: name(i),
+                namespace: namespace.to_owned(),
+            }),
+            repository: repo.to_owned(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        };
+        match client.update(request).await {
+            Ok(_) => return Ok(()),
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(s) => bail!("Update {}: {s}", name(i)),
+        }
+    }
+}
+
+/// Packages Running, from one List pass (paged); `None` when the gateway refused the call.
+async fn running(client: &mut journey::Client) -> anyhow::Result<Option<usize>> {
+    let mut count = 0;
+    let mut page_token = String::new();
+    loop {
+        let page = match client
+            .list(v1::ListRequest {
+                page_size: 1000,
+                page_token,
+            })
+            .await
+        {
+            Ok(page) => page.into_inner(),
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => return Ok(None),
+            Err(s) => bail!("List: {s}"),
+        };
+        for p in &page.packages {
+            if !p.last_error.is_empty() {
+                bail!("{} failed: {}", p.key, p.last_error);
+            }
+        }
+        count += page
+            .packages
+            .iter()
+            .filter(|p| p.phase == "Running")
+            .count();
+        if page.next_page_token.is_empty() {
+            return Ok(Some(count));
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// Peak resident set (`VmHWM`) of `pid`, in MiB.
+fn peak_rss_mib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .context("no VmHWM in /proc status")?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()?;
+    Ok(kib / 1024.0)
+}
+
+/// The berth processes of a run.
+enum Berth {
+    Split(SplitTopology),
+    Up(AllInOne),
+}
+
+impl Berth {
+    fn endpoint(&self) -> String {
+        match self {
+            Berth::Split(t) => t.gateway.endpoint(),
+            Berth::Up(u) => u.proc.endpoint(),
+        }
+    }
+
+    /// Every process with its role.
+    fn procs(&self) -> Vec<(&'static str, &Proc)> {
+        match self {
+            Berth::Split(t) => t.procs().collect(),
+            Berth::Up(u) => vec![("berth up", &u.proc)],
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Berth::Split(t) => t.stop().await,
+            Berth::Up(u) => u.proc.stop().await,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    if let Some(rate) = args.rate {
+        // The gateway's flags' environment variables (`berth up` takes the same).
+        berth_tests::process::child_env("BERTH_RATE_PER_CALLER", &rate.to_string());
+        berth_tests::process::child_env("BERTH_RATE_BURST", &rate.to_string());
+    }
+    let dir = tempfile::tempdir()?;
+    let (repo_dir, repo) = berth_tests::temp_repo();
+    for i in 0..args.packages {
+        write_package(repo_dir.path(), i)?;
+    }
+    let cluster = TestCluster::start().await?;
+    // Kept until the end: the PostgreSQL server of split mode.
+    let mut pg = None;
+    let berth = match args.mode {
+        Mode::Split => {
+            let server = berth_testpg::PgServer::start().await;
+            let databases = Databases {
+                queue: server.create_database("berth_queue").await,
+                lifecycle: server.create_database("berth_lifecycle").await,
+                hookevent: server.create_database("berth_hookevent").await,
+            };
+            pg = Some(server);
+            let repositories = berth_tests::process::repositories_file(dir.path(), "")?;
+            let mut topology = SplitTopology::start_full(
+                &cluster.kubeconfig,
+                dir.path(),
+                &[],
+                &repositories,
+                &databases,
+            )
+            .await?;
+            for _ in 1..args.workers {
+                topology.add_worker().await?;
+            }
+            Berth::Split(topology)
+        }
+        // On the dev cluster, `berth up` embeds its own (as a user runs it); helm then uses
+        // the bench's.
+        Mode::Up => Berth::Up(
+            AllInOne::start(
+                &dir.path().join("up"),
+                TestCluster::is_real().then_some(cluster.kubeconfig.as_path()),
+            )
+            .await?,
+        ),
+    };
+    let kube = match &berth {
+        Berth::Up(up) => berth_tests::cluster::client_for(&up.kubeconfig).await?,
+        Berth::Split(_) => cluster.client.clone(),
+    };
+    let result = run(&berth, &kube, &repo, &args).await;
+    berth.stop().await;
+    drop(pg);
+    let result = match result {
+        Ok(()) if args.helm => helm(&cluster, repo_dir.path(), &args).await,
+        other => other,
+    };
+    cluster.stop().await;
+    result
+}
+
+/// Installs every package through berth and prints the figures.
+async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> anyhow::Result<()> {
+    let namespace = TestNamespace::create(kube, "scale").await?;
+    let client = journey::connect(&berth.endpoint()).await?;
+    let cpu_before: Vec<Duration> = berth
+        .procs()
+        .iter()
+        .map(|(_, p)| cpu_time(p.pid().context("a berth process exited")?, false))
+        .collect::<anyhow::Result<_>>()?;
+    let start = Instant::now();
+    futures::stream::iter(0..args.packages)
+        .map(|i| update(client.clone(), repo, &namespace, i))
+        .buffer_unordered(args.in_flight)
+        .try_collect::<()>()
+        .await?;
+    let updated = start.elapsed();
+    let mut client = client;
+    let deadline = start + CONVERGE_DEADLINE;
+    loop {
+        if running(&mut client).await? == Some(args.packages) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!("not every package was Running within {CONVERGE_DEADLINE:?}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let converged = start.elapsed();
+    let mode = match args.mode {
+        Mode::Split => format!(
+            "split mode: PostgreSQL, {} worker process(es)",
+            args.workers
+        ),
+        Mode::Up => "berth up".to_owned(),
+    };
+    println!(
+        "berth ({mode}), {} packages, {} Updates in flight, gateway rate limit {}, {} cluster",
+        args.packages,
+        args.in_flight,
+        args.rate.map_or("default".to_owned(), |r| format!("{r}/s")),
+        if TestCluster::is_real() {
+            "real"
+        } else {
+            "dev"
+        }
+    );
+    println!(
+        "first Update -> all Updates answered: {:.1} s; -> all Running: {:.1} s",
+        updated.as_secs_f64(),
+        converged.as_secs_f64()
+    );
+    for ((role, p), before) in berth.procs().into_iter().zip(cpu_before) {
+        let pid = p.pid().context("a berth process exited")?;
+        // Open descriptors: mostly connections (a watch of the Kubernetes API holds one).
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+        println!(
+            "  {role:<10} ({:<15}): peak RSS {:>6.1} MiB, CPU {:>6.2} s, {fds:>5} open fds",
+            p.name,
+            peak_rss_mib(pid)?,
+            (cpu_time(pid, false)? - before).as_secs_f64()
+        );
+    }
+    rpc_counts(berth, args.packages).await?;
+    // What a user would look at: every ConfigMap shows the value the hook set.
+    let maps = kube::Api::<ConfigMap>::namespaced(kube.clone(), &namespace)
+        .list(&Default::default())
+        .await?;
+    let from_hook = maps
+        .items
+        .iter()
+        .filter(|m| {
+            m.data
+                .as_ref()
+                .and_then(|d| d.get("greeting"))
+                .is_some_and(|g| g == FROM_HOOK)
+        })
+        .count();
+    anyhow::ensure!(
+        from_hook == args.packages,
+        "{from_hook} of {} ConfigMaps carry the hook's value",
+        args.packages
+    );
+    Ok(())
+}
+
+/// Prints the gRPC calls the berth servers answered, per method and per package, and their
+/// mean duration at the server (from each process's `berth_rpc_requests_total` and
+/// `berth_rpc_request_duration_seconds`; every call is counted once, by its server).
+async fn rpc_counts(berth: &Berth, packages: usize) -> anyhow::Result<()> {
+    // method -> (calls, seconds spent answering them)
+    let mut calls: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for (_, p) in berth.procs() {
+        let Some(addr) = &p.metrics else { continue };
+        let page = berth_tests::scrape_metrics(addr).await?;
+        for line in page.lines() {
+            let (count, rest) = if let Some(r) = line.strip_prefix("berth_rpc_requests_total{") {
+                (true, r)
+            } else if let Some(r) = line.strip_prefix("berth_rpc_request_duration_seconds_sum{") {
+                (false, r)
+            } else {
+                continue;
+            };
+            let (labels, value) = rest.rsplit_once("} ").context("a metrics line")?;
+            let label = |key: &str| {
+                labels
+                    .split(',')
+                    .find_map(|l| l.strip_prefix(key))
+                    .map(|v| v.trim_matches('"').to_owned())
+                    .unwrap_or_default()
+            };
+            let method = label("method=");
+            let method = method.rsplit('/').next().unwrap_or_default();
+            let entry = calls
+                .entry(format!("{}/{method}", label("service=")))
+                .or_default();
+            let value = value.parse::<f64>()?;
+            if count {
+                entry.0 += value;
+            } else {
+                entry.1 += value;
+            }
+        }
+    }
+    let mut calls: Vec<_> = calls.into_iter().collect();
+    calls.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    println!("gRPC calls answered: calls (per package), mean time at the server");
+    for (method, (n, seconds)) in calls {
+        println!(
+            "  {method:<32} {n:>8} ({:>4.1}) {:>8.2} ms",
+            n / packages as f64,
+            seconds * 1000.0 / n.max(1.0)
+        );
+    }
+    Ok(())
+}
+
+/// Installs the chart `--packages` times with `helm install --wait`, `--helm-parallel` at once,
+/// and prints the time.
+async fn helm(cluster: &TestCluster, repo: &Path, args: &Args) -> anyhow::Result<()> {
+    let helm = std::env::var_os("HELM").unwrap_or_else(|| "helm".into());
+    let namespace = TestNamespace::create(&cluster.client, "scale-helm").await?;
+    let chart = repo.join(name(0)).join("1.0.0");
+    let home = tempfile::tempdir()?;
+    let install = |i: usize| {
+        let mut command = tokio::process::Command::new(&helm);
+        command
+            .args(["install", &format!("h{i:05}")])
+            .arg(&chart)
+            .args(["--namespace", &namespace, "--wait", "--timeout", "10m"])
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .env("HELM_CONFIG_HOME", home.path().join("config"))
+            .env("HELM_CACHE_HOME", home.path().join("cache"))
+            .env("HELM_DATA_HOME", home.path().join("data"))
+            .kill_on_drop(true);
+        async move {
+            let out = command.output().await.context("running helm")?;
+            anyhow::ensure!(
+                out.status.success(),
+                "helm install h{i:05}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(())
+        }
+    };
+    let start = Instant::now();
+    tokio::time::timeout(
+        CONVERGE_DEADLINE,
+        futures::stream::iter(0..args.packages)
+            .map(install)
+            .buffer_unordered(args.helm_parallel)
+            .try_collect::<()>(),
+    )
+    .await
+    .context("helm did not install every release in time")??;
+    println!(
+        "helm install --wait, {} releases, {} at once: {:.1} s",
+        args.packages,
+        args.helm_parallel,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
