@@ -991,8 +991,18 @@ async fn catch_up(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     sched: &mut Scheduler,
 ) -> Result<(), StoreError> {
-    let pruned = meta(tx, META_PRUNED)
-        .await?
+    // Both facts in one round trip: this runs before every write.
+    let facts: std::collections::HashMap<String, String> =
+        sqlx::query("SELECT name, value FROM lifecycle_meta WHERE name IN ($1, $2)")
+            .bind(META_PRUNED)
+            .bind(META_KUBERNETES)
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|r| (r.get("name"), r.get("value")))
+            .collect();
+    let pruned = facts
+        .get(META_PRUNED)
         .and_then(|v| v.parse::<i64>().ok())
         .unwrap_or(0);
     if sched.changes_seen() < pruned {
@@ -1010,8 +1020,8 @@ async fn catch_up(
         *sched = fresh;
         return Ok(());
     }
-    if let Some(v) = meta(tx, META_KUBERNETES).await?
-        && let Ok(v) = semver::Version::parse(&v)
+    if let Some(v) = facts.get(META_KUBERNETES)
+        && let Ok(v) = semver::Version::parse(v)
     {
         sched.set_kubernetes(v);
     }
