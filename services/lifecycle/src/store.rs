@@ -1511,6 +1511,71 @@ mod tests {
         );
     }
 
+    /// A replica whose index is older than the pruned part of the change log rebuilds it whole
+    /// before writing, and still decides on what the other replica wrote.
+    #[tokio::test]
+    async fn a_replica_behind_the_pruned_log_rebuilds_its_index() {
+        let db = TestDb::postgres().await;
+        let platform = semver::Version::new(0, 1, 0);
+        let a = Store::open(&db.url()).await.unwrap();
+        let b = Store::open(&db.url()).await.unwrap();
+        let mut sched_a = a.scheduler(platform.clone()).await.unwrap();
+        let mut sched_b = b.scheduler(platform.clone()).await.unwrap();
+        let web = install(&b, &mut sched_b, "web").await;
+        report(&b, &mut sched_b, "web", web, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&["db"], None));
+        })
+        .await;
+        // As if the log had been pruned past everything A saw.
+        let mut conn = a.pool.acquire().await.unwrap();
+        let last = last_change(&mut conn).await.unwrap();
+        sqlx::query("DELETE FROM package_changes")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO lifecycle_meta (name, value) VALUES ($1, $2)")
+            .bind(META_PRUNED)
+            .bind(last.to_string())
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        drop(conn);
+        assert!(sched_a.changes_seen() < last);
+        queued(&a).await;
+        let db_g = install(&a, &mut sched_a, "db").await;
+        assert!(sched_a.changes_seen() >= last, "A rebuilt and moved on");
+        assert_eq!(
+            sched_a.dependents(&PackageKey::from_issued("default.db".into())),
+            [PackageKey::from_issued("default.web".into())],
+            "A's rebuilt index knows web, which only B wrote"
+        );
+        report(&a, &mut sched_a, "db", db_g, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        report(&a, &mut sched_a, "db", db_g, |c| {
+            c.phase = Some(Phase::Running)
+        })
+        .await;
+        let web_tasks: Vec<String> = queued(&a)
+            .await
+            .into_iter()
+            .filter(|t| t.starts_with("default.web"))
+            .collect();
+        assert_eq!(
+            web_tasks,
+            [
+                "default.web ApplySettings",
+                "default.web Startup",
+                "default.web Run"
+            ]
+        );
+    }
+
     crate::test_db::on_both_backends!(
         after_all_waits_for_the_packages_ordered_after_the_global_package,
         the_scheduler_enables_packages_as_their_requirements_come_to_hold,
