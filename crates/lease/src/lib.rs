@@ -6,8 +6,11 @@
 //! `renew` period; another replica takes it over only when it has watched the Lease record stay
 //! unchanged for its `leaseDurationSeconds` (measured on the replica's own clock, so the
 //! replicas' clocks need not agree), or when it has no holder. Every write is a create or a
-//! replace carrying the `resourceVersion` just read, so of two replicas racing for one Lease
-//! the API server lets exactly one win (the other gets 409 Conflict and stays a candidate).
+//! replace carrying the `resourceVersion` last seen, so of two replicas racing for one Lease
+//! the API server lets exactly one win (the other gets 409 Conflict and stays a candidate). A
+//! holder within its renew deadline renews by replacing the record it last wrote, without
+//! reading it first (one request per renewal instead of two: a replica may hold a thousand);
+//! a 409 sends it back to reading.
 //! kube-rs has no per-object leader elector (its `runtime` has none, and a single elector per
 //! process would not do: these are many Leases per replica), so the loop is written here over
 //! its `Api<Lease>`.
@@ -132,6 +135,10 @@ pub struct Elector {
     renewed: Option<Instant>,
     /// The other replica last seen holding the Lease.
     holder: Option<Holder>,
+    /// The Lease as this replica last wrote it, while it holds it: a renewal replaces it
+    /// without reading it first (its resourceVersion makes a write by anyone else since a
+    /// 409, and the renewal then reads), halving the requests every held Lease costs.
+    written: Option<Lease>,
 }
 
 fn conflict(e: &kube::Error) -> bool {
@@ -166,6 +173,7 @@ impl Elector {
             observed: None,
             renewed: None,
             holder: None,
+            written: None,
         }
     }
 
@@ -216,6 +224,19 @@ impl Elector {
     async fn attempt(&mut self, create: bool) -> Result<Claim, kube::Error> {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let duration = i32::try_from(self.config.duration.as_secs()).unwrap_or(i32::MAX);
+        if self.still_held()
+            && let Some(mut lease) = self.written.take()
+        {
+            let spec = lease.spec.get_or_insert_default();
+            spec.renew_time = Some(now);
+            spec.lease_duration_seconds = Some(duration);
+            // A 409 (someone wrote it since) leaves `written` empty: the retry reads.
+            let renewed =
+                bounded(self.api.replace(&self.name, &PostParams::default(), &lease)).await?;
+            self.written = Some(renewed);
+            return Ok(self.held());
+        }
+        self.written = None;
         let Some(mut lease) = bounded(self.api.get_opt(&self.name)).await? else {
             self.holder = None;
             if !create {
@@ -238,7 +259,10 @@ impl Elector {
                 }),
             };
             return match bounded(self.api.create(&PostParams::default(), &lease)).await {
-                Ok(_) => Ok(self.held()),
+                Ok(created) => {
+                    self.written = Some(created);
+                    Ok(self.held())
+                }
                 // Another replica created it first.
                 Err(e) if conflict(&e) => Ok(Claim::Other),
                 Err(e) => Err(e),
@@ -285,7 +309,8 @@ impl Elector {
             annotations.extend(self.annotations.clone());
         }
         // `replace` sends the resourceVersion read above: a concurrent writer makes it 409.
-        bounded(self.api.replace(&self.name, &PostParams::default(), &lease)).await?;
+        let written = bounded(self.api.replace(&self.name, &PostParams::default(), &lease)).await?;
+        self.written = Some(written);
         Ok(self.held())
     }
 
@@ -299,6 +324,7 @@ impl Elector {
     /// Gives the Lease up (no holder) if this replica holds it, so another takes over at once.
     pub async fn release(&mut self) {
         self.renewed = None;
+        self.written = None;
         let given_up = async {
             let Some(mut lease) = bounded(self.api.get_opt(&self.name)).await? else {
                 return Ok(());
@@ -320,6 +346,7 @@ impl Elector {
     /// Deletes the Lease if this replica holds it (what it owned is gone).
     pub async fn delete_if_held(&mut self) {
         self.renewed = None;
+        self.written = None;
         let deleted = async {
             let Some(lease) = bounded(self.api.get_opt(&self.name)).await? else {
                 return Ok(());
