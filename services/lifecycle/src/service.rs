@@ -132,7 +132,7 @@ impl LifecycleService {
     }
 
     /// A package this replica wrote. On PostgreSQL the database tells every replica, this one
-    /// included, of every change ([`LifecycleService::notice`]), so nothing is sent here.
+    /// included, of every change ([`LifecycleService::listen`]), so nothing is sent here.
     fn changed(&self, key: &PackageKey) {
         if self.store.dialect() == berth_telemetry::Dialect::Sqlite {
             // No receivers is fine: nobody is watching.
@@ -151,7 +151,7 @@ impl LifecycleService {
                 validations.notice(id).await;
             }
         });
-        let url = self.store.url().to_owned();
+        let url = self.store.database_url().to_owned();
         let changes = self.changes.clone();
         berth_telemetry::listen::relay(
             &url,

@@ -374,12 +374,8 @@ impl Store {
 
     /// Every package, in key order (bytewise on both engines).
     pub async fn list(&self) -> Result<Vec<PackageRow>, StoreError> {
-        let sql = self.dialect.pick(
-            "SELECT * FROM packages ORDER BY key",
-            "SELECT * FROM packages ORDER BY key COLLATE \"C\"",
-        );
-        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
-        rows.iter().map(decode).collect()
+        let mut conn = self.pool.acquire().await?;
+        all_rows(&mut conn, self.dialect).await
     }
 
     /// How many packages are in each phase (phases without packages are left out).
@@ -644,22 +640,21 @@ impl Store {
         Ok(true)
     }
 
-    /// Takes (reads and deletes) the stored answer to `request_id`: its package and answer.
+    /// Takes (reads and deletes) the stored answer to `request_id`.
     pub async fn take_validation_answer(
         &self,
         request_id: &str,
-    ) -> Result<Option<(String, String)>, StoreError> {
-        let row = sqlx::query(
-            "DELETE FROM validation_answers WHERE request_id = $1 RETURNING package, answer",
-        )
-        .bind(request_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|r| (r.get("package"), r.get("answer"))))
+    ) -> Result<Option<String>, StoreError> {
+        let row =
+            sqlx::query("DELETE FROM validation_answers WHERE request_id = $1 RETURNING answer")
+                .bind(request_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|r| r.get("answer")))
     }
 
     /// The URL the store was opened with (LISTEN connections open their own).
-    pub fn url(&self) -> &str {
+    pub fn database_url(&self) -> &str {
         &self.url
     }
 
@@ -972,15 +967,23 @@ async fn rebuild(
             sched.set_kubernetes(v);
         }
     }
+    for row in all_rows(conn, dialect).await? {
+        sched.upsert(row.key.clone(), row.node());
+    }
+    Ok(sched)
+}
+
+/// Every package, in key order (bytewise on both engines).
+async fn all_rows(
+    conn: &mut sqlx::AnyConnection,
+    dialect: Dialect,
+) -> Result<Vec<PackageRow>, StoreError> {
     let sql = dialect.pick(
         "SELECT * FROM packages ORDER BY key",
         "SELECT * FROM packages ORDER BY key COLLATE \"C\"",
     );
-    for row in sqlx::query(sql).fetch_all(&mut *conn).await? {
-        let row = decode(&row)?;
-        sched.upsert(row.key.clone(), row.node());
-    }
-    Ok(sched)
+    let rows = sqlx::query(sql).fetch_all(&mut *conn).await?;
+    rows.iter().map(decode).collect()
 }
 
 /// Replays into `sched` what other replicas committed since it last looked (PostgreSQL, under
@@ -1455,23 +1458,8 @@ mod tests {
         );
 
         let db_g = install(&b, &mut sched_b, "db").await;
-        report(&b, &mut sched_b, "db", db_g, |c| {
-            c.phase = Some(Phase::Loaded);
-            c.settings_schema = Some(None);
-            c.loaded = Some(loaded(&[], None));
-        })
-        .await;
-        report(&b, &mut sched_b, "db", db_g, |c| {
-            c.phase = Some(Phase::Running)
-        })
-        .await;
-        let web_tasks: Vec<String> = queued(&b)
-            .await
-            .into_iter()
-            .filter(|t| t.starts_with("default.web"))
-            .collect();
         assert_eq!(
-            web_tasks,
+            bring_up_db(&b, &mut sched_b, db_g).await,
             [
                 "default.web ApplySettings",
                 "default.web Startup",
@@ -1551,29 +1539,31 @@ mod tests {
             [PackageKey::from_issued("default.web".into())],
             "A's rebuilt index knows web, which only B wrote"
         );
-        report(&a, &mut sched_a, "db", db_g, |c| {
-            c.phase = Some(Phase::Loaded);
-            c.settings_schema = Some(None);
-            c.loaded = Some(loaded(&[], None));
-        })
-        .await;
-        report(&a, &mut sched_a, "db", db_g, |c| {
-            c.phase = Some(Phase::Running)
-        })
-        .await;
-        let web_tasks: Vec<String> = queued(&a)
-            .await
-            .into_iter()
-            .filter(|t| t.starts_with("default.web"))
-            .collect();
         assert_eq!(
-            web_tasks,
+            bring_up_db(&a, &mut sched_a, db_g).await,
             [
                 "default.web ApplySettings",
                 "default.web Startup",
                 "default.web Run"
             ]
         );
+    }
+
+    /// Reports the installed `db` loaded (no requirements) and then Running through `store`;
+    /// the tasks that queued for `web` meanwhile (the outbox is emptied).
+    async fn bring_up_db(store: &Store, sched: &mut Scheduler, g: Generation) -> Vec<String> {
+        report(store, sched, "db", g, |c| {
+            c.phase = Some(Phase::Loaded);
+            c.settings_schema = Some(None);
+            c.loaded = Some(loaded(&[], None));
+        })
+        .await;
+        report(store, sched, "db", g, |c| c.phase = Some(Phase::Running)).await;
+        queued(store)
+            .await
+            .into_iter()
+            .filter(|t| t.starts_with("default.web"))
+            .collect()
     }
 
     crate::test_db::on_both_backends!(

@@ -195,7 +195,7 @@ impl Validations {
         };
         for id in ids {
             let taken = match self.store.take_validation_answer(&id).await {
-                Ok(Some((_, encoded))) => encoded,
+                Ok(Some(encoded)) => encoded,
                 Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!(error = %e, "taking a stored validation answer failed");
