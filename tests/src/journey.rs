@@ -30,6 +30,20 @@ pub fn hello(namespace: &str) -> PackageRef {
     }
 }
 
+/// The Update installing (or changing) the example `hello` package 1.0.0 as `r` with
+/// `settings`.
+pub fn hello_update(r: &PackageRef, settings: Value) -> v1::UpdateRequest {
+    v1::UpdateRequest {
+        r#ref: Some(r.clone()),
+        repository: crate::EXAMPLES_REPO.to_owned(),
+        package: String::new(),
+        version: "1.0.0".into(),
+        settings: self::settings(settings),
+        force: false,
+        settings_version: 0,
+    }
+}
+
 fn settings(v: Value) -> Option<prost_types::Struct> {
     Some(berth_proto::json::to_struct(&v))
 }
@@ -130,16 +144,7 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     let namespace = crate::TestNamespace::to_be_created("e2e");
     let mut client = connect(endpoint).await?;
     let r = hello(&namespace);
-    let repo = crate::EXAMPLES_REPO.to_owned();
-    let update = |s: Value| v1::UpdateRequest {
-        r#ref: Some(r.clone()),
-        repository: repo.clone(),
-        package: String::new(),
-        version: "1.0.0".into(),
-        settings: settings(s),
-        force: false,
-        settings_version: 0,
-    };
+    let update = |s: Value| hello_update(&r, s);
 
     // Install.
     let accepted = client

@@ -148,3 +148,31 @@ where
         tokio::time::sleep(poll).await;
     }
 }
+
+/// Writes the app `name` 1.0.0 into the repository at `root`: its `package.yaml`, a
+/// `Chart.yaml`, and `files` (paths inside the version's directory, e.g.
+/// `templates/configmap.yaml`, `hooks/record.sh`); files under `hooks/` are made executable.
+pub fn write_app(root: &std::path::Path, name: &str, files: &[(&str, &str)]) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = root.join(name).join("1.0.0");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("package.yaml"),
+        format!("apiVersion: berth.io/v1\ntype: Application\nname: {name}\nversion: 1.0.0\n"),
+    )?;
+    std::fs::write(
+        dir.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: {name}\nversion: 1.0.0\n"),
+    )?;
+    for (path, content) in files {
+        let file = dir.join(path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&file, content)?;
+        if path.starts_with("hooks/") {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    Ok(())
+}

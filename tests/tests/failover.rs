@@ -33,35 +33,22 @@ fn name(i: usize) -> String {
 /// moment, so the kill lands while hooks run).
 fn write_repository(root: &Path, runs: &Path) -> anyhow::Result<()> {
     for i in 0..PACKAGES {
-        let dir = root.join(name(i)).join("1.0.0");
-        std::fs::create_dir_all(dir.join("templates"))?;
-        std::fs::create_dir_all(dir.join("hooks"))?;
-        std::fs::write(
-            dir.join("package.yaml"),
-            format!(
-                "apiVersion: berth.io/v1\ntype: Application\nname: {}\nversion: 1.0.0\n",
-                name(i)
-            ),
+        let hook = format!(
+            "#!/usr/bin/env bash\nset -euo pipefail\nif [[ \"${{1:-}}\" == \"--config\" ]]; then\n  echo '{{\"configVersion\": \"v1\", \"beforeHelm\": 1}}'\n  exit 0\nfi\nsleep 0.5\necho {} >> {}\n",
+            name(i),
+            runs.display()
+        );
+        berth_tests::write_app(
+            root,
+            &name(i),
+            &[
+                (
+                    "templates/configmap.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  package: {{ .Release.Name | quote }}\n",
+                ),
+                ("hooks/record.sh", &hook),
+            ],
         )?;
-        std::fs::write(
-            dir.join("Chart.yaml"),
-            format!("apiVersion: v2\nname: {}\nversion: 1.0.0\n", name(i)),
-        )?;
-        std::fs::write(
-            dir.join("templates/configmap.yaml"),
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  package: {{ .Release.Name | quote }}\n",
-        )?;
-        let hook = dir.join("hooks/record.sh");
-        std::fs::write(
-            &hook,
-            format!(
-                "#!/usr/bin/env bash\nset -euo pipefail\nif [[ \"${{1:-}}\" == \"--config\" ]]; then\n  echo '{{\"configVersion\": \"v1\", \"beforeHelm\": 1}}'\n  exit 0\nfi\nsleep 0.5\necho {} >> {}\n",
-                name(i),
-                runs.display()
-            ),
-        )?;
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))?;
     }
     Ok(())
 }

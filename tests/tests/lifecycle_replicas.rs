@@ -43,17 +43,10 @@ async fn journey(topology: &ReplicatedTopology, kube: &kube::Client) -> anyhow::
     let mut serving = journey::connect(&via(1)).await?;
     let r = journey::hello(&ns);
     let installed = serving
-        .update(v1::UpdateRequest {
-            r#ref: Some(r.clone()),
-            repository: berth_tests::EXAMPLES_REPO.to_owned(),
-            package: String::new(),
-            version: "1.0.0".into(),
-            settings: Some(berth_proto::json::to_struct(
-                &json!({"message": "one", "replicas": 1}),
-            )),
-            force: false,
-            settings_version: 0,
-        })
+        .update(journey::hello_update(
+            &r,
+            json!({"message": "one", "replicas": 1}),
+        ))
         .await?
         .into_inner();
     // Every report of the install is written by lifecycle 0: lifecycle 1's Watch sees the

@@ -84,15 +84,7 @@ async fn journey(
     let namespace = TestNamespace::to_be_created("pg");
     let mut client = journey::connect(&topology.gateway.endpoint()).await?;
     let r = journey::hello(&namespace);
-    let update = |s: Value| v1::UpdateRequest {
-        r#ref: Some(r.clone()),
-        repository: berth_tests::EXAMPLES_REPO.to_owned(),
-        package: String::new(),
-        version: "1.0.0".into(),
-        settings: Some(berth_proto::json::to_struct(&s)),
-        force: false,
-        settings_version: 0,
-    };
+    let update = |s: Value| journey::hello_update(&r, s);
     let installed = client
         .update(update(json!({"message": "world", "replicas": 2})))
         .await?

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use berth_proto::v1;
 use berth_telemetry::Role;
 use berth_tests::{Proc, SplitTopology, TestCluster, TestNamespace, journey};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -116,17 +115,10 @@ async fn journey(cluster: &TestCluster, topology: &SplitTopology) -> anyhow::Res
     let mut client = journey::connect(&topology.gateway.endpoint()).await?;
     let r = journey::hello(&namespace);
     let accepted = client
-        .update(v1::UpdateRequest {
-            r#ref: Some(r.clone()),
-            repository: berth_tests::EXAMPLES_REPO.to_owned(),
-            package: String::new(),
-            version: "1.0.0".into(),
-            settings: Some(berth_proto::json::to_struct(
-                &json!({"message": "replicas", "replicas": 1}),
-            )),
-            force: false,
-            settings_version: 0,
-        })
+        .update(journey::hello_update(
+            &r,
+            json!({"message": "replicas", "replicas": 1}),
+        ))
         .await?
         .into_inner();
     journey::wait_running(&mut client, &r, accepted.generation).await?;

@@ -122,31 +122,19 @@ printf '[{"op":"add","path":"/greeting","value":"from-the-hook"}]' > "$VALUES_JS
 /// Writes package `i`: `<root>/<name>/1.0.0/` with package.yaml, a chart of one ConfigMap,
 /// and the hook.
 fn write_package(root: &Path, i: usize) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = root.join(name(i)).join("1.0.0");
-    std::fs::create_dir_all(dir.join("templates"))?;
-    std::fs::create_dir_all(dir.join("hooks"))?;
-    std::fs::write(
-        dir.join("package.yaml"),
-        format!(
-            "apiVersion: berth.io/v1\ntype: Application\nname: {}\nversion: 1.0.0\n",
-            name(i)
-        ),
-    )?;
-    std::fs::write(
-        dir.join("Chart.yaml"),
-        format!("apiVersion: v2\nname: {}\nversion: 1.0.0\n", name(i)),
-    )?;
-    std::fs::write(dir.join("values.yaml"), "greeting: from-the-chart\n")?;
-    std::fs::write(
-        dir.join("templates/configmap.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n\
-         data:\n  greeting: {{ .Values.greeting | quote }}\n",
-    )?;
-    let hook = dir.join("hooks/10-greeting.sh");
-    std::fs::write(&hook, HOOK)?;
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
+    berth_tests::write_app(
+        root,
+        &name(i),
+        &[
+            ("values.yaml", "greeting: from-the-chart\n"),
+            (
+                "templates/configmap.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\n\
+                 data:\n  greeting: {{ .Values.greeting | quote }}\n",
+            ),
+            ("hooks/10-greeting.sh", HOOK),
+        ],
+    )
 }
 
 /// Updates until accepted: the gateway refuses calls beyond its rate limit at once
