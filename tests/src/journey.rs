@@ -356,3 +356,68 @@ pub async fn run(endpoint: &str, kube: kube::Client) -> anyhow::Result<()> {
     assert!(!again.found);
     Ok(())
 }
+
+/// Updates the app `name` (version 1.0.0 of the package of that name in `repository`, in
+/// `namespace`) until the gateway accepts it: beyond its rate limit it refuses at once
+/// (`ResourceExhausted`), and the call is made again after a moment. For the benchmarks.
+pub async fn update_app(
+    client: &mut Client,
+    repository: &str,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    loop {
+        let request = v1::UpdateRequest {
+            r#ref: Some(PackageRef {
+                kind: PackageKind::App as i32,
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+            }),
+            repository: repository.to_owned(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        };
+        match client.update(request).await {
+            Ok(_) => return Ok(()),
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(s) => bail!("Update {name}: {s}"),
+        }
+    }
+}
+
+/// How many packages are Running, from one List pass (paged); `None` when the gateway
+/// refused the call (its rate limit). A package with an error fails the count. For the
+/// benchmarks.
+pub async fn count_running(client: &mut Client) -> anyhow::Result<Option<usize>> {
+    let mut count = 0;
+    let mut page_token = String::new();
+    loop {
+        let page = match client
+            .list(v1::ListRequest {
+                page_size: 1000,
+                page_token,
+            })
+            .await
+        {
+            Ok(page) => page.into_inner(),
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => return Ok(None),
+            Err(s) => bail!("List: {s}"),
+        };
+        for p in &page.packages {
+            if !p.last_error.is_empty() {
+                bail!("{} failed: {}", p.key, p.last_error);
+            }
+        }
+        count += page
+            .packages
+            .iter()
+            .filter(|p| p.phase == "Running")
+            .count();
+        if page.next_page_token.is_empty() {
+            return Ok(Some(count));
+        }
+        page_token = page.next_page_token;
+    }
+}

@@ -27,7 +27,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use berth_proto::v1::{self, PackageKind, PackageRef};
 use berth_tests::measure::cpu_time;
 use berth_tests::process::Proc;
 use berth_tests::{AllInOne, Databases, SplitTopology, TestCluster, TestNamespace, journey};
@@ -135,68 +134,6 @@ fn write_package(root: &Path, i: usize) -> anyhow::Result<()> {
             ("hooks/10-greeting.sh", HOOK),
         ],
     )
-}
-
-/// Updates until accepted: the gateway refuses calls beyond its rate limit at once
-/// (`ResourceExhausted`), so the bench retries those after a moment.
-async fn update(
-    mut client: journey::Client,
-    repo: &str,
-    namespace: &str,
-    i: usize,
-) -> anyhow::Result<()> {
-    loop {
-        let request = v1::UpdateRequest {
-            r#ref: Some(PackageRef {
-                kind: PackageKind::App as i32,
-                name: name(i),
-                namespace: namespace.to_owned(),
-            }),
-            repository: repo.to_owned(),
-            version: "1.0.0".into(),
-            ..Default::default()
-        };
-        match client.update(request).await {
-            Ok(_) => return Ok(()),
-            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(s) => bail!("Update {}: {s}", name(i)),
-        }
-    }
-}
-
-/// Packages Running, from one List pass (paged); `None` when the gateway refused the call.
-async fn running(client: &mut journey::Client) -> anyhow::Result<Option<usize>> {
-    let mut count = 0;
-    let mut page_token = String::new();
-    loop {
-        let page = match client
-            .list(v1::ListRequest {
-                page_size: 1000,
-                page_token,
-            })
-            .await
-        {
-            Ok(page) => page.into_inner(),
-            Err(s) if s.code() == tonic::Code::ResourceExhausted => return Ok(None),
-            Err(s) => bail!("List: {s}"),
-        };
-        for p in &page.packages {
-            if !p.last_error.is_empty() {
-                bail!("{} failed: {}", p.key, p.last_error);
-            }
-        }
-        count += page
-            .packages
-            .iter()
-            .filter(|p| p.phase == "Running")
-            .count();
-        if page.next_page_token.is_empty() {
-            return Ok(Some(count));
-        }
-        page_token = page.next_page_token;
-    }
 }
 
 /// Peak resident set (`VmHWM`) of `pid`, in MiB.
@@ -318,7 +255,11 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         .collect::<anyhow::Result<_>>()?;
     let start = Instant::now();
     futures::stream::iter(0..args.packages)
-        .map(|i| update(client.clone(), repo, &namespace, i))
+        .map(|i| {
+            let mut client = client.clone();
+            let (namespace, name) = (namespace.to_string(), name(i));
+            async move { journey::update_app(&mut client, repo, &namespace, &name).await }
+        })
         .buffer_unordered(args.in_flight)
         .try_collect::<()>()
         .await?;
@@ -326,7 +267,7 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
     let mut client = client;
     let deadline = start + CONVERGE_DEADLINE;
     loop {
-        if running(&mut client).await? == Some(args.packages) {
+        if journey::count_running(&mut client).await? == Some(args.packages) {
             break;
         }
         if Instant::now() >= deadline {

@@ -22,7 +22,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use berth_proto::v1::{self, PackageKind, PackageRef};
 use berth_tests::measure::cpu_time;
 use berth_tests::{SplitTopology, TestCluster, journey};
 
@@ -99,63 +98,6 @@ fn write_repository(root: &Path, args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Updates until accepted: the gateway refuses calls beyond its rate limit at once
-/// (`ResourceExhausted`), so the bench retries those after a moment.
-async fn update(client: &mut journey::Client, repo: &str, i: usize) -> anyhow::Result<()> {
-    loop {
-        let request = v1::UpdateRequest {
-            r#ref: Some(PackageRef {
-                kind: PackageKind::App as i32,
-                name: name(i),
-                namespace: NAMESPACE.into(),
-            }),
-            repository: repo.to_owned(),
-            version: "1.0.0".into(),
-            ..Default::default()
-        };
-        match client.update(request).await {
-            Ok(_) => return Ok(()),
-            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(s) => bail!("Update {}: {s}", name(i)),
-        }
-    }
-}
-
-/// Packages Running, from one List pass (paged); `None` when the gateway refused the call.
-async fn running(client: &mut journey::Client) -> anyhow::Result<Option<usize>> {
-    let mut count = 0;
-    let mut page_token = String::new();
-    loop {
-        let page = match client
-            .list(v1::ListRequest {
-                page_size: 1000,
-                page_token,
-            })
-            .await
-        {
-            Ok(page) => page.into_inner(),
-            Err(s) if s.code() == tonic::Code::ResourceExhausted => return Ok(None),
-            Err(s) => bail!("List: {s}"),
-        };
-        for p in &page.packages {
-            if !p.last_error.is_empty() {
-                bail!("{} failed: {}", p.key, p.last_error);
-            }
-        }
-        count += page
-            .packages
-            .iter()
-            .filter(|p| p.phase == "Running")
-            .count();
-        if page.next_page_token.is_empty() {
-            return Ok(Some(count));
-        }
-        page_token = page.next_page_token;
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
@@ -187,12 +129,12 @@ async fn measure(topology: &SplitTopology, repo: &str, args: &Args) -> anyhow::R
     let mut order: Vec<usize> = (0..args.packages).collect();
     order.sort_by_key(|i| std::cmp::Reverse(level(*i, args)));
     for i in order {
-        update(&mut client, repo, i).await?;
+        journey::update_app(&mut client, repo, NAMESPACE, &name(i)).await?;
     }
     let last_update = Instant::now();
     let deadline = last_update + CONVERGE_DEADLINE;
     loop {
-        if running(&mut client).await? == Some(args.packages) {
+        if journey::count_running(&mut client).await? == Some(args.packages) {
             break;
         }
         if Instant::now() >= deadline {
