@@ -102,9 +102,9 @@ fn write_repository(root: &Path, args: &Args) -> anyhow::Result<()> {
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let dir = tempfile::tempdir()?;
-    let repo = dir.path().join("repo");
-    write_repository(&repo, &args)?;
-    let repo = repo.display().to_string();
+    // Under the harness's repository root: an Update names a repository by a relative path.
+    let (repo_dir, repo) = berth_tests::temp_repo();
+    write_repository(repo_dir.path(), &args)?;
     let cluster = TestCluster::start().await?;
     let concurrency = args.concurrency.to_string();
     let topology = SplitTopology::start_with(
