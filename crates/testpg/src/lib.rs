@@ -17,12 +17,14 @@ const DEFAULT_BIN: &str = "/usr/lib/postgresql/15/bin";
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts at finding a port nobody else grabbed between our probe and the server's bind.
 const PORT_ATTEMPTS: usize = 5;
+/// How long a stopping server may take to exit before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running server; the data directory and the process go away on drop.
 pub struct PgServer {
     pub port: u16,
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl PgServer {
@@ -46,13 +48,9 @@ impl PgServer {
             let log = dir.path().join(format!("postgres-{port}.log"));
             let mut child = spawn_postgres(&bin, &data, port, &log, run_as.is_some());
             if wait_ready(port, &mut child).await {
-                return PgServer {
-                    port,
-                    child,
-                    _dir: dir,
-                };
+                return PgServer { port, child, dir };
             }
-            let _ = child.kill().await;
+            stop(&mut child, &data);
             last_log = std::fs::read_to_string(&log).unwrap_or_default();
         }
         panic!("PostgreSQL did not start after {PORT_ATTEMPTS} attempts; last log:\n{last_log}");
@@ -90,15 +88,46 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        // SIGQUIT is PostgreSQL's immediate shutdown: it stops its backends too, which a
-        // SIGKILL of the postmaster would leave running for a moment.
-        if let Some(pid) = self.child.id() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGQUIT,
-            );
-        }
+        // SIGQUIT is PostgreSQL's immediate shutdown: the postmaster stops its backends, then
+        // removes its System V shared memory segment as it exits. It must be waited for: the
+        // child's `kill_on_drop` SIGKILLs it right after this, and a postmaster killed before
+        // it exits leaves its segment behind for good. A machine holds at most `kernel.shmmni`
+        // (4096) of them; once they are used up, every initdb fails ("could not create shared
+        // memory segment: No space left on device").
+        stop(&mut self.child, &self.dir.path().join("data"));
     }
+}
+
+/// Stops the postmaster `child` of cluster `data` and waits for it to exit.
+fn stop(child: &mut Child, data: &Path) {
+    let Some(pid) = child.id() else { return };
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGQUIT);
+    let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Still running: kill it and remove the segment it named in postmaster.pid.
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    if let Some(shmid) = segment_of(data) {
+        let _ = std::process::Command::new("ipcrm")
+            .args(["-m", &shmid])
+            .status();
+    }
+}
+
+/// The System V shared memory id a running postmaster wrote on the last line of its
+/// `postmaster.pid` ("key id").
+fn segment_of(data: &Path) -> Option<String> {
+    let pidfile = std::fs::read_to_string(data.join("postmaster.pid")).ok()?;
+    let line = pidfile.lines().nth(6)?;
+    let id = line.split_whitespace().nth(1)?;
+    id.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| id.to_owned())
 }
 
 /// (uid, gid) of the `postgres` user when we run as root, else `None`.
@@ -212,4 +241,46 @@ async fn wait_ready(port: u16, child: &mut Child) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the kernel lists System V shared memory segment `shmid` (`ipcs` exits 0 either
+    /// way, so its table is read directly).
+    fn segment_exists(shmid: &str) -> bool {
+        let table = std::fs::read_to_string("/proc/sysvipc/shm").expect("read /proc/sysvipc/shm");
+        table
+            .lines()
+            .skip(1)
+            .any(|line| line.split_whitespace().nth(1) == Some(shmid))
+    }
+
+    /// A dropped server leaves no shared memory segment behind: leaked ones pile up until no
+    /// PostgreSQL on the machine can start.
+    #[tokio::test]
+    async fn a_dropped_server_removes_its_shared_memory() {
+        let server = PgServer::start().await;
+        let shmid =
+            segment_of(&server.dir.path().join("data")).expect("postmaster.pid names its segment");
+        assert!(
+            segment_exists(&shmid),
+            "segment {shmid} of the running server"
+        );
+        let mut conn = sqlx::PgConnection::connect(&server.url())
+            .await
+            .expect("connect");
+        sqlx::query("SELECT 1")
+            .execute(&mut conn)
+            .await
+            .expect("query");
+        // Dropped with a client still connected, as a failing test leaves it.
+        drop(server);
+        assert!(
+            !segment_exists(&shmid),
+            "segment {shmid} left behind after the drop"
+        );
+        drop(conn);
+    }
 }
