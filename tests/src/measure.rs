@@ -1,4 +1,5 @@
-//! Small measuring helpers the benchmark binaries share: percentiles and per-process CPU time.
+//! Small measuring helpers the benchmark binaries share: percentiles, per-process CPU time and
+//! the machine's CPU time by program.
 
 use std::time::Duration;
 
@@ -38,6 +39,76 @@ pub fn cpu_time(pid: u32, children: bool) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(ticks as f64 / USER_HZ))
 }
 
+/// CPU time of every process on the machine by program name (`comm`), children it waited for
+/// included, so a run's cost can be shared out between berth, the API server, etcd, PostgreSQL
+/// and the hooks. Take one before and one after; [`CpuByProgram::since`] gives the difference.
+pub struct CpuByProgram {
+    /// pid -> (program, CPU time with waited-for children)
+    pids: std::collections::HashMap<u32, (String, Duration)>,
+    /// All CPUs' busy time (user, nice, system, irq, softirq, steal) from `/proc/stat`.
+    busy: Duration,
+}
+
+impl CpuByProgram {
+    /// Reads `/proc` now; processes that vanish while it reads are skipped.
+    pub fn now() -> anyhow::Result<CpuByProgram> {
+        let mut pids = std::collections::HashMap::new();
+        for entry in std::fs::read_dir("/proc")? {
+            let Some(pid) = entry?
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let (Ok(comm), Ok(cpu)) = (
+                std::fs::read_to_string(format!("/proc/{pid}/comm")),
+                cpu_time(pid, true),
+            ) else {
+                continue;
+            };
+            pids.insert(pid, (comm.trim().to_owned(), cpu));
+        }
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        let cpu = stat.lines().next().context("empty /proc/stat")?;
+        // cpu user nice system idle iowait irq softirq steal ...
+        let ticks: Vec<u64> = cpu
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        let busy: u64 = [0, 1, 2, 5, 6, 7]
+            .iter()
+            .filter_map(|&i| ticks.get(i))
+            .sum();
+        Ok(CpuByProgram {
+            pids,
+            busy: Duration::from_secs_f64(busy as f64 / USER_HZ),
+        })
+    }
+
+    /// CPU time each program used between `earlier` and `self`, most first, and the machine's
+    /// busy time. A process that exited in between is counted in its parent once waited for.
+    pub fn since(&self, earlier: &CpuByProgram) -> (Vec<(String, Duration)>, Duration) {
+        let mut by: std::collections::HashMap<&str, Duration> = std::collections::HashMap::new();
+        for (pid, (comm, cpu)) in &self.pids {
+            let before = earlier
+                .pids
+                .get(pid)
+                .filter(|(c, _)| c == comm)
+                .map_or(Duration::ZERO, |(_, d)| *d);
+            *by.entry(comm).or_default() += cpu.saturating_sub(before);
+        }
+        let mut by: Vec<(String, Duration)> = by
+            .into_iter()
+            .filter(|(_, d)| !d.is_zero())
+            .map(|(c, d)| (c.to_owned(), d))
+            .collect();
+        by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        (by, self.busy.saturating_sub(earlier.busy))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +129,29 @@ mod tests {
         assert!(with_children >= own, "{with_children:?} < {own:?}");
         // PIDs are below 2^22 on Linux, so this one cannot exist.
         assert!(cpu_time(u32::MAX, false).is_err());
+    }
+
+    #[test]
+    fn cpu_by_program_counts_work_done_in_between() {
+        let before = CpuByProgram::now().expect("read /proc");
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(300) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = CpuByProgram::now().expect("read /proc");
+        let (by, busy) = after.since(&before);
+        let own = std::fs::read_to_string("/proc/self/comm").expect("own comm");
+        let spent = by
+            .iter()
+            .find(|(c, _)| c == own.trim())
+            .map(|(_, d)| *d)
+            .unwrap_or_default();
+        assert!(
+            spent >= Duration::from_millis(100),
+            "{own}: {spent:?} in {by:?}"
+        );
+        assert!(busy >= spent / 2, "machine busy {busy:?} < own {spent:?}");
     }
 }

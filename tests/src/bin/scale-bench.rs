@@ -27,7 +27,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use berth_tests::measure::cpu_time;
+use berth_tests::measure::{CpuByProgram, cpu_time};
 use berth_tests::process::Proc;
 use berth_tests::{AllInOne, Databases, SplitTopology, TestCluster, TestNamespace, journey};
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -39,6 +39,8 @@ const CONVERGE_DEADLINE: Duration = Duration::from_secs(1800);
 /// and converts them all in lifecycle and the gateway: polling as often as `scheduler-bench`
 /// (100 ms) would make the bench a large share of the load it measures.
 const POLL: Duration = Duration::from_millis(500);
+/// Programs shown in the machine's CPU breakdown.
+const MACHINE_PROGRAMS_SHOWN: usize = 12;
 /// The value the beforeHelm hook patches in; the chart's own default differs.
 const FROM_HOOK: &str = "from-the-hook";
 
@@ -253,6 +255,7 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         .iter()
         .map(|(_, p)| cpu_time(p.pid().context("a berth process exited")?, false))
         .collect::<anyhow::Result<_>>()?;
+    let machine_before = CpuByProgram::now()?;
     let start = Instant::now();
     futures::stream::iter(0..args.packages)
         .map(|i| {
@@ -276,6 +279,7 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         tokio::time::sleep(POLL).await;
     }
     let converged = start.elapsed();
+    let (by_program, busy) = CpuByProgram::now()?.since(&machine_before);
     let mode = match args.mode {
         Mode::Split => format!(
             "split mode: PostgreSQL, {} worker process(es)",
@@ -309,6 +313,15 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
             peak_rss_mib(pid)?,
             (cpu_time(pid, false)? - before).as_secs_f64()
         );
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "machine CPU until all Running: {:.1} s busy of {:.1} s ({cores} cores); by program:",
+        busy.as_secs_f64(),
+        converged.as_secs_f64() * cores as f64
+    );
+    for (program, cpu) in by_program.iter().take(MACHINE_PROGRAMS_SHOWN) {
+        println!("  {program:<16} {:>7.2} s", cpu.as_secs_f64());
     }
     rpc_counts(berth, args.packages).await?;
     // What a user would look at: every ConfigMap shows the value the hook set.
