@@ -201,7 +201,7 @@ pub fn resolve_for_plan(
 
 /// What a Load does to the stored settings: keeps them (their version resolved), converts
 /// them, or fails the package (nothing stored changes).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum AtLoad {
     Keep(u32),
     Converted(Converted),

@@ -22,6 +22,7 @@ pub enum Report {
 }
 
 /// What a report changes on the package; every field empty leaves it as it is.
+#[derive(Clone)]
 pub struct Change {
     pub generation: Generation,
     pub phase: Option<Phase>,

@@ -25,7 +25,7 @@ use crate::flows;
 use crate::model::{Generation, PackageKey, Phase};
 use crate::report;
 use crate::scheduler::Scheduler;
-use crate::store::Store;
+use crate::store::{self, Store, Write, WriteOp};
 use crate::update::{self, NotPlanned};
 use crate::validation::{Outcome, Validations};
 
@@ -59,7 +59,21 @@ pub struct LifecycleService {
     validations: Validations,
     /// The bounded jq evaluators settings conversions run on.
     jq: berth_jq::Jq,
+    /// Reports waiting to be written ([`LifecycleService::write_report`]).
+    reports: Arc<std::sync::Mutex<std::collections::VecDeque<PendingReport>>>,
 }
+
+/// A report waiting in [`LifecycleService::write_report`]'s queue, and where its outcome goes.
+struct PendingReport {
+    write: Write<'static>,
+    reply: tokio::sync::oneshot::Sender<Result<store::Outcome, Status>>,
+}
+
+/// Most reports written in one transaction.
+const MAX_REPORT_BATCH: usize = 64;
+/// Most reports waiting to be written; more are refused (Unavailable) and the worker reports
+/// again. Far above what the workers' task slots can send at once.
+const MAX_QUEUED_REPORTS: usize = 4096;
 
 /// Now, as conditions record it.
 pub fn now() -> String {
@@ -86,6 +100,7 @@ impl LifecycleService {
             repositories,
             validations,
             jq,
+            reports: Default::default(),
         }
     }
 
@@ -197,6 +212,80 @@ impl LifecycleService {
             Err(e) => tracing::error!(error = %e, "scheduling pass failed"),
         }
         self.outbox_wake.notify_one();
+    }
+
+    /// Applies a worker's report. Reports are written in batches ([`Store::write_batch`]): the
+    /// report joins the queue, and a task that takes the scheduler's lock writes what is
+    /// queued then (at most [`MAX_REPORT_BATCH`]) in one transaction. Each report spawns one
+    /// such task, so every queued report is written by its own task or an earlier one, even if
+    /// its caller goes away; and each task writes one batch, so Updates waiting for the lock
+    /// take their turn between batches.
+    async fn write_report(&self, write: Write<'static>) -> Result<store::Outcome, Status> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        {
+            let mut queued = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+            if queued.len() >= MAX_QUEUED_REPORTS {
+                return Err(Status::unavailable(format!(
+                    "lifecycle has {MAX_QUEUED_REPORTS} reports waiting to be written; report again later"
+                )));
+            }
+            queued.push_back(PendingReport { write, reply });
+        }
+        let service = self.clone();
+        berth_telemetry::spawn_here(async move {
+            let mut sched = service.scheduler.lock().await;
+            let batch: Vec<PendingReport> = {
+                let mut queued = service.reports.lock().unwrap_or_else(|e| e.into_inner());
+                let n = queued.len().min(MAX_REPORT_BATCH);
+                queued.drain(..n).collect()
+            };
+            if !batch.is_empty() {
+                service.apply_reports(&mut sched, batch).await;
+            }
+        });
+        answer
+            .await
+            .map_err(|_| Status::internal("the report's write ended without an answer"))?
+    }
+
+    /// Writes `batch` in one transaction and answers each report. When the transaction fails,
+    /// each report is written again on its own, so one that cannot be written does not fail
+    /// the others.
+    async fn apply_reports(&self, sched: &mut Scheduler, batch: Vec<PendingReport>) {
+        let now = now();
+        let (mut writes, replies): (Vec<Write<'static>>, Vec<_>) =
+            batch.into_iter().map(|p| (p.write, p.reply)).unzip();
+        let written = self.store.write_batch(sched, &now, &mut writes).await;
+        self.settled(sched, &written).await;
+        let outcomes: Vec<Result<store::Outcome, Status>> = match written {
+            Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+            Err(e) if writes.len() == 1 => vec![Err(e.into())],
+            Err(e) => {
+                tracing::warn!(error = %e, reports = writes.len(), "a batch of reports failed; writing each alone");
+                let mut each = Vec::with_capacity(writes.len());
+                for write in &mut writes {
+                    let one = self
+                        .store
+                        .write_batch(sched, &now, std::slice::from_mut(write))
+                        .await;
+                    self.settled(sched, &one).await;
+                    each.push(one.map(|o| o[0]).map_err(Status::from));
+                }
+                each
+            }
+        };
+        let mut applied = false;
+        for ((write, reply), outcome) in writes.iter().zip(replies).zip(outcomes) {
+            if matches!(outcome, Ok(store::Outcome::Applied)) {
+                applied = true;
+                self.changed(&write.key);
+            }
+            // The caller may have gone: its report is written all the same.
+            let _ = reply.send(outcome);
+        }
+        if applied {
+            self.outbox_wake.notify_one();
+        }
     }
 
     /// After a write: tells watchers about the packages its scheduling pass changed, or, when
@@ -691,43 +780,36 @@ impl Lifecycle for LifecycleService {
             }
             report::Report::Removed => None,
         };
-        let now = now();
-        let mut sched = self.scheduler.lock().await;
-        let mut moved = false;
-        let accepted = match report {
-            report::Report::Removed => {
-                self.store
-                    .delete_if(&key, generation, &mut sched, &now)
-                    .await
-            }
+        let op = match report {
+            report::Report::Removed => WriteOp::Delete,
             report::Report::Change(change) => {
-                self.store
-                    .modify(&key, generation, &mut sched, &now, |row| {
-                        // The settings converted must still be the stored ones.
-                        if let Some((settings, version)) = &converted_from
-                            && (row.settings != *settings || row.settings_version != *version)
-                        {
-                            moved = true;
-                            return vec![];
-                        }
-                        change.apply(row, &now)
-                    })
-                    .await
+                let now = now();
+                WriteOp::Modify(Box::new(move |row| {
+                    // The settings converted must still be the stored ones.
+                    if let Some((settings, version)) = &converted_from
+                        && (row.settings != *settings || row.settings_version != *version)
+                    {
+                        return None;
+                    }
+                    Some(change.as_ref().clone().apply(row, &now))
+                }))
             }
         };
-        self.settled(&mut sched, &accepted).await;
-        drop(sched);
-        let accepted = accepted?;
-        if moved {
+        let outcome = self
+            .write_report(Write {
+                key,
+                generation,
+                op,
+                span: tracing::Span::current(),
+            })
+            .await?;
+        if outcome == store::Outcome::Refused {
             return Err(LifecycleError::Aborted(
                 "the package's settings changed while they were converted; report again".into(),
             )
             .into());
         }
-        if accepted {
-            self.outbox_wake.notify_one();
-            self.changed(&key);
-        }
+        let accepted = outcome == store::Outcome::Applied;
         Ok(Response::new(ReportResponse { accepted }))
     }
 }

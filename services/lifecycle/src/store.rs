@@ -408,39 +408,71 @@ impl Store {
         generation: Generation,
         sched: &mut Scheduler,
         now: &str,
-        change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row>,
+        change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row> + Send,
     ) -> Result<bool, StoreError> {
+        let mut change = Some(change);
+        let mut writes = [Write {
+            key: key.clone(),
+            generation,
+            op: WriteOp::Modify(Box::new(move |row| change.take().map(|c| c(row)))),
+            span: tracing::Span::current(),
+        }];
+        let outcomes = self.write_batch(sched, now, &mut writes).await?;
+        Ok(outcomes == [Outcome::Applied])
+    }
+
+    /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
+    /// overtook).
+    pub async fn delete_if(
+        &self,
+        key: &PackageKey,
+        generation: Generation,
+        sched: &mut Scheduler,
+        now: &str,
+    ) -> Result<bool, StoreError> {
+        let mut writes = [Write {
+            key: key.clone(),
+            generation,
+            op: WriteOp::Delete,
+            span: tracing::Span::current(),
+        }];
+        let outcomes = self.write_batch(sched, now, &mut writes).await?;
+        Ok(outcomes == [Outcome::Applied])
+    }
+
+    /// Applies `writes` (workers' reports) in order, in one transaction: each as
+    /// [`Store::modify`] or [`Store::delete_if`] would alone, with its own scheduling pass, in
+    /// its own tracing span (the tasks a pass enqueues carry that span's trace). Writers
+    /// serialise (the scheduler's mutex, and on PostgreSQL the replicas' advisory lock), so
+    /// what each write costs on its own — the transaction, the lock, catching up with the
+    /// other replicas, the commit — is paid once per batch. Nothing is written when one fails.
+    pub async fn write_batch(
+        &self,
+        sched: &mut Scheduler,
+        now: &str,
+        writes: &mut [Write<'_>],
+    ) -> Result<Vec<Outcome>, StoreError> {
+        use tracing::Instrument as _;
         let mut tx = self.begin(sched).await?;
-        let Some(mut row) = fetch_for_write(&mut tx, self.dialect, key).await? else {
-            return Ok(false);
-        };
-        if row.generation != generation {
-            return Ok(false);
-        }
-        let (phase, loaded, observed) = (row.phase, row.loaded.clone(), row.observed_generation);
-        let global_before = row.is_global().then(|| row.values.get(GLOBAL).cloned());
-        let mut outbox = change(&mut row);
-        if let Some(before) = global_before
-            && row.values.get(GLOBAL) != before.as_ref()
-        {
-            outbox.extend(global_readers(&mut tx).await?);
-        }
-        write_row(&mut tx, &row).await?;
-        insert_outbox(&mut tx, &outbox).await?;
-        if row.phase != phase || row.loaded != loaded {
-            sched.upsert(key.clone(), row.node());
-            apply_pass(&mut tx, self.dialect, sched, now).await?;
-        }
-        // After the pass: the packages it enabled are waited for too.
-        if row.is_global()
-            || row.phase != phase
-            || row.loaded != loaded
-            || row.observed_generation != observed
-        {
-            after_all(&mut tx, self.dialect, sched).await?;
+        let mut outcomes = Vec::with_capacity(writes.len());
+        for w in writes.iter_mut() {
+            let span = w.span.clone();
+            let outcome = match &mut w.op {
+                WriteOp::Modify(change) => {
+                    modify_in(&mut tx, self.dialect, &w.key, w.generation, sched, now, change)
+                        .instrument(span)
+                        .await?
+                }
+                WriteOp::Delete => {
+                    delete_in(&mut tx, self.dialect, &w.key, w.generation, sched, now)
+                        .instrument(span)
+                        .await?
+                }
+            };
+            outcomes.push(outcome);
         }
         self.commit(tx, sched).await?;
-        Ok(true)
+        Ok(outcomes)
     }
 
     /// The `global` package (whose values every nested package sees), if there is one.
@@ -475,37 +507,6 @@ impl Store {
     pub async fn scheduler(&self, platform: semver::Version) -> Result<Scheduler, StoreError> {
         let mut conn = self.pool.acquire().await?;
         rebuild(&mut conn, self.dialect, platform).await
-    }
-
-    /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
-    /// overtook).
-    pub async fn delete_if(
-        &self,
-        key: &PackageKey,
-        generation: Generation,
-        sched: &mut Scheduler,
-        now: &str,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.begin(sched).await?;
-        let done =
-            sqlx::query("DELETE FROM packages WHERE key = $1 AND generation = $2 AND removing = 1")
-                .bind(key.as_str())
-                .bind(generation.get())
-                .execute(&mut *tx)
-                .await?;
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-        if key.as_str() == GLOBAL {
-            // The global values are gone: their readers render again without them.
-            let reruns = global_readers(&mut tx).await?;
-            insert_outbox(&mut tx, &reruns).await?;
-        }
-        sched.remove(key);
-        apply_pass(&mut tx, self.dialect, sched, now).await?;
-        after_all(&mut tx, self.dialect, sched).await?;
-        self.commit(tx, sched).await?;
-        Ok(true)
     }
 
     /// Takes the oldest undelivered outbox rows (at most `limit`) for delivery, oldest first;
@@ -677,6 +678,110 @@ enum Settle {
 
 /// Ids per DELETE of [`Store::outbox_settle`]: a relay batch fits in one.
 const OUTBOX_DELETE_CHUNK: usize = 256;
+
+/// A change a [`Write`] makes to a package's row: its outbox rows, or `None` to leave the row
+/// as it is ([`Outcome::Refused`]). Called at most once per write; again only if a batch failed
+/// and its writes are retried.
+pub type Change<'a> = Box<dyn FnMut(&mut PackageRow) -> Option<Vec<outbox::Row>> + Send + 'a>;
+
+/// One write of [`Store::write_batch`].
+pub struct Write<'a> {
+    pub key: PackageKey,
+    /// Applied only while the package is still at this generation.
+    pub generation: Generation,
+    pub op: WriteOp<'a>,
+    /// The span the write runs in (the report's request).
+    pub span: tracing::Span,
+}
+
+pub enum WriteOp<'a> {
+    /// [`Store::modify`].
+    Modify(Change<'a>),
+    /// [`Store::delete_if`].
+    Delete,
+}
+
+/// What became of one [`Write`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    /// The package is gone or at another generation (or, for a delete, not being removed).
+    Stale,
+    /// The change declined to apply (returned `None`).
+    Refused,
+}
+
+/// [`Store::modify`] inside a write transaction.
+async fn modify_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    dialect: Dialect,
+    key: &PackageKey,
+    generation: Generation,
+    sched: &mut Scheduler,
+    now: &str,
+    change: &mut Change<'_>,
+) -> Result<Outcome, StoreError> {
+    let Some(mut row) = fetch_for_write(tx, dialect, key).await? else {
+        return Ok(Outcome::Stale);
+    };
+    if row.generation != generation {
+        return Ok(Outcome::Stale);
+    }
+    let (phase, loaded, observed) = (row.phase, row.loaded.clone(), row.observed_generation);
+    let global_before = row.is_global().then(|| row.values.get(GLOBAL).cloned());
+    let Some(mut outbox) = change(&mut row) else {
+        return Ok(Outcome::Refused);
+    };
+    if let Some(before) = global_before
+        && row.values.get(GLOBAL) != before.as_ref()
+    {
+        outbox.extend(global_readers(tx).await?);
+    }
+    write_row(tx, &row).await?;
+    insert_outbox(tx, &outbox).await?;
+    if row.phase != phase || row.loaded != loaded {
+        sched.upsert(key.clone(), row.node());
+        apply_pass(tx, dialect, sched, now).await?;
+    }
+    // After the pass: the packages it enabled are waited for too.
+    if row.is_global()
+        || row.phase != phase
+        || row.loaded != loaded
+        || row.observed_generation != observed
+    {
+        after_all(tx, dialect, sched).await?;
+    }
+    Ok(Outcome::Applied)
+}
+
+/// [`Store::delete_if`] inside a write transaction.
+async fn delete_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    dialect: Dialect,
+    key: &PackageKey,
+    generation: Generation,
+    sched: &mut Scheduler,
+    now: &str,
+) -> Result<Outcome, StoreError> {
+    let done =
+        sqlx::query("DELETE FROM packages WHERE key = $1 AND generation = $2 AND removing = 1")
+            .bind(key.as_str())
+            .bind(generation.get())
+            .execute(&mut **tx)
+            .await?;
+    if done.rows_affected() == 0 {
+        return Ok(Outcome::Stale);
+    }
+    if key.as_str() == GLOBAL {
+        // The global values are gone: their readers render again without them.
+        let reruns = global_readers(tx).await?;
+        insert_outbox(tx, &reruns).await?;
+    }
+    sched.remove(key);
+    apply_pass(tx, dialect, sched, now).await?;
+    after_all(tx, dialect, sched).await?;
+    Ok(Outcome::Applied)
+}
 
 /// Refreshes `key`'s node from its row as written so far, then runs a pass.
 async fn rescheduled(
