@@ -263,13 +263,13 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
             c.error = Some(String::new());
         }
         Rpt::TaskFailed(f) => {
-            c.error = (!f.error.is_empty()).then(|| f.error.clone());
+            let error = stored_text(&f.error);
+            c.error = (!error.is_empty()).then(|| error.clone());
             if f.permanent {
                 c.phase = Some(Phase::Failed);
                 let mut ready =
                     ConditionSet::new(ConditionType::Ready, ConditionStatus::False, "Failed");
-                ready.message =
-                    format!("{} (fix the package or its settings, then Update)", f.error);
+                ready.message = format!("{error} (fix the package or its settings, then Update)");
                 c.conditions = vec![ready];
             }
         }
@@ -284,6 +284,12 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
         ));
     }
     Ok(Report::Change(Box::new(c)))
+}
+
+/// A worker's free text (a hook's output in an error) as both databases store it: PostgreSQL's
+/// `text` refuses NUL bytes, so each becomes U+FFFD, as undecodable output already does.
+fn stored_text(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
 }
 
 /// What the scheduler needs from a Loaded report; the error names the field.
@@ -408,4 +414,31 @@ fn condition_set(c: &pb::ConditionUpdate) -> Result<ConditionSet, String> {
         reason: c.reason.clone(),
         message: c.message.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hook's output with NUL bytes in a failure is stored with U+FFFD in their place: as it
+    /// came, PostgreSQL refuses it and the failure would never show.
+    #[test]
+    fn nul_bytes_in_a_failure_become_replacement_characters() {
+        let req = pb::ReportRequest {
+            key: "default.a".into(),
+            generation: 1,
+            report: Some(Rpt::TaskFailed(pb::TaskFailed {
+                error: "hook said \0\0 then died".into(),
+                permanent: true,
+            })),
+        };
+        let Ok(Report::Change(c)) = report(&req) else {
+            panic!("a failure report parses")
+        };
+        assert_eq!(
+            c.error.as_deref(),
+            Some("hook said \u{FFFD}\u{FFFD} then died")
+        );
+        assert!(c.conditions.iter().all(|c| !c.message.contains('\0')));
+    }
 }

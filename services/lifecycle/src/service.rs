@@ -248,32 +248,14 @@ impl LifecycleService {
             .map_err(|_| Status::internal("the report's write ended without an answer"))?
     }
 
-    /// Writes `batch` in one transaction and answers each report. When the transaction fails,
-    /// each report is written again on its own, so one that cannot be written does not fail
-    /// the others.
+    /// Writes `batch` ([`Store::write_batch`]) and answers each report.
     async fn apply_reports(&self, sched: &mut Scheduler, batch: Vec<PendingReport>) {
-        let now = now();
         let (mut writes, replies): (Vec<Write<'static>>, Vec<_>) =
             batch.into_iter().map(|p| (p.write, p.reply)).unzip();
-        let written = self.store.write_batch(sched, &now, &mut writes).await;
-        self.settled(sched, &written).await;
-        let outcomes: Vec<Result<store::Outcome, Status>> = match written {
-            Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
-            Err(e) if writes.len() == 1 => vec![Err(e.into())],
-            Err(e) => {
-                tracing::warn!(error = %e, reports = writes.len(), "a batch of reports failed; writing each alone");
-                let mut each = Vec::with_capacity(writes.len());
-                for write in &mut writes {
-                    let one = self
-                        .store
-                        .write_batch(sched, &now, std::slice::from_mut(write))
-                        .await;
-                    self.settled(sched, &one).await;
-                    each.push(one.map(|o| o[0]).map_err(Status::from));
-                }
-                each
-            }
-        };
+        let outcomes = self.store.write_batch(sched, &now(), &mut writes).await;
+        // Failed writes were undone and the index rebuilt: what settled was committed.
+        self.settled(sched, &Ok::<(), crate::store::StoreError>(()))
+            .await;
         let mut applied = false;
         for ((write, reply), outcome) in writes.iter().zip(replies).zip(outcomes) {
             if matches!(outcome, Ok(store::Outcome::Applied)) {
@@ -281,7 +263,7 @@ impl LifecycleService {
                 self.changed(&write.key);
             }
             // The caller may have gone: its report is written all the same.
-            let _ = reply.send(outcome);
+            let _ = reply.send(outcome.map_err(Status::from));
         }
         if applied {
             self.outbox_wake.notify_one();

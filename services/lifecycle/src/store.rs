@@ -417,8 +417,9 @@ impl Store {
             op: WriteOp::Modify(Box::new(move |row| change.take().map(|c| c(row)))),
             span: tracing::Span::current(),
         }];
-        let outcomes = self.write_batch(sched, now, &mut writes).await?;
-        Ok(outcomes == [Outcome::Applied])
+        let [outcome] = <[_; 1]>::try_from(self.write_batch(sched, now, &mut writes).await)
+            .unwrap_or_else(|_| unreachable!("one write, one outcome"));
+        Ok(outcome? == Outcome::Applied)
     }
 
     /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
@@ -436,8 +437,9 @@ impl Store {
             op: WriteOp::Delete,
             span: tracing::Span::current(),
         }];
-        let outcomes = self.write_batch(sched, now, &mut writes).await?;
-        Ok(outcomes == [Outcome::Applied])
+        let [outcome] = <[_; 1]>::try_from(self.write_batch(sched, now, &mut writes).await)
+            .unwrap_or_else(|_| unreachable!("one write, one outcome"));
+        Ok(outcome? == Outcome::Applied)
     }
 
     /// Applies `writes` (workers' reports) in order, in one transaction: each as
@@ -445,8 +447,43 @@ impl Store {
     /// its own tracing span (the tasks a pass enqueues carry that span's trace). Writers
     /// serialise (the scheduler's mutex, and on PostgreSQL the replicas' advisory lock), so
     /// what each write costs on its own — the transaction, the lock, catching up with the
-    /// other replicas, the commit — is paid once per batch. Nothing is written when one fails.
+    /// other replicas, the commit — is paid once per batch.
+    ///
+    /// When the transaction fails, `sched` is rebuilt from what is committed and each write is
+    /// tried again alone, so one that cannot be written does not fail the others: the result
+    /// has one entry per write, in order.
     pub async fn write_batch(
+        &self,
+        sched: &mut Scheduler,
+        now: &str,
+        writes: &mut [Write<'_>],
+    ) -> Vec<Result<Outcome, StoreError>> {
+        let failed = match self.try_batch(sched, now, writes).await {
+            Ok(outcomes) => return outcomes.into_iter().map(Ok).collect(),
+            Err(e) => e,
+        };
+        self.reindex(sched).await;
+        if writes.len() == 1 {
+            return vec![Err(failed)];
+        }
+        tracing::warn!(error = %failed, writes = writes.len(), "a batch of writes failed; writing each alone");
+        let mut each = Vec::with_capacity(writes.len());
+        for write in writes.iter_mut() {
+            match self
+                .try_batch(sched, now, std::slice::from_mut(write))
+                .await
+            {
+                Ok(outcome) => each.push(Ok(outcome[0])),
+                Err(e) => {
+                    self.reindex(sched).await;
+                    each.push(Err(e));
+                }
+            }
+        }
+        each
+    }
+
+    async fn try_batch(
         &self,
         sched: &mut Scheduler,
         now: &str,
@@ -459,9 +496,17 @@ impl Store {
             let span = w.span.clone();
             let outcome = match &mut w.op {
                 WriteOp::Modify(change) => {
-                    modify_in(&mut tx, self.dialect, &w.key, w.generation, sched, now, change)
-                        .instrument(span)
-                        .await?
+                    modify_in(
+                        &mut tx,
+                        self.dialect,
+                        &w.key,
+                        w.generation,
+                        sched,
+                        now,
+                        change,
+                    )
+                    .instrument(span)
+                    .await?
                 }
                 WriteOp::Delete => {
                     delete_in(&mut tx, self.dialect, &w.key, w.generation, sched, now)
@@ -473,6 +518,22 @@ impl Store {
         }
         self.commit(tx, sched).await?;
         Ok(outcomes)
+    }
+
+    /// After a failed write (perhaps half-way through a pass): `sched` rebuilt from what is
+    /// committed, keeping the cluster version it knew.
+    async fn reindex(&self, sched: &mut Scheduler) {
+        match self.scheduler(sched.platform().clone()).await {
+            Ok(mut fresh) => {
+                if fresh.kubernetes().is_none()
+                    && let Some(v) = sched.kubernetes()
+                {
+                    fresh.set_kubernetes(v.clone());
+                }
+                *sched = fresh;
+            }
+            Err(e) => tracing::error!(error = %e, "rebuilding the scheduler's index failed"),
+        }
     }
 
     /// The `global` package (whose values every nested package sees), if there is one.
@@ -1680,6 +1741,7 @@ mod tests {
         packages_are_listed_in_byte_order_of_their_keys,
         a_change_of_the_global_values_reruns_their_readers,
         settings_versions_and_conversions_are_stored_with_the_settings,
+        a_batch_of_reports_answers_each_as_it_would_alone,
     );
 
     /// Plans and writes the Update `spec`: its generation, or why nothing was written.
@@ -1917,6 +1979,131 @@ mod tests {
         let key = PackageKey::from_issued("default.web".into());
         let row = store.get(&key).await.unwrap().unwrap();
         assert!(!row.enabled && row.loaded.is_none());
+    }
+
+    /// One transaction of reports: each write is applied, found stale or refused as it would be
+    /// alone, in order (a later write of the batch sees an earlier one's change), and a stale
+    /// or refused one changes nothing.
+    async fn a_batch_of_reports_answers_each_as_it_would_alone(db: TestDb) {
+        let store = Store::open(&db.url()).await.unwrap();
+        let mut sched = store
+            .scheduler(semver::Version::new(1, 30, 0))
+            .await
+            .unwrap();
+        let a = install(&store, &mut sched, "a").await;
+        let b = install(&store, &mut sched, "b").await;
+        let key = |n: &str| PackageKey::from_issued(format!("default.{n}"));
+        let modify = |name: &str, g: Generation, error: &'static str| Write {
+            key: key(name),
+            generation: g,
+            op: WriteOp::Modify(Box::new(move |row| {
+                let mut change = Change::new(g);
+                change.error = Some(format!("{}{error}", row.last_error));
+                Some(change.apply(row, "t"))
+            })),
+            span: tracing::Span::none(),
+        };
+        let mut writes = vec![
+            modify("a", a, "first"),
+            // The same package again: it sees the first write.
+            modify("a", a, "-second"),
+            // An older generation: stale.
+            modify("b", Generation::new(b.get() - 1), "never"),
+            Write {
+                key: key("b"),
+                generation: b,
+                op: WriteOp::Modify(Box::new(|_| None)),
+                span: tracing::Span::none(),
+            },
+            // Not being removed: nothing to delete.
+            Write {
+                key: key("b"),
+                generation: b,
+                op: WriteOp::Delete,
+                span: tracing::Span::none(),
+            },
+            modify("missing", a, "never"),
+        ];
+        let outcomes: Vec<Outcome> = store
+            .write_batch(&mut sched, "t", &mut writes)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Applied,
+                Outcome::Applied,
+                Outcome::Stale,
+                Outcome::Refused,
+                Outcome::Stale,
+                Outcome::Stale,
+            ]
+        );
+        let error = |n: &str| {
+            let store = store.clone();
+            let k = key(n);
+            async move { store.get(&k).await.unwrap().unwrap().last_error }
+        };
+        assert_eq!(error("a").await, "first-second");
+        assert_eq!(error("b").await, "");
+    }
+
+    /// A write PostgreSQL refuses (text with a NUL byte; reports are cleaned of those at the
+    /// edge, see `convert::report`) fails alone: the others of its batch are written.
+    #[tokio::test]
+    async fn a_write_that_cannot_be_written_does_not_fail_the_rest_of_its_batch() {
+        let db = TestDb::postgres().await;
+        let store = Store::open(&db.url()).await.unwrap();
+        let mut sched = store
+            .scheduler(semver::Version::new(1, 30, 0))
+            .await
+            .unwrap();
+        let a = install(&store, &mut sched, "a").await;
+        let b = install(&store, &mut sched, "b").await;
+        let write = |name: &str, g: Generation, error: &'static str| Write {
+            key: PackageKey::from_issued(format!("default.{name}")),
+            generation: g,
+            op: WriteOp::Modify(Box::new(move |row| {
+                let mut change = Change::new(g);
+                change.error = Some(error.to_owned());
+                change.phase = Some(Phase::Downloading);
+                Some(change.apply(row, "t"))
+            })),
+            span: tracing::Span::none(),
+        };
+        let mut writes = vec![
+            write("a", a, "written"),
+            write("a", a, "not\0written"),
+            write("b", b, "written too"),
+        ];
+        let results = store.write_batch(&mut sched, "t", &mut writes).await;
+        let shown: Vec<String> = results
+            .iter()
+            .map(|r| match r {
+                Ok(o) => format!("{o:?}"),
+                Err(_) => "Err".to_owned(),
+            })
+            .collect();
+        assert_eq!(shown, ["Applied", "Err", "Applied"]);
+        for (name, error) in [("a", "written"), ("b", "written too")] {
+            let row = store
+                .get(&PackageKey::from_issued(format!("default.{name}")))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (row.last_error.as_str(), row.phase),
+                (error, Phase::Downloading)
+            );
+        }
+        // The index matches what was committed: a fresh one agrees with it.
+        let fresh = store
+            .scheduler(semver::Version::new(1, 30, 0))
+            .await
+            .unwrap();
+        assert_eq!(fresh.order(), sched.order());
     }
 
     /// A relay deletes what it delivered and nothing else: a row written while it delivered
