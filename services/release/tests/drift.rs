@@ -172,3 +172,77 @@ async fn drift_repair_resumes_after_the_service_restarts() -> anyhow::Result<()>
     drift_reported(&mut h, "survivor").await?;
     Ok(())
 }
+
+/// The value of the unlabelled sample `name` on the service's metrics page.
+fn gauge(h: &support::Harness, name: &str) -> Option<f64> {
+    h.metrics.render().lines().find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        (series == name).then(|| value.parse().ok())?
+    })
+}
+
+/// Waits until the gauge `name` shows `want`; the repairers subscribe and unsubscribe in
+/// their own tasks. Errors with the last value after [`REPAIR_DEADLINE`].
+async fn gauge_becomes(h: &support::Harness, name: &str, want: f64) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + REPAIR_DEADLINE;
+    loop {
+        let now = gauge(h, name);
+        if now == Some(want) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("{name} is {now:?}, not {want}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Releases in one namespace share the watch of their kind there: three releases of a
+/// ConfigMap each hold one watch (one connection to the API server), each release's drift is
+/// still repaired, and the watch ends with the last release.
+#[tokio::test]
+async fn releases_of_one_kind_in_a_namespace_share_one_watch() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let cms: Api<ConfigMap> = Api::namespaced(h.kube.clone(), &h.namespace);
+    let names = ["one", "two", "three"];
+    for name in names {
+        let files = chart(&[(
+            "templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\ndata:\n  greeting: {{ .Values.greeting | quote }}\n",
+        )]);
+        h.grpc
+            .install(InstallRequest {
+                name: name.into(),
+                namespace: h.namespace.clone(),
+                files,
+                values_json: r#"{"greeting": "hi"}"#.into(),
+                package: String::new(),
+            })
+            .await?;
+    }
+    gauge_becomes(&h, "berth_release_watches", 1.0).await?;
+    for name in names {
+        cms.delete(&format!("{name}-cm"), &DeleteParams::default())
+            .await?;
+    }
+    for name in names {
+        tokio::time::timeout(
+            REPAIR_DEADLINE,
+            await_condition(cms.clone(), &format!("{name}-cm"), greeting_is("hi")),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("{name}-cm was not put back"))??;
+    }
+    assert_eq!(gauge(&h, "berth_release_watches"), Some(1.0));
+    for name in names {
+        h.grpc
+            .uninstall(UninstallRequest {
+                name: name.into(),
+                namespace: h.namespace.clone(),
+                ..Default::default()
+            })
+            .await?;
+    }
+    gauge_becomes(&h, "berth_release_watches", 0.0).await?;
+    Ok(())
+}

@@ -98,6 +98,8 @@ fn completion(data: &Value) -> Option<Result<(), String>> {
 pub struct Applier {
     client: Client,
     discovery: DiscoveryCache,
+    /// The process's shared watches (`watch`).
+    watches: watch::WatchHub,
 }
 
 /// How discovery answers for an object's kind.
@@ -128,6 +130,7 @@ impl Applier {
         Applier {
             client,
             discovery: DiscoveryCache::default(),
+            watches: watch::WatchHub::default(),
         }
     }
 

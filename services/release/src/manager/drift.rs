@@ -43,6 +43,9 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// Quiet time after which an object's backoff starts over.
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
+/// How long a just-applied object the shared watch does not show yet may take to appear there
+/// before it is checked as absent (see `Repairer::run`).
+const CONFIRM_ABSENT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriftKind {
@@ -456,6 +459,8 @@ enum Done {
     },
     /// The watched revision is no longer the release's deployed one: stop watching.
     Outdated,
+    /// Time to look again at a just-applied object the watch showed absent.
+    Confirm,
     /// A repair ran (successfully or not).
     Repaired {
         kind: DriftKind,
@@ -512,6 +517,15 @@ impl Repairer {
                 Err(e) => tracing::warn!(error = %e, "cannot watch a release object for drift"),
             }
         }
+        // The watches are shared and may not show an object berth has just applied yet: such an
+        // object reported absent is given `CONFIRM_ABSENT` to appear before it is checked (a
+        // dry run, which an object that does appear never needs).
+        let mut unconfirmed: std::collections::HashSet<ObjectKey> = tracked
+            .iter()
+            .filter(|(_, t)| t.known_good.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut awaited = std::collections::HashSet::new();
         let mut stream = self.applier.watch_objects(&resolved);
         // Every in-flight check or repair; at most one per object (`Tracked::busy`).
         let mut work: FuturesUnordered<Work> = FuturesUnordered::new();
@@ -522,6 +536,13 @@ impl Repairer {
                     if matches!(done, Done::Outdated) {
                         return Ended::Outdated;
                     }
+                    if matches!(done, Done::Confirm) {
+                        if !awaited.remove(&key) {
+                            // It appeared meanwhile.
+                            continue;
+                        }
+                        (key, Sighting::Absent)
+                    } else {
                     let Some(t) = tracked.get_mut(&key) else { continue };
                     if let Some(next) = self.finish(&key, t, done) {
                         work.push(next);
@@ -531,6 +552,7 @@ impl Repairer {
                         work.push(next);
                     }
                     continue;
+                    }
                 }
                 seen = stream.next() => match seen {
                     None => return Ended::Closed,
@@ -539,11 +561,29 @@ impl Repairer {
                         tracing::debug!(watch, error, "drift watch error");
                         continue;
                     }
-                    Some(Seen::Present(key, live)) => match comparable_of(&live) {
-                        Some(c) => (key, Sighting::Present(c)),
-                        None => continue,
-                    },
-                    Some(Seen::Absent(key)) => (key, Sighting::Absent),
+                    Some(Seen::Present(key, live)) => {
+                        unconfirmed.remove(&key);
+                        awaited.remove(&key);
+                        match comparable_of(&live) {
+                            Some(c) => (key, Sighting::Present(c)),
+                            None => continue,
+                        }
+                    }
+                    Some(Seen::Absent(key)) if unconfirmed.remove(&key) => {
+                        awaited.insert(key.clone());
+                        work.push(Box::pin(async move {
+                            tokio::time::sleep(CONFIRM_ABSENT).await;
+                            (key, Done::Confirm)
+                        }));
+                        continue;
+                    }
+                    Some(Seen::Absent(key)) => {
+                        if awaited.contains(&key) {
+                            // Still waiting for it to appear.
+                            continue;
+                        }
+                        (key, Sighting::Absent)
+                    }
                 },
             };
             let Some(t) = tracked.get_mut(&key) else {
@@ -574,7 +614,7 @@ impl Repairer {
     fn finish(&self, key: &ObjectKey, t: &mut Tracked, done: Done) -> Option<Work> {
         match done {
             Done::Unchanged(c) => t.known_good = Some(c),
-            Done::CheckFailed | Done::Outdated => {}
+            Done::CheckFailed | Done::Outdated | Done::Confirm => {}
             Done::Drifted { kind, fields } => {
                 let wait = t.pacing.next();
                 return Some(self.repair(key, t, kind, fields, wait));

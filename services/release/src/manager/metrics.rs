@@ -1,7 +1,8 @@
 //! The release service's metrics: how long installs and upgrades take to apply
 //! (`berth_release_apply_duration_seconds{outcome}`), how long a release then takes to become
 //! ready (`berth_release_ready_duration_seconds`), and drift repairs
-//! (`berth_drift_repairs_total{outcome}`).
+//! (`berth_drift_repairs_total{outcome}`), and the shared watches open (`berth_release_watches`:
+//! one per API resource and namespace watched, however many releases it serves).
 //!
 //! Readiness is timed from a successful install or upgrade to the first Status (with or
 //! without `wait_ms`) that finds that revision ready: the worker asks until it is, so that is
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -49,6 +51,7 @@ pub struct ReleaseMetrics {
     apply: Family<OutcomeLabel, Histogram, fn() -> Histogram>,
     ready: Histogram,
     repairs: Family<OutcomeLabel, Counter>,
+    watches: Gauge,
     awaiting_ready: Arc<Mutex<AwaitingReady>>,
 }
 
@@ -58,6 +61,7 @@ impl Default for ReleaseMetrics {
             apply: Family::new_with_constructor(seconds_histogram),
             ready: seconds_histogram(),
             repairs: Family::default(),
+            watches: Gauge::default(),
             awaiting_ready: Arc::default(),
         }
     }
@@ -82,6 +86,16 @@ impl ReleaseMetrics {
             "Objects re-applied after they drifted (deleted or changed), by outcome",
             self.repairs.clone(),
         );
+        registry.register(
+            "berth_release_watches",
+            "Watches of the Kubernetes API open for drift and readiness: one per API resource and namespace, shared by every release",
+            self.watches.clone(),
+        );
+    }
+
+    /// The gauge of shared watches open (the applier's watch hub keeps it).
+    pub(super) fn watches(&self) -> Gauge {
+        self.watches.clone()
     }
 
     fn awaiting(&self) -> std::sync::MutexGuard<'_, AwaitingReady> {

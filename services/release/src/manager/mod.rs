@@ -376,6 +376,7 @@ impl ReleaseManager {
     pub fn with_metrics(mut self, metrics: &berth_telemetry::Metrics) -> Self {
         metrics.register(|r| self.metrics.register(r));
         self.drift.set_metrics(self.metrics.clone());
+        self.applier.count_watches_in(self.metrics.watches());
         self
     }
 

@@ -24,6 +24,8 @@ pub struct Harness {
     render_limits: berth_release::manager::RenderLimits,
     /// `None` only while [`Harness::restart_service`] swaps instances.
     server: Option<Server>,
+    /// The in-process service's metrics (its `/metrics` page is `metrics.render()`).
+    pub metrics: berth_telemetry::Metrics,
     _cluster: Option<berth_devcluster::DevCluster>,
 }
 
@@ -106,7 +108,8 @@ async fn start_full_with(
             (client_from(kc).await?, Some(cluster))
         }
     };
-    let (grpc, server) = serve(kube.clone(), drift_repair, false, render_limits).await?;
+    let metrics = berth_telemetry::Metrics::default();
+    let (grpc, server) = serve(kube.clone(), drift_repair, false, render_limits, &metrics).await?;
     // Created here rather than by the first install, so that it carries the label that finds
     // leftovers on a real cluster (`kubectl get ns -l berth.io/test=true`).
     let guard = TestNamespace::create(&kube, "rel-test")
@@ -120,6 +123,7 @@ async fn start_full_with(
         drift_repair,
         render_limits,
         server: Some(server),
+        metrics,
         _cluster: cluster,
     })
 }
@@ -133,12 +137,14 @@ async fn serve(
     drift_repair: bool,
     as_process: bool,
     render_limits: berth_release::manager::RenderLimits,
+    metrics: &berth_telemetry::Metrics,
 ) -> anyhow::Result<(ReleasesClient<Channel>, Server)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let service = berth_release::ReleaseService::new(kube)
         .with_drift_repair(drift_repair)
-        .with_render_limits(render_limits);
+        .with_render_limits(render_limits)
+        .with_metrics(metrics);
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
@@ -177,11 +183,14 @@ impl Harness {
         if let Some(old) = self.server.take() {
             old.stop().await;
         }
+        // A new process: a new metrics registry.
+        self.metrics = berth_telemetry::Metrics::default();
         let (grpc, server) = serve(
             self.kube.clone(),
             self.drift_repair,
             true,
             self.render_limits,
+            &self.metrics,
         )
         .await?;
         self.server = Some(server);
