@@ -100,6 +100,43 @@ pub struct Applier {
     discovery: DiscoveryCache,
     /// The process's shared watches (`watch`).
     watches: watch::WatchHub,
+    /// Namespaces lately found to exist.
+    namespaces: KnownNamespaces,
+}
+
+/// How long a namespace found to exist is taken to still exist: installs into it skip the
+/// lookup meanwhile. One deleted in that time makes the next install fail (naming the
+/// namespace) and be forgotten, so the retry creates it again.
+pub const NAMESPACE_KNOWN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most namespaces remembered; past it, the memory starts over.
+const MAX_KNOWN_NAMESPACES: usize = 4096;
+
+/// Namespaces found to exist, and when.
+#[derive(Clone, Default)]
+struct KnownNamespaces(
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>,
+);
+
+impl KnownNamespaces {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::Instant>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn known(&self, namespace: &str) -> bool {
+        self.lock()
+            .get(namespace)
+            .is_some_and(|at| at.elapsed() < NAMESPACE_KNOWN_FOR)
+    }
+
+    fn found(&self, namespace: &str) {
+        let mut known = self.lock();
+        if known.len() >= MAX_KNOWN_NAMESPACES {
+            known.clear();
+        }
+        known.insert(namespace.to_owned(), std::time::Instant::now());
+    }
 }
 
 /// How discovery answers for an object's kind.
@@ -131,6 +168,7 @@ impl Applier {
             client,
             discovery: DiscoveryCache::default(),
             watches: watch::WatchHub::default(),
+            namespaces: KnownNamespaces::default(),
         }
     }
 
@@ -221,14 +259,26 @@ impl Applier {
         }
     }
 
-    /// Creates the namespace if it does not exist (Helm's `--create-namespace`).
+    /// Makes the next [`Applier::ensure_namespace`] of `namespace` look it up again (an
+    /// install into it failed: perhaps it was deleted).
+    pub fn forget_namespace(&self, namespace: &str) {
+        self.namespaces.lock().remove(namespace);
+    }
+
+    /// Creates the namespace if it does not exist (Helm's `--create-namespace`). A namespace
+    /// found or created is not asked about again for [`NAMESPACE_KNOWN_FOR`], unless an
+    /// install into it fails.
     pub async fn ensure_namespace(&self, namespace: &str) -> Result<(), ApplyError> {
+        if self.namespaces.known(namespace) {
+            return Ok(());
+        }
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
         let label = format!("namespace {namespace}");
         if Self::call("get", &label, api.get_opt(namespace))
             .await?
             .is_some()
         {
+            self.namespaces.found(namespace);
             return Ok(());
         }
         let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
@@ -239,6 +289,7 @@ impl Applier {
             api.patch(namespace, &pp, &Patch::Apply(&ns)),
         )
         .await?;
+        self.namespaces.found(namespace);
         Ok(())
     }
 

@@ -18,6 +18,9 @@ impl ReleaseManager {
     ) -> Result<Installed, ReleaseError> {
         let started = std::time::Instant::now();
         let installed = self.install_timed(release, files, values, app).await;
+        if installed.is_err() {
+            self.applier.forget_namespace(release.namespace());
+        }
         self.metrics.applied(
             release.namespace(),
             release.name(),

@@ -153,6 +153,9 @@ pub async fn after_all(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 /// Longest one waiting Status call is asked to hold on; the loop calls again until the ready
 /// timeout, so a restarted release service costs one call, not the whole wait.
 const STATUS_WAIT: Duration = Duration::from_secs(30);
+/// How long the first Status call waits before the package shows `Ready=False
+/// WaitingForObjects` with the objects not ready yet.
+const FIRST_STATUS_WAIT: Duration = Duration::from_secs(2);
 
 /// Waits until the release service reports every object ready, or the configured timeout. The
 /// release service follows readiness through watches (`StatusRequest.wait_ms`), so the answer
@@ -160,7 +163,9 @@ const STATUS_WAIT: Duration = Duration::from_secs(30);
 async fn wait_ready(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let (name, namespace) = cx.release();
     let deadline = Instant::now() + cx.config.ready_timeout;
-    let mut wait = Duration::ZERO;
+    // The first call waits briefly too: release answers it from its shared watches, where a
+    // call that does not wait reads every object from the API server.
+    let mut wait = FIRST_STATUS_WAIT.min(cx.config.ready_timeout);
     let mut reported = false;
     loop {
         let request = StatusRequest {
