@@ -154,7 +154,10 @@ impl ReleaseManager {
             }
         };
         revision::deployed(&store, &mut record, format!("{what} complete"), &history).await?;
-        store.trim_history(name, self.history_max).await?;
+        let versions = history.iter().map(|s| s.release.version);
+        store
+            .trim_history(name, versions.chain([revision]), self.history_max)
+            .await?;
         let objects = applied.iter().map(|a| a.key.clone()).collect();
         self.watch_drift(name, namespace, revision, &rendered, applied);
         Ok(Installed {

@@ -80,7 +80,10 @@ impl ReleaseManager {
             Ok(applied) => {
                 let description = format!("Rollback to {wanted}");
                 revision::deployed(&store, &mut record, description, &stored).await?;
-                store.trim_history(name, self.history_max).await?;
+                let versions = stored.iter().map(|s| s.release.version);
+                store
+                    .trim_history(name, versions.chain([record.version]), self.history_max)
+                    .await?;
                 let keys = applied.iter().map(|a| a.key.clone()).collect();
                 if self.repair_drift {
                     self.drift.watch(

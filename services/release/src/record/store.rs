@@ -210,12 +210,22 @@ impl ReleaseStore {
         }
     }
 
-    /// Keeps the newest `max` revisions and deletes older ones (Helm's `--history-max`).
-    pub async fn trim_history(&self, name: &str, max: usize) -> Result<(), StoreError> {
-        let history = self.history(name).await?;
-        let excess = history.len().saturating_sub(max);
-        for old in history.iter().take(excess) {
-            self.delete(name, old.version).await?;
+    /// Keeps the newest `max` of the revisions `versions` (every revision of `name`, as the
+    /// operation that just wrote the newest knows them: read at its start, under the release's
+    /// lock, plus its own) and deletes older ones (Helm's `--history-max`). Knowing them saves
+    /// listing the release's Secrets again after every install.
+    pub async fn trim_history(
+        &self,
+        name: &str,
+        versions: impl IntoIterator<Item = i32>,
+        max: usize,
+    ) -> Result<(), StoreError> {
+        let mut versions: Vec<i32> = versions.into_iter().collect();
+        versions.sort_unstable();
+        versions.dedup();
+        let excess = versions.len().saturating_sub(max);
+        for old in versions.iter().take(excess) {
+            self.delete(name, *old).await?;
         }
         Ok(())
     }
