@@ -861,3 +861,45 @@ async fn history_is_trimmed_to_the_configured_limit() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The release service remembers for a while that a namespace exists (no lookup per install),
+/// but an install that fails there makes it look again: a namespace deleted behind its back
+/// costs one failed install, and the next one creates it again.
+#[tokio::test]
+async fn a_namespace_deleted_after_an_install_is_created_again_by_the_next_install()
+-> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = || chart(&[("templates/cm.yaml", &config_map("cm", false))]);
+    h.grpc.install(install(&h, "first", files(), "{}")).await?;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(h.kube.clone());
+    namespaces.delete(&h.namespace, &Default::default()).await?;
+    // A real cluster finalizes the namespace (deletes what is in it) before it is gone.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while namespaces.get_opt(&h.namespace).await?.is_some() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "namespace {} still there after 60 s",
+            h.namespace
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match h.grpc.install(install(&h, "second", files(), "{}")).await {
+            Ok(_) => break,
+            Err(status) if attempts == 1 => {
+                assert!(
+                    status.message().contains(&h.namespace),
+                    "the failure names the namespace: {}",
+                    status.message()
+                );
+            }
+            Err(status) => anyhow::bail!("the second install failed too: {status}"),
+        }
+    }
+    assert!(namespaces.get_opt(&h.namespace).await?.is_some());
+    let cms: Api<ConfigMap> = Api::namespaced(h.kube.clone(), &h.namespace);
+    assert!(cms.get_opt("cm").await?.is_some());
+    Ok(())
+}
