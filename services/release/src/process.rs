@@ -53,6 +53,7 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Erro
 
 /// Serves the release service on `listener` until `shutdown`, asking lifecycle at `lifecycle`
 /// what each request's package is (`None`: no confinement, for tests); see [`run_service`].
+/// The only replica of its cluster (`berth up`): no shard Leases, it repairs every release.
 pub async fn run(
     client: kube::Client,
     lifecycle: Option<&str>,
