@@ -404,6 +404,8 @@ pub async fn run(
         )
     });
     let sd = tiers.last.clone();
+    // The one release service of its cluster, too: `process::run` takes no shard Leases, so it
+    // owns every shard and repairs every release's drift from the start.
     let release_lifecycle = lifecycle.clone();
     let m = metrics.clone();
     services.spawn(async move {

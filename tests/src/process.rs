@@ -197,12 +197,12 @@ pub fn tls_args(certs: &Path, role: berth_telemetry::Role) -> Vec<String> {
     .collect()
 }
 
-/// A namespace of its own for the shard Leases of the hookevent replicas one test starts
-/// (`--lease-namespace`): tests sharing a real cluster must not share shards. Deleted with
-/// the returned guard on a real cluster.
+/// A namespace of its own for the shard Leases of the hookevent and release replicas one test
+/// starts (`--lease-namespace`): tests sharing a real cluster must not share shards. Deleted
+/// with the returned guard on a real cluster.
 pub async fn lease_namespace(kubeconfig: &Path) -> anyhow::Result<crate::TestNamespace> {
     let client = crate::cluster::client_for(kubeconfig).await?;
-    Ok(crate::TestNamespace::create(&client, "hookevent-leases").await?)
+    Ok(crate::TestNamespace::create(&client, "leases").await?)
 }
 
 /// `args` followed by `extra`, as the `&str`s [`Proc::start`] takes.
@@ -239,7 +239,8 @@ pub fn repositories_file(dir: &Path, entries: &str) -> anyhow::Result<PathBuf> {
 /// an OS-chosen port too (`Proc::metrics`).
 pub struct SplitTopology {
     pub gateway: Proc,
-    /// The namespace of hookevent's shard Leases (`--lease-namespace`), the topology's own.
+    /// The namespace of hookevent's and release's shard Leases (`--lease-namespace`), the
+    /// topology's own.
     pub lease_namespace: crate::TestNamespace,
     /// The CA and the certificates of every role.
     pub certs: PathBuf,
@@ -383,7 +384,16 @@ impl SplitTopology {
         let release = Proc::start(
             "berth-release",
             &with(
-                &["--listen", any, "--lifecycle", &l, "--kubeconfig", &kc],
+                &[
+                    "--listen",
+                    any,
+                    "--lifecycle",
+                    &l,
+                    "--kubeconfig",
+                    &kc,
+                    "--lease-namespace",
+                    &lease_namespace,
+                ],
                 &tls(Role::Release),
             ),
             "listening on ",

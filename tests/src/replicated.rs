@@ -52,7 +52,8 @@ pub const SERVICES: [&str; 6] = [
 pub struct ReplicatedTopology {
     /// The CA and the certificates of every role.
     pub certs: PathBuf,
-    /// The namespace of hookevent's shard Leases (`--lease-namespace`), the topology's own.
+    /// The namespace of hookevent's and release's shard Leases (`--lease-namespace`), the
+    /// topology's own.
     pub lease_namespace: crate::TestNamespace,
     /// Every process, with its service's name; a killed one is `None`.
     procs: Vec<(&'static str, Option<Proc>)>,
@@ -62,8 +63,8 @@ impl ReplicatedTopology {
     /// Starts `replicas` of every service in `dir` against the cluster of `kubeconfig`, with
     /// their state in `databases`. `extra` appends arguments to every replica of a service
     /// (e.g. `("release", vec!["--lease-duration-secs", "3"])`); release and hookevent
-    /// replicas get `--replica-id <service>-<n>`, and hookevent's shard Leases a namespace of
-    /// the topology's own.
+    /// replicas get `--replica-id <service>-<n>`, and their shard Leases a namespace of the
+    /// topology's own.
     pub async fn start(
         kubeconfig: &Path,
         dir: &Path,
@@ -89,7 +90,7 @@ impl ReplicatedTopology {
             if matches!(service, "release" | "hookevent") {
                 args.extend(["--replica-id".to_owned(), format!("{service}-{n}")]);
             }
-            if service == "hookevent" {
+            if matches!(service, "release" | "hookevent") {
                 args.extend(["--lease-namespace".to_owned(), leases_name.clone()]);
             }
             for (s, more) in extra {

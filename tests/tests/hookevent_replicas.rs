@@ -237,7 +237,7 @@ async fn replicas_journey(
         ensure!(watchers.len() < 16, "16 namespaces and still one-sided");
         let namespace = TestNamespace::create(&kube, "shards").await?;
         let key = format!("{}.watcher", &*namespace);
-        let shard = berth_hookevent::shards::shard_of(&key, SHARDS);
+        let shard = berth_lease::shards::shard_of(&key, SHARDS);
         let w = Watcher {
             r: v1::PackageRef {
                 kind: v1::PackageKind::App as i32,

@@ -144,7 +144,14 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
     let release = start(
         "berth-release",
         base(
-            &["--listen", "127.0.0.1:0", "--kubeconfig", &kc],
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--kubeconfig",
+                &kc,
+                "--lease-namespace",
+                &leases,
+            ],
             Role::Release,
         ),
     )

@@ -1,6 +1,8 @@
 //! Ownership through `coordination.k8s.io/v1` Leases, shared by the services that run as
-//! replicas: release (one Lease per release: who repairs its drift) and hookevent (one Lease
-//! per shard of the packages: who watches for them).
+//! replicas: hookevent and release share their keys out in shards, each shard owned by one
+//! replica at a time through a Lease (`shards`: the shard function, the shard and member Leases
+//! and the balancing `Coordinator`); hookevent watches for its shards' packages, release
+//! repairs the drift of its shards' releases.
 //!
 //! The rules are client-go's leader election, per Lease: the holder renews the Lease every
 //! `renew` period; another replica takes it over only when it has watched the Lease record stay
@@ -9,11 +11,12 @@
 //! replace carrying the `resourceVersion` last seen, so of two replicas racing for one Lease
 //! the API server lets exactly one win (the other gets 409 Conflict and stays a candidate). A
 //! holder within its renew deadline renews by replacing the record it last wrote, without
-//! reading it first (one request per renewal instead of two: a replica may hold a thousand);
-//! a 409 sends it back to reading.
+//! reading it first (one request per renewal instead of two); a 409 sends it back to reading.
 //! kube-rs has no per-object leader elector (its `runtime` has none, and a single elector per
 //! process would not do: these are many Leases per replica), so the loop is written here over
 //! its `Api<Lease>`.
+
+pub mod shards;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,14 +24,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
+use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 
 /// Bound on one request about a Lease.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest replica identity kept (a Lease's holderIdentity is free text; keep it readable).
 pub const MAX_IDENTITY_LEN: usize = 128;
-/// Leases read per list request.
-const PAGE: u32 = 500;
 
 /// How a replica takes part in Leases.
 #[derive(Clone, Debug)]
@@ -371,31 +372,6 @@ impl Elector {
         };
         if let Err(e) = deleted.await {
             tracing::debug!(lease = %self.name, error = %e, "deleting the lease failed");
-        }
-    }
-}
-
-/// Deletes the Lease `namespace/name` whoever holds it.
-pub async fn delete(client: kube::Client, namespace: &str, name: &str) -> Result<(), kube::Error> {
-    let api: Api<Lease> = Api::namespaced(client, namespace);
-    match bounded(api.delete(name, &DeleteParams::default())).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Every Lease carrying `label` (a label selector), in every namespace, read page by page.
-pub async fn list(client: kube::Client, label: &str) -> Result<Vec<Lease>, kube::Error> {
-    let api: Api<Lease> = Api::all(client);
-    let mut params = ListParams::default().labels(label).limit(PAGE);
-    let mut found = Vec::new();
-    loop {
-        let page = bounded(api.list(&params)).await?;
-        found.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(found),
         }
     }
 }

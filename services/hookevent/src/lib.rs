@@ -200,7 +200,7 @@ pub async fn run(
     let coordinator = match leases {
         Some((client, leases)) => {
             tracing::info!(replica = %leases.lease.identity, namespace = %leases.namespace,
-                shards = config.shards.shards, advertise = %leases.advertise, "hookevent replica");
+                shards = config.shards.shards, advertise = leases.advertise.as_deref().unwrap_or_default(), "hookevent replica");
             let mut coordinator = shards::Coordinator::new(
                 client,
                 leases,

@@ -104,6 +104,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let shards = berth_hookevent::shards::ShardConfig {
         shards: args.shards,
         leases: Some(berth_hookevent::shards::ShardLeases {
+            names: berth_hookevent::shards::NAMES,
             namespace: args
                 .lease_namespace
                 .clone()
@@ -116,10 +117,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 duration: std::time::Duration::from_secs(args.lease_duration_secs),
                 renew: std::time::Duration::from_secs(args.lease_renew_secs),
             },
-            advertise: args
-                .advertise_endpoint
-                .clone()
-                .unwrap_or_else(|| default_advertise(local)),
+            advertise: Some(
+                args.advertise_endpoint
+                    .clone()
+                    .unwrap_or_else(|| default_advertise(local)),
+            ),
         }),
     };
     shards.check().map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -390,8 +390,9 @@ impl HookEventService {
     }
 }
 
-impl ShardHandler for HookEventService {
-    async fn take(&self, shards: Vec<u32>) {
+impl HookEventService {
+    /// What a restart does, for the packages of `shards` (taken over).
+    async fn take_shards(&self, shards: Vec<u32>) {
         let which = |p: &str| shards.contains(&self.shards.shard(p));
         match self.store.load_all().await {
             Ok(all) => {
@@ -406,6 +407,16 @@ impl ShardHandler for HookEventService {
             }
         }
         self.restore_where(which).await;
+    }
+}
+
+impl ShardHandler for HookEventService {
+    fn take(&self, shards: Vec<u32>) {
+        let this = self.clone();
+        berth_telemetry::spawn_in(
+            tracing::info_span!(parent: None, "hookevent.take_shards"),
+            async move { this.take_shards(shards).await },
+        );
     }
 
     fn drop_shards(&self, shards: &[u32]) {

@@ -35,15 +35,23 @@ struct Args {
     /// Most bytes one release's render may produce.
     #[arg(long, env = "BERTH_RENDER_OUTPUT_LIMIT", default_value_t = 32 << 20)]
     render_output_limit: usize,
-    /// This replica's identity, written as the holderIdentity of the release Leases it holds
+    /// How many shards the releases are shared out in (a release's shard is a stable hash of
+    /// `<namespace>/<name>` modulo this); the owner of a release's shard repairs its drift.
+    /// Every replica must be given the same number.
+    #[arg(long, env = "BERTH_RELEASE_SHARDS", default_value_t = berth_lease::shards::DEFAULT_SHARDS)]
+    shards: u32,
+    /// The namespace of the shard Leases (default: the pod's namespace, else `default`).
+    #[arg(long, env = "BERTH_RELEASE_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// This replica's identity, written as the holderIdentity of the shard Leases it holds
     /// (default: the host name and a random suffix).
     #[arg(long, env = "BERTH_RELEASE_REPLICA_ID")]
     replica_id: Option<String>,
-    /// How long a release Lease stays valid after its holder last renewed it, in seconds: a
+    /// How long a shard Lease stays valid after its holder last renewed it, in seconds: a
     /// dead replica's releases are repaired by another one after this.
     #[arg(long, env = "BERTH_RELEASE_LEASE_DURATION_SECS", default_value_t = 15)]
     lease_duration_secs: u64,
-    /// How often a replica renews the release Leases it holds, and tries for the others, in
+    /// How often a replica renews the shard Leases it holds, and tries for the others, in
     /// seconds (shorter than the lease duration).
     #[arg(long, env = "BERTH_RELEASE_LEASE_RENEW_SECS", default_value_t = 5)]
     lease_renew_secs: u64,
@@ -58,16 +66,27 @@ async fn main() -> anyhow::Result<()> {
     // clear 2 MiB pages for them (a third of a render's time, twice its memory).
     berth_helm::memory::prefer_small_pages();
     let _telemetry = berth_telemetry::init("berth-release", args.log_format);
-    let lease = berth_release::manager::LeaseConfig {
-        identity: args
-            .replica_id
-            .clone()
-            .unwrap_or_else(berth_release::manager::lease::default_identity),
-        duration: std::time::Duration::from_secs(args.lease_duration_secs),
-        renew: std::time::Duration::from_secs(args.lease_renew_secs),
+    let shards = berth_release::manager::ShardConfig {
+        shards: args.shards,
+        leases: Some(berth_lease::shards::ShardLeases {
+            names: berth_release::manager::shards::NAMES,
+            namespace: args
+                .lease_namespace
+                .clone()
+                .unwrap_or_else(berth_lease::shards::default_namespace),
+            lease: berth_lease::LeaseConfig {
+                identity: args
+                    .replica_id
+                    .clone()
+                    .unwrap_or_else(berth_release::manager::shards::default_identity),
+                duration: std::time::Duration::from_secs(args.lease_duration_secs),
+                renew: std::time::Duration::from_secs(args.lease_renew_secs),
+            },
+            // Nothing is forwarded between release replicas.
+            advertise: None,
+        }),
     };
-    lease.check().map_err(|e| anyhow::anyhow!("{e}"))?;
-    tracing::info!(replica = %lease.identity, "release replica");
+    shards.check().map_err(|e| anyhow::anyhow!("{e}"))?;
     let client = berth_release::process::kube_client(args.kubeconfig.as_deref()).await?;
     let tls = args.tls.load(Some(berth_telemetry::Role::Release))?;
     let metrics_listener = args.metrics.bind().await?;
@@ -88,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
     let service = berth_release::service::ReleaseService::new(client)
         .with_package_scopes(scopes)
         .with_history_max(args.history_max)
-        .with_lease(lease)
+        .with_shards(shards)
         .with_render_limits(berth_release::manager::RenderLimits {
             time: std::time::Duration::from_secs(args.render_time_limit),
             output_bytes: args.render_output_limit,

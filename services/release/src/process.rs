@@ -53,6 +53,7 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Erro
 
 /// Serves the release service on `listener` until `shutdown`, asking lifecycle at `lifecycle`
 /// what each request's package is (`None`: no confinement, for tests); see [`run_service`].
+/// The only replica of its cluster (`berth up`): no shard Leases, it repairs every release.
 pub async fn run(
     client: kube::Client,
     lifecycle: Option<&str>,
@@ -148,12 +149,16 @@ async fn report_cluster_version(
     }
 }
 
+/// Longest a stopping replica waits to give its shard Leases up (each request is bounded too).
+const GIVE_UP_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Serves `service` on `listener` until `shutdown` (with `tls`: mutual TLS, calls authorised
 /// by the caller's role; without: plain gRPC), which also ends its drift watches. Its metrics
-/// (RPC, apply and readiness durations, drift repairs) go to `metrics`. Drift
-/// repair of the releases berth deployed earlier resumes alongside (so a slow cluster does not
-/// delay serving), and the cluster's release Leases are followed, so this replica can take
-/// over the repair of releases other replicas installed.
+/// (RPC, apply and readiness durations, drift repairs) go to `metrics`. Alongside (so a slow
+/// cluster does not delay serving) the replica takes part in the shard Leases, or, without
+/// them, resumes the drift repair of the releases berth deployed earlier (see
+/// [`ReleaseService::run_shards`]); at shutdown it gives its shard Leases up, so another
+/// replica takes over at once.
 pub async fn run_service(
     service: ReleaseService,
     tls: Option<berth_telemetry::Tls>,
@@ -164,29 +169,23 @@ pub async fn run_service(
     let service = service
         .with_metrics(&metrics)
         .with_shutdown(shutdown.clone());
-    let resume = service.clone();
-    let resuming = berth_telemetry::spawn_in(
-        tracing::info_span!(parent: None, "release.resume_drift_repair"),
-        async move { resume.resume_drift_repair().await },
-    );
-    let follow = service.clone();
-    let until = shutdown.clone();
-    let following = berth_telemetry::spawn_in(
-        tracing::info_span!(parent: None, "release.follow_leases"),
-        async move { follow.follow_leases(until).await },
-    );
+    let leases = service.run_shards(shutdown.clone());
     let router =
         berth_telemetry::grpc_server(berth_telemetry::Role::Release, tls.as_ref(), &metrics)?
             .add_service(server(service));
-    berth_telemetry::serve_router(
+    let served = berth_telemetry::serve_router(
         router,
         listener,
         berth_proto::FILE_DESCRIPTOR_SET,
         &["berth.release.v1.Releases"],
-        shutdown,
+        shutdown.clone(),
     )
-    .await?;
-    resuming.abort();
-    following.abort();
-    Ok(())
+    .await;
+    shutdown.cancel();
+    if let Some(leases) = leases
+        && tokio::time::timeout(GIVE_UP_TIMEOUT, leases).await.is_err()
+    {
+        tracing::warn!("the shard Leases were not all given up in time; they expire instead");
+    }
+    Ok(served?)
 }

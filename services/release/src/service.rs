@@ -119,26 +119,20 @@ impl ReleaseService {
         self
     }
 
-    /// Resumes drift repair for the releases berth deployed before this process started
-    /// (see [`ReleaseManager::resume_drift_repair`]); logs the outcome. Run once at start.
-    pub async fn resume_drift_repair(&self) {
-        match self.manager.resume_drift_repair().await {
-            Ok(n) => tracing::info!(releases = n, "drift repair resumed"),
-            Err(e) => tracing::warn!(error = %e, "cannot resume drift repair"),
-        }
-    }
-
-    /// Takes part in the per-release Leases (this replica's identity, the Lease duration and
-    /// renew period; see `manager::lease`).
-    pub fn with_lease(mut self, lease: crate::manager::LeaseConfig) -> Self {
-        self.manager = self.manager.with_lease(lease);
+    /// Shares the releases' drift repair with the other replicas as `config` says (see
+    /// `manager::shards`).
+    pub fn with_shards(mut self, config: crate::manager::ShardConfig) -> Self {
+        self.manager = self.manager.with_shards(config);
         self
     }
 
-    /// Follows the cluster's release Leases until `shutdown`, becoming a candidate for the
-    /// releases other replicas installed (see [`ReleaseManager::follow_leases`]).
-    pub async fn follow_leases(&self, shutdown: tokio_util::sync::CancellationToken) {
-        self.manager.follow_leases(shutdown).await;
+    /// Takes part in the shard Leases until `shutdown` (see
+    /// [`ReleaseManager::run_shards`]); returns the Lease loop to await before exiting.
+    pub fn run_shards(
+        &self,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        self.manager.run_shards(shutdown)
     }
 }
 

@@ -193,7 +193,15 @@ impl Topology {
         .await?;
         let release = start(
             "berth-release",
-            s(&["--listen", &any, "--kubeconfig", &kc, PLAIN]),
+            s(&[
+                "--listen",
+                &any,
+                "--kubeconfig",
+                &kc,
+                "--lease-namespace",
+                &leases,
+                PLAIN,
+            ]),
             "listening on ",
         )
         .await?;

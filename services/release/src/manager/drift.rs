@@ -1,10 +1,10 @@
-//! Drift: after an install, upgrade or rollback (and, after a restart, for every release
-//! berth deployed: see `resume`), the release's objects are watched, one watch per kind and
-//! namespace; when one is deleted, or changed so that re-applying it would change it back, the
-//! change is recorded and the object re-applied. DESIGN.md leaves "when to repair" to the
-//! lifecycle; until it decides, the release service repairs on its own, rate-limited per object
-//! with an exponential backoff so a controller fighting berth over a field cannot cause an
-//! apply storm.
+//! Drift: after an install, upgrade or rollback (and, after a restart or a shard taken over,
+//! for every release berth deployed: see `resume`), the release's objects are watched, one
+//! watch per kind and namespace; when one is deleted, or changed so that re-applying it would
+//! change it back, the change is recorded and the object re-applied. DESIGN.md leaves "when to
+//! repair" to the lifecycle; until it decides, the release service repairs on its own,
+//! rate-limited per object with an exponential backoff so a controller fighting berth over a
+//! field cannot cause an apply storm.
 //!
 //! "Would change it back" is decided by a server-side apply dry run, not by comparing fields
 //! here: the API server knows defaulting and quantity normalisation (`1000m` == `1`), so only
@@ -16,22 +16,22 @@
 //! Before repairing, the release's records are read: when its newest revision is no longer the
 //! deployed one being watched (another replica upgraded, rolled back or is uninstalling it),
 //! the watch ends instead, and the owner reads the records again: it watches the newer deployed
-//! revision, or, when there is none, deletes the release's Lease and stops.
+//! revision, or, when there is none, stops.
 //!
-//! Replicas: a release's objects are watched and repaired only by the replica holding the
-//! release's Lease (`lease`). Every replica that knows a release (it installed, rolled back or
-//! resumed it, or found its Lease) is a candidate; the holder renews, the others try again
-//! every renew period and take over once the Lease expires, reading what to watch from the
-//! release's records. A holder that fails to renew within the renew deadline, or finds the
-//! Lease taken, stops repairing at once (in-flight repairs are dropped).
+//! Replicas: a release's objects are watched and repaired only by the replica owning the
+//! release's shard (`shards`). The monitor starts a release's repairer only while this
+//! replica owns its shard (checked under the monitor's lock, so a shard dropped meanwhile
+//! cannot leave a repairer behind), and a shard lost stops its releases' repairers at once
+//! (in-flight repairs are dropped).
 
-use super::lease::{self, Claim, Elector, LeaseConfig};
 use super::*;
 use crate::apply::Seen;
 use crate::apply::dry_run::{DryRun, comparable};
+use berth_lease::shards::Shards;
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +46,8 @@ const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// How long a just-applied object the shared watch does not show yet may take to appear there
 /// before it is checked as absent (see `Repairer::run`).
 const CONFIRM_ABSENT: Duration = Duration::from_secs(2);
+/// Wait before reading a release's records again after reading them failed.
+const RECORDS_RETRY: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriftKind {
@@ -83,10 +85,11 @@ type EventLog = Arc<Mutex<VecDeque<DriftEvent>>>;
 struct Watched {
     cancel: CancellationToken,
     events: EventLog,
+    /// The deployed revision being watched (the owner moves to a newer one it finds).
+    revision: Arc<AtomicI32>,
 }
 
-/// The drift watches of every release this process installed (or resumed, or found the
-/// Lease of), each owned through the release's Lease.
+/// The drift watches of the releases of the shards this replica owns.
 #[derive(Clone)]
 pub struct DriftMonitor {
     // Std mutex: held only to insert, remove or copy entries, never across an await.
@@ -94,7 +97,8 @@ pub struct DriftMonitor {
     /// Cancelled when the process shuts down; each release's watch holds a child of it.
     shutdown: CancellationToken,
     metrics: ReleaseMetrics,
-    lease: LeaseConfig,
+    /// Which shards this replica owns (all of them without shard Leases).
+    shards: Arc<Shards>,
 }
 
 /// What to watch: a deployed revision's objects.
@@ -106,14 +110,12 @@ pub(super) struct Desired {
 
 /// How a repairer's watch ended.
 enum Ended {
-    /// Paused, stopped or shut down.
+    /// Paused, stopped, shut down, or the shard was lost.
     Cancelled,
     /// The watched revision is no longer the release's deployed one.
     Outdated,
     /// The watch stream ended (nothing to watch).
     Closed,
-    /// Another replica holds the Lease now, or it could not be renewed in time.
-    Lost,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -128,23 +130,23 @@ impl Default for DriftMonitor {
 
 impl DriftMonitor {
     /// A monitor whose watches all end when `shutdown` is cancelled, counting repairs in
-    /// `metrics`.
+    /// `metrics`, owning every shard (see [`DriftMonitor::set_shards`]).
     pub fn new(shutdown: CancellationToken, metrics: ReleaseMetrics) -> Self {
         DriftMonitor {
             releases: Arc::default(),
             shutdown,
             metrics,
-            lease: lease::default_config(),
+            shards: Shards::all_owned(berth_lease::shards::DEFAULT_SHARDS),
         }
     }
 
-    /// Takes part in the release Leases as `lease` says (identity, duration, renew period).
-    pub fn set_lease(&mut self, lease: LeaseConfig) {
-        self.lease = lease;
+    /// Repairs only the releases of the shards `shards` says this replica owns.
+    pub fn set_shards(&mut self, shards: Arc<Shards>) {
+        self.shards = shards;
     }
 
-    pub fn lease(&self) -> &LeaseConfig {
-        &self.lease
+    pub fn shards(&self) -> &Arc<Shards> {
+        &self.shards
     }
 
     /// Counts the repairs of watches started from now on in `metrics`.
@@ -153,9 +155,10 @@ impl DriftMonitor {
     }
 
     /// Starts watching `objects` (the desired state) for the release, replacing any earlier
-    /// watch of it. Earlier drift events are kept. `revision` is the deployed revision the
-    /// objects are from; `applied` holds the objects as berth's apply just left them (may be
-    /// empty): those need no check when the watch first lists them.
+    /// watch of it, if this replica owns the release's shard (returns whether it started).
+    /// Earlier drift events are kept. `revision` is the deployed revision the objects are
+    /// from; `applied` holds the objects as berth's apply just left them (may be empty):
+    /// those need no check when the watch first lists them.
     pub fn watch(
         &self,
         applier: &Applier,
@@ -164,53 +167,32 @@ impl DriftMonitor {
         revision: i32,
         objects: Vec<serde_json::Value>,
         applied: Vec<Applied>,
-    ) {
-        let desired = Desired {
-            revision,
-            objects,
-            applied,
-        };
-        self.start(applier, release, namespace, Some(desired), true);
-    }
-
-    /// Becomes a candidate for the release's Lease unless this process already is (found
-    /// through its Lease: what to watch comes from its records once the Lease is held; a
-    /// Lease that disappears ends the candidacy). Returns whether it started.
-    pub fn contend(&self, applier: &Applier, release: &str, namespace: &str) -> bool {
-        if self.is_watching(release, namespace) || self.shutdown.is_cancelled() {
+    ) -> bool {
+        if self.shutdown.is_cancelled() {
             return false;
         }
-        self.start(applier, release, namespace, None, false)
-    }
-
-    /// Starts the release's owner loop, replacing any earlier one (`replace`) or only when
-    /// there is none running.
-    fn start(
-        &self,
-        applier: &Applier,
-        release: &str,
-        namespace: &str,
-        desired: Option<Desired>,
-        replace: bool,
-    ) -> bool {
         let cancel = self.shutdown.child_token();
-        let events = {
+        let (events, watched) = {
             let mut map = lock(&self.releases);
-            let id = (namespace.to_string(), release.to_string());
-            if !replace && map.get(&id).is_some_and(|w| !w.cancel.is_cancelled()) {
+            // Under the lock: a shard dropped after this check has its releases stopped
+            // after this insertion (`drop_shards` takes the lock too).
+            if !self.shards.owns(&super::shards::key(namespace, release)) {
                 return false;
             }
+            let id = (namespace.to_string(), release.to_string());
             let events = map.get(&id).map(|w| w.events.clone()).unwrap_or_default();
+            let watched = Arc::new(AtomicI32::new(revision));
             if let Some(old) = map.insert(
                 id,
                 Watched {
                     cancel: cancel.clone(),
                     events: events.clone(),
+                    revision: watched.clone(),
                 },
             ) {
                 old.cancel.cancel();
             }
-            events
+            (events, watched)
         };
         let owner = Owner {
             applier: applier.clone(),
@@ -218,8 +200,12 @@ impl DriftMonitor {
             namespace: namespace.to_string(),
             events,
             metrics: self.metrics.clone(),
-            lease: self.lease.clone(),
-            shutdown: self.shutdown.clone(),
+            revision: watched,
+        };
+        let desired = Desired {
+            revision,
+            objects,
+            applied,
         };
         berth_telemetry::spawn_in(
             tracing::info_span!(parent: None, "release.drift_repair", release = %release, namespace = %namespace),
@@ -228,11 +214,13 @@ impl DriftMonitor {
         true
     }
 
-    /// True while the release's objects are watched (not paused or stopped).
-    pub fn is_watching(&self, release: &str, namespace: &str) -> bool {
+    /// The revision whose objects are watched, while the release's objects are watched (not
+    /// paused or stopped).
+    pub fn watched_revision(&self, release: &str, namespace: &str) -> Option<i32> {
         lock(&self.releases)
             .get(&(namespace.to_string(), release.to_string()))
-            .is_some_and(|w| !w.cancel.is_cancelled())
+            .filter(|w| !w.cancel.is_cancelled())
+            .map(|w| w.revision.load(Ordering::Relaxed))
     }
 
     /// Stops repairing the release but keeps its events: called before an upgrade or rollback
@@ -251,6 +239,20 @@ impl DriftMonitor {
         }
     }
 
+    /// Stops, at once, repairing every release of `shards` (no longer this replica's), and
+    /// forgets their events: the new owner keeps its own.
+    pub fn drop_shards(&self, shards: &[u32]) {
+        let mut map = lock(&self.releases);
+        map.retain(|(namespace, release), w| {
+            let shard = self.shards.shard(&super::shards::key(namespace, release));
+            if shards.contains(&shard) {
+                w.cancel.cancel();
+                return false;
+            }
+            true
+        });
+    }
+
     /// The release's drift events, oldest first.
     pub fn events(&self, release: &str, namespace: &str) -> Vec<DriftEvent> {
         lock(&self.releases)
@@ -260,69 +262,23 @@ impl DriftMonitor {
     }
 }
 
-/// One release's candidacy for its Lease, and its repairer while it holds it.
+/// One release's repairer, following the release to each newer deployed revision.
 struct Owner {
     applier: Applier,
     release: String,
     namespace: String,
     events: EventLog,
     metrics: ReleaseMetrics,
-    lease: LeaseConfig,
-    shutdown: CancellationToken,
+    /// The revision watched, shared with the monitor's entry.
+    revision: Arc<AtomicI32>,
 }
 
 impl Owner {
-    async fn run(self, mut desired: Option<Desired>, cancel: CancellationToken) {
-        let mut elector = lease::elector(
-            self.applier.client().clone(),
-            &self.namespace,
-            &self.release,
-            self.lease.clone(),
-        );
-        let renew = self.lease.renew;
+    async fn run(self, mut desired: Desired, cancel: CancellationToken) {
         loop {
-            // A candidate until this replica holds the Lease. Only a replica that knows the
-            // release is deployed may create it.
-            loop {
-                match elector.acquire(desired.is_some()).await {
-                    Ok(Claim::Held) => break,
-                    Ok(Claim::Other) => {}
-                    Ok(Claim::Gone) => {
-                        tracing::info!(
-                            "release lease gone (release uninstalled); not a candidate any more"
-                        );
-                        cancel.cancel();
-                        return;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "acquiring the release lease failed"),
-                }
-                tokio::select! {
-                    () = cancel.cancelled() => return self.cancelled(&mut elector).await,
-                    () = tokio::time::sleep(renew) => {}
-                }
-            }
-            let d = match desired.take() {
-                Some(d) => d,
-                None => match self.deployed().await {
-                    Ok(Some(d)) => d,
-                    Ok(None) => {
-                        tracing::info!("release no longer deployed by berth; its lease is deleted");
-                        elector.delete_if_held().await;
-                        cancel.cancel();
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "reading the release's records failed");
-                        tokio::select! {
-                            () = cancel.cancelled() => return self.cancelled(&mut elector).await,
-                            () = tokio::time::sleep(renew) => {}
-                        }
-                        continue;
-                    }
-                },
-            };
-            tracing::info!(revision = d.revision, identity = %self.lease.identity, "holding the release lease: repairing drift");
-            let held = cancel.child_token();
+            let d = desired;
+            self.revision.store(d.revision, Ordering::Relaxed);
+            tracing::debug!(revision = d.revision, "repairing drift");
             let repairer = Repairer {
                 applier: self.applier.clone(),
                 release: self.release.clone(),
@@ -331,51 +287,33 @@ impl Owner {
                 events: self.events.clone(),
                 metrics: self.metrics.clone(),
             };
-            let run = repairer.run(d.objects, d.applied, held.clone());
-            tokio::pin!(run);
-            let mut closed = false;
-            let ended = loop {
-                tokio::select! {
-                    ended = &mut run, if !closed => match ended {
-                        // Nothing to watch: keep the Lease, so no other replica takes it up.
-                        Ended::Closed => closed = true,
-                        other => break other,
-                    },
-                    () = tokio::time::sleep(renew) => match elector.acquire(true).await {
-                        Ok(Claim::Held) => {}
-                        Ok(_) => break Ended::Lost,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "renewing the release lease failed");
-                            if !elector.still_held() {
-                                break Ended::Lost;
-                            }
-                        }
-                    },
-                    () = cancel.cancelled(), if closed => break Ended::Cancelled,
-                }
-            };
-            held.cancel();
-            match ended {
-                Ended::Cancelled => return self.cancelled(&mut elector).await,
-                Ended::Lost => {
-                    tracing::info!("release lease lost: another replica repairs drift now");
-                }
+            match repairer.run(d.objects, d.applied, cancel.clone()).await {
+                // Nothing to watch, or told to stop.
+                Ended::Cancelled | Ended::Closed => return,
                 Ended::Outdated => {
                     tracing::info!(
                         revision = d.revision,
                         "release changed elsewhere; reading its records again"
                     );
                 }
-                Ended::Closed => {}
             }
-        }
-    }
-
-    /// Paused or stopped (an operation of this process takes over), or shut down: then the
-    /// Lease is given up, so another replica takes over without waiting for it to expire.
-    async fn cancelled(&self, elector: &mut Elector) {
-        if self.shutdown.is_cancelled() {
-            elector.release().await;
+            desired = loop {
+                match self.deployed().await {
+                    Ok(Some(d)) => break d,
+                    Ok(None) => {
+                        tracing::info!("release no longer deployed by berth; not repairing it");
+                        cancel.cancel();
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading the release's records failed");
+                        tokio::select! {
+                            () = cancel.cancelled() => return,
+                            () = tokio::time::sleep(RECORDS_RETRY) => {}
+                        }
+                    }
+                }
+            };
         }
     }
 

@@ -5,23 +5,24 @@
 
 mod confine;
 mod drift;
+mod follow;
 mod history;
 mod hooks;
 mod install;
-pub mod lease;
 mod metrics;
 mod plan;
 mod ready;
 mod resume;
 mod revision;
 mod rollback;
+pub mod shards;
 mod status;
 mod uninstall;
 
+pub use berth_lease::shards::ShardConfig;
 pub use confine::AppNamespace;
 pub use drift::{DriftEvent, DriftKind};
 pub use history::RevisionSummary;
-pub use lease::LeaseConfig;
 pub use metrics::ReleaseMetrics;
 pub use plan::{PlanAction, PlannedChange};
 
@@ -176,6 +177,8 @@ pub struct ReleaseManager {
     locks: ReleaseLocks,
     capabilities: CapabilitiesCache,
     drift: drift::DriftMonitor,
+    /// How the releases are shared out between replicas (see `shards`).
+    shard_config: ShardConfig,
     metrics: ReleaseMetrics,
     /// Whether installed objects are watched and repaired (see `drift`).
     repair_drift: bool,
@@ -254,6 +257,7 @@ impl ReleaseManager {
             locks: ReleaseLocks::default(),
             capabilities: CapabilitiesCache::default(),
             drift: drift::DriftMonitor::default(),
+            shard_config: ShardConfig::default(),
             metrics: ReleaseMetrics::default(),
             repair_drift: true,
             history_max: HISTORY_MAX,
@@ -353,22 +357,75 @@ impl ReleaseManager {
     /// Ends every drift watch when `shutdown` is cancelled (they run as their own tasks).
     /// Call before the first install.
     pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
-        let lease = self.drift.lease().clone();
+        let shards = self.drift.shards().clone();
         self.drift = drift::DriftMonitor::new(shutdown, self.metrics.clone());
-        self.drift.set_lease(lease);
+        self.drift.set_shards(shards);
         self
     }
 
-    /// Takes part in the per-release Leases that decide which replica repairs each release's
-    /// drift (see `lease`) as `lease` says.
-    pub fn with_lease(mut self, lease: LeaseConfig) -> Self {
-        self.drift.set_lease(lease);
+    /// Shares the releases' drift repair with the other replicas as `config` says (see
+    /// `shards`): with shard Leases, this replica repairs only the releases of the shards it
+    /// owns, none until [`ReleaseManager::run_shards`] takes some; without, every release.
+    pub fn with_shards(mut self, config: ShardConfig) -> Self {
+        let shards = match &config.leases {
+            Some(leases) => {
+                berth_lease::shards::Shards::with_leases(config.shards, self.client.clone(), leases)
+            }
+            None => berth_lease::shards::Shards::all_owned(config.shards),
+        };
+        self.drift.set_shards(shards);
+        self.shard_config = config;
         self
     }
 
-    /// This replica's Lease settings.
-    pub fn lease(&self) -> &LeaseConfig {
-        self.drift.lease()
+    /// This replica's share of the releases.
+    pub fn shard_config(&self) -> &ShardConfig {
+        &self.shard_config
+    }
+
+    /// Takes part in the shard Leases until `shutdown`, following the release records
+    /// meanwhile; returns the Lease loop, which gives the Leases up once `shutdown` comes
+    /// (await it before the process exits, so another replica takes over at once). Without
+    /// shard Leases, resumes the drift repair of every release berth deployed instead.
+    pub fn run_shards(
+        &self,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let Some(leases) = self.shard_config.leases.clone() else {
+            let resume = self.clone();
+            berth_telemetry::spawn_in(
+                tracing::info_span!(parent: None, "release.resume_drift_repair"),
+                async move {
+                    match resume.resume_drift_repair().await {
+                        Ok(n) => tracing::info!(releases = n, "drift repair resumed"),
+                        Err(e) => tracing::warn!(error = %e, "cannot resume drift repair"),
+                    }
+                },
+            );
+            return None;
+        };
+        tracing::info!(replica = %leases.lease.identity, namespace = %leases.namespace,
+            shards = self.shard_config.shards, "release replica");
+        let follow = self.clone();
+        let until = shutdown.clone();
+        berth_telemetry::spawn_in(
+            tracing::info_span!(parent: None, "release.follow_records"),
+            async move { follow.follow_records(until).await },
+        );
+        let mut coordinator = berth_lease::shards::Coordinator::new(
+            self.client.clone(),
+            leases,
+            self.drift.shards().clone(),
+            Arc::new(self.clone()),
+        );
+        Some(berth_telemetry::spawn_in(
+            tracing::info_span!(parent: None, "release.shards"),
+            async move {
+                // The first round at once: a lone replica owns every shard from the start.
+                coordinator.round().await;
+                coordinator.run(shutdown).await;
+            },
+        ))
     }
 
     /// Keeps the release metrics (apply and readiness durations, drift repairs) in `metrics`

@@ -1,35 +1,48 @@
-//! Drift repair after a restart: the watches live in memory, so a new process finds the
-//! releases berth deployed from their records and watches them again.
+//! Drift repair after a restart, or of a shard taken over: the watches live in memory, so the
+//! owner finds the releases berth deployed from their records and watches them again.
 
 use super::*;
-use crate::record::store::{CHECKSUM_LABEL, SECRET_TYPE};
+use crate::record::store::CHECKSUM_LABEL;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::ListParams;
 use std::collections::BTreeSet;
 
-/// Release Secrets read per list request (they hold whole charts, so pages stay small).
-const PAGE: u32 = 50;
+/// Release Secrets read per list request (metadata only).
+const PAGE: u32 = 500;
 /// Bound on one list request.
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ReleaseManager {
-    /// Starts drift repair for every release whose latest revision berth deployed: a Helm
-    /// release Secret with status `deployed` and berth's checksum label, which Helm does not
-    /// write. Releases already watched by this process are left alone; each release is
-    /// re-read under its lock, so a concurrent install, rollback or uninstall wins. Call once
-    /// when the service starts. Returns how many releases it started watching. Does nothing
-    /// with drift repair off.
+    /// Starts drift repair for every release of the shards this replica owns whose latest
+    /// revision berth deployed: a Helm release Secret with status `deployed` and berth's
+    /// checksum label, which Helm does not write. Releases already watched by this process
+    /// are left alone; each release is re-read under its lock, so a concurrent install,
+    /// rollback or uninstall wins. Returns how many releases it started watching. Does
+    /// nothing with drift repair off.
     pub async fn resume_drift_repair(&self) -> Result<usize, ReleaseError> {
-        if !self.repair_drift {
+        let owned = self.drift.shards().owned();
+        self.resume_shards(&owned).await
+    }
+
+    /// Like [`ReleaseManager::resume_drift_repair`], for the releases of `shards`.
+    pub(super) async fn resume_shards(&self, shards: &[u32]) -> Result<usize, ReleaseError> {
+        if !self.repair_drift || shards.is_empty() {
             return Ok(0);
         }
         let mut resumed = 0;
         for (namespace, name) in self.deployed_by_berth().await? {
-            if validate_release(&name, &namespace).is_err() {
+            if validate_release(&name, &namespace).is_err()
+                || !shards.contains(
+                    &self
+                        .drift
+                        .shards()
+                        .shard(&super::shards::key(&namespace, &name)),
+                )
+            {
                 continue;
             }
-            match self.resume_one(&name, &namespace).await {
+            match self.resume_one(&name, &namespace, None).await {
                 Ok(true) => resumed += 1,
                 Ok(false) => {}
                 Err(e) => {
@@ -40,7 +53,8 @@ impl ReleaseManager {
         Ok(resumed)
     }
 
-    /// (namespace, name) of every release with a deployed revision written by berth.
+    /// (namespace, name) of every release with a deployed revision written by berth. Reads
+    /// the Secrets' labels only: the records themselves are read per release, by the owner.
     async fn deployed_by_berth(&self) -> Result<BTreeSet<(String, String)>, ReleaseError> {
         let api: Api<Secret> = Api::all(self.client.clone());
         let selector = format!(
@@ -49,13 +63,14 @@ impl ReleaseManager {
         );
         let mut params = ListParams::default().labels(&selector).limit(PAGE);
         let mut found = BTreeSet::new();
+        let object = || "release secrets in all namespaces".to_owned();
         loop {
-            let page = match tokio::time::timeout(LIST_TIMEOUT, api.list(&params)).await {
+            let page = match tokio::time::timeout(LIST_TIMEOUT, api.list_metadata(&params)).await {
                 Ok(Ok(page)) => page,
                 Ok(Err(source)) => {
                     return Err(ApplyError::Kube {
                         op: "list",
-                        object: "release secrets in all namespaces".into(),
+                        object: object(),
                         source,
                     }
                     .into());
@@ -63,7 +78,7 @@ impl ReleaseManager {
                 Err(_) => {
                     return Err(ApplyError::Timeout {
                         op: "list",
-                        object: "release secrets in all namespaces".into(),
+                        object: object(),
                     }
                     .into());
                 }
@@ -71,9 +86,7 @@ impl ReleaseManager {
             for secret in &page.items {
                 let meta = &secret.metadata;
                 let release = meta.labels.as_ref().and_then(|l| l.get("name"));
-                if secret.type_.as_deref() == Some(SECRET_TYPE)
-                    && let (Some(ns), Some(release)) = (&meta.namespace, release)
-                {
+                if let (Some(ns), Some(release)) = (&meta.namespace, release) {
                     found.insert((ns.clone(), release.clone()));
                 }
             }
@@ -84,11 +97,20 @@ impl ReleaseManager {
         }
     }
 
-    /// Watches one release again if its latest revision is deployed and berth's.
-    async fn resume_one(&self, name: &str, namespace: &str) -> Result<bool, ReleaseError> {
+    /// Watches one release again if its latest revision is deployed and berth's, unless its
+    /// objects are watched already: at any revision (`seen` `None`), or at `seen` or newer (a
+    /// record of revision `seen` was just written).
+    pub(super) async fn resume_one(
+        &self,
+        name: &str,
+        namespace: &str,
+        seen: Option<i32>,
+    ) -> Result<bool, ReleaseError> {
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
-        if self.drift.is_watching(name, namespace) {
+        if let Some(watched) = self.drift.watched_revision(name, namespace)
+            && seen.is_none_or(|seen| watched >= seen)
+        {
             return Ok(false);
         }
         let store = ReleaseStore::new(self.client.clone(), namespace);
@@ -99,8 +121,7 @@ impl ReleaseManager {
             return Ok(false);
         }
         let objects = recorded_objects(&latest.release.manifest);
-        tracing::info!(release.name = %name, release.namespace = %namespace, revision = latest.release.version, "resuming drift repair");
-        self.drift.watch(
+        let started = self.drift.watch(
             &self.applier,
             name,
             namespace,
@@ -108,39 +129,9 @@ impl ReleaseManager {
             objects,
             Vec::new(),
         );
-        Ok(true)
-    }
-
-    /// Every renew period until `shutdown`, lists the release Leases of the cluster and
-    /// becomes a candidate for each release this process does not know yet (one another
-    /// replica installed), so it can take the release over when its holder dies. Does
-    /// nothing with drift repair off.
-    pub async fn follow_leases(&self, shutdown: tokio_util::sync::CancellationToken) {
-        if !self.repair_drift {
-            return;
+        if started {
+            tracing::info!(release.name = %name, release.namespace = %namespace, revision = latest.release.version, "repairing drift");
         }
-        let period = self.lease().renew;
-        loop {
-            match lease::list(self.client.clone()).await {
-                Ok(found) => {
-                    for (namespace, name) in found {
-                        if validate_release(&name, &namespace).is_err() {
-                            continue;
-                        }
-                        // An operation on the release in this process decides for itself.
-                        let lock = self.locks.get(&namespace, &name);
-                        let Ok(_held) = lock.try_lock() else { continue };
-                        if self.drift.contend(&self.applier, &name, &namespace) {
-                            tracing::debug!(release.name = %name, release.namespace = %namespace, "found a release lease; a candidate for it");
-                        }
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "listing release leases failed"),
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(period) => {}
-            }
-        }
+        Ok(started)
     }
 }

@@ -37,14 +37,6 @@ impl ReleaseManager {
         for rev in &history {
             store.delete(name, rev.version).await?;
         }
-        // The release is gone: so is the Lease that said which replica repairs it.
-        lease::delete(self.client.clone(), namespace, name)
-            .await
-            .map_err(|source| ApplyError::Kube {
-                op: "delete",
-                object: format!("Lease {namespace}/{}", lease::lease_name(name)),
-                source,
-            })?;
         Ok(Uninstalled {
             found: true,
             deleted,
