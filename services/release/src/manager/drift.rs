@@ -1,10 +1,10 @@
-//! Drift: after an install, upgrade or rollback (and, after a restart or a shard taken over,
-//! for every release berth deployed: see `resume`), the release's objects are watched, one
-//! watch per kind and namespace; when one is deleted, or changed so that re-applying it would
-//! change it back, the change is recorded and the object re-applied. DESIGN.md leaves "when to
-//! repair" to the lifecycle; until it decides, the release service repairs on its own,
-//! rate-limited per object with an exponential backoff so a controller fighting berth over a
-//! field cannot cause an apply storm.
+//! Drift: after an install, upgrade or rollback (and, after a restart, for every release
+//! berth deployed: see `resume`), the release's objects are watched, one watch per kind and
+//! namespace; when one is deleted, or changed so that re-applying it would change it back, the
+//! change is recorded and the object re-applied. DESIGN.md leaves "when to repair" to the
+//! lifecycle; until it decides, the release service repairs on its own, rate-limited per object
+//! with an exponential backoff so a controller fighting berth over a field cannot cause an
+//! apply storm.
 //!
 //! "Would change it back" is decided by a server-side apply dry run, not by comparing fields
 //! here: the API server knows defaulting and quantity normalisation (`1000m` == `1`), so only
