@@ -496,9 +496,17 @@ impl Store {
             let span = w.span.clone();
             let outcome = match &mut w.op {
                 WriteOp::Modify(change) => {
-                    modify_in(&mut tx, self.dialect, &w.key, w.generation, sched, now, change)
-                        .instrument(span)
-                        .await?
+                    modify_in(
+                        &mut tx,
+                        self.dialect,
+                        &w.key,
+                        w.generation,
+                        sched,
+                        now,
+                        change,
+                    )
+                    .instrument(span)
+                    .await?
                 }
                 WriteOp::Delete => {
                     delete_in(&mut tx, self.dialect, &w.key, w.generation, sched, now)
