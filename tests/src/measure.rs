@@ -134,10 +134,18 @@ mod tests {
     #[test]
     fn cpu_by_program_counts_work_done_in_between() {
         let before = CpuByProgram::now().expect("read /proc");
-        let start = std::time::Instant::now();
+        // Spin until this process has used 300 ms of CPU (however loaded the machine is), or
+        // give up after a minute of wall time.
+        let own_before = cpu_time(std::process::id(), false).expect("own stat");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let mut x = 0u64;
-        while start.elapsed() < Duration::from_millis(300) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        while cpu_time(std::process::id(), false).expect("own stat") - own_before
+            < Duration::from_millis(300)
+            && std::time::Instant::now() < deadline
+        {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
         }
         std::hint::black_box(x);
         let after = CpuByProgram::now().expect("read /proc");
