@@ -275,3 +275,32 @@ impl ReplicatedTopology {
         }
     }
 }
+
+/// Shard → (holder, Lease) of `service`'s shard Leases (`berth-<service>-shard-<i>`, labelled
+/// `berth.io/<service>-shard`) that have a holder, as the replicas tests watch them.
+pub async fn shard_holders(
+    leases: &kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+    service: &str,
+) -> anyhow::Result<
+    std::collections::BTreeMap<u32, (String, k8s_openapi::api::coordination::v1::Lease)>,
+> {
+    let list = leases
+        .list(&kube::api::ListParams::default().labels(&format!("berth.io/{service}-shard")))
+        .await?;
+    let prefix = format!("berth-{service}-shard-");
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|l| {
+            let shard = l
+                .metadata
+                .name
+                .as_deref()?
+                .strip_prefix(prefix.as_str())?
+                .parse()
+                .ok()?;
+            let holder = l.spec.as_ref()?.holder_identity.clone()?;
+            (!holder.is_empty()).then_some((shard, (holder, l)))
+        })
+        .collect())
+}

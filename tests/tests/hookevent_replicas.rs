@@ -16,7 +16,7 @@ use berth_tests::{Proc, SplitTopology, TestCluster, TestNamespace, journey};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// Few shards and short Leases: packages land on both replicas, and a takeover is quick.
@@ -38,23 +38,10 @@ where
 
 /// Shard → holder of the shard Leases that have one.
 async fn holders(leases: &Api<Lease>) -> anyhow::Result<BTreeMap<u32, String>> {
-    let list = leases
-        .list(&ListParams::default().labels("berth.io/hookevent-shard"))
-        .await?;
-    Ok(list
-        .items
+    Ok(berth_tests::replicated::shard_holders(leases, "hookevent")
+        .await?
         .into_iter()
-        .filter_map(|l| {
-            let shard = l
-                .metadata
-                .name
-                .as_deref()?
-                .strip_prefix("berth-hookevent-shard-")?
-                .parse()
-                .ok()?;
-            let holder = l.spec?.holder_identity.filter(|h| !h.is_empty())?;
-            Some((shard, holder))
-        })
+        .map(|(shard, (holder, _))| (shard, holder))
         .collect())
 }
 

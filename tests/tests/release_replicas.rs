@@ -54,24 +54,7 @@ async fn repairs(proc: &Proc) -> anyhow::Result<f64> {
 
 /// Shard → holder, of the release shard Leases that have one.
 async fn holders(leases: &Api<Lease>) -> anyhow::Result<BTreeMap<u32, (String, Lease)>> {
-    let list = leases
-        .list(&ListParams::default().labels("berth.io/release-shard"))
-        .await?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter_map(|l| {
-            let shard = l
-                .metadata
-                .name
-                .as_deref()?
-                .strip_prefix("berth-release-shard-")?
-                .parse()
-                .ok()?;
-            let holder = l.spec.as_ref()?.holder_identity.clone()?;
-            (!holder.is_empty()).then_some((shard, (holder, l)))
-        })
-        .collect())
+    berth_tests::replicated::shard_holders(leases, "release").await
 }
 
 /// How many shards each replica holds.

@@ -411,15 +411,8 @@ impl Store {
         change: impl FnOnce(&mut PackageRow) -> Vec<outbox::Row> + Send,
     ) -> Result<bool, StoreError> {
         let mut change = Some(change);
-        let mut writes = [Write {
-            key: key.clone(),
-            generation,
-            op: WriteOp::Modify(Box::new(move |row| change.take().map(|c| c(row)))),
-            span: tracing::Span::current(),
-        }];
-        let [outcome] = <[_; 1]>::try_from(self.write_batch(sched, now, &mut writes).await)
-            .unwrap_or_else(|_| unreachable!("one write, one outcome"));
-        Ok(outcome? == Outcome::Applied)
+        let op = WriteOp::Modify(Box::new(move |row| change.take().map(|c| c(row))));
+        self.write_one(key, generation, op, sched, now).await
     }
 
     /// Deletes the package if it is still at `generation` (the Cleanup of a Remove that no Update
@@ -431,10 +424,23 @@ impl Store {
         sched: &mut Scheduler,
         now: &str,
     ) -> Result<bool, StoreError> {
+        self.write_one(key, generation, WriteOp::Delete, sched, now)
+            .await
+    }
+
+    /// One write as a batch of its own, in the current span: whether it was applied.
+    async fn write_one(
+        &self,
+        key: &PackageKey,
+        generation: Generation,
+        op: WriteOp<'_>,
+        sched: &mut Scheduler,
+        now: &str,
+    ) -> Result<bool, StoreError> {
         let mut writes = [Write {
             key: key.clone(),
             generation,
-            op: WriteOp::Delete,
+            op,
             span: tracing::Span::current(),
         }];
         let [outcome] = <[_; 1]>::try_from(self.write_batch(sched, now, &mut writes).await)

@@ -28,6 +28,15 @@ async fn install_two(h: &mut support::Harness, name: &str) -> anyhow::Result<()>
         ("templates/a.yaml", &config_map("a", false)),
         ("templates/b.yaml", &config_map("b", false)),
     ]);
+    install_hi(h, name, files).await
+}
+
+/// Installs release `name` of chart `files` with greeting "hi".
+async fn install_hi(
+    h: &mut support::Harness,
+    name: &str,
+    files: Vec<berth_proto::release::ChartFile>,
+) -> anyhow::Result<()> {
     h.grpc
         .install(InstallRequest {
             name: name.into(),
@@ -189,15 +198,7 @@ async fn releases_of_one_kind_in_a_namespace_share_one_watch() -> anyhow::Result
             "templates/cm.yaml",
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\ndata:\n  greeting: {{ .Values.greeting | quote }}\n",
         )]);
-        h.grpc
-            .install(InstallRequest {
-                name: name.into(),
-                namespace: h.namespace.clone(),
-                files,
-                values_json: r#"{"greeting": "hi"}"#.into(),
-                package: String::new(),
-            })
-            .await?;
+        install_hi(&mut h, name, files).await?;
     }
     gauge_becomes(&h, "berth_release_watches", 1.0).await?;
     for name in names {
