@@ -254,8 +254,7 @@ impl LifecycleService {
             batch.into_iter().map(|p| (p.write, p.reply)).unzip();
         let outcomes = self.store.write_batch(sched, &now(), &mut writes).await;
         // Failed writes were undone and the index rebuilt: what settled was committed.
-        self.settled(sched, &Ok::<(), crate::store::StoreError>(()))
-            .await;
+        self.notify_settled(sched);
         let mut applied = false;
         for ((write, reply), outcome) in writes.iter().zip(replies).zip(outcomes) {
             if matches!(outcome, Ok(store::Outcome::Applied)) {
@@ -278,13 +277,11 @@ impl LifecycleService {
         sched: &mut Scheduler,
         written: &Result<T, crate::store::StoreError>,
     ) {
-        let settled = sched.take_settled();
         if written.is_ok() {
-            for key in &settled {
-                self.changed(key);
-            }
+            self.notify_settled(sched);
             return;
         }
+        sched.take_settled();
         match self.store.scheduler(sched.platform().clone()).await {
             Ok(mut fresh) => {
                 if let Some(v) = sched.kubernetes() {
@@ -293,6 +290,13 @@ impl LifecycleService {
                 *sched = fresh;
             }
             Err(e) => tracing::error!(error = %e, "rebuilding the scheduler's index failed"),
+        }
+    }
+
+    /// Tells watchers about the packages the committed writes' passes changed.
+    fn notify_settled(&self, sched: &mut Scheduler) {
+        for key in &sched.take_settled() {
+            self.changed(key);
         }
     }
 

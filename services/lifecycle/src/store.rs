@@ -1598,6 +1598,23 @@ mod tests {
         assert!(!after_all_due(&store).await);
     }
 
+    /// Two stores on one fresh PostgreSQL database, as two lifecycle replicas have (the
+    /// database lives as long as the first value).
+    async fn two_replicas() -> (TestDb, Store, Store) {
+        let db = TestDb::postgres().await;
+        let a = Store::open(&db.url()).await.unwrap();
+        let b = Store::open(&db.url()).await.unwrap();
+        (db, a, b)
+    }
+
+    /// A replica's scheduler index, built from what the store holds now.
+    async fn index(store: &Store) -> Scheduler {
+        store
+            .scheduler(semver::Version::new(0, 1, 0))
+            .await
+            .unwrap()
+    }
+
     /// Two lifecycle replicas on one PostgreSQL database, each with its own scheduler index
     /// built before the other wrote anything: each pass decides on what both committed. The
     /// replica that makes the dependency Running enables the dependent it never saw written,
@@ -1605,12 +1622,8 @@ mod tests {
     /// the other's, and a Remove on either sees dependents written through the other.
     #[tokio::test]
     async fn replicas_schedule_on_the_graph_both_wrote() {
-        let db = TestDb::postgres().await;
-        let platform = semver::Version::new(0, 1, 0);
-        let a = Store::open(&db.url()).await.unwrap();
-        let b = Store::open(&db.url()).await.unwrap();
-        let mut sched_a = a.scheduler(platform.clone()).await.unwrap();
-        let mut sched_b = b.scheduler(platform.clone()).await.unwrap();
+        let (_db, a, b) = two_replicas().await;
+        let (mut sched_a, mut sched_b) = (index(&a).await, index(&b).await);
 
         let web = install(&a, &mut sched_a, "web").await;
         report(&a, &mut sched_a, "web", web, |c| {
@@ -1675,12 +1688,8 @@ mod tests {
     /// before writing, and still decides on what the other replica wrote.
     #[tokio::test]
     async fn a_replica_behind_the_pruned_log_rebuilds_its_index() {
-        let db = TestDb::postgres().await;
-        let platform = semver::Version::new(0, 1, 0);
-        let a = Store::open(&db.url()).await.unwrap();
-        let b = Store::open(&db.url()).await.unwrap();
-        let mut sched_a = a.scheduler(platform.clone()).await.unwrap();
-        let mut sched_b = b.scheduler(platform.clone()).await.unwrap();
+        let (_db, a, b) = two_replicas().await;
+        let (mut sched_a, mut sched_b) = (index(&a).await, index(&b).await);
         let web = install(&b, &mut sched_b, "web").await;
         report(&b, &mut sched_b, "web", web, |c| {
             c.phase = Some(Phase::Loaded);
