@@ -166,7 +166,9 @@ pub async fn run(req: RunRequest<'_>) -> Result<RunOutput, RunError> {
 
     let output_tail = finished.combined;
     let result = match finished.ending {
-        Ending::Exited(status) if status.success() => files.read_outputs(hook, output_tail).await,
+        Ending::Exited(status) if status.success() => {
+            return files.read_outputs_then_finish(hook, output_tail).await;
+        }
         Ending::Exited(status) => Err(RunError::Exit {
             hook: hook.clone(),
             code: exit_code(status),
@@ -211,13 +213,13 @@ fn display_tail(tail: &str) -> String {
 }
 
 /// See [`RunFiles::read`].
-async fn read_output_file(path: &Path) -> Result<String, String> {
-    use tokio::io::AsyncReadExt as _;
-    let opened = tokio::fs::OpenOptions::new()
+fn read_output_file(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .await;
+        .open(path);
     let file = match opened {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
@@ -229,10 +231,7 @@ async fn read_output_file(path: &Path) -> Result<String, String> {
         }
         Err(e) => return Err(format!("cannot open: {e}")),
     };
-    let meta = file
-        .metadata()
-        .await
-        .map_err(|e| format!("cannot stat: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
     if !meta.file_type().is_file() {
         return Err(format!(
             "it is {}, not a regular file; output files must be regular files",
@@ -248,7 +247,6 @@ async fn read_output_file(path: &Path) -> Result<String, String> {
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(MAX_OUTPUT_FILE + 1)
         .read_to_end(&mut bytes)
-        .await
         .map_err(|e| format!("cannot read: {e}"))?;
     if bytes.len() as u64 > MAX_OUTPUT_FILE {
         return Err(format!(
@@ -300,26 +298,44 @@ const FILES: [(&str, &str); 10] = [
 ];
 
 impl RunFiles {
+    /// Creates the directory and its files in one blocking call: a run's dozen small file
+    /// operations, each its own trip to tokio's blocking pool, cost more in thread wake-ups
+    /// than in the writing.
     async fn create(parent: Option<&Path>, req: &RunRequest<'_>) -> std::io::Result<Self> {
         let parent = parent
             .map(Path::to_path_buf)
             .unwrap_or_else(std::env::temp_dir);
+        let inputs = [
+            (
+                env::BINDING_CONTEXT_PATH,
+                serde_json::to_vec(&req.binding_context)?,
+            ),
+            (env::VALUES_PATH, serde_json::to_vec(&req.values)?),
+            (
+                env::CONFIG_VALUES_PATH,
+                serde_json::to_vec(&req.config_values)?,
+            ),
+        ];
+        tokio::task::spawn_blocking(move || Self::create_blocking(&parent, inputs))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
+    fn create_blocking(
+        parent: &Path,
+        inputs: [(&'static str, Vec<u8>); 3],
+    ) -> std::io::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("berth-hook-")
             .tempdir_in(parent)?;
         let files = Self { dir };
-        let inputs = [
-            (env::BINDING_CONTEXT_PATH, &req.binding_context),
-            (env::VALUES_PATH, &req.values),
-            (env::CONFIG_VALUES_PATH, &req.config_values),
-        ];
-        for (var, value) in inputs {
-            tokio::fs::write(files.path(var), serde_json::to_vec(value)?).await?;
+        for (var, bytes) in inputs {
+            std::fs::write(files.path(var), bytes)?;
         }
         // Outputs exist (empty) before the run: hooks append with `>>` and
         // some check `-f` first.
         for (var, _) in &FILES[3..] {
-            tokio::fs::write(files.path(var), b"").await?;
+            std::fs::write(files.path(var), b"")?;
         }
         // A hook running as its own user gets its run's directory and files (and nothing else).
         if let Some(user) = process::hook_user() {
@@ -346,7 +362,29 @@ impl RunFiles {
             .map(|(var, _)| (OsString::from(var), self.path(var).into_os_string()))
     }
 
-    async fn read_outputs(&self, hook: &str, output: String) -> Result<RunOutput, RunError> {
+    /// Reads and parses the output files, then removes the directory, in one blocking call
+    /// (see [`RunFiles::create`]).
+    async fn read_outputs_then_finish(
+        self,
+        hook: &str,
+        output: String,
+    ) -> Result<RunOutput, RunError> {
+        let name = hook.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let outputs = self.read_outputs_blocking(&name, output);
+            self.finish(&name);
+            outputs
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(RunError::Prepare {
+                hook: hook.to_owned(),
+                source: std::io::Error::other(format!("reading the outputs: {e}")),
+            })
+        })
+    }
+
+    fn read_outputs_blocking(&self, hook: &str, output: String) -> Result<RunOutput, RunError> {
         let bad = |file: &'static str| {
             move |reason: String| RunError::BadOutput {
                 hook: hook.to_owned(),
@@ -356,20 +394,14 @@ impl RunFiles {
         };
         let values_patch = self
             .read(env::VALUES_JSON_PATCH_PATH)
-            .await
             .and_then(|t| parse_values_patch(&t));
         let config_values_patch = self
             .read(env::CONFIG_VALUES_JSON_PATCH_PATH)
-            .await
             .and_then(|t| parse_values_patch(&t));
         let kubernetes_operations = self
             .read(env::KUBERNETES_PATCH_PATH)
-            .await
             .and_then(|t| parse_object_operations(&t));
-        let metrics = self
-            .read(env::METRICS_PATH)
-            .await
-            .and_then(|t| parse_metrics(&t));
+        let metrics = self.read(env::METRICS_PATH).and_then(|t| parse_metrics(&t));
         Ok(RunOutput {
             values_patch: values_patch.map_err(bad(env::VALUES_JSON_PATCH_PATH))?,
             config_values_patch: config_values_patch
@@ -379,11 +411,9 @@ impl RunFiles {
             metrics: metrics.map_err(bad(env::METRICS_PATH))?,
             admission_response: self
                 .read(env::VALIDATING_RESPONSE_PATH)
-                .await
                 .map_err(bad(env::VALIDATING_RESPONSE_PATH))?,
             conversion_response: self
                 .read(env::CONVERSION_RESPONSE_PATH)
-                .await
                 .map_err(bad(env::CONVERSION_RESPONSE_PATH))?,
             output,
         })
@@ -393,8 +423,8 @@ impl RunFiles {
     /// controls the directory, so the file is opened without following a symbolic link and
     /// without blocking (a FIFO would hang the open), must be a regular file (not a FIFO,
     /// socket or device such as `/dev/zero`), and is read up to [`MAX_OUTPUT_FILE`] bytes.
-    async fn read(&self, var: &str) -> Result<String, String> {
-        read_output_file(&self.path(var)).await
+    fn read(&self, var: &str) -> Result<String, String> {
+        read_output_file(&self.path(var))
     }
 
     /// Removes the directory, unless `DEBUG_KEEP_TMP_FILES` is set to

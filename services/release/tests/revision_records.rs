@@ -4,7 +4,7 @@
 
 mod support;
 
-use berth_proto::release::{ChartFile, InstallRequest, RollbackRequest};
+use berth_proto::release::{ChartFile, InstallRequest, RollbackRequest, StatusRequest};
 use berth_release::record::{ReleaseStore, Status};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
@@ -183,6 +183,75 @@ async fn a_revision_left_pending_by_a_dead_process_is_marked_failed_by_the_next_
         history[0].info.description.contains("interrupted"),
         "{}",
         history[0].info.description
+    );
+    Ok(())
+}
+
+/// `berth_release_record_reads_total{read}` as the service's metrics page shows it.
+fn record_reads(h: &support::Harness, read: &str) -> u64 {
+    let series = format!("berth_release_record_reads_total{{read=\"{read}\"}}");
+    h.metrics
+        .render()
+        .lines()
+        .find_map(|l| {
+            let (s, value) = l.rsplit_once(' ')?;
+            (s == series).then(|| value.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+/// A consistent LIST of a release's Secrets reads every Secret of the namespace from etcd;
+/// berth reads them from the API server's watch cache and checks that read with two GETs.
+#[tokio::test]
+async fn installs_upgrades_and_status_read_release_records_from_the_watch_cache()
+-> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = |name: &str| chart(&[("templates/a.yaml", &config_map(name, false))]);
+    for (name, cm) in [("cached", "a"), ("cached", "b"), ("cached-too", "c")] {
+        h.grpc.install(request(&h, name, files(cm))).await?;
+        let status = h
+            .grpc
+            .status(StatusRequest {
+                name: name.into(),
+                namespace: h.namespace.clone(),
+                wait_ms: 0,
+            })
+            .await?
+            .into_inner();
+        assert!(status.found, "{name}");
+    }
+    assert_eq!(
+        statuses(&h, "cached").await?,
+        [(1, "superseded".to_string()), (2, "deployed".to_string())]
+    );
+    assert_eq!(record_reads(&h, "quorum"), 0);
+    assert!(record_reads(&h, "cache") >= 6, "{}", h.metrics.render());
+    Ok(())
+}
+
+/// A revision another writer (here: a store of its own, as `helm` or another replica would)
+/// added or changed just before is seen by the next install, whatever the cache holds.
+#[tokio::test]
+async fn records_written_by_another_writer_just_before_an_install_are_seen() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = || chart(&[("templates/a.yaml", &config_map("a", false))]);
+    h.grpc.install(request(&h, "shared", files())).await?;
+    // Another writer adds revision 2 (as `helm upgrade` would) ...
+    let other = ReleaseStore::new(h.kube.clone(), &h.namespace);
+    let mut second = other.latest("shared").await?.expect("revision 1");
+    second.version = 2;
+    other.create(&second, "elsewhere").await?;
+    other.set_status(&second, Status::PendingUpgrade).await?;
+    // ... and dies before settling it: the next install sees it, fails it, and writes 3.
+    h.grpc.install(request(&h, "shared", files())).await?;
+    let seen: Vec<(i32, String)> = statuses(&h, "shared").await?;
+    assert_eq!(
+        seen,
+        [
+            (1, "superseded".to_string()),
+            (2, "failed".to_string()),
+            (3, "deployed".to_string())
+        ]
     );
     Ok(())
 }

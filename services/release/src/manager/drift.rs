@@ -319,7 +319,8 @@ impl Owner {
 
     /// The release's latest revision, when it is deployed and berth's.
     async fn deployed(&self) -> Result<Option<Desired>, StoreError> {
-        let store = ReleaseStore::new(self.applier.client().clone(), &self.namespace);
+        let store = ReleaseStore::new(self.applier.client().clone(), &self.namespace)
+            .counted(self.metrics.record_reads());
         let Some(latest) = store.stored(&self.release).await?.pop() else {
             return Ok(None);
         };
@@ -646,7 +647,8 @@ impl Repairer {
         if !matches!(done, Done::Drifted { .. }) {
             return (key, done);
         }
-        let store = ReleaseStore::new(self.applier.client().clone(), &self.namespace);
+        let store = ReleaseStore::new(self.applier.client().clone(), &self.namespace)
+            .counted(self.metrics.record_reads());
         match store.deployed_version(&self.release).await {
             Ok(Some(v)) if v == self.revision => (key, done),
             Ok(_) => (key, Done::Outdated),

@@ -18,7 +18,7 @@ impl ReleaseManager {
     /// Every stored revision, oldest first; empty when the release does not exist.
     pub async fn history(&self, release: &ReleaseId) -> Result<Vec<RevisionSummary>, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         Ok(store
             .history(name)
             .await?

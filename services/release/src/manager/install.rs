@@ -43,7 +43,7 @@ impl ReleaseManager {
 
         // The new revision's watches replace the old ones once it is applied.
         self.drift.pause(name, namespace);
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         let mut history = store.stored(name).await?;
         if let Some(newest) = history.last_mut() {
             revision::fail_interrupted(&store, &mut newest.release).await?;

@@ -20,6 +20,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::record::store::RecordReads;
+
 /// (namespace, name) of each release applied but not yet seen ready → the revision applied
 /// and when.
 type AwaitingReady = HashMap<(String, String), (i32, Instant)>;
@@ -52,6 +54,7 @@ pub struct ReleaseMetrics {
     ready: Histogram,
     repairs: Family<OutcomeLabel, Counter>,
     watches: Gauge,
+    reads: RecordReads,
     awaiting_ready: Arc<Mutex<AwaitingReady>>,
 }
 
@@ -62,6 +65,7 @@ impl Default for ReleaseMetrics {
             ready: seconds_histogram(),
             repairs: Family::default(),
             watches: Gauge::default(),
+            reads: RecordReads::default(),
             awaiting_ready: Arc::default(),
         }
     }
@@ -91,6 +95,16 @@ impl ReleaseMetrics {
             "Watches of the Kubernetes API open for drift and readiness: one per API resource and namespace, shared by every release",
             self.watches.clone(),
         );
+        registry.register(
+            "berth_release_record_reads",
+            "Reads of a release's records (its Helm release Secrets): from the API server's watch cache, checked by one GET (cache), or consistent LISTs, which read the whole namespace's Secrets from etcd (quorum)",
+            self.reads.family(),
+        );
+    }
+
+    /// The counts of release record reads by where they were served from.
+    pub fn record_reads(&self) -> &RecordReads {
+        &self.reads
     }
 
     /// The gauge of shared watches open (the applier's watch hub keeps it).

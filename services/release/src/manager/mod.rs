@@ -437,6 +437,17 @@ impl ReleaseManager {
         self
     }
 
+    /// The release records of `namespace`, their reads counted in the release metrics.
+    fn store(&self, namespace: &str) -> ReleaseStore {
+        ReleaseStore::new(self.client.clone(), namespace).counted(self.metrics.record_reads())
+    }
+
+    /// The counts of release record reads by where they were served from (see
+    /// [`ReleaseStore::stored`]).
+    pub fn record_reads(&self) -> &crate::record::store::RecordReads {
+        self.metrics.record_reads()
+    }
+
     /// `.Capabilities` for renders, from the cluster (cached briefly); defaults for whatever
     /// the cluster does not answer.
     async fn capabilities(&self) -> Capabilities {

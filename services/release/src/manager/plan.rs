@@ -34,7 +34,7 @@ impl ReleaseManager {
         app: Option<&AppNamespace>,
     ) -> Result<render::Rendered, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         let previous = store.latest(name).await?;
         let info = ReleaseInfo {
             name: name.to_string(),
@@ -83,7 +83,7 @@ impl ReleaseManager {
                 changed,
             });
         }
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         if let Some(latest) = store.latest(name).await? {
             for object in recorded_objects(&latest.manifest) {
                 if crate::apply::object::is_kept(&object) {

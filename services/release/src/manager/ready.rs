@@ -28,7 +28,7 @@ impl ReleaseManager {
     ) -> Result<Observed, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let deadline = tokio::time::Instant::now() + timeout;
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         let Some(latest) = store.latest(name).await? else {
             return Err(ReleaseError::NotFound(format!(
                 "release {name:?} in namespace {namespace:?}"

@@ -113,7 +113,7 @@ impl ReleaseManager {
         {
             return Ok(false);
         }
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         let Some(latest) = store.stored(name).await?.pop() else {
             return Ok(false);
         };

@@ -15,7 +15,7 @@ impl ReleaseManager {
         let (name, namespace) = (release.name(), release.namespace());
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         let mut stored = store.stored(name).await?;
         if let Some(newest) = stored.last_mut() {
             revision::fail_interrupted(&store, &mut newest.release).await?;

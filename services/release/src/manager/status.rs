@@ -6,7 +6,7 @@ impl ReleaseManager {
     /// The latest revision's objects, whether each exists, and whether all are ready.
     pub async fn status(&self, release: &ReleaseId) -> Result<Observed, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         let Some(latest) = store.latest(name).await? else {
             return Ok(Observed::default());
         };

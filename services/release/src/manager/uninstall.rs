@@ -9,7 +9,7 @@ impl ReleaseManager {
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
 
-        let store = ReleaseStore::new(self.client.clone(), namespace);
+        let store = self.store(namespace);
         let history = store.history(name).await?;
         let Some(latest) = history.last() else {
             return Ok(Uninstalled::default());
