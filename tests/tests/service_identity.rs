@@ -257,12 +257,42 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
         tonic::Code::PermissionDenied,
         &["role gateway", "/berth.lifecycle.v1.Lifecycle/Report"],
     );
+    let report_of = |key: &str| lifecycle::ReportRequest {
+        key: key.into(),
+        generation: 1,
+        report: Some(lifecycle::report_request::Report::RunSucceeded(
+            lifecycle::RunSucceeded {},
+        )),
+    };
+    refused(
+        gateway_lifecycle
+            .report_batch(lifecycle::ReportBatchRequest {
+                reports: vec![report_of("default.attack"), report_of("default.attack")],
+            })
+            .await,
+        tonic::Code::PermissionDenied,
+        &["role gateway", "/berth.lifecycle.v1.Lifecycle/ReportBatch"],
+    );
     let mut worker_lifecycle =
         LifecycleClient::new(as_role(&certs, &l, Role::Lifecycle, Role::Worker)?);
     refused(
         worker_lifecycle.update(v1::UpdateRequest::default()).await,
         tonic::Code::PermissionDenied,
         &["role worker", "Update"],
+    );
+    // A worker's batch must be of one package generation: one naming two packages is refused
+    // whole, naming the report at fault.
+    refused(
+        worker_lifecycle
+            .report_batch(lifecycle::ReportBatchRequest {
+                reports: vec![report_of("default.a"), report_of("default.b")],
+            })
+            .await,
+        tonic::Code::InvalidArgument,
+        &[
+            "reports[1]: of default.b generation 1",
+            "one package generation",
+        ],
     );
     let mut gateway_hookevent =
         HookEventsClient::new(as_role(&certs, &h, Role::Hookevent, Role::Gateway)?);

@@ -55,6 +55,7 @@ const TABLE: &[(&str, &[Role])] = &[
         &[Worker, Release, Hookevent],
     ),
     ("/berth.lifecycle.v1.Lifecycle/Report", &[Worker]),
+    ("/berth.lifecycle.v1.Lifecycle/ReportBatch", &[Worker]),
     ("/berth.lifecycle.v1.Lifecycle/AnswerValidation", &[Worker]),
     (
         "/berth.lifecycle.v1.Lifecycle/ReportClusterVersion",

@@ -31,6 +31,12 @@ impl PgServer {
     /// Initialises a cluster and starts a server on a free port; panics with the server's
     /// output when it cannot.
     pub async fn start() -> PgServer {
+        PgServer::start_with(&[]).await
+    }
+
+    /// [`PgServer::start`] with extra server settings (`-c name=value`), e.g. a benchmark's
+    /// `shared_preload_libraries=pg_stat_statements`.
+    pub async fn start_with(settings: &[(&str, &str)]) -> PgServer {
         let bin = PathBuf::from(
             std::env::var("BERTH_TEST_PG_BIN").unwrap_or_else(|_| DEFAULT_BIN.to_owned()),
         );
@@ -46,7 +52,7 @@ impl PgServer {
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
             let log = dir.path().join(format!("postgres-{port}.log"));
-            let mut child = spawn_postgres(&bin, &data, port, &log, run_as.is_some());
+            let mut child = spawn_postgres(&bin, &data, port, &log, run_as.is_some(), settings);
             if wait_ready(port, &mut child).await {
                 return PgServer { port, child, dir };
             }
@@ -193,7 +199,14 @@ fn free_port() -> u16 {
     probe.local_addr().expect("probe address").port()
 }
 
-fn spawn_postgres(bin: &Path, data: &Path, port: u16, log: &Path, as_postgres: bool) -> Child {
+fn spawn_postgres(
+    bin: &Path,
+    data: &Path,
+    port: u16,
+    log: &Path,
+    as_postgres: bool,
+    settings: &[(&str, &str)],
+) -> Child {
     let log_file = std::fs::File::create(log).expect("create the server log");
     let err_file = log_file.try_clone().expect("clone the log handle");
     command(bin, "postgres", as_postgres)
@@ -217,6 +230,11 @@ fn spawn_postgres(bin: &Path, data: &Path, port: u16, log: &Path, as_postgres: b
             "-c",
             "max_connections=50",
         ])
+        .args(
+            settings
+                .iter()
+                .flat_map(|(name, value)| ["-c".to_owned(), format!("{name}={value}")]),
+        )
         .stdout(Stdio::from(log_file))
         .stderr(Stdio::from(err_file))
         .kill_on_drop(true)

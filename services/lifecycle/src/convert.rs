@@ -7,7 +7,8 @@ use berth_proto::{json, v1};
 use crate::dump::QueueDoc;
 use crate::error::LifecycleError;
 use crate::model::{
-    Condition, ConditionSet, ConditionStatus, ConditionType, Generation, Kind, PackageId, Phase,
+    Condition, ConditionSet, ConditionStatus, ConditionType, Generation, Kind, PackageId,
+    PackageKey, Phase,
 };
 use crate::report::{self, Change, Report};
 use crate::scheduler::{self, Constraint, LoadedSpec};
@@ -189,6 +190,65 @@ pub fn package(row: &PackageRow) -> v1::Package {
             .unwrap_or_default(),
         settings_version: row.settings_version,
     }
+}
+
+/// Most reports in one call (`ReportBatchRequest` says so too).
+pub const MAX_REPORTS_PER_CALL: usize = 64;
+
+/// A task's reports, parsed: the package generation they are of, and what they do to it.
+pub enum Reports {
+    /// The Cleanup task finished (it comes alone).
+    Removed,
+    /// Changes to apply in order, as one write.
+    Changes(Vec<Box<Change>>),
+}
+
+/// Parses one call's reports (a `Report`'s one, a `ReportBatch`'s list): at least one, at most
+/// [`MAX_REPORTS_PER_CALL`], all of one package generation, `Removed` only alone. The error
+/// names the report at fault by its index in the list.
+pub fn reports(reqs: &[pb::ReportRequest]) -> Result<(PackageKey, Generation, Reports), String> {
+    let first = reqs.first().ok_or("reports: at least one")?;
+    if reqs.len() > MAX_REPORTS_PER_CALL {
+        return Err(format!(
+            "reports: {} in one call, at most {MAX_REPORTS_PER_CALL}",
+            reqs.len()
+        ));
+    }
+    let at = |i: usize, e: String| {
+        if reqs.len() == 1 {
+            e
+        } else {
+            format!("reports[{i}]: {e}")
+        }
+    };
+    let mut changes = Vec::with_capacity(reqs.len());
+    for (i, req) in reqs.iter().enumerate() {
+        if req.key != first.key || req.generation != first.generation {
+            return Err(at(
+                i,
+                format!(
+                    "of {} generation {}, where reports[0] is of {} generation {}: one call carries one package generation's reports",
+                    req.key, req.generation, first.key, first.generation
+                ),
+            ));
+        }
+        match report(req).map_err(|e| at(i, e))? {
+            Report::Removed if reqs.len() == 1 => {
+                return Ok((
+                    PackageKey::from_issued(first.key.clone()),
+                    Generation::new(first.generation),
+                    Reports::Removed,
+                ));
+            }
+            Report::Removed => return Err(at(i, "a Removed report comes alone".into())),
+            Report::Change(change) => changes.push(change),
+        }
+    }
+    Ok((
+        PackageKey::from_issued(first.key.clone()),
+        Generation::new(first.generation),
+        Reports::Changes(changes),
+    ))
 }
 
 /// Parses a worker's report; the error names the field.
@@ -419,6 +479,91 @@ fn condition_set(c: &pb::ConditionUpdate) -> Result<ConditionSet, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn progress(key: &str, generation: i64, reason: &str) -> pb::ReportRequest {
+        pb::ReportRequest {
+            key: key.into(),
+            generation,
+            report: Some(Rpt::Progress(pb::Progress {
+                phase: pb::Phase::Unspecified as i32,
+                conditions: vec![pb::ConditionUpdate {
+                    r#type: pb::ConditionType::ManifestsApplied as i32,
+                    status: pb::ConditionStatus::True as i32,
+                    reason: reason.into(),
+                    message: String::new(),
+                }],
+            })),
+        }
+    }
+
+    fn removed(key: &str) -> pb::ReportRequest {
+        pb::ReportRequest {
+            key: key.into(),
+            generation: 1,
+            report: Some(Rpt::Removed(pb::Removed {})),
+        }
+    }
+
+    fn refused(reqs: &[pb::ReportRequest]) -> String {
+        match reports(reqs) {
+            Err(e) => e,
+            Ok(_) => panic!("{} reports were taken", reqs.len()),
+        }
+    }
+
+    /// A batch keeps its reports' order, and is of the generation they all name.
+    #[test]
+    fn a_batch_is_one_package_generations_reports_in_order() {
+        let batch = [
+            progress("default.a", 3, "First"),
+            progress("default.a", 3, "Second"),
+        ];
+        let Ok((key, generation, Reports::Changes(changes))) = reports(&batch) else {
+            panic!("the batch is taken")
+        };
+        assert_eq!((key.as_str(), generation.get()), ("default.a", 3));
+        let reasons: Vec<&str> = changes
+            .iter()
+            .map(|c| c.conditions[0].reason.as_str())
+            .collect();
+        assert_eq!(reasons, ["First", "Second"]);
+        assert!(matches!(
+            reports(&[removed("default.a")]),
+            Ok((_, _, Reports::Removed))
+        ));
+    }
+
+    /// What a batch may not be, each refused with the report at fault named.
+    #[test]
+    fn batches_that_mix_packages_or_exceed_the_bound_are_refused() {
+        assert_eq!(refused(&[]), "reports: at least one");
+        let other_package =
+            refused(&[progress("default.a", 1, "A"), progress("default.b", 1, "B")]);
+        assert!(
+            other_package.starts_with("reports[1]: of default.b generation 1, where reports[0] is of default.a generation 1"),
+            "{other_package}"
+        );
+        let other_generation =
+            refused(&[progress("default.a", 1, "A"), progress("default.a", 2, "B")]);
+        assert!(
+            other_generation.starts_with("reports[1]: of default.a generation 2"),
+            "{other_generation}"
+        );
+        assert_eq!(
+            refused(&[progress("default.a", 1, "A"), removed("default.a")]),
+            "reports[1]: a Removed report comes alone"
+        );
+        let too_many: Vec<_> = (0..=MAX_REPORTS_PER_CALL)
+            .map(|_| progress("default.a", 1, "A"))
+            .collect();
+        assert_eq!(refused(&too_many), "reports: 65 in one call, at most 64");
+        let mut empty = progress("default.a", 1, "A");
+        empty.report = None;
+        assert_eq!(
+            refused(&[progress("default.a", 1, "A"), empty]),
+            "reports[1]: report: required"
+        );
+    }
 
     /// A hook's output with NUL bytes in a failure is stored with U+FFFD in their place: as it
     /// came, PostgreSQL refuses it and the failure would never show.

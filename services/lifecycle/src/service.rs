@@ -8,7 +8,8 @@ use berth_proto::json;
 use berth_proto::lifecycle::lifecycle_server::Lifecycle;
 use berth_proto::lifecycle::{
     AnswerValidationRequest, AnswerValidationResponse, ClusterVersionReport,
-    ClusterVersionReportResponse, GetSpecRequest, ReportRequest, ReportResponse, Spec,
+    ClusterVersionReportResponse, GetSpecRequest, ReportBatchRequest, ReportRequest,
+    ReportResponse, Spec,
 };
 use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::v1;
@@ -212,6 +213,56 @@ impl LifecycleService {
             Err(e) => tracing::error!(error = %e, "scheduling pass failed"),
         }
         self.outbox_wake.notify_one();
+    }
+
+    /// Applies a task's reports (one, or a worker's batch: the same package and generation,
+    /// in order) as one write: each change applied to the row in turn, then one scheduling
+    /// pass. Whether the write was applied (false: a stale generation, ignored).
+    async fn apply_report(&self, reqs: Vec<ReportRequest>) -> Result<bool, Status> {
+        let (key, generation, parsed) =
+            convert::reports(&reqs).map_err(LifecycleError::InvalidArgument)?;
+        let (removed, mut changes) = match parsed {
+            convert::Reports::Removed => (true, vec![]),
+            convert::Reports::Changes(changes) => (false, changes),
+        };
+        let mut converted = Vec::with_capacity(changes.len());
+        for change in &mut changes {
+            converted.push(self.convert_at_load(&key, generation, change).await?);
+        }
+        let changes: Vec<_> = changes.into_iter().zip(converted).collect();
+        let op = if removed {
+            WriteOp::Delete
+        } else {
+            let now = now();
+            WriteOp::Modify(Box::new(move |row| {
+                let mut outbox = vec![];
+                for (change, converted_from) in &changes {
+                    // The settings converted must still be the stored ones.
+                    if let Some((settings, version)) = converted_from
+                        && (row.settings != *settings || row.settings_version != *version)
+                    {
+                        return None;
+                    }
+                    outbox.extend(change.as_ref().clone().apply(row, &now));
+                }
+                Some(outbox)
+            }))
+        };
+        let outcome = self
+            .write_report(Write {
+                key,
+                generation,
+                op,
+                span: tracing::Span::current(),
+            })
+            .await?;
+        if outcome == store::Outcome::Refused {
+            return Err(LifecycleError::Aborted(
+                "the package's settings changed while they were converted; report again".into(),
+            )
+            .into());
+        }
+        Ok(outcome == store::Outcome::Applied)
     }
 
     /// Applies a worker's report. Reports are written in batches ([`Store::write_batch`]): the
@@ -682,12 +733,8 @@ impl Lifecycle for LifecycleService {
 
     async fn get_spec(&self, req: Request<GetSpecRequest>) -> Result<Response<Spec>, Status> {
         let key = PackageKey::from_issued(req.into_inner().key);
-        let row = self
-            .store
-            .get(&key)
-            .await?
-            .ok_or_else(|| LifecycleError::NotFound(key.clone()))?;
-        let global = self.store.global().await?;
+        let (row, global) = self.store.get_with_global(&key).await?;
+        let row = row.ok_or_else(|| LifecycleError::NotFound(key.clone()))?;
         let (global_values, global_settings) = match &global {
             Some(g) => (
                 g.values.get(berth_package::GLOBAL_NAME).cloned(),
@@ -755,47 +802,22 @@ impl Lifecycle for LifecycleService {
         &self,
         req: Request<ReportRequest>,
     ) -> Result<Response<ReportResponse>, Status> {
-        let req = req.into_inner();
-        let report = convert::report(&req).map_err(LifecycleError::InvalidArgument)?;
-        let key = PackageKey::from_issued(req.key);
-        let generation = Generation::new(req.generation);
-        let mut report = report;
-        let converted_from = match &mut report {
-            report::Report::Change(change) => {
-                self.convert_at_load(&key, generation, change).await?
-            }
-            report::Report::Removed => None,
-        };
-        let op = match report {
-            report::Report::Removed => WriteOp::Delete,
-            report::Report::Change(change) => {
-                let now = now();
-                WriteOp::Modify(Box::new(move |row| {
-                    // The settings converted must still be the stored ones.
-                    if let Some((settings, version)) = &converted_from
-                        && (row.settings != *settings || row.settings_version != *version)
-                    {
-                        return None;
-                    }
-                    Some(change.as_ref().clone().apply(row, &now))
-                }))
-            }
-        };
-        let outcome = self
-            .write_report(Write {
-                key,
-                generation,
-                op,
-                span: tracing::Span::current(),
-            })
-            .await?;
-        if outcome == store::Outcome::Refused {
-            return Err(LifecycleError::Aborted(
-                "the package's settings changed while they were converted; report again".into(),
-            )
-            .into());
+        let accepted = self.apply_report(vec![req.into_inner()]).await?;
+        Ok(Response::new(ReportResponse { accepted }))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key, generation, reports = req.get_ref().reports.len()))]
+    async fn report_batch(
+        &self,
+        req: Request<ReportBatchRequest>,
+    ) -> Result<Response<ReportResponse>, Status> {
+        let reports = req.into_inner().reports;
+        if let Some(first) = reports.first() {
+            let span = tracing::Span::current();
+            span.record("package.key", first.key.as_str());
+            span.record("generation", first.generation);
         }
-        let accepted = outcome == store::Outcome::Applied;
+        let accepted = self.apply_report(reports).await?;
         Ok(Response::new(ReportResponse { accepted }))
     }
 }

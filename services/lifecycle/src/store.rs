@@ -542,6 +542,35 @@ impl Store {
         }
     }
 
+    /// `key`'s row and the `global` package's (see [`Store::global`]), read in one statement:
+    /// what a worker's GetSpec needs, once per task.
+    pub async fn get_with_global(
+        &self,
+        key: &PackageKey,
+    ) -> Result<(Option<PackageRow>, Option<PackageRow>), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        // Two primary-key lookups: PostgreSQL plans `key IN ($1, $2)` anew at every call
+        // (twice the time of one lookup, measured with pgbench), these once.
+        let rows = sqlx::query(
+            "SELECT * FROM packages WHERE key = $1 UNION ALL SELECT * FROM packages WHERE key = $2",
+        )
+        .bind(key.as_str())
+        .bind(GLOBAL)
+        .fetch_all(&mut *conn)
+        .await?;
+        let (mut own, mut global) = (None, None);
+        for row in rows.iter().map(decode) {
+            let row = row?;
+            if row.key.as_str() == GLOBAL && row.is_global() {
+                global = Some(row.clone());
+            }
+            if row.key == *key {
+                own = Some(row);
+            }
+        }
+        Ok((own, global))
+    }
+
     /// The `global` package (whose values every nested package sees), if there is one.
     pub async fn global(&self) -> Result<Option<PackageRow>, StoreError> {
         let row = self

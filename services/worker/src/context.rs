@@ -2,8 +2,8 @@
 
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
-    ConditionStatus, ConditionType, ConditionUpdate, GetSpecRequest, Phase, Progress,
-    ReportRequest, Spec, TaskFailed,
+    ConditionStatus, ConditionType, ConditionUpdate, GetSpecRequest, Phase, Progress, Spec,
+    TaskFailed,
 };
 use berth_proto::queue::Task;
 use berth_proto::tasks::TaskKind;
@@ -13,9 +13,12 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{Services, not_found, rpc_error};
 use crate::config::TaskConfig;
 use crate::hook_cache::HookCache;
+use crate::reporter::Reporter;
 
 pub struct TaskContext<'a> {
     pub spec: Spec,
+    /// This task's reports, gathered and sent together; flushed before the task settles.
+    reports: Reporter,
     pub services: Services,
     pub config: &'a TaskConfig,
     pub hooks: &'a HookCache,
@@ -53,6 +56,7 @@ impl<'a> TaskContext<'a> {
             return Ok(None);
         }
         Ok(Some(TaskContext {
+            reports: Reporter::new(services, &spec.key, spec.generation),
             spec,
             services: services.clone(),
             config,
@@ -99,22 +103,15 @@ impl<'a> TaskContext<'a> {
         (r.name, r.namespace)
     }
 
-    pub async fn report(&self, report: Report) -> Result<bool, TaskError> {
-        let req = ReportRequest {
-            key: self.spec.key.clone(),
-            generation: self.spec.generation,
-            report: Some(report),
-        };
-        let accepted = self
-            .services
-            .lifecycle
-            .clone()
-            .report(req)
-            .await
-            .map_err(|s| rpc_error("lifecycle Report", s))?
-            .into_inner()
-            .accepted;
-        Ok(accepted)
+    /// Reports to lifecycle: sent within [`crate::reporter::GATHER_FOR`], together with the
+    /// task's other reports of that moment (see [`Reporter`]).
+    pub async fn report(&self, report: Report) -> Result<(), TaskError> {
+        self.reports.report(report).await
+    }
+
+    /// Sends the reports still gathering; the runner calls it before the task settles.
+    pub async fn flush_reports(&self) -> Result<(), TaskError> {
+        self.reports.flush().await
     }
 
     /// Reports a new phase.
@@ -124,7 +121,6 @@ impl<'a> TaskContext<'a> {
             conditions: vec![],
         }))
         .await
-        .map(|_| ())
     }
 
     /// Reports a condition of the package: type, status, reason, message.
@@ -145,17 +141,17 @@ impl<'a> TaskContext<'a> {
             }],
         }))
         .await
-        .map(|_| ())
     }
 
     /// Records a task failure on the package; best effort. `permanent`: retrying cannot fix
     /// it, so the generation fails.
     pub async fn report_error(&self, kind: TaskKind, message: &str, permanent: bool) {
         let error = format!("{}: {message}", kind.as_str());
-        if let Err(e) = self
+        // With what the task reported before it failed, if that is still gathering.
+        let queued = self
             .report(Report::TaskFailed(TaskFailed { error, permanent }))
-            .await
-        {
+            .await;
+        if let Err(e) = queued.and(self.flush_reports().await) {
             tracing::warn!(error = %e.message, "could not report a task failure");
         }
     }

@@ -27,6 +27,8 @@
 //! - `hook_cache` (discovered hooks and `settings` throttles per worker), [`metrics`] (the
 //!   metrics hooks write) and `task_metrics` (the worker's own, task durations): per-process
 //!   state, no imports from this crate.
+//! - `reporter`: a task's reports to lifecycle, gathered for at most 250 ms and sent as one
+//!   `ReportBatch` (flushed before the task settles).
 //! - `context`: one task's context (the package spec, clients, reporting).
 //! - `package` (the package in this worker's cache, and its values) and `bindings` (what the
 //!   worker tells and asks hookevent): over the context.
@@ -47,6 +49,7 @@ mod hooks;
 pub mod metrics;
 mod package;
 pub mod process;
+mod reporter;
 pub mod runner;
 mod task_metrics;
 

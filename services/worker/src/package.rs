@@ -293,7 +293,5 @@ pub async fn report_values(
     values: &Values,
     inside_run: bool,
 ) -> Result<(), TaskError> {
-    cx.report(Report::Values(values.report(inside_run)))
-        .await
-        .map(|_| ())
+    cx.report(Report::Values(values.report(inside_run))).await
 }

@@ -114,7 +114,14 @@ impl TaskRunner {
             tracing::debug!("package not enabled by the scheduler; hook run skipped");
             return Ok(Ran::Skipped);
         }
-        let result = flows::dispatch(&cx, kind, task).await;
+        let mut result = flows::dispatch(&cx, kind, task).await;
+        // What the task reported reaches lifecycle before the task settles (however it
+        // ended), so the task that follows it reads a spec that knows it. A report that
+        // cannot be sent fails a task that succeeded: its retry reports again.
+        let flushed = cx.flush_reports().await;
+        if let (Ok(()), Err(e)) = (&result, flushed) {
+            result = Err(e);
+        }
         match &result {
             Ok(()) => tracing::info!("task done"),
             Err(e) if e.defer.is_some() => {

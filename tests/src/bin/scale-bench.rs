@@ -41,6 +41,8 @@ const CONVERGE_DEADLINE: Duration = Duration::from_secs(1800);
 const POLL: Duration = Duration::from_millis(500);
 /// Programs shown in the machine's CPU breakdown.
 const MACHINE_PROGRAMS_SHOWN: usize = 12;
+/// PostgreSQL statements shown, the most costly first.
+const STATEMENTS_SHOWN: i64 = 15;
 /// The value the beforeHelm hook patches in; the chart's own default differs.
 const FROM_HOOK: &str = "from-the-hook";
 
@@ -200,7 +202,13 @@ async fn main() -> anyhow::Result<()> {
     let mut pg = None;
     let berth = match args.mode {
         Mode::Split => {
-            let server = berth_testpg::PgServer::start().await;
+            // pg_stat_statements: the bench prints where PostgreSQL's time went.
+            let server = berth_testpg::PgServer::start_with(&[(
+                "shared_preload_libraries",
+                "pg_stat_statements",
+            )])
+            .await;
+            statement_stats(&server.url(), None).await?;
             let databases = Databases {
                 queue: server.create_database("berth_queue").await,
                 lifecycle: server.create_database("berth_lifecycle").await,
@@ -236,6 +244,9 @@ async fn main() -> anyhow::Result<()> {
         Berth::Split(_) => cluster.client.clone(),
     };
     let result = run(&berth, &kube, &repo, &args).await;
+    if let (Ok(()), Some(server)) = (&result, &pg) {
+        statement_stats(&server.url(), Some(args.packages)).await?;
+    }
     berth.stop().await;
     drop(pg);
     let result = match result {
@@ -392,6 +403,47 @@ async fn rpc_counts(berth: &Berth, packages: usize) -> anyhow::Result<()> {
             "  {method:<32} {n:>8} ({:>4.1}) {:>8.2} ms",
             n / packages as f64,
             seconds * 1000.0 / n.max(1.0)
+        );
+    }
+    Ok(())
+}
+
+/// Without `packages`: creates the `pg_stat_statements` view (in the server's default
+/// database; it shows every database's statements). With it: prints the statements that took
+/// the most of the server's time, with their calls per package.
+async fn statement_stats(url: &str, packages: Option<usize>) -> anyhow::Result<()> {
+    use sqlx::{Connection as _, Row as _};
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let Some(packages) = packages else {
+        sqlx::query("CREATE EXTENSION pg_stat_statements")
+            .execute(&mut conn)
+            .await?;
+        return Ok(());
+    };
+    let rows = sqlx::query(
+        "SELECT calls, total_exec_time, query FROM pg_stat_statements \
+         ORDER BY total_exec_time DESC LIMIT $1",
+    )
+    .bind(STATEMENTS_SHOWN)
+    .fetch_all(&mut conn)
+    .await?;
+    let total: f64 = sqlx::query_scalar("SELECT sum(total_exec_time) FROM pg_stat_statements")
+        .fetch_one(&mut conn)
+        .await?;
+    println!(
+        "PostgreSQL statements: {:.1} s executing in all; the most costly (calls per package, ms in all):",
+        total / 1000.0
+    );
+    for row in rows {
+        let calls: i64 = row.try_get(0)?;
+        let ms: f64 = row.try_get(1)?;
+        let query: String = row.try_get(2)?;
+        let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
+        println!(
+            "  {:>6.1} {:>8.0}  {}",
+            calls as f64 / packages as f64,
+            ms,
+            query.chars().take(150).collect::<String>()
         );
     }
     Ok(())
