@@ -99,12 +99,16 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         )
         .await
     {
-        warn_skipped(
-            cx,
-            &[format!("afterDeleteHelm: {}", e.message)],
-            "afterDeleteHelm",
-        )
-        .await;
+        // The condition's message names every skipped hook of the removal: this warning
+        // replaces the one above (the same condition), and a task's reports may reach
+        // lifecycle together, as one change.
+        let which = if skipped.is_empty() {
+            "afterDeleteHelm"
+        } else {
+            "delete"
+        };
+        skipped.push(format!("afterDeleteHelm: {}", e.message));
+        warn_skipped(cx, &skipped, which).await;
     }
     Ok(())
 }
