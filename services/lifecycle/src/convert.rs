@@ -200,7 +200,7 @@ pub enum Reports {
     /// The Cleanup task finished (it comes alone).
     Removed,
     /// Changes to apply in order, as one write.
-    Changes(Vec<Box<Change>>),
+    Changes(Vec<Change>),
 }
 
 /// Parses one call's reports (a `Report`'s one, a `ReportBatch`'s list): at least one, at most
@@ -241,7 +241,7 @@ pub fn reports(reqs: &[pb::ReportRequest]) -> Result<(PackageKey, Generation, Re
                 ));
             }
             Report::Removed => return Err(at(i, "a Removed report comes alone".into())),
-            Report::Change(change) => changes.push(change),
+            Report::Change(change) => changes.push(*change),
         }
     }
     Ok((

@@ -113,7 +113,7 @@ impl LifecycleService {
         &self,
         key: &PackageKey,
         generation: Generation,
-        change: &mut Box<report::Change>,
+        change: &mut report::Change,
     ) -> Result<Option<(Value, u32)>, Status> {
         let Some(conversions) = change.conversions.as_ref() else {
             return Ok(None);
@@ -130,7 +130,7 @@ impl LifecycleService {
         match at_load {
             conversion::AtLoad::Failed(e) => {
                 tracing::warn!(package.key = %key, error = %e, "settings conversion failed; the package fails");
-                **change = report::Change::failed(generation, e.to_string());
+                *change = report::Change::failed(generation, e.to_string());
             }
             done => {
                 if let conversion::AtLoad::Converted(c) = &done {
@@ -243,7 +243,7 @@ impl LifecycleService {
                     {
                         return None;
                     }
-                    outbox.extend(change.as_ref().clone().apply(row, &now));
+                    outbox.extend(change.clone().apply(row, &now));
                 }
                 Some(outbox)
             }))
