@@ -221,32 +221,29 @@ impl LifecycleService {
     async fn apply_report(&self, reqs: Vec<ReportRequest>) -> Result<bool, Status> {
         let (key, generation, parsed) =
             convert::reports(&reqs).map_err(LifecycleError::InvalidArgument)?;
-        let (removed, mut changes) = match parsed {
-            convert::Reports::Removed => (true, vec![]),
-            convert::Reports::Changes(changes) => (false, changes),
-        };
-        let mut converted = Vec::with_capacity(changes.len());
-        for change in &mut changes {
-            converted.push(self.convert_at_load(&key, generation, change).await?);
-        }
-        let changes: Vec<_> = changes.into_iter().zip(converted).collect();
-        let op = if removed {
-            WriteOp::Delete
-        } else {
-            let now = now();
-            WriteOp::Modify(Box::new(move |row| {
-                let mut outbox = vec![];
-                for (change, converted_from) in &changes {
-                    // The settings converted must still be the stored ones.
-                    if let Some((settings, version)) = converted_from
-                        && (row.settings != *settings || row.settings_version != *version)
-                    {
-                        return None;
-                    }
-                    outbox.extend(change.clone().apply(row, &now));
+        let op = match parsed {
+            convert::Reports::Removed => WriteOp::Delete,
+            convert::Reports::Changes(mut changes) => {
+                let mut converted = Vec::with_capacity(changes.len());
+                for change in &mut changes {
+                    converted.push(self.convert_at_load(&key, generation, change).await?);
                 }
-                Some(outbox)
-            }))
+                let changes: Vec<_> = changes.into_iter().zip(converted).collect();
+                let now = now();
+                WriteOp::Modify(Box::new(move |row| {
+                    let mut outbox = vec![];
+                    for (change, converted_from) in &changes {
+                        // The settings converted must still be the stored ones.
+                        if let Some((settings, version)) = converted_from
+                            && (row.settings != *settings || row.settings_version != *version)
+                        {
+                            return None;
+                        }
+                        outbox.extend(change.clone().apply(row, &now));
+                    }
+                    Some(outbox)
+                }))
+            }
         };
         let outcome = self
             .write_report(Write {

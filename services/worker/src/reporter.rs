@@ -35,7 +35,6 @@ const MAX_REPORTS: usize = 64;
 const MAX_BYTES: usize = berth_telemetry::MAX_MESSAGE_BYTES / 4;
 
 /// The reports of one task (its package's key and generation).
-#[derive(Clone)]
 pub struct Reporter {
     inner: Arc<Inner>,
 }
@@ -84,7 +83,8 @@ impl Reporter {
         };
         if alone {
             self.flush().await?;
-            return self.inner.send(vec![request]).await;
+            self.inner.lock().pending.push(request);
+            return self.flush().await;
         }
         let size = request.encoded_len();
         let full_before = {
@@ -154,12 +154,6 @@ impl Inner {
             tracing::warn!(error = %e.message, "reporting to lifecycle failed; the task fails");
             self.lock().failed.get_or_insert(e);
         }
-    }
-
-    /// Sends `batch` after any batch being sent.
-    async fn send(&self, batch: Vec<ReportRequest>) -> Result<(), TaskError> {
-        let _order = self.sending.lock().await;
-        self.call(batch).await
     }
 
     /// One call: `Report` for one report, `ReportBatch` for more.

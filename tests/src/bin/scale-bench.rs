@@ -208,7 +208,7 @@ async fn main() -> anyhow::Result<()> {
                 "pg_stat_statements",
             )])
             .await;
-            statement_stats(&server.url(), None).await?;
+            enable_statement_stats(&server.url()).await?;
             let databases = Databases {
                 queue: server.create_database("berth_queue").await,
                 lifecycle: server.create_database("berth_lifecycle").await,
@@ -245,7 +245,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let result = run(&berth, &kube, &repo, &args).await;
     if let (Ok(()), Some(server)) = (&result, &pg) {
-        statement_stats(&server.url(), Some(args.packages)).await?;
+        print_statement_stats(&server.url(), args.packages).await?;
     }
     berth.stop().await;
     drop(pg);
@@ -408,18 +408,21 @@ async fn rpc_counts(berth: &Berth, packages: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Without `packages`: creates the `pg_stat_statements` view (in the server's default
-/// database; it shows every database's statements). With it: prints the statements that took
-/// the most of the server's time, with their calls per package.
-async fn statement_stats(url: &str, packages: Option<usize>) -> anyhow::Result<()> {
+/// Creates the `pg_stat_statements` view in the server's default database (it shows every
+/// database's statements).
+async fn enable_statement_stats(url: &str) -> anyhow::Result<()> {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    sqlx::query("CREATE EXTENSION pg_stat_statements")
+        .execute(&mut conn)
+        .await?;
+    Ok(())
+}
+
+/// Prints the statements that took the server the most time, with their calls per package.
+async fn print_statement_stats(url: &str, packages: usize) -> anyhow::Result<()> {
     use sqlx::{Connection as _, Row as _};
     let mut conn = sqlx::PgConnection::connect(url).await?;
-    let Some(packages) = packages else {
-        sqlx::query("CREATE EXTENSION pg_stat_statements")
-            .execute(&mut conn)
-            .await?;
-        return Ok(());
-    };
     let rows = sqlx::query(
         "SELECT calls, total_exec_time, query FROM pg_stat_statements \
          ORDER BY total_exec_time DESC LIMIT $1",
