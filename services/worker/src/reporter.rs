@@ -52,8 +52,10 @@ struct Inner {
 struct State {
     pending: Vec<ReportRequest>,
     bytes: usize,
-    /// A background send is due (its timer runs).
-    timer: bool,
+    /// The timer of the background send due, if any. A flush aborts it: the timer holds the
+    /// task's tracing span, which must close when the task ends (an exporter shows a span
+    /// only once it closed, and the task's calls are its children).
+    timer: Option<tokio::task::AbortHandle>,
     /// The error of a background send nobody has seen yet.
     failed: Option<TaskError>,
 }
@@ -95,13 +97,31 @@ impl Reporter {
             // Send what is queued first; this one starts the next batch.
             self.inner.send_pending().await;
         }
-        let (full, start_timer, failed) = {
+        let (full, failed) = {
             let mut state = self.inner.lock();
             state.pending.push(request);
             state.bytes += size;
             let full = state.pending.len() >= MAX_REPORTS;
-            let start_timer = !full && !std::mem::replace(&mut state.timer, true);
-            (full, start_timer, state.failed.take())
+            if !full && state.timer.is_none() {
+                let inner = self.inner.clone();
+                let timer = berth_telemetry::spawn_here(async move {
+                    tokio::time::sleep(GATHER_FOR).await;
+                    // Only while it is still the timer due: a flush that took it sends.
+                    let due = {
+                        let mut state = inner.lock();
+                        let mine = state.timer.as_ref().map(|t| t.id()) == Some(tokio::task::id());
+                        if mine {
+                            state.timer = None;
+                        }
+                        mine
+                    };
+                    if due {
+                        inner.send_pending().await;
+                    }
+                });
+                state.timer = Some(timer.abort_handle());
+            }
+            (full, state.failed.take())
         };
         if let Some(e) = failed {
             // Queued all the same: a flush still sends it (the failure report of the task).
@@ -110,19 +130,16 @@ impl Reporter {
         if full {
             return self.flush().await;
         }
-        if start_timer {
-            let inner = self.inner.clone();
-            berth_telemetry::spawn_here(async move {
-                tokio::time::sleep(GATHER_FOR).await;
-                inner.send_pending().await;
-            });
-        }
         Ok(())
     }
 
     /// Sends what is queued now, and returns the error of any send of this task that failed
     /// unseen.
     pub async fn flush(&self) -> Result<(), TaskError> {
+        let timer = self.inner.lock().timer.take();
+        if let Some(timer) = timer {
+            timer.abort();
+        }
         self.inner.send_pending().await;
         match self.inner.lock().failed.take() {
             Some(e) => Err(e),
@@ -143,7 +160,6 @@ impl Inner {
         let _order = self.sending.lock().await;
         let batch = {
             let mut state = self.lock();
-            state.timer = false;
             state.bytes = 0;
             std::mem::take(&mut state.pending)
         };
