@@ -109,6 +109,7 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
             files: chart(greeting, extra),
             values_json: String::new(),
             package: String::new(),
+            wait_ms: 0,
         })
         .await?;
     }

@@ -260,6 +260,7 @@ async fn a_worker_certificate_cannot_widen_an_app() -> anyhow::Result<()> {
             files: chart(template),
             values_json: String::new(),
             package: package.into(),
+            wait_ms: 0,
         };
         // The App's release, moved to kube-system.
         refused(

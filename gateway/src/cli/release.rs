@@ -190,6 +190,7 @@ pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
                     values_json: values.to_string(),
                     // The operator's preview of a chart, not a package's install: not confined.
                     package: String::new(),
+                    wait_ms: 0,
                 })
                 .await
                 .map_err(failed)?

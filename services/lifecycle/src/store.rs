@@ -200,21 +200,18 @@ impl Store {
     }
 
     /// Starts a write transaction. On PostgreSQL, where other lifecycle replicas may write
-    /// too, it first takes the writers' advisory lock ([`WRITE_LOCK`]) and brings `sched` up to
+    /// too, it first takes the writers' advisory lock ([`BEGIN_LOCKED`]) and brings `sched` up to
     /// date with what the others committed ([`catch_up`]), so every scheduling pass decides on
     /// the whole, current graph. End it with [`Store::commit`].
     async fn begin(
         &self,
         sched: &mut Scheduler,
     ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
-        let mut tx = berth_telemetry::begin_write(&self.pool, self.dialect).await?;
-        if self.dialect == Dialect::Postgres {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(WRITE_LOCK)
-                .execute(&mut *tx)
-                .await?;
-            catch_up(&mut tx, sched).await?;
+        if self.dialect == Dialect::Sqlite {
+            return Ok(berth_telemetry::begin_write(&self.pool, self.dialect).await?);
         }
+        let mut tx = self.pool.begin_with(BEGIN_LOCKED).await?;
+        catch_up(&mut tx, sched).await?;
         Ok(tx)
     }
 
@@ -1106,8 +1103,10 @@ const MAX_STORED_ANSWERS: i64 = 10_000;
 /// The advisory lock (PostgreSQL) every lifecycle write transaction takes first: writes of
 /// all replicas are serialised, as they are within one replica by its scheduler's mutex, so
 /// each pass sees the whole graph, the change log's order is commit order, and row locks are
-/// always taken under it (no deadlock between replicas). Its value spells "berthlc1".
-const WRITE_LOCK: i64 = 0x6265_7274_686c_6331;
+/// always taken under it (no deadlock between replicas). Its key, 0x6265_7274_686c_6331, spells
+/// "berthlc1". It is taken in the BEGIN's round trip (two statements of one simple query):
+/// round trips are most of what a write costs PostgreSQL.
+const BEGIN_LOCKED: &str = "BEGIN; SELECT pg_advisory_xact_lock(7090199032658420529)";
 /// Change-log entries kept behind the newest; a replica further behind rebuilds its index.
 const CHANGES_KEPT: i64 = 10_000;
 /// The log is pruned whenever its newest entry crosses a multiple of this.
@@ -1188,23 +1187,36 @@ async fn all_rows(
 }
 
 /// Replays into `sched` what other replicas committed since it last looked (PostgreSQL, under
-/// [`WRITE_LOCK`]): the packages named by the change-log entries after
+/// [`BEGIN_LOCKED`]): the packages named by the change-log entries after
 /// [`Scheduler::changes_seen`] are read again, and the recorded cluster version adopted. An
 /// index older than the pruned part of the log is rebuilt whole.
 async fn catch_up(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     sched: &mut Scheduler,
 ) -> Result<(), StoreError> {
-    // Both facts in one round trip: this runs before every write.
-    let facts: std::collections::HashMap<String, String> =
-        sqlx::query("SELECT name, value FROM lifecycle_meta WHERE name IN ($1, $2)")
-            .bind(META_PRUNED)
-            .bind(META_KUBERNETES)
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|r| (r.get("name"), r.get("value")))
-            .collect();
+    // The change-log entries and both facts in one round trip: this runs before every write.
+    // The facts come first, as `seq` -1 (the log's own start at 1).
+    let rows = sqlx::query(
+        "SELECT seq, key, '' AS value FROM package_changes WHERE seq > $1
+         UNION ALL
+         SELECT -1 AS seq, name AS key, value FROM lifecycle_meta WHERE name IN ($2, $3)
+         ORDER BY seq",
+    )
+    .bind(sched.changes_seen())
+    .bind(META_PRUNED)
+    .bind(META_KUBERNETES)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut facts = std::collections::HashMap::new();
+    let mut entries = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let (seq, key): (i64, String) = (row.get("seq"), row.get("key"));
+        if seq < 0 {
+            facts.insert(key, row.get::<String, _>("value"));
+        } else {
+            entries.push((seq, key));
+        }
+    }
     let pruned = facts
         .get(META_PRUNED)
         .and_then(|v| v.parse::<i64>().ok())
@@ -1229,14 +1241,10 @@ async fn catch_up(
     {
         sched.set_kubernetes(v);
     }
-    let entries = sqlx::query("SELECT seq, key FROM package_changes WHERE seq > $1 ORDER BY seq")
-        .bind(sched.changes_seen())
-        .fetch_all(&mut **tx)
-        .await?;
-    let Some(last) = entries.last().map(|r| r.get::<i64, _>("seq")) else {
+    let Some(&(last, _)) = entries.last() else {
         return Ok(());
     };
-    let keys: std::collections::BTreeSet<String> = entries.iter().map(|r| r.get("key")).collect();
+    let keys: std::collections::BTreeSet<String> = entries.into_iter().map(|(_, k)| k).collect();
     for key in keys {
         let key = PackageKey::from_issued(key);
         match fetch(&mut **tx, &key).await? {
@@ -1353,6 +1361,12 @@ mod tests {
     use crate::scheduler::{Constraint, Dependency, Requirements};
     use crate::test_db::TestDb;
     use crate::update::{UpdateSpec, plan};
+
+    #[test]
+    fn the_write_lock_key_spells_berthlc1() {
+        let key = i64::from_be_bytes(*b"berthlc1");
+        assert!(BEGIN_LOCKED.ends_with(&format!("pg_advisory_xact_lock({key})")));
+    }
 
     fn spec(name: &str) -> UpdateSpec {
         UpdateSpec {

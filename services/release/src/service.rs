@@ -244,10 +244,34 @@ impl pb::releases_server::Releases for ReleaseService {
             objects = installed.objects.len(),
             "installed"
         );
-        Ok(Response::new(pb::InstallResponse {
+        let mut response = pb::InstallResponse {
             revision: installed.revision,
             objects: installed.objects.into_iter().map(object_ref).collect(),
-        }))
+            ..Default::default()
+        };
+        if req.wait_ms > 0 {
+            let wait = Duration::from_millis(req.wait_ms as u64).min(MAX_STATUS_WAIT);
+            let seen = self
+                .manager
+                .wait_revision(
+                    &release,
+                    installed.revision,
+                    &installed.manifest,
+                    tokio::time::Instant::now() + wait,
+                )
+                .await;
+            // The install itself succeeded: a wait that could not start (e.g. a kind's
+            // discovery failed) leaves readiness to the caller's Status calls.
+            match seen {
+                Ok(seen) => {
+                    response.waited = true;
+                    response.ready = seen.ready;
+                    response.not_ready = seen.not_ready;
+                }
+                Err(e) => tracing::warn!(error = %e, "waiting for readiness after the install"),
+            }
+        }
+        Ok(Response::new(response))
     }
 
     #[tracing::instrument(skip_all, fields(release.name = %request.get_ref().name, release.namespace = %request.get_ref().namespace))]
@@ -434,6 +458,7 @@ impl pb::releases_server::Releases for ReleaseService {
         Ok(Response::new(pb::InstallResponse {
             revision: done.revision,
             objects: done.objects.into_iter().map(object_ref).collect(),
+            ..Default::default()
         }))
     }
 }

@@ -44,6 +44,7 @@ async fn install_hi(
             files,
             values_json: r#"{"greeting": "hi"}"#.into(),
             package: String::new(),
+            wait_ms: 0,
         })
         .await?;
     Ok(())

@@ -64,6 +64,7 @@ async fn helm_list_and_get_manifest_read_a_release_berth_installed() -> anyhow::
             files: files.clone(),
             values_json: r#"{"greeting": "hi"}"#.into(),
             package: String::new(),
+            wait_ms: 0,
         })
         .await?;
     let dir = tempfile::tempdir()?;

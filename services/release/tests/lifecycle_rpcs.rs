@@ -20,6 +20,7 @@ fn request(
         files,
         values_json: values.into(),
         package: String::new(),
+        wait_ms: 0,
     }
 }
 

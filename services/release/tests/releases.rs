@@ -24,6 +24,7 @@ fn install(
         files,
         values_json: values.into(),
         package: String::new(),
+        wait_ms: 0,
     }
 }
 
@@ -818,6 +819,65 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
         .await?
         .into_inner();
     assert!(!unknown.found);
+    Ok(())
+}
+
+/// An Install asked to wait (as the worker's Run asks when no afterHelm hook comes between the
+/// apply and the wait) answers with the revision's readiness, as a waiting Status would.
+#[tokio::test]
+async fn an_install_that_waits_answers_with_the_readiness_of_what_it_applied() -> anyhow::Result<()>
+{
+    let mut h = support::start_with(true).await?;
+    let deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: registry.k8s.io/pause:3.10\n";
+    let files = chart(&[
+        ("templates/d.yaml", deploy),
+        ("templates/a.yaml", &config_map("a", false)),
+    ]);
+    let mut request = install(&h, "dep", files.clone(), "");
+    request.wait_ms = 60_000;
+    let installed = h.grpc.install(request).await?.into_inner();
+    assert_eq!(installed.revision, 1);
+    assert!(
+        installed.waited && installed.ready,
+        "{:?}",
+        installed.not_ready
+    );
+    assert!(installed.not_ready.is_empty());
+    // Without `wait_ms` it answers right after the apply, and says it did not wait.
+    let unchanged = h
+        .grpc
+        .install(install(&h, "dep", files, ""))
+        .await?
+        .into_inner();
+    assert!(!unchanged.waited && !unchanged.ready);
+
+    // Pods held back by a scheduling gate never run: the wait ends at `wait_ms`, names the
+    // Deployment, and the install itself stands (revision 1 is deployed).
+    let stuck = deploy.replace(
+        "    spec:\n      containers:",
+        "    spec:\n      schedulingGates:\n      - name: berth.io/never\n      containers:",
+    );
+    let mut idle = support::start_with(true).await?;
+    let mut request = install(&idle, "dep", chart(&[("templates/d.yaml", &stuck)]), "");
+    request.wait_ms = 300;
+    let installed = idle.grpc.install(request).await?.into_inner();
+    assert!(installed.waited && !installed.ready);
+    assert!(
+        installed.not_ready.iter().any(|m| m.contains("Deployment")),
+        "{:?}",
+        installed.not_ready
+    );
+    let status = idle
+        .grpc
+        .status(StatusRequest {
+            name: "dep".into(),
+            namespace: idle.namespace.clone(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert!(status.found && !status.ready);
+    assert_eq!(status.revision, 1);
     Ok(())
 }
 

@@ -24,6 +24,7 @@ fn install(
         files,
         values_json: values.into(),
         package: String::new(),
+        wait_ms: 0,
     }
 }
 

@@ -23,6 +23,7 @@ fn request(h: &support::Harness, name: &str, files: Vec<ChartFile>) -> InstallRe
         files,
         values_json: r#"{"greeting": "hi"}"#.into(),
         package: String::new(),
+        wait_ms: 0,
     }
 }
 

@@ -94,6 +94,7 @@ impl<'a> TaskContext<'a> {
                 .collect(),
             values_json: values.to_string(),
             package: self.key().to_owned(),
+            wait_ms: 0,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The hooks a worker discovered, per package directory, and the token buckets of hooks with
 //! `settings`: per-process state every task of the worker shares.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,9 +10,14 @@ use berth_hooks::{Hook, Throttle};
 use berth_package::Package;
 use berth_queue::worker::TaskError;
 
-/// Packages whose discovered hooks are kept; the cache is cleared when it grows past this, since a
-/// rediscovery only costs a `--config` run per hook.
-const HOOK_CACHE_ENTRIES: usize = 256;
+/// Packages whose discovered hooks are kept; past this, the entry kept longest goes first.
+/// A package's tasks (Load, ApplySettings, Startup, Run) reach a worker far apart when many
+/// packages are queued: with 1,000 packages in flight, a cache emptied at 256 entries made
+/// nearly every task run each hook with `--config` again (a fork and exec per hook). An entry
+/// is a few KiB (the hooks' parsed configs).
+const HOOK_CACHE_ENTRIES: usize = 2048;
+/// Bound of the `settings` token buckets; cleared when full (a cleared bucket starts full).
+const THROTTLE_ENTRIES: usize = 2048;
 
 /// What discovery found in one package directory.
 #[derive(Clone, Default)]
@@ -21,11 +26,38 @@ struct Discovered {
     settings_check: Option<PathBuf>,
 }
 
+/// Discovered hooks per package directory, oldest first out.
+#[derive(Default)]
+struct Entries {
+    by_dir: HashMap<PathBuf, Discovered>,
+    /// Insertion order of `by_dir`'s keys.
+    order: VecDeque<PathBuf>,
+}
+
+impl Entries {
+    fn insert(&mut self, dir: PathBuf, found: Discovered) {
+        while self.by_dir.len() >= HOOK_CACHE_ENTRIES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.by_dir.remove(&oldest);
+        }
+        if self.by_dir.insert(dir.clone(), found).is_none() {
+            self.order.push_back(dir);
+        }
+    }
+
+    fn forget(&mut self, dir_prefix: &std::path::Path) {
+        self.by_dir.retain(|k, _| !k.starts_with(dir_prefix));
+        self.order.retain(|k| !k.starts_with(dir_prefix));
+    }
+}
+
 /// Discovered hooks per package directory: discovery runs every hook with `--config`, too costly
 /// to repeat for every event.
 #[derive(Default)]
 pub struct HookCache {
-    entries: Mutex<HashMap<PathBuf, Discovered>>,
+    entries: Mutex<Entries>,
     /// Token buckets of hooks with `settings` (executionMinInterval/executionBurst), by
     /// `<package>/<hook>`. Per worker: several workers each allow the configured rate.
     throttles: Mutex<HashMap<String, Throttle>>,
@@ -51,7 +83,7 @@ impl HookCache {
         let Some(dir) = pkg.hooks_dir.clone() else {
             return Ok(Discovered::default());
         };
-        if let Some(found) = self.lock().get(&dir) {
+        if let Some(found) = self.lock().by_dir.get(&dir) {
             return Ok(found.clone());
         }
         let found = berth_hooks::discover_all(&dir, timeout)
@@ -61,11 +93,7 @@ impl HookCache {
             hooks: Arc::new(found.hooks),
             settings_check: found.settings_check,
         };
-        let mut entries = self.lock();
-        if entries.len() >= HOOK_CACHE_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(dir, found.clone());
+        self.lock().insert(dir, found.clone());
         Ok(found)
     }
 
@@ -76,7 +104,7 @@ impl HookCache {
             return Ok(());
         };
         let mut all = self.throttles.lock().unwrap_or_else(|p| p.into_inner());
-        if all.len() >= HOOK_CACHE_ENTRIES * 8 {
+        if all.len() >= THROTTLE_ENTRIES {
             all.clear();
         }
         all.entry(format!("{package}/{}", hook.name))
@@ -85,10 +113,10 @@ impl HookCache {
     }
 
     pub fn forget(&self, dir_prefix: &std::path::Path) {
-        self.lock().retain(|k, _| !k.starts_with(dir_prefix));
+        self.lock().forget(dir_prefix);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Discovered>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -103,5 +131,37 @@ fn discovery_error(e: berth_hooks::DiscoverError) -> TaskError {
             TaskError::permanent(e.to_string())
         }
         _ => TaskError::retry(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_cache_drops_its_oldest_entry_only() {
+        let mut entries = Entries::default();
+        let dir = |i: usize| PathBuf::from(format!("/cache/p{i}/1.0.0"));
+        for i in 0..=HOOK_CACHE_ENTRIES {
+            entries.insert(dir(i), Discovered::default());
+        }
+        assert_eq!(entries.by_dir.len(), HOOK_CACHE_ENTRIES);
+        assert!(
+            !entries.by_dir.contains_key(&dir(0)),
+            "the oldest entry is dropped"
+        );
+        assert!(entries.by_dir.contains_key(&dir(1)));
+        assert!(entries.by_dir.contains_key(&dir(HOOK_CACHE_ENTRIES)));
+        // Inserting a key again does not queue it twice.
+        entries.insert(dir(1), Discovered::default());
+        assert_eq!(entries.order.len(), HOOK_CACHE_ENTRIES);
+
+        entries.forget(std::path::Path::new("/cache/p1"));
+        assert!(!entries.by_dir.contains_key(&dir(1)));
+        assert!(
+            entries.by_dir.contains_key(&dir(10)),
+            "p10 is not under /cache/p1"
+        );
+        assert_eq!(entries.order.len(), entries.by_dir.len());
     }
 }

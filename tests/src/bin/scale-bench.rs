@@ -22,6 +22,12 @@
 //! next to this binary. Run: `cargo build --release -p berth-gateway -p berth-worker
 //! -p berth-lifecycle -p berth-hookevent -p berth-release -p berth-tests --bins`, then
 //! `BERTH_LOG=warn target/release/scale-bench [--packages 1000] [--mode split|up] [--no-helm]`.
+//!
+//! The workers put hook runs' files (values, binding contexts, patches: several per run, created
+//! and deleted) in a directory under `--hook-tmp-dir` (default `/dev/shm`, a tmpfs, as the chart
+//! mounts a Memory `emptyDir` there; `system` for the system temp directory). On this machine's
+//! ext4 `/tmp`, finding a free inode among so many recently deleted ones cost about 6 s of the
+//! run's 70 s of CPU (perf).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -43,6 +49,8 @@ const POLL: Duration = Duration::from_millis(500);
 const MACHINE_PROGRAMS_SHOWN: usize = 12;
 /// PostgreSQL statements shown, the most costly first.
 const STATEMENTS_SHOWN: i64 = 15;
+/// A tmpfs on most Linux machines: the default parent of the workers' hook tmp directory.
+const SHM: &str = "/dev/shm";
 /// The value the beforeHelm hook patches in; the chart's own default differs.
 const FROM_HOOK: &str = "from-the-hook";
 
@@ -62,10 +70,13 @@ struct Args {
     /// The gateway's per-caller rate limit (calls per second, and the burst), when not its
     /// default.
     rate: Option<usize>,
+    /// Where the workers put hook runs' files (`--hook-tmp-dir`): `None` is the system temp
+    /// directory.
+    hook_tmp: Option<std::path::PathBuf>,
 }
 
 const USAGE: &str = "flags: --packages N, --mode split|up, --workers N, --in-flight N, \
-                     --rate N, --helm-parallel N, --no-helm";
+                     --rate N, --helm-parallel N, --hook-tmp-dir DIR|system, --no-helm";
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -76,6 +87,10 @@ fn parse_args() -> anyhow::Result<Args> {
         helm: true,
         helm_parallel: 8,
         rate: None,
+        // As the chart deploys workers: hook files on a tmpfs (a Memory emptyDir).
+        hook_tmp: Path::new(SHM)
+            .is_dir()
+            .then(|| Path::new(SHM).to_path_buf()),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -96,6 +111,9 @@ fn parse_args() -> anyhow::Result<Args> {
             "--in-flight" => args.in_flight = number()?,
             "--helm-parallel" => args.helm_parallel = number()?,
             "--rate" => args.rate = Some(number()?),
+            "--hook-tmp-dir" => {
+                args.hook_tmp = (value != "system").then(|| std::path::PathBuf::from(&value));
+            }
             "--mode" => {
                 args.mode = match value.as_str() {
                     "split" => Mode::Split,
@@ -198,6 +216,26 @@ async fn main() -> anyhow::Result<()> {
         write_package(repo_dir.path(), i)?;
     }
     let cluster = TestCluster::start().await?;
+    // The hook user (nobody, when the bench runs as root) must be able to reach it.
+    let hook_tmp = match &args.hook_tmp {
+        Some(parent) => {
+            let dir = tempfile::Builder::new()
+                .prefix("scale-bench-hooks")
+                .tempdir_in(parent)
+                .with_context(|| format!("--hook-tmp-dir {}", parent.display()))?;
+            std::fs::set_permissions(
+                dir.path(),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )?;
+            Some(dir)
+        }
+        None => None,
+    };
+    let hook_tmp_arg = hook_tmp.as_ref().map(|d| d.path().display().to_string());
+    let hook_tmp_args: Vec<&str> = match &hook_tmp_arg {
+        Some(dir) => vec!["--hook-tmp-dir", dir],
+        None => vec![],
+    };
     // Kept until the end: the PostgreSQL server of split mode.
     let mut pg = None;
     let berth = match args.mode {
@@ -219,7 +257,7 @@ async fn main() -> anyhow::Result<()> {
             let mut topology = SplitTopology::start_full(
                 &cluster.kubeconfig,
                 dir.path(),
-                &[],
+                &hook_tmp_args,
                 &repositories,
                 &databases,
             )
@@ -232,9 +270,10 @@ async fn main() -> anyhow::Result<()> {
         // On the dev cluster, `berth up` embeds its own (as a user runs it); helm then uses
         // the bench's.
         Mode::Up => Berth::Up(
-            AllInOne::start(
+            AllInOne::start_with(
                 &dir.path().join("up"),
                 TestCluster::is_real().then_some(cluster.kubeconfig.as_path()),
+                &hook_tmp_args,
             )
             .await?,
         ),
@@ -299,10 +338,15 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         Mode::Up => "berth up".to_owned(),
     };
     println!(
-        "berth ({mode}), {} packages, {} Updates in flight, gateway rate limit {}, {} cluster",
+        "berth ({mode}), {} packages, {} Updates in flight, gateway rate limit {}, hook files in {}, {} cluster",
         args.packages,
         args.in_flight,
         args.rate.map_or("default".to_owned(), |r| format!("{r}/s")),
+        args.hook_tmp
+            .as_ref()
+            .map_or("the system temp directory".to_owned(), |d| d
+                .display()
+                .to_string()),
         if TestCluster::is_real() {
             "real"
         } else {
@@ -423,18 +467,26 @@ async fn enable_statement_stats(url: &str) -> anyhow::Result<()> {
 async fn print_statement_stats(url: &str, packages: usize) -> anyhow::Result<()> {
     use sqlx::{Connection as _, Row as _};
     let mut conn = sqlx::PgConnection::connect(url).await?;
+    // More with SCALE_BENCH_STATEMENTS=N.
+    let shown = std::env::var("SCALE_BENCH_STATEMENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(STATEMENTS_SHOWN);
     let rows = sqlx::query(
         "SELECT calls, total_exec_time, query FROM pg_stat_statements \
          ORDER BY total_exec_time DESC LIMIT $1",
     )
-    .bind(STATEMENTS_SHOWN)
+    .bind(shown)
     .fetch_all(&mut conn)
     .await?;
-    let total: f64 = sqlx::query_scalar("SELECT sum(total_exec_time) FROM pg_stat_statements")
-        .fetch_one(&mut conn)
-        .await?;
+    let (total, calls): (f64, i64) =
+        sqlx::query_as("SELECT sum(total_exec_time), sum(calls)::bigint FROM pg_stat_statements")
+            .fetch_one(&mut conn)
+            .await?;
     println!(
-        "PostgreSQL statements: {:.1} s executing in all; the most costly (calls per package, ms in all):",
+        "PostgreSQL statements: {:.1} per package, {:.1} s executing in all; the most costly \
+         (calls per package, ms in all):",
+        calls as f64 / packages as f64,
         total / 1000.0
     );
     for row in rows {

@@ -93,6 +93,7 @@ impl ReleaseManager {
                 revision: prev.version,
                 objects,
                 unchanged: true,
+                manifest: prev.manifest.clone(),
             });
         }
 
@@ -164,6 +165,7 @@ impl ReleaseManager {
             revision,
             objects,
             unchanged: false,
+            manifest: record.manifest,
         })
     }
 

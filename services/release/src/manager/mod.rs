@@ -121,6 +121,8 @@ pub struct Installed {
     pub objects: Vec<ObjectKey>,
     /// True when the render matched the deployed revision and no new revision was written.
     pub unchanged: bool,
+    /// The revision's recorded manifest: what a readiness wait right after watches.
+    pub manifest: String,
 }
 
 /// What Uninstall did.

@@ -34,10 +34,24 @@ impl ReleaseManager {
                 "release {name:?} in namespace {namespace:?}"
             )));
         };
+        self.wait_revision(release, latest.version, &latest.manifest, deadline)
+            .await
+    }
+
+    /// [`Self::wait_ready`] for a revision whose manifest the caller holds (Install's, just
+    /// applied): no read of the release records.
+    pub async fn wait_revision(
+        &self,
+        release: &ReleaseId,
+        revision: i32,
+        manifest: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Observed, ReleaseError> {
+        let (name, namespace) = (release.name(), release.namespace());
         let mut order = Vec::new();
         let mut outcomes = BTreeMap::new();
         let mut watched = Vec::new();
-        for object in recorded_objects(&latest.manifest) {
+        for object in recorded_objects(manifest) {
             let (key, outcome) = match self.applier.key_for(&object, namespace).await {
                 Ok((key, ar)) => {
                     watched.push((key.clone(), ar));
@@ -101,11 +115,11 @@ impl ReleaseManager {
             not_ready.push(e);
         }
         if ready {
-            self.metrics.ready(namespace, name, latest.version);
+            self.metrics.ready(namespace, name, revision);
         }
         Ok(Observed {
             found: true,
-            revision: latest.version,
+            revision,
             objects: order,
             ready,
             not_ready,

@@ -99,6 +99,7 @@ impl ReleaseManager {
                     revision: record.version,
                     objects: keys,
                     unchanged: false,
+                    manifest: record.manifest,
                 })
             }
             Err(e) => {

@@ -15,20 +15,28 @@ use crate::context::TaskContext;
 use crate::hooks::run_lifecycle;
 use crate::package::{Values, ensure, report_values};
 
+/// What an Install that waited for readiness saw (`InstallRequest.wait_ms`).
+struct Readiness {
+    ready: bool,
+    not_ready: Vec<String>,
+}
+
+/// Installs the chart. With `wait`, the release service also waits (as the first Status call
+/// would) until the revision's objects are ready, and the answer says what it saw.
 async fn install(
     cx: &TaskContext<'_>,
     pkg: &berth_package::Package,
     values: &Values,
-) -> Result<(), TaskError> {
+    wait: bool,
+) -> Result<Option<Readiness>, TaskError> {
     let files = pkg
         .chart_files()
         .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
-    let installed = cx
-        .services
-        .release
-        .clone()
-        .install(cx.install_request(files, &values.current))
-        .await;
+    let mut request = cx.install_request(files, &values.current);
+    if wait {
+        request.wait_ms = first_wait_ms(cx);
+    }
+    let installed = cx.services.release.clone().install(request).await;
     match installed {
         Ok(r) => {
             let r = r.into_inner();
@@ -39,7 +47,11 @@ async fn install(
                 "Applied",
                 &msg,
             )
-            .await
+            .await?;
+            Ok(r.waited.then_some(Readiness {
+                ready: r.ready,
+                not_ready: r.not_ready,
+            }))
         }
         Err(s) => {
             cx.set_condition(
@@ -78,46 +90,53 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         if global {
             let before = LifecycleBinding::BeforeAll;
             run_lifecycle(cx, &pkg, &hooks, before, before.as_str(), &mut values).await?;
-            return Ok(());
+            return Ok(None);
         }
         let (before, after) = (LifecycleBinding::BeforeHelm, LifecycleBinding::AfterHelm);
         run_lifecycle(cx, &pkg, &hooks, before, before.as_str(), &mut values).await?;
+        // afterHelm hooks run right after the apply, before readiness (as in addon-operator):
+        // only without them does the install itself wait for readiness.
+        let has_after = !berth_hooks::ordered(&hooks, after).is_empty();
+        let mut readiness = None;
         if pkg.is_helm {
-            install(cx, &pkg, &values).await?;
+            readiness = install(cx, &pkg, &values, !has_after).await?;
         }
         let changed = run_lifecycle(cx, &pkg, &hooks, after, after.as_str(), &mut values).await?;
         // afterHelm hooks that change the values get one more upgrade, as addon-operator does.
         if changed && pkg.is_helm {
-            install(cx, &pkg, &values).await?;
+            readiness = install(cx, &pkg, &values, true).await?;
         }
-        Ok::<(), TaskError>(())
+        Ok::<_, TaskError>(readiness)
     }
     .await;
-    hooks_processed(cx, &values, hooks_result).await?;
+    let readiness = hooks_processed(cx, &values, hooks_result).await?;
     if pkg.is_helm {
-        wait_ready(cx).await?;
+        wait_ready(cx, readiness).await?;
     }
     cx.report(Report::RunSucceeded(RunSucceeded {})).await?;
     Ok(())
 }
 
 /// Reports the values a Run's (or AfterAll's) hooks left and `HooksProcessed`, or the hook
-/// failure that stopped them.
-async fn hooks_processed(
+/// failure that stopped them; passes on what the hooks' part of the task returned.
+async fn hooks_processed<T>(
     cx: &TaskContext<'_>,
     values: &Values,
-    result: Result<(), TaskError>,
-) -> Result<(), TaskError> {
-    if let Err(e) = result {
-        cx.set_condition(
-            ConditionType::HooksProcessed,
-            ConditionStatus::False,
-            "HookFailed",
-            &e.message,
-        )
-        .await?;
-        return Err(e);
-    }
+    result: Result<T, TaskError>,
+) -> Result<T, TaskError> {
+    let done = match result {
+        Ok(done) => done,
+        Err(e) => {
+            cx.set_condition(
+                ConditionType::HooksProcessed,
+                ConditionStatus::False,
+                "HookFailed",
+                &e.message,
+            )
+            .await?;
+            return Err(e);
+        }
+    };
     report_values(cx, values, true).await?;
     cx.set_condition(
         ConditionType::HooksProcessed,
@@ -125,7 +144,8 @@ async fn hooks_processed(
         "Processed",
         "",
     )
-    .await
+    .await?;
+    Ok(done)
 }
 
 /// AfterAll: the global package's hooks bound to afterAll, run once the packages that wait for
@@ -157,26 +177,32 @@ const STATUS_WAIT: Duration = Duration::from_secs(30);
 /// WaitingForObjects` with the objects not ready yet.
 const FIRST_STATUS_WAIT: Duration = Duration::from_secs(2);
 
+/// How long the first wait for readiness (a Status call, or the Install itself) holds on.
+fn first_wait_ms(cx: &TaskContext<'_>) -> i32 {
+    let wait = FIRST_STATUS_WAIT.min(cx.config.ready_timeout);
+    i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
+}
+
 /// Waits until the release service reports every object ready, or the configured timeout. The
 /// release service follows readiness through watches (`StatusRequest.wait_ms`), so the answer
-/// comes on the event that makes the last object ready, not at the next poll.
-async fn wait_ready(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+/// comes on the event that makes the last object ready, not at the next poll. `installed` is
+/// what the Install that waited saw: the first wait, already over.
+async fn wait_ready(cx: &TaskContext<'_>, installed: Option<Readiness>) -> Result<(), TaskError> {
     let (name, namespace) = cx.release();
     let deadline = Instant::now() + cx.config.ready_timeout;
     // The first call waits briefly too: release answers it from its shared watches, where a
     // call that does not wait reads every object from the API server.
     let mut wait = FIRST_STATUS_WAIT.min(cx.config.ready_timeout);
     let mut reported = false;
+    let mut installed = installed;
     loop {
-        let request = StatusRequest {
-            name: name.clone(),
-            namespace: namespace.clone(),
-            wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
-        };
-        let mut release = cx.services.release.clone();
-        let status = tokio::select! {
-            answer = release.status(request) => answer.map_err(|s| rpc_error("release Status", s))?.into_inner(),
-            _ = cx.cancel.cancelled() => return Err(TaskError::permanent("cancelled")),
+        let status = match installed.take() {
+            Some(seen) => berth_proto::release::StatusResponse {
+                ready: seen.ready,
+                not_ready: seen.not_ready,
+                ..Default::default()
+            },
+            None => status(cx, &name, &namespace, wait).await?,
         };
         if status.ready {
             return Ok(());
@@ -200,5 +226,24 @@ async fn wait_ready(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             )));
         }
         wait = (deadline - now).min(STATUS_WAIT);
+    }
+}
+
+/// One Status call that waits up to `wait` for readiness.
+async fn status(
+    cx: &TaskContext<'_>,
+    name: &str,
+    namespace: &str,
+    wait: Duration,
+) -> Result<berth_proto::release::StatusResponse, TaskError> {
+    let request = StatusRequest {
+        name: name.to_owned(),
+        namespace: namespace.to_owned(),
+        wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
+    };
+    let mut release = cx.services.release.clone();
+    tokio::select! {
+        answer = release.status(request) => Ok(answer.map_err(|s| rpc_error("release Status", s))?.into_inner()),
+        _ = cx.cancel.cancelled() => Err(TaskError::permanent("cancelled")),
     }
 }
