@@ -39,12 +39,27 @@ pub fn cpu_time(pid: u32, children: bool) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(ticks as f64 / USER_HZ))
 }
 
+/// When `pid` started (field 22 of `/proc/PID/stat`, clock ticks since boot): with the pid,
+/// it tells one process from a later one that reused the pid.
+fn start_time(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat
+        .rsplit_once(')')
+        .context("/proc stat without a command name")?
+        .1;
+    Ok(after
+        .split_whitespace()
+        .nth(19)
+        .context("short /proc stat")?
+        .parse()?)
+}
+
 /// CPU time of every process on the machine by program name (`comm`), children it waited for
 /// included, so a run's cost can be shared out between berth, the API server, etcd, PostgreSQL
 /// and the hooks. Take one before and one after; [`CpuByProgram::since`] gives the difference.
 pub struct CpuByProgram {
-    /// pid -> (program, CPU time with waited-for children)
-    pids: std::collections::HashMap<u32, (String, Duration)>,
+    /// pid -> (program, start time, CPU time with waited-for children)
+    pids: std::collections::HashMap<u32, (String, u64, Duration)>,
     /// All CPUs' busy time (user, nice, system, irq, softirq, steal) from `/proc/stat`.
     busy: Duration,
 }
@@ -61,13 +76,14 @@ impl CpuByProgram {
             else {
                 continue;
             };
-            let (Ok(comm), Ok(cpu)) = (
+            let (Ok(comm), Ok(cpu), Ok(started)) = (
                 std::fs::read_to_string(format!("/proc/{pid}/comm")),
                 cpu_time(pid, true),
+                start_time(pid),
             ) else {
                 continue;
             };
-            pids.insert(pid, (comm.trim().to_owned(), cpu));
+            pids.insert(pid, (comm.trim().to_owned(), started, cpu));
         }
         let stat = std::fs::read_to_string("/proc/stat")?;
         let cpu = stat.lines().next().context("empty /proc/stat")?;
@@ -91,12 +107,14 @@ impl CpuByProgram {
     /// busy time. A process that exited in between is counted in its parent once waited for.
     pub fn since(&self, earlier: &CpuByProgram) -> (Vec<(String, Duration)>, Duration) {
         let mut by: std::collections::HashMap<&str, Duration> = std::collections::HashMap::new();
-        for (pid, (comm, cpu)) in &self.pids {
+        for (pid, (comm, started, cpu)) in &self.pids {
+            // The same process (not a reused pid) even if it changed its name since, as kernel
+            // workers do with each work item: only its CPU time since counts.
             let before = earlier
                 .pids
                 .get(pid)
-                .filter(|(c, _)| c == comm)
-                .map_or(Duration::ZERO, |(_, d)| *d);
+                .filter(|(_, s, _)| s == started)
+                .map_or(Duration::ZERO, |(_, _, d)| *d);
             *by.entry(comm).or_default() += cpu.saturating_sub(before);
         }
         let mut by: Vec<(String, Duration)> = by
@@ -129,6 +147,15 @@ mod tests {
         assert!(with_children >= own, "{with_children:?} < {own:?}");
         // PIDs are below 2^22 on Linux, so this one cannot exist.
         assert!(cpu_time(u32::MAX, false).is_err());
+        // A process started after this one started later.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let (own, later) = (start_time(std::process::id()), start_time(child.id()));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(later.expect("child stat") >= own.expect("own stat"));
     }
 
     #[test]

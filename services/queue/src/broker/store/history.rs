@@ -18,7 +18,7 @@ pub(crate) struct Finished<'a> {
 
 /// Trim the history on every this-many-th record: trimming on each insert would double the
 /// statements of every Complete, and the table may exceed the limit by this much at most.
-const TRIM_EVERY: i64 = 128;
+pub(crate) const TRIM_EVERY: i64 = 128;
 
 /// Records a finished task (and now and then trims the table).
 pub(crate) async fn record(

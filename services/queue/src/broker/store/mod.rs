@@ -277,6 +277,7 @@ mod tests {
         a_lease_lost_by_the_database_never_gets_its_fence_again,
         a_queue_whose_head_mark_was_lost_runs_again_from_its_oldest_task,
         nothing_ready_reports_when_the_next_head_becomes_due,
+        a_completed_task_is_recorded_done_or_cancelled_once,
     );
 
     fn task(id: &str) -> NewTask {
@@ -327,6 +328,60 @@ mod tests {
             next.tasks[0].ready_since_ms, 1_000,
             "waiting since it was enqueued"
         );
+    }
+
+    /// PostgreSQL records the history in Complete's removal statement, SQLite after it: the
+    /// same rows either way.
+    async fn a_completed_task_is_recorded_done_or_cancelled_once(store: Store) {
+        let mut old = task("old");
+        old.queue = "qa".into();
+        let mut other = task("other");
+        (other.queue, other.package) = ("qb".into(), "p2".into());
+        store.enqueue(&[old, other], 1_000).await.expect("enqueue");
+        let batch = store.lease("w", limits(), 2_000).await.expect("lease");
+        assert_eq!(batch.tasks.len(), 2);
+        // A newer generation of `p` cancels its running task; it completes all the same.
+        let superseded = store.supersede("p", 2, 2_100).await.expect("supersede");
+        assert_eq!(superseded.cancelled, 1);
+        let completions: Vec<Completion> = batch
+            .tasks
+            .iter()
+            .map(|t| Completion {
+                lease: LeaseRef {
+                    task_id: t.task.id.clone(),
+                    fence: t.fence,
+                },
+                worker: "w".into(),
+                next: 0,
+            })
+            .collect();
+        let answers = store
+            .complete_many(&completions, limits(), 2_500)
+            .await
+            .expect("group commits");
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+        let mut history: Vec<(String, String, i64)> = store
+            .history(10)
+            .await
+            .expect("history")
+            .into_iter()
+            .map(|h| (h.id, h.outcome.as_str().to_owned(), h.attempts))
+            .collect();
+        history.sort();
+        assert_eq!(
+            history,
+            [
+                ("old".to_owned(), "cancelled".to_owned(), 0),
+                ("other".to_owned(), "done".to_owned(), 0)
+            ]
+        );
+        // Completing again is stale and records nothing more.
+        let again = store
+            .complete_many(&completions, limits(), 2_600)
+            .await
+            .expect("group commits");
+        assert!(again.iter().all(Result::is_err));
+        assert_eq!(store.history(10).await.expect("history").len(), 2);
     }
 
     async fn a_stale_lease_in_a_completion_group_fails_alone(store: Store) {

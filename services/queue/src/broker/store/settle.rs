@@ -8,7 +8,7 @@ use sqlx::{AnyConnection, Row};
 use super::heads;
 use super::history::{self, Finished};
 use super::lease::{LeaseLimits, compact_heads, lease_heads};
-use super::{Store, StoreError, query_failed};
+use super::{Dialect, Store, StoreError, query_failed};
 use crate::broker::backoff::Backoff;
 use crate::broker::model::{FailOutcome, LeasedTask, Outcome, Settled, TaskId};
 
@@ -158,9 +158,18 @@ impl Store {
         // WAL flush; see `Dialect::begin_relaxed`.
         let mut tx = self.begin_relaxed("complete").await?;
         let mut removed = HashMap::new();
+        // PostgreSQL records the history in the removal's statement.
+        let recorded = self.dialect() == Dialect::Postgres;
+        let mut trim = false;
         for chunk in completions.chunks(LEASES_PER_STATEMENT) {
             let leases: Vec<LeaseRef> = chunk.iter().map(|c| c.lease.clone()).collect();
-            removed.extend(remove_leased(&mut tx, &leases).await?);
+            if recorded {
+                let (settled, crossed) = remove_and_record(&mut tx, &leases, now_ms).await?;
+                removed.extend(settled);
+                trim |= crossed;
+            } else {
+                removed.extend(remove_leased(&mut tx, &leases).await?);
+            }
         }
         let freed = removed.values().map(|r| r.queue.as_str());
         // Other brokers' waiting Leases have something to take only where a new head was marked.
@@ -197,8 +206,11 @@ impl Store {
                 None => answers.push(Err(stale(lease))),
             }
         }
-        if !finished.is_empty() {
+        if !recorded && !finished.is_empty() {
             history::record_many(&mut tx, &finished, now_ms).await?;
+        }
+        if trim {
+            history::trim(&mut tx).await?;
         }
         let mut leased: HashMap<&str, VecDeque<LeasedTask>> = HashMap::new();
         for (worker, want) in wanted {
@@ -394,6 +406,53 @@ fn lease_match(first: usize, n: usize) -> String {
 /// Deletes the tasks `leases` still hold, keyed by (id, fence); a lease missing from the answer
 /// was stale. The DELETE itself checks the fence, so a lease taken over concurrently
 /// (PostgreSQL) matches nothing.
+/// [`remove_leased`] and [`history::record_many`] of what it removed (outcome `cancelled` or
+/// `done`) in one statement, a data-modifying CTE only PostgreSQL has: one round trip less of
+/// the few every Complete costs. Also says whether a recorded row crossed a multiple of
+/// [`history::TRIM_EVERY`] (the history is due for a trim).
+async fn remove_and_record(
+    conn: &mut AnyConnection,
+    leases: &[LeaseRef],
+    now_ms: i64,
+) -> Result<(HashMap<(TaskId, i64), Removed>, bool), StoreError> {
+    let n = 2 * leases.len();
+    let sql = format!(
+        "WITH removed AS (DELETE FROM tasks WHERE lease_holder <> '' AND {} \
+           RETURNING id, fence, queue, package, kind, attempts, cancelled, leased_at), \
+         recorded AS (INSERT INTO task_history \
+             (id, queue, package, kind, outcome, attempts, error, finished_at) \
+           SELECT id, queue, package, kind, CASE WHEN cancelled <> 0 THEN ${} ELSE ${} END, \
+             attempts, '', ${} FROM removed RETURNING seq) \
+         SELECT removed.*, (SELECT COUNT(*) FROM recorded WHERE seq % ${} = 0) AS crossed \
+         FROM removed",
+        lease_match(1, leases.len()),
+        n + 1,
+        n + 2,
+        n + 3,
+        n + 4,
+    );
+    // Only placeholders are generated; every value is bound.
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for lease in leases {
+        query = query.bind(&lease.task_id).bind(lease.fence);
+    }
+    let rows = query
+        .bind(Outcome::Cancelled.as_str())
+        .bind(Outcome::Done.as_str())
+        .bind(now_ms)
+        .bind(history::TRIM_EVERY)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(query_failed("remove and record settled tasks"))?;
+    let crossed = rows
+        .first()
+        .map(|row| row.try_get::<i64, _>("crossed"))
+        .transpose()
+        .map_err(query_failed("decode settled task"))?
+        .is_some_and(|n| n > 0);
+    Ok((decode_removed(&rows)?, crossed))
+}
+
 async fn remove_leased(
     conn: &mut AnyConnection,
     leases: &[LeaseRef],
@@ -412,6 +471,13 @@ async fn remove_leased(
         .fetch_all(&mut *conn)
         .await
         .map_err(query_failed("remove settled tasks"))?;
+    decode_removed(&rows)
+}
+
+/// The rows [`remove_leased`] or [`remove_and_record`] removed, by (task id, fence).
+fn decode_removed(
+    rows: &[sqlx::any::AnyRow],
+) -> Result<HashMap<(TaskId, i64), Removed>, StoreError> {
     let decode = |row: &sqlx::any::AnyRow| -> Result<((TaskId, i64), Removed), sqlx::Error> {
         Ok((
             (row.try_get("id")?, row.try_get("fence")?),
