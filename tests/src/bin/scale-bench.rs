@@ -23,11 +23,14 @@
 //! -p berth-lifecycle -p berth-hookevent -p berth-release -p berth-tests --bins`, then
 //! `BERTH_LOG=warn target/release/scale-bench [--packages 1000] [--mode split|up] [--no-helm]`.
 //!
-//! The workers put hook runs' files (values, binding contexts, patches: several per run, created
-//! and deleted) in a directory under `--hook-tmp-dir` (default `/dev/shm`, a tmpfs, as the chart
-//! mounts a Memory `emptyDir` there; `system` for the system temp directory). On this machine's
-//! ext4 `/tmp`, finding a free inode among so many recently deleted ones cost about 6 s of the
-//! run's 70 s of CPU (perf).
+//! Berth's scratch files go under `--scratch DIR` (default `/dev/shm`, a tmpfs; `system` for the
+//! system temp directory): the hook runs' files (several per run, created and deleted; the
+//! chart mounts a Memory `emptyDir` for them) and, in split mode, the workers' package caches.
+//! PostgreSQL's data and `berth up`'s database stay on disk. This machine's root file system is
+//! ext4 without a journal, where allocating an inode skips every inode deleted in the last
+//! 60–360 s, one by one: after a run (or a build) deleted some 30,000 files, `perf` put a third
+//! of the workers' CPU in that scan, and the next run took up to a third longer. A Kubernetes
+//! node's file systems are journaled and do not do that.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -70,13 +73,12 @@ struct Args {
     /// The gateway's per-caller rate limit (calls per second, and the burst), when not its
     /// default.
     rate: Option<usize>,
-    /// Where the workers put hook runs' files (`--hook-tmp-dir`): `None` is the system temp
-    /// directory.
-    hook_tmp: Option<std::path::PathBuf>,
+    /// Where berth's scratch files go (`--scratch`): `None` is the system temp directory.
+    scratch: Option<std::path::PathBuf>,
 }
 
 const USAGE: &str = "flags: --packages N, --mode split|up, --workers N, --in-flight N, \
-                     --rate N, --helm-parallel N, --hook-tmp-dir DIR|system, --no-helm";
+                     --rate N, --helm-parallel N, --scratch DIR|system, --no-helm";
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -88,7 +90,7 @@ fn parse_args() -> anyhow::Result<Args> {
         helm_parallel: 8,
         rate: None,
         // As the chart deploys workers: hook files on a tmpfs (a Memory emptyDir).
-        hook_tmp: Path::new(SHM)
+        scratch: Path::new(SHM)
             .is_dir()
             .then(|| Path::new(SHM).to_path_buf()),
     };
@@ -111,8 +113,8 @@ fn parse_args() -> anyhow::Result<Args> {
             "--in-flight" => args.in_flight = number()?,
             "--helm-parallel" => args.helm_parallel = number()?,
             "--rate" => args.rate = Some(number()?),
-            "--hook-tmp-dir" => {
-                args.hook_tmp = (value != "system").then(|| std::path::PathBuf::from(&value));
+            "--scratch" => {
+                args.scratch = (value != "system").then(|| std::path::PathBuf::from(&value));
             }
             "--mode" => {
                 args.mode = match value.as_str() {
@@ -216,26 +218,21 @@ async fn main() -> anyhow::Result<()> {
         write_package(repo_dir.path(), i)?;
     }
     let cluster = TestCluster::start().await?;
-    // The hook user (nobody, when the bench runs as root) must be able to reach it.
-    let hook_tmp = match &args.hook_tmp {
-        Some(parent) => {
-            let dir = tempfile::Builder::new()
-                .prefix("scale-bench-hooks")
-                .tempdir_in(parent)
-                .with_context(|| format!("--hook-tmp-dir {}", parent.display()))?;
-            std::fs::set_permissions(
-                dir.path(),
-                std::os::unix::fs::PermissionsExt::from_mode(0o755),
-            )?;
-            Some(dir)
-        }
-        None => None,
+    // Reachable by the hook user (nobody, when the bench runs as root).
+    let scratch = match &args.scratch {
+        Some(parent) => tempfile::Builder::new()
+            .prefix("scale-bench")
+            .tempdir_in(parent)
+            .with_context(|| format!("--scratch {}", parent.display()))?,
+        None => tempfile::tempdir()?,
     };
-    let hook_tmp_arg = hook_tmp.as_ref().map(|d| d.path().display().to_string());
-    let hook_tmp_args: Vec<&str> = match &hook_tmp_arg {
-        Some(dir) => vec!["--hook-tmp-dir", dir],
-        None => vec![],
-    };
+    let reachable: std::fs::Permissions = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(scratch.path(), reachable.clone())?;
+    let hook_tmp = scratch.path().join("hooks");
+    std::fs::create_dir(&hook_tmp)?;
+    std::fs::set_permissions(&hook_tmp, reachable)?;
+    let hook_tmp = hook_tmp.display().to_string();
+    let hook_tmp_args = ["--hook-tmp-dir", hook_tmp.as_str()];
     // Kept until the end: the PostgreSQL server of split mode.
     let mut pg = None;
     let berth = match args.mode {
@@ -256,7 +253,7 @@ async fn main() -> anyhow::Result<()> {
             let repositories = berth_tests::process::repositories_file(dir.path(), "")?;
             let mut topology = SplitTopology::start_full(
                 &cluster.kubeconfig,
-                dir.path(),
+                scratch.path(),
                 &hook_tmp_args,
                 &repositories,
                 &databases,
@@ -368,11 +365,11 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         Mode::Up => "berth up".to_owned(),
     };
     println!(
-        "berth ({mode}), {} packages, {} Updates in flight, gateway rate limit {}, hook files in {}, {} cluster",
+        "berth ({mode}), {} packages, {} Updates in flight, gateway rate limit {}, scratch files in {}, {} cluster",
         args.packages,
         args.in_flight,
         args.rate.map_or("default".to_owned(), |r| format!("{r}/s")),
-        args.hook_tmp
+        args.scratch
             .as_ref()
             .map_or("the system temp directory".to_owned(), |d| d
                 .display()
