@@ -21,14 +21,22 @@ const USER_HZ: f64 = 100.0;
 /// User + system CPU time of `pid` from `/proc/PID/stat`, plus that of the children it waited
 /// for when `children` is set (a worker's hook processes).
 pub fn cpu_time(pid: u32, children: bool) -> anyhow::Result<Duration> {
+    cpu_of(&stat_fields(pid)?, children)
+}
+
+/// The fields of `/proc/PID/stat` after the command name (in parentheses, which may hold
+/// spaces): field N of the line is at N - 3.
+fn stat_fields(pid: u32) -> anyhow::Result<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name (in parentheses, may hold spaces); utime, stime, cutime
-    // and cstime are fields 14–17 of the line, 12–15 after the name.
     let after = stat
         .rsplit_once(')')
         .context("/proc stat without a command name")?
         .1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
+    Ok(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// [`cpu_time`] from the [`stat_fields`]: utime, stime, cutime and cstime are fields 14–17.
+fn cpu_of(fields: &[String], children: bool) -> anyhow::Result<Duration> {
     let last = if children { 15 } else { 13 };
     let ticks: u64 = fields
         .get(11..last)
@@ -39,19 +47,10 @@ pub fn cpu_time(pid: u32, children: bool) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(ticks as f64 / USER_HZ))
 }
 
-/// When `pid` started (field 22 of `/proc/PID/stat`, clock ticks since boot): with the pid,
-/// it tells one process from a later one that reused the pid.
-fn start_time(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat
-        .rsplit_once(')')
-        .context("/proc stat without a command name")?
-        .1;
-    Ok(after
-        .split_whitespace()
-        .nth(19)
-        .context("short /proc stat")?
-        .parse()?)
+/// When the process started, from its [`stat_fields`] (field 22, clock ticks since boot): with
+/// the pid, it tells one process from a later one that reused the pid.
+fn start_of(fields: &[String]) -> anyhow::Result<u64> {
+    Ok(fields.get(19).context("short /proc stat")?.parse()?)
 }
 
 /// CPU time of every process on the machine by program name (`comm`), children it waited for
@@ -76,11 +75,13 @@ impl CpuByProgram {
             else {
                 continue;
             };
-            let (Ok(comm), Ok(cpu), Ok(started)) = (
+            let (Ok(comm), Ok(fields)) = (
                 std::fs::read_to_string(format!("/proc/{pid}/comm")),
-                cpu_time(pid, true),
-                start_time(pid),
+                stat_fields(pid),
             ) else {
+                continue;
+            };
+            let (Ok(cpu), Ok(started)) = (cpu_of(&fields, true), start_of(&fields)) else {
                 continue;
             };
             pids.insert(pid, (comm.trim().to_owned(), started, cpu));
@@ -152,6 +153,7 @@ mod tests {
             .arg("5")
             .spawn()
             .expect("sleep");
+        let start_time = |pid| stat_fields(pid).and_then(|f| start_of(&f));
         let (own, later) = (start_time(std::process::id()), start_time(child.id()));
         let _ = child.kill();
         let _ = child.wait();

@@ -11,8 +11,14 @@ use berth_telemetry::scope::{PackageScope, PackageScopes};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
-/// Longest a Status call with `wait_ms` holds on; callers that wait longer call again.
+/// Longest a Status or Install call with `wait_ms` holds on; callers that wait longer call
+/// (Status) again.
 const MAX_STATUS_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a call asking for `wait_ms` (> 0) waits for readiness.
+fn requested_wait(wait_ms: i32) -> Duration {
+    Duration::from_millis(wait_ms as u64).min(MAX_STATUS_WAIT)
+}
 
 /// Largest `values_json` accepted, so one request cannot make the service parse gigabytes.
 const MAX_VALUES_BYTES: usize = 4 << 20;
@@ -250,7 +256,7 @@ impl pb::releases_server::Releases for ReleaseService {
             ..Default::default()
         };
         if req.wait_ms > 0 {
-            let wait = Duration::from_millis(req.wait_ms as u64).min(MAX_STATUS_WAIT);
+            let wait = requested_wait(req.wait_ms);
             let seen = self
                 .manager
                 .wait_revision(
@@ -318,7 +324,7 @@ impl pb::releases_server::Releases for ReleaseService {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let req = request.into_inner();
         let seen = if req.wait_ms > 0 {
-            let wait = Duration::from_millis(req.wait_ms as u64).min(MAX_STATUS_WAIT);
+            let wait = requested_wait(req.wait_ms);
             match self
                 .manager
                 .wait_ready(&release_id(&req.name, &req.namespace)?, wait)

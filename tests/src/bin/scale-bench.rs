@@ -52,7 +52,7 @@ const POLL: Duration = Duration::from_millis(500);
 const MACHINE_PROGRAMS_SHOWN: usize = 12;
 /// PostgreSQL statements shown, the most costly first.
 const STATEMENTS_SHOWN: i64 = 15;
-/// A tmpfs on most Linux machines: the default parent of the workers' hook tmp directory.
+/// A tmpfs on most Linux machines: the default parent of berth's scratch files (`--scratch`).
 const SHM: &str = "/dev/shm";
 /// The value the beforeHelm hook patches in; the chart's own default differs.
 const FROM_HOOK: &str = "from-the-hook";
@@ -89,7 +89,8 @@ fn parse_args() -> anyhow::Result<Args> {
         helm: true,
         helm_parallel: 8,
         rate: None,
-        // As the chart deploys workers: hook files on a tmpfs (a Memory emptyDir).
+        // Off this machine's disk (see the module's comment); the chart, too, mounts a Memory
+        // emptyDir for the hook files.
         scratch: Path::new(SHM)
             .is_dir()
             .then(|| Path::new(SHM).to_path_buf()),
@@ -294,8 +295,8 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Waits until no namespace is being deleted: the namespace controller deleting an earlier
-/// run's 1,000 ConfigMaps and release Secrets loads the API server and etcd as much as a run
-/// does, and a run that overlaps it measured a quarter slower.
+/// run's 1,000 ConfigMaps and release Secrets would load the API server and etcd during this
+/// run.
 async fn settle(kube: &kube::Client) -> anyhow::Result<()> {
     let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(kube.clone());
     let deadline = Instant::now() + CONVERGE_DEADLINE;

@@ -34,7 +34,7 @@ async fn install(
         .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
     let mut request = cx.install_request(files, &values.current);
     if wait {
-        request.wait_ms = first_wait_ms(cx);
+        request.wait_ms = millis(first_wait(cx));
     }
     let installed = cx.services.release.clone().install(request).await;
     match installed {
@@ -178,8 +178,12 @@ const STATUS_WAIT: Duration = Duration::from_secs(30);
 const FIRST_STATUS_WAIT: Duration = Duration::from_secs(2);
 
 /// How long the first wait for readiness (a Status call, or the Install itself) holds on.
-fn first_wait_ms(cx: &TaskContext<'_>) -> i32 {
-    let wait = FIRST_STATUS_WAIT.min(cx.config.ready_timeout);
+fn first_wait(cx: &TaskContext<'_>) -> Duration {
+    FIRST_STATUS_WAIT.min(cx.config.ready_timeout)
+}
+
+/// `wait` as a request's `wait_ms`.
+fn millis(wait: Duration) -> i32 {
     i32::try_from(wait.as_millis()).unwrap_or(i32::MAX)
 }
 
@@ -187,14 +191,16 @@ fn first_wait_ms(cx: &TaskContext<'_>) -> i32 {
 /// release service follows readiness through watches (`StatusRequest.wait_ms`), so the answer
 /// comes on the event that makes the last object ready, not at the next poll. `installed` is
 /// what the Install that waited saw: the first wait, already over.
-async fn wait_ready(cx: &TaskContext<'_>, installed: Option<Readiness>) -> Result<(), TaskError> {
+async fn wait_ready(
+    cx: &TaskContext<'_>,
+    mut installed: Option<Readiness>,
+) -> Result<(), TaskError> {
     let (name, namespace) = cx.release();
     let deadline = Instant::now() + cx.config.ready_timeout;
     // The first call waits briefly too: release answers it from its shared watches, where a
     // call that does not wait reads every object from the API server.
-    let mut wait = FIRST_STATUS_WAIT.min(cx.config.ready_timeout);
+    let mut wait = first_wait(cx);
     let mut reported = false;
-    let mut installed = installed;
     loop {
         let status = match installed.take() {
             Some(seen) => berth_proto::release::StatusResponse {
@@ -239,7 +245,7 @@ async fn status(
     let request = StatusRequest {
         name: name.to_owned(),
         namespace: namespace.to_owned(),
-        wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
+        wait_ms: millis(wait),
     };
     let mut release = cx.services.release.clone();
     tokio::select! {

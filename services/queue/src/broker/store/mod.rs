@@ -293,6 +293,18 @@ mod tests {
         }
     }
 
+    /// Worker `w`'s completions of `leases`, asking for no next task.
+    fn completions(leases: impl IntoIterator<Item = LeaseRef>) -> Vec<Completion> {
+        leases
+            .into_iter()
+            .map(|lease| Completion {
+                lease,
+                worker: "w".into(),
+                next: 0,
+            })
+            .collect()
+    }
+
     fn limits() -> LeaseLimits {
         LeaseLimits {
             ttl: Duration::from_secs(10),
@@ -343,18 +355,10 @@ mod tests {
         // A newer generation of `p` cancels its running task; it completes all the same.
         let superseded = store.supersede("p", 2, 2_100).await.expect("supersede");
         assert_eq!(superseded.cancelled, 1);
-        let completions: Vec<Completion> = batch
-            .tasks
-            .iter()
-            .map(|t| Completion {
-                lease: LeaseRef {
-                    task_id: t.task.id.clone(),
-                    fence: t.fence,
-                },
-                worker: "w".into(),
-                next: 0,
-            })
-            .collect();
+        let completions = completions(batch.tasks.iter().map(|t| LeaseRef {
+            task_id: t.task.id.clone(),
+            fence: t.fence,
+        }));
         let answers = store
             .complete_many(&completions, limits(), 2_500)
             .await
@@ -409,14 +413,7 @@ mod tests {
                 fence: fence("b") + 1,
             },
         ];
-        let completions: Vec<Completion> = leases
-            .iter()
-            .map(|lease| Completion {
-                lease: lease.clone(),
-                worker: "w".into(),
-                next: 0,
-            })
-            .collect();
+        let completions = completions(leases);
         let answers = store
             .complete_many(&completions, limits(), 2_500)
             .await

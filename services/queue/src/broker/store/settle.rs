@@ -182,19 +182,21 @@ impl Store {
             let lease = &completion.lease;
             match removed.get(&(lease.task_id.clone(), lease.fence)) {
                 Some(row) => {
-                    finished.push(Finished {
-                        id: lease.task_id.as_str(),
-                        queue: &row.queue,
-                        package: &row.package,
-                        kind: &row.kind,
-                        outcome: if row.cancelled {
-                            Outcome::Cancelled
-                        } else {
-                            Outcome::Done
-                        },
-                        attempts: row.attempts,
-                        error: "",
-                    });
+                    if !recorded {
+                        finished.push(Finished {
+                            id: lease.task_id.as_str(),
+                            queue: &row.queue,
+                            package: &row.package,
+                            kind: &row.kind,
+                            outcome: if row.cancelled {
+                                Outcome::Cancelled
+                            } else {
+                                Outcome::Done
+                            },
+                            attempts: row.attempts,
+                            error: "",
+                        });
+                    }
                     if completion.next > 0 && !completion.worker.is_empty() {
                         *wanted.entry(completion.worker.as_str()).or_default() += completion.next;
                     }
@@ -206,7 +208,7 @@ impl Store {
                 None => answers.push(Err(stale(lease))),
             }
         }
-        if !recorded && !finished.is_empty() {
+        if !finished.is_empty() {
             history::record_many(&mut tx, &finished, now_ms).await?;
         }
         if trim {
@@ -403,9 +405,17 @@ fn lease_match(first: usize, n: usize) -> String {
     format!("(id IN ({}) AND ({}))", ids.join(", "), pairs.join(" OR "))
 }
 
-/// Deletes the tasks `leases` still hold, keyed by (id, fence); a lease missing from the answer
-/// was stale. The DELETE itself checks the fence, so a lease taken over concurrently
-/// (PostgreSQL) matches nothing.
+/// The DELETE of the tasks `n` leases still hold (`$1`..`$2n`: each lease's id, then fence),
+/// returning the columns [`decode_removed`] reads. It checks the fence itself, so a lease taken
+/// over concurrently (PostgreSQL) matches nothing.
+fn removal(n: usize) -> String {
+    format!(
+        "DELETE FROM tasks WHERE lease_holder <> '' AND {} \
+         RETURNING id, fence, queue, package, kind, attempts, cancelled, leased_at",
+        lease_match(1, n)
+    )
+}
+
 /// [`remove_leased`] and [`history::record_many`] of what it removed (outcome `cancelled` or
 /// `done`) in one statement, a data-modifying CTE only PostgreSQL has: one round trip less of
 /// the few every Complete costs. Also says whether a recorded row crossed a multiple of
@@ -417,15 +427,14 @@ async fn remove_and_record(
 ) -> Result<(HashMap<(TaskId, i64), Removed>, bool), StoreError> {
     let n = 2 * leases.len();
     let sql = format!(
-        "WITH removed AS (DELETE FROM tasks WHERE lease_holder <> '' AND {} \
-           RETURNING id, fence, queue, package, kind, attempts, cancelled, leased_at), \
+        "WITH removed AS ({}), \
          recorded AS (INSERT INTO task_history \
              (id, queue, package, kind, outcome, attempts, error, finished_at) \
            SELECT id, queue, package, kind, CASE WHEN cancelled <> 0 THEN ${} ELSE ${} END, \
              attempts, '', ${} FROM removed RETURNING seq) \
          SELECT removed.*, (SELECT COUNT(*) FROM recorded WHERE seq % ${} = 0) AS crossed \
          FROM removed",
-        lease_match(1, leases.len()),
+        removal(leases.len()),
         n + 1,
         n + 2,
         n + 3,
@@ -453,17 +462,14 @@ async fn remove_and_record(
     Ok((decode_removed(&rows)?, crossed))
 }
 
+/// Deletes the tasks `leases` still hold ([`removal`]), keyed by (id, fence); a lease missing
+/// from the answer was stale.
 async fn remove_leased(
     conn: &mut AnyConnection,
     leases: &[LeaseRef],
 ) -> Result<HashMap<(TaskId, i64), Removed>, StoreError> {
-    let sql = format!(
-        "DELETE FROM tasks WHERE lease_holder <> '' AND {} \
-         RETURNING id, fence, queue, package, kind, attempts, cancelled, leased_at",
-        lease_match(1, leases.len())
-    );
     // Only placeholders are generated; every value is bound.
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(removal(leases.len())));
     for lease in leases {
         query = query.bind(&lease.task_id).bind(lease.fence);
     }
