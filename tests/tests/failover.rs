@@ -144,8 +144,14 @@ async fn failover(
         seen < PACKAGES,
         "all {PACKAGES} packages were Running before the kill: nothing was mid-install"
     );
+    for service in berth_tests::replicated::SERVICES {
+        topology.kill(service, 0).await?;
+    }
+    let killed = Instant::now();
     // The Runs under way at the kill: their hooks may run again (the broker redelivers a dead
-    // worker's task once its lease expires).
+    // worker's task once its lease expires, and until then the lease stays). Read after the
+    // kill: read before it, a Run leased in between was missed, and its second run counted
+    // as a task run twice.
     let mut conn = sqlx::PgConnection::connect(&databases.queue).await?;
     let in_flight: Vec<String> =
         sqlx::query("SELECT package FROM tasks WHERE kind = 'Run' AND lease_holder <> ''")
@@ -155,10 +161,6 @@ async fn failover(
             .map(|r| r.get("package"))
             .collect();
     let _ = conn.close().await;
-    for service in berth_tests::replicated::SERVICES {
-        topology.kill(service, 0).await?;
-    }
-    let killed = Instant::now();
     println!("killed replica 0 of every service with {seen} of {PACKAGES} packages Running");
     until_running(&mut client, PACKAGES).await?;
     println!(
