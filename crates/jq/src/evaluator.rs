@@ -20,6 +20,9 @@ use super::program::JqProgram;
 
 /// The first argument that turns a berth executable into a jq evaluator.
 pub const EVALUATOR_ARG: &str = "--berth-jq-evaluator";
+
+/// The frame an evaluator writes once it is ready for requests.
+pub const READY: &[u8] = b"ready";
 /// Largest request frame an evaluator reads (a Kubernetes object is at most a few MiB).
 pub const MAX_REQUEST: usize = 64 << 20;
 /// Compiled programs an evaluator keeps; past this the cache starts over.
@@ -108,6 +111,11 @@ fn serve(limits: ChildLimits) -> ExitCode {
 fn evaluate(requests: std::sync::mpsc::Receiver<Vec<u8>>, output_limit: usize) {
     let mut programs: HashMap<String, JqProgram> = HashMap::new();
     let mut stdout = std::io::stdout().lock();
+    // Started, limited and ready: the service's clock for a program's time limit starts once
+    // it has read this, so a slow start (a cold page cache, a busy machine) is no program's fault.
+    if write_frame(&mut stdout, READY).is_err() {
+        std::process::exit(0);
+    }
     for request in requests {
         let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             answer(&mut programs, &request, output_limit)

@@ -11,13 +11,14 @@
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::Semaphore;
 
 use super::JqLimits;
-use super::evaluator::{ChildLimits, EVALUATOR_ARG};
+use super::evaluator::{ChildLimits, EVALUATOR_ARG, READY};
 
 /// What went wrong with a request, besides the program's own error.
 #[derive(Debug)]
@@ -30,6 +31,11 @@ pub enum Failure {
 
 /// A reply: the result's JSON text, or the program's error.
 pub type Reply = Result<String, String>;
+
+/// How long a new evaluator may take to start (exec, dynamic loading, its limits and thread).
+/// Apart from the programs' time limit, which only counts evaluation: on a loaded machine a
+/// start alone can take longer than a short limit, and the first program would be blamed.
+const STARTUP: Duration = Duration::from_secs(20);
 
 pub struct Sandbox {
     program: PathBuf,
@@ -69,7 +75,7 @@ impl Sandbox {
             let was_reused = reused.is_some();
             let mut evaluator = match reused {
                 Some(e) => e,
-                None => self.spawn()?,
+                None => self.spawn().await?,
             };
             let answered =
                 tokio::time::timeout(self.limits.time, evaluator.round_trip(request, self.limits))
@@ -100,7 +106,7 @@ impl Sandbox {
         ))
     }
 
-    fn spawn(&self) -> Result<Evaluator, Failure> {
+    async fn spawn(&self) -> Result<Evaluator, Failure> {
         let limits = ChildLimits {
             memory_bytes: self.limits.memory_bytes,
             stack_bytes: self.limits.stack_bytes,
@@ -130,12 +136,29 @@ impl Sandbox {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(Failure::Evaluator("the evaluator has no pipes".into()));
         };
-        Ok(Evaluator {
+        let mut evaluator = Evaluator {
             stderr: child.stderr.take(),
             child,
             stdin,
             stdout: BufReader::new(stdout),
-        })
+        };
+        match tokio::time::timeout(STARTUP, evaluator.read_frame(READY.len())).await {
+            Ok(Ok(frame)) if frame == READY => Ok(evaluator),
+            Ok(Ok(_)) => {
+                evaluator.kill().await;
+                Err(Failure::Evaluator(format!(
+                    "{} did not start as a jq evaluator (its first reply was not the ready frame)",
+                    self.program.display()
+                )))
+            }
+            Ok(Err(io)) => Err(evaluator.died(self.limits, &io).await),
+            Err(_) => {
+                evaluator.kill().await;
+                Err(Failure::Evaluator(format!(
+                    "the jq evaluator did not start within {STARTUP:?}"
+                )))
+            }
+        }
     }
 }
 
@@ -145,23 +168,29 @@ impl Evaluator {
         self.stdin.write_all(&len.to_be_bytes()).await?;
         self.stdin.write_all(request).await?;
         self.stdin.flush().await?;
-        let mut len = [0u8; 4];
-        self.stdout.read_exact(&mut len).await?;
-        let len = u32::from_be_bytes(len) as usize;
         // The evaluator bounds its output; a longer frame means it is not a sane evaluator.
-        if len > limits.output_bytes + 64 * 1024 {
-            return Err(std::io::Error::other(format!(
-                "a reply of {len} bytes exceeds the output limit"
-            )));
-        }
-        let mut frame = vec![0u8; len];
-        self.stdout.read_exact(&mut frame).await?;
+        let frame = self.read_frame(limits.output_bytes + 64 * 1024).await?;
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         match frame.split_first() {
             Some((b'o', rest)) => Ok(Ok(text(rest))),
             Some((b'e', rest)) => Ok(Err(text(rest))),
             _ => Err(std::io::Error::other("a malformed reply")),
         }
+    }
+
+    /// One length-prefixed frame of at most `limit` bytes from the evaluator.
+    async fn read_frame(&mut self, limit: usize) -> std::io::Result<Vec<u8>> {
+        let mut len = [0u8; 4];
+        self.stdout.read_exact(&mut len).await?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len > limit {
+            return Err(std::io::Error::other(format!(
+                "a reply of {len} bytes exceeds the limit of {limit}"
+            )));
+        }
+        let mut frame = vec![0u8; len];
+        self.stdout.read_exact(&mut frame).await?;
+        Ok(frame)
     }
 
     async fn kill(mut self) {

@@ -145,3 +145,40 @@ async fn evaluations_run_concurrently_on_a_bounded_pool() {
     let out = futures::future::join_all(runs).await;
     assert_eq!(out, (0..20).map(|n| json!(n * 2)).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn the_time_limit_counts_evaluation_not_the_evaluators_start() {
+    // An evaluator that takes twice the time limit to start, as on a loaded machine with a
+    // cold page cache: the first program is not blamed for it.
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow-evaluator");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\nsleep 1\nexec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_berth-jq-test-evaluator")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let jq = Jq::new(
+        slow,
+        JqLimits {
+            time: Duration::from_millis(500),
+            ..small()
+        },
+    );
+    let f = jq.check(".a + 1").await.unwrap();
+    assert_eq!(jq.run(&f, &json!({"a": 1})).await.unwrap(), json!(2));
+}
+
+#[tokio::test]
+async fn a_program_that_is_not_an_evaluator_is_named_in_the_error() {
+    // `echo` answers with its arguments, not with the ready frame.
+    let jq = Jq::new(PathBuf::from("/bin/echo"), small());
+    let e = jq.check(".").await.unwrap_err();
+    assert!(
+        matches!(e, JqError::Evaluator { .. }) && e.to_string().contains("evaluator"),
+        "{e}"
+    );
+}
