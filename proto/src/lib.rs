@@ -52,6 +52,11 @@ pub use generated::berth::v1;
 /// values (Get, List, Dump, Watch) too large for a gRPC reply.
 pub const MAX_VALUES_BYTES: usize = 2 << 20;
 
+/// Most bytes of recorded hook configs (`lifecycle.HookConfigs`, paths and outputs together)
+/// a Loaded report carries and lifecycle keeps for a package; past this the workers discover
+/// the package's hooks themselves, as without a record.
+pub const MAX_HOOK_CONFIGS_BYTES: usize = 256 * 1024;
+
 /// The encoded descriptor set of every berth proto, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/berth_descriptor.bin"));

@@ -1204,3 +1204,75 @@ async fn namespace_label_selectors_follow_namespaces_as_they_change() -> anyhow:
     })
     .await
 }
+
+/// A package's hooks are asked for their config once per load, not once per worker: the Load
+/// records what they answered (lifecycle keeps it with the loaded version), and the workers
+/// that run the package's later tasks build its hooks from that record. With three workers and
+/// four tasks per package that need the hooks, every package's tasks spread over workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_answer_their_config_query_once_per_load_across_workers() -> anyhow::Result<()> {
+    const PACKAGES: usize = 6;
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let mut topology = SplitTopology::start(&cluster.kubeconfig, dir.path()).await?;
+    let result = async {
+        topology.add_worker().await?;
+        topology.add_worker().await?;
+        let ns = namespace(&cluster.client).await?;
+        let side = berth_tests::hook_writable_dir()?;
+        let (repo_dir, repo) = berth_tests::temp_repo();
+        let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+        let mut refs = vec![];
+        for i in 0..PACKAGES {
+            let name = format!("asked{i}");
+            let log = side.path().join(&name);
+            let hook = format!(
+                "#!/bin/sh\n\
+                 if [ \"$1\" = \"--config\" ]; then\n  echo config >> '{log}'\n  printf 'configVersion: v1\\nonStartup: 1\\nbeforeHelm: 1\\n'\n  exit 0\nfi\n\
+                 echo run >> '{log}'\n",
+                log = log.display()
+            );
+            berth_tests::write_app(
+                repo_dir.path(),
+                &name,
+                &[
+                    (
+                        "templates/configmap.yaml",
+                        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  a: b\n",
+                    ),
+                    ("hooks/asked.sh", &hook),
+                ],
+            )?;
+            let r = v1::PackageRef {
+                kind: v1::PackageKind::App as i32,
+                name,
+                namespace: ns.to_string(),
+            };
+            let accepted = client
+                .update(v1::UpdateRequest {
+                    r#ref: Some(r.clone()),
+                    repository: repo.clone(),
+                    version: "1.0.0".into(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            refs.push((r, accepted.generation, log));
+        }
+        for (r, generation, log) in &refs {
+            journey::wait_running(&mut client, r, *generation).await?;
+            let lines = std::fs::read_to_string(log)?;
+            let count = |what: &str| lines.lines().filter(|l| *l == what).count();
+            anyhow::ensure!(
+                (count("config"), count("run")) == (1, 2),
+                "{}: the hook was asked for its config once and ran for onStartup and beforeHelm, but it logged {lines:?}",
+                r.name
+            );
+        }
+        Ok(())
+    }
+    .await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}

@@ -84,6 +84,21 @@ pub struct Discovery {
     pub hooks: Vec<Hook>,
     /// The batch binary that answers `hook check` (see [`crate::check_settings`]).
     pub settings_check: Option<PathBuf>,
+    /// What each executable answered, in path order: [`from_answers`] rebuilds this very
+    /// discovery from them without running anything.
+    pub answers: Vec<ConfigAnswer>,
+}
+
+/// One executable's answer to its config query: `--config` of a shell hook, `hook config` of
+/// a batch binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigAnswer {
+    /// The executable's path relative to the hooks directory (`/`-separated).
+    pub path: String,
+    /// A batch binary (it answered `hook list`), whose output is its `hook config`.
+    pub batch: bool,
+    /// What the query printed.
+    pub output: String,
 }
 
 /// Finds the hooks under `hooks_dir`; see the module docs for the rules.
@@ -101,16 +116,47 @@ pub async fn discover_all(hooks_dir: &Path, timeout: Duration) -> Result<Discove
             path: hooks_dir.to_path_buf(),
             source: std::io::Error::other(e),
         })??;
-    let found: Vec<Found> = stream::iter(
-        files
-            .into_iter()
-            .map(|(rel, path)| load(rel, path, timeout)),
-    )
-    .buffered(QUERY_CONCURRENCY)
-    .try_collect()
-    .await?;
+    let answers: Vec<ConfigAnswer> =
+        stream::iter(files.into_iter().map(|(rel, path)| ask(rel, path, timeout)))
+            .buffered(QUERY_CONCURRENCY)
+            .try_collect()
+            .await?;
+    assemble(hooks_dir, answers)
+}
+
+/// The discovery `answers` describe (as [`Discovery::answers`] recorded them where the hooks
+/// were run), for the same package's files in `hooks_dir`: hooks are parsed from the recorded
+/// outputs, and nothing is run. A path that leaves `hooks_dir`, or names no file there, is
+/// refused: the answers are then not this directory's, and it must be discovered anew.
+pub fn from_answers(
+    hooks_dir: &Path,
+    answers: Vec<ConfigAnswer>,
+) -> Result<Discovery, DiscoverError> {
+    for answer in &answers {
+        let rel = Path::new(&answer.path);
+        let inside = !answer.path.is_empty()
+            && rel
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        let path = hooks_dir.join(rel);
+        if !inside || !path.is_file() {
+            return Err(DiscoverError::Walk {
+                path,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "a recorded hook config names no executable of this hooks directory",
+                ),
+            });
+        }
+    }
+    assemble(hooks_dir, answers)
+}
+
+/// The discovery made of `answers`, in their order.
+fn assemble(hooks_dir: &Path, answers: Vec<ConfigAnswer>) -> Result<Discovery, DiscoverError> {
     let mut discovery = Discovery::default();
-    for found in found {
+    for answer in &answers {
+        let found = parse(hooks_dir, answer)?;
         if found.settings_check {
             if let Some(first) = discovery.settings_check.take() {
                 return Err(DiscoverError::SecondSettingsCheck {
@@ -122,6 +168,7 @@ pub async fn discover_all(hooks_dir: &Path, timeout: Duration) -> Result<Discove
         }
         discovery.hooks.extend(found.hooks);
     }
+    discovery.answers = answers;
     Ok(discovery)
 }
 
@@ -164,40 +211,51 @@ fn may_be_batch(path: &Path) -> bool {
             .any(|w| w == BATCH_MARKER.as_bytes())
 }
 
-async fn load(rel: String, path: PathBuf, timeout: Duration) -> Result<Found, DiscoverError> {
+/// Asks the executable at `path` (`rel` under the hooks directory) for its config.
+async fn ask(rel: String, path: PathBuf, timeout: Duration) -> Result<ConfigAnswer, DiscoverError> {
     let probe = {
         let path = path.clone();
         tokio::task::spawn_blocking(move || may_be_batch(&path))
             .await
             .unwrap_or(false)
     };
-    if probe && is_batch(&path, timeout).await? {
-        return load_batch(rel, path, timeout).await;
-    }
-    let out = query(&path, &["--config"], "--config", timeout).await?;
-    let config = HookConfig::parse(&out).map_err(|source| DiscoverError::Config {
-        path: path.clone(),
-        source,
-    })?;
-    let hook = Hook {
-        name: rel,
-        path: path.clone(),
-        kind: HookKind::Shell,
-        config,
+    let batch = probe && is_batch(&path, timeout).await?;
+    let output = if batch {
+        query(&path, &["hook", "config"], "hook config", timeout).await?
+    } else {
+        query(&path, &["--config"], "--config", timeout).await?
     };
-    Ok(Found {
-        path,
-        hooks: vec![hook],
-        settings_check: false,
+    Ok(ConfigAnswer {
+        path: rel,
+        batch,
+        output,
     })
 }
 
-async fn load_batch(rel: String, path: PathBuf, timeout: Duration) -> Result<Found, DiscoverError> {
-    let out = query(&path, &["hook", "config"], "hook config", timeout).await?;
-    let batch = BatchConfig::parse(&out).map_err(|source| DiscoverError::Config {
+/// The hooks one answer describes.
+fn parse(hooks_dir: &Path, answer: &ConfigAnswer) -> Result<Found, DiscoverError> {
+    let rel = &answer.path;
+    let path = hooks_dir.join(rel);
+    let path = std::path::absolute(&path).unwrap_or(path);
+    let invalid = |source| DiscoverError::Config {
         path: path.clone(),
         source,
-    })?;
+    };
+    if !answer.batch {
+        let config = HookConfig::parse(&answer.output).map_err(invalid)?;
+        let hook = Hook {
+            name: rel.clone(),
+            path: path.clone(),
+            kind: HookKind::Shell,
+            config,
+        };
+        return Ok(Found {
+            path,
+            hooks: vec![hook],
+            settings_check: false,
+        });
+    }
+    let batch = BatchConfig::parse(&answer.output).map_err(invalid)?;
     let mut hooks: Vec<Hook> = batch
         .hooks
         .into_iter()

@@ -29,7 +29,7 @@ pub use config::{
     HookConfig, KubernetesBinding, LifecycleBinding, ScheduleBinding, ThrottleSettings,
     WatchEventType,
 };
-pub use discover::{DiscoverError, Discovery, discover, discover_all};
+pub use discover::{ConfigAnswer, DiscoverError, Discovery, discover, discover_all, from_answers};
 pub use hook::{Hook, HookKind, ordered};
 pub use outputs::{MetricOperation, ObjectOperation, ObjectRef};
 pub use process::{

@@ -5,7 +5,10 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use berth_hooks::{DiscoverError, HookKind, LifecycleBinding, discover, discover_all, ordered};
+use berth_hooks::{
+    ConfigAnswer, DiscoverError, HookKind, LifecycleBinding, discover, discover_all, from_answers,
+    ordered,
+};
 use common::script;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -211,6 +214,68 @@ async fn batch_hook_is_discovered_through_hook_list_and_config() {
     assert_eq!(secrets.group.as_deref(), Some("main"));
     assert!(secrets.execute_hook_on_event.is_empty());
     assert!(!secrets.keep_full_objects_in_memory);
+}
+
+/// What one worker's discovery recorded rebuilds the same hooks on another worker's copy of
+/// the package without running anything; answers that are not that directory's are refused.
+#[tokio::test]
+async fn recorded_answers_rebuild_the_discovery_without_running_hooks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("ran");
+    script(dir.path(), "batch", common::BATCH_HOOK);
+    script(
+        dir.path(),
+        "plain",
+        &format!(
+            "#!/bin/sh\necho \"$@\" >> {}\n[ \"$1\" = --config ] && echo '{{\"afterHelm\": 1}}'\nexit 0\n",
+            log.display()
+        ),
+    );
+    let found = discover_all(dir.path(), TIMEOUT)
+        .await
+        .expect("discovery succeeds");
+    assert_eq!(
+        found
+            .answers
+            .iter()
+            .map(|a| (a.path.as_str(), a.batch))
+            .collect::<Vec<_>>(),
+        [("batch", true), ("plain", false)]
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "--config\n");
+
+    let again = from_answers(dir.path(), found.answers.clone()).expect("the answers fit");
+    assert_eq!(again, found);
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "--config\n",
+        "nothing ran again"
+    );
+
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let missing = from_answers(elsewhere.path(), found.answers.clone()).unwrap_err();
+    assert!(
+        missing.to_string().contains("plain") || missing.to_string().contains("batch"),
+        "{missing}"
+    );
+    for path in ["../batch", "/etc/passwd", ""] {
+        let outside = vec![ConfigAnswer {
+            path: path.to_owned(),
+            batch: false,
+            output: "{}".to_owned(),
+        }];
+        assert!(
+            from_answers(dir.path(), outside).is_err(),
+            "{path:?} is not under the hooks directory"
+        );
+    }
+    let broken = vec![ConfigAnswer {
+        path: "plain".to_owned(),
+        batch: false,
+        output: "{\"beforeHelm\": \"soon\"}".to_owned(),
+    }];
+    let e = from_answers(dir.path(), broken).unwrap_err();
+    assert!(matches!(e, DiscoverError::Config { .. }), "{e}");
 }
 
 #[tokio::test]

@@ -286,6 +286,7 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
                     .collect(),
             );
             c.loaded = Some(loaded_spec(l)?);
+            c.hook_configs = Some(stored_hook_configs(l.hook_configs.as_ref()));
             c.conversions = Some(
                 berth_package::Conversions::from_steps(
                     l.settings_version,
@@ -350,6 +351,54 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
 /// `text` refuses NUL bytes, so each becomes U+FFFD, as undecodable output already does.
 fn stored_text(text: &str) -> String {
     text.replace('\0', "\u{FFFD}")
+}
+
+/// One hook config answer as the `hook_configs` column holds it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredAnswer {
+    path: String,
+    batch: bool,
+    output: String,
+}
+
+/// A Loaded report's hook configs as stored: `None` without them, past
+/// [`berth_proto::MAX_HOOK_CONFIGS_BYTES`], or with a NUL byte (PostgreSQL's `text` refuses it, and a
+/// changed output is not what the hook said).
+fn stored_hook_configs(configs: Option<&pb::HookConfigs>) -> Option<String> {
+    let answers = &configs?.answers;
+    let size: usize = answers.iter().map(|a| a.path.len() + a.output.len()).sum();
+    if size > berth_proto::MAX_HOOK_CONFIGS_BYTES
+        || answers
+            .iter()
+            .any(|a| a.path.contains('\0') || a.output.contains('\0'))
+    {
+        return None;
+    }
+    let stored: Vec<StoredAnswer> = answers
+        .iter()
+        .map(|a| StoredAnswer {
+            path: a.path.clone(),
+            batch: a.batch,
+            output: a.output.clone(),
+        })
+        .collect();
+    serde_json::to_string(&stored).ok()
+}
+
+/// The stored hook configs as a spec carries them; `None` for text that is not theirs (the
+/// workers then discover).
+pub fn hook_configs(stored: &str) -> Option<pb::HookConfigs> {
+    let stored: Vec<StoredAnswer> = serde_json::from_str(stored).ok()?;
+    Some(pb::HookConfigs {
+        answers: stored
+            .into_iter()
+            .map(|a| pb::HookConfigAnswer {
+                path: a.path,
+                batch: a.batch,
+                output: a.output,
+            })
+            .collect(),
+    })
 }
 
 /// What the scheduler needs from a Loaded report; the error names the field.
@@ -479,6 +528,41 @@ fn condition_set(c: &pb::ConditionUpdate) -> Result<ConditionSet, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hook_configs_are_kept_within_their_bound_and_come_back_as_given() {
+        let answer = |path: &str, output: String| pb::HookConfigAnswer {
+            path: path.into(),
+            batch: path == "batch",
+            output,
+        };
+        let configs = pb::HookConfigs {
+            answers: vec![
+                answer("010-a.sh", "beforeHelm: 1".into()),
+                answer("batch", r#"{"configVersion":"v1"}"#.into()),
+            ],
+        };
+        let stored = stored_hook_configs(Some(&configs)).expect("kept");
+        assert_eq!(hook_configs(&stored), Some(configs));
+        assert_eq!(stored_hook_configs(None), None);
+
+        let big = pb::HookConfigs {
+            answers: vec![answer(
+                "big.sh",
+                "#".repeat(berth_proto::MAX_HOOK_CONFIGS_BYTES),
+            )],
+        };
+        assert_eq!(stored_hook_configs(Some(&big)), None, "past the bound");
+        let nul = pb::HookConfigs {
+            answers: vec![answer("nul.sh", "a\0b".into())],
+        };
+        assert_eq!(
+            stored_hook_configs(Some(&nul)),
+            None,
+            "not storable as said"
+        );
+        assert_eq!(hook_configs("not json"), None);
+    }
 
     fn progress(key: &str, generation: i64, reason: &str) -> pb::ReportRequest {
         pb::ReportRequest {

@@ -117,6 +117,7 @@ pub fn schedule(row: &mut PackageRow, verdict: &Verdict, now: &str) -> Vec<Row> 
 pub fn unload(row: &mut PackageRow, now: &str) {
     row.enabled = false;
     row.loaded = None;
+    row.hook_configs = None;
     row.settings_schema = None;
     row.schema_version = None;
     row.conversions = None;
@@ -209,6 +210,7 @@ mod tests {
             enabled: loaded,
             loaded: None,
             after_all_due: false,
+            hook_configs: None,
         }
     }
 

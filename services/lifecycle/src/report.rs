@@ -36,6 +36,8 @@ pub struct Change {
     /// A Load: what the scheduler needs of the package.
     pub loaded: Option<LoadedSpec>,
     pub hooks: Option<Vec<(String, Vec<String>)>>,
+    /// A Load: the hooks' config answers as stored (`None` inside: not kept).
+    pub hook_configs: Option<Option<String>>,
     pub values: Option<Value>,
     pub patch: Vec<Value>,
     pub patch_inside_run: bool,
@@ -72,6 +74,7 @@ impl Change {
             stored_settings: None,
             loaded: None,
             hooks: None,
+            hook_configs: None,
             values: None,
             patch: vec![],
             patch_inside_run: false,
@@ -131,6 +134,9 @@ impl Change {
         }
         if let Some(loaded) = self.loaded {
             row.loaded = Some(loaded);
+        }
+        if let Some(configs) = self.hook_configs {
+            row.hook_configs = configs;
         }
         if let Some(hooks) = self.hooks {
             row.hooks = hooks

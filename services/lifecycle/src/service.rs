@@ -762,6 +762,12 @@ impl Lifecycle for LifecycleService {
             global_settings: Some(json::to_struct(
                 &global_settings.unwrap_or_else(|| Value::Object(Default::default())),
             )),
+            // With the loaded version only: the answers describe that version's files.
+            hook_configs: row
+                .loaded
+                .as_ref()
+                .and(row.hook_configs.as_deref())
+                .and_then(convert::hook_configs),
         }))
     }
 

@@ -59,6 +59,9 @@ pub struct PackageRow {
     pub enabled: bool,
     /// What the scheduler needs of the loaded package; `None` until this version is loaded.
     pub loaded: Option<LoadedSpec>,
+    /// The loaded package's hook config answers (JSON, see `convert::hook_configs`); `None`
+    /// until loaded, or when not kept.
+    pub hook_configs: Option<String>,
     /// The global package only: its Run (beforeAll) succeeded and its AfterAll task is not
     /// enqueued yet (see [`after_all`]).
     pub after_all_due: bool,
@@ -1028,7 +1031,7 @@ async fn write_row(
         "UPDATE packages SET phase = $1, observed_generation = $2, conditions = $3, values_json = $4, values_patch = $5,
            settings_schema = $6, schema_version = $7, hooks = $8, last_error = $9, enabled = $10,
            loaded_version = $11, weight = $12, requirements = $13, reads_global = $14, settings = $15,
-           settings_version = $16, conversions = $17, after_all_due = $18 WHERE key = $19",
+           settings_version = $16, conversions = $17, after_all_due = $18, hook_configs = $19 WHERE key = $20",
     )
     .bind(row.phase.as_str())
     .bind(row.observed_generation.get())
@@ -1048,6 +1051,7 @@ async fn write_row(
     .bind(i64::from(row.settings_version))
     .bind(row.conversions.as_ref().map(crate::conversion::to_json))
     .bind(i64::from(row.after_all_due))
+    .bind(row.hook_configs.as_deref())
     .bind(row.key.as_str())
     .execute(&mut **tx)
     .await?;
@@ -1354,6 +1358,7 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
         enabled: r.get::<i64, _>("enabled") != 0,
         loaded,
         after_all_due: r.get::<i64, _>("after_all_due") != 0,
+        hook_configs: r.get("hook_configs"),
         key: PackageKey::from_issued(key),
     })
 }

@@ -65,12 +65,16 @@ impl<'a> TaskContext<'a> {
         }))
     }
 
-    /// The package's hooks (discovered on first use by this worker).
+    /// The package's hooks (on first use by this worker: built from the configs the Load
+    /// recorded, or discovered).
     pub async fn package_hooks(
         &self,
         pkg: &berth_package::Package,
     ) -> Result<std::sync::Arc<Vec<berth_hooks::Hook>>, TaskError> {
-        self.hooks.get(pkg, self.config.hook_timeout).await
+        let recorded = self.spec.hook_configs.as_ref();
+        self.hooks
+            .get(pkg, recorded, self.config.hook_timeout)
+            .await
     }
 
     pub fn key(&self) -> &str {

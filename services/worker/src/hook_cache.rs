@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use berth_hooks::{Hook, Throttle};
+use berth_hooks::{ConfigAnswer, Hook, Throttle};
 use berth_package::Package;
+use berth_proto::lifecycle::HookConfigs;
 use berth_queue::worker::TaskError;
 
 /// Packages whose discovered hooks are kept; past this, the entry kept longest goes first.
@@ -24,6 +25,7 @@ const THROTTLE_ENTRIES: usize = 2048;
 struct Discovered {
     hooks: Arc<Vec<Hook>>,
     settings_check: Option<PathBuf>,
+    answers: Arc<Vec<ConfigAnswer>>,
 }
 
 /// Discovered hooks per package directory, oldest first out.
@@ -64,34 +66,81 @@ pub struct HookCache {
 }
 
 impl HookCache {
-    /// The package's hooks, discovered (each run with `--config`, for at most `timeout`) on
-    /// first use.
-    pub async fn get(&self, pkg: &Package, timeout: Duration) -> Result<Arc<Vec<Hook>>, TaskError> {
-        Ok(self.discovered(pkg, timeout).await?.hooks)
+    /// The package's hooks: built from `recorded` (what the Load's discovery recorded, as the
+    /// spec carries it) or else discovered (each run with `--config`, for at most `timeout`),
+    /// on first use.
+    pub async fn get(
+        &self,
+        pkg: &Package,
+        recorded: Option<&HookConfigs>,
+        timeout: Duration,
+    ) -> Result<Arc<Vec<Hook>>, TaskError> {
+        Ok(self.discovered(pkg, recorded, timeout).await?.hooks)
     }
 
     /// The package's settings check (the batch binary answering `hook check`), if it has one.
     pub async fn settings_check(
         &self,
         pkg: &Package,
+        recorded: Option<&HookConfigs>,
         timeout: Duration,
     ) -> Result<Option<PathBuf>, TaskError> {
-        Ok(self.discovered(pkg, timeout).await?.settings_check)
+        Ok(self
+            .discovered(pkg, recorded, timeout)
+            .await?
+            .settings_check)
     }
 
-    async fn discovered(&self, pkg: &Package, timeout: Duration) -> Result<Discovered, TaskError> {
+    /// Load's discovery: the package's hooks and what its executables answered to their config
+    /// queries (for the Load report), never from a record (a Load must see the files).
+    #[allow(clippy::type_complexity)]
+    pub async fn load(
+        &self,
+        pkg: &Package,
+        timeout: Duration,
+    ) -> Result<(Arc<Vec<Hook>>, Arc<Vec<ConfigAnswer>>), TaskError> {
+        let found = self.discovered(pkg, None, timeout).await?;
+        Ok((found.hooks, found.answers))
+    }
+
+    async fn discovered(
+        &self,
+        pkg: &Package,
+        recorded: Option<&HookConfigs>,
+        timeout: Duration,
+    ) -> Result<Discovered, TaskError> {
         let Some(dir) = pkg.hooks_dir.clone() else {
             return Ok(Discovered::default());
         };
         if let Some(found) = self.lock().by_dir.get(&dir) {
             return Ok(found.clone());
         }
-        let found = berth_hooks::discover_all(&dir, timeout)
-            .await
-            .map_err(discovery_error)?;
+        let from_record = recorded.and_then(|r| {
+            let answers = r
+                .answers
+                .iter()
+                .map(|a| ConfigAnswer {
+                    path: a.path.clone(),
+                    batch: a.batch,
+                    output: a.output.clone(),
+                })
+                .collect();
+            berth_hooks::from_answers(&dir, answers)
+                .inspect_err(|error| {
+                    tracing::warn!(%error, dir = %dir.display(), "the recorded hook configs do not fit this copy of the package; discovering");
+                })
+                .ok()
+        });
+        let found = match from_record {
+            Some(found) => found,
+            None => berth_hooks::discover_all(&dir, timeout)
+                .await
+                .map_err(discovery_error)?,
+        };
         let found = Discovered {
             hooks: Arc::new(found.hooks),
             settings_check: found.settings_check,
+            answers: Arc::new(found.answers),
         };
         self.lock().insert(dir, found.clone());
         Ok(found)

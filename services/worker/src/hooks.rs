@@ -115,7 +115,11 @@ pub async fn check_settings(
     settings: &Value,
     timeout: std::time::Duration,
 ) -> Result<Option<berth_hooks::SettingsCheck>, TaskError> {
-    let Some(executable) = cx.hooks.settings_check(pkg, cx.config.hook_timeout).await? else {
+    let Some(executable) = cx
+        .hooks
+        .settings_check(pkg, cx.spec.hook_configs.as_ref(), cx.config.hook_timeout)
+        .await?
+    else {
         return Ok(None);
     };
     let span = tracing::info_span!("hook.check", hook.name = %executable.display());

@@ -5,8 +5,8 @@ use berth_hooks::LifecycleBinding;
 use berth_hooks::binding_context::{self, BindingContext};
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
-    ConditionStatus, ConditionType, Dependency, DependencyGroup, HookInfo, Loaded, Phase,
-    Requirements, SettingsApplied, SettingsConversion,
+    ConditionStatus, ConditionType, Dependency, DependencyGroup, HookConfigAnswer, HookConfigs,
+    HookInfo, Loaded, Phase, Requirements, SettingsApplied, SettingsConversion,
 };
 use berth_queue::worker::TaskError;
 
@@ -92,8 +92,8 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let reads_global = pkg
         .reads_global()
         .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
-    let hooks = match cx.package_hooks(&pkg).await {
-        Ok(h) => h,
+    let (hooks, answers) = match cx.hooks.load(&pkg, cx.config.hook_timeout).await {
+        Ok(found) => found,
         Err(e) => {
             cx.set_condition(
                 ConditionType::Loaded,
@@ -152,6 +152,7 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         requirements: Some(requirements(&implied_requirements(&pkg))),
         reads_global,
         settings_version: pkg.conversions.latest(),
+        hook_configs: recorded_configs(&answers),
         conversions: pkg
             .conversions
             .steps()
@@ -163,6 +164,23 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     }))
     .await?;
     Ok(())
+}
+
+/// The hook configs the Load's discovery got, for lifecycle to keep (the other workers build
+/// the hooks from them instead of running each hook with `--config`); none when larger than it
+/// keeps.
+fn recorded_configs(answers: &[berth_hooks::ConfigAnswer]) -> Option<HookConfigs> {
+    let size: usize = answers.iter().map(|a| a.path.len() + a.output.len()).sum();
+    (size <= berth_proto::MAX_HOOK_CONFIGS_BYTES).then(|| HookConfigs {
+        answers: answers
+            .iter()
+            .map(|a| HookConfigAnswer {
+                path: a.path.clone(),
+                batch: a.batch,
+                output: a.output.clone(),
+            })
+            .collect(),
+    })
 }
 
 /// The package's requirements, plus what its values layout implies: a nested package (not the
