@@ -496,6 +496,14 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_service_is_unavailable_not_the_charts_fault() {
+        let e = ReleaseError::Busy("every render slot stayed taken for 4s; try again".into());
+        let status = to_status(e);
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().contains("render slot"), "{status}");
+    }
+
+    #[test]
     fn render_errors_are_invalid_argument() {
         let e = ReleaseError::Render(berth_helm::RenderError::Chart("x".into()));
         assert_eq!(to_status(e).code(), tonic::Code::InvalidArgument);

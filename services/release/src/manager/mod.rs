@@ -75,6 +75,14 @@ const DELETE_WAIT: Duration = Duration::from_secs(60);
 /// How long one hook (a Job, typically) may run; Helm's default `--timeout`.
 const HOOK_WAIT: Duration = Duration::from_secs(300);
 
+/// The least time a render waits for a slot before the service answers that it is busy (four
+/// render time limits when that is longer: four rounds of renders that all run to the limit).
+const SLOT_WAIT_FLOOR: Duration = Duration::from_secs(60);
+
+/// How long past its time limit a render may run before its caller stops waiting for the
+/// engine's own refusal (see `render_bounded`).
+const RENDER_GRACE: Duration = Duration::from_secs(1);
+
 /// How long a CRD from `crds/` may take to become Established.
 const CRD_WAIT: Duration = Duration::from_secs(60);
 
@@ -102,6 +110,9 @@ pub enum ReleaseError {
     /// An App's chart reaches outside its namespace (see `confine`).
     #[error("{0}")]
     Confined(String),
+    /// The service cannot take the request now (every render slot taken); it may later.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl ReleaseError {
@@ -109,6 +120,7 @@ impl ReleaseError {
         match self {
             ReleaseError::Apply(e) => e.is_unavailable(),
             ReleaseError::Store(e) => e.is_unavailable(),
+            ReleaseError::Busy(_) => true,
             _ => false,
         }
     }
@@ -305,40 +317,20 @@ impl ReleaseManager {
             self.applier.clone(),
             app.map(|a| a.0.clone()),
         ));
-        let renders = self.renders.clone();
-        let started = std::time::Instant::now();
-        let render = async move {
-            // Waiting for a slot counts against the deadline; the slot goes with the render
-            // and is given back when it really ends, not when its caller stopped waiting.
-            let slot = renders
-                .acquire_owned()
-                .await
-                .map_err(|e| ReleaseError::Task(e.to_string()))?;
-            berth_telemetry::spawn_blocking_here(move || {
-                let _slot = slot;
-                // The engine checks the same bounds as it runs, so a render past its deadline
-                // stops (and frees its slot) instead of running on unobserved.
-                let budget = render::Budget {
-                    time: Some(limits.time),
-                    since: Some(started),
-                    output: Some(limits.output_bytes),
-                };
-                render::with_budget(budget, || {
-                    render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
-                })
+        let slot_wait = limits.time.saturating_mul(4).max(SLOT_WAIT_FLOOR);
+        let rendered = bounded(&self.renders, limits.time, slot_wait, move || {
+            // The engine checks the same bounds as it runs, so a render past its deadline
+            // stops (and frees its slot) instead of running on unobserved.
+            let budget = render::Budget {
+                time: Some(limits.time),
+                since: Some(std::time::Instant::now()),
+                output: Some(limits.output_bytes),
+            };
+            render::with_budget(budget, || {
+                render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
             })
-            .await
-            .map_err(|e| ReleaseError::Task(e.to_string()))
-        };
-        let rendered = match tokio::time::timeout(limits.time, render).await {
-            Err(_) => {
-                return Err(ReleaseError::InvalidArgument(format!(
-                    "the chart's render took longer than the render time limit of {:?}",
-                    limits.time
-                )));
-            }
-            Ok(joined) => joined??,
-        };
+        })
+        .await??;
         let size: usize = rendered
             .crds
             .iter()
@@ -461,9 +453,86 @@ fn kind_of(o: &serde_json::Value) -> &str {
     o.get("kind").and_then(|k| k.as_str()).unwrap_or_default()
 }
 
+/// Runs `work` (a render) on the blocking pool in a slot of `renders`, within `time`.
+///
+/// The time limit is the chart's: it counts the render, not the wait for a slot behind other
+/// charts' renders (a sane chart refused as too slow because the service was busy would be told
+/// to fix what is not broken). The wait has a bound of its own, `slot_wait`, and running out of
+/// it is the service's state ([`ReleaseError::Busy`]), to try again. The slot goes with the
+/// work and is given back when it really ends, not when its caller stopped waiting.
+async fn bounded<T: Send + 'static>(
+    renders: &Arc<tokio::sync::Semaphore>,
+    time: Duration,
+    slot_wait: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ReleaseError> {
+    let slot = match tokio::time::timeout(slot_wait, renders.clone().acquire_owned()).await {
+        Err(_) => {
+            return Err(ReleaseError::Busy(format!(
+                "every render slot stayed taken for {slot_wait:?}; try again"
+            )));
+        }
+        Ok(slot) => slot.map_err(|e| ReleaseError::Task(e.to_string()))?,
+    };
+    let running = berth_telemetry::spawn_blocking_here(move || {
+        let _slot = slot;
+        work()
+    });
+    // A backstop should the engine not reach a check in time: a moment past the limit, so the
+    // engine's own refusal (which names the template) normally comes first.
+    match tokio::time::timeout(time + RENDER_GRACE, running).await {
+        Err(_) => Err(ReleaseError::InvalidArgument(format!(
+            "the chart's render took longer than the render time limit of {time:?}"
+        ))),
+        Ok(joined) => joined.map_err(|e| ReleaseError::Task(e.to_string())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::validate_release;
+
+    mod render_slots {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use super::super::{ReleaseError, bounded};
+
+        /// A render that waits for a slot longer than the render time limit (the slot is held
+        /// for three limits here) still gets its whole limit once it runs.
+        #[tokio::test]
+        async fn waiting_for_a_slot_is_not_render_time() {
+            let renders = Arc::new(tokio::sync::Semaphore::new(1));
+            let held = renders.clone().acquire_owned().await.unwrap();
+            let limit = Duration::from_millis(200);
+            let holder = tokio::spawn(async move {
+                tokio::time::sleep(3 * limit).await;
+                drop(held);
+            });
+            let out = bounded(&renders, limit, Duration::from_secs(30), || 42).await;
+            assert_eq!(out.unwrap(), 42);
+            holder.await.unwrap();
+        }
+
+        /// Slots taken for longer than the slot wait: the service is busy, not the chart at
+        /// fault, and the work never runs.
+        #[tokio::test]
+        async fn slots_taken_past_the_slot_wait_are_busy() {
+            let renders = Arc::new(tokio::sync::Semaphore::new(1));
+            let _held = renders.clone().acquire_owned().await.unwrap();
+            let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = ran.clone();
+            let out = bounded(
+                &renders,
+                Duration::from_secs(1),
+                Duration::from_millis(100),
+                move || flag.store(true, std::sync::atomic::Ordering::SeqCst),
+            )
+            .await;
+            assert!(matches!(out, Err(ReleaseError::Busy(_))), "{out:?}");
+            assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        }
+    }
 
     #[test]
     fn names_follow_helm_rules() {
