@@ -5,7 +5,7 @@
 mod support;
 
 use berth_proto::release::{ChartFile, InstallRequest, RollbackRequest, StatusRequest};
-use berth_release::record::{ReleaseStore, Status};
+use berth_release::record::{ReleaseStore, Status, StoreError};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -254,5 +254,47 @@ async fn records_written_by_another_writer_just_before_an_install_are_seen() -> 
             (3, "deployed".to_string())
         ]
     );
+    Ok(())
+}
+
+/// A new release's install takes an empty read from the watch cache without checking it: its
+/// first write, revision 1, is the check. A revision 1 another writer created is never
+/// overwritten — creating it again is refused as a race, which the caller tries again — and
+/// the install that follows upgrades it.
+#[tokio::test]
+async fn a_first_revision_written_by_another_writer_is_never_overwritten() -> anyhow::Result<()> {
+    let mut h = start().await?;
+    let files = || chart(&[("templates/a.yaml", &config_map("a", false))]);
+    h.grpc.install(request(&h, "model", files())).await?;
+    let store = ReleaseStore::new(h.kube.clone(), &h.namespace);
+    let mut theirs = store.latest("model").await?.expect("revision 1");
+    theirs.name = "theirs".into();
+    let raced = {
+        store.create(&theirs, "elsewhere").await?;
+        store.create(&theirs, "again").await.unwrap_err()
+    };
+    assert!(
+        matches!(raced, StoreError::Raced { .. }) && raced.is_unavailable(),
+        "{raced}"
+    );
+    assert!(
+        raced.to_string().contains("sh.helm.release.v1.theirs.v1"),
+        "{raced}"
+    );
+    // Whatever the cache held when it read, the install ends with the other writer's revision
+    // 1 kept and its own as revision 2 (a race refused is tried again, as a worker does).
+    let mut answer = h.grpc.install(request(&h, "theirs", files())).await;
+    for _ in 0..20 {
+        match &answer {
+            Err(s) if s.code() == tonic::Code::Unavailable => {
+                answer = h.grpc.install(request(&h, "theirs", files())).await;
+            }
+            _ => break,
+        }
+    }
+    assert_eq!(answer?.into_inner().revision, 2);
+    let seen = statuses(&h, "theirs").await?;
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[1], (2, "deployed".to_string()));
     Ok(())
 }

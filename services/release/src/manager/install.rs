@@ -44,7 +44,9 @@ impl ReleaseManager {
         // The new revision's watches replace the old ones once it is applied.
         self.drift.pause(name, namespace);
         let store = self.store(namespace);
-        let mut history = store.stored(name).await?;
+        // The first record written is the next revision, whose creation fails if another
+        // writer got there first.
+        let mut history = store.stored_for_new_revision(name).await?;
         if let Some(newest) = history.last_mut() {
             revision::fail_interrupted(&store, &mut newest.release).await?;
         }

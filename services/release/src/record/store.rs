@@ -38,6 +38,12 @@ pub enum StoreError {
         #[source]
         source: FormatError,
     },
+    /// Creating a revision's Secret found it there: someone else wrote that revision since
+    /// the records were read.
+    #[error(
+        "release secret {secret} in {namespace} was written by someone else meanwhile; try again"
+    )]
+    Raced { secret: String, namespace: String },
 }
 
 impl StoreError {
@@ -47,6 +53,8 @@ impl StoreError {
             StoreError::Timeout { .. } => true,
             StoreError::Kube { source, .. } => crate::apply::kube_unavailable(source),
             StoreError::Format { .. } => false,
+            // Reading the records again settles it.
+            StoreError::Raced { .. } => true,
         }
     }
 }
@@ -190,7 +198,25 @@ impl ReleaseStore {
     /// Older revisions are not checked: only the writer of a newer revision changes them
     /// (superseding or trimming them), and that newer revision would have been seen.
     pub async fn stored(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
+        self.stored_checked(name, false).await
+    }
+
+    /// [`Self::stored`] for an operation whose first write is the next revision: an empty
+    /// read from the watch cache is taken without the GET that would check revision 1 is
+    /// absent, because creating revision 1 checks that itself (the API server refuses to create
+    /// a Secret that exists: [`StoreError::Raced`], and the operation is tried again). A new
+    /// release's install makes one request fewer.
+    pub async fn stored_for_new_revision(&self, name: &str) -> Result<Vec<Stored>, StoreError> {
+        self.stored_checked(name, true).await
+    }
+
+    async fn stored_checked(
+        &self,
+        name: &str,
+        empty_checked_by_create: bool,
+    ) -> Result<Vec<Stored>, StoreError> {
         match self.list_stored(name, Read::Cache).await {
+            Ok(cached) if empty_checked_by_create && cached.is_empty() => return Ok(cached),
             Ok(cached) if self.is_current(name, &cached).await? => return Ok(cached),
             Ok(_) => {}
             // Unreachable: a consistent read would fail the same way.
@@ -312,9 +338,21 @@ impl ReleaseStore {
                 (CHECKSUM_LABEL, checksum.to_string()),
             ],
         )?;
-        let created = self
+        let created = match self
             .call("create", self.api.create(&PostParams::default(), &secret))
-            .await?;
+            .await
+        {
+            Err(StoreError::Kube {
+                source: kube::Error::Api(refused),
+                ..
+            }) if refused.code == 409 => {
+                return Err(StoreError::Raced {
+                    secret: release.secret_name(),
+                    namespace: self.namespace.clone(),
+                });
+            }
+            other => other?,
+        };
         self.wrote(&release.name, &created);
         Ok(())
     }
