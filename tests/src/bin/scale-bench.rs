@@ -267,14 +267,22 @@ async fn main() -> anyhow::Result<()> {
         }
         // On the dev cluster, `berth up` embeds its own (as a user runs it); helm then uses
         // the bench's.
-        Mode::Up => Berth::Up(
+        Mode::Up => Berth::Up({
+            // The package cache (`<data dir>/packages`) on the scratch directory too, as the
+            // split-mode workers' caches; the databases stay in the data directory on disk.
+            let data = dir.path().join("up");
+            let cache = scratch.path().join("up-packages");
+            std::fs::create_dir_all(&data)?;
+            std::fs::create_dir(&cache)?;
+            std::fs::set_permissions(&cache, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+            std::os::unix::fs::symlink(&cache, data.join("packages"))?;
             AllInOne::start_with(
-                &dir.path().join("up"),
+                &data,
                 TestCluster::is_real().then_some(cluster.kubeconfig.as_path()),
                 &hook_tmp_args,
             )
-            .await?,
-        ),
+            .await?
+        }),
     };
     let kube = match &berth {
         Berth::Up(up) => berth_tests::cluster::client_for(&up.kubeconfig).await?,
