@@ -11,5 +11,5 @@ RUN apt-get update && apt-get install -y --no-install-recommends jq bash ca-cert
 COPY --from=build /src/target/release/berth /src/target/release/berth-gateway \
     /src/target/release/berth-lifecycle /src/target/release/berth-queue \
     /src/target/release/berth-hookevent /src/target/release/berth-release \
-    /src/target/release/berth-devcluster /usr/local/bin/
+    /src/target/release/berth-devcluster /src/target/release/berth-hook-exec /usr/local/bin/
 WORKDIR /var/lib/berth

@@ -33,8 +33,8 @@ pub use discover::{ConfigAnswer, DiscoverError, Discovery, discover, discover_al
 pub use hook::{Hook, HookKind, ordered};
 pub use outputs::{MetricOperation, ObjectOperation, ObjectRef};
 pub use process::{
-    HookUser, INHERITED_ENV, KILL_GRACE, hook_user, inherited_env, reap_escaped_hook_processes,
-    run_hooks_as,
+    HOOK_EXEC_NAME, HookUser, INHERITED_ENV, KILL_GRACE, hook_user, inherited_env,
+    reap_escaped_hook_processes, run_hooks_as, start_hooks_with,
 };
 pub use run::{OUTPUT_TAIL_LIMIT, RunError, RunOutput, RunRequest, env, run};
 pub use settings_check::{SETTINGS_PATH, SettingsCheck, SettingsCheckRequest, check_settings};

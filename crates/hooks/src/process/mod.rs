@@ -15,7 +15,7 @@ pub use group::KILL_GRACE;
 pub use reaper::reap_escaped_hook_processes;
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -173,6 +173,34 @@ impl HookUser {
 }
 
 static HOOK_USER: std::sync::OnceLock<HookUser> = std::sync::OnceLock::new();
+/// `berth-hook-exec`, when hooks start through it (see [`start_hooks_with`]).
+static HOOK_EXEC: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The name of the program that starts a hook as the hook user (`src/bin/berth-hook-exec.rs`).
+pub const HOOK_EXEC_NAME: &str = "berth-hook-exec";
+
+/// Starts hooks that run as the hook user through `helper` (`berth-hook-exec`), so that this
+/// process starts them with `posix_spawn` instead of forking itself (see that program). Set
+/// once; [`run_hooks_as`] sets it to the one beside this process's executable, if there is one.
+pub fn start_hooks_with(helper: PathBuf) -> Result<(), String> {
+    let set = HOOK_EXEC.get_or_init(|| helper.clone());
+    if *set != helper {
+        return Err(format!("hooks already start through {}", set.display()));
+    }
+    Ok(())
+}
+
+/// `berth-hook-exec` in the directory of this process's executable, if it is there and
+/// executable.
+fn hook_exec_beside_self() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let exe = std::fs::read_link("/proc/self/exe")
+        .or_else(|_| std::env::current_exe())
+        .ok()?;
+    let helper = exe.parent()?.join(HOOK_EXEC_NAME);
+    let meta = std::fs::metadata(&helper).ok()?;
+    (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(helper)
+}
 
 /// Makes every hook process this process starts (runs, discovery's `--config`, settings
 /// checks) run as `user`, with no supplementary groups, and hands it its run's temporary files.
@@ -187,12 +215,31 @@ pub fn run_hooks_as(user: HookUser) -> Result<(), String> {
     if *set != user {
         return Err(format!("hooks already run as {set:?}"));
     }
+    match hook_exec_beside_self() {
+        Some(helper) => {
+            let _ = start_hooks_with(helper);
+        }
+        None => tracing::info!(
+            "no {HOOK_EXEC_NAME} beside this executable: hook processes start with a fork of this process"
+        ),
+    }
     Ok(())
 }
 
 /// The user hooks run as, if [`run_hooks_as`] set one.
 pub fn hook_user() -> Option<HookUser> {
     HOOK_USER.get().copied()
+}
+
+/// The errors starting `program` directly gives for a missing file, a directory or a file
+/// without an execute bit.
+fn startable(program: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(program)?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+    }
+    Ok(())
 }
 
 /// How the process ended.
@@ -215,7 +262,26 @@ pub(crate) struct Finished {
 
 /// Runs the invocation to its end. Errors only if the process cannot start.
 pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
-    let mut command = Command::new(inv.program);
+    let mut command = match (hook_user(), HOOK_EXEC.get()) {
+        (Some(user), Some(helper)) => {
+            // The helper reports a program it cannot run only on its stderr; what starting
+            // the program directly would refuse is refused here the same way.
+            startable(inv.program)?;
+            let mut command = Command::new(helper);
+            command
+                .arg(user.uid.to_string())
+                .arg(user.gid.to_string())
+                .arg(inv.program);
+            command
+        }
+        (Some(user), None) => {
+            let mut command = Command::new(inv.program);
+            // Dropping from root to the user also drops supplementary groups (std does so).
+            command.uid(user.uid).gid(user.gid);
+            command
+        }
+        (None, _) => Command::new(inv.program),
+    };
     command
         .args(inv.args)
         .current_dir(inv.cwd)
@@ -230,10 +296,6 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
         .process_group(0)
         // Safety net if this future is dropped mid-run: at least the leader dies.
         .kill_on_drop(true);
-    if let Some(user) = hook_user() {
-        // Dropping from root to the user also drops supplementary groups (std does so).
-        command.uid(user.uid).gid(user.gid);
-    }
     let (mut child, running) = reaper::spawn_registered(&mut command)?;
     // `process_group(0)` makes the child's pid its group id.
     let pgid = child
