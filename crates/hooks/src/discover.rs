@@ -18,7 +18,6 @@
 //! A missing `hooks_dir` means "no hooks". Any config error fails the whole
 //! discovery with the hook's path: a package with a broken hook must not load.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -407,7 +406,7 @@ fn walk(root: &Path, dir: &Path, found: &mut Vec<(String, PathBuf)>) -> Result<(
         let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
-        if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+        if process::is_executable_file(&meta) {
             let rel = path
                 .strip_prefix(root)
                 .unwrap_or(&path)

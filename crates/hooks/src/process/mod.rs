@@ -190,16 +190,21 @@ pub fn start_hooks_with(helper: PathBuf) -> Result<(), String> {
     Ok(())
 }
 
+/// A regular file (after links) with an execute bit: what discovery counts as a hook, and
+/// what a direct start of a program would not refuse for its mode.
+pub(crate) fn is_executable_file(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    meta.is_file() && meta.permissions().mode() & 0o111 != 0
+}
+
 /// `berth-hook-exec` in the directory of this process's executable, if it is there and
 /// executable.
 fn hook_exec_beside_self() -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
     let exe = std::fs::read_link("/proc/self/exe")
         .or_else(|_| std::env::current_exe())
         .ok()?;
     let helper = exe.parent()?.join(HOOK_EXEC_NAME);
-    let meta = std::fs::metadata(&helper).ok()?;
-    (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(helper)
+    is_executable_file(&std::fs::metadata(&helper).ok()?).then_some(helper)
 }
 
 /// Makes every hook process this process starts (runs, discovery's `--config`, settings
@@ -234,9 +239,7 @@ pub fn hook_user() -> Option<HookUser> {
 /// The errors starting `program` directly gives for a missing file, a directory or a file
 /// without an execute bit.
 fn startable(program: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let meta = std::fs::metadata(program)?;
-    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+    if !is_executable_file(&std::fs::metadata(program)?) {
         return Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
     }
     Ok(())
