@@ -57,6 +57,16 @@ pub const MAX_VALUES_BYTES: usize = 2 << 20;
 /// the package's hooks themselves, as without a record.
 pub const MAX_HOOK_CONFIGS_BYTES: usize = 256 * 1024;
 
+impl lifecycle::HookConfigs {
+    /// The bytes [`MAX_HOOK_CONFIGS_BYTES`] bounds: every answer's path and output.
+    pub fn size(&self) -> usize {
+        self.answers
+            .iter()
+            .map(|a| a.path.len() + a.output.len())
+            .sum()
+    }
+}
+
 /// The encoded descriptor set of every berth proto, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/berth_descriptor.bin"));

@@ -365,9 +365,9 @@ struct StoredAnswer {
 /// [`berth_proto::MAX_HOOK_CONFIGS_BYTES`], or with a NUL byte (PostgreSQL's `text` refuses it, and a
 /// changed output is not what the hook said).
 fn stored_hook_configs(configs: Option<&pb::HookConfigs>) -> Option<String> {
-    let answers = &configs?.answers;
-    let size: usize = answers.iter().map(|a| a.path.len() + a.output.len()).sum();
-    if size > berth_proto::MAX_HOOK_CONFIGS_BYTES
+    let configs = configs?;
+    let answers = &configs.answers;
+    if configs.size() > berth_proto::MAX_HOOK_CONFIGS_BYTES
         || answers
             .iter()
             .any(|a| a.path.contains('\0') || a.output.contains('\0'))

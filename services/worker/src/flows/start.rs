@@ -170,8 +170,7 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 /// the hooks from them instead of running each hook with `--config`); none when larger than it
 /// keeps.
 fn recorded_configs(answers: &[berth_hooks::ConfigAnswer]) -> Option<HookConfigs> {
-    let size: usize = answers.iter().map(|a| a.path.len() + a.output.len()).sum();
-    (size <= berth_proto::MAX_HOOK_CONFIGS_BYTES).then(|| HookConfigs {
+    let configs = HookConfigs {
         answers: answers
             .iter()
             .map(|a| HookConfigAnswer {
@@ -180,7 +179,8 @@ fn recorded_configs(answers: &[berth_hooks::ConfigAnswer]) -> Option<HookConfigs
                 output: a.output.clone(),
             })
             .collect(),
-    })
+    };
+    (configs.size() <= berth_proto::MAX_HOOK_CONFIGS_BYTES).then_some(configs)
 }
 
 /// The package's requirements, plus what its values layout implies: a nested package (not the
