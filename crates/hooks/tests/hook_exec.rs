@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use berth_hooks::{HookUser, RunError, run, run_hooks_as, start_hooks_with};
-use common::{request, script, shell_hook};
+use common::{request, run_in_readable_dirs, shell_hook};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_berth-hook-exec");
 
@@ -58,24 +57,17 @@ async fn hooks_started_through_the_helper_run_as_the_hook_user() {
         gid: 65534,
     })
     .expect("root may");
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // Its own process group, the run's environment, and the user without supplementary groups.
     let body = "#!/bin/bash\n\
         [ \"$(cut -d' ' -f5 /proc/$$/stat)\" = \"$$\" ] && g=own || g=shared\n\
         echo \"[{\\\"op\\\":\\\"add\\\",\\\"path\\\":\\\"/seen\\\",\\\"value\\\":\\\"$(id -u):$(id -g):$(id -G):$g\\\"}]\" > \"$VALUES_JSON_PATCH_PATH\"\n";
-    let hook = shell_hook(script(dir.path(), "whoami.sh", body));
-    let tmp = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = run(request(&hook, tmp.path()))
-        .await
-        .expect("the hook runs");
-    let patch = serde_json::to_value(&out.values_patch).unwrap();
+    let patch = run_in_readable_dirs(body).await;
     assert_eq!(patch[0]["value"], "65534:65534:65534:own", "{patch}");
 
     // A program that cannot be started is refused as a direct start would refuse it.
     let mut missing = shell_hook(Path::new("/nonexistent/hook").to_path_buf());
     missing.name = "missing".into();
+    let tmp = tempfile::tempdir().expect("tempdir");
     let e = run(request(&missing, tmp.path())).await.unwrap_err();
     assert!(matches!(e, RunError::Spawn { .. }), "{e}");
 }

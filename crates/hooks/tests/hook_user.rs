@@ -5,8 +5,8 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use berth_hooks::{HookUser, run, run_hooks_as};
-use common::{request, script, shell_hook};
+use berth_hooks::{HookUser, run_hooks_as};
+use common::run_in_readable_dirs;
 
 #[test]
 fn user_specs_parse() {
@@ -96,18 +96,10 @@ async fn hooks_run_as_the_hook_user_and_cannot_write_package_files() {
     };
     run_hooks_as(nobody).expect("root may");
     // The package's directory as the cache holds it: berth's, readable by others.
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let body = "#!/bin/bash\n\
         if echo x >> \"$(dirname \"$0\")/whoami.sh\" 2>/dev/null; then w=yes; else w=no; fi\n\
         echo \"[{\\\"op\\\":\\\"add\\\",\\\"path\\\":\\\"/uid\\\",\\\"value\\\":\\\"$(id -u):$(id -g):$(id -G):$w\\\"}]\" > \"$VALUES_JSON_PATCH_PATH\"\n";
-    let hook = shell_hook(script(dir.path(), "whoami.sh", body));
-    let tmp = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = run(request(&hook, tmp.path()))
-        .await
-        .expect("the hook runs");
-    let patch = serde_json::to_value(&out.values_patch).unwrap();
+    let patch = run_in_readable_dirs(body).await;
     assert_eq!(
         patch[0]["value"], "65534:65534:65534:no",
         "uid, gid, no supplementary groups, and the package's files are read-only: {patch}"
