@@ -92,7 +92,8 @@ impl HookCache {
     }
 
     /// Load's discovery: the package's hooks and what its executables answered to their config
-    /// queries (for the Load report), never from a record (a Load must see the files).
+    /// queries (for the Load report). The spec's record is not used (a Load looks at the
+    /// files); an entry this worker already holds for the directory is, as for every task.
     #[allow(clippy::type_complexity)]
     pub async fn load(
         &self,
