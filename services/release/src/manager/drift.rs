@@ -287,7 +287,13 @@ impl Owner {
                 events: self.events.clone(),
                 metrics: self.metrics.clone(),
             };
-            match repairer.run(d.objects, d.applied, cancel.clone()).await {
+            // Boxed, as `deployed` below and `key_for` in the repairer: a future awaited in
+            // place is part of this task's allocation, which is as large as the largest of
+            // them all the time; one task lives per watched release. With the API calls
+            // inline, each task took some 8 KiB (8.2 MB of the release service's 33 MB heap
+            // peak with 1,000 releases, measured with heaptrack); boxed, 2 KiB here and 1 KiB
+            // for the repairer.
+            match Box::pin(repairer.run(d.objects, d.applied, cancel.clone())).await {
                 // Nothing to watch, or told to stop.
                 Ended::Cancelled | Ended::Closed => return,
                 Ended::Outdated => {
@@ -298,7 +304,7 @@ impl Owner {
                 }
             }
             desired = loop {
-                match self.deployed().await {
+                match Box::pin(self.deployed()).await {
                     Ok(Some(d)) => break d,
                     Ok(None) => {
                         tracing::info!("release no longer deployed by berth; not repairing it");
@@ -438,7 +444,7 @@ impl Repairer {
         let mut tracked = HashMap::new();
         let mut resolved = Vec::new();
         for desired in objects {
-            match self.applier.key_for(&desired, &self.namespace).await {
+            match Box::pin(self.applier.key_for(&desired, &self.namespace)).await {
                 Ok((key, ar)) => {
                     let known_good = known.remove(&key);
                     resolved.push((key.clone(), ar));
