@@ -117,10 +117,6 @@ impl Sandbox {
             .args(limits.to_args())
             // A program sees no environment (jq's `env`, `$ENV`): nothing of the service's.
             .env_clear()
-            // mimalloc (the `berth` binary's allocator) commits its 1 GiB arenas eagerly, which
-            // RLIMIT_DATA counts in full: the evaluator could not even start its thread. Lazy
-            // commit counts what is used. (The system allocator ignores this.)
-            .env("MIMALLOC_ARENA_EAGER_COMMIT", "0")
             .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

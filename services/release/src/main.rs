@@ -2,11 +2,6 @@
 
 use clap::Parser;
 
-/// mimalloc instead of glibc's allocator, as for `berth` (see there): rendering allocates and
-/// frees many small values across threads.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser, Debug)]
 #[command(
     name = "berth-release",

@@ -16,10 +16,6 @@
 //! Memory is measured by running the tool under this binary's `--measure` mode, whose only
 //! child it is, so `getrusage(RUSAGE_CHILDREN)` reports exactly that tool's peak.
 
-/// The allocator `berth` itself uses, so `--render-once` measures what `berth render` does.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use anyhow::Context as _;
 use berth_helm::helm_binary::find_helm;
 use berth_helm::template::{self, TemplateOptions};
