@@ -8,9 +8,8 @@
 fn main() -> std::process::ExitCode {
     // `berth render` is a short burst of small allocations; huge pages only cost it time and
     // memory (see there). Other commands keep the default, which their children inherit.
-    match std::env::args().nth(1).as_deref() {
-        Some("render") => berth_helm::memory::prefer_small_pages(),
-        _ => {}
+    if std::env::args().nth(1).as_deref() == Some("render") {
+        berth_helm::memory::prefer_small_pages();
     }
     // `berth up` runs hookevent and lifecycle, whose jq evaluators are this executable.
     if let Some(code) = berth_jq::run_if_requested() {
