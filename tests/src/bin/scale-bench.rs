@@ -372,20 +372,21 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
     // the run's CPU. The gauge may lag the packages (it is refreshed at most twice a second),
     // never lead them; the List below confirms.
     let metrics = berth.lifecycle_metrics()?.to_owned();
-    loop {
-        if running_by_gauge(&metrics).await? >= args.packages as f64 {
-            break;
+    let counted = loop {
+        let running = running_by_gauge(&metrics).await?;
+        if running >= args.packages as f64 {
+            break running;
         }
         if Instant::now() >= deadline {
             bail!("not every package was Running within {CONVERGE_DEADLINE:?}");
         }
         tokio::time::sleep(GAUGE_POLL).await;
-    }
+    };
     let converged = start.elapsed();
     let listed = journey::count_running(&mut client).await?;
     anyhow::ensure!(
         listed == Some(args.packages),
-        "the gauge counted {} Running packages; List found {listed:?}",
+        "the gauge counted {counted} Running packages; List found {listed:?} of {}",
         args.packages
     );
     let (by_program, busy) = CpuByProgram::now()?.since(&machine_before);
