@@ -34,8 +34,16 @@ pub fn task(key: &PackageKey, generation: Generation, kind: TaskKind, payload: V
     })
 }
 
+/// `kinds` on the package's main queue, after a Supersede of what older generations left.
+///
+/// The first generation of a key supersedes nothing, so it writes no Supersede: every task
+/// carries a generation of at least 1 (generations survive a Remove, so a re-created package
+/// starts above its old tasks), and a Supersede drops only older ones. That spares the broker
+/// a call and a transaction per new package, the bulk of a cluster's first install.
 fn tasks(key: &PackageKey, generation: Generation, kinds: &[TaskKind]) -> Vec<Row> {
-    std::iter::once(supersede(key, generation))
+    (generation.get() > 1)
+        .then(|| supersede(key, generation))
+        .into_iter()
         .chain(kinds.iter().map(|k| task(key, generation, *k, json!({}))))
         .collect()
 }
@@ -232,6 +240,11 @@ mod tests {
     #[test]
     fn a_new_package_installs_from_scratch() {
         let (restart, out) = update(None, &key(), g(1), &NEW);
+        assert!(restart);
+        // Nothing can be older than the first generation.
+        assert_eq!(kinds(&out), ["Download", "Load"]);
+        // A package removed and created again may still have its old incarnation's tasks.
+        let (restart, out) = update(None, &key(), g(4), &NEW);
         assert!(restart);
         assert_eq!(kinds(&out), ["Supersede", "Download", "Load"]);
     }
