@@ -2185,7 +2185,11 @@ mod tests {
         install(&store, &mut sched, "a").await;
         let claim = store.outbox_claim(100).await.unwrap();
         let ids: Vec<i64> = claim.rows.iter().map(|(id, _)| *id).collect();
-        assert_eq!(ids.len(), 2, "Download and Load (a first generation supersedes nothing)");
+        assert_eq!(
+            ids.len(),
+            2,
+            "Download and Load (a first generation supersedes nothing)"
+        );
         // Neither a SQLite claim (no lock) nor a PostgreSQL one (row locks) stops new rows.
         install(&store, &mut sched, "b").await;
         store.outbox_settle(claim, &ids[..1]).await.unwrap();
