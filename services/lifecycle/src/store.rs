@@ -1073,15 +1073,29 @@ async fn next_generation(
     Ok(Generation::new(row.get("generation")))
 }
 
+/// Outbox rows per INSERT: one bound value each, within both engines' limits.
+const OUTBOX_ROWS_PER_STATEMENT: usize = 256;
+
+/// Appends `rows` to the outbox in order, one statement per [`OUTBOX_ROWS_PER_STATEMENT`]
+/// (a write typically queues two or three tasks at once). The ordinal keeps their ids in the
+/// given order, which is the order the relay delivers them in.
 async fn insert_outbox(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     rows: &[outbox::Row],
 ) -> Result<(), StoreError> {
-    for row in rows {
-        sqlx::query("INSERT INTO outbox (body) VALUES ($1)")
-            .bind(row.encode())
-            .execute(&mut **tx)
-            .await?;
+    for chunk in rows.chunks(OUTBOX_ROWS_PER_STATEMENT) {
+        let values: Vec<String> = (1..=chunk.len()).map(|i| format!("({i}, ${i})")).collect();
+        let sql = format!(
+            "WITH v(ord, body) AS (VALUES {}) \
+             INSERT INTO outbox (body) SELECT body FROM v ORDER BY ord",
+            values.join(", ")
+        );
+        // Only placeholders are generated; every value is bound.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for row in chunk {
+            query = query.bind(row.encode());
+        }
+        query.execute(&mut **tx).await?;
     }
     Ok(())
 }
