@@ -50,8 +50,9 @@ fn tasks(key: &PackageKey, generation: Generation, kinds: &[TaskKind]) -> Vec<Ro
 
 /// The tasks of an Update, given the previous state (None for a new package).
 ///
-/// - new package: Download → Load; the scheduler enqueues the rest (ApplySettings → Startup →
-///   Run) once the package's requirements hold (see [`schedule`]);
+/// - new package: Load, which downloads the package first (the Downloading phase and the
+///   `Downloaded` condition are its reports); the scheduler enqueues the rest (ApplySettings →
+///   Startup → Run) once the package's requirements hold (see [`schedule`]);
 /// - version, package or repository change, or a package still being removed: Disable (the
 ///   release is kept, so workloads keep running) → the same chain;
 /// - settings change only: ApplySettings → Run when the package is enabled; nothing when it
@@ -66,20 +67,20 @@ pub fn update(
 ) -> (bool, Vec<Row>) {
     use TaskKind::*;
     match previous {
-        None => (true, tasks(key, generation, &[Download, Load])),
+        None => (true, tasks(key, generation, &[Load])),
         Some(prev)
             if prev.removing
                 || prev.version != new.version
                 || prev.package != new.package
                 || prev.repository != new.repository
-                // Never loaded (e.g. the first Download failed), or the generation failed
+                // Never loaded (e.g. the first download failed), or the generation failed
                 // permanently: start over.
                 || prev.settings_schema.is_none()
                 || prev.phase == Phase::Failed
                 // A version constraint is resolved again at every Update.
                 || is_constraint(new.version) =>
         {
-            (true, tasks(key, generation, &[Disable, Download, Load]))
+            (true, tasks(key, generation, &[Disable, Load]))
         }
         Some(prev) if prev.enabled => (false, tasks(key, generation, &[ApplySettings, Run])),
         Some(_) => (false, tasks(key, generation, &[])),
@@ -242,11 +243,11 @@ mod tests {
         let (restart, out) = update(None, &key(), g(1), &NEW);
         assert!(restart);
         // Nothing can be older than the first generation.
-        assert_eq!(kinds(&out), ["Download", "Load"]);
+        assert_eq!(kinds(&out), ["Load"]);
         // A package removed and created again may still have its old incarnation's tasks.
         let (restart, out) = update(None, &key(), g(4), &NEW);
         assert!(restart);
-        assert_eq!(kinds(&out), ["Supersede", "Download", "Load"]);
+        assert_eq!(kinds(&out), ["Supersede", "Load"]);
     }
 
     #[test]
@@ -264,7 +265,7 @@ mod tests {
     #[test]
     fn a_version_change_disables_first() {
         let (_, out) = update(Some(&row("0.9.0", true, false)), &key(), g(2), &NEW);
-        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load"]);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Load"]);
     }
 
     #[test]
@@ -326,7 +327,7 @@ mod tests {
         // of superseding its Load with nothing.
         let (restart, out) = update(Some(&r), &key(), g(3), &two);
         assert!(restart);
-        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load"]);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Load"]);
     }
 
     #[test]
@@ -339,7 +340,7 @@ mod tests {
         r.settings_schema = Some(None);
         let (restart, out) = update(Some(&r), &key(), g(2), &tilde);
         assert!(restart);
-        assert_eq!(kinds(&out), ["Supersede", "Disable", "Download", "Load"]);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Load"]);
         assert!(!is_constraint("1.2.3") && !is_constraint("latest") && is_constraint("^1"));
     }
 

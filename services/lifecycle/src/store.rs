@@ -1722,10 +1722,7 @@ mod tests {
 
         // A writes next: it catches up, and enables nothing again.
         install(&a, &mut sched_a, "other").await;
-        assert_eq!(
-            queued(&a).await,
-            ["default.other Download", "default.other Load"]
-        );
+        assert_eq!(queued(&a).await, ["default.other Load"]);
         assert_eq!(sched_a.kubernetes(), Some(&semver::Version::new(1, 31, 0)));
         // A Remove of db through A is refused: web depends on it (B wrote db's state).
         let refused = a
@@ -1964,10 +1961,7 @@ mod tests {
         let mut sched = store.scheduler(platform.clone()).await.unwrap();
 
         let web = install(&store, &mut sched, "web").await;
-        assert_eq!(
-            queued(&store).await,
-            ["default.web Download", "default.web Load"]
-        );
+        assert_eq!(queued(&store).await, ["default.web Load"]);
         report(&store, &mut sched, "web", web, |c| {
             c.phase = Some(Phase::Loaded);
             c.settings_schema = Some(None);
@@ -2007,7 +2001,6 @@ mod tests {
         assert_eq!(
             queued(&store).await,
             [
-                "default.db Download",
                 "default.db Load",
                 "default.db ApplySettings",
                 "default.db Startup",
@@ -2036,7 +2029,7 @@ mod tests {
             [PackageKey::from_issued("default.web".into())]
         );
 
-        // A new version starts over: only Download and Load, and the scheduler decides again
+        // A new version starts over: only Load, and the scheduler decides again
         // once it is loaded.
         let mut newer = spec("web");
         newer.version = "2.0.0".into();
@@ -2050,11 +2043,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             queued(&store).await,
-            [
-                "default.web Disable",
-                "default.web Download",
-                "default.web Load"
-            ]
+            ["default.web Disable", "default.web Load"]
         );
         let (status, reason, _) = requirements_met(&store, "web").await;
         assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotLoaded"));
@@ -2197,19 +2186,20 @@ mod tests {
             .await
             .unwrap();
         install(&store, &mut sched, "a").await;
+        install(&store, &mut sched, "c").await;
         let claim = store.outbox_claim(100).await.unwrap();
         let ids: Vec<i64> = claim.rows.iter().map(|(id, _)| *id).collect();
         assert_eq!(
             ids.len(),
             2,
-            "Download and Load (a first generation supersedes nothing)"
+            "a Load each (a first generation supersedes nothing)"
         );
         // Neither a SQLite claim (no lock) nor a PostgreSQL one (row locks) stops new rows.
         install(&store, &mut sched, "b").await;
         store.outbox_settle(claim, &ids[..1]).await.unwrap();
         assert_eq!(
             queued(&store).await,
-            ["default.a Load", "default.b Download", "default.b Load"],
+            ["default.c Load", "default.b Load"],
             "the undelivered row of the batch and the new rows stay, in order"
         );
     }
@@ -2228,9 +2218,9 @@ mod tests {
         for name in ["a", "b"] {
             install(&first, &mut sched, name).await;
         }
-        // Each install wrote Download and Load.
-        let held = first.outbox_claim(2).await.unwrap();
-        assert_eq!(held.rows.len(), 2);
+        // Each install wrote its Load.
+        let held = first.outbox_claim(1).await.unwrap();
+        assert_eq!(held.rows.len(), 1);
         let other = second.outbox_claim(100).await.unwrap();
         match first.dialect() {
             Dialect::Postgres => assert!(
@@ -2238,14 +2228,14 @@ mod tests {
                 "the second relay would overtake the first: {:?}",
                 other.rows
             ),
-            Dialect::Sqlite => assert_eq!(other.rows.len(), 4),
+            Dialect::Sqlite => assert_eq!(other.rows.len(), 2),
         }
         drop(other);
         let ids: Vec<i64> = held.rows.iter().map(|(id, _)| *id).collect();
         first.outbox_settle(held, &ids).await.unwrap();
         let rest = second.outbox_claim(100).await.unwrap();
         let kinds: Vec<&str> = rest.rows.iter().map(|(_, body)| body.as_str()).collect();
-        assert_eq!(kinds.len(), 2, "{kinds:?}");
+        assert_eq!(kinds.len(), 1, "{kinds:?}");
         assert!(kinds.iter().all(|b| b.contains("default.b")), "{kinds:?}");
     }
 

@@ -4,8 +4,8 @@
 //!
 //! | task | effect | delivered twice |
 //! |---|---|---|
-//! | Download | copy the package version into this worker's cache | second copy is skipped (same digest) |
-//! | Load | read the package, discover hooks, report schema and hooks, register schedule, kubernetes and webhook bindings | same report, bindings replaced |
+//! | Download | copy the package version into this worker's cache (no longer queued by lifecycle: Load does it first; runs for tasks queued before) | second copy is skipped (same digest) |
+//! | Load | copy the package version into this worker's cache (as Download), read it, discover hooks, apply its CRDs, report schema and hooks, register schedule, kubernetes and webhook bindings | second copy skipped; same report, bindings replaced |
 //! | ApplySettings | bindings adopt the generation; validate settings (schema, then the package's settings check), compute values, report them | same values |
 //! | Startup | Synchronization runs of kubernetes bindings, release their events, then onStartup hooks | hooks run again (hooks must be idempotent, as in shell-operator) |
 //! | Run | beforeHelm hooks → release install/upgrade → afterHelm hooks → wait ready (the global package: beforeAll hooks) | server-side apply is idempotent |

@@ -16,17 +16,26 @@ use crate::context::TaskContext;
 use crate::hooks::{apply_outputs, check_settings, report_run, run_hook, run_lifecycle};
 use crate::package::{Values, ensure, report_values};
 
+/// A Download task: the package's files into this worker's cache. Lifecycle no longer queues
+/// it (Load downloads first, see [`load`]); it still runs, for tasks queued before that.
 pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    fetch(cx).await.map(drop)
+}
+
+/// The package's files in this worker's cache, with the Downloading phase and the
+/// `Downloaded` condition reported (gathered with the task's other reports).
+async fn fetch(cx: &TaskContext<'_>) -> Result<berth_package::Package, TaskError> {
     cx.set_phase(Phase::Downloading).await?;
     match ensure(cx).await {
-        Ok(_) => {
+        Ok(pkg) => {
             cx.set_condition(
                 ConditionType::Downloaded,
                 ConditionStatus::True,
                 "Downloaded",
                 "",
             )
-            .await
+            .await?;
+            Ok(pkg)
         }
         Err(e) => {
             cx.set_condition(
@@ -69,8 +78,11 @@ fn misplaced_bindings(hooks: &[berth_hooks::Hook], global: bool) -> Option<Strin
     (!found.is_empty()).then(|| format!("hooks {}: {why}", found.join(", ")))
 }
 
+/// Load: download the package (a task of its own before: one lease, spec read, report write and
+/// completion more per package, for a step every Load repeated anyway on a worker without the
+/// files), read it, discover its hooks, apply its CRDs, register its bindings, report it loaded.
 pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
-    let pkg = ensure(cx).await?;
+    let pkg = fetch(cx).await?;
     // The global package is one per installation: the module `global`, and that module is
     // always a Global package (lifecycle takes its values for the global values).
     let is_module =
