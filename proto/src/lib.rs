@@ -164,7 +164,7 @@ pub mod tasks {
 
     impl TaskKind {
         /// Every kind a task can have (not `Unspecified`).
-        pub const ALL: [TaskKind; 12] = [
+        pub const ALL: [TaskKind; 13] = [
             TaskKind::Download,
             TaskKind::Load,
             TaskKind::ApplySettings,
@@ -177,6 +177,7 @@ pub mod tasks {
             TaskKind::WebhookRun,
             TaskKind::ValidateRun,
             TaskKind::AfterAll,
+            TaskKind::Start,
         ];
 
         /// The kind's name in the queue's `Task.kind` (and in Dump and task history).
@@ -195,6 +196,7 @@ pub mod tasks {
                 TaskKind::WebhookRun => "WebhookRun",
                 TaskKind::ValidateRun => "ValidateRun",
                 TaskKind::AfterAll => "AfterAll",
+                TaskKind::Start => "Start",
             }
         }
 

@@ -148,13 +148,13 @@ async fn failover(
         topology.kill(service, 0).await?;
     }
     let killed = Instant::now();
-    // The Runs under way at the kill: their hooks may run again (the broker redelivers a dead
-    // worker's task once its lease expires, and until then the lease stays). Read after the
-    // kill: read before it, a Run leased in between was missed, and its second run counted
-    // as a task run twice.
+    // The Starts (ApplySettings → Startup → Run) under way at the kill: their hooks may run
+    // again (the broker redelivers a dead worker's task once its lease expires, and until then
+    // the lease stays). Read after the kill: read before it, a Start leased in between was
+    // missed, and its second run counted as a task run twice.
     let mut conn = sqlx::PgConnection::connect(&databases.queue).await?;
     let in_flight: Vec<String> =
-        sqlx::query("SELECT package FROM tasks WHERE kind = 'Run' AND lease_holder <> ''")
+        sqlx::query("SELECT package FROM tasks WHERE kind = 'Start' AND lease_holder <> ''")
             .fetch_all(&mut conn)
             .await?
             .iter()
@@ -214,7 +214,7 @@ async fn failover(
         if outcome == "done" {
             *done.entry(id).or_default() += 1;
             // `attempts`: the attempts that failed before this one.
-            if kind == "Run" && attempts > 0 {
+            if kind == "Start" && attempts > 0 {
                 redelivered.insert(package, attempts + 1);
             }
         }
@@ -223,7 +223,7 @@ async fn failover(
     ensure!(twice.is_empty(), "tasks finished more than once: {twice:?}");
     let _ = conn.close().await;
 
-    // Each beforeHelm hook ran once, or more only for a Run the kill interrupted.
+    // Each beforeHelm hook ran once, or more only for a Start the kill interrupted.
     let recorded = std::fs::read_to_string(runs).unwrap_or_default();
     let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
     for line in recorded.lines() {
@@ -236,7 +236,7 @@ async fn failover(
             redelivered.get(&key).copied().unwrap_or(1) + i64::from(in_flight.contains(&key));
         ensure!(
             n >= 1 && n <= allowed,
-            "{}'s beforeHelm hook ran {n} times (at most {allowed} allowed: its Run's attempts, one more if it ran at the kill); its tasks: {:?}",
+            "{}'s beforeHelm hook ran {n} times (at most {allowed} allowed: its Start's attempts, one more if it ran at the kill); its tasks: {:?}",
             name(i),
             tasks_of.get(&key)
         );

@@ -1276,3 +1276,102 @@ async fn hooks_answer_their_config_query_once_per_load_across_workers() -> anyho
     cluster.stop().await;
     result
 }
+
+/// An enabled package starts in one task (ApplySettings → Startup → Run): the values its
+/// onStartup hook sets reach the release of the same task, and a failure after onStartup
+/// resumes after it. One package's beforeHelm hook fails on its first run; its retry runs
+/// beforeHelm again but not onStartup, and both packages' ConfigMaps show onStartup's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_fails_after_on_startup_resumes_without_running_it_again() -> anyhow::Result<()>
+{
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let topology = SplitTopology::start(&cluster.kubeconfig, dir.path()).await?;
+    let result = async {
+        let ns = namespace(&cluster.client).await?;
+        let side = berth_tests::hook_writable_dir()?;
+        let (repo_dir, repo) = berth_tests::temp_repo();
+        let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+        let mut refs = vec![];
+        for (name, fail_once) in [("steady", false), ("flaky", true)] {
+            let log = side.path().join(name);
+            let startup = format!(
+                "#!/bin/sh\n\
+                 if [ \"$1\" = \"--config\" ]; then printf 'configVersion: v1\\nonStartup: 1\\n'; exit 0; fi\n\
+                 echo startup >> '{log}'\n\
+                 printf '[{{\"op\":\"add\",\"path\":\"/started\",\"value\":\"yes\"}}]' > \"$VALUES_JSON_PATCH_PATH\"\n",
+                log = log.display()
+            );
+            // The first run leaves a mark and fails; later runs succeed.
+            let before = format!(
+                "#!/bin/sh\n\
+                 if [ \"$1\" = \"--config\" ]; then printf 'configVersion: v1\\nbeforeHelm: 1\\n'; exit 0; fi\n\
+                 echo before >> '{log}'\n\
+                 if [ {fail_once} = true ] && [ ! -e '{log}.failed' ]; then : > '{log}.failed'; echo 'first run fails' >&2; exit 1; fi\n",
+                log = log.display()
+            );
+            berth_tests::write_app(
+                repo_dir.path(),
+                name,
+                &[
+                    ("values.yaml", "started: \"no\"\n"),
+                    (
+                        "templates/configmap.yaml",
+                        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  started: {{ .Values.started | quote }}\n",
+                    ),
+                    ("hooks/startup.sh", &startup),
+                    ("hooks/before.sh", &before),
+                ],
+            )?;
+            let r = v1::PackageRef {
+                kind: v1::PackageKind::App as i32,
+                name: name.to_owned(),
+                namespace: ns.to_string(),
+            };
+            let accepted = client
+                .update(v1::UpdateRequest {
+                    r#ref: Some(r.clone()),
+                    repository: repo.clone(),
+                    version: "1.0.0".into(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            refs.push((r, accepted.generation, log, fail_once));
+        }
+        let cms: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+        for (r, generation, log, fail_once) in &refs {
+            let mut failed_in_run = false;
+            journey::follow(&mut client, r, REACT_DEADLINE, "Running", |p| {
+                failed_in_run |= p.last_error.starts_with("Start: Run: ");
+                Ok(p.phase == "Running" && p.observed_generation >= *generation)
+            })
+            .await?;
+            let lines = std::fs::read_to_string(log)?;
+            let count = |what: &str| lines.lines().filter(|l| *l == what).count();
+            let runs = if *fail_once { 2 } else { 1 };
+            anyhow::ensure!(
+                (count("startup"), count("before")) == (1, runs),
+                "{}: onStartup once and beforeHelm {runs} time(s), but the hooks logged {lines:?}",
+                r.name
+            );
+            anyhow::ensure!(
+                failed_in_run == *fail_once,
+                "{}: the package showed a failure of Start's Run step: {failed_in_run}",
+                r.name
+            );
+            let cm = cms.get(&r.name).await?;
+            let started = cm.data.as_ref().and_then(|d| d.get("started")).cloned();
+            anyhow::ensure!(
+                started.as_deref() == Some("yes"),
+                "{}: the release shows onStartup's value, not {started:?}",
+                r.name
+            );
+        }
+        Ok(())
+    }
+    .await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}

@@ -301,7 +301,7 @@ async fn every_service_serves_its_metrics() -> anyhow::Result<()> {
                 && p.timed("broker", "berth.queue.v1.Broker/Lease") >= 1.0
                 && p.sum(
                     "berth_queue_finished_total",
-                    &[("kind", "Run"), ("outcome", "done")],
+                    &[("kind", "Start"), ("outcome", "done")],
                 ) >= 1.0
         })
         .await?;
@@ -311,7 +311,7 @@ async fn every_service_serves_its_metrics() -> anyhow::Result<()> {
         let worker = scrape_until(&metrics_of(topology.worker())?, "task durations", |p| {
             p.sum(
                 "berth_task_duration_seconds_count",
-                &[("kind", "Run"), ("outcome", "done")],
+                &[("kind", "Start"), ("outcome", "done")],
             ) >= 1.0
                 && p.sum(
                     "berth_task_duration_seconds_count",
@@ -327,11 +327,11 @@ async fn every_service_serves_its_metrics() -> anyhow::Result<()> {
         );
         let run_seconds = worker.sum(
             "berth_task_duration_seconds_sum",
-            &[("kind", "Run"), ("outcome", "done")],
+            &[("kind", "Start"), ("outcome", "done")],
         );
         anyhow::ensure!(
             run_seconds > 0.0 && run_seconds < SCRAPE_DEADLINE.as_secs_f64() * 5.0,
-            "a Run took {run_seconds} s"
+            "a Start took {run_seconds} s"
         );
 
         // Release: the install's apply, the release becoming ready, its RPCs.
@@ -414,11 +414,11 @@ async fn berth_up_serves_every_service_on_one_endpoint() -> anyhow::Result<()> {
             p.sum("berth_packages", &[("phase", "Running")]) == 1.0
                 && p.sum(
                     "berth_task_duration_seconds_count",
-                    &[("kind", "Run"), ("outcome", "done")],
+                    &[("kind", "Start"), ("outcome", "done")],
                 ) >= 1.0
                 && p.sum("berth_release_apply_duration_seconds_count", &[]) >= 1.0
                 && p.sum("berth_watches", &[]) >= 1.0
-                && p.has("berth_queue_finished_total", &[("kind", "Run")])
+                && p.has("berth_queue_finished_total", &[("kind", "Start")])
         })
         .await?;
         well_formed(&page)?;

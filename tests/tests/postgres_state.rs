@@ -119,7 +119,7 @@ async fn journey(
     )
     .await?;
     anyhow::ensure!(
-        done.iter().any(|k| k == "Startup"),
+        done.iter().any(|k| k == "Start"),
         "the broker's history holds the install's tasks: {done:?}"
     );
 

@@ -51,8 +51,9 @@ fn tasks(key: &PackageKey, generation: Generation, kinds: &[TaskKind]) -> Vec<Ro
 /// The tasks of an Update, given the previous state (None for a new package).
 ///
 /// - new package: Load, which downloads the package first (the Downloading phase and the
-///   `Downloaded` condition are its reports); the scheduler enqueues the rest (ApplySettings →
-///   Startup → Run) once the package's requirements hold (see [`schedule`]);
+///   `Downloaded` condition are its reports); the scheduler enqueues the rest (Start:
+///   ApplySettings → Startup → Run in one task) once the package's requirements hold (see
+///   [`schedule`]);
 /// - version, package or repository change, or a package still being removed: Disable (the
 ///   release is kept, so workloads keep running) → the same chain;
 /// - settings change only: ApplySettings → Run when the package is enabled; nothing when it
@@ -88,8 +89,9 @@ pub fn update(
 }
 
 /// What a scheduler verdict changes on the package: enabled, it gets `RequirementsMet=True`
-/// and the tasks after Load (ApplySettings → Startup → Run) for its generation; waiting, it
-/// goes (back) to Pending with `RequirementsMet=False` naming the unmet requirement.
+/// and the task after Load for its generation, Start (ApplySettings → Startup → Run in one
+/// task, resuming after the steps done when retried); waiting, it goes (back) to Pending with
+/// `RequirementsMet=False` naming the unmet requirement.
 pub fn schedule(row: &mut PackageRow, verdict: &Verdict, now: &str) -> Vec<Row> {
     use TaskKind::*;
     match verdict {
@@ -99,10 +101,7 @@ pub fn schedule(row: &mut PackageRow, verdict: &Verdict, now: &str) -> Vec<Row> 
                 ConditionSet::new(ConditionType::RequirementsMet, ConditionStatus::True, "Met");
             met.message = "every requirement holds".to_owned();
             set_condition(&mut row.conditions, &met, row.generation, now);
-            [ApplySettings, Startup, Run]
-                .iter()
-                .map(|k| task(&row.key, row.generation, *k, json!({})))
-                .collect()
+            vec![task(&row.key, row.generation, Start, json!({}))]
         }
         Verdict::Wait(blocked) => {
             row.phase = Phase::Pending;
@@ -296,7 +295,7 @@ mod tests {
         assert_eq!(c.message, "requires db, which is not installed");
         let out = schedule(&mut r, &Verdict::Enable, "t");
         assert!(r.enabled);
-        assert_eq!(kinds(&out), ["ApplySettings", "Startup", "Run"]);
+        assert_eq!(kinds(&out), ["Start"]);
         assert_eq!(r.conditions[0].status, "True");
     }
 

@@ -1,5 +1,5 @@
-//! The scheduler: decides when a loaded package is enabled, i.e. when the tasks after its Load
-//! (ApplySettings → Startup → Run) are enqueued. Pure domain: an in-memory index of every
+//! The scheduler: decides when a loaded package is enabled, i.e. when the task after its Load
+//! (Start: ApplySettings → Startup → Run) is enqueued. Pure domain: an in-memory index of every
 //! package's scheduling facts, mirrored from the store (which persists them) and consulted
 //! inside the store's write transactions, so a decision and the state it changes commit
 //! together.

@@ -1634,7 +1634,7 @@ mod tests {
         report_to(&store, &mut sched, &global, g, run_succeeded).await;
         assert_eq!(
             queued(&store).await,
-            ["nested ApplySettings", "nested Startup", "nested Run"],
+            ["nested Start"],
             "the nested package starts; the afterAll waits for it"
         );
         assert!(after_all_due(&store).await);
@@ -1712,11 +1712,7 @@ mod tests {
         let db_g = install(&b, &mut sched_b, "db").await;
         assert_eq!(
             bring_up_db(&b, &mut sched_b, db_g).await,
-            [
-                "default.web ApplySettings",
-                "default.web Startup",
-                "default.web Run"
-            ],
+            ["default.web Start"],
             "B enabled web, which only A wrote"
         );
 
@@ -1786,11 +1782,7 @@ mod tests {
         );
         assert_eq!(
             bring_up_db(&a, &mut sched_a, db_g).await,
-            [
-                "default.web ApplySettings",
-                "default.web Startup",
-                "default.web Run"
-            ]
+            ["default.web Start"]
         );
     }
 
@@ -2000,12 +1992,7 @@ mod tests {
         .await;
         assert_eq!(
             queued(&store).await,
-            [
-                "default.db Load",
-                "default.db ApplySettings",
-                "default.db Startup",
-                "default.db Run"
-            ]
+            ["default.db Load", "default.db Start"]
         );
         assert_eq!(
             requirements_met(&store, "web").await.2,
@@ -2015,14 +2002,7 @@ mod tests {
             c.phase = Some(Phase::Running)
         })
         .await;
-        assert_eq!(
-            queued(&store).await,
-            [
-                "default.web ApplySettings",
-                "default.web Startup",
-                "default.web Run"
-            ]
-        );
+        assert_eq!(queued(&store).await, ["default.web Start"]);
         assert_eq!(requirements_met(&store, "web").await.0, "True");
         assert_eq!(
             sched.dependents(&PackageKey::from_issued("default.db".into())),

@@ -15,6 +15,7 @@ crate::on_both_backends!(
     lease_respects_max,
     long_poll_wakes_when_a_task_is_enqueued,
     failed_task_is_retried_with_backoff_without_delaying_other_queues,
+    a_retry_resumes_from_the_progress_its_failure_recorded,
     allow_failure_and_permanent_failures_are_dropped_and_recorded,
     supersede_drops_queued_tasks_and_cancels_running_ones,
     stale_fence_is_rejected_and_an_expired_lease_is_redelivered,
@@ -193,6 +194,55 @@ async fn failed_task_is_retried_with_backoff_without_delaying_other_queues(db: D
         (200..=400).contains(&retry_in),
         "second retry after 2·base/2..2·base, got {retry_in} ms"
     );
+    b.stop().await;
+}
+
+async fn a_retry_resumes_from_the_progress_its_failure_recorded(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
+    b.enqueue(vec![task("steps", "q", "p")]).await;
+    let first = b.lease("w", 1, 0).await;
+    assert_eq!(first[0].payload_json, r#"{"task": "steps"}"#);
+
+    // Progress that is not JSON, or larger than a payload may be, is refused and changes
+    // nothing: the lease still holds, and the payload is as it was.
+    let refused = b
+        .fail_with_progress(&first[0], "boom", true, "{not json")
+        .await
+        .expect_err("progress that is not JSON");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("payload_json"), "{refused:?}");
+    let big = format!(r#"{{"done": "{}"}}"#, "x".repeat(1 << 20));
+    let refused = b
+        .fail_with_progress(&first[0], "boom", true, &big)
+        .await
+        .expect_err("progress past the payload bound");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("limit"), "{refused:?}");
+
+    b.fail_with_progress(&first[0], "step 2 failed", true, r#"{"done": ["one"]}"#)
+        .await
+        .expect("fail with progress");
+    let again = b.lease("w", 1, 5_000).await;
+    assert_eq!(ids(&again), ["steps"]);
+    assert_eq!(
+        (again[0].payload_json.as_str(), again[0].attempts),
+        (r#"{"done": ["one"]}"#, 1),
+        "the retry carries the recorded progress"
+    );
+    // A failure that records nothing keeps the progress recorded before.
+    b.fail(&again[0], "step 2 failed again", true)
+        .await
+        .expect("fail");
+    let third = b.lease("w", 1, 5_000).await;
+    assert_eq!(third[0].payload_json, r#"{"done": ["one"]}"#);
+    // A task that is dropped records nothing: nothing is left to resume.
+    assert_eq!(
+        b.fail_with_progress(&third[0], "fatal", false, r#"{"done": ["one", "two"]}"#)
+            .await
+            .expect("fail"),
+        -1
+    );
+    assert!(b.lease("w", 1, 0).await.is_empty());
     b.stop().await;
 }
 

@@ -35,8 +35,8 @@ enum Event {
 }
 
 /// Test handler. By task kind: `Work` takes `hold` then succeeds; `Block` waits for its
-/// cancellation; `Stubborn` ignores it; `Flaky` fails on its first attempt; `Broken` fails
-/// permanently.
+/// cancellation; `Stubborn` ignores it; `Flaky` fails on its first attempt, recording its
+/// progress, and succeeds on a retry that carries it; `Broken` fails permanently.
 struct Recorder {
     hold: Duration,
     running: AtomicUsize,
@@ -98,7 +98,15 @@ impl Handler for Recorder {
                 tokio::time::sleep(Duration::from_secs(30)).await;
                 Ok(())
             }
-            "Flaky" if task.attempts == 0 => Err(TaskError::retry("flaky first attempt")),
+            // Records how far it got; the retry must carry that as its payload.
+            "Flaky" if task.attempts == 0 => Err(TaskError::retry("flaky first attempt")
+                .with_progress(r#"{"done":["first step"]}"#.to_owned())),
+            "Flaky" if task.payload_json != r#"{"done":["first step"]}"# => {
+                Err(TaskError::permanent(format!(
+                    "retried without its progress: {}",
+                    task.payload_json
+                )))
+            }
             "Broken" => Err(TaskError::permanent("cannot ever work")),
             _ => {
                 tokio::time::sleep(self.hold).await;
@@ -248,7 +256,7 @@ async fn failed_tasks_are_retried_and_permanent_failures_dropped(db: Db) {
     assert_eq!(
         outcome("flaky"),
         Some(("done".into(), 1, String::new())),
-        "succeeded on the second attempt"
+        "succeeded on the second attempt, which carried the progress the first recorded"
     );
     assert_eq!(
         outcome("broken"),

@@ -12,10 +12,10 @@ use berth_proto::lifecycle::HookConfigs;
 use berth_queue::worker::TaskError;
 
 /// Packages whose discovered hooks are kept; past this, the entry kept longest goes first.
-/// A package's tasks (Load, ApplySettings, Startup, Run) reach a worker far apart when many
-/// packages are queued: with 1,000 packages in flight, a cache emptied at 256 entries made
-/// nearly every task run each hook with `--config` again (a fork and exec per hook). An entry
-/// is a few KiB (the hooks' parsed configs).
+/// A package's tasks (Load, then Start) reach a worker far apart when many packages are
+/// queued: with 1,000 packages in flight, a cache emptied at 256 entries made nearly every
+/// task run each hook with `--config` again (a fork and exec per hook). An entry is a few KiB
+/// (the hooks' parsed configs).
 const HOOK_CACHE_ENTRIES: usize = 2048;
 /// Bound of the `settings` token buckets; cleared when full (a cleared bucket starts full).
 const THROTTLE_ENTRIES: usize = 2048;

@@ -9,6 +9,7 @@
 //! | ApplySettings | bindings adopt the generation; validate settings (schema, then the package's settings check), compute values, report them | same values |
 //! | Startup | Synchronization runs of kubernetes bindings, release their events, then onStartup hooks | hooks run again (hooks must be idempotent, as in shell-operator) |
 //! | Run | beforeHelm hooks → release install/upgrade → afterHelm hooks → wait ready (the global package: beforeAll hooks) | server-side apply is idempotent |
+//! | Start | ApplySettings → Startup → Run in one task, the values carried from step to step (queued by lifecycle when the scheduler enables a package); a failure records the steps done as the task's payload, and the retry resumes after them | as its steps; a worker that dies mid-task leaves the steps since the last recorded failure to run again |
 //! | AfterAll | the global package's afterAll hooks, apply their outputs (enqueued by lifecycle once the packages waiting for it converged) | the hooks run again |
 //! | HookRun | run one hook with its binding contexts, apply its outputs | the hook runs again |
 //! | WebhookRun | run one hook for an admission or conversion request and hand its answer to hookevent (never retried; skipped once the request's deadline passed) | the second answer is dropped (the request was answered or gave up) |

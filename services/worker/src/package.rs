@@ -265,6 +265,12 @@ impl Values {
         Ok(changed)
     }
 
+    /// Lifecycle has the operations so far (they were reported): a later report of this task
+    /// sends only those that come after.
+    pub fn mark_reported(&mut self) {
+        self.stored = self.patches.0.len();
+    }
+
     /// The values as lifecycle stores them, with the operations new in this task.
     pub fn report(&self, inside_run: bool) -> berth_proto::lifecycle::Values {
         berth_proto::lifecycle::Values {

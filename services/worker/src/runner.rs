@@ -70,7 +70,10 @@ fn fails_generation(kind: TaskKind, error: &TaskError, cancel: &CancellationToke
     use TaskKind::*;
     !error.retry
         && !cancel.is_cancelled()
-        && matches!(kind, Download | Load | ApplySettings | Startup | Run)
+        && matches!(
+            kind,
+            Download | Load | ApplySettings | Startup | Run | Start
+        )
 }
 
 impl Handler for TaskRunner {

@@ -4,8 +4,8 @@
 //! It writes a repository of `--packages` apps (default 1,000) in `--depth` levels (default 10):
 //! every package of level L > 0 depends mandatorily on two packages of level L − 1. The apps
 //! have neither chart nor hooks, so what is measured is berth's own path: lifecycle (Updates,
-//! reports, scheduling passes, the outbox), the broker and one worker running Download → Load →
-//! ApplySettings → Startup → Run. The packages are installed deepest level first, so every
+//! reports, scheduling passes, the outbox), the broker and one worker running Load → Start
+//! (ApplySettings → Startup → Run in one task). The packages are installed deepest level first, so every
 //! dependent arrives before its dependencies and waits for the scheduler to enable it.
 //!
 //! It prints the time from the last Update's answer to every package Running (polled with List

@@ -39,6 +39,10 @@ pub enum InvalidTask {
     Missing(&'static str),
     #[error("lease.task_id is {len} bytes > limit {limit}")]
     TooLongRef { len: usize, limit: usize },
+    #[error("payload_json (the task's progress) is {len} bytes > limit {limit}")]
+    TooLongProgress { len: usize, limit: usize },
+    #[error("payload_json (the task's progress) is not JSON: {0}")]
+    ProgressNotJson(#[source] serde_json::Error),
 }
 
 impl From<InvalidTask> for tonic::Status {
@@ -143,6 +147,23 @@ pub fn lease_ref(lease: Option<pb::LeaseRef>) -> Result<LeaseRef, InvalidTask> {
         task_id: TaskId::from_checked(task_id),
         fence,
     })
+}
+
+/// A Fail's `payload_json`: `None` when empty (the payload stays), else JSON within the
+/// payload bound.
+pub fn progress(payload_json: String, limit: usize) -> Result<Option<String>, InvalidTask> {
+    if payload_json.is_empty() {
+        return Ok(None);
+    }
+    if payload_json.len() > limit {
+        return Err(InvalidTask::TooLongProgress {
+            len: payload_json.len(),
+            limit,
+        });
+    }
+    serde_json::from_str::<serde::de::IgnoredAny>(&payload_json)
+        .map_err(InvalidTask::ProgressNotJson)?;
+    Ok(Some(payload_json))
 }
 
 pub fn leased_task(leased: LeasedTask) -> pb::Task {

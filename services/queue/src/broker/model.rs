@@ -95,6 +95,16 @@ pub struct Settled {
     pub cancelled: bool,
 }
 
+/// How a leased task failed (a Fail call).
+#[derive(Debug, Clone, Copy)]
+pub struct Failure<'a> {
+    pub error: &'a str,
+    /// False for an error retrying cannot fix: the task is dropped.
+    pub retry: bool,
+    /// The task's payload from now on when it stays for a retry: how far it got.
+    pub progress: Option<&'a str>,
+}
+
 /// What Fail did with the task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailOutcome {

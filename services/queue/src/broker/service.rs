@@ -15,7 +15,7 @@ use super::BrokerConfig;
 use super::completer::Completer;
 use super::convert::{self, saturate};
 use super::metrics::BrokerMetrics;
-use super::model::{FailOutcome, LeaseBatch, TaskId};
+use super::model::{FailOutcome, Failure, LeaseBatch, TaskId};
 use super::store::CHANGE_CHANNEL;
 use super::store::{self, Completion, Dialect, LeaseLimits, Store, StoreError};
 
@@ -395,19 +395,23 @@ impl pb::broker_server::Broker for BrokerService {
             lease,
             error,
             retry,
+            payload_json,
         } = request.into_inner();
         let lease = convert::lease_ref(lease)?;
         tracing::Span::current().record("task.id", lease.task_id.as_str());
+        let progress = convert::progress(payload_json, self.inner.config.max_payload_bytes)?;
         // The error is stored and shown in Dump; bound it like a payload.
         let error = truncate(error, self.inner.config.max_payload_bytes);
         let backoff = self.inner.config.backoff();
-        let (outcome, settled) = retrying(|| {
-            self.inner
-                .store
-                .fail(&lease, &error, retry, &backoff, now_ms())
-        })
-        .await
-        .map_err(status)?;
+        let failure = Failure {
+            error: &error,
+            retry,
+            progress: progress.as_deref(),
+        };
+        let (outcome, settled) =
+            retrying(|| self.inner.store.fail(&lease, &failure, &backoff, now_ms()))
+                .await
+                .map_err(status)?;
         self.inner.metrics.settled(&settled, Some(outcome));
         // Dropping the head frees its queue; a retried head needs no wake-up (the waiters'
         // timers already cover its due time once they look again).
@@ -443,13 +447,15 @@ impl pb::broker_server::Broker for BrokerService {
         if !deferred {
             // Cancelled while it was held: settle it as Fail would, which drops it.
             let backoff = self.inner.config.backoff();
-            let (outcome, settled) = retrying(|| {
-                self.inner
-                    .store
-                    .fail(&lease, &reason, false, &backoff, now_ms())
-            })
-            .await
-            .map_err(status)?;
+            let failure = Failure {
+                error: &reason,
+                retry: false,
+                progress: None,
+            };
+            let (outcome, settled) =
+                retrying(|| self.inner.store.fail(&lease, &failure, &backoff, now_ms()))
+                    .await
+                    .map_err(status)?;
             self.inner.metrics.settled(&settled, Some(outcome));
         }
         // Waiters compute their timers from the heads' due times when they look again.

@@ -159,6 +159,7 @@ async fn report(
                         lease: Some(lease.clone()),
                         error: err.message.clone(),
                         retry: err.retry,
+                        payload_json: err.progress.clone().unwrap_or_default(),
                     };
                     broker
                         .fail(berth_telemetry::traced_request(request))

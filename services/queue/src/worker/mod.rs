@@ -49,6 +49,9 @@ pub struct TaskError {
     /// Not a failure: the handler may not run the task yet and hands it back to the broker to
     /// lease again after this long, without counting an attempt (see [`TaskError::defer`]).
     pub defer: Option<std::time::Duration>,
+    /// A task of several steps that got partway: its payload from now on, should it be
+    /// retried, saying which steps are done (see [`TaskError::with_progress`]).
+    pub progress: Option<String>,
 }
 
 impl TaskError {
@@ -58,6 +61,7 @@ impl TaskError {
             message: message.into(),
             retry: true,
             defer: None,
+            progress: None,
         }
     }
 
@@ -67,6 +71,7 @@ impl TaskError {
             message: message.into(),
             retry: false,
             defer: None,
+            progress: None,
         }
     }
 
@@ -78,7 +83,16 @@ impl TaskError {
             message: reason.into(),
             retry: true,
             defer: Some(delay.min(std::time::Duration::from_secs(3600))),
+            progress: None,
         }
+    }
+
+    /// The task got partway before failing: should it be retried, the broker keeps `payload`
+    /// (JSON) as its payload, so the retry resumes after the steps it names. A task whose worker
+    /// dies before reporting starts again from its last recorded payload.
+    pub fn with_progress(mut self, payload: String) -> Self {
+        self.progress = Some(payload);
+        self
     }
 }
 

@@ -134,10 +134,22 @@ impl TestBroker {
         error: &str,
         retry: bool,
     ) -> Result<i64, tonic::Status> {
+        self.fail_with_progress(task, error, retry, "").await
+    }
+
+    /// A Fail that records `progress` as the task's payload for its retry ("" for none).
+    pub async fn fail_with_progress(
+        &self,
+        task: &pb::Task,
+        error: &str,
+        retry: bool,
+        progress: &str,
+    ) -> Result<i64, tonic::Status> {
         let request = pb::FailRequest {
             lease: Some(lease_ref(task)),
             error: error.into(),
             retry,
+            payload_json: progress.into(),
         };
         self.client
             .clone()

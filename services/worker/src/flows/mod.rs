@@ -20,6 +20,7 @@ pub async fn dispatch(cx: &TaskContext<'_>, kind: TaskKind, task: &Task) -> Resu
         TaskKind::ApplySettings => start::apply_settings(cx).await,
         TaskKind::Startup => start::startup(cx).await,
         TaskKind::Run => run::run(cx).await,
+        TaskKind::Start => start::start(cx, task).await,
         TaskKind::AfterAll => run::after_all(cx).await,
         TaskKind::HookRun => hook_run::hook_run(cx, task).await,
         TaskKind::Disable => remove::disable(cx).await,

@@ -80,8 +80,18 @@ async fn install(
 
 pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
-    let hooks = cx.package_hooks(&pkg).await?;
-    let mut values = Values::compute(&pkg, cx)?;
+    let values = Values::compute(&pkg, cx)?;
+    run_with(cx, &pkg, values).await
+}
+
+/// Run's work on `values` (computed from the spec, or left by the steps before it in a Start
+/// task).
+pub(super) async fn run_with(
+    cx: &TaskContext<'_>,
+    pkg: &berth_package::Package,
+    mut values: Values,
+) -> Result<(), TaskError> {
+    let hooks = cx.package_hooks(pkg).await?;
     // The global package has no chart: its Run is the global hooks bound to beforeAll. Its
     // afterAll hooks run in their own task (AfterAll, [`after_all`]) that lifecycle enqueues
     // once the packages waiting for the global package converged.
@@ -89,22 +99,22 @@ pub async fn run(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let hooks_result = async {
         if global {
             let before = LifecycleBinding::BeforeAll;
-            run_lifecycle(cx, &pkg, &hooks, before, before.as_str(), &mut values).await?;
+            run_lifecycle(cx, pkg, &hooks, before, before.as_str(), &mut values).await?;
             return Ok(None);
         }
         let (before, after) = (LifecycleBinding::BeforeHelm, LifecycleBinding::AfterHelm);
-        run_lifecycle(cx, &pkg, &hooks, before, before.as_str(), &mut values).await?;
+        run_lifecycle(cx, pkg, &hooks, before, before.as_str(), &mut values).await?;
         // afterHelm hooks run right after the apply, before readiness (as in addon-operator):
         // only without them does the install itself wait for readiness.
         let has_after = !berth_hooks::ordered(&hooks, after).is_empty();
         let mut readiness = None;
         if pkg.is_helm {
-            readiness = install(cx, &pkg, &values, !has_after).await?;
+            readiness = install(cx, pkg, &values, !has_after).await?;
         }
-        let changed = run_lifecycle(cx, &pkg, &hooks, after, after.as_str(), &mut values).await?;
+        let changed = run_lifecycle(cx, pkg, &hooks, after, after.as_str(), &mut values).await?;
         // afterHelm hooks that change the values get one more upgrade, as addon-operator does.
         if changed && pkg.is_helm {
-            readiness = install(cx, &pkg, &values, true).await?;
+            readiness = install(cx, pkg, &values, true).await?;
         }
         Ok::<_, TaskError>(readiness)
     }

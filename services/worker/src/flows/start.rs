@@ -1,5 +1,5 @@
 //! Bringing a package up: Download, Load, ApplySettings and Startup (Synchronization, then
-//! onStartup hooks).
+//! onStartup hooks), and Start (ApplySettings, Startup and Run in one task).
 
 use berth_hooks::LifecycleBinding;
 use berth_hooks::binding_context::{self, BindingContext};
@@ -8,6 +8,7 @@ use berth_proto::lifecycle::{
     ConditionStatus, ConditionType, Dependency, DependencyGroup, HookConfigAnswer, HookConfigs,
     HookInfo, Loaded, Phase, Requirements, SettingsApplied, SettingsConversion,
 };
+use berth_proto::queue::Task;
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
@@ -297,6 +298,12 @@ fn is_crd_path(path: &str) -> bool {
 
 pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
+    settings(cx, &pkg).await.map(drop)
+}
+
+/// ApplySettings' work: the settings checked and the values computed from them, reported;
+/// the values, for the steps that follow in the same task.
+async fn settings(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<Values, TaskError> {
     // A settings-only Update keeps the registered bindings: their runs must carry this
     // generation from now on, or workers would skip them as superseded. (After a Load the
     // bindings already carry it; adopting is then a no-op.)
@@ -309,11 +316,11 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         })
         .await
         .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
-    let computed = match Values::compute(&pkg, cx) {
+    let computed = match Values::compute(pkg, cx) {
         // The package's own settings check has the last word (its verdict is permanent: the
         // same settings get the same answer until the next Update).
         Ok(values) => {
-            let check = check_settings(cx, &pkg, &values.settings, cx.config.hook_timeout).await?;
+            let check = check_settings(cx, pkg, &values.settings, cx.config.hook_timeout).await?;
             match check.and_then(|c| c.refusal()) {
                 Some(refused) => Err(TaskError::permanent(refused)),
                 None => Ok(values),
@@ -327,7 +334,7 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
                 values: Some(berth_proto::json::to_struct(&values.current)),
             }))
             .await?;
-            Ok(())
+            Ok(values)
         }
         Err(e) => {
             cx.set_condition(
@@ -344,21 +351,106 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 
 pub async fn startup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     let pkg = ensure(cx).await?;
-    let hooks = cx.package_hooks(&pkg).await?;
-    let mut values = Values::compute(&pkg, cx)?;
+    let values = Values::compute(&pkg, cx)?;
+    start_hooks(cx, &pkg, values).await.map(drop)
+}
+
+/// Startup's work on `values`: Synchronization, then the onStartup hooks; their values
+/// reported; the values, for the steps that follow in the same task.
+async fn start_hooks(
+    cx: &TaskContext<'_>,
+    pkg: &berth_package::Package,
+    mut values: Values,
+) -> Result<Values, TaskError> {
+    let hooks = cx.package_hooks(pkg).await?;
     // Decision (ARCHITECTURE.md): Synchronization runs before onStartup, as in the Deckhouse
     // runtime.
-    synchronize(cx, &pkg, &hooks, &mut values).await?;
+    synchronize(cx, pkg, &hooks, &mut values).await?;
     run_lifecycle(
         cx,
-        &pkg,
+        pkg,
         &hooks,
         LifecycleBinding::OnStartup,
         "onStartup",
         &mut values,
     )
     .await?;
-    report_values(cx, &values, true).await
+    report_values(cx, &values, true).await?;
+    values.mark_reported();
+    Ok(values)
+}
+
+/// The steps of a Start task, in order (named as the task kinds that run them alone).
+const SETTINGS_STEP: &str = "ApplySettings";
+const STARTUP_STEP: &str = "Startup";
+const RUN_STEP: &str = "Run";
+
+/// How far a Start task got: its payload, as the broker keeps it for a retry.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Progress {
+    #[serde(default)]
+    done: Vec<String>,
+}
+
+impl Progress {
+    /// The task's payload: `{}` from lifecycle, or what an earlier attempt's failure recorded.
+    fn of(task: &Task) -> Result<Progress, TaskError> {
+        serde_json::from_str(&task.payload_json).map_err(|e| {
+            TaskError::permanent(format!("Start task payload {:?}: {e}", task.payload_json))
+        })
+    }
+
+    fn has(&self, step: &str) -> bool {
+        self.done.iter().any(|d| d == step)
+    }
+
+    /// `error` of `step`, named after it (the package's error reads `Start: Run: ...`), with
+    /// the steps done so far for the task's retry.
+    fn failed(&self, step: &str, mut error: TaskError) -> TaskError {
+        error.message = format!("{step}: {}", error.message);
+        if self.done.is_empty() {
+            return error;
+        }
+        error.with_progress(serde_json::to_string(self).unwrap_or_default())
+    }
+}
+
+/// Start: a package the scheduler enabled runs ApplySettings, Startup and Run in one task
+/// (as addon-operator's ModuleRun runs onStartup, then the Helm steps): one lease, spec read,
+/// report batch and completion instead of three. The values flow from step to step; each
+/// step reports what its own task would. A failure records the steps done, so the retry
+/// resumes after them: onStartup hooks run once per enable, as with a task of their own.
+pub async fn start(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
+    let mut progress = Progress::of(task)?;
+    let first = match progress.done.first() {
+        Some(_) if !progress.has(STARTUP_STEP) => STARTUP_STEP,
+        Some(_) => RUN_STEP,
+        None => SETTINGS_STEP,
+    };
+    let pkg = ensure(cx).await.map_err(|e| progress.failed(first, e))?;
+    let mut values = None;
+    if !progress.has(SETTINGS_STEP) {
+        let applied = settings(cx, &pkg).await;
+        values = Some(applied.map_err(|e| progress.failed(SETTINGS_STEP, e))?);
+        progress.done.push(SETTINGS_STEP.to_owned());
+    }
+    if !progress.has(STARTUP_STEP) {
+        let computed = match values.take() {
+            Some(v) => Ok(v),
+            None => Values::compute(&pkg, cx),
+        };
+        let started = match computed {
+            Ok(v) => start_hooks(cx, &pkg, v).await,
+            Err(e) => Err(e),
+        };
+        values = Some(started.map_err(|e| progress.failed(STARTUP_STEP, e))?);
+        progress.done.push(STARTUP_STEP.to_owned());
+    }
+    let ran = match values.map_or_else(|| Values::compute(&pkg, cx), Ok) {
+        Ok(v) => super::run::run_with(cx, &pkg, v).await,
+        Err(e) => Err(e),
+    };
+    ran.map_err(|e| progress.failed(RUN_STEP, e))
 }
 
 /// Runs the Synchronization of every kubernetes binding that package start waits for

@@ -10,7 +10,7 @@ use super::history::{self, Finished};
 use super::lease::{LeaseLimits, compact_heads, lease_heads};
 use super::{Dialect, Store, StoreError, query_failed};
 use crate::broker::backoff::Backoff;
-use crate::broker::model::{FailOutcome, LeasedTask, Outcome, Settled, TaskId};
+use crate::broker::model::{FailOutcome, Failure, LeasedTask, Outcome, Settled, TaskId};
 
 /// A lease as its holder names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,12 +242,12 @@ impl Store {
 
     /// Settles a lease with an error. A task that allows failure, failed permanently
     /// (`retry == false`) or was cancelled is removed; any other stays at the head of its queue
-    /// and is retried after a backoff delay.
+    /// and is retried after a backoff delay, with the failure's progress as its payload when
+    /// it has one.
     pub async fn fail(
         &self,
         lease: &LeaseRef,
-        error: &str,
-        retry: bool,
+        failure: &Failure<'_>,
         backoff: &Backoff,
         now_ms: i64,
     ) -> Result<(FailOutcome, Settled), StoreError> {
@@ -269,7 +269,8 @@ impl Store {
                 .map_err(query_failed("decode failed task"))
         };
         let attempts = decode("attempts")? + 1;
-        let keep = retry && decode("allow_failure")? == 0 && decode("cancelled")? == 0;
+        let keep = failure.retry && decode("allow_failure")? == 0 && decode("cancelled")? == 0;
+        let error = failure.error;
         let kind: String = row
             .try_get("kind")
             .map_err(query_failed("decode failed task"))?;
@@ -283,14 +284,15 @@ impl Store {
             let delay = backoff.delay(attempts);
             let delay_ms = delay.as_millis() as i64;
             sqlx::query(
-                "UPDATE tasks SET attempts = $1, last_error = $2, not_before = $3, lease_holder = '', lease_until = 0 \
-                 WHERE id = $4 AND fence = $5",
+                "UPDATE tasks SET attempts = $1, last_error = $2, not_before = $3, lease_holder = '', lease_until = 0, \
+                 payload = COALESCE($6, payload) WHERE id = $4 AND fence = $5",
             )
             .bind(attempts)
             .bind(error)
             .bind(now_ms.saturating_add(delay_ms))
             .bind(&lease.task_id)
             .bind(lease.fence)
+            .bind(failure.progress)
             .execute(&mut *tx)
             .await
             .map_err(query_failed("schedule retry"))?;
