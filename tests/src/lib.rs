@@ -153,16 +153,26 @@ where
 /// `Chart.yaml`, and `files` (paths inside the version's directory, e.g.
 /// `templates/configmap.yaml`, `hooks/record.sh`); files under `hooks/` are made executable.
 pub fn write_app(root: &std::path::Path, name: &str, files: &[(&str, &str)]) -> anyhow::Result<()> {
+    write_app_version(root, name, "1.0.0", files)
+}
+
+/// [`write_app`] for another `version` of the app.
+pub fn write_app_version(
+    root: &std::path::Path,
+    name: &str,
+    version: &str,
+    files: &[(&str, &str)],
+) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = root.join(name).join("1.0.0");
+    let dir = root.join(name).join(version);
     std::fs::create_dir_all(&dir)?;
     std::fs::write(
         dir.join("package.yaml"),
-        format!("apiVersion: berth.io/v1\ntype: Application\nname: {name}\nversion: 1.0.0\n"),
+        format!("apiVersion: berth.io/v1\ntype: Application\nname: {name}\nversion: {version}\n"),
     )?;
     std::fs::write(
         dir.join("Chart.yaml"),
-        format!("apiVersion: v2\nname: {name}\nversion: 1.0.0\n"),
+        format!("apiVersion: v2\nname: {name}\nversion: {version}\n"),
     )?;
     for (path, content) in files {
         let file = dir.join(path);

@@ -1375,3 +1375,78 @@ async fn a_start_that_fails_after_on_startup_resumes_without_running_it_again() 
     cluster.stop().await;
     result
 }
+
+/// A version whose hooks bind no events leaves nothing registered with hookevent, whatever
+/// the version before it bound: workers do not call hookevent for such a package (Load
+/// registers nothing, ApplySettings adopts nothing), which holds because the start-over to the
+/// new version disables the old bindings first. Version 1.0.0 has a schedule hook; 2.0.0 only
+/// a beforeHelm hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_whose_hooks_bind_no_events_leaves_none_registered() -> anyhow::Result<()> {
+    use sqlx::Connection as _;
+    let cluster = TestCluster::start().await?;
+    let dir = tempfile::tempdir()?;
+    let topology = SplitTopology::start(&cluster.kubeconfig, dir.path()).await?;
+    let result = async {
+        let ns = namespace(&cluster.client).await?;
+        let (repo_dir, repo) = berth_tests::temp_repo();
+        let chart = (
+            "templates/configmap.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  a: b\n",
+        );
+        let ticking = "#!/bin/sh\nif [ \"$1\" = \"--config\" ]; then printf 'configVersion: v1\\nschedule:\\n- name: hourly\\n  crontab: \"0 * * * *\"\\n'; exit 0; fi\n";
+        let before = "#!/bin/sh\nif [ \"$1\" = \"--config\" ]; then printf 'configVersion: v1\\nbeforeHelm: 1\\n'; exit 0; fi\n";
+        berth_tests::write_app_version(
+            repo_dir.path(),
+            "moving",
+            "1.0.0",
+            &[chart, ("hooks/tick.sh", ticking)],
+        )?;
+        berth_tests::write_app_version(
+            repo_dir.path(),
+            "moving",
+            "2.0.0",
+            &[chart, ("hooks/before.sh", before)],
+        )?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "moving".into(),
+            namespace: ns.to_string(),
+        };
+        let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+        let key = format!("{ns}.moving");
+        let registered = || async {
+            let url = berth_tests::Databases::sqlite(dir.path()).hookevent;
+            let mut conn = sqlx::SqliteConnection::connect(&url).await?;
+            let n: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM schedule_bindings WHERE package = $1")
+                    .bind(&key)
+                    .fetch_one(&mut conn)
+                    .await?;
+            let _ = conn.close().await;
+            anyhow::Ok(n)
+        };
+        for (version, bindings) in [("1.0.0", 1), ("2.0.0", 0)] {
+            let accepted = client
+                .update(v1::UpdateRequest {
+                    r#ref: Some(r.clone()),
+                    repository: repo.clone(),
+                    version: version.into(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            journey::wait_running(&mut client, &r, accepted.generation).await?;
+            let n = registered().await?;
+            anyhow::ensure!(
+                n == bindings,
+                "version {version}: {n} schedule bindings registered, {bindings} expected"
+            );
+        }
+        Ok(())
+    }
+    .await;
+    topology.stop().await;
+    cluster.stop().await;
+    result
+}

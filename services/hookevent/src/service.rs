@@ -376,8 +376,7 @@ impl HookEventService {
             webhooks.adopt_generation(package, generation);
         }
         // The stored registration too, so a restarted hookevent queues runs a worker accepts.
-        if let Ok(stored) = self.store.registrations().await
-            && let Some((_, bytes)) = stored.into_iter().find(|(p, _)| p == package)
+        if let Ok(Some(bytes)) = self.store.registration(package).await
             && let Ok(mut registration) = SetBindingsRequest::decode(bytes.as_slice())
             && registration.generation < generation.get()
         {

@@ -145,6 +145,15 @@ impl Store {
         Ok(())
     }
 
+    /// The stored kubernetes registration of `package`, protobuf-encoded, if any.
+    pub async fn registration(&self, package: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let row = sqlx::query("SELECT request FROM kubernetes_registrations WHERE package = $1")
+            .bind(package)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.get("request")))
+    }
+
     /// Every stored kubernetes registration, protobuf-encoded.
     pub async fn registrations(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let rows = sqlx::query("SELECT package, request FROM kubernetes_registrations")
@@ -325,6 +334,11 @@ mod tests {
             store.registrations().await.unwrap(),
             [("default.a".to_owned(), request.to_vec())]
         );
+        assert_eq!(
+            store.registration("default.a").await.unwrap(),
+            Some(request.to_vec())
+        );
+        assert_eq!(store.registration("default.b").await.unwrap(), None);
     }
 
     /// Two hookevents replacing one package's bindings at once end with one of the two sets,

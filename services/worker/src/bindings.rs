@@ -12,6 +12,25 @@ use berth_queue::worker::TaskError;
 use crate::client::{invalid_argument, rpc_error};
 use crate::context::TaskContext;
 
+/// Whether any of the hooks binds what hookevent serves: schedules, Kubernetes events,
+/// admission or conversion webhooks.
+///
+/// A package whose hooks bind none of them never needs hookevent: hookevent holds nothing of
+/// it, because every Load follows a Disable of its key (the start-over flows: Disable → Load)
+/// or is the first Load of a key whose last Remove ran Disable before its Cleanup (Disable
+/// is retried until hookevent answers; removal never skips it). So Load registers no bindings
+/// for it and ApplySettings adopts none: two hookevent calls and their database writes fewer
+/// per such package.
+pub fn event_bound(hooks: &[Hook]) -> bool {
+    hooks.iter().any(|h| {
+        let c = &h.config;
+        !c.schedule.is_empty()
+            || !c.kubernetes.is_empty()
+            || !c.admission.is_empty()
+            || !c.conversion.is_empty()
+    })
+}
+
 /// The SetBindings request for a package's hooks. Hookevent looks the package's kind and
 /// namespace up itself (an app's bindings are locked to its namespace), so none is sent.
 pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBindingsRequest {

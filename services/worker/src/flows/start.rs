@@ -129,23 +129,8 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         return Err(TaskError::permanent(message));
     }
     apply_crds(cx, &pkg).await?;
-    let request = bindings::set_bindings_request(cx, &hooks);
-    if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
-        // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
-        if invalid_argument(&status) {
-            cx.set_condition(
-                ConditionType::Loaded,
-                ConditionStatus::False,
-                "BindingInvalid",
-                status.message(),
-            )
-            .await?;
-            return Err(TaskError::permanent(format!(
-                "hookevent SetBindings: {}",
-                status.message()
-            )));
-        }
-        return Err(rpc_error("hookevent SetBindings", status));
+    if bindings::event_bound(&hooks) {
+        register_bindings(cx, &hooks).await?;
     }
     cx.report(Report::Loaded(Loaded {
         settings_schema_json: pkg
@@ -176,6 +161,32 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             .collect(),
     }))
     .await?;
+    Ok(())
+}
+
+/// Registers the hooks' schedule, Kubernetes and webhook bindings with hookevent.
+async fn register_bindings(
+    cx: &TaskContext<'_>,
+    hooks: &[berth_hooks::Hook],
+) -> Result<(), TaskError> {
+    let request = bindings::set_bindings_request(cx, hooks);
+    if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
+        // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
+        if invalid_argument(&status) {
+            cx.set_condition(
+                ConditionType::Loaded,
+                ConditionStatus::False,
+                "BindingInvalid",
+                status.message(),
+            )
+            .await?;
+            return Err(TaskError::permanent(format!(
+                "hookevent SetBindings: {}",
+                status.message()
+            )));
+        }
+        return Err(rpc_error("hookevent SetBindings", status));
+    }
     Ok(())
 }
 
@@ -306,16 +317,19 @@ pub async fn apply_settings(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 async fn settings(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<Values, TaskError> {
     // A settings-only Update keeps the registered bindings: their runs must carry this
     // generation from now on, or workers would skip them as superseded. (After a Load the
-    // bindings already carry it; adopting is then a no-op.)
-    cx.services
-        .hookevent
-        .clone()
-        .adopt_generation(berth_proto::hookevent::AdoptGenerationRequest {
-            package: cx.key().to_owned(),
-            generation: cx.spec.generation,
-        })
-        .await
-        .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
+    // bindings already carry it; adopting is then a no-op.) Hooks that bind no events have
+    // nothing registered (`bindings::event_bound`).
+    if bindings::event_bound(&cx.package_hooks(pkg).await?) {
+        cx.services
+            .hookevent
+            .clone()
+            .adopt_generation(berth_proto::hookevent::AdoptGenerationRequest {
+                package: cx.key().to_owned(),
+                generation: cx.spec.generation,
+            })
+            .await
+            .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
+    }
     let computed = match Values::compute(pkg, cx) {
         // The package's own settings check has the last word (its verdict is permanent: the
         // same settings get the same answer until the next Update).
