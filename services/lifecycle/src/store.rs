@@ -278,12 +278,13 @@ impl Store {
             Some((settings, version)) => (settings.to_string(), version),
             None => (spec.settings.to_string(), spec.settings_version),
         };
-        sqlx::query(
+        let written = sqlx::query(
             "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase, settings_version)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (key) DO UPDATE SET repository = excluded.repository, package = excluded.package,
                version = excluded.version, generation = excluded.generation, settings = excluded.settings,
-               phase = excluded.phase, removing = 0, last_error = '', settings_version = excluded.settings_version",
+               phase = excluded.phase, removing = 0, last_error = '', settings_version = excluded.settings_version
+             RETURNING *",
         )
         .bind(key.as_str())
         .bind(spec.id.kind.as_str())
@@ -296,14 +297,18 @@ impl Store {
         .bind(&settings)
         .bind(phase.as_str())
         .bind(i64::from(settings_version))
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-        if restart && let Some(mut row) = fetch_for_write(&mut tx, self.dialect, &key).await? {
+        // The row as written (locked by the write itself), for the restart and the scheduler's
+        // index without reading it again.
+        let mut row = decode(&written)?;
+        if restart {
             flows::unload(&mut row, now);
             write_row(&mut tx, &row).await?;
         }
         insert_outbox(&mut tx, &outbox).await?;
-        rescheduled(&mut tx, self.dialect, &key, sched, now).await?;
+        sched.upsert(key.clone(), row.node());
+        apply_pass(&mut tx, self.dialect, sched, now).await?;
         // A package starting over is no longer known to wait for the global package.
         after_all(&mut tx, self.dialect, sched).await?;
         self.commit(tx, sched).await?;
@@ -833,12 +838,14 @@ async fn modify_in(
     {
         outbox.extend(global_readers(tx).await?);
     }
-    write_row(tx, &row).await?;
-    insert_outbox(tx, &outbox).await?;
     if row.phase != phase || row.loaded != loaded {
         sched.upsert(key.clone(), row.node());
-        apply_pass(tx, dialect, sched, now).await?;
+        // The pass's verdict on this package applies to the row in hand, written once below.
+        let own = pass(tx, dialect, sched, now, Some(&mut row)).await?;
+        outbox.extend(own);
     }
+    write_row(tx, &row).await?;
+    insert_outbox(tx, &outbox).await?;
     // After the pass: the packages it enabled are waited for too.
     if row.is_global()
         || row.phase != phase
@@ -903,19 +910,38 @@ async fn apply_pass(
     sched: &mut Scheduler,
     now: &str,
 ) -> Result<(), StoreError> {
+    pass(tx, dialect, sched, now, None).await.map(drop)
+}
+
+/// [`apply_pass`], except that a verdict on `held` (a row the caller writes itself, after the
+/// pass) changes that row in memory: its outbox rows are returned, not inserted. So a write
+/// whose own package the pass enables (a Loaded report) reads and writes the row once.
+async fn pass(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    dialect: Dialect,
+    sched: &mut Scheduler,
+    now: &str,
+    mut held: Option<&mut PackageRow>,
+) -> Result<Vec<outbox::Row>, StoreError> {
+    let mut own = vec![];
     for (key, verdict) in sched.pass() {
-        let Some(mut row) = fetch_for_write(tx, dialect, &key).await? else {
-            continue;
-        };
-        let outbox = flows::schedule(&mut row, &verdict, now);
-        write_row(tx, &row).await?;
-        insert_outbox(tx, &outbox).await?;
+        match held.as_deref_mut().filter(|row| row.key == key) {
+            Some(row) => own.extend(flows::schedule(row, &verdict, now)),
+            None => {
+                let Some(mut row) = fetch_for_write(tx, dialect, &key).await? else {
+                    continue;
+                };
+                let outbox = flows::schedule(&mut row, &verdict, now);
+                write_row(tx, &row).await?;
+                insert_outbox(tx, &outbox).await?;
+            }
+        }
         sched.settle(&key, &verdict);
         if let scheduler::Verdict::Enable = verdict {
             tracing::info!(package.key = %key, "requirements met: package enabled");
         }
     }
-    Ok(())
+    Ok(own)
 }
 
 /// The package that holds the global values and the global hooks: the module `global`.
