@@ -418,6 +418,14 @@ impl Progress {
         self.done.iter().any(|d| d == step)
     }
 
+    /// The first step not done yet: the one a failure before any step's own work belongs to.
+    fn next(&self) -> &'static str {
+        [SETTINGS_STEP, STARTUP_STEP]
+            .into_iter()
+            .find(|step| !self.has(step))
+            .unwrap_or(RUN_STEP)
+    }
+
     /// `error` of `step`, named after it (the package's error reads `Start: Run: ...`), with
     /// the steps done so far for the task's retry.
     fn failed(&self, step: &str, mut error: TaskError) -> TaskError {
@@ -436,12 +444,9 @@ impl Progress {
 /// resumes after them: onStartup hooks run once per enable, as with a task of their own.
 pub async fn start(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
     let mut progress = Progress::of(task)?;
-    let first = match progress.done.first() {
-        Some(_) if !progress.has(STARTUP_STEP) => STARTUP_STEP,
-        Some(_) => RUN_STEP,
-        None => SETTINGS_STEP,
-    };
-    let pkg = ensure(cx).await.map_err(|e| progress.failed(first, e))?;
+    let pkg = ensure(cx)
+        .await
+        .map_err(|e| progress.failed(progress.next(), e))?;
     let mut values = None;
     if !progress.has(SETTINGS_STEP) {
         let applied = settings(cx, &pkg).await;
