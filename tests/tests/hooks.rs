@@ -1243,18 +1243,9 @@ async fn hooks_answer_their_config_query_once_per_load_across_workers() -> anyho
                     ("hooks/asked.sh", &hook),
                 ],
             )?;
-            let r = v1::PackageRef {
-                kind: v1::PackageKind::App as i32,
-                name,
-                namespace: ns.to_string(),
-            };
+            let r = app(&name, &ns);
             let accepted = client
-                .update(v1::UpdateRequest {
-                    r#ref: Some(r.clone()),
-                    repository: repo.clone(),
-                    version: "1.0.0".into(),
-                    ..Default::default()
-                })
+                .update(update(&r, &repo, "", None))
                 .await?
                 .into_inner();
             refs.push((r, accepted.generation, log));
@@ -1323,18 +1314,9 @@ async fn a_start_that_fails_after_on_startup_resumes_without_running_it_again() 
                     ("hooks/before.sh", &before),
                 ],
             )?;
-            let r = v1::PackageRef {
-                kind: v1::PackageKind::App as i32,
-                name: name.to_owned(),
-                namespace: ns.to_string(),
-            };
+            let r = app(name, &ns);
             let accepted = client
-                .update(v1::UpdateRequest {
-                    r#ref: Some(r.clone()),
-                    repository: repo.clone(),
-                    version: "1.0.0".into(),
-                    ..Default::default()
-                })
+                .update(update(&r, &repo, "", None))
                 .await?
                 .into_inner();
             refs.push((r, accepted.generation, log, fail_once));
@@ -1408,11 +1390,7 @@ async fn a_version_whose_hooks_bind_no_events_leaves_none_registered() -> anyhow
             "2.0.0",
             &[chart, ("hooks/before.sh", before)],
         )?;
-        let r = v1::PackageRef {
-            kind: v1::PackageKind::App as i32,
-            name: "moving".into(),
-            namespace: ns.to_string(),
-        };
+        let r = app("moving", &ns);
         let mut client = journey::connect(&topology.gateway.endpoint()).await?;
         let key = format!("{ns}.moving");
         let registered = || async {
@@ -1429,10 +1407,8 @@ async fn a_version_whose_hooks_bind_no_events_leaves_none_registered() -> anyhow
         for (version, bindings) in [("1.0.0", 1), ("2.0.0", 0)] {
             let accepted = client
                 .update(v1::UpdateRequest {
-                    r#ref: Some(r.clone()),
-                    repository: repo.clone(),
                     version: version.into(),
-                    ..Default::default()
+                    ..update(&r, &repo, "", None)
                 })
                 .await?
                 .into_inner();
