@@ -6,7 +6,6 @@ pub mod limits;
 mod service;
 pub mod up;
 
-use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
 use berth_proto::v1::packages_server::PackagesServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -23,12 +22,12 @@ pub struct Config {
     /// Bearer tokens callers may present (any one of them); none disables authentication.
     pub tokens: Vec<String>,
     /// The gateway's identity towards lifecycle (mutual TLS); `None`: plain gRPC.
-    pub tls: Option<berth_telemetry::Tls>,
+    pub tls: Option<berth_runtime::Tls>,
     /// The public listener's certificate; `None`: plain HTTP/2.
     pub public_tls: Option<PublicTls>,
     pub limits: Limits,
     /// Where the gateway's RPC metrics go.
-    pub metrics: berth_telemetry::Metrics,
+    pub metrics: berth_runtime::Metrics,
 }
 
 /// A certificate and its key (PEM) for the public listener.
@@ -75,21 +74,13 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let channel = berth_telemetry::connect_lazy(
-        &config.lifecycle_endpoint,
-        config.tls.as_ref(),
-        berth_telemetry::Role::Lifecycle,
-    )
-    .map_err(|source| Error::Lifecycle {
-        endpoint: config.lifecycle_endpoint.clone(),
-        source,
-    })?;
-    let max = berth_telemetry::MAX_MESSAGE_BYTES;
-    let gateway = Gateway::new(
-        LifecycleClient::new(channel)
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(max),
-    );
+    let lifecycle = berth_clients::lifecycle(&config.lifecycle_endpoint, config.tls.as_ref())
+        .map_err(|source| Error::Lifecycle {
+            endpoint: config.lifecycle_endpoint.clone(),
+            source,
+        })?;
+    let max = berth_runtime::MAX_MESSAGE_BYTES;
+    let gateway = Gateway::new(lifecycle);
     let api = tonic::service::interceptor::InterceptedService::new(
         PackagesServer::new(gateway)
             .max_decoding_message_size(max)
@@ -99,14 +90,18 @@ pub async fn run(
     let api = tower::Layer::layer(&limits::LimitLayer::new(config.limits), api);
     // The public listener authenticates callers by bearer token, not by certificate: no
     // role check here.
-    let mut server =
-        berth_telemetry::grpc_server(berth_telemetry::Role::Gateway, None, &config.metrics)?;
+    let mut server = berth_runtime::grpc_server(
+        berth_runtime::Role::Gateway,
+        None,
+        &config.metrics,
+        berth_proto::FILE_DESCRIPTOR_SET,
+    )?;
     if let Some(public) = &config.public_tls {
         let identity = tonic::transport::Identity::from_pem(&public.cert, &public.key);
         server = server.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
     }
     let router = server.add_service(api);
-    berth_telemetry::serve_router(
+    berth_runtime::serve_router(
         router,
         listener,
         berth_proto::FILE_DESCRIPTOR_SET,

@@ -21,7 +21,7 @@ struct Args {
     token_file: Option<std::path::PathBuf>,
     /// The gateway's identity towards lifecycle (mutual TLS).
     #[command(flatten)]
-    tls: berth_telemetry::TlsArgs,
+    tls: berth_runtime::TlsArgs,
     /// Serve the public API over TLS with this certificate (PEM; with --listen-tls-key).
     #[arg(long, env = "BERTH_GATEWAY_TLS_CERT", requires = "listen_tls_key")]
     listen_tls_cert: Option<std::path::PathBuf>,
@@ -31,16 +31,16 @@ struct Args {
     #[command(flatten)]
     limits: berth_gateway::cli::LimitArgs,
     #[command(flatten)]
-    metrics: berth_telemetry::MetricsArgs,
+    metrics: berth_runtime::MetricsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
-    log_format: berth_telemetry::LogFormat,
+    log_format: berth_runtime::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let _telemetry = berth_telemetry::init("berth-gateway", args.log_format);
-    let tls = args.tls.load(Some(berth_telemetry::Role::Gateway))?;
+    let _telemetry = berth_runtime::init("berth-gateway", args.log_format);
+    let tls = args.tls.load(Some(berth_runtime::Role::Gateway))?;
     let mut tokens: Vec<String> = args.token.into_iter().collect();
     if let Some(path) = &args.token_file {
         tokens.extend(berth_gateway::read_tokens(path).map_err(anyhow::Error::msg)?);
@@ -53,9 +53,9 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
-    let metrics = berth_telemetry::Metrics::default();
-    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
+    tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_runtime::Metrics::default();
+    berth_runtime::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     berth_gateway::run(
         berth_gateway::Config {
             lifecycle_endpoint: args.lifecycle,

@@ -3,7 +3,6 @@
 
 use std::pin::Pin;
 
-use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
 use berth_proto::v1;
 use berth_proto::v1::packages_server::Packages;
 use futures::{Stream, StreamExt};
@@ -11,11 +10,11 @@ use tonic::{Request, Response, Status};
 
 #[derive(Clone)]
 pub struct Gateway {
-    lifecycle: LifecycleClient<berth_telemetry::Channel>,
+    lifecycle: berth_clients::Lifecycle,
 }
 
 impl Gateway {
-    pub fn new(lifecycle: LifecycleClient<berth_telemetry::Channel>) -> Self {
+    pub fn new(lifecycle: berth_clients::Lifecycle) -> Self {
         Gateway { lifecycle }
     }
 }

@@ -71,7 +71,7 @@ pub enum UpError {
     #[error("--hook-user: {0}")]
     HookUser(String),
     #[error("certificates: {0}")]
-    Tls(#[from] berth_telemetry::tls::TlsError),
+    Tls(#[from] berth_runtime::tls::TlsError),
     #[error("dev cluster: {0}")]
     DevCluster(String),
     #[error("{service}: {message}")]
@@ -254,9 +254,9 @@ pub async fn run(
         hosts.push(config.listen.ip().to_string());
     }
     hosts.extend(config.tls_hosts.iter().cloned());
-    berth_telemetry::tls::ensure_generated(&tls_dir, &hosts)?;
-    let identity = |role| berth_telemetry::Tls::from_dir(&tls_dir, role);
-    use berth_telemetry::Role;
+    berth_runtime::tls::ensure_generated(&tls_dir, &hosts)?;
+    let identity = |role| berth_runtime::Tls::from_dir(&tls_dir, role);
+    use berth_runtime::Role;
     let (broker_tls, lifecycle_tls, hookevent_tls, release_tls, worker_tls, gateway_tls) = (
         identity(Role::Broker)?,
         identity(Role::Lifecycle)?,
@@ -267,7 +267,7 @@ pub async fn run(
     );
     let public_tls = config.public_tls || !config.listen.ip().is_loopback();
     let public = if public_tls {
-        let files = berth_telemetry::tls::CertFiles::new(&tls_dir, Role::Gateway);
+        let files = berth_runtime::tls::CertFiles::new(&tls_dir, Role::Gateway);
         Some(
             crate::PublicTls::load(&files.cert, &files.key).map_err(|source| UpError::DataDir {
                 path: files.cert.display().to_string(),
@@ -344,8 +344,8 @@ pub async fn run(
     let tiers = Tiers::new();
     // One registry for every service: their series differ by name (and the RPC series by
     // their `service` label). Served until the last tier stops, so a scrape sees the stop.
-    let metrics = berth_telemetry::Metrics::default();
-    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, tiers.last.clone());
+    let metrics = berth_runtime::Metrics::default();
+    berth_runtime::metrics::spawn_server(&metrics, metrics_listener, tiers.last.clone());
     let mut services: JoinSet<(&'static str, Result<(), String>)> = JoinSet::new();
     let sd = tiers.last.clone();
     let db = sqlite(&data, "queue.db");
@@ -442,9 +442,9 @@ pub async fn run(
     // The hook metrics alone, on a port of their own when asked (they are on the main page
     // too, with the worker's).
     if hook_metrics_listener.is_some() {
-        let hook_metrics = berth_telemetry::Metrics::default();
+        let hook_metrics = berth_runtime::Metrics::default();
         hook_metrics.add_text(berth_worker::metrics::render);
-        berth_telemetry::metrics::spawn_server(&hook_metrics, hook_metrics_listener, sd.clone());
+        berth_runtime::metrics::spawn_server(&hook_metrics, hook_metrics_listener, sd.clone());
     }
     let m = metrics.clone();
     services.spawn(async move {

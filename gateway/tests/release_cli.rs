@@ -3,8 +3,8 @@
 
 use berth_proto::release::releases_client::ReleasesClient;
 use berth_proto::release::{ChartFile, InstallRequest};
-use berth_telemetry::Role;
-use berth_telemetry::tls::CertFiles;
+use berth_runtime::Role;
+use berth_runtime::tls::CertFiles;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -87,20 +87,20 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
     let server = format!("http://{}", listener.local_addr()?);
     // Mutual TLS: the test installs as a worker, the CLI speaks as the operator.
     let certs = dir.path().join("certs");
-    berth_telemetry::tls::generate(&certs, &[])?;
+    berth_runtime::tls::generate(&certs, &[])?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let serving = tokio::spawn(berth_release::process::run(
         client,
         None,
-        Some(berth_telemetry::Tls::from_dir(&certs, Role::Release)?),
+        Some(berth_runtime::Tls::from_dir(&certs, Role::Release)?),
         listener,
-        berth_telemetry::Metrics::default(),
+        berth_runtime::Metrics::default(),
         shutdown.clone(),
     ));
 
-    let worker = berth_telemetry::Tls::from_dir(&certs, Role::Worker)?;
+    let worker = berth_runtime::Tls::from_dir(&certs, Role::Worker)?;
     let mut grpc = ReleasesClient::new(
-        berth_telemetry::endpoint(&server, Some(&worker), Role::Release)?.connect_lazy(),
+        berth_runtime::endpoint(&server, Some(&worker), Role::Release)?.connect_lazy(),
     );
     for (greeting, extra) in [("one", true), ("two", false)] {
         grpc.install(InstallRequest {

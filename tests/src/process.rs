@@ -184,9 +184,9 @@ impl Databases {
 }
 
 /// `--tls-ca CA --tls-cert CERT --tls-key KEY` for `role`'s identity in `certs` (a directory
-/// `berth certs` or [`berth_telemetry::tls::generate`] wrote).
-pub fn tls_args(certs: &Path, role: berth_telemetry::Role) -> Vec<String> {
-    let files = berth_telemetry::tls::CertFiles::new(certs, role);
+/// `berth certs` or [`berth_runtime::tls::generate`] wrote).
+pub fn tls_args(certs: &Path, role: berth_runtime::Role) -> Vec<String> {
+    let files = berth_runtime::tls::CertFiles::new(certs, role);
     [
         ("--tls-ca", files.ca),
         ("--tls-cert", files.cert),
@@ -311,11 +311,11 @@ impl SplitTopology {
         repositories: &Path,
         databases: &Databases,
     ) -> anyhow::Result<SplitTopology> {
-        use berth_telemetry::Role;
+        use berth_runtime::Role;
         let repositories = repositories.display().to_string();
         let any = "127.0.0.1:0";
         let certs = dir.join("certs");
-        berth_telemetry::tls::generate(&certs, &[])?;
+        berth_runtime::tls::generate(&certs, &[])?;
         // Every service's identity, and its metrics on a port of its own.
         let tls = |role| {
             let mut args = tls_args(&certs, role);

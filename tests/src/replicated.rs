@@ -1,12 +1,12 @@
 //! Every service replicated: several processes of each, on one PostgreSQL server (a database
 //! per service) and one cluster, with mutual TLS. Each client flag names every replica of the
-//! service it calls (`http://a,http://b`: `berth_telemetry::balance`), so a replica killed
+//! service it calls (`http://a,http://b`: `berth_runtime::balance`), so a replica killed
 //! mid-flight leaves its peers to carry on. For the replicas tests and the failover test.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use berth_telemetry::Role;
+use berth_runtime::Role;
 
 use crate::process::{Databases, Proc, lease_namespace, repositories_file, tls_args, with};
 
@@ -74,7 +74,7 @@ impl ReplicatedTopology {
     ) -> anyhow::Result<ReplicatedTopology> {
         let any = "127.0.0.1:0";
         let certs = dir.join("certs");
-        berth_telemetry::tls::generate(&certs, &[])?;
+        berth_runtime::tls::generate(&certs, &[])?;
         let repositories = repositories_file(dir, "")?.display().to_string();
         let kc = kubeconfig.display().to_string();
         let leases = lease_namespace(kubeconfig).await?;

@@ -167,12 +167,12 @@ async fn big_packages_are_paged_and_oversized_fields_refused() -> anyhow::Result
     let dir = tempfile::tempdir()?;
     let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
     let certs = dir.path().join("certs");
-    berth_telemetry::tls::generate(&certs, &[])?;
+    berth_runtime::tls::generate(&certs, &[])?;
     let tls = |role| berth_tests::process::tls_args(&certs, role);
     // No broker: the packages stay Pending, which is all List and Dump need.
     let dead = berth_tests::RefusedPort::new();
     let broker = dead.endpoint();
-    let lifecycle_tls = tls(berth_telemetry::Role::Lifecycle);
+    let lifecycle_tls = tls(berth_runtime::Role::Lifecycle);
     let repositories = berth_tests::process::repositories_file(dir.path(), "")?
         .display()
         .to_string();
@@ -189,7 +189,7 @@ async fn big_packages_are_paged_and_oversized_fields_refused() -> anyhow::Result
     args.extend(lifecycle_tls.iter().map(String::as_str));
     let lifecycle = berth_tests::Proc::start("berth-lifecycle", &args, "listening on ").await?;
     let endpoint = lifecycle.endpoint();
-    let gateway_tls = tls(berth_telemetry::Role::Gateway);
+    let gateway_tls = tls(berth_runtime::Role::Gateway);
     let mut args = vec!["--listen", "127.0.0.1:0", "--lifecycle", &endpoint];
     args.extend(gateway_tls.iter().map(String::as_str));
     let gateway = berth_tests::Proc::start("berth-gateway", &args, "listening on ").await?;
@@ -501,7 +501,7 @@ async fn a_worker_whose_cache_hooks_cannot_reach_refuses_to_start() -> anyhow::R
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700))?;
     let cache = private.join("cache").display().to_string();
     let certs = dir.path().join("certs");
-    berth_telemetry::tls::generate(&certs, &[])?;
+    berth_runtime::tls::generate(&certs, &[])?;
     let dead = berth_tests::RefusedPort::new();
     let endpoint = dead.endpoint();
     let mut args = vec!["work".to_owned(), "--cache-dir".into(), cache.clone()];
@@ -510,7 +510,7 @@ async fn a_worker_whose_cache_hooks_cannot_reach_refuses_to_start() -> anyhow::R
     }
     args.extend(berth_tests::process::tls_args(
         &certs,
-        berth_telemetry::Role::Worker,
+        berth_runtime::Role::Worker,
     ));
     let run = tokio::process::Command::new(berth_tests::binary("berth-queue"))
         .args(&args)

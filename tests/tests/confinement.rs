@@ -9,7 +9,7 @@ use anyhow::{bail, ensure};
 use berth_proto::hookevent::hook_events_client::HookEventsClient;
 use berth_proto::release::releases_client::ReleasesClient;
 use berth_proto::{hookevent, release, v1};
-use berth_telemetry::Role;
+use berth_runtime::Role;
 use berth_tests::{SplitTopology, TestCluster, TestNamespace, journey};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -193,8 +193,8 @@ fn as_worker(
     endpoint: &str,
     server: Role,
 ) -> anyhow::Result<tonic::transport::Channel> {
-    let tls = berth_telemetry::Tls::from_dir(&topology.certs, Role::Worker)?;
-    Ok(berth_telemetry::endpoint(endpoint, Some(&tls), server)?.connect_lazy())
+    let tls = berth_runtime::Tls::from_dir(&topology.certs, Role::Worker)?;
+    Ok(berth_runtime::endpoint(endpoint, Some(&tls), server)?.connect_lazy())
 }
 
 fn refused<T: std::fmt::Debug>(

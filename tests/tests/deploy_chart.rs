@@ -43,7 +43,7 @@ async fn run(program: &Path, args: &[&str]) -> anyhow::Result<Output> {
 async fn prerequisites(kube: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let gateway_host = format!("berth-gateway.{ns}.svc");
-    berth_telemetry::tls::generate(dir.path(), &["berth-gateway".to_owned(), gateway_host])?;
+    berth_runtime::tls::generate(dir.path(), &["berth-gateway".to_owned(), gateway_host])?;
     let mut certs = std::collections::BTreeMap::new();
     for entry in std::fs::read_dir(dir.path())? {
         let path = entry?.path();

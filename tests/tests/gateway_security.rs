@@ -3,7 +3,7 @@
 
 use berth_proto::v1;
 use berth_proto::v1::packages_client::PackagesClient;
-use berth_telemetry::Role;
+use berth_runtime::Role;
 use berth_tests::Proc;
 use berth_tests::process::tls_args;
 use tonic::transport::Channel;
@@ -60,7 +60,7 @@ fn with_token(
 async fn tokens_from_a_file_and_a_rate_per_caller() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let certs = dir.path().join("certs");
-    berth_telemetry::tls::generate(&certs, &[])?;
+    berth_runtime::tls::generate(&certs, &[])?;
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, "# operators\nalpha\n\nbeta\n")?;
     let tokens = tokens.display().to_string();
@@ -113,7 +113,7 @@ async fn tokens_from_a_file_and_a_rate_per_caller() -> anyhow::Result<()> {
 async fn watch_streams_over_the_limit_are_refused() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let certs = dir.path().join("certs");
-    berth_telemetry::tls::generate(&certs, &[])?;
+    berth_runtime::tls::generate(&certs, &[])?;
     let (lifecycle, gateway) = start(dir.path(), &certs, &["--max-watches", "1"]).await?;
     let mut client = PackagesClient::connect(gateway.endpoint()).await?;
     let open = client
@@ -267,7 +267,7 @@ async fn berth_up_serves_tls_with_its_own_ca() -> anyhow::Result<()> {
 async fn one_message_bound_on_the_public_api() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let certs = dir.path().join("certs");
-    berth_telemetry::tls::generate(&certs, &[])?;
+    berth_runtime::tls::generate(&certs, &[])?;
     let (lifecycle, gateway) = start(dir.path(), &certs, &[]).await?;
     let channel = tonic::transport::Endpoint::from_shared(gateway.endpoint())?.connect_lazy();
     // A client of its own that sends anything (berth's clients stop at the bound themselves).
@@ -292,13 +292,13 @@ async fn one_message_bound_on_the_public_api() -> anyhow::Result<()> {
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("settings"), "{}", err.message());
     let err = client
-        .update(update(berth_telemetry::MAX_MESSAGE_BYTES))
+        .update(update(berth_runtime::MAX_MESSAGE_BYTES))
         .await
         .expect_err("over the message bound");
     assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
     assert!(
         err.message()
-            .contains(&berth_telemetry::MAX_MESSAGE_BYTES.to_string()),
+            .contains(&berth_runtime::MAX_MESSAGE_BYTES.to_string()),
         "{}",
         err.message()
     );

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use berth_proto::v1;
-use berth_telemetry::Role;
+use berth_runtime::Role;
 use berth_tests::process::{Databases, child_env, tls_args};
 use berth_tests::{Proc, SplitTopology, TestCluster, TestNamespace, journey};
 use k8s_openapi::api::coordination::v1::Lease;

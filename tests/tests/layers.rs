@@ -1,14 +1,29 @@
-//! The layering rules of ARCHITECTURE.md ("Layers"), checked on the source of every workspace
-//! crate, so a change that lets gRPC or storage leak into the domain fails here:
+//! The layering rules of ARCHITECTURE.md ("Layers"), so a change that lets gRPC or storage leak
+//! into the domain fails here.
+//!
+//! Where a rule is a crate boundary it is checked as one, on the dependency graph `cargo
+//! metadata` resolves (a type alias or a re-export cannot get past it):
+//!
+//! - the domain crates (`berth-names`, `berth-package`, `berth-hooks`, `berth-jq`,
+//!   `berth-helm`) depend, directly or not, on none of tonic, kube, k8s-openapi, sqlx or
+//!   berth's contracts (`berth-proto`);
+//! - `berth-runtime` (process plumbing) depends on neither `berth-proto` nor sqlx, and
+//!   `berth-sql` on neither tonic nor `berth-proto`; of the shared crates under `crates/`,
+//!   only `berth-clients` knows the contracts.
+//!
+//! Inside a service crate, where tonic is a dependency anyway, the rules are checked on the
+//! source:
 //!
 //! - tonic is named only in the transport layers: a crate's `convert`, `service`, `error`,
-//!   `client`, `process` and `limits` (the gateway's request limits) modules, its root (`lib.rs`, where a service's process is wired)
-//!   and `main.rs`, binaries (`bin/`), the CLI (`cli/`, a gRPC client), and the two crates whose
-//!   job is the transport itself (`berth-proto`, `berth-telemetry`), and the test harness;
+//!   `client`, `process` and `limits` (the gateway's request limits) modules, its root
+//!   (`lib.rs`, where a service's process is wired) and `main.rs`, binaries (`bin/`), the CLI
+//!   (`cli/`, a gRPC client), the crates whose job is the transport itself (`berth-proto`,
+//!   `berth-runtime`, `berth-clients`), and the test harness;
 //! - a `model` module (pure domain) names none of tonic, sqlx or kube.
 //!
 //! Comments do not count: a doc comment may say what a layer does not know.
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,7 +38,157 @@ const TRANSPORT_LAYERS: &[&str] = &[
 
 /// Crates that are transport through and through: the contracts, the transport scaffolding,
 /// and this test harness (a gRPC client of every service).
-const TRANSPORT_CRATES: &[&str] = &["berth-proto", "berth-telemetry", "berth-tests"];
+const TRANSPORT_CRATES: &[&str] = &[
+    "berth-proto",
+    "berth-runtime",
+    "berth-clients",
+    "berth-tests",
+];
+
+/// The crates of the domain: what berth knows about packages, hooks, jq and charts, with no
+/// transport, cluster or storage under them.
+const DOMAIN_CRATES: &[&str] = &[
+    "berth-names",
+    "berth-package",
+    "berth-hooks",
+    "berth-jq",
+    "berth-helm",
+];
+
+/// What the domain must not depend on, directly or not.
+const NOT_IN_THE_DOMAIN: &[&str] = &[
+    "tonic",
+    "kube",
+    "kube-client",
+    "k8s-openapi",
+    "sqlx",
+    "berth-proto",
+];
+
+/// The whole resolved graph, from `cargo metadata`.
+fn metadata() -> Value {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+}
+
+/// Names of the packages `root` depends on, directly or not, through normal (not dev or
+/// build) dependencies: what its library is built with.
+fn normal_dependencies(metadata: &Value, root: &str) -> BTreeSet<String> {
+    let packages = metadata["packages"].as_array().expect("packages");
+    let name_of: HashMap<&str, &str> = packages
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap_or_default(),
+                p["name"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let root_id = packages
+        .iter()
+        .find(|p| p["name"] == root)
+        .and_then(|p| p["id"].as_str())
+        .unwrap_or_else(|| panic!("{root} is in the workspace"));
+    let nodes: HashMap<&str, &Value> = metadata["resolve"]["nodes"]
+        .as_array()
+        .expect("resolve.nodes")
+        .iter()
+        .map(|n| (n["id"].as_str().unwrap_or_default(), n))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![root_id];
+    while let Some(id) = stack.pop() {
+        let Some(node) = nodes.get(id) else { continue };
+        for dep in node["deps"].as_array().into_iter().flatten() {
+            let normal = dep["dep_kinds"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|k| k["kind"].is_null());
+            let dep_id = dep["pkg"].as_str().unwrap_or_default();
+            if normal && seen.insert(dep_id) {
+                stack.push(dep_id);
+            }
+        }
+    }
+    seen.iter().map(|id| name_of[id].to_owned()).collect()
+}
+
+/// The forbidden names `crate_name` depends on.
+fn forbidden_in(deps: &BTreeSet<String>, crate_name: &str, forbidden: &[&str]) -> Vec<String> {
+    forbidden
+        .iter()
+        .filter(|name| deps.contains(**name))
+        .map(|name| format!("{crate_name} depends on {name}"))
+        .collect()
+}
+
+#[test]
+fn the_domain_crates_depend_on_no_transport_cluster_or_storage() {
+    let metadata = metadata();
+    let mut offenders = Vec::new();
+    let mut all = BTreeSet::new();
+    for name in DOMAIN_CRATES {
+        let deps = normal_dependencies(&metadata, name);
+        offenders.extend(forbidden_in(&deps, name, NOT_IN_THE_DOMAIN));
+        all.extend(deps);
+    }
+    for expected in ["serde", "tokio", "gotmpl", "jaq-core"] {
+        assert!(
+            all.contains(expected),
+            "the walk found the domain's dependencies (no {expected}): {all:?}"
+        );
+    }
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+#[test]
+fn the_shared_crates_keep_to_their_layer() {
+    let metadata = metadata();
+    let mut offenders = Vec::new();
+    let runtime = normal_dependencies(&metadata, "berth-runtime");
+    assert!(runtime.contains("tonic"), "{runtime:?}");
+    offenders.extend(forbidden_in(
+        &runtime,
+        "berth-runtime",
+        &["berth-proto", "sqlx", "kube", "kube-client", "k8s-openapi"],
+    ));
+    let sql = normal_dependencies(&metadata, "berth-sql");
+    assert!(sql.contains("sqlx"), "{sql:?}");
+    offenders.extend(forbidden_in(
+        &sql,
+        "berth-sql",
+        &["tonic", "berth-proto", "kube", "kube-client", "k8s-openapi"],
+    ));
+    // Of the shared crates (`crates/`), only the clients know berth's contracts.
+    for (name, src) in workspace_sources() {
+        let shared = src
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::file_name)
+            == Some(std::ffi::OsStr::new("crates"));
+        if shared
+            && name != "berth-clients"
+            && normal_dependencies(&metadata, &name).contains("berth-proto")
+        {
+            offenders.push(format!("{name} depends on berth-proto"));
+        }
+    }
+    assert!(
+        normal_dependencies(&metadata, "berth-clients").contains("berth-proto"),
+        "the walk sees the clients' contracts"
+    );
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
 
 /// Every workspace crate's name and `src/` directory, from `cargo metadata`.
 fn workspace_sources() -> Vec<(String, PathBuf)> {

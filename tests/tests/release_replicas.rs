@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use berth_lease::shards::shard_of;
 use berth_proto::v1::{self, PackageKind};
-use berth_telemetry::Role;
+use berth_runtime::Role;
 use berth_tests::process::child_env;
 use berth_tests::{Proc, SplitTopology, TestCluster, TestNamespace, journey};
 use k8s_openapi::api::coordination::v1::Lease;

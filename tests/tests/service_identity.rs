@@ -10,8 +10,8 @@ use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
 use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::release::releases_client::ReleasesClient;
 use berth_proto::{hookevent, lifecycle, queue, release, v1};
-use berth_telemetry::Role;
-use berth_telemetry::tls::CertFiles;
+use berth_runtime::Role;
+use berth_runtime::tls::CertFiles;
 use berth_tests::process::tls_args;
 use berth_tests::{Proc, TestCluster};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -80,7 +80,7 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
     let cluster = TestCluster::start().await?;
     let dir = tempfile::tempdir()?;
     let certs = dir.path().join("certs");
-    berth_telemetry::tls::generate(&certs, &[])?;
+    berth_runtime::tls::generate(&certs, &[])?;
     let sqlite = |name: &str| format!("sqlite://{}", dir.path().join(name).display());
     let start = |name: &'static str, args: Vec<String>| async move {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -315,7 +315,7 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
 
     // A certificate of the right role from another CA: the handshake fails.
     let other = dir.path().join("other");
-    berth_telemetry::tls::generate(&other, &[])?;
+    berth_runtime::tls::generate(&other, &[])?;
     let mut foreign = BrokerClient::new(client(
         &certs,
         &b,
@@ -368,7 +368,7 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
 async fn a_client_refuses_a_server_of_another_role() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let certs = dir.path().join("certs");
-    berth_telemetry::tls::generate(&certs, &[])?;
+    berth_runtime::tls::generate(&certs, &[])?;
     let database = format!("sqlite://{}", dir.path().join("lifecycle.db").display());
     let mut args = vec![
         "--listen".to_owned(),

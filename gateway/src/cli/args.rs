@@ -128,7 +128,7 @@ pub enum Command {
         #[command(flatten)]
         limits: LimitArgs,
         #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
-        log_format: berth_telemetry::LogFormat,
+        log_format: berth_runtime::LogFormat,
         #[command(flatten)]
         jq: berth_jq::JqArgs,
         /// hookevent's webhook server. Default with the embedded dev cluster: 127.0.0.1 on a

@@ -82,8 +82,8 @@ async fn connect(cli: &Cli) -> Result<Client, String> {
         None => None,
     };
     Ok(PackagesClient::with_interceptor(channel, Bearer(token))
-        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES))
+        .max_decoding_message_size(berth_runtime::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_runtime::MAX_MESSAGE_BYTES))
 }
 
 /// `berth health`: one standard health check, bounded in time.
@@ -226,7 +226,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             let repositories =
                 up_repositories(repositories.as_deref(), repository, repository_roots)?;
             // Every service in this process: each span is exported under its service's name.
-            let _telemetry = berth_telemetry::init_all_in_one(*log_format);
+            let _telemetry = berth_runtime::init_all_in_one(*log_format);
             let mut tokens: Vec<String> = cli.token.iter().cloned().collect();
             if let Some(path) = token_file {
                 tokens.extend(crate::read_tokens(path).map_err(|e| format!("--token-file {e}"))?);
@@ -265,7 +265,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 repositories,
             };
             let shutdown = CancellationToken::new();
-            tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+            tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
             crate::up::run(config, shutdown, |running| {
                 // `metrics on` (as the split binaries print it) and then `listening on`, for
                 // scripts and tests; the rest for people.
@@ -301,9 +301,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             let mut all = vec!["localhost".to_owned(), "127.0.0.1".into(), "::1".into()];
             all.extend(hosts.iter().cloned());
             let written = if *force {
-                berth_telemetry::tls::generate(out, &all).map(|()| true)
+                berth_runtime::tls::generate(out, &all).map(|()| true)
             } else {
-                berth_telemetry::tls::ensure_generated(out, &all)
+                berth_runtime::tls::ensure_generated(out, &all)
             }
             .map_err(|e| e.to_string())?;
             if written {

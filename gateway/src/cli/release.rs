@@ -41,7 +41,7 @@ pub struct ReleaseArgs {
     /// The operator's identity for a release service that requires mutual TLS (`berth up`'s
     /// are in `<data-dir>/tls`: ca.pem, operator.pem, operator-key.pem).
     #[command(flatten)]
-    pub tls: berth_telemetry::TlsArgs,
+    pub tls: berth_runtime::TlsArgs,
     #[command(subcommand)]
     pub command: ReleaseCommand,
 }
@@ -83,10 +83,10 @@ pub enum ReleaseCommand {
 /// Runs one `berth release` command.
 pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
     let tls = args.tls.load_client(None).map_err(|e| e.to_string())?;
-    let channel = berth_telemetry::endpoint(
+    let channel = berth_runtime::endpoint(
         &args.release_server,
         tls.as_ref(),
-        berth_telemetry::Role::Release,
+        berth_runtime::Role::Release,
     )
     .map_err(|e| format!("--release-server {}: {e}", args.release_server))?
     .connect_timeout(CONNECT_TIMEOUT)
@@ -100,8 +100,8 @@ pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
         )
     })?;
     let mut client = ReleasesClient::new(channel)
-        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
+        .max_decoding_message_size(berth_runtime::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_runtime::MAX_MESSAGE_BYTES);
     let failed = |e: tonic::Status| format!("{:?}: {}", e.code(), e.message());
     match &args.command {
         ReleaseCommand::History { name, namespace } => {

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::queue::{EnqueueRequest, Task};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -29,12 +28,9 @@ pub struct Enqueuer {
 
 impl Enqueuer {
     /// Starts the sender task; it ends when every [`Enqueuer`] is dropped or on `shutdown`.
-    pub fn start(
-        broker: BrokerClient<berth_telemetry::Channel>,
-        shutdown: CancellationToken,
-    ) -> Enqueuer {
+    pub fn start(broker: berth_clients::Broker, shutdown: CancellationToken) -> Enqueuer {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        berth_telemetry::spawn_in(
+        berth_runtime::spawn_in(
             tracing::info_span!(parent: None, "hookevent.enqueue"),
             deliver(broker, rx, shutdown),
         );
@@ -53,7 +49,7 @@ impl Enqueuer {
 }
 
 async fn deliver(
-    mut broker: BrokerClient<berth_telemetry::Channel>,
+    mut broker: berth_clients::Broker,
     mut rx: mpsc::Receiver<Task>,
     shutdown: CancellationToken,
 ) {

@@ -23,7 +23,7 @@ pub enum ServiceError {
     Store(#[from] StoreError),
     /// Lifecycle could not say what the package is.
     #[error(transparent)]
-    Scope(#[from] berth_telemetry::scope::ScopeError),
+    Scope(#[from] berth_clients::scope::ScopeError),
 }
 
 impl ServiceError {

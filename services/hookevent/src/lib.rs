@@ -23,7 +23,6 @@ pub mod webhook;
 use std::path::PathBuf;
 
 use berth_proto::hookevent::hook_events_server::HookEventsServer;
-use berth_proto::queue::broker_client::BrokerClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +47,7 @@ pub struct Config {
     /// Lifecycle's endpoint, asked what a package is (apps are confined to their namespace).
     pub lifecycle_endpoint: String,
     /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
-    pub tls: Option<berth_telemetry::Tls>,
+    pub tls: Option<berth_runtime::Tls>,
     /// Bounds on jq programs (jqFilters, JQPatch). They run in evaluator processes started from
     /// this executable, whose `main` must call [`run_jq_evaluator_if_requested`] first.
     pub jq: JqLimits,
@@ -56,7 +55,7 @@ pub struct Config {
     pub webhook: Option<webhook::WebhookListen>,
     /// Where the service's metrics go (RPC metrics, `berth_watches`,
     /// `berth_watch_events_total`).
-    pub metrics: berth_telemetry::Metrics,
+    pub metrics: berth_runtime::Metrics,
     /// How packages are shared out among replicas (without Leases, or without a cluster,
     /// this replica owns them all).
     pub shards: shards::ShardConfig,
@@ -125,15 +124,11 @@ pub async fn run(
 ) -> Result<(), Error> {
     let store = Store::open(&config.database_url).await?;
     let tls = config.tls.as_ref();
-    let channel =
-        berth_telemetry::connect_lazy(&config.broker_endpoint, tls, berth_telemetry::Role::Broker)
-            .map_err(|source| Error::Broker {
-                endpoint: config.broker_endpoint.clone(),
-                source,
-            })?;
-    let broker = BrokerClient::new(channel)
-        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
+    let broker =
+        berth_clients::broker(&config.broker_endpoint, tls).map_err(|source| Error::Broker {
+            endpoint: config.broker_endpoint.clone(),
+            source,
+        })?;
     let enqueuer = Enqueuer::start(broker.clone(), shutdown.clone());
     let jq = jq::Jq::current_exe(config.jq).map_err(Error::JqEvaluator)?;
     let client = kube_client(config.kubeconfig.as_deref()).await?;
@@ -163,19 +158,18 @@ pub async fn run(
                     .map_err(Error::Webhook)?;
             let tls = webhook::tls_config(&cert).map_err(Error::Webhook)?;
             tracing::info!(%addr, %url, "webhook server listening");
-            berth_telemetry::spawn_in(
+            berth_runtime::spawn_in(
                 tracing::info_span!(parent: None, "hookevent.webhooks"),
                 webhook::serve(listener, tls, webhooks.clone(), shutdown.clone()),
             );
             Some(webhooks)
         }
     };
-    let scopes =
-        berth_telemetry::scope::PackageScopes::connect_lazy(&config.lifecycle_endpoint, tls)
-            .map_err(|source| Error::Lifecycle {
-                endpoint: config.lifecycle_endpoint.clone(),
-                source,
-            })?;
+    let scopes = berth_clients::scope::PackageScopes::connect_lazy(&config.lifecycle_endpoint, tls)
+        .map_err(|source| Error::Lifecycle {
+            endpoint: config.lifecycle_endpoint.clone(),
+            source,
+        })?;
     let leases = client.clone().zip(config.shards.leases.clone());
     let owned = match &leases {
         Some((client, leases)) => {
@@ -193,7 +187,7 @@ pub async fn run(
         config.tls.clone(),
     )
     .await?;
-    let scheduler = berth_telemetry::spawn_in(
+    let scheduler = berth_runtime::spawn_in(
         tracing::info_span!(parent: None, "hookevent.scheduler"),
         service.scheduler().run(shutdown.clone()),
     );
@@ -210,28 +204,32 @@ pub async fn run(
             // The shards free now are taken before serving: a lone replica serves every
             // package from its first call.
             coordinator.round().await;
-            Some(berth_telemetry::spawn_in(
+            Some(berth_runtime::spawn_in(
                 tracing::info_span!(parent: None, "hookevent.shards"),
                 coordinator.run(shutdown.clone()),
             ))
         }
         None => {
             let restore = service.clone();
-            berth_telemetry::spawn_in(
+            berth_runtime::spawn_in(
                 tracing::info_span!(parent: None, "hookevent.restore"),
                 async move { restore.restore().await },
             );
             None
         }
     };
-    let router =
-        berth_telemetry::grpc_server(berth_telemetry::Role::Hookevent, tls, &config.metrics)?
-            .add_service(
-                HookEventsServer::new(service)
-                    .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
-            );
-    let served = berth_telemetry::serve_router(
+    let router = berth_runtime::grpc_server(
+        berth_runtime::Role::Hookevent,
+        tls,
+        &config.metrics,
+        berth_proto::FILE_DESCRIPTOR_SET,
+    )?
+    .add_service(
+        HookEventsServer::new(service)
+            .max_decoding_message_size(berth_runtime::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_runtime::MAX_MESSAGE_BYTES),
+    );
+    let served = berth_runtime::serve_router(
         router,
         listener,
         berth_proto::FILE_DESCRIPTOR_SET,

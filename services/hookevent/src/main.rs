@@ -30,11 +30,11 @@ struct Args {
     #[arg(long, env = "BERTH_KUBECONFIG")]
     kubeconfig: Option<std::path::PathBuf>,
     #[command(flatten)]
-    tls: berth_telemetry::TlsArgs,
+    tls: berth_runtime::TlsArgs,
     #[command(flatten)]
-    metrics: berth_telemetry::MetricsArgs,
+    metrics: berth_runtime::MetricsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
-    log_format: berth_telemetry::LogFormat,
+    log_format: berth_runtime::LogFormat,
     #[command(flatten)]
     jq: berth_hookevent::jq::JqArgs,
     #[command(flatten)]
@@ -95,9 +95,9 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let _telemetry = berth_telemetry::init("berth-hookevent", args.log_format);
-    berth_telemetry::ensure_sqlite_dir(&args.database)?;
-    let tls = args.tls.load(Some(berth_telemetry::Role::Hookevent))?;
+    let _telemetry = berth_runtime::init("berth-hookevent", args.log_format);
+    berth_sql::ensure_sqlite_dir(&args.database)?;
+    let tls = args.tls.load(Some(berth_runtime::Role::Hookevent))?;
     let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let local = listener.local_addr()?;
@@ -127,9 +127,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     shards.check().map_err(|e| anyhow::anyhow!("{e}"))?;
     println!("listening on {local}");
     let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
-    let metrics = berth_telemetry::Metrics::default();
-    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
+    tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_runtime::Metrics::default();
+    berth_runtime::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     berth_hookevent::run(
         berth_hookevent::Config {
             database_url: args.database,

@@ -5,7 +5,6 @@ use berth_names::{Generation, PackageKey};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use berth_proto::hookevent::hook_events_client::HookEventsClient;
 use berth_proto::hookevent::hook_events_server::HookEvents;
 use berth_proto::hookevent::{
     AdoptGenerationRequest, AdoptGenerationResponse, AnswerWebhookRequest, AnswerWebhookResponse,
@@ -24,7 +23,7 @@ use crate::scheduler::Scheduler;
 use crate::shards::{Route, ShardHandler, Shards};
 use crate::store::Store;
 use crate::webhook::Webhooks;
-use berth_telemetry::scope::PackageScopes;
+use berth_clients::scope::PackageScopes;
 
 /// Most schedule bindings one package may register.
 const MAX_BINDINGS_PER_PACKAGE: usize = 1000;
@@ -55,12 +54,12 @@ const MAX_PEERS: usize = 64;
 /// Clients of the other replicas, by endpoint, over mutual TLS as role hookevent.
 #[derive(Clone)]
 struct Peers {
-    tls: Option<berth_telemetry::Tls>,
-    clients: Arc<Mutex<HashMap<String, HookEventsClient<berth_telemetry::Channel>>>>,
+    tls: Option<berth_runtime::Tls>,
+    clients: Arc<Mutex<HashMap<String, berth_clients::HookEvents>>>,
 }
 
 impl Peers {
-    fn client(&self, endpoint: &str) -> Result<HookEventsClient<berth_telemetry::Channel>, Status> {
+    fn client(&self, endpoint: &str) -> Result<berth_clients::HookEvents, Status> {
         if endpoint.len() > MAX_ENDPOINT_LEN {
             return Err(Status::unavailable(format!(
                 "hookevent: the owner's advertised endpoint is longer than {MAX_ENDPOINT_LEN} bytes"
@@ -70,19 +69,11 @@ impl Peers {
         if let Some(c) = clients.get(endpoint) {
             return Ok(c.clone());
         }
-        let channel = berth_telemetry::connect_lazy(
-            endpoint,
-            self.tls.as_ref(),
-            berth_telemetry::Role::Hookevent,
-        )
-        .map_err(|e| {
+        let client = berth_clients::hookevent(endpoint, self.tls.as_ref()).map_err(|e| {
             Status::unavailable(format!(
                 "hookevent: the owner's endpoint {endpoint:?} is unusable: {e}"
             ))
         })?;
-        let client = HookEventsClient::new(channel)
-            .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
         if clients.len() >= MAX_PEERS {
             clients.clear();
         }
@@ -107,7 +98,7 @@ impl HookEventService {
         scopes: PackageScopes,
         webhooks: Option<Arc<Webhooks>>,
         shards: Arc<Shards>,
-        tls: Option<berth_telemetry::Tls>,
+        tls: Option<berth_runtime::Tls>,
     ) -> Result<Self, crate::store::StoreError> {
         // The schedules of the shards owned now; those of shards taken over later come with
         // them (`take`).
@@ -139,7 +130,7 @@ impl HookEventService {
         &self,
         package: &str,
         req: &Request<T>,
-    ) -> Result<Option<HookEventsClient<berth_telemetry::Channel>>, Status> {
+    ) -> Result<Option<berth_clients::HookEvents>, Status> {
         match self.shards.resolve(package).await {
             Route::Local => Ok(None),
             Route::Remote { shard, .. } | Route::Unknown { shard }
@@ -412,7 +403,7 @@ impl HookEventService {
 impl ShardHandler for HookEventService {
     fn take(&self, shards: Vec<u32>) {
         let this = self.clone();
-        berth_telemetry::spawn_in(
+        berth_runtime::spawn_in(
             tracing::info_span!(parent: None, "hookevent.take_shards"),
             async move { this.take_shards(shards).await },
         );

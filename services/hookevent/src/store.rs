@@ -1,7 +1,7 @@
 //! Registered bindings in SQL, so a restart keeps firing them.
 
 use berth_names::{Generation, PackageKey};
-use berth_telemetry::Dialect;
+use berth_sql::Dialect;
 use sqlx::{AnyPool, Row};
 
 use crate::schedule::{Schedule, parse_crontab};
@@ -11,7 +11,7 @@ pub enum StoreError {
     #[error("opening the hookevent database {url}: {source}")]
     Open {
         url: String,
-        source: berth_telemetry::ConnectError,
+        source: berth_sql::ConnectError,
     },
     #[error("migrating the hookevent database: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -36,13 +36,12 @@ impl Store {
     /// Opens (creating if needed) and migrates the database at `url`: `sqlite://PATH`,
     /// `sqlite::memory:` or `postgres://…` (see the README's "Databases").
     pub async fn open(url: &str) -> Result<Store, StoreError> {
-        let (pool, dialect) =
-            berth_telemetry::connect(url, CONNECTIONS)
-                .await
-                .map_err(|source| StoreError::Open {
-                    url: berth_telemetry::redacted(url),
-                    source,
-                })?;
+        let (pool, dialect) = berth_sql::connect(url, CONNECTIONS)
+            .await
+            .map_err(|source| StoreError::Open {
+                url: berth_sql::redacted(url),
+                source,
+            })?;
         let migrator = match dialect {
             Dialect::Sqlite => &SQLITE_MIGRATIONS,
             Dialect::Postgres => &POSTGRES_MIGRATIONS,
@@ -52,7 +51,7 @@ impl Store {
     }
 
     async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
-        Ok(berth_telemetry::begin_write(&self.pool, self.dialect).await?)
+        Ok(berth_sql::begin_write(&self.pool, self.dialect).await?)
     }
 
     /// Makes concurrent writers of `package`'s rows take turns until `tx` ends. SQLite's

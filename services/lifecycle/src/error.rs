@@ -29,7 +29,7 @@ pub enum LifecycleError {
 impl From<LifecycleError> for Status {
     fn from(e: LifecycleError) -> Status {
         // Settings errors list every failing field: bounded to fit a header.
-        let message = berth_telemetry::bounded_status_message(e.to_string());
+        let message = berth_runtime::bounded_status_message(e.to_string());
         match &e {
             LifecycleError::InvalidArgument(_) => Status::invalid_argument(message),
             LifecycleError::NotFound(_) => Status::not_found(message),

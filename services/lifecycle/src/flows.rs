@@ -29,7 +29,7 @@ pub fn task(key: &PackageKey, generation: Generation, kind: TaskKind, payload: V
             generation: generation.get(),
             kind: kind.as_str().to_owned(),
             payload_json: payload.to_string(),
-            traceparent: berth_telemetry::current_traceparent(),
+            traceparent: berth_runtime::current_traceparent(),
         },
     })
 }

@@ -24,7 +24,6 @@ mod validation;
 use std::sync::Arc;
 
 use berth_proto::lifecycle::lifecycle_server::LifecycleServer;
-use berth_proto::queue::broker_client::BrokerClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +39,7 @@ pub struct Config {
     /// The queue broker, e.g. `http://127.0.0.1:7071`.
     pub broker_endpoint: String,
     /// This service's identity (mutual TLS, calls authorised by role); `None`: plain gRPC.
-    pub tls: Option<berth_telemetry::Tls>,
+    pub tls: Option<berth_runtime::Tls>,
     /// The repositories an Update may name (names, and roots under which it may name a
     /// directory); anything else is refused.
     pub repositories: Arc<berth_package::Repositories>,
@@ -51,7 +50,7 @@ pub struct Config {
     /// executable, whose `main` must call [`berth_jq::run_if_requested`] first.
     pub jq: berth_jq::JqLimits,
     /// Where the service's metrics go (RPC metrics and `berth_packages`).
-    pub metrics: berth_telemetry::Metrics,
+    pub metrics: berth_runtime::Metrics,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,17 +77,13 @@ pub async fn run(
     let jq = berth_jq::Jq::current_exe(config.jq).map_err(Error::JqEvaluator)?;
     let store = Store::open(&config.database_url).await?;
     let tls = config.tls.as_ref();
-    let channel =
-        berth_telemetry::connect_lazy(&config.broker_endpoint, tls, berth_telemetry::Role::Broker)
-            .map_err(|source| Error::Broker {
-                endpoint: config.broker_endpoint.clone(),
-                source,
-            })?;
-    let broker = BrokerClient::new(channel)
-        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
+    let broker =
+        berth_clients::broker(&config.broker_endpoint, tls).map_err(|source| Error::Broker {
+            endpoint: config.broker_endpoint.clone(),
+            source,
+        })?;
     let wake = Arc::new(tokio::sync::Notify::new());
-    let relay = berth_telemetry::spawn_in(
+    let relay = berth_runtime::spawn_in(
         tracing::info_span!(parent: None, "lifecycle.relay"),
         relay::run(
             store.clone(),
@@ -111,28 +106,32 @@ pub async fn run(
         validations,
         jq,
     );
-    let listening = (store.dialect() == berth_telemetry::Dialect::Postgres).then(|| {
+    let listening = (store.dialect() == berth_sql::Dialect::Postgres).then(|| {
         let service = service.clone();
         let shutdown = shutdown.clone();
-        berth_telemetry::spawn_in(
+        berth_runtime::spawn_in(
             tracing::info_span!(parent: None, "lifecycle.listen"),
             async move { service.listen(shutdown).await },
         )
     });
     let metrics = metrics::LifecycleMetrics::default();
     config.metrics.register(|r| metrics.register(r));
-    let counting = berth_telemetry::spawn_in(
+    let counting = berth_runtime::spawn_in(
         tracing::info_span!(parent: None, "lifecycle.metrics"),
         metrics.run(store, service.subscribe_changes(), shutdown.clone()),
     );
-    let router =
-        berth_telemetry::grpc_server(berth_telemetry::Role::Lifecycle, tls, &config.metrics)?
-            .add_service(
-                LifecycleServer::new(service)
-                    .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES),
-            );
-    let served = berth_telemetry::serve_router(
+    let router = berth_runtime::grpc_server(
+        berth_runtime::Role::Lifecycle,
+        tls,
+        &config.metrics,
+        berth_proto::FILE_DESCRIPTOR_SET,
+    )?
+    .add_service(
+        LifecycleServer::new(service)
+            .max_decoding_message_size(berth_runtime::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_runtime::MAX_MESSAGE_BYTES),
+    );
+    let served = berth_runtime::serve_router(
         router,
         listener,
         berth_proto::FILE_DESCRIPTOR_SET,

@@ -32,11 +32,11 @@ struct Args {
     #[arg(long, env = "BERTH_VALIDATION_TIMEOUT", default_value_t = 30)]
     validation_timeout: u64,
     #[command(flatten)]
-    tls: berth_telemetry::TlsArgs,
+    tls: berth_runtime::TlsArgs,
     #[command(flatten)]
-    metrics: berth_telemetry::MetricsArgs,
+    metrics: berth_runtime::MetricsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
-    log_format: berth_telemetry::LogFormat,
+    log_format: berth_runtime::LogFormat,
     #[command(flatten)]
     jq: berth_jq::JqArgs,
 }
@@ -52,9 +52,9 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    let _telemetry = berth_telemetry::init("berth-lifecycle", args.log_format);
-    berth_telemetry::ensure_sqlite_dir(&args.database)?;
-    let tls = args.tls.load(Some(berth_telemetry::Role::Lifecycle))?;
+    let _telemetry = berth_runtime::init("berth-lifecycle", args.log_format);
+    berth_sql::ensure_sqlite_dir(&args.database)?;
+    let tls = args.tls.load(Some(berth_runtime::Role::Lifecycle))?;
     let repositories = match &args.repositories {
         Some(path) => berth_package::Repositories::load(path)?,
         None => berth_package::Repositories::default(),
@@ -63,9 +63,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
-    let metrics = berth_telemetry::Metrics::default();
-    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
+    tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_runtime::Metrics::default();
+    berth_runtime::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     berth_lifecycle::run(
         berth_lifecycle::Config {
             database_url: args.database,

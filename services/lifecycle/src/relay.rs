@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::queue::{EnqueueRequest, SupersedeRequest, Task};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +22,7 @@ const IDLE_POLL: Duration = Duration::from_secs(2);
 
 pub async fn run(
     store: Store,
-    mut broker: BrokerClient<berth_telemetry::Channel>,
+    mut broker: berth_clients::Broker,
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
@@ -71,10 +70,7 @@ enum RelayError {
 /// are delivered and deleted; that row and everything after it stay. The batch is claimed (see
 /// [`Store::outbox_claim`]): another lifecycle relaying from the same PostgreSQL database does
 /// not deliver it too.
-async fn deliver(
-    store: &Store,
-    broker: &mut BrokerClient<berth_telemetry::Channel>,
-) -> Result<bool, RelayError> {
+async fn deliver(store: &Store, broker: &mut berth_clients::Broker) -> Result<bool, RelayError> {
     let claim = store.outbox_claim(BATCH).await?;
     let full = claim.rows.len() as i64 == BATCH;
     let mut delivered = Vec::with_capacity(claim.rows.len());
@@ -127,7 +123,7 @@ async fn deliver(
 }
 
 async fn flush(
-    broker: &mut BrokerClient<berth_telemetry::Channel>,
+    broker: &mut berth_clients::Broker,
     pending: &mut Vec<Task>,
 ) -> Result<(), RelayError> {
     if pending.is_empty() {
@@ -135,7 +131,7 @@ async fn flush(
     }
     // The delivery continues the trace of the request that queued the work (the first
     // task's, when a batch holds several requests' tasks); the relay's loop is not traced.
-    let span = berth_telemetry::with_traceparent(
+    let span = berth_runtime::with_traceparent(
         tracing::info_span!("lifecycle.relay.enqueue", tasks = pending.len()),
         &pending[0].traceparent,
     );
@@ -160,15 +156,8 @@ mod tests {
     use crate::model::{Generation, PackageKey};
 
     /// A broker client that is never reached: connecting is lazy and nothing listens there.
-    fn unreachable_broker() -> BrokerClient<berth_telemetry::Channel> {
-        BrokerClient::new(
-            berth_telemetry::connect_lazy(
-                "http://127.0.0.1:9",
-                None,
-                berth_telemetry::Role::Broker,
-            )
-            .unwrap(),
-        )
+    fn unreachable_broker() -> berth_clients::Broker {
+        berth_clients::broker("http://127.0.0.1:9", None).unwrap()
     }
 
     crate::test_db::on_both_backends!(an_unknown_row_stops_the_relay_and_is_kept);

@@ -11,7 +11,6 @@ use berth_proto::lifecycle::{
     ClusterVersionReportResponse, GetSpecRequest, ReportBatchRequest, ReportRequest,
     ReportResponse, Spec,
 };
-use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::v1;
 use futures::Stream;
 use serde_json::Value;
@@ -51,7 +50,7 @@ pub type SharedScheduler = Arc<Mutex<Scheduler>>;
 #[derive(Clone)]
 pub struct LifecycleService {
     store: Store,
-    broker: BrokerClient<berth_telemetry::Channel>,
+    broker: berth_clients::Broker,
     outbox_wake: Arc<Notify>,
     /// `Some(key)`: that package changed; `None`: changes may have been missed (resend all).
     changes: broadcast::Sender<Option<PackageKey>>,
@@ -84,7 +83,7 @@ pub fn now() -> String {
 impl LifecycleService {
     pub fn new(
         store: Store,
-        broker: BrokerClient<berth_telemetry::Channel>,
+        broker: berth_clients::Broker,
         outbox_wake: Arc<Notify>,
         scheduler: SharedScheduler,
         repositories: Arc<berth_package::Repositories>,
@@ -150,7 +149,7 @@ impl LifecycleService {
     /// A package this replica wrote. On PostgreSQL the database tells every replica, this one
     /// included, of every change ([`LifecycleService::listen`]), so nothing is sent here.
     fn changed(&self, key: &PackageKey) {
-        if self.store.dialect() == berth_telemetry::Dialect::Sqlite {
+        if self.store.dialect() == berth_sql::Dialect::Sqlite {
             // No receivers is fine: nobody is watching.
             let _ = self.changes.send(Some(key.clone()));
         }
@@ -159,7 +158,7 @@ impl LifecycleService {
     /// Listens to the replicas' database (PostgreSQL) until `shutdown`: package changes reach
     /// Watch streams and the metrics, stored validation answers their waiting validation.
     pub async fn listen(&self, shutdown: tokio_util::sync::CancellationToken) {
-        use berth_telemetry::listen::Notice;
+        use berth_sql::listen::Notice;
         let (answers, mut answered) = tokio::sync::mpsc::channel::<Option<String>>(256);
         let validations = self.validations.clone();
         let deliver = tokio::spawn(async move {
@@ -169,7 +168,7 @@ impl LifecycleService {
         });
         let url = self.store.database_url().to_owned();
         let changes = self.changes.clone();
-        berth_telemetry::listen::relay(
+        berth_sql::listen::relay(
             &url,
             &[crate::store::CHANGES_CHANNEL, crate::store::ANSWERS_CHANNEL],
             |notice| match notice {
@@ -280,7 +279,7 @@ impl LifecycleService {
             queued.push_back(PendingReport { write, reply });
         }
         let service = self.clone();
-        berth_telemetry::spawn_here(async move {
+        berth_runtime::spawn_here(async move {
             let mut sched = service.scheduler.lock().await;
             let batch: Vec<PendingReport> = {
                 let mut queued = service.reports.lock().unwrap_or_else(|e| e.into_inner());
@@ -833,6 +832,6 @@ where
 {
     // Watch items waiting for a slow client; the producer waits when it is full.
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    berth_telemetry::spawn_here(producer(tx));
+    berth_runtime::spawn_here(producer(tx));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

@@ -1,7 +1,7 @@
 //! Package state in SQL. Every write that implies broker work (supersede, enqueue) writes the
 //! matching outbox rows in the same transaction, so state and queued work never disagree.
 
-use berth_telemetry::Dialect;
+use berth_sql::Dialect;
 use serde_json::Value;
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
@@ -15,7 +15,7 @@ pub enum StoreError {
     #[error("opening the lifecycle database {url}: {source}")]
     Open {
         url: String,
-        source: berth_telemetry::ConnectError,
+        source: berth_sql::ConnectError,
     },
     #[error("migrating the lifecycle database: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -180,10 +180,10 @@ impl Store {
             _ => SQLITE_CONNECTIONS,
         };
         let (pool, dialect) =
-            berth_telemetry::connect(url, max)
+            berth_sql::connect(url, max)
                 .await
                 .map_err(|source| StoreError::Open {
-                    url: berth_telemetry::redacted(url),
+                    url: berth_sql::redacted(url),
                     source,
                 })?;
         let migrator = match dialect {
@@ -211,7 +211,7 @@ impl Store {
         sched: &mut Scheduler,
     ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
         if self.dialect == Dialect::Sqlite {
-            return Ok(berth_telemetry::begin_write(&self.pool, self.dialect).await?);
+            return Ok(berth_sql::begin_write(&self.pool, self.dialect).await?);
         }
         let mut tx = self.pool.begin_with(BEGIN_LOCKED).await?;
         catch_up(&mut tx, sched).await?;

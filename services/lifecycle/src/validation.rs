@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use berth_proto::lifecycle::AnswerValidationRequest;
-use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::queue::{EnqueueRequest, Task};
 use berth_proto::tasks::{TaskKind, ValidateRun};
 use berth_proto::v1;
@@ -57,7 +56,7 @@ struct Pending {
 
 #[derive(Clone)]
 pub struct Validations {
-    broker: BrokerClient<berth_telemetry::Channel>,
+    broker: berth_clients::Broker,
     /// Where answers for other replicas are left (PostgreSQL).
     store: Store,
     pending: Arc<Mutex<HashMap<String, Pending>>>,
@@ -66,11 +65,7 @@ pub struct Validations {
 }
 
 impl Validations {
-    pub fn new(
-        broker: BrokerClient<berth_telemetry::Channel>,
-        store: Store,
-        wait: Duration,
-    ) -> Validations {
+    pub fn new(broker: berth_clients::Broker, store: Store, wait: Duration) -> Validations {
         Validations {
             broker,
             store,
@@ -113,7 +108,7 @@ impl Validations {
             generation: generation.get(),
             kind: TaskKind::ValidateRun.as_str().to_owned(),
             payload_json: run.to_payload_json(),
-            traceparent: berth_telemetry::current_traceparent(),
+            traceparent: berth_runtime::current_traceparent(),
             allow_failure: true,
             ..Default::default()
         };
@@ -167,7 +162,7 @@ impl Validations {
         let Some(answer) = self.answer(answer) else {
             return true;
         };
-        if self.store.dialect() != berth_telemetry::Dialect::Postgres {
+        if self.store.dialect() != berth_sql::Dialect::Postgres {
             return false;
         }
         let encoded = hex::encode(prost::Message::encode_to_vec(&answer));
@@ -234,14 +229,9 @@ mod tests {
 
     async fn validations(wait: Duration) -> Validations {
         // Port 9 (discard) refuses connections on loopback: enqueueing fails at once.
-        let channel = berth_telemetry::connect_lazy(
-            "http://127.0.0.1:9",
-            None,
-            berth_telemetry::Role::Broker,
-        )
-        .unwrap();
+        let broker = berth_clients::broker("http://127.0.0.1:9", None).unwrap();
         let store = Store::open("sqlite::memory:").await.unwrap();
-        Validations::new(BrokerClient::new(channel), store, wait)
+        Validations::new(broker, store, wait)
     }
 
     fn waiting(

@@ -22,9 +22,9 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_QUEUE_LEASE_TTL_MS", default_value_t = 10_000)]
     pub lease_ttl_ms: u64,
     #[command(flatten)]
-    pub metrics: berth_telemetry::MetricsArgs,
+    pub metrics: berth_runtime::MetricsArgs,
     #[command(flatten)]
-    pub tls: berth_telemetry::TlsArgs,
+    pub tls: berth_runtime::TlsArgs,
 }
 
 /// Why `serve` stopped: the error as it was (the binary prints it unchanged).
@@ -34,7 +34,7 @@ pub enum ServeError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]
-    Tls(#[from] berth_telemetry::tls::TlsError),
+    Tls(#[from] berth_runtime::tls::TlsError),
     #[error(transparent)]
     Serve(#[from] crate::process::Error),
 }
@@ -42,8 +42,8 @@ pub enum ServeError {
 /// Binds the ports, prints `metrics on ADDR` (when asked) and then `listening on ADDR`, and
 /// serves the broker until `shutdown`.
 pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> Result<(), ServeError> {
-    berth_telemetry::ensure_sqlite_dir(&args.database)?;
-    let tls = args.tls.load(Some(berth_telemetry::Role::Broker))?;
+    berth_sql::ensure_sqlite_dir(&args.database)?;
+    let tls = args.tls.load(Some(berth_runtime::Role::Broker))?;
     let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
@@ -51,8 +51,8 @@ pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> Result<(), S
         lease_ttl: Duration::from_millis(args.lease_ttl_ms),
         ..Default::default()
     };
-    let metrics = berth_telemetry::Metrics::default();
-    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
+    let metrics = berth_runtime::Metrics::default();
+    berth_runtime::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
     crate::process::serve(&args.database, config, tls, listener, &metrics, shutdown).await?;
     Ok(())
 }

@@ -24,9 +24,9 @@ pub const MAINTENANCE_PERIOD: Duration = Duration::from_secs(15);
 pub async fn serve(
     database_url: &str,
     config: BrokerConfig,
-    tls: Option<berth_telemetry::Tls>,
+    tls: Option<berth_runtime::Tls>,
     listener: TcpListener,
-    metrics: &berth_telemetry::Metrics,
+    metrics: &berth_runtime::Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let store = Store::open(database_url).await?;
@@ -35,14 +35,18 @@ pub async fn serve(
     // A child token: maintenance stops with the server, whatever stopped it, without
     // cancelling the caller's other services (`berth up` shares its token).
     let stop = shutdown.child_token();
-    let maintenance = berth_telemetry::spawn_in(
+    let maintenance = berth_runtime::spawn_in(
         tracing::info_span!(parent: None, "broker.maintenance"),
         broker::run_maintenance(service.clone(), MAINTENANCE_PERIOD, stop.clone()),
     );
-    let router =
-        berth_telemetry::grpc_server(berth_telemetry::Role::Broker, tls.as_ref(), metrics)?
-            .add_service(broker::server(service.clone()));
-    let served = berth_telemetry::serve_router(
+    let router = berth_runtime::grpc_server(
+        berth_runtime::Role::Broker,
+        tls.as_ref(),
+        metrics,
+        berth_proto::FILE_DESCRIPTOR_SET,
+    )?
+    .add_service(broker::server(service.clone()));
+    let served = berth_runtime::serve_router(
         router,
         listener,
         berth_proto::FILE_DESCRIPTOR_SET,

@@ -25,7 +25,7 @@ pub fn server(
     svc: ReleaseService,
 ) -> berth_proto::release::releases_server::ReleasesServer<ReleaseService> {
     berth_proto::release::releases_server::ReleasesServer::new(svc)
-        .max_decoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(berth_runtime::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_runtime::MAX_MESSAGE_BYTES)
 }
 pub mod process;

@@ -21,9 +21,9 @@ struct Args {
     #[arg(long, env = "BERTH_LIFECYCLE", default_value = "http://127.0.0.1:7072")]
     lifecycle: String,
     #[command(flatten)]
-    tls: berth_telemetry::TlsArgs,
+    tls: berth_runtime::TlsArgs,
     #[command(flatten)]
-    metrics: berth_telemetry::MetricsArgs,
+    metrics: berth_runtime::MetricsArgs,
     /// Longest one release's render may take, in seconds.
     #[arg(long, env = "BERTH_RENDER_TIME_LIMIT", default_value_t = 60)]
     render_time_limit: u64,
@@ -51,7 +51,7 @@ struct Args {
     #[arg(long, env = "BERTH_RELEASE_LEASE_RENEW_SECS", default_value_t = 5)]
     lease_renew_secs: u64,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
-    log_format: berth_telemetry::LogFormat,
+    log_format: berth_runtime::LogFormat,
 }
 
 #[tokio::main]
@@ -60,7 +60,7 @@ async fn main() -> anyhow::Result<()> {
     // Renders allocate and free many small values; transparent huge pages made the kernel
     // clear 2 MiB pages for them (a third of a render's time, twice its memory).
     berth_helm::memory::prefer_small_pages();
-    let _telemetry = berth_telemetry::init("berth-release", args.log_format);
+    let _telemetry = berth_runtime::init("berth-release", args.log_format);
     let shards = berth_release::manager::ShardConfig {
         shards: args.shards,
         leases: Some(berth_lease::shards::ShardLeases {
@@ -83,16 +83,15 @@ async fn main() -> anyhow::Result<()> {
     };
     shards.check().map_err(|e| anyhow::anyhow!("{e}"))?;
     let client = berth_release::process::kube_client(args.kubeconfig.as_deref()).await?;
-    let tls = args.tls.load(Some(berth_telemetry::Role::Release))?;
+    let tls = args.tls.load(Some(berth_runtime::Role::Release))?;
     let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
-    let metrics = berth_telemetry::Metrics::default();
-    berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
-    let scopes =
-        berth_telemetry::scope::PackageScopes::connect_lazy(&args.lifecycle, tls.as_ref())?;
+    tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
+    let metrics = berth_runtime::Metrics::default();
+    berth_runtime::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
+    let scopes = berth_clients::scope::PackageScopes::connect_lazy(&args.lifecycle, tls.as_ref())?;
     let reporter = berth_release::process::spawn_version_reporter(
         client.clone(),
         &args.lifecycle,

@@ -6,7 +6,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use berth_proto::lifecycle::ClusterVersionReport;
-use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -57,16 +56,16 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Erro
 pub async fn run(
     client: kube::Client,
     lifecycle: Option<&str>,
-    tls: Option<berth_telemetry::Tls>,
+    tls: Option<berth_runtime::Tls>,
     listener: TcpListener,
-    metrics: berth_telemetry::Metrics,
+    metrics: berth_runtime::Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let mut service = ReleaseService::new(client.clone());
     let mut reporter = None;
     if let Some(endpoint) = lifecycle {
         service = service.with_package_scopes(
-            berth_telemetry::scope::PackageScopes::connect_lazy(endpoint, tls.as_ref())
+            berth_clients::scope::PackageScopes::connect_lazy(endpoint, tls.as_ref())
                 .map_err(Error::Lifecycle)?,
         );
         reporter = Some(spawn_version_reporter(
@@ -88,14 +87,13 @@ pub async fn run(
 pub fn spawn_version_reporter(
     client: kube::Client,
     endpoint: &str,
-    tls: Option<&berth_telemetry::Tls>,
+    tls: Option<&berth_runtime::Tls>,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
-    let channel = berth_telemetry::connect_lazy(endpoint, tls, berth_telemetry::Role::Lifecycle)
-        .map_err(Error::Lifecycle)?;
-    Ok(berth_telemetry::spawn_in(
+    let lifecycle = berth_clients::lifecycle(endpoint, tls).map_err(Error::Lifecycle)?;
+    Ok(berth_runtime::spawn_in(
         tracing::info_span!(parent: None, "release.cluster_version"),
-        report_cluster_version(client, LifecycleClient::new(channel), shutdown),
+        report_cluster_version(client, lifecycle, shutdown),
     ))
 }
 
@@ -113,7 +111,7 @@ const VERSION_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// scopes), so the two need not know each other's address both ways.
 async fn report_cluster_version(
     client: kube::Client,
-    mut lifecycle: LifecycleClient<berth_telemetry::Channel>,
+    mut lifecycle: berth_clients::Lifecycle,
     shutdown: CancellationToken,
 ) {
     let mut wait = VERSION_RETRY;
@@ -161,19 +159,23 @@ const GIVE_UP_TIMEOUT: Duration = Duration::from_secs(15);
 /// replica takes over at once.
 pub async fn run_service(
     service: ReleaseService,
-    tls: Option<berth_telemetry::Tls>,
+    tls: Option<berth_runtime::Tls>,
     listener: TcpListener,
-    metrics: berth_telemetry::Metrics,
+    metrics: berth_runtime::Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let service = service
         .with_metrics(&metrics)
         .with_shutdown(shutdown.clone());
     let leases = service.run_shards(shutdown.clone());
-    let router =
-        berth_telemetry::grpc_server(berth_telemetry::Role::Release, tls.as_ref(), &metrics)?
-            .add_service(server(service));
-    let served = berth_telemetry::serve_router(
+    let router = berth_runtime::grpc_server(
+        berth_runtime::Role::Release,
+        tls.as_ref(),
+        &metrics,
+        berth_proto::FILE_DESCRIPTOR_SET,
+    )?
+    .add_service(server(service));
+    let served = berth_runtime::serve_router(
         router,
         listener,
         berth_proto::FILE_DESCRIPTOR_SET,

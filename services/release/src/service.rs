@@ -6,8 +6,8 @@ use crate::apply::ObjectKey;
 use crate::manager::{AppNamespace, PlanAction, ReleaseError, ReleaseId, ReleaseManager};
 use crate::record::StoreError;
 use crate::record::format::FormatError;
+use berth_clients::scope::{PackageScope, PackageScopes};
 use berth_proto::release as pb;
-use berth_telemetry::scope::{PackageScope, PackageScopes};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
@@ -114,7 +114,7 @@ impl ReleaseService {
     }
 
     /// Keeps the release metrics in `metrics` (see [`crate::manager::ReleaseMetrics`]).
-    pub fn with_metrics(mut self, metrics: &berth_telemetry::Metrics) -> Self {
+    pub fn with_metrics(mut self, metrics: &berth_runtime::Metrics) -> Self {
         self.manager = self.manager.with_metrics(metrics);
         self
     }
@@ -144,7 +144,7 @@ impl ReleaseService {
 
 fn to_status(e: ReleaseError) -> Status {
     // Render errors nest (helm's `include` chains): the message is bounded to fit a header.
-    let message = berth_telemetry::bounded_status_message(e.to_string());
+    let message = berth_runtime::bounded_status_message(e.to_string());
     match &e {
         ReleaseError::InvalidArgument(_)
         | ReleaseError::Render(_)
@@ -173,7 +173,7 @@ fn plan_status(e: ReleaseError) -> Status {
         _ => false,
     };
     if refused {
-        Status::invalid_argument(berth_telemetry::bounded_status_message(e.to_string()))
+        Status::invalid_argument(berth_runtime::bounded_status_message(e.to_string()))
     } else {
         to_status(e)
     }
@@ -395,7 +395,7 @@ impl pb::releases_server::Releases for ReleaseService {
         // A worker plans for a package (a ValidateRun) and must name it, to be confined as its
         // install would be; the operator may plan any chart.
         let worker =
-            berth_telemetry::authz::caller_role(&request) == Some(berth_telemetry::Role::Worker);
+            berth_runtime::authz::caller_role(&request) == Some(berth_runtime::Role::Worker);
         let req = request.into_inner();
         let values = parse_values(&req.values_json)?;
         let release = release_id(&req.name, &req.namespace)?;

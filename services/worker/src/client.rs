@@ -1,9 +1,6 @@
 //! The worker's side of the other services' gRPC APIs: the clients its task flows call, and what
 //! their refusals mean to a task. The flows speak in these terms only.
 
-use berth_proto::hookevent::hook_events_client::HookEventsClient;
-use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
-use berth_proto::release::releases_client::ReleasesClient;
 use berth_queue::worker::TaskError;
 
 use crate::config::TaskConfig;
@@ -12,43 +9,24 @@ use crate::config::TaskConfig;
 pub type CallError = tonic::Status;
 
 /// An endpoint that cannot be used (malformed address).
-pub type ConnectError = tonic::transport::Error;
+pub type ConnectError = berth_clients::ConnectError;
 
 /// The clients a handler needs; cheap to clone.
 #[derive(Clone)]
 pub struct Services {
-    pub lifecycle: LifecycleClient<berth_telemetry::Channel>,
-    pub release: ReleasesClient<berth_telemetry::Channel>,
-    pub hookevent: HookEventsClient<berth_telemetry::Channel>,
+    pub lifecycle: berth_clients::Lifecycle,
+    pub release: berth_clients::Releases,
+    pub hookevent: berth_clients::HookEvents,
 }
 
 impl Services {
     /// Clients of the services `config` names; they connect on first use.
     pub fn connect_lazy(config: &TaskConfig) -> Result<Services, ConnectError> {
-        use berth_telemetry::{MAX_MESSAGE_BYTES as MAX, Role, connect_lazy};
         let tls = config.tls.as_ref();
         Ok(Services {
-            lifecycle: LifecycleClient::new(connect_lazy(
-                &config.lifecycle_endpoint,
-                tls,
-                Role::Lifecycle,
-            )?)
-            .max_decoding_message_size(MAX)
-            .max_encoding_message_size(MAX),
-            release: ReleasesClient::new(connect_lazy(
-                &config.release_endpoint,
-                tls,
-                Role::Release,
-            )?)
-            .max_decoding_message_size(MAX)
-            .max_encoding_message_size(MAX),
-            hookevent: HookEventsClient::new(connect_lazy(
-                &config.hookevent_endpoint,
-                tls,
-                Role::Hookevent,
-            )?)
-            .max_decoding_message_size(MAX)
-            .max_encoding_message_size(MAX),
+            lifecycle: berth_clients::lifecycle(&config.lifecycle_endpoint, tls)?,
+            release: berth_clients::release(&config.release_endpoint, tls)?,
+            hookevent: berth_clients::hookevent(&config.hookevent_endpoint, tls)?,
         })
     }
 }

@@ -26,5 +26,5 @@ pub struct TaskConfig {
     pub hook_tmp_dir: Option<PathBuf>,
     /// The worker's identity towards the broker, lifecycle, release and hookevent (mutual
     /// TLS); `None`: plain gRPC.
-    pub tls: Option<berth_telemetry::Tls>,
+    pub tls: Option<berth_runtime::Tls>,
 }

@@ -176,7 +176,7 @@ impl<'a> TaskContext<'a> {
             ),
             (
                 "TRACEPARENT".to_owned(),
-                berth_telemetry::current_traceparent(),
+                berth_runtime::current_traceparent(),
             ),
         ];
         if r.kind == berth_proto::v1::PackageKind::Module as i32 {

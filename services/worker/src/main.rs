@@ -22,7 +22,7 @@ struct Args {
         default_value = "text",
         global = true
     )]
-    log_format: berth_telemetry::LogFormat,
+    log_format: berth_runtime::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,7 +52,7 @@ enum Command {
         hook_timeout: u64,
         /// Task durations and the metrics hooks write.
         #[command(flatten)]
-        metrics: berth_telemetry::MetricsArgs,
+        metrics: berth_runtime::MetricsArgs,
         /// Seconds a Run waits for the release to become ready before failing (and retrying).
         #[arg(long, env = "BERTH_READY_TIMEOUT", default_value_t = 300)]
         ready_timeout: u64,
@@ -65,7 +65,7 @@ enum Command {
         #[arg(long, env = "BERTH_REPOSITORIES")]
         repositories: Option<PathBuf>,
         #[command(flatten)]
-        tls: berth_telemetry::TlsArgs,
+        tls: berth_runtime::TlsArgs,
         /// Worker id in leases and Dump (default: random).
         #[arg(long, env = "BERTH_WORKER_ID")]
         id: Option<String>,
@@ -84,12 +84,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // One binary, two roles; each traces as the service it is.
     let service = match args.command {
-        Command::Serve(_) => berth_telemetry::Role::Broker.service_name(),
-        Command::Work { .. } => berth_telemetry::Role::Worker.service_name(),
+        Command::Serve(_) => berth_runtime::Role::Broker.service_name(),
+        Command::Work { .. } => berth_runtime::Role::Worker.service_name(),
     };
-    let _telemetry = berth_telemetry::init(service, args.log_format);
+    let _telemetry = berth_runtime::init(service, args.log_format);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
     match args.command {
         Command::Serve(serve) => berth_queue::cli::serve(serve, shutdown).await?,
         Command::Work {
@@ -112,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
                 Some(path) => berth_package::Repositories::load(path)?,
                 None => berth_package::Repositories::default(),
             };
-            let tls = tls.load(Some(berth_telemetry::Role::Worker))?;
+            let tls = tls.load(Some(berth_runtime::Role::Worker))?;
             // Processes that escape a hook's group (setsid) are re-parented here and killed.
             if let Err(error) = berth_hooks::reap_escaped_hook_processes() {
                 tracing::warn!(%error, "processes that escape a hook's group will outlive it");
@@ -159,8 +159,8 @@ async fn main() -> anyhow::Result<()> {
             // The metrics line comes first: harnesses wait for `worker ` and may stop reading.
             let metrics_listener = metrics.bind().await?;
             println!("worker {} started", config.id);
-            let metrics = berth_telemetry::Metrics::default();
-            berth_telemetry::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
+            let metrics = berth_runtime::Metrics::default();
+            berth_runtime::metrics::spawn_server(&metrics, metrics_listener, shutdown.clone());
             berth_worker::process::work(&broker, tasks, config, &metrics, shutdown).await?;
         }
     }

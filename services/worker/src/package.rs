@@ -76,7 +76,7 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
     }
     let (package, version) = (package.clone(), version.clone());
     // Loading reads and parses files: blocking work.
-    berth_telemetry::spawn_blocking_here(move || {
+    berth_runtime::spawn_blocking_here(move || {
         // What was fetched is what the repository has: a package that does not load is broken
         // until a new Update, and retrying cannot fix it.
         berth_package::load(&dest)

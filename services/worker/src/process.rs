@@ -23,14 +23,14 @@ pub async fn work(
     broker_endpoint: &str,
     tasks: TaskConfig,
     config: WorkerConfig,
-    metrics: &berth_telemetry::Metrics,
+    metrics: &berth_runtime::Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     // Lease long-polls bound themselves; `broker_endpoint` may name several brokers.
-    let channel = berth_telemetry::lazy_channel(
+    let channel = berth_runtime::lazy_channel(
         broker_endpoint,
         tasks.tls.as_ref(),
-        berth_telemetry::Role::Broker,
+        berth_runtime::Role::Broker,
         None,
     )?;
     let runner = TaskRunner::new(tasks, metrics)?;

@@ -32,7 +32,7 @@ const MAX_REPORTS: usize = 64;
 
 /// Most bytes of reports in one call: a quarter of the gRPC message bound, so a batch of
 /// reports that each carry values (at most `MAX_VALUES_BYTES`) always fits.
-const MAX_BYTES: usize = berth_telemetry::MAX_MESSAGE_BYTES / 4;
+const MAX_BYTES: usize = berth_runtime::MAX_MESSAGE_BYTES / 4;
 
 /// The reports of one task (its package's key and generation).
 pub struct Reporter {
@@ -104,7 +104,7 @@ impl Reporter {
             let full = state.pending.len() >= MAX_REPORTS;
             if !full && state.timer.is_none() {
                 let inner = self.inner.clone();
-                let timer = berth_telemetry::spawn_here(async move {
+                let timer = berth_runtime::spawn_here(async move {
                     tokio::time::sleep(GATHER_FOR).await;
                     // Only while it is still the timer due: a flush that took it sends.
                     let due = {

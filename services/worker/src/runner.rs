@@ -30,7 +30,7 @@ impl TaskRunner {
     /// A runner whose task metrics are registered in `metrics`.
     pub fn new(
         config: TaskConfig,
-        metrics: &berth_telemetry::Metrics,
+        metrics: &berth_runtime::Metrics,
     ) -> Result<Arc<TaskRunner>, ConnectError> {
         let services = Services::connect_lazy(&config)?;
         let task_metrics = TaskMetrics::default();
@@ -80,7 +80,7 @@ impl Handler for TaskRunner {
     async fn handle(&self, task: Task, cancel: CancellationToken) -> Result<(), TaskError> {
         let started = Instant::now();
         let kind = TaskKind::parse(&task.kind);
-        let span = berth_telemetry::with_traceparent(
+        let span = berth_runtime::with_traceparent(
             tracing::info_span!("task", task.id = %task.id, task.kind = %task.kind, package.key = %task.package, generation = task.generation),
             &task.traceparent,
         );

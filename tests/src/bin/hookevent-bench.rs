@@ -414,13 +414,14 @@ async fn main() -> anyhow::Result<()> {
     let broker = RecordingBroker::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let broker_endpoint = format!("http://{}", listener.local_addr()?);
-    let router = berth_telemetry::grpc_server(
-        berth_telemetry::Role::Broker,
+    let router = berth_runtime::grpc_server(
+        berth_runtime::Role::Broker,
         None,
-        &berth_telemetry::Metrics::default(),
+        &berth_runtime::Metrics::default(),
+        berth_proto::FILE_DESCRIPTOR_SET,
     )?
     .add_service(BrokerServer::new(broker.clone()));
-    let serving = tokio::spawn(berth_telemetry::serve_router(
+    let serving = tokio::spawn(berth_runtime::serve_router(
         router,
         listener,
         berth_proto::FILE_DESCRIPTOR_SET,

@@ -277,7 +277,7 @@ impl KubeManager {
                 r.state.spec.resynchronization_period,
                 r.state.spec.execute_hook_on_synchronization,
             ) {
-                berth_telemetry::spawn_in(
+                berth_runtime::spawn_in(
                     tracing::info_span!(parent: None, "hookevent.resync", binding = id),
                     Arc::clone(self).resync(*id, period),
                 );
@@ -526,7 +526,7 @@ impl KubeManager {
             Api::all(self.resolver.client().clone());
         let manager = Arc::clone(self);
         let span = tracing::info_span!(parent: None, "hookevent.namespaces", selector = %selector);
-        berth_telemetry::spawn_in(span, async move {
+        berth_runtime::spawn_in(span, async move {
             let stream =
                 watcher(api, watcher::Config::default().labels(&selector)).default_backoff();
             tokio::pin!(stream);
@@ -676,7 +676,7 @@ impl KubeManager {
         let resource = w.resource.clone();
         let span =
             tracing::info_span!(parent: None, "hookevent.watch", resource = %resource.plural);
-        berth_telemetry::spawn_in(span, async move {
+        berth_runtime::spawn_in(span, async move {
             let stream = watcher(api, config).default_backoff();
             tokio::pin!(stream);
             loop {
@@ -973,7 +973,7 @@ fn new_trace(tasks: &mut [berth_proto::queue::Task], span: tracing::Span) {
     if tasks.is_empty() {
         return;
     }
-    let traceparent = span.in_scope(berth_telemetry::current_traceparent);
+    let traceparent = span.in_scope(berth_runtime::current_traceparent);
     for task in tasks {
         task.traceparent.clone_from(&traceparent);
     }

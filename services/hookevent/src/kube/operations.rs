@@ -23,7 +23,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Generous because foreground deletion of a workload waits for its dependents: a
 /// Deployment's pods alone get a 30 s termination grace period by default, plus the time the
 /// garbage collector and kubelets take. It stays under the bound on the worker's whole call to
-/// ApplyObjectOperations (120 s, the client channel in `berth_telemetry::connect_lazy`), so a
+/// ApplyObjectOperations (120 s, the client channel in `berth_runtime::connect_lazy`), so a
 /// slow deletion fails with this message rather than a bare call timeout.
 const DELETE_WAIT: Duration = Duration::from_secs(90);
 /// Attempts of a read-modify-write (CreateOrUpdate, JQPatch) that keeps hitting conflicts.

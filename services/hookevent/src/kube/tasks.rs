@@ -141,7 +141,7 @@ pub fn hook_run_task(
         generation: generation.get(),
         kind: TaskKind::HookRun.as_str().to_owned(),
         payload_json: HookRun::new(hook, binding_type, &contexts).to_payload_json(),
-        traceparent: berth_telemetry::current_traceparent(),
+        traceparent: berth_runtime::current_traceparent(),
         allow_failure,
         ..Default::default()
     }

@@ -30,7 +30,6 @@ use berth_hooks::outputs::webhook::{
 use berth_hooks::{AdmissionBinding, AdmissionKind, ConversionBinding, HookConfig};
 use berth_names::{Generation, PackageKey};
 use berth_proto::hookevent as pb;
-use berth_proto::queue::broker_client::BrokerClient;
 use berth_proto::queue::{EnqueueRequest, Task};
 use berth_proto::tasks::{TaskKind, WebhookRun, WebhookType};
 use serde_json::{Value, json};
@@ -125,7 +124,7 @@ pub struct Webhooks {
     base_url: String,
     ca_bundle: String,
     kube: Option<::kube::Client>,
-    broker: BrokerClient<berth_telemetry::Channel>,
+    broker: berth_clients::Broker,
     routes: Mutex<Routes>,
     pending: Mutex<HashMap<String, Pending>>,
     in_flight: Arc<Semaphore>,
@@ -154,7 +153,7 @@ impl Webhooks {
     pub fn new(
         url: String,
         kube: Option<::kube::Client>,
-        broker: BrokerClient<berth_telemetry::Channel>,
+        broker: berth_clients::Broker,
     ) -> Result<(Arc<Webhooks>, certs::ServingCert), String> {
         let host = url_host(&url)
             .ok_or_else(|| format!("webhook URL {url:?}: not https://HOST[:PORT]"))?;
@@ -633,7 +632,7 @@ impl Webhooks {
             generation: generation.get(),
             kind: TaskKind::WebhookRun.as_str().to_owned(),
             payload_json,
-            traceparent: berth_telemetry::current_traceparent(),
+            traceparent: berth_runtime::current_traceparent(),
             allow_failure: true,
             ..Default::default()
         };

@@ -64,7 +64,7 @@ pub async fn serve(
             _ = shutdown.cancelled() => return,
         };
         let (acceptor, webhooks, shutdown) = (acceptor.clone(), webhooks.clone(), shutdown.clone());
-        berth_telemetry::spawn_here(async move {
+        berth_runtime::spawn_here(async move {
             let _permit = permit;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,

@@ -20,7 +20,7 @@ struct Args {
         default_value = "text",
         global = true
     )]
-    log_format: berth_telemetry::LogFormat,
+    log_format: berth_runtime::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -34,9 +34,9 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let _telemetry = berth_telemetry::init("queue-test-broker", args.log_format);
+    let _telemetry = berth_runtime::init("queue-test-broker", args.log_format);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
     let Command::Serve(serve) = args.command;
     berth_queue::cli::serve(serve, shutdown).await?;
     Ok(())

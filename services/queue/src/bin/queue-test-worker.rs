@@ -115,9 +115,9 @@ impl Handler for Scripted {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let _telemetry = berth_telemetry::init("queue-test-worker", berth_telemetry::LogFormat::Text);
+    let _telemetry = berth_runtime::init("queue-test-worker", berth_runtime::LogFormat::Text);
     let shutdown = CancellationToken::new();
-    tokio::spawn(berth_telemetry::shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

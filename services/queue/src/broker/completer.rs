@@ -75,7 +75,7 @@ impl<E: Clone + Send + 'static> Completer<E> {
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
         runtime.spawn(
             settle(store, limits, receiver, now_ms, to_error, stop).instrument(
-                berth_telemetry::untraced(tracing::info_span!(parent: None, "broker.completer")),
+                berth_runtime::untraced(tracing::info_span!(parent: None, "broker.completer")),
             ),
         );
         Completer { queue }
@@ -120,7 +120,7 @@ async fn settle<E: Clone + Send + 'static>(
             return;
         }
         let store = store.clone();
-        berth_telemetry::spawn_here(async move {
+        berth_runtime::spawn_here(async move {
             settle_group(&store, limits, group, now_ms, to_error).await;
             drop(slot);
         });

@@ -121,8 +121,8 @@ pub fn server(
         .config()
         .max_enqueue_batch
         .saturating_mul(svc.config().max_payload_bytes)
-        .clamp(4 << 20, berth_telemetry::MAX_MESSAGE_BYTES);
+        .clamp(4 << 20, berth_runtime::MAX_MESSAGE_BYTES);
     berth_proto::queue::broker_server::BrokerServer::new(svc)
         .max_decoding_message_size(limit)
-        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(berth_runtime::MAX_MESSAGE_BYTES)
 }

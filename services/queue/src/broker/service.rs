@@ -57,7 +57,7 @@ impl BrokerService {
                     // while disconnected are lost.
                     runtime.spawn(
                         async move {
-                            berth_telemetry::listen::relay(
+                            berth_sql::listen::relay(
                                 &url,
                                 &[CHANGE_CHANNEL],
                                 |_| wake.notify_one(),

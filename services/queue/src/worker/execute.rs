@@ -58,7 +58,7 @@ async fn execute_one<H: Handler>(
         task.attempts = task.attempts,
         package.key = %task.package,
     );
-    let span = berth_telemetry::with_traceparent(span, &task.traceparent);
+    let span = berth_runtime::with_traceparent(span, &task.traceparent);
     async move {
         let lease = pb::LeaseRef {
             task_id: task.id.clone(),
@@ -135,7 +135,7 @@ async fn report(
                         next,
                     };
                     broker
-                        .complete(berth_telemetry::traced_request(request))
+                        .complete(berth_runtime::traced_request(request))
                         .await
                         .map(|r| Some(r.into_inner()))
                 }
@@ -150,7 +150,7 @@ async fn report(
                         reason: message.clone(),
                     };
                     broker
-                        .defer(berth_telemetry::traced_request(request))
+                        .defer(berth_runtime::traced_request(request))
                         .await
                         .map(|_| None)
                 }
@@ -162,7 +162,7 @@ async fn report(
                         payload_json: err.progress.clone().unwrap_or_default(),
                     };
                     broker
-                        .fail(berth_telemetry::traced_request(request))
+                        .fail(berth_runtime::traced_request(request))
                         .await
                         .map(|_| None)
                 }

@@ -46,7 +46,7 @@ pub(crate) async fn run(
         };
         match tokio::time::timeout(
             config.call_timeout,
-            broker.heartbeat(berth_telemetry::traced_request(request)),
+            broker.heartbeat(berth_runtime::traced_request(request)),
         )
         .await
         {

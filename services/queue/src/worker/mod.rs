@@ -157,7 +157,7 @@ impl WorkerConfig {
 
 /// Largest Lease response the worker decodes: the broker's default response budget (4 MiB)
 /// plus a generous allowance for the one task that may exceed it (berth's one message bound).
-const LEASE_RESPONSE_LIMIT: usize = berth_telemetry::MAX_MESSAGE_BYTES;
+const LEASE_RESPONSE_LIMIT: usize = berth_runtime::MAX_MESSAGE_BYTES;
 
 /// Lease TTL assumed until the broker's first answer names the real one.
 const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -178,7 +178,7 @@ pub async fn run<H: Handler>(
     // The lease loop is not traced (an idle worker would fill a collector with Leases); each
     // task's span continues the trace of the request that queued it.
     let span =
-        berth_telemetry::untraced(tracing::info_span!(parent: None, "worker", worker = %config.id));
+        berth_runtime::untraced(tracing::info_span!(parent: None, "worker", worker = %config.id));
     tracing::Instrument::instrument(lease_loop(broker, handler, config, shutdown), span).await
 }
 
@@ -193,7 +193,7 @@ async fn lease_loop<H: Handler>(
     // it (a payload of up to the broker's payload limit, or a compacted hook run).
     let broker = broker
         .max_decoding_message_size(LEASE_RESPONSE_LIMIT)
-        .max_encoding_message_size(berth_telemetry::MAX_MESSAGE_BYTES);
+        .max_encoding_message_size(berth_runtime::MAX_MESSAGE_BYTES);
     let held = HeldLeases::default();
     let mut running = JoinSet::new();
     let mut ttl = DEFAULT_LEASE_TTL;
@@ -226,7 +226,7 @@ async fn lease_loop<H: Handler>(
                 }
                 // Started once the lease TTL is known.
                 heartbeat.get_or_insert_with(|| {
-                    berth_telemetry::spawn_in(
+                    berth_runtime::spawn_in(
                         tracing::info_span!(parent: None, "worker.heartbeat", worker = %config.id),
                         heartbeat::run(
                             broker.clone(),
@@ -293,12 +293,7 @@ async fn lease(
     // The broker may hold the call for `lease_wait`; allow that plus a normal call's time.
     let limit = config.lease_wait + config.call_timeout;
     let mut broker = broker.clone();
-    match tokio::time::timeout(
-        limit,
-        broker.lease(berth_telemetry::traced_request(request)),
-    )
-    .await
-    {
+    match tokio::time::timeout(limit, broker.lease(berth_runtime::traced_request(request))).await {
         Ok(result) => Ok(result?.into_inner()),
         Err(_) => Err(LeaseError::Timeout(limit)),
     }

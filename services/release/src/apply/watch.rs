@@ -343,7 +343,7 @@ impl WatchHub {
                     stop: CancellationToken::new(),
                 });
                 // Not a trace of its own: the watch serves many flows.
-                berth_telemetry::spawn_in(
+                berth_runtime::spawn_in(
                     tracing::debug_span!(parent: None, "release.watch", watch = %describe),
                     run(shared.clone(), api),
                 );

@@ -207,7 +207,7 @@ impl DriftMonitor {
             objects,
             applied,
         };
-        berth_telemetry::spawn_in(
+        berth_runtime::spawn_in(
             tracing::info_span!(parent: None, "release.drift_repair", release = %release, namespace = %namespace),
             owner.run(desired, cancel),
         );

@@ -387,7 +387,7 @@ impl ReleaseManager {
     ) -> Option<tokio::task::JoinHandle<()>> {
         let Some(leases) = self.shard_config.leases.clone() else {
             let resume = self.clone();
-            berth_telemetry::spawn_in(
+            berth_runtime::spawn_in(
                 tracing::info_span!(parent: None, "release.resume_drift_repair"),
                 async move {
                     match resume.resume_drift_repair().await {
@@ -402,7 +402,7 @@ impl ReleaseManager {
             shards = self.shard_config.shards, "release replica");
         let follow = self.clone();
         let until = shutdown.clone();
-        berth_telemetry::spawn_in(
+        berth_runtime::spawn_in(
             tracing::info_span!(parent: None, "release.follow_records"),
             async move { follow.follow_records(until).await },
         );
@@ -412,7 +412,7 @@ impl ReleaseManager {
             self.drift.shards().clone(),
             Arc::new(self.clone()),
         );
-        Some(berth_telemetry::spawn_in(
+        Some(berth_runtime::spawn_in(
             tracing::info_span!(parent: None, "release.shards"),
             async move {
                 // The first round at once: a lone replica owns every shard from the start.
@@ -424,7 +424,7 @@ impl ReleaseManager {
 
     /// Keeps the release metrics (apply and readiness durations, drift repairs) in `metrics`
     /// (by default, in a registry nobody serves).
-    pub fn with_metrics(mut self, metrics: &berth_telemetry::Metrics) -> Self {
+    pub fn with_metrics(mut self, metrics: &berth_runtime::Metrics) -> Self {
         metrics.register(|r| self.metrics.register(r));
         self.drift.set_metrics(self.metrics.clone());
         self.applier.count_watches_in(self.metrics.watches());
@@ -474,7 +474,7 @@ async fn bounded<T: Send + 'static>(
         }
         Ok(slot) => slot.map_err(|e| ReleaseError::Task(e.to_string()))?,
     };
-    let running = berth_telemetry::spawn_blocking_here(move || {
+    let running = berth_runtime::spawn_blocking_here(move || {
         let _slot = slot;
         work()
     });

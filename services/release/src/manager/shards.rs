@@ -42,7 +42,7 @@ pub fn default_identity() -> String {
 impl ShardHandler for ReleaseManager {
     fn take(&self, shards: Vec<u32>) {
         let this = self.clone();
-        berth_telemetry::spawn_in(
+        berth_runtime::spawn_in(
             tracing::info_span!(parent: None, "release.take_shards", ?shards),
             async move { this.take_shards(&shards).await },
         );

@@ -25,7 +25,7 @@ pub struct Harness {
     /// `None` only while [`Harness::restart_service`] swaps instances.
     server: Option<Server>,
     /// The in-process service's metrics (its `/metrics` page is `metrics.render()`).
-    pub metrics: berth_telemetry::Metrics,
+    pub metrics: berth_runtime::Metrics,
     _cluster: Option<berth_devcluster::DevCluster>,
 }
 
@@ -108,7 +108,7 @@ async fn start_full_with(
             (client_from(kc).await?, Some(cluster))
         }
     };
-    let metrics = berth_telemetry::Metrics::default();
+    let metrics = berth_runtime::Metrics::default();
     let (grpc, server) = serve(kube.clone(), drift_repair, false, render_limits, &metrics).await?;
     // Created here rather than by the first install, so that it carries the label that finds
     // leftovers on a real cluster (`kubectl get ns -l berth.io/test=true`).
@@ -137,7 +137,7 @@ async fn serve(
     drift_repair: bool,
     as_process: bool,
     render_limits: berth_release::manager::RenderLimits,
-    metrics: &berth_telemetry::Metrics,
+    metrics: &berth_runtime::Metrics,
 ) -> anyhow::Result<(ReleasesClient<Channel>, Server)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -149,7 +149,7 @@ async fn serve(
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
         let served = if as_process {
-            let metrics = berth_telemetry::Metrics::default();
+            let metrics = berth_runtime::Metrics::default();
             berth_release::process::run_service(service, None, listener, metrics, stop)
                 .await
                 .map_err(|e| e.to_string())
@@ -184,7 +184,7 @@ impl Harness {
             old.stop().await;
         }
         // A new process: a new metrics registry.
-        self.metrics = berth_telemetry::Metrics::default();
+        self.metrics = berth_runtime::Metrics::default();
         let (grpc, server) = serve(
             self.kube.clone(),
             self.drift_repair,

@@ -25,14 +25,14 @@ pub async fn webhook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskEr
         Err(e) => (String::new(), e),
     };
     // The answer is bounded by the gRPC message bound; a larger one cannot travel.
-    let (response, error) = if response.len() > berth_telemetry::MAX_MESSAGE_BYTES - 4096 {
+    let (response, error) = if response.len() > berth_runtime::MAX_MESSAGE_BYTES - 4096 {
         (
             String::new(),
             format!(
                 "hook {}: its answer of {} bytes exceeds the limit of {} bytes",
                 payload.hook,
                 response.len(),
-                berth_telemetry::MAX_MESSAGE_BYTES - 4096
+                berth_runtime::MAX_MESSAGE_BYTES - 4096
             ),
         )
     } else {

@@ -66,7 +66,7 @@ impl Broker {
                     BrokerConfig::default(),
                     None,
                     listener,
-                    &berth_telemetry::Metrics::default(),
+                    &berth_runtime::Metrics::default(),
                     shutdown,
                 )
                 .await

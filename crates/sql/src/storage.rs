@@ -1,4 +1,4 @@
-//! Storage plumbing shared by the services that keep SQL state.
+//! Opening the database of a service that keeps SQL state.
 
 /// Creates the parent directory of a `sqlite://PATH` database file, so a fresh data directory
 /// works without a manual `mkdir`. Other URLs are left alone.

@@ -10,12 +10,13 @@
 //! `Canceled`.
 //!
 //! Labels are bounded: `service` is the server's role, `method` one of the methods the
-//! compiled descriptor sets declare (berth's, health, reflection) or `other`, never a caller's
-//! path as it came, and `code` one of the 17 gRPC codes.
+//! compiled descriptor sets declare (the server's own, given to [`crate::grpc_server`], health,
+//! reflection) or `other`, never a caller's path as it came, and `code` one of the 17 gRPC
+//! codes.
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -115,50 +116,67 @@ fn code_name(code: Code) -> &'static str {
 }
 
 /// What the method label says about a path, and whether the method streams its responses.
+#[derive(Debug)]
 struct Method {
     label: String,
     server_streaming: bool,
 }
 
-/// Every method the compiled descriptor sets declare, by path (`/package.Service/Method`).
-fn methods() -> &'static HashMap<String, Method> {
-    static METHODS: OnceLock<HashMap<String, Method>> = OnceLock::new();
-    METHODS.get_or_init(|| {
-        use prost::Message as _;
-        let sets = [
-            berth_proto::FILE_DESCRIPTOR_SET,
+/// Every method a server declares, by path (`/package.Service/Method`).
+type Methods = HashMap<String, Method>;
+
+/// The methods of `descriptor_set` (the server's own services, encoded
+/// `FileDescriptorSet`) and of the health and reflection services every server adds.
+///
+/// Built once per set and kept for the life of the process: the sets are compiled into the
+/// binary (`'static`), so there are as many tables as distinct sets, a handful at most; and the
+/// labels they hold must be `'static` to be label values.
+fn methods(descriptor_set: &'static [u8]) -> &'static Methods {
+    // A std mutex: taken once per server built, never across an await.
+    static BY_SET: OnceLock<Mutex<HashMap<(usize, usize), &'static Methods>>> = OnceLock::new();
+    let key = (descriptor_set.as_ptr() as usize, descriptor_set.len());
+    let mut tables = BY_SET
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    tables.entry(key).or_insert_with(|| {
+        Box::leak(Box::new(read_methods(&[
+            descriptor_set,
             tonic_health::pb::FILE_DESCRIPTOR_SET,
             tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
             tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
-        ];
-        let mut methods = HashMap::new();
-        for set in sets {
-            let set = prost_types::FileDescriptorSet::decode(set)
-                .expect("compiled-in descriptor sets decode");
-            for file in &set.file {
-                for service in &file.service {
-                    for method in &service.method {
-                        let label =
-                            format!("{}.{}/{}", file.package(), service.name(), method.name());
-                        methods.insert(
-                            format!("/{label}"),
-                            Method {
-                                label,
-                                server_streaming: method.server_streaming(),
-                            },
-                        );
-                    }
+        ])))
+    })
+}
+
+fn read_methods(sets: &[&[u8]]) -> Methods {
+    use prost::Message as _;
+    let mut methods = HashMap::new();
+    for set in sets {
+        let set = prost_types::FileDescriptorSet::decode(*set)
+            .expect("compiled-in descriptor sets decode");
+        for file in &set.file {
+            for service in &file.service {
+                for method in &service.method {
+                    let label = format!("{}.{}/{}", file.package(), service.name(), method.name());
+                    methods.insert(
+                        format!("/{label}"),
+                        Method {
+                            label,
+                            server_streaming: method.server_streaming(),
+                        },
+                    );
                 }
             }
         }
-        methods
-    })
+    }
+    methods
 }
 
 /// The method label of `path` (`other` for a path no descriptor declares) and whether its
 /// responses stream.
-fn method_of(path: &str) -> (&'static str, bool) {
-    match methods().get(path) {
+fn method_of(methods: &'static Methods, path: &str) -> (&'static str, bool) {
+    match methods.get(path) {
         Some(m) => (m.label.as_str(), m.server_streaming),
         None => ("other", false),
     }
@@ -169,11 +187,20 @@ fn method_of(path: &str) -> (&'static str, bool) {
 pub struct RpcLayer {
     metrics: RpcMetrics,
     service: &'static str,
+    methods: &'static Methods,
 }
 
 impl RpcLayer {
-    pub(super) fn new(metrics: RpcMetrics, service: &'static str) -> RpcLayer {
-        RpcLayer { metrics, service }
+    pub(super) fn new(
+        metrics: RpcMetrics,
+        service: &'static str,
+        descriptor_set: &'static [u8],
+    ) -> RpcLayer {
+        RpcLayer {
+            metrics,
+            service,
+            methods: methods(descriptor_set),
+        }
     }
 }
 
@@ -184,6 +211,7 @@ impl<S> tower::Layer<S> for RpcLayer {
             inner,
             metrics: self.metrics.clone(),
             service: self.service,
+            methods: self.methods,
         }
     }
 }
@@ -193,6 +221,7 @@ pub struct RpcService<S> {
     inner: S,
     metrics: RpcMetrics,
     service: &'static str,
+    methods: &'static Methods,
 }
 
 /// One call whose status is not known yet; dropped unrecorded, it counts as `Canceled`.
@@ -241,7 +270,7 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let (method, streaming) = method_of(req.uri().path());
+        let (method, streaming) = method_of(self.methods, req.uri().path());
         let mut pending = Pending {
             metrics: self.metrics.clone(),
             labels: CallLabels {
@@ -333,9 +362,14 @@ mod tests {
             .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("address"));
         let (_reporter, health) = tonic_health::server::health_reporter();
-        let router = crate::grpc_server(crate::Role::Lifecycle, None, metrics)
-            .expect("a server")
-            .add_service(health);
+        let router = crate::grpc_server(
+            crate::Role::Lifecycle,
+            None,
+            metrics,
+            tonic_health::pb::FILE_DESCRIPTOR_SET,
+        )
+        .expect("a server")
+        .add_service(health);
         let shutdown = tokio_util::sync::CancellationToken::new();
         let stop = shutdown.clone();
         tokio::spawn(async move {
@@ -398,23 +432,39 @@ mod tests {
 
     #[test]
     fn methods_come_from_the_descriptor_sets() {
+        let methods = methods(tonic_health::pb::FILE_DESCRIPTOR_SET);
         assert_eq!(
-            method_of("/berth.lifecycle.v1.Lifecycle/Update"),
-            ("berth.lifecycle.v1.Lifecycle/Update", false)
-        );
-        assert_eq!(
-            method_of("/berth.v1.Packages/Watch"),
-            ("berth.v1.Packages/Watch", true)
-        );
-        assert_eq!(
-            method_of("/grpc.health.v1.Health/Check"),
+            method_of(methods, "/grpc.health.v1.Health/Check"),
             ("grpc.health.v1.Health/Check", false)
         );
-        // A caller's made-up path never becomes a label of its own.
-        assert_eq!(method_of("/x.Y/package-name-of-the-day"), ("other", false));
         assert_eq!(
-            method_of("/berth.v1.Packages/Update/extra"),
+            method_of(methods, "/grpc.health.v1.Health/Watch"),
+            ("grpc.health.v1.Health/Watch", true)
+        );
+        // Reflection is always there, whichever set the server serves.
+        assert_eq!(
+            method_of(
+                methods,
+                "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+            ),
+            (
+                "grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                true
+            )
+        );
+        // A caller's made-up path never becomes a label of its own.
+        assert_eq!(
+            method_of(methods, "/x.Y/package-name-of-the-day"),
             ("other", false)
         );
+        assert_eq!(
+            method_of(methods, "/grpc.health.v1.Health/Check/extra"),
+            ("other", false)
+        );
+        // One table per set: asking again gives the same one.
+        assert!(std::ptr::eq(
+            methods,
+            super::methods(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        ));
     }
 }

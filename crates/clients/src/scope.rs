@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use berth_proto::lifecycle::GetSpecRequest;
-use berth_proto::lifecycle::lifecycle_client::LifecycleClient;
 use berth_proto::v1::{PackageKind, PackageRef};
+use berth_runtime::Tls;
 
-use crate::{Channel, MAX_MESSAGE_BYTES, Role, Tls};
+use crate::{ConnectError, Lifecycle};
 
 /// Packages remembered. A key's answer never changes (lifecycle makes the key from the kind,
 /// name and namespace), so past this the cache simply starts over: forgetting costs one more
@@ -99,7 +99,7 @@ impl ScopeError {
 /// Asks lifecycle what a package is, and remembers the answer (bounded, see [`MAX_CACHED`]).
 #[derive(Clone)]
 pub struct PackageScopes {
-    client: LifecycleClient<Channel>,
+    client: Lifecycle,
     // A std mutex: held only to read or insert, never across an await.
     cache: Arc<Mutex<HashMap<String, PackageScope>>>,
 }
@@ -107,15 +107,9 @@ pub struct PackageScopes {
 impl PackageScopes {
     /// Lifecycle at `endpoint`, reached lazily (with `tls`: it must present lifecycle's
     /// certificate, and this process's role must be allowed `GetSpec`).
-    pub fn connect_lazy(
-        endpoint: &str,
-        tls: Option<&Tls>,
-    ) -> Result<PackageScopes, tonic::transport::Error> {
-        let client = LifecycleClient::new(crate::connect_lazy(endpoint, tls, Role::Lifecycle)?)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    pub fn connect_lazy(endpoint: &str, tls: Option<&Tls>) -> Result<PackageScopes, ConnectError> {
         Ok(PackageScopes {
-            client,
+            client: crate::lifecycle(endpoint, tls)?,
             cache: Arc::default(),
         })
     }

@@ -22,9 +22,11 @@ pub type GrpcRouter = tonic::transport::server::Router<Stack<Authorize, Stack<Rp
 
 /// A server builder for the service of `role`, whose request spans continue the caller's trace
 /// (named as `role`'s service) and whose calls are counted and timed in `metrics` (labelled
-/// `service=role`). With `tls`, it serves mutual TLS with that identity and authorises every
-/// call by the caller's role ([`crate::authz`]); without, plain gRPC that anyone may call (the
-/// gateway's public API, which authenticates by token, and tests).
+/// `service=role` and by the methods `descriptor_set` declares: the encoded
+/// `FileDescriptorSet` of the services it will serve, as [`serve_router`] is given). With
+/// `tls`, it serves mutual TLS with that identity and authorises every call by the caller's
+/// role ([`crate::authz`]); without, plain gRPC that anyone may call (the gateway's public API,
+/// which authenticates by token, and tests).
 ///
 /// The metrics layer is outermost, so calls the authorisation refuses are counted with their
 /// code too.
@@ -32,11 +34,12 @@ pub fn grpc_server(
     role: Role,
     tls: Option<&Tls>,
     metrics: &Metrics,
+    descriptor_set: &'static [u8],
 ) -> Result<GrpcServer, tonic::transport::Error> {
     let service = role.service_name();
     let server = tonic::transport::Server::builder()
         .trace_fn(move |req| crate::context::span_for_request(req, service))
-        .layer(metrics.rpc_layer(role.as_str()))
+        .layer(metrics.rpc_layer(role.as_str(), descriptor_set))
         .layer(Authorize::new(tls.is_some()));
     match tls {
         Some(tls) => server.tls_config(tls.server_config()),

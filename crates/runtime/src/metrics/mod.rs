@@ -67,14 +67,16 @@ impl Metrics {
 
     /// The layer that counts and times every call of a gRPC server of `service` (a berth
     /// role's name: `lifecycle`, `broker`, ...): `berth_rpc_requests_total` and
-    /// `berth_rpc_request_duration_seconds`.
-    pub fn rpc_layer(&self, service: &'static str) -> RpcLayer {
+    /// `berth_rpc_request_duration_seconds`. The method label is one of the methods
+    /// `descriptor_set` (the server's services, an encoded `FileDescriptorSet`), health or
+    /// reflection declare, or `other`.
+    pub fn rpc_layer(&self, service: &'static str, descriptor_set: &'static [u8]) -> RpcLayer {
         let rpc = self.inner.rpc.get_or_init(|| {
             let rpc = rpc::RpcMetrics::default();
             self.register(|r| rpc.register(r));
             rpc
         });
-        RpcLayer::new(rpc.clone(), service)
+        RpcLayer::new(rpc.clone(), service, descriptor_set)
     }
 
     /// The page: every registered metric, then the text sources, in the Prometheus text

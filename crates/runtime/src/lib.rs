@@ -1,17 +1,19 @@
-//! Telemetry and gRPC plumbing shared by every berth process: logging and tracing set-up, W3C
-//! trace-context propagation over gRPC and through queued tasks, and the common server scaffolding
-//! (health, reflection, graceful shutdown).
+//! Process plumbing shared by every berth process: logging and tracing set-up, W3C
+//! trace-context propagation over gRPC and through queued tasks, spawning that keeps the span,
+//! the common gRPC server scaffolding (health, reflection, graceful shutdown) and client
+//! channels, service identity (mutual TLS), authorisation by role, and metrics.
+//!
+//! It knows no berth contract (no `berth-proto`) and no storage (no sqlx): typed clients are
+//! `berth-clients`, SQL plumbing `berth-sql`. A dependency test (`tests/tests/layers.rs`)
+//! keeps it so.
 
 pub mod authz;
 pub mod balance;
 mod context;
 mod init;
-pub mod listen;
 pub mod metrics;
-pub mod scope;
 mod serve;
 mod spawn;
-mod storage;
 pub mod tls;
 
 pub use context::{TraceContext, current_traceparent, traced_request, untraced, with_traceparent};
@@ -19,7 +21,6 @@ pub use init::{LogFormat, TelemetryGuard, init, init_all_in_one};
 pub use metrics::{Metrics, MetricsArgs};
 pub use serve::{GrpcRouter, GrpcServer, grpc_server, serve_router, shutdown_on_signal};
 pub use spawn::{spawn_blocking_here, spawn_here, spawn_in};
-pub use storage::{ConnectError, Dialect, begin_write, connect, ensure_sqlite_dir, redacted};
 pub use tls::{Role, Tls, TlsArgs};
 
 /// The largest gRPC message any berth server or client sends or accepts (both directions, every
