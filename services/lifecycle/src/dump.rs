@@ -36,6 +36,8 @@ struct PackageDoc<'a> {
     version: &'a str,
     generation: i64,
     observed_generation: i64,
+    /// The key's principal number (its hooks' OS identity derives from it).
+    principal: u32,
     phase: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     last_error: &'a str,
@@ -159,6 +161,7 @@ pub fn render_with_queues(
             version: &r.version,
             generation: r.generation.get(),
             observed_generation: r.observed_generation.get(),
+            principal: r.principal,
             phase: r.phase.as_str(),
             last_error: &r.last_error,
             conditions: &r.conditions,

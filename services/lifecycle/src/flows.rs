@@ -219,6 +219,7 @@ mod tests {
             loaded: None,
             after_all_due: false,
             hook_configs: None,
+            principal: 1,
         }
     }
 

@@ -767,6 +767,7 @@ impl Lifecycle for LifecycleService {
                 .as_ref()
                 .and(row.hook_configs.as_deref())
                 .and_then(convert::hook_configs),
+            principal: row.principal,
         }))
     }
 

@@ -65,6 +65,9 @@ pub struct PackageRow {
     /// The global package only: its Run (beforeAll) succeeded and its AfterAll task is not
     /// enqueued yet (see [`after_all`]).
     pub after_all_due: bool,
+    /// The key's principal number (≥ 1): allocated when the row is first created, kept until
+    /// Cleanup deletes it (see [`free_principal`]).
+    pub principal: u32,
 }
 
 impl PackageRow {
@@ -264,6 +267,11 @@ impl Store {
         // read next is the one this Update replaces.
         let generation = next_generation(&mut tx, &key).await?;
         let previous = fetch_for_write(&mut tx, self.dialect, &key).await?;
+        // A key keeps its principal for as long as its row exists; a new row takes a free one.
+        let principal = match &previous {
+            Some(row) => row.principal,
+            None => free_principal(&mut tx).await?,
+        };
         let Planned {
             phase,
             settings,
@@ -279,8 +287,8 @@ impl Store {
             None => (spec.settings.to_string(), spec.settings_version),
         };
         let written = sqlx::query(
-            "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase, settings_version)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+            "INSERT INTO packages (key, kind, name, namespace, repository, package, version, generation, settings, phase, settings_version, principal)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (key) DO UPDATE SET repository = excluded.repository, package = excluded.package,
                version = excluded.version, generation = excluded.generation, settings = excluded.settings,
                phase = excluded.phase, removing = 0, last_error = '', settings_version = excluded.settings_version
@@ -297,6 +305,7 @@ impl Store {
         .bind(&settings)
         .bind(phase.as_str())
         .bind(i64::from(settings_version))
+        .bind(i64::from(principal))
         .fetch_one(&mut *tx)
         .await?;
         // The row as written (locked by the write itself), for the restart and the scheduler's
@@ -1084,6 +1093,28 @@ async fn write_row(
     Ok(())
 }
 
+/// The smallest principal number no stored package holds (≥ 1). Called under the write
+/// transaction's serialisation (SQLite's `BEGIN IMMEDIATE`, PostgreSQL's writers' lock), so two
+/// Updates creating keys at once never take one number; the unique index on the column would
+/// refuse the second anyway. Numbers are freed by deleting the row (Cleanup).
+async fn free_principal(tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> Result<u32, StoreError> {
+    let row = sqlx::query(
+        "SELECT CAST(COALESCE(
+           (SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM packages WHERE principal = 1)),
+           (SELECT MIN(p.principal) + 1 FROM packages AS p
+              WHERE NOT EXISTS (SELECT 1 FROM packages AS q WHERE q.principal = p.principal + 1))
+         ) AS BIGINT) AS free",
+    )
+    .fetch_one(&mut **tx)
+    .await?;
+    let free: i64 = row.get("free");
+    u32::try_from(free).map_err(|_| StoreError::Corrupt {
+        key: String::new(),
+        column: "principal",
+        reason: format!("no principal number is free below 2^32 (next would be {free})"),
+    })
+}
+
 async fn next_generation(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     key: &PackageKey,
@@ -1366,6 +1397,10 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
         .map_err(|e| corrupt("conversions", e))?;
     let settings_version = u32::try_from(r.get::<i64, _>("settings_version"))
         .map_err(|e| corrupt("settings_version", e.to_string()))?;
+    let principal = u32::try_from(r.get::<i64, _>("principal"))
+        .ok()
+        .filter(|p| *p >= 1)
+        .ok_or_else(|| corrupt("principal", "not a number from 1 to 2^32-1".into()))?;
     let values_patch = match json("values_patch")? {
         Value::Array(ops) => ops,
         _ => return Err(corrupt("values_patch", "not an array".into())),
@@ -1399,6 +1434,7 @@ fn decode(r: &AnyRow) -> Result<PackageRow, StoreError> {
         loaded,
         after_all_due: r.get::<i64, _>("after_all_due") != 0,
         hook_configs: r.get("hook_configs"),
+        principal,
         key: PackageKey::from_issued(key),
     })
 }
@@ -1839,7 +1875,125 @@ mod tests {
         a_change_of_the_global_values_reruns_their_readers,
         settings_versions_and_conversions_are_stored_with_the_settings,
         a_batch_of_reports_answers_each_as_it_would_alone,
+        principal_numbers_are_kept_while_a_key_exists_and_the_smallest_free_one_is_reused,
+        concurrent_creations_from_two_stores_never_share_a_principal,
     );
+
+    /// The principal number of `name`'s row.
+    async fn principal(store: &Store, name: &str) -> Option<u32> {
+        let key = PackageKey::from_issued(format!("default.{name}"));
+        store.get(&key).await.unwrap().map(|row| row.principal)
+    }
+
+    /// Removes `name` and lets Cleanup delete its state.
+    async fn remove_and_clean_up(store: &Store, sched: &mut Scheduler, name: &str) {
+        let key = PackageKey::from_issued(format!("default.{name}"));
+        let g = store
+            .remove(&key, sched, "t", |_, g, _| {
+                Ok::<_, ()>(flows::remove(&key, g))
+            })
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the package exists");
+        assert!(store.delete_if(&key, g, sched, "t").await.unwrap());
+    }
+
+    /// A key gets the smallest free number when first created and keeps it across Updates,
+    /// failures, a Remove that is overtaken by an Update, and a restart; Cleanup frees it, and
+    /// the next new key takes it.
+    async fn principal_numbers_are_kept_while_a_key_exists_and_the_smallest_free_one_is_reused(
+        db: TestDb,
+    ) {
+        let url = db.url();
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store
+            .scheduler(semver::Version::new(0, 1, 0))
+            .await
+            .unwrap();
+        for name in ["a", "b", "c"] {
+            install(&store, &mut sched, name).await;
+        }
+        assert_eq!(principal(&store, "a").await, Some(1));
+        assert_eq!(principal(&store, "b").await, Some(2));
+        assert_eq!(principal(&store, "c").await, Some(3));
+
+        // Updates and a failed generation keep it.
+        let mut spec = spec("b");
+        spec.settings = serde_json::json!({"x": 1});
+        let g = planned(&store, &mut sched, &spec).await.unwrap();
+        report(&store, &mut sched, "b", g, |c| {
+            *c = Change::failed(g, "broken".into());
+        })
+        .await;
+        let key_b = PackageKey::from_issued("default.b".into());
+        assert_eq!(
+            store.get(&key_b).await.unwrap().unwrap().phase,
+            Phase::Failed
+        );
+        assert_eq!(principal(&store, "b").await, Some(2));
+
+        // A Remove overtaken by an Update keeps the key's state, and its number.
+        store
+            .remove(&key_b, &mut sched, "t", |_, g, _| {
+                Ok::<_, ()>(flows::remove(&key_b, g))
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        install(&store, &mut sched, "b").await;
+        assert_eq!(principal(&store, "b").await, Some(2));
+
+        // Cleanup frees it; the next new key takes the smallest free number.
+        remove_and_clean_up(&store, &mut sched, "b").await;
+        assert_eq!(principal(&store, "b").await, None);
+        install(&store, &mut sched, "d").await;
+        assert_eq!(principal(&store, "d").await, Some(2), "2 was free");
+        install(&store, &mut sched, "e").await;
+        assert_eq!(principal(&store, "e").await, Some(4));
+        remove_and_clean_up(&store, &mut sched, "a").await;
+
+        // A restart (the store opened again) keeps every number; 1 is the free one now.
+        drop(store);
+        let store = Store::open(&url).await.unwrap();
+        let mut sched = store
+            .scheduler(semver::Version::new(0, 1, 0))
+            .await
+            .unwrap();
+        assert_eq!(principal(&store, "c").await, Some(3));
+        assert_eq!(principal(&store, "d").await, Some(2));
+        install(&store, &mut sched, "b").await;
+        assert_eq!(
+            principal(&store, "b").await,
+            Some(1),
+            "re-created: a new number"
+        );
+    }
+
+    /// Two stores (two lifecycles on one database) creating keys at once: every key gets its
+    /// own number, and together they are 1..=N.
+    async fn concurrent_creations_from_two_stores_never_share_a_principal(db: TestDb) {
+        let platform = semver::Version::new(0, 1, 0);
+        let one = Store::open(&db.url()).await.unwrap();
+        let two = Store::open(&db.url()).await.unwrap();
+        let (mut s1, mut s2) = (
+            one.scheduler(platform.clone()).await.unwrap(),
+            two.scheduler(platform).await.unwrap(),
+        );
+        for round in 0..8 {
+            let (a, b) = (format!("one-{round}"), format!("two-{round}"));
+            tokio::join!(install(&one, &mut s1, &a), install(&two, &mut s2, &b));
+        }
+        let mut numbers: Vec<u32> = one
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.principal)
+            .collect();
+        numbers.sort_unstable();
+        assert_eq!(numbers, (1..=16).collect::<Vec<u32>>());
+    }
 
     /// Plans and writes the Update `spec`: its generation, or why nothing was written.
     async fn planned(
