@@ -22,7 +22,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(PROTOS, [&root])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("berth_descriptor.bin"), fds.encode_to_vec())?;
+    // berth's kind and binding-type names (`HookRun`, `Schedule`) are the variants' names,
+    // derived rather than written out: the queue's `Task.kind`, merge keys, and the JSON
+    // payloads of earlier versions (`tasks::legacy`) use them.
+    let named = "#[derive(strum::IntoStaticStr, strum::EnumString, strum::EnumIter)]";
     tonic_prost_build::configure()
+        .type_attribute(".berth.tasks.v1.TaskKind", named)
+        .type_attribute(".berth.tasks.v1.BindingType", named)
+        .type_attribute(".berth.tasks.v1.WebhookType", named)
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

@@ -154,311 +154,268 @@ pub mod json {
 }
 
 /// berth's task contract (`berth.tasks.v1`) and how it travels in the generic queue's `Task`
-/// envelope (a kind name and a payload text). Producers (lifecycle, hookevent) and the workers
-/// build and read tasks only through these types. Each task is idempotent: delivering it twice
-/// converges to the same state.
+/// envelope: a kind name, a payload (the prost encoding of the kind's message) and, for a
+/// HookRun, merge fields the broker compacts runs by. Producers (lifecycle, hookevent) and the
+/// workers build and read tasks only through these functions. Each task is idempotent:
+/// delivering it twice converges to the same state.
 pub mod tasks {
+    use prost::Message;
+
     pub use crate::generated::berth::tasks::v1::{
-        BindingType, HookRun, TaskKind, ValidateRun, WebhookRun, WebhookType,
+        BindingType, HookRun, Run, Start, TaskKind, ValidateRun, WebhookRun, WebhookType,
     };
+    use crate::queue;
+
+    pub mod legacy;
 
     impl TaskKind {
         /// Every kind a task can have (not `Unspecified`).
-        pub const ALL: [TaskKind; 13] = [
-            TaskKind::Download,
-            TaskKind::Load,
-            TaskKind::ApplySettings,
-            TaskKind::Startup,
-            TaskKind::Run,
-            TaskKind::HookRun,
-            TaskKind::Disable,
-            TaskKind::Uninstall,
-            TaskKind::Cleanup,
-            TaskKind::WebhookRun,
-            TaskKind::ValidateRun,
-            TaskKind::AfterAll,
-            TaskKind::Start,
-        ];
+        pub fn all() -> impl Iterator<Item = TaskKind> {
+            <TaskKind as strum::IntoEnumIterator>::iter().filter(|k| *k != TaskKind::Unspecified)
+        }
 
-        /// The kind's name in the queue's `Task.kind` (and in Dump and task history).
+        /// The kind's name in the queue's `Task.kind` (and in Dump and task history): the
+        /// variant's name, `HookRun` (derived).
         pub fn as_str(self) -> &'static str {
-            match self {
-                TaskKind::Unspecified => "Unspecified",
-                TaskKind::Download => "Download",
-                TaskKind::Load => "Load",
-                TaskKind::ApplySettings => "ApplySettings",
-                TaskKind::Startup => "Startup",
-                TaskKind::Run => "Run",
-                TaskKind::HookRun => "HookRun",
-                TaskKind::Disable => "Disable",
-                TaskKind::Uninstall => "Uninstall",
-                TaskKind::Cleanup => "Cleanup",
-                TaskKind::WebhookRun => "WebhookRun",
-                TaskKind::ValidateRun => "ValidateRun",
-                TaskKind::AfterAll => "AfterAll",
-                TaskKind::Start => "Start",
-            }
+            self.into()
         }
 
         /// The kind a `Task.kind` names; `None` for anything else (never `Unspecified`).
         pub fn parse(s: &str) -> Option<TaskKind> {
-            TaskKind::ALL.into_iter().find(|k| k.as_str() == s)
+            s.parse().ok().filter(|k| *k != TaskKind::Unspecified)
+        }
+    }
+
+    /// A message that is the payload of the tasks of one kind.
+    pub trait Payload: Message + Default {
+        const KIND: TaskKind;
+    }
+
+    impl Payload for HookRun {
+        const KIND: TaskKind = TaskKind::HookRun;
+    }
+
+    impl Payload for WebhookRun {
+        const KIND: TaskKind = TaskKind::WebhookRun;
+    }
+
+    impl Payload for ValidateRun {
+        const KIND: TaskKind = TaskKind::ValidateRun;
+    }
+
+    impl Payload for Start {
+        const KIND: TaskKind = TaskKind::Start;
+    }
+
+    impl Payload for Run {
+        const KIND: TaskKind = TaskKind::Run;
+    }
+
+    /// A task payload that is not what its kind says.
+    #[derive(Debug, thiserror::Error)]
+    pub enum PayloadError {
+        #[error("a {expected} payload read from a task of kind {found:?}")]
+        Kind {
+            expected: &'static str,
+            found: String,
+        },
+        #[error("{kind} task payload: {source}")]
+        Decode {
+            kind: &'static str,
+            #[source]
+            source: prost::DecodeError,
+        },
+        #[error("HookRun binding context {index}: {source}")]
+        Context {
+            index: usize,
+            #[source]
+            source: prost::DecodeError,
+        },
+    }
+
+    /// A task of `P`'s kind carrying `payload`; the producer fills the rest of the envelope.
+    pub fn task<P: Payload>(payload: &P) -> queue::Task {
+        queue::Task {
+            kind: P::KIND.as_str().to_owned(),
+            payload: payload.encode_to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// A task of `kind` with no payload (the kinds whose message is not in this module).
+    pub fn bare(kind: TaskKind) -> queue::Task {
+        queue::Task {
+            kind: kind.as_str().to_owned(),
+            ..Default::default()
+        }
+    }
+
+    /// The payload of `task`, which must be of `P`'s kind.
+    pub fn payload<P: Payload>(task: &queue::Task) -> Result<P, PayloadError> {
+        decode(&task.kind, &task.payload)
+    }
+
+    /// `bytes` as the payload of a task of kind `kind`, which must be `P`'s.
+    pub fn decode<P: Payload>(kind: &str, bytes: &[u8]) -> Result<P, PayloadError> {
+        let expected = P::KIND.as_str();
+        if kind != expected {
+            return Err(PayloadError::Kind {
+                expected,
+                found: kind.to_owned(),
+            });
+        }
+        P::decode(bytes).map_err(|source| PayloadError::Decode {
+            kind: expected,
+            source,
+        })
+    }
+
+    impl HookRun {
+        /// A HookRun task: `hook`'s `binding_type` run with these binding contexts (JSON
+        /// objects, the shell-operator contract), as merge items the broker can compact.
+        pub fn task(
+            hook: &str,
+            binding_type: BindingType,
+            contexts: &[serde_json::Value],
+        ) -> queue::Task {
+            let run = HookRun {
+                hook: hook.to_owned(),
+                binding_type: binding_type as i32,
+            };
+            let items = contexts.iter().map(context_item).collect();
+            queue::Task {
+                merge: Some(queue::Merge {
+                    key: run.merge_key(),
+                    items,
+                }),
+                ..task(&run)
+            }
+        }
+
+        /// Runs merge only with runs of the same hook and binding type: `<type>/<hook>` (the
+        /// type's name has no `/`, so no two runs share a key by accident).
+        pub fn merge_key(&self) -> String {
+            format!("{}/{}", self.binding_type().as_str(), self.hook)
         }
     }
 
     impl BindingType {
-        fn json_name(self) -> &'static str {
-            match self {
-                BindingType::Unspecified => "",
-                BindingType::Schedule => "Schedule",
-                BindingType::Kubernetes => "Kubernetes",
-                BindingType::Synchronization => "Synchronization",
-            }
-        }
-
-        fn from_json_name(s: &str) -> Option<BindingType> {
-            [
-                BindingType::Schedule,
-                BindingType::Kubernetes,
-                BindingType::Synchronization,
-            ]
-            .into_iter()
-            .find(|b| b.json_name() == s)
+        /// The type's name in binding contexts and merge keys, `Schedule` (derived).
+        pub fn as_str(self) -> &'static str {
+            self.into()
         }
     }
 
-    /// The JSON form of a ValidateRun in `Task.payload_json`: the settings as JSON, not as
-    /// text holding JSON.
-    #[derive(serde::Serialize, serde::Deserialize)]
-    struct ValidateRunJson {
-        request_id: String,
-        deadline_unix_ms: i64,
-        settings: serde_json::Value,
+    /// One binding context as a merge item: its data the context as a Struct, its group the
+    /// context's `group` (a group's context carries complete snapshots, so only the newest of
+    /// adjacent ones matters).
+    fn context_item(context: &serde_json::Value) -> queue::MergeItem {
+        queue::MergeItem {
+            group: context
+                .get("group")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            data: crate::json::to_struct(context).encode_to_vec(),
+        }
     }
 
-    impl ValidateRun {
-        /// The payload text of a ValidateRun task.
-        pub fn to_payload_json(&self) -> String {
-            let settings = serde_json::from_str(&self.settings_json)
-                .unwrap_or(serde_json::Value::Object(Default::default()));
-            serde_json::to_string(&ValidateRunJson {
-                request_id: self.request_id.clone(),
-                deadline_unix_ms: self.deadline_unix_ms,
-                settings,
+    /// The binding contexts of a HookRun task (its merge items), oldest first, as the JSON
+    /// array the hook reads.
+    pub fn binding_contexts(task: &queue::Task) -> Result<serde_json::Value, PayloadError> {
+        let items = task.merge.as_ref().map(|m| m.items.as_slice());
+        let contexts = items
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                prost_types::Struct::decode(item.data.as_slice())
+                    .map(|s| crate::json::from_struct(&s))
+                    .map_err(|source| PayloadError::Context { index, source })
             })
-            .expect("a ValidateRun serializes")
-        }
-
-        /// Reads the payload text of a ValidateRun task.
-        pub fn from_payload_json(json: &str) -> Result<ValidateRun, PayloadError> {
-            let raw: ValidateRunJson = serde_json::from_str(json)?;
-            Ok(ValidateRun {
-                request_id: raw.request_id,
-                deadline_unix_ms: raw.deadline_unix_ms,
-                settings_json: raw.settings.to_string(),
-            })
-        }
-    }
-
-    /// The JSON form of a WebhookRun in `Task.payload_json`.
-    #[derive(serde::Serialize, serde::Deserialize)]
-    struct WebhookRunJson {
-        hook: String,
-        webhook_type: String,
-        binding_contexts: serde_json::Value,
-        request_id: String,
-        deadline_unix_ms: i64,
-        #[serde(default)]
-        objects: u32,
-    }
-
-    impl WebhookType {
-        fn json_name(self) -> &'static str {
-            match self {
-                WebhookType::Unspecified => "",
-                WebhookType::Validating => "Validating",
-                WebhookType::Mutating => "Mutating",
-                WebhookType::Conversion => "Conversion",
-            }
-        }
+            .collect::<Result<_, _>>()?;
+        Ok(serde_json::Value::Array(contexts))
     }
 
     impl WebhookRun {
-        /// The payload text of a WebhookRun task.
-        pub fn to_payload_json(&self) -> String {
-            let contexts = serde_json::from_str(&self.binding_contexts_json)
-                .unwrap_or(serde_json::Value::Array(vec![]));
-            serde_json::to_string(&WebhookRunJson {
-                hook: self.hook.clone(),
-                webhook_type: self.webhook_type().json_name().to_owned(),
-                binding_contexts: contexts,
-                request_id: self.request_id.clone(),
-                deadline_unix_ms: self.deadline_unix_ms,
-                objects: self.objects,
-            })
-            .expect("a WebhookRun serializes")
-        }
-
-        /// Reads the payload text of a WebhookRun task.
-        pub fn from_payload_json(json: &str) -> Result<WebhookRun, PayloadError> {
-            let raw: WebhookRunJson = serde_json::from_str(json)?;
-            let webhook_type = [
-                WebhookType::Validating,
-                WebhookType::Mutating,
-                WebhookType::Conversion,
-            ]
-            .into_iter()
-            .find(|t| t.json_name() == raw.webhook_type)
-            .ok_or(PayloadError::BindingType(raw.webhook_type))?;
-            if !raw.binding_contexts.is_array() {
-                return Err(PayloadError::Contexts);
-            }
-            Ok(WebhookRun {
-                hook: raw.hook,
-                webhook_type: webhook_type as i32,
-                binding_contexts_json: raw.binding_contexts.to_string(),
-                request_id: raw.request_id,
-                deadline_unix_ms: raw.deadline_unix_ms,
-                objects: raw.objects,
-            })
-        }
-    }
-
-    /// The JSON form of a HookRun in `Task.payload_json`. The broker's compaction reads this
-    /// shape (it merges `binding_contexts` of consecutive runs of one hook and binding type),
-    /// so it is kept stable: `{"hook": ..., "binding_type": "Schedule", "binding_contexts": [...]}`.
-    #[derive(serde::Deserialize)]
-    struct HookRunJson {
-        #[serde(default)]
-        hook: String,
-        #[serde(default)]
-        binding_type: String,
-        #[serde(default = "no_contexts")]
-        binding_contexts: serde_json::Value,
-    }
-
-    fn no_contexts() -> serde_json::Value {
-        serde_json::Value::Array(vec![])
-    }
-
-    /// A HookRun payload that is not a HookRun.
-    #[derive(Debug, thiserror::Error)]
-    pub enum PayloadError {
-        #[error("not a task payload: {0}")]
-        Json(#[from] serde_json::Error),
-        #[error("HookRun binding_type: unknown value {0:?}")]
-        BindingType(String),
-        #[error("HookRun binding_contexts: expected a JSON array")]
-        Contexts,
-    }
-
-    impl HookRun {
-        /// A HookRun for `hook`'s `binding_type` with these binding contexts (a JSON array).
-        pub fn new(hook: &str, binding_type: BindingType, contexts: &serde_json::Value) -> Self {
-            HookRun {
-                hook: hook.to_owned(),
-                binding_type: binding_type as i32,
-                binding_contexts_json: contexts.to_string(),
-            }
-        }
-
-        /// The binding contexts as a JSON array (what the hook reads).
-        pub fn binding_contexts(&self) -> Result<serde_json::Value, PayloadError> {
-            match serde_json::from_str(&self.binding_contexts_json)? {
-                v @ serde_json::Value::Array(_) => Ok(v),
-                _ => Err(PayloadError::Contexts),
-            }
-        }
-
-        /// The payload text of a HookRun task. Written on every Kubernetes event, so the
-        /// contexts (already JSON) are checked in place and copied, not parsed into a tree and
-        /// written again; text that is not JSON becomes `[]`, as an empty list of contexts.
-        pub fn to_payload_json(&self) -> String {
-            let contexts =
-                match serde_json::from_str::<serde::de::IgnoredAny>(&self.binding_contexts_json) {
-                    Ok(_) => self.binding_contexts_json.trim(),
-                    Err(_) => "[]",
-                };
-            let text = |s: &str| serde_json::to_string(s).expect("a string serializes");
-            format!(
-                r#"{{"hook":{},"binding_type":{},"binding_contexts":{contexts}}}"#,
-                text(&self.hook),
-                text(self.binding_type().json_name()),
+        /// The binding contexts as the JSON array the hook reads.
+        pub fn contexts_json(&self) -> serde_json::Value {
+            serde_json::Value::Array(
+                self.binding_contexts
+                    .iter()
+                    .map(crate::json::from_struct)
+                    .collect(),
             )
         }
+    }
 
-        /// Reads the payload text of a HookRun task.
-        pub fn from_payload_json(json: &str) -> Result<HookRun, PayloadError> {
-            let raw: HookRunJson = serde_json::from_str(json)?;
-            let binding_type = BindingType::from_json_name(&raw.binding_type)
-                .ok_or(PayloadError::BindingType(raw.binding_type))?;
-            if !raw.binding_contexts.is_array() {
-                return Err(PayloadError::Contexts);
-            }
-            Ok(HookRun::new(&raw.hook, binding_type, &raw.binding_contexts))
+    impl ValidateRun {
+        /// The candidate settings as JSON.
+        pub fn settings_json(&self) -> serde_json::Value {
+            crate::json::from_opt_struct(self.settings.as_ref())
         }
     }
 
     #[cfg(test)]
     mod tests {
         use super::*;
+        use serde_json::json;
 
         #[test]
-        fn hook_run_payloads_keep_their_json_shape() {
-            let run = HookRun::new(
-                "h",
-                BindingType::Schedule,
-                &serde_json::json!([{"binding": "every"}]),
-            );
-            let json = run.to_payload_json();
+        fn hook_runs_carry_their_contexts_as_merge_items() {
+            let contexts = [
+                json!({"binding": "every", "n": 1}),
+                json!({"binding": "pods", "group": "g"}),
+            ];
+            let task = HookRun::task("hooks/a b.sh", BindingType::Schedule, &contexts);
+            assert_eq!(task.kind, "HookRun");
+            let run: HookRun = payload(&task).unwrap();
             assert_eq!(
-                json,
-                r#"{"hook":"h","binding_type":"Schedule","binding_contexts":[{"binding":"every"}]}"#
+                (run.hook.as_str(), run.binding_type()),
+                ("hooks/a b.sh", BindingType::Schedule)
             );
-            let back = HookRun::from_payload_json(&json).unwrap();
-            assert_eq!(back, run);
-            assert_eq!(
-                back.binding_contexts().unwrap(),
-                serde_json::json!([{"binding": "every"}])
-            );
-            let not_json = HookRun {
-                binding_contexts_json: "nope".into(),
-                ..run.clone()
-            };
-            assert_eq!(
-                not_json.to_payload_json(),
-                r#"{"hook":"h","binding_type":"Schedule","binding_contexts":[]}"#
-            );
-            let quoted = HookRun::new("a \"b\"", BindingType::Kubernetes, &serde_json::json!([]));
-            assert_eq!(
-                HookRun::from_payload_json(&quoted.to_payload_json()).unwrap(),
-                quoted
-            );
-            let bare =
-                HookRun::from_payload_json(r#"{"hook":"h","binding_type":"Kubernetes"}"#).unwrap();
-            assert_eq!(bare.binding_contexts().unwrap(), serde_json::json!([]));
+            let merge = task.merge.as_ref().unwrap();
+            assert_eq!(merge.key, "Schedule/hooks/a b.sh");
+            let groups: Vec<&str> = merge.items.iter().map(|i| i.group.as_str()).collect();
+            assert_eq!(groups, ["", "g"]);
+            assert_eq!(binding_contexts(&task).unwrap(), json!(contexts));
+            let other = HookRun::task("hooks/a b.sh", BindingType::Kubernetes, &[]);
+            assert_ne!(other.merge.unwrap().key, merge.key);
         }
 
         #[test]
-        fn malformed_hook_run_payloads_name_what_is_wrong() {
-            let err = HookRun::from_payload_json(r#"{"hook":"h","binding_type":"cron"}"#)
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("\"cron\""), "{err}");
-            let err = HookRun::from_payload_json(
-                r#"{"hook":"h","binding_type":"Schedule","binding_contexts":{}}"#,
-            )
-            .unwrap_err()
-            .to_string();
-            assert!(err.contains("expected a JSON array"), "{err}");
-            assert!(HookRun::from_payload_json("[]").is_err());
+        fn payloads_are_read_only_as_their_kind() {
+            let start = Start {
+                done: vec![TaskKind::ApplySettings as i32],
+            };
+            let task = task(&start);
+            assert_eq!(payload::<Start>(&task).unwrap(), start);
+            let err = payload::<ValidateRun>(&task).unwrap_err().to_string();
+            assert!(
+                err.contains("ValidateRun") && err.contains("\"Start\""),
+                "{err}"
+            );
+            let garbage = queue::Task {
+                payload: vec![0xff, 0xff],
+                ..bare(TaskKind::Start)
+            };
+            let err = payload::<Start>(&garbage).unwrap_err().to_string();
+            assert!(err.starts_with("Start task payload"), "{err}");
+            // An empty payload is the message with nothing set: lifecycle's Start.
+            assert_eq!(
+                payload::<Start>(&bare(TaskKind::Start)).unwrap(),
+                Start::default()
+            );
         }
 
         #[test]
         fn task_kind_names_round_trip() {
-            for kind in TaskKind::ALL {
+            assert_eq!(TaskKind::all().count(), 13);
+            for kind in TaskKind::all() {
                 assert_eq!(TaskKind::parse(kind.as_str()), Some(kind));
             }
+            assert_eq!(TaskKind::HookRun.as_str(), "HookRun");
+            assert_eq!(TaskKind::ApplySettings.as_str(), "ApplySettings");
             assert_eq!(TaskKind::parse("Unspecified"), None);
             assert_eq!(TaskKind::parse("hookrun"), None);
         }

@@ -1,8 +1,7 @@
 //! Task flows: which queued tasks each state change implies (DESIGN.md section 4). Each returned
 //! value is an outbox body the relay delivers to the broker in order.
 
-use berth_proto::tasks::TaskKind;
-use serde_json::{Value, json};
+use berth_proto::tasks::{self, TaskKind};
 
 use crate::model::{
     ConditionSet, ConditionStatus, ConditionType, Generation, PackageKey, Phase, set_condition,
@@ -19,16 +18,21 @@ pub fn supersede(key: &PackageKey, generation: Generation) -> Row {
     })
 }
 
-/// One task on the package's main queue.
-pub fn task(key: &PackageKey, generation: Generation, kind: TaskKind, payload: Value) -> Row {
+/// One task of `kind` (without a payload) on the package's main queue.
+pub fn task(key: &PackageKey, generation: Generation, kind: TaskKind) -> Row {
+    enqueue(key, generation, tasks::bare(kind))
+}
+
+/// `task` (its kind and payload, from `berth_proto::tasks`) on the package's main queue.
+fn enqueue(key: &PackageKey, generation: Generation, task: berth_proto::queue::Task) -> Row {
     Row::new(Op::Enqueue {
         task: QueuedTask {
             id: uuid::Uuid::new_v4().to_string(),
             queue: key.to_string(),
             package: key.to_string(),
             generation: generation.get(),
-            kind: kind.as_str().to_owned(),
-            payload_json: payload.to_string(),
+            kind: task.kind,
+            payload: task.payload,
             traceparent: berth_runtime::current_traceparent(),
         },
     })
@@ -44,7 +48,7 @@ fn tasks(key: &PackageKey, generation: Generation, kinds: &[TaskKind]) -> Vec<Ro
     (generation.get() > 1)
         .then(|| supersede(key, generation))
         .into_iter()
-        .chain(kinds.iter().map(|k| task(key, generation, *k, json!({}))))
+        .chain(kinds.iter().map(|k| task(key, generation, *k)))
         .collect()
 }
 
@@ -101,7 +105,7 @@ pub fn schedule(row: &mut PackageRow, verdict: &Verdict, now: &str) -> Vec<Row> 
                 ConditionSet::new(ConditionType::RequirementsMet, ConditionStatus::True, "Met");
             met.message = "every requirement holds".to_owned();
             set_condition(&mut row.conditions, &met, row.generation, now);
-            vec![task(&row.key, row.generation, Start, json!({}))]
+            vec![task(&row.key, row.generation, Start)]
         }
         Verdict::Wait(blocked) => {
             row.phase = Phase::Pending;
@@ -168,17 +172,15 @@ pub fn rerun(key: &PackageKey, generation: Generation) -> Vec<Row> {
 
 /// The global package's afterAll hooks, on its queue.
 pub fn after_all(key: &PackageKey, generation: Generation) -> Row {
-    task(key, generation, TaskKind::AfterAll, json!({}))
+    task(key, generation, TaskKind::AfterAll)
 }
 
 /// A Run of the package for `reason`.
 pub fn rerun_for(key: &PackageKey, generation: Generation, reason: &str) -> Vec<Row> {
-    vec![task(
-        key,
-        generation,
-        TaskKind::Run,
-        json!({"reason": reason}),
-    )]
+    let run = tasks::Run {
+        reason: reason.to_owned(),
+    };
+    vec![enqueue(key, generation, tasks::task(&run))]
 }
 
 #[cfg(test)]

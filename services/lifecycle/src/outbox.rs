@@ -2,24 +2,24 @@
 //! change and delivered by the relay. A row is a versioned serde enum; a row this lifecycle
 //! cannot read (unknown version or shape, written by a newer lifecycle or damaged) is an error
 //! that stops the relay at that row, never something to skip: skipping would lose queued work.
+//!
+//! Version 2 keeps a task's payload as the bytes the broker gets (hex in the row's JSON);
+//! version 1 rows, written by the lifecycle whose tasks carried JSON text, are still read: their
+//! payload through `berth_proto::tasks::legacy`.
 
+use berth_proto::tasks::legacy;
 use serde::{Deserialize, Serialize};
 
-/// The version written by this lifecycle. Rows written before the field existed have the same
-/// shape and read as version 1.
-pub const VERSION: u32 = 1;
+/// The version written by this lifecycle.
+pub const VERSION: u32 = 2;
 
 /// One outbox row as stored (JSON text in `outbox.body`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
-    #[serde(rename = "v", default = "version_one")]
+    #[serde(rename = "v")]
     pub version: u32,
     #[serde(flatten)]
     pub op: Op,
-}
-
-fn version_one() -> u32 {
-    1
 }
 
 /// What the relay asks of the broker.
@@ -41,8 +41,55 @@ pub struct QueuedTask {
     pub package: String,
     pub generation: i64,
     pub kind: String,
-    pub payload_json: String,
+    /// The task's payload (`berth_proto::tasks`), hex-encoded in the row.
+    #[serde(with = "hex::serde")]
+    pub payload: Vec<u8>,
     pub traceparent: String,
+}
+
+/// A row as lifecycle wrote it before version 2 (with or without `"v": 1`).
+#[derive(Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum OpV1 {
+    Supersede { package: String, generation: i64 },
+    Enqueue { task: QueuedTaskV1 },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueuedTaskV1 {
+    id: String,
+    queue: String,
+    package: String,
+    generation: i64,
+    kind: String,
+    payload_json: String,
+    traceparent: String,
+}
+
+impl From<OpV1> for Op {
+    fn from(op: OpV1) -> Op {
+        match op {
+            OpV1::Supersede {
+                package,
+                generation,
+            } => Op::Supersede {
+                package,
+                generation,
+            },
+            OpV1::Enqueue { task } => Op::Enqueue {
+                task: QueuedTask {
+                    payload: legacy::upgrade(&task.kind, &task.payload_json).payload,
+                    id: task.id,
+                    queue: task.queue,
+                    package: task.package,
+                    generation: task.generation,
+                    kind: task.kind,
+                    traceparent: task.traceparent,
+                },
+            },
+        }
+    }
 }
 
 /// A row the relay cannot deliver.
@@ -50,8 +97,8 @@ pub struct QueuedTask {
 pub enum DecodeError {
     #[error("outbox row {id}: {source}")]
     Malformed { id: i64, source: serde_json::Error },
-    #[error("outbox row {id}: unknown version {version} (this lifecycle writes {VERSION})")]
-    Version { id: i64, version: u32 },
+    #[error("outbox row {id}: unknown version {version} (this lifecycle reads 1 and {VERSION})")]
+    Version { id: i64, version: u64 },
 }
 
 impl Row {
@@ -66,17 +113,23 @@ impl Row {
         serde_json::to_string(self).expect("outbox rows serialize")
     }
 
-    /// Reads the stored body of row `id`.
+    /// Reads the stored body of row `id`, of this version or version 1.
     pub fn decode(id: i64, body: &str) -> Result<Row, DecodeError> {
-        let row: Row =
-            serde_json::from_str(body).map_err(|source| DecodeError::Malformed { id, source })?;
-        if row.version != VERSION {
-            return Err(DecodeError::Version {
-                id,
-                version: row.version,
-            });
-        }
-        Ok(row)
+        let malformed = |source| DecodeError::Malformed { id, source };
+        let mut value: serde_json::Value = serde_json::from_str(body).map_err(malformed)?;
+        // Rows written before the field existed are version 1.
+        let version = match value.as_object_mut().and_then(|o| o.remove("v")) {
+            None => 1,
+            Some(v) => serde_json::from_value::<u64>(v).map_err(malformed)?,
+        };
+        let op = match version {
+            1 => serde_json::from_value::<OpV1>(value)
+                .map_err(malformed)?
+                .into(),
+            2 => serde_json::from_value::<Op>(value).map_err(malformed)?,
+            version => return Err(DecodeError::Version { id, version }),
+        };
+        Ok(Row::new(op))
     }
 }
 
@@ -88,7 +141,7 @@ impl From<QueuedTask> for berth_proto::queue::Task {
             package: t.package,
             generation: t.generation,
             kind: t.kind,
-            payload_json: t.payload_json,
+            payload: t.payload,
             traceparent: t.traceparent,
             ..Default::default()
         }
@@ -108,20 +161,62 @@ mod tests {
         assert_eq!(Row::decode(1, &row.encode()).unwrap(), row);
         let old = r#"{"op":"supersede","package":"default.hello","generation":3}"#;
         assert_eq!(Row::decode(1, old).unwrap(), row);
+        let old = r#"{"v":1,"op":"supersede","package":"default.hello","generation":3}"#;
+        assert_eq!(Row::decode(1, old).unwrap(), row);
+    }
+
+    #[test]
+    fn tasks_keep_their_payload_bytes_and_old_json_payloads_are_upgraded() {
+        let task = |payload: Vec<u8>| QueuedTask {
+            id: "t".into(),
+            queue: "default.hello".into(),
+            package: "default.hello".into(),
+            generation: 2,
+            kind: "Run".into(),
+            payload,
+            traceparent: String::new(),
+        };
+        let reason = berth_proto::tasks::Run {
+            reason: "values changed by a hook".into(),
+        };
+        let row = Row::new(Op::Enqueue {
+            task: task(prost::Message::encode_to_vec(&reason)),
+        });
+        assert_eq!(Row::decode(1, &row.encode()).unwrap(), row);
+        // As the previous lifecycle wrote it.
+        let old = r#"{"v":1,"op":"enqueue","task":{"id":"t","queue":"default.hello","package":"default.hello","generation":2,"kind":"Run","payload_json":"{\"reason\":\"values changed by a hook\"}","traceparent":""}}"#;
+        assert_eq!(Row::decode(1, old).unwrap(), row);
+        let old = r#"{"op":"enqueue","task":{"id":"t","queue":"default.hello","package":"default.hello","generation":2,"kind":"Run","payload_json":"{}","traceparent":""}}"#;
+        assert_eq!(
+            Row::decode(1, old).unwrap(),
+            Row::new(Op::Enqueue { task: task(vec![]) })
+        );
     }
 
     #[test]
     fn unknown_versions_and_shapes_are_errors() {
-        let newer = r#"{"v":2,"op":"supersede","package":"p","generation":1}"#;
+        let newer = r#"{"v":3,"op":"supersede","package":"p","generation":1}"#;
         assert!(matches!(
             Row::decode(7, newer),
-            Err(DecodeError::Version { id: 7, version: 2 })
+            Err(DecodeError::Version { id: 7, version: 3 })
         ));
-        for body in ["null", "{}", r#"{"op":"explode"}"#, "not json"] {
+        for body in [
+            "null",
+            "{}",
+            r#"{"op":"explode"}"#,
+            "not json",
+            r#"{"v":"x"}"#,
+        ] {
             assert!(
                 matches!(Row::decode(7, body), Err(DecodeError::Malformed { .. })),
                 "{body}"
             );
         }
+        // A version 2 row with a version 1 task is not read as either.
+        let mixed = r#"{"v":2,"op":"enqueue","task":{"id":"t","queue":"q","package":"p","generation":1,"kind":"Run","payload_json":"{}","traceparent":""}}"#;
+        assert!(matches!(
+            Row::decode(7, mixed),
+            Err(DecodeError::Malformed { .. })
+        ));
     }
 }

@@ -160,7 +160,130 @@ mod tests {
         berth_clients::broker("http://127.0.0.1:9", None).unwrap()
     }
 
-    crate::test_db::on_both_backends!(an_unknown_row_stops_the_relay_and_is_kept);
+    crate::test_db::on_both_backends!(
+        an_unknown_row_stops_the_relay_and_is_kept,
+        rows_of_the_previous_version_are_delivered_with_their_payloads,
+    );
+
+    /// A broker that records the tasks it is given and accepts every Supersede.
+    #[derive(Clone, Default)]
+    struct RecordingBroker(Arc<std::sync::Mutex<Vec<Task>>>);
+
+    #[tonic::async_trait]
+    impl berth_proto::queue::broker_server::Broker for RecordingBroker {
+        async fn enqueue(
+            &self,
+            request: tonic::Request<EnqueueRequest>,
+        ) -> Result<tonic::Response<berth_proto::queue::EnqueueResponse>, tonic::Status> {
+            let tasks = request.into_inner().tasks;
+            let accepted = tasks.len() as i32;
+            self.0.lock().unwrap().extend(tasks);
+            Ok(tonic::Response::new(berth_proto::queue::EnqueueResponse {
+                accepted,
+            }))
+        }
+
+        async fn supersede(
+            &self,
+            _: tonic::Request<SupersedeRequest>,
+        ) -> Result<tonic::Response<berth_proto::queue::SupersedeResponse>, tonic::Status> {
+            Ok(tonic::Response::new(Default::default()))
+        }
+
+        async fn lease(
+            &self,
+            _: tonic::Request<berth_proto::queue::LeaseRequest>,
+        ) -> Result<tonic::Response<berth_proto::queue::LeaseResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+
+        async fn heartbeat(
+            &self,
+            _: tonic::Request<berth_proto::queue::HeartbeatRequest>,
+        ) -> Result<tonic::Response<berth_proto::queue::HeartbeatResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+
+        async fn complete(
+            &self,
+            _: tonic::Request<berth_proto::queue::CompleteRequest>,
+        ) -> Result<tonic::Response<berth_proto::queue::CompleteResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+
+        async fn fail(
+            &self,
+            _: tonic::Request<berth_proto::queue::FailRequest>,
+        ) -> Result<tonic::Response<berth_proto::queue::FailResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+
+        async fn defer(
+            &self,
+            _: tonic::Request<berth_proto::queue::DeferRequest>,
+        ) -> Result<tonic::Response<berth_proto::queue::DeferResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+
+        async fn dump(
+            &self,
+            _: tonic::Request<berth_proto::queue::DumpRequest>,
+        ) -> Result<tonic::Response<berth_proto::queue::DumpResponse>, tonic::Status> {
+            Err(tonic::Status::unimplemented("not in this test"))
+        }
+    }
+
+    /// Outbox rows written by the lifecycle whose tasks carried JSON text are delivered after
+    /// the upgrade, each task with its payload as the current contract encodes it.
+    async fn rows_of_the_previous_version_are_delivered_with_their_payloads(
+        db: crate::test_db::TestDb,
+    ) {
+        let store = Store::open(&db.url()).await.unwrap();
+        // As the previous lifecycle wrote them: without a version, and as version 1.
+        store
+            .outbox_insert_raw(r#"{"op":"supersede","package":"default.hello","generation":2}"#)
+            .await
+            .unwrap();
+        store
+            .outbox_insert_raw(r#"{"v":1,"op":"enqueue","task":{"id":"t1","queue":"default.hello","package":"default.hello","generation":2,"kind":"Download","payload_json":"{}","traceparent":""}}"#)
+            .await
+            .unwrap();
+        store
+            .outbox_insert_raw(r#"{"v":1,"op":"enqueue","task":{"id":"t2","queue":"default.hello","package":"default.hello","generation":2,"kind":"Run","payload_json":"{\"reason\":\"values changed by a hook\"}","traceparent":""}}"#)
+            .await
+            .unwrap();
+        let recorder = RecordingBroker::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(berth_proto::queue::broker_server::BrokerServer::new(
+                    recorder.clone(),
+                ))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stop.clone().cancelled_owned(),
+                ),
+        );
+        let mut broker = berth_clients::broker(&format!("http://{addr}"), None).unwrap();
+        assert!(!deliver(&store, &mut broker).await.unwrap(), "one batch");
+        let tasks = std::mem::take(&mut *recorder.0.lock().unwrap());
+        let kinds: Vec<(&str, &str)> = tasks
+            .iter()
+            .map(|t| (t.id.as_str(), t.kind.as_str()))
+            .collect();
+        assert_eq!(kinds, [("t1", "Download"), ("t2", "Run")]);
+        assert!(tasks[0].payload.is_empty());
+        let run: berth_proto::tasks::Run = berth_proto::tasks::payload(&tasks[1]).unwrap();
+        assert_eq!(run.reason, "values changed by a hook");
+        assert!(
+            store.outbox_claim(BATCH).await.unwrap().rows.is_empty(),
+            "delivered rows are deleted"
+        );
+        stop.cancel();
+        server.await.unwrap().unwrap();
+    }
 
     async fn an_unknown_row_stops_the_relay_and_is_kept(db: crate::test_db::TestDb) {
         let store = Store::open(&db.url()).await.unwrap();

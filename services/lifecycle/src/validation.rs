@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use berth_proto::lifecycle::AnswerValidationRequest;
 use berth_proto::queue::{EnqueueRequest, Task};
-use berth_proto::tasks::{TaskKind, ValidateRun};
+use berth_proto::tasks::{self, ValidateRun};
 use berth_proto::v1;
 use serde_json::Value;
 use tokio::sync::{Semaphore, oneshot};
@@ -91,7 +91,7 @@ impl Validations {
         let run = ValidateRun {
             request_id: request_id.clone(),
             deadline_unix_ms: now_ms() + self.wait.as_millis() as i64,
-            settings_json: settings.to_string(),
+            settings: Some(berth_proto::json::to_struct(settings)),
         };
         let (tx, rx) = oneshot::channel();
         self.lock().insert(
@@ -106,11 +106,9 @@ impl Validations {
             queue: format!("{package}/validate/{request_id}"),
             package: package.to_string(),
             generation: generation.get(),
-            kind: TaskKind::ValidateRun.as_str().to_owned(),
-            payload_json: run.to_payload_json(),
             traceparent: berth_runtime::current_traceparent(),
             allow_failure: true,
-            ..Default::default()
+            ..tasks::task(&run)
         };
         let wait = self.wait;
         let answered = tokio::time::timeout(wait, async {

@@ -5,8 +5,8 @@ mod support;
 use std::time::Duration;
 
 use berth_queue::broker::BrokerConfig;
-use serde_json::{Value, json};
-use support::{Db, TestBroker, fast_config, hook_run, ids, task};
+use serde_json::json;
+use support::{Db, TestBroker, fast_config, hook_run, ids, items, task};
 use tokio::time::Instant;
 
 crate::on_both_backends!(
@@ -32,6 +32,19 @@ crate::on_both_backends!(
     a_task_enqueued_while_its_queue_head_completes_still_runs,
     metrics_count_what_the_broker_did,
 );
+
+/// The bytes of a task that the payload bound and the lease budget count: its payload and
+/// merge fields.
+fn size(task: &berth_proto::queue::Task) -> usize {
+    let merge = task.merge.as_ref().map_or(0, |m| {
+        m.key.len()
+            + m.items
+                .iter()
+                .map(|i| i.group.len() + i.data.len())
+                .sum::<usize>()
+    });
+    task.payload.len() + merge
+}
 
 /// A broker over `db`; the database lives as long as the returned guard.
 async fn broker(db: Db, config: BrokerConfig) -> (TestBroker, Db) {
@@ -201,32 +214,29 @@ async fn a_retry_resumes_from_the_progress_its_failure_recorded(db: Db) {
     let (b, _db) = broker(db, fast_config()).await;
     b.enqueue(vec![task("steps", "q", "p")]).await;
     let first = b.lease("w", 1, 0).await;
-    assert_eq!(first[0].payload_json, r#"{"task": "steps"}"#);
+    assert_eq!(first[0].payload, b"task steps");
 
-    // Progress that is not JSON, or larger than a payload may be, is refused and changes
-    // nothing: the lease still holds, and the payload is as it was.
+    // Progress larger than a payload may be is refused and changes nothing: the lease still
+    // holds, and the payload is as it was.
+    let big = vec![b'x'; (1 << 20) + 1];
     let refused = b
-        .fail_with_progress(&first[0], "boom", true, "{not json")
-        .await
-        .expect_err("progress that is not JSON");
-    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-    assert!(refused.message().contains("payload_json"), "{refused:?}");
-    let big = format!(r#"{{"done": "{}"}}"#, "x".repeat(1 << 20));
-    let refused = b
-        .fail_with_progress(&first[0], "boom", true, &big)
+        .fail_with_progress(&first[0], "boom", true, Some(&big))
         .await
         .expect_err("progress past the payload bound");
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-    assert!(refused.message().contains("limit"), "{refused:?}");
+    assert!(
+        refused.message().contains("payload") && refused.message().contains("limit"),
+        "{refused:?}"
+    );
 
-    b.fail_with_progress(&first[0], "step 2 failed", true, r#"{"done": ["one"]}"#)
+    b.fail_with_progress(&first[0], "step 2 failed", true, Some(b"done: one"))
         .await
         .expect("fail with progress");
     let again = b.lease("w", 1, 5_000).await;
     assert_eq!(ids(&again), ["steps"]);
     assert_eq!(
-        (again[0].payload_json.as_str(), again[0].attempts),
-        (r#"{"done": ["one"]}"#, 1),
+        (again[0].payload.as_slice(), again[0].attempts),
+        (b"done: one".as_slice(), 1),
         "the retry carries the recorded progress"
     );
     // A failure that records nothing keeps the progress recorded before.
@@ -234,10 +244,10 @@ async fn a_retry_resumes_from_the_progress_its_failure_recorded(db: Db) {
         .await
         .expect("fail");
     let third = b.lease("w", 1, 5_000).await;
-    assert_eq!(third[0].payload_json, r#"{"done": ["one"]}"#);
+    assert_eq!(third[0].payload, b"done: one");
     // A task that is dropped records nothing: nothing is left to resume.
     assert_eq!(
-        b.fail_with_progress(&third[0], "fatal", false, r#"{"done": ["one", "two"]}"#)
+        b.fail_with_progress(&third[0], "fatal", false, Some(b"done: one, two"))
             .await
             .expect("fail"),
         -1
@@ -427,15 +437,15 @@ async fn consecutive_runs_of_one_hook_are_compacted(db: Db) {
         hook_run("k4", "pkg/main", "hooks/a", "Kubernetes", 5),
     ])
     .await;
-    let contexts = |t: &berth_proto::queue::Task| -> Value {
-        serde_json::from_str::<Value>(&t.payload_json).expect("payload JSON")["binding_contexts"]
-            .clone()
-    };
     let mut seen = Vec::new();
     for _ in 0..3 {
         let leased = b.lease("w", 1, 0).await;
         assert_eq!(leased.len(), 1);
-        seen.push((leased[0].id.clone(), contexts(&leased[0])));
+        assert_eq!(
+            leased[0].payload, b"hooks/a",
+            "the first task's payload is kept"
+        );
+        seen.push((leased[0].id.clone(), items(&leased[0])));
         b.complete(&leased[0]).await.expect("complete");
     }
     assert_eq!(
@@ -498,10 +508,7 @@ async fn a_deferred_run_keeps_its_attempt_and_absorbs_what_queued_meanwhile(db: 
     );
     assert_eq!(ids(&again), ["k1"]);
     assert_eq!(again[0].attempts, 0, "a deferral is not an attempt");
-    let contexts: Value = serde_json::from_str::<Value>(&again[0].payload_json)
-        .expect("payload JSON")["binding_contexts"]
-        .clone();
-    assert_eq!(contexts, json!([{"n": 1}, {"n": 2}, {"n": 3}]));
+    assert_eq!(items(&again[0]), json!([{"n": 1}, {"n": 2}, {"n": 3}]));
     // Out-of-range delays and stale leases are refused.
     let err = b.defer(&again[0], 3_600_001, "x").await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
@@ -564,7 +571,7 @@ async fn oversized_input_is_rejected_naming_the_limit(db: Db) {
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("limit 3"), "{}", err.message());
     let big = berth_proto::queue::Task {
-        payload_json: format!(r#"{{"x": "{}"}}"#, "y".repeat(100)),
+        payload: vec![b'y'; 100],
         ..task("big", "q", "p")
     };
     let err = client
@@ -573,7 +580,7 @@ async fn oversized_input_is_rejected_naming_the_limit(db: Db) {
         .expect_err("too big");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(
-        err.message().contains("payload_json") && err.message().contains("limit 64"),
+        err.message().contains("payload") && err.message().contains("limit 64"),
         "{}",
         err.message()
     );
@@ -627,8 +634,7 @@ async fn a_completion_hands_out_the_next_task_in_the_same_call(db: Db) {
         .await
         .expect("complete b1");
     assert_eq!(ids(&next), ["h1"]);
-    let contexts: Value = serde_json::from_str(&next[0].payload_json).expect("payload");
-    assert_eq!(contexts["binding_contexts"], json!([{"n": 1}, {"n": 2}]));
+    assert_eq!(items(&next[0]), json!([{"n": 1}, {"n": 2}]));
     // A stale completion settles nothing and takes nothing.
     let err = b
         .complete_and_lease(&first[0], "w1", 1)
@@ -717,10 +723,8 @@ async fn metrics_count_what_the_broker_did(db: Db) {
 }
 
 async fn compaction_stops_at_the_payload_limit(db: Db) {
-    let one = hook_run("x", "q", "hooks/a", "Kubernetes", 1)
-        .payload_json
-        .len();
-    // Room for two runs' payloads, not three.
+    let one = size(&hook_run("x", "q", "hooks/a", "Kubernetes", 1));
+    // Room for two runs' payloads and items, not three.
     let config = BrokerConfig {
         max_payload_bytes: one * 2 + one / 2,
         ..fast_config()
@@ -733,9 +737,8 @@ async fn compaction_stops_at_the_payload_limit(db: Db) {
     )
     .await;
     let leased = b.lease("w", 1, 0).await;
-    let payload: Value = serde_json::from_str(&leased[0].payload_json).expect("payload JSON");
-    assert_eq!(payload["binding_contexts"], json!([{"n": 1}, {"n": 2}]));
-    assert!(leased[0].payload_json.len() <= one * 2 + one / 2);
+    assert_eq!(items(&leased[0]), json!([{"n": 1}, {"n": 2}]));
+    assert!(size(&leased[0]) <= one * 2 + one / 2);
     assert_eq!(
         b.dump().await[0].length,
         4,
@@ -745,7 +748,7 @@ async fn compaction_stops_at_the_payload_limit(db: Db) {
 }
 
 async fn a_lease_response_stays_within_its_byte_budget(db: Db) {
-    let one = task("t0", "q0", "p").payload_json.len();
+    let one = size(&task("t0", "q0", "p"));
     let config = BrokerConfig {
         max_lease_bytes: one + 1,
         ..fast_config()

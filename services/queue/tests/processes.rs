@@ -39,7 +39,7 @@ fn scripted(id: &str, queue: &str, kind: &str, payload: serde_json::Value) -> pb
         package: queue.into(),
         generation: 1,
         kind: kind.into(),
-        payload_json: payload.to_string(),
+        payload: payload.to_string().into_bytes(),
         ..Default::default()
     }
 }

@@ -99,14 +99,14 @@ impl Handler for Recorder {
                 Ok(())
             }
             // Records how far it got; the retry must carry that as its payload.
-            "Flaky" if task.attempts == 0 => Err(TaskError::retry("flaky first attempt")
-                .with_progress(r#"{"done":["first step"]}"#.to_owned())),
-            "Flaky" if task.payload_json != r#"{"done":["first step"]}"# => {
-                Err(TaskError::permanent(format!(
-                    "retried without its progress: {}",
-                    task.payload_json
-                )))
+            "Flaky" if task.attempts == 0 => {
+                Err(TaskError::retry("flaky first attempt")
+                    .with_progress(b"done: first step".to_vec()))
             }
+            "Flaky" if task.payload != b"done: first step" => Err(TaskError::permanent(format!(
+                "retried without its progress: {:?}",
+                String::from_utf8_lossy(&task.payload)
+            ))),
             "Broken" => Err(TaskError::permanent("cannot ever work")),
             _ => {
                 tokio::time::sleep(self.hold).await;

@@ -72,8 +72,8 @@ impl RecordingBroker {
 
 /// The object name of an Added event context (the bench's jqFilter is `.metadata.name`).
 fn added_name(task: &Task) -> Option<String> {
-    let payload: Value = serde_json::from_str(&task.payload_json).ok()?;
-    let ctx = payload["binding_contexts"].as_array()?.last()?;
+    let contexts = berth_proto::tasks::binding_contexts(task).ok()?;
+    let ctx = contexts.as_array()?.last()?;
     (ctx["watchEvent"] == "Added")
         .then(|| ctx["filterResult"].as_str().map(str::to_owned))
         .flatten()

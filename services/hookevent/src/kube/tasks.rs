@@ -8,7 +8,7 @@ use berth_hooks::binding_context::{self, BindingContext};
 use berth_hooks::{KubernetesBinding, Snapshots};
 use berth_names::{Generation, PackageKey};
 use berth_proto::queue::Task;
-use berth_proto::tasks::{BindingType, HookRun, TaskKind};
+use berth_proto::tasks::{BindingType, HookRun};
 use serde_json::Value;
 
 use super::binding::Change;
@@ -124,7 +124,7 @@ fn hook_run(
     )
 }
 
-/// A HookRun task in the payload shape workers and the broker's compaction read.
+/// A HookRun task (its contexts as the merge items the broker's compaction concatenates).
 pub fn hook_run_task(
     package: &PackageKey,
     generation: Generation,
@@ -134,16 +134,18 @@ pub fn hook_run_task(
     allow_failure: bool,
     contexts: Value,
 ) -> Task {
+    let contexts = match contexts {
+        Value::Array(contexts) => contexts,
+        other => vec![other],
+    };
     Task {
         id: uuid::Uuid::new_v4().to_string(),
         queue: queue_name(package.as_str(), queue),
         package: package.to_string(),
         generation: generation.get(),
-        kind: TaskKind::HookRun.as_str().to_owned(),
-        payload_json: HookRun::new(hook, binding_type, &contexts).to_payload_json(),
         traceparent: berth_runtime::current_traceparent(),
         allow_failure,
-        ..Default::default()
+        ..HookRun::task(hook, binding_type, &contexts)
     }
 }
 
@@ -231,7 +233,7 @@ mod tests {
     }
 
     fn contexts(task: &Task) -> Value {
-        serde_json::from_str::<Value>(&task.payload_json).unwrap()["binding_contexts"].clone()
+        berth_proto::tasks::binding_contexts(task).unwrap()
     }
 
     #[test]

@@ -31,7 +31,7 @@ use berth_hooks::{AdmissionBinding, AdmissionKind, ConversionBinding, HookConfig
 use berth_names::{Generation, PackageKey};
 use berth_proto::hookevent as pb;
 use berth_proto::queue::{EnqueueRequest, Task};
-use berth_proto::tasks::{TaskKind, WebhookRun, WebhookType};
+use berth_proto::tasks::{self, WebhookRun, WebhookType};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 use tokio::sync::{Semaphore, oneshot};
@@ -602,19 +602,25 @@ impl Webhooks {
             format!("more than {MAX_IN_FLIGHT} webhook requests are waiting for hooks")
         })?;
         let request_id = uuid::Uuid::new_v4().to_string();
+        let contexts = binding_context::to_json(&[context]);
         let run = WebhookRun {
             hook: hook.to_owned(),
             webhook_type: webhook_type as i32,
-            binding_contexts_json: binding_context::to_json(&[context]).to_string(),
             request_id: request_id.clone(),
             deadline_unix_ms: now_ms() + wait.as_millis() as i64,
             objects,
+            binding_contexts: contexts
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(berth_proto::json::to_struct)
+                .collect(),
         };
-        let payload_json = run.to_payload_json();
-        if payload_json.len() > MAX_REVIEW_BYTES {
+        let task = tasks::task(&run);
+        if task.payload.len() > MAX_REVIEW_BYTES {
             return Err(format!(
                 "the request of {} bytes exceeds the limit of {MAX_REVIEW_BYTES} bytes",
-                payload_json.len()
+                task.payload.len()
             ));
         }
         let (tx, rx) = oneshot::channel();
@@ -630,11 +636,9 @@ impl Webhooks {
             queue: format!("{package}/webhook/{request_id}"),
             package: package.to_string(),
             generation: generation.get(),
-            kind: TaskKind::WebhookRun.as_str().to_owned(),
-            payload_json,
             traceparent: berth_runtime::current_traceparent(),
             allow_failure: true,
-            ..Default::default()
+            ..task
         };
         let result = tokio::time::timeout(wait, async {
             self.broker

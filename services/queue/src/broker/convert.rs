@@ -3,7 +3,7 @@
 use berth_proto::queue as pb;
 
 use super::BrokerConfig;
-use super::model::{LeasedTask, NewTask, QueueSummary, TaskId};
+use super::model::{LeasedTask, Merge, MergeItem, NewTask, QueueSummary, TaskId};
 use super::store::LeaseRef;
 
 /// Longest accepted id, queue, package, kind or traceparent, in bytes.
@@ -28,21 +28,19 @@ pub enum InvalidTask {
         len: usize,
         limit: usize,
     },
-    #[error("task {index} ({id:?}): payload_json is not JSON: {source}")]
-    PayloadNotJson {
+    #[error("task {index} ({id:?}): payload and merge items are {len} bytes > limit {limit}")]
+    TooBig {
         index: usize,
         id: String,
-        #[source]
-        source: serde_json::Error,
+        len: usize,
+        limit: usize,
     },
     #[error("missing field {0}")]
     Missing(&'static str),
     #[error("lease.task_id is {len} bytes > limit {limit}")]
     TooLongRef { len: usize, limit: usize },
-    #[error("payload_json (the task's progress) is {len} bytes > limit {limit}")]
+    #[error("payload (the task's progress) is {len} bytes > limit {limit}")]
     TooLongProgress { len: usize, limit: usize },
-    #[error("payload_json (the task's progress) is not JSON: {0}")]
-    ProgressNotJson(#[source] serde_json::Error),
 }
 
 impl From<InvalidTask> for tonic::Status {
@@ -75,7 +73,8 @@ fn new_task(index: usize, task: pb::Task, config: &BrokerConfig) -> Result<NewTa
         package,
         generation,
         kind,
-        payload_json,
+        payload,
+        merge,
         traceparent,
         allow_failure,
         attempts: _,
@@ -106,30 +105,52 @@ fn new_task(index: usize, task: pb::Task, config: &BrokerConfig) -> Result<NewTa
     check("package", &package, MAX_NAME_BYTES, true)?;
     check("kind", &kind, MAX_NAME_BYTES, true)?;
     check("traceparent", &traceparent, MAX_NAME_BYTES, false)?;
-    check(
-        "payload_json",
-        &payload_json,
-        config.max_payload_bytes,
-        false,
-    )?;
-    let payload_json = if payload_json.is_empty() {
-        "{}".to_owned()
-    } else {
-        payload_json
-    };
-    if let Err(source) = serde_json::from_str::<serde::de::IgnoredAny>(&payload_json) {
-        return Err(InvalidTask::PayloadNotJson { index, id, source });
+    if let Some(m) = &merge {
+        check("merge.key", &m.key, MAX_NAME_BYTES, true)?;
     }
-    Ok(NewTask {
+    let task = NewTask {
         id: TaskId::from_checked(id),
         queue,
         package,
         generation,
         kind,
-        payload_json,
+        payload,
+        merge: merge.map(self::merge),
         traceparent,
         allow_failure,
-    })
+    };
+    let size = task.size();
+    if size > config.max_payload_bytes {
+        return Err(InvalidTask::TooBig {
+            index,
+            id: task.id.into_string(),
+            len: size,
+            limit: config.max_payload_bytes,
+        });
+    }
+    Ok(task)
+}
+
+fn merge(merge: pb::Merge) -> Merge {
+    let pb::Merge { key, items } = merge;
+    Merge {
+        key,
+        items: items
+            .into_iter()
+            .map(|pb::MergeItem { group, data }| MergeItem { group, data })
+            .collect(),
+    }
+}
+
+fn merge_proto(merge: Merge) -> pb::Merge {
+    let Merge { key, items } = merge;
+    pb::Merge {
+        key,
+        items: items
+            .into_iter()
+            .map(|MergeItem { group, data }| pb::MergeItem { group, data })
+            .collect(),
+    }
 }
 
 pub fn lease_ref(lease: Option<pb::LeaseRef>) -> Result<LeaseRef, InvalidTask> {
@@ -149,21 +170,15 @@ pub fn lease_ref(lease: Option<pb::LeaseRef>) -> Result<LeaseRef, InvalidTask> {
     })
 }
 
-/// A Fail's `payload_json`: `None` when empty (the payload stays), else JSON within the
-/// payload bound.
-pub fn progress(payload_json: String, limit: usize) -> Result<Option<String>, InvalidTask> {
-    if payload_json.is_empty() {
-        return Ok(None);
-    }
-    if payload_json.len() > limit {
-        return Err(InvalidTask::TooLongProgress {
-            len: payload_json.len(),
+/// A Fail's `payload`: `None` when unset (the payload stays), else within the payload bound.
+pub fn progress(payload: Option<Vec<u8>>, limit: usize) -> Result<Option<Vec<u8>>, InvalidTask> {
+    match payload {
+        Some(p) if p.len() > limit => Err(InvalidTask::TooLongProgress {
+            len: p.len(),
             limit,
-        });
+        }),
+        p => Ok(p),
     }
-    serde_json::from_str::<serde::de::IgnoredAny>(&payload_json)
-        .map_err(InvalidTask::ProgressNotJson)?;
-    Ok(Some(payload_json))
 }
 
 pub fn leased_task(leased: LeasedTask) -> pb::Task {
@@ -182,7 +197,8 @@ pub fn leased_task(leased: LeasedTask) -> pb::Task {
         package,
         generation,
         kind,
-        payload_json,
+        payload,
+        merge,
         traceparent,
         allow_failure,
     } = task;
@@ -192,7 +208,8 @@ pub fn leased_task(leased: LeasedTask) -> pb::Task {
         package,
         generation,
         kind,
-        payload_json,
+        payload,
+        merge: merge.map(merge_proto),
         traceparent,
         allow_failure,
         attempts: saturate(attempts),
@@ -263,16 +280,27 @@ mod tests {
             new_tasks(vec![task("a"), task("b"), task("c")], &config).expect_err("batch too big");
         assert!(err.to_string().contains("limit 2"), "{err}");
         let mut big = task("a");
-        big.payload_json = r#"{"k": "0123456789"}"#.into();
+        big.payload = b"0123456789".to_vec();
         let err = new_tasks(vec![big], &config).expect_err("payload too big");
         assert!(
-            err.to_string().contains("payload_json") && err.to_string().contains("limit 8"),
+            err.to_string().contains("payload") && err.to_string().contains("limit 8"),
             "{err}"
         );
+        // Merge items count against the same bound.
+        let mut merged = task("a");
+        merged.merge = Some(pb::Merge {
+            key: "k".into(),
+            items: vec![pb::MergeItem {
+                group: String::new(),
+                data: vec![0; 8],
+            }],
+        });
+        let err = new_tasks(vec![merged], &config).expect_err("items too big");
+        assert!(err.to_string().contains("merge items"), "{err}");
     }
 
     #[test]
-    fn rejects_empty_fields_and_bad_json() {
+    fn rejects_empty_fields() {
         let config = BrokerConfig::default();
         let err = new_tasks(
             vec![pb::Task {
@@ -285,14 +313,14 @@ mod tests {
         assert!(err.to_string().contains("queue"), "{err}");
         let err = new_tasks(
             vec![pb::Task {
-                payload_json: "{".into(),
+                merge: Some(pb::Merge::default()),
                 ..task("a")
             }],
             &config,
         )
-        .expect_err("bad json");
-        assert!(matches!(err, InvalidTask::PayloadNotJson { .. }), "{err}");
+        .expect_err("empty merge key");
+        assert!(err.to_string().contains("merge.key"), "{err}");
         let ok = new_tasks(vec![task("a")], &config).expect("valid task");
-        assert_eq!(ok[0].payload_json, "{}");
+        assert!(ok[0].payload.is_empty() && ok[0].merge.is_none());
     }
 }

@@ -31,7 +31,6 @@ mod store;
 use std::time::Duration;
 
 pub use backoff::Backoff;
-pub use compaction::HOOK_RUN_KIND;
 pub use convert::InvalidTask;
 pub use metrics::BrokerMetrics;
 pub use model::{
@@ -54,7 +53,7 @@ pub struct BrokerConfig {
     pub retry_max: Duration,
     /// Most tasks accepted in one Enqueue call. Default 1000.
     pub max_enqueue_batch: usize,
-    /// Largest accepted `payload_json`, in bytes. Default 1 MiB.
+    /// Largest accepted payload plus merge items of a task, in bytes. Default 1 MiB.
     pub max_payload_bytes: usize,
     /// Longest a Lease call may wait for work. Default 30 s; longer requests are clamped.
     pub max_lease_wait: Duration,

@@ -53,9 +53,48 @@ pub struct NewTask {
     pub package: String,
     pub generation: i64,
     pub kind: String,
-    pub payload_json: String,
+    /// The producer's encoding of the task's arguments; never read here.
+    pub payload: Vec<u8>,
+    /// How the task merges with the ones queued behind it (see `compaction`).
+    pub merge: Option<Merge>,
     pub traceparent: String,
     pub allow_failure: bool,
+}
+
+impl NewTask {
+    /// The bytes the task's payload and merge fields take: what the payload bound and a
+    /// Lease response's budget count.
+    pub fn size(&self) -> usize {
+        self.payload.len() + self.merge.as_ref().map_or(0, Merge::size)
+    }
+}
+
+/// A task's merge fields: tasks with the same key (and kind, generation and allow_failure)
+/// queued back to back are merged by concatenating their items (see `compaction`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merge {
+    pub key: String,
+    pub items: Vec<MergeItem>,
+}
+
+impl Merge {
+    pub fn size(&self) -> usize {
+        self.key.len() + self.items.iter().map(MergeItem::size).sum::<usize>()
+    }
+}
+
+/// One item of a merge: opaque data, and a group (adjacent items of one non-empty group
+/// reduce to the last).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeItem {
+    pub group: String,
+    pub data: Vec<u8>,
+}
+
+impl MergeItem {
+    fn size(&self) -> usize {
+        self.group.len() + self.data.len()
+    }
 }
 
 /// A task as handed to a worker by Lease.
@@ -102,7 +141,7 @@ pub struct Failure<'a> {
     /// False for an error retrying cannot fix: the task is dropped.
     pub retry: bool,
     /// The task's payload from now on when it stays for a retry: how far it got.
-    pub progress: Option<&'a str>,
+    pub progress: Option<&'a [u8]>,
 }
 
 /// What Fail did with the task.
@@ -137,7 +176,7 @@ pub enum Outcome {
     Superseded,
     /// Was running when superseded; removed once its holder reported or its lease expired.
     Cancelled,
-    /// Merged into an earlier HookRun by compaction.
+    /// Merged into an earlier task by compaction.
     Compacted,
 }
 

@@ -147,7 +147,7 @@ impl BrokerService {
                     return Err(err);
                 }
             };
-            let payload: usize = tasks.iter().map(|t| t.task.payload_json.len()).sum();
+            let payload: usize = tasks.iter().map(|t| t.task.size()).sum();
             if tasks.len() as i64 >= max || payload >= limits.response_bytes / 2 {
                 // Full (or nearly full) batch: more may be ready for another waiter.
                 self.wake_waiters();
@@ -395,11 +395,11 @@ impl pb::broker_server::Broker for BrokerService {
             lease,
             error,
             retry,
-            payload_json,
+            payload,
         } = request.into_inner();
         let lease = convert::lease_ref(lease)?;
         tracing::Span::current().record("task.id", lease.task_id.as_str());
-        let progress = convert::progress(payload_json, self.inner.config.max_payload_bytes)?;
+        let progress = convert::progress(payload, self.inner.config.max_payload_bytes)?;
         // The error is stored and shown in Dump; bound it like a payload.
         let error = truncate(error, self.inner.config.max_payload_bytes);
         let backoff = self.inner.config.backoff();

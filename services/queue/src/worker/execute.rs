@@ -159,7 +159,7 @@ async fn report(
                         lease: Some(lease.clone()),
                         error: err.message.clone(),
                         retry: err.retry,
-                        payload_json: err.progress.clone().unwrap_or_default(),
+                        payload: err.progress.clone(),
                     };
                     broker
                         .fail(berth_runtime::traced_request(request))

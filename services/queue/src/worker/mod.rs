@@ -28,8 +28,9 @@ pub trait Handler: Send + Sync + 'static {
     /// worker's shutdown grace period ended; the handler should then stop promptly (kill its
     /// processes) and return.
     ///
-    /// A `HookRun` task may arrive compacted: its `binding_contexts` then hold the contexts of
-    /// several queued runs of the same hook and binding type, oldest first. `task.attempts`
+    /// A task with merge fields may arrive compacted: its merge items then hold the items of
+    /// several queued tasks with the same kind and merge key, oldest first (berth's HookRun:
+    /// the binding contexts of several runs of one hook and binding type). `task.attempts`
     /// counts earlier failures; `task.traceparent` is already the parent of the span the
     /// handler runs in.
     fn handle(
@@ -51,7 +52,7 @@ pub struct TaskError {
     pub defer: Option<std::time::Duration>,
     /// A task of several steps that got partway: its payload from now on, should it be
     /// retried, saying which steps are done (see [`TaskError::with_progress`]).
-    pub progress: Option<String>,
+    pub progress: Option<Vec<u8>>,
 }
 
 impl TaskError {
@@ -88,9 +89,10 @@ impl TaskError {
     }
 
     /// The task got partway before failing: should it be retried, the broker keeps `payload`
-    /// (JSON) as its payload, so the retry resumes after the steps it names. A task whose worker
-    /// dies before reporting starts again from its last recorded payload.
-    pub fn with_progress(mut self, payload: String) -> Self {
+    /// (encoded as the task's producer encodes payloads) as its payload, so the retry resumes
+    /// after the steps it names. A task whose worker dies before reporting starts again from
+    /// its last recorded payload.
+    pub fn with_progress(mut self, payload: Vec<u8>) -> Self {
         self.progress = Some(payload);
         self
     }

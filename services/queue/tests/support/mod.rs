@@ -134,22 +134,22 @@ impl TestBroker {
         error: &str,
         retry: bool,
     ) -> Result<i64, tonic::Status> {
-        self.fail_with_progress(task, error, retry, "").await
+        self.fail_with_progress(task, error, retry, None).await
     }
 
-    /// A Fail that records `progress` as the task's payload for its retry ("" for none).
+    /// A Fail that records `progress` as the task's payload for its retry.
     pub async fn fail_with_progress(
         &self,
         task: &pb::Task,
         error: &str,
         retry: bool,
-        progress: &str,
+        progress: Option<&[u8]>,
     ) -> Result<i64, tonic::Status> {
         let request = pb::FailRequest {
             lease: Some(lease_ref(task)),
             error: error.into(),
             retry,
-            payload_json: progress.into(),
+            payload: progress.map(<[u8]>::to_vec),
         };
         self.client
             .clone()
@@ -259,7 +259,7 @@ pub fn sqlite_url(dir: &tempfile::TempDir) -> String {
     format!("sqlite://{}/queue.db", dir.path().display())
 }
 
-/// A task of kind `Run` for package `package`, generation 1.
+/// A task of kind `Run` for package `package`, generation 1, with the payload `task <id>`.
 pub fn task(id: &str, queue: &str, package: &str) -> pb::Task {
     pb::Task {
         id: id.into(),
@@ -267,19 +267,47 @@ pub fn task(id: &str, queue: &str, package: &str) -> pb::Task {
         package: package.into(),
         generation: 1,
         kind: "Run".into(),
-        payload_json: format!(r#"{{"task": "{id}"}}"#),
+        payload: format!("task {id}").into_bytes(),
         ..Default::default()
     }
 }
 
-/// A HookRun task with one binding context `{"n": n}`.
+/// A mergeable task as berth's hook runs are (the broker knows nothing more of them): merge
+/// key `<binding_type>/<hook>`, one item holding `n` (JSON `{"n": n}`, in no group).
 pub fn hook_run(id: &str, queue: &str, hook: &str, binding_type: &str, n: i64) -> pb::Task {
-    let payload = serde_json::json!({"hook": hook, "binding_type": binding_type, "binding_contexts": [{"n": n}]});
     pb::Task {
         kind: "HookRun".into(),
-        payload_json: payload.to_string(),
+        payload: hook.as_bytes().to_vec(),
+        merge: Some(pb::Merge {
+            key: format!("{binding_type}/{hook}"),
+            items: vec![item("", serde_json::json!({"n": n}))],
+        }),
         ..task(id, queue, "pkg")
     }
+}
+
+/// A merge item of `group` holding `value` as JSON text.
+pub fn item(group: &str, value: serde_json::Value) -> pb::MergeItem {
+    pb::MergeItem {
+        group: group.into(),
+        data: value.to_string().into_bytes(),
+    }
+}
+
+/// The items of a (compacted) task as a JSON array (each item's data read as JSON).
+pub fn items(task: &pb::Task) -> serde_json::Value {
+    let items = task
+        .merge
+        .as_ref()
+        .map(|m| m.items.as_slice())
+        .unwrap_or_default();
+    items
+        .iter()
+        .map(|i| {
+            serde_json::from_slice::<serde_json::Value>(&i.data)
+                .expect("items of the tests are JSON")
+        })
+        .collect()
 }
 
 pub fn ids(tasks: &[pb::Task]) -> Vec<&str> {

@@ -5,7 +5,7 @@ use berth_hooks::binding_context;
 use berth_proto::lifecycle::HookRunReport;
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::queue::Task;
-use berth_proto::tasks::HookRun;
+use berth_proto::tasks::{self, HookRun};
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
@@ -14,11 +14,9 @@ use crate::hooks::{apply_outputs, report_run, run_hook};
 use crate::package::{Values, ensure};
 
 pub async fn hook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
-    let payload = HookRun::from_payload_json(&task.payload_json)
-        .map_err(|e| TaskError::permanent(e.to_string()))?;
-    let mut contexts = payload
-        .binding_contexts()
-        .map_err(|e| TaskError::permanent(e.to_string()))?;
+    let payload: HookRun = tasks::payload(task).map_err(|e| TaskError::permanent(e.to_string()))?;
+    let mut contexts =
+        tasks::binding_contexts(task).map_err(|e| TaskError::permanent(e.to_string()))?;
     let name = payload.hook.as_str();
     let pkg = ensure(cx).await?;
     let hooks = cx.package_hooks(&pkg).await?;

@@ -9,6 +9,7 @@ use berth_proto::lifecycle::{
     HookInfo, Loaded, Phase, Requirements, SettingsApplied, SettingsConversion,
 };
 use berth_proto::queue::Task;
+use berth_proto::tasks::{self, Start as StartPayload, TaskKind};
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
@@ -395,45 +396,46 @@ async fn start_hooks(
 }
 
 /// The steps of a Start task, in order (named as the task kinds that run them alone).
-const SETTINGS_STEP: &str = "ApplySettings";
-const STARTUP_STEP: &str = "Startup";
-const RUN_STEP: &str = "Run";
+const SETTINGS_STEP: TaskKind = TaskKind::ApplySettings;
+const STARTUP_STEP: TaskKind = TaskKind::Startup;
+const RUN_STEP: TaskKind = TaskKind::Run;
 
-/// How far a Start task got: its payload, as the broker keeps it for a retry.
-#[derive(Default, serde::Serialize, serde::Deserialize)]
-struct Progress {
-    #[serde(default)]
-    done: Vec<String>,
-}
+/// How far a Start task got: its payload (`berth.tasks.v1.Start`), as the broker keeps it for
+/// a retry.
+struct Progress(StartPayload);
 
 impl Progress {
-    /// The task's payload: `{}` from lifecycle, or what an earlier attempt's failure recorded.
+    /// The task's payload: empty from lifecycle, or what an earlier attempt's failure recorded.
     fn of(task: &Task) -> Result<Progress, TaskError> {
-        serde_json::from_str(&task.payload_json).map_err(|e| {
-            TaskError::permanent(format!("Start task payload {:?}: {e}", task.payload_json))
-        })
+        tasks::payload(task)
+            .map(Progress)
+            .map_err(|e| TaskError::permanent(e.to_string()))
     }
 
-    fn has(&self, step: &str) -> bool {
-        self.done.iter().any(|d| d == step)
+    fn has(&self, step: TaskKind) -> bool {
+        self.0.done().any(|d| d == step)
+    }
+
+    fn record(&mut self, step: TaskKind) {
+        self.0.done.push(step as i32);
     }
 
     /// The first step not done yet: the one a failure before any step's own work belongs to.
-    fn next(&self) -> &'static str {
+    fn next(&self) -> TaskKind {
         [SETTINGS_STEP, STARTUP_STEP]
             .into_iter()
-            .find(|step| !self.has(step))
+            .find(|step| !self.has(*step))
             .unwrap_or(RUN_STEP)
     }
 
     /// `error` of `step`, named after it (the package's error reads `Start: Run: ...`), with
     /// the steps done so far for the task's retry.
-    fn failed(&self, step: &str, mut error: TaskError) -> TaskError {
-        error.message = format!("{step}: {}", error.message);
-        if self.done.is_empty() {
+    fn failed(&self, step: TaskKind, mut error: TaskError) -> TaskError {
+        error.message = format!("{}: {}", step.as_str(), error.message);
+        if self.0.done.is_empty() {
             return error;
         }
-        error.with_progress(serde_json::to_string(self).unwrap_or_default())
+        error.with_progress(prost::Message::encode_to_vec(&self.0))
     }
 }
 
@@ -451,7 +453,7 @@ pub async fn start(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
     if !progress.has(SETTINGS_STEP) {
         let applied = settings(cx, &pkg).await;
         values = Some(applied.map_err(|e| progress.failed(SETTINGS_STEP, e))?);
-        progress.done.push(SETTINGS_STEP.to_owned());
+        progress.record(SETTINGS_STEP);
     }
     if !progress.has(STARTUP_STEP) {
         let computed = match values.take() {
@@ -463,7 +465,7 @@ pub async fn start(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
             Err(e) => Err(e),
         };
         values = Some(started.map_err(|e| progress.failed(STARTUP_STEP, e))?);
-        progress.done.push(STARTUP_STEP.to_owned());
+        progress.record(STARTUP_STEP);
     }
     let ran = match values.map_or_else(|| Values::compute(&pkg, cx), Ok) {
         Ok(v) => super::run::run_with(cx, &pkg, v).await,

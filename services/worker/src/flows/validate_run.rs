@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use berth_proto::lifecycle::AnswerValidationRequest;
 use berth_proto::queue::Task;
-use berth_proto::tasks::ValidateRun;
+use berth_proto::tasks::{self, ValidateRun};
 use berth_proto::v1;
 use berth_queue::worker::TaskError;
 use serde_json::Value;
@@ -22,8 +22,8 @@ use crate::hooks::check_settings;
 use crate::package::{Values, ensure};
 
 pub async fn validate_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
-    let payload = ValidateRun::from_payload_json(&task.payload_json)
-        .map_err(|e| TaskError::permanent(e.to_string()))?;
+    let payload: ValidateRun =
+        tasks::payload(task).map_err(|e| TaskError::permanent(e.to_string()))?;
     let Some(left) = remaining(payload.deadline_unix_ms) else {
         // Lifecycle stopped waiting; nobody would read the answer.
         tracing::info!("validation skipped: its caller stopped waiting");
@@ -62,8 +62,7 @@ async fn validate(
         warnings,
         ..Default::default()
     };
-    let settings: Value = serde_json::from_str(&payload.settings_json)
-        .map_err(|e| format!("the run's settings: {e}"))?;
+    let settings: Value = payload.settings_json();
     let pkg = ensure(cx).await.map_err(|e| e.message)?;
     // The schema (and every values rule) first: what Update's ApplySettings would refuse.
     let values = match Values::compute_with(&pkg, cx, settings.clone()) {

@@ -6,7 +6,7 @@
 use berth_hooks::{RunRequest, binding_context};
 use berth_proto::hookevent::AnswerWebhookRequest;
 use berth_proto::queue::Task;
-use berth_proto::tasks::{WebhookRun, WebhookType};
+use berth_proto::tasks::{self, WebhookRun, WebhookType};
 use berth_queue::worker::TaskError;
 use tracing::Instrument as _;
 
@@ -17,8 +17,8 @@ use crate::hooks::report_run;
 use crate::package::{Values, ensure};
 
 pub async fn webhook_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
-    let payload = WebhookRun::from_payload_json(&task.payload_json)
-        .map_err(|e| TaskError::permanent(e.to_string()))?;
+    let payload: WebhookRun =
+        tasks::payload(task).map_err(|e| TaskError::permanent(e.to_string()))?;
     let answer = answer(cx, &payload).await;
     let (response, error) = match answer {
         Ok(text) => (text, String::new()),
@@ -64,8 +64,7 @@ async fn answer(cx: &TaskContext<'_>, payload: &WebhookRun) -> Result<String, St
         .find(|h| h.name == name)
         .ok_or_else(|| format!("package {} has no hook {name:?}", cx.key()))?;
     let values = Values::compute(&pkg, cx).map_err(|e| e.message)?;
-    let mut contexts: serde_json::Value = serde_json::from_str(&payload.binding_contexts_json)
-        .map_err(|e| format!("the run's binding contexts: {e}"))?;
+    let mut contexts = payload.contexts_json();
     if binding_context::has_snapshots(&contexts) {
         let all = bindings::snapshots(cx, &hooks, false)
             .await

@@ -167,11 +167,11 @@ impl Handler for BenchHandler {
         match task.kind.as_str() {
             "Timed" => {
                 let now = unix_micros();
-                let sent: serde_json::Value = serde_json::from_str(&task.payload_json)
-                    .map_err(|e| TaskError::permanent(format!("payload_json: {e}")))?;
+                let sent: serde_json::Value = serde_json::from_slice(&task.payload)
+                    .map_err(|e| TaskError::permanent(format!("payload: {e}")))?;
                 let sent = sent["t"]
                     .as_u64()
-                    .ok_or_else(|| TaskError::permanent("payload_json.t: not a number"))?;
+                    .ok_or_else(|| TaskError::permanent("payload.t: not a number"))?;
                 let mut latencies = probe
                     .latencies
                     .lock()
@@ -232,7 +232,8 @@ impl Workers {
     }
 }
 
-/// A task on queue `bench-<queue>` of package `package`.
+/// A task on queue `bench-<queue>` of package `package`, with `payload` (JSON: the bench's
+/// own payloads, opaque to the broker).
 pub fn task(id: String, queue: usize, package: &str, kind: &str, payload: String) -> pb::Task {
     pb::Task {
         id,
@@ -240,7 +241,7 @@ pub fn task(id: String, queue: usize, package: &str, kind: &str, payload: String
         package: package.to_owned(),
         generation: 1,
         kind: kind.to_owned(),
-        payload_json: payload,
+        payload: payload.into_bytes(),
         ..Default::default()
     }
 }

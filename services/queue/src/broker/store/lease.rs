@@ -6,12 +6,12 @@ use std::time::Duration;
 use sqlx::{AnyConnection, Row};
 
 use super::history::{self, Finished};
-use super::rows::{leased_task, task_columns};
+use super::rows::{FORMAT, encode_merge, leased_task, task_columns};
 use super::{Dialect, Store, StoreError, heads, query_failed};
-use crate::broker::compaction::{HOOK_RUN_KIND, HookRunPayload};
+use crate::broker::compaction;
 use crate::broker::model::{LeaseBatch, LeasedTask, Outcome};
 
-/// How many queued tasks behind a HookRun one lease looks at for compaction; bounds the work
+/// How many queued tasks behind a mergeable head one lease looks at for compaction; bounds the work
 /// of one Lease call.
 const COMPACTION_WINDOW: i64 = 256;
 
@@ -30,7 +30,7 @@ pub struct LeaseLimits {
 /// Leases the ready heads in one statement, found through the `tasks_heads` index (see
 /// `heads`). A ready head is not running, not cancelled and due; the oldest heads come first
 /// (so no queue starves), at most `$2` of them, and heads stop being added once the payloads
-/// before them reach `$5` characters (the first always fits).
+/// before them reach `$5` bytes (the first always fits).
 /// `$1` is now, `$3` the worker, `$4` the lease's end. The SET expressions read the row's
 /// previous values, so `redelivered` records whether an expired lease is being replaced.
 ///
@@ -43,7 +43,8 @@ pub struct LeaseLimits {
 macro_rules! lease_heads {
     ($lock:literal) => {
         concat!(
-            "WITH heads AS (SELECT t.seq, LENGTH(t.payload) AS size FROM tasks t \
+            "WITH heads AS (SELECT t.seq, LENGTH(t.payload) + LENGTH(t.body) + LENGTH(t.merge_fields) AS size \
+             FROM tasks t \
              WHERE t.is_head = 1 AND t.cancelled = 0 AND t.not_before <= $1 \
                AND (t.lease_holder = '' OR t.lease_until <= $1) \
              ORDER BY t.seq LIMIT $2",
@@ -74,8 +75,8 @@ impl Store {
     /// Leases up to `limits.max_tasks` ready queue heads to `worker` until `now_ms + ttl`. When
     /// none is ready, also answers when one may become ready by itself.
     ///
-    /// The lease itself is one statement (atomic without a transaction); merging queued hook
-    /// runs into the leased HookRun heads is one transaction of its own afterwards. A broker that
+    /// The lease itself is one statement (atomic without a transaction); merging queued tasks
+    /// into the leased heads that have merge fields is one transaction of its own afterwards. A broker that
     /// dies between the two leaves the head leased uncompacted: it is redelivered once the
     /// lease expires and compacted then.
     pub async fn lease(
@@ -96,7 +97,7 @@ impl Store {
             tasks = lease_heads(pool, self.dialect(), worker, limits, now_ms).await?;
         }
         let mut batch = LeaseBatch::default();
-        if tasks.iter().any(|(_, t)| t.task.kind == HOOK_RUN_KIND) {
+        if tasks.iter().any(|(_, t)| t.task.merge.is_some()) {
             let mut tx = self.begin("compact").await?;
             batch.tasks = compact_heads(&mut tx, self.dialect(), tasks, limits, now_ms).await?;
             tx.commit()
@@ -188,8 +189,8 @@ where
     Ok(tasks)
 }
 
-/// The leased `heads` (from [`lease_heads`]) with every HookRun among them compacted in `conn`'s
-/// transaction, in the same order.
+/// The leased `heads` (from [`lease_heads`]) with every one that has merge fields compacted in
+/// `conn`'s transaction, in the same order.
 pub(super) async fn compact_heads(
     conn: &mut AnyConnection,
     dialect: Dialect,
@@ -199,7 +200,7 @@ pub(super) async fn compact_heads(
 ) -> Result<Vec<LeasedTask>, StoreError> {
     let mut tasks = Vec::with_capacity(heads.len());
     for (seq, mut task) in heads {
-        if task.task.kind == HOOK_RUN_KIND {
+        if task.task.merge.is_some() {
             compact(
                 conn,
                 dialect,
@@ -215,8 +216,8 @@ pub(super) async fn compact_heads(
     Ok(tasks)
 }
 
-/// Merges the consecutive HookRun tasks behind the leased head `seq` that run the same hook for
-/// the same binding type (and generation, and allowFailure) into it.
+/// Merges the consecutive tasks behind the leased head `seq` that have its kind, merge key,
+/// generation and allowFailure into it (see `compaction`).
 async fn compact(
     conn: &mut AnyConnection,
     dialect: Dialect,
@@ -225,7 +226,7 @@ async fn compact(
     max_bytes: usize,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let Some(mut merged) = HookRunPayload::parse(&head.task.payload_json) else {
+    let Some(mut merged) = head.task.merge.take() else {
         return Ok(());
     };
     let candidates = dialect.pick(
@@ -249,27 +250,25 @@ async fn compact(
         .await
         .map_err(query_failed("select compaction candidates"))?;
     let mut absorbed = Vec::new();
-    // Upper estimate of the merged payload: the contexts are copied, the envelopes dropped.
-    let mut merged_bytes = head.task.payload_json.len();
+    // Upper estimate of the merged task: the items are copied, the rest dropped.
+    let mut merged_bytes = head.task.payload.len() + merged.size();
     for row in &followers {
-        let (follower_seq, follower) = leased_task(row).map_err(query_failed("decode task"))?;
-        merged_bytes += follower.task.payload_json.len();
+        let (follower_seq, mut follower) = leased_task(row).map_err(query_failed("decode task"))?;
+        merged_bytes += follower.task.size();
         let same_run = merged_bytes <= max_bytes
-            && follower.task.kind == HOOK_RUN_KIND
+            && follower.task.kind == head.task.kind
             && follower.task.generation == head.task.generation
             && follower.task.allow_failure == head.task.allow_failure;
-        let payload = same_run
-            .then(|| HookRunPayload::parse(&follower.task.payload_json))
-            .flatten();
-        match payload {
-            Some(payload) if payload.key == merged.key => {
-                merged.absorb(payload);
+        match follower.task.merge.take() {
+            Some(later) if same_run && later.key == merged.key => {
+                compaction::absorb(&mut merged, later);
                 absorbed.push((follower_seq, follower));
             }
             _ => break,
         }
     }
     let Some((last_seq, _)) = absorbed.last() else {
+        head.task.merge = Some(merged);
         return Ok(());
     };
     for (_, follower) in &absorbed {
@@ -291,15 +290,22 @@ async fn compact(
         .execute(&mut *conn)
         .await
         .map_err(query_failed("delete compacted tasks"))?;
-    head.task.payload_json = merged.into_json();
+    merged.items = compaction::collapse_groups(merged.items);
+    head.task.merge = Some(merged);
     head.compacted = absorbed.len() as u64;
-    sqlx::query("UPDATE tasks SET payload = $1 WHERE seq = $2 AND fence = $3")
-        .bind(&head.task.payload_json)
-        .bind(seq)
-        .bind(head.fence)
-        .execute(&mut *conn)
-        .await
-        .map_err(query_failed("store compacted payload"))?;
+    // In the current format, whichever the head was stored in.
+    sqlx::query(
+        "UPDATE tasks SET format = $5, payload = '', body = $1, merge_fields = $2 \
+         WHERE seq = $3 AND fence = $4",
+    )
+    .bind(head.task.payload.as_slice())
+    .bind(encode_merge(head.task.merge.as_ref()))
+    .bind(seq)
+    .bind(head.fence)
+    .bind(FORMAT)
+    .execute(&mut *conn)
+    .await
+    .map_err(query_failed("store compacted task"))?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod heads;
 mod history;
 mod inspect;
 mod lease;
+mod legacy;
 mod rows;
 mod settle;
 mod write;
@@ -287,7 +288,8 @@ mod tests {
             package: "p".into(),
             generation: 1,
             kind: "Run".into(),
-            payload_json: "{}".into(),
+            payload: Vec::new(),
+            merge: None,
             traceparent: String::new(),
             allow_failure: false,
         }

@@ -8,6 +8,7 @@ use sqlx::{AnyConnection, Row};
 use super::heads;
 use super::history::{self, Finished};
 use super::lease::{LeaseLimits, compact_heads, lease_heads};
+use super::rows::FORMAT;
 use super::{Dialect, Store, StoreError, query_failed};
 use crate::broker::backoff::Backoff;
 use crate::broker::model::{FailOutcome, Failure, LeasedTask, Outcome, Settled, TaskId};
@@ -283,19 +284,33 @@ impl Store {
         let outcome = if keep {
             let delay = backoff.delay(attempts);
             let delay_ms = delay.as_millis() as i64;
-            sqlx::query(
-                "UPDATE tasks SET attempts = $1, last_error = $2, not_before = $3, lease_holder = '', lease_until = 0, \
-                 payload = COALESCE($6, payload) WHERE id = $4 AND fence = $5",
-            )
-            .bind(attempts)
-            .bind(error)
-            .bind(now_ms.saturating_add(delay_ms))
-            .bind(&lease.task_id)
-            .bind(lease.fence)
-            .bind(failure.progress)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_failed("schedule retry"))?;
+            // A failure's progress is the payload from now on, in the current format. A task
+            // stored in the old one (see `legacy`) loses its merge fields then: berth records
+            // progress only for Start tasks, which never merge.
+            let statement = match failure.progress {
+                None => {
+                    "UPDATE tasks SET attempts = $1, last_error = $2, not_before = $3, lease_holder = '', lease_until = 0 \
+                     WHERE id = $4 AND fence = $5"
+                }
+                Some(_) => {
+                    "UPDATE tasks SET attempts = $1, last_error = $2, not_before = $3, lease_holder = '', lease_until = 0, \
+                     merge_fields = CASE WHEN format = $7 THEN merge_fields ELSE $8 END, \
+                     format = $7, payload = '', body = $6 WHERE id = $4 AND fence = $5"
+                }
+            };
+            let mut query = sqlx::query(statement)
+                .bind(attempts)
+                .bind(error)
+                .bind(now_ms.saturating_add(delay_ms))
+                .bind(&lease.task_id)
+                .bind(lease.fence);
+            if let Some(progress) = failure.progress {
+                query = query.bind(progress).bind(FORMAT).bind(Vec::<u8>::new());
+            }
+            query
+                .execute(&mut *tx)
+                .await
+                .map_err(query_failed("schedule retry"))?;
             FailOutcome::RetryIn(delay_ms)
         } else {
             let removed = remove_leased(&mut tx, std::slice::from_ref(lease))

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use sqlx::AnyConnection;
 
+use super::rows::{FORMAT, encode_merge};
 use super::{Store, StoreError, query_failed};
 use super::{heads, history};
 use crate::broker::model::NewTask;
@@ -124,26 +125,18 @@ async fn insert_tasks(
     tasks: &[NewTask],
     now_ms: i64,
 ) -> Result<u64, StoreError> {
+    const COLUMNS: usize = 9;
     let rows: Vec<String> = (0..tasks.len())
         .map(|i| {
-            let p = 2 + 8 * i;
-            format!(
-                "({i}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                p,
-                p + 1,
-                p + 2,
-                p + 3,
-                p + 4,
-                p + 5,
-                p + 6,
-                p + 7
-            )
+            let p = 2 + COLUMNS * i;
+            let placeholders: Vec<String> = (p..p + COLUMNS).map(|n| format!("${n}")).collect();
+            format!("({i}, {})", placeholders.join(", "))
         })
         .collect();
     let sql = format!(
-        "WITH v(ord, id, queue, package, generation, kind, payload, traceparent, allow_failure) AS (VALUES {}) \
-         INSERT INTO tasks (id, queue, package, generation, kind, payload, traceparent, allow_failure, enqueued_at, not_before) \
-         SELECT id, queue, package, generation, kind, payload, traceparent, allow_failure, $1, $1 FROM v \
+        "WITH v(ord, id, queue, package, generation, kind, body, merge_fields, traceparent, allow_failure) AS (VALUES {}) \
+         INSERT INTO tasks (id, queue, package, generation, kind, format, payload, body, merge_fields, traceparent, allow_failure, enqueued_at, not_before) \
+         SELECT id, queue, package, generation, kind, {FORMAT}, '', body, merge_fields, traceparent, allow_failure, $1, $1 FROM v \
          WHERE NOT EXISTS (SELECT 1 FROM task_history h WHERE h.id = v.id) \
          ORDER BY ord ON CONFLICT (id) DO NOTHING",
         rows.join(", ")
@@ -157,7 +150,8 @@ async fn insert_tasks(
             .bind(&task.package)
             .bind(task.generation)
             .bind(&task.kind)
-            .bind(&task.payload_json)
+            .bind(task.payload.as_slice())
+            .bind(encode_merge(task.merge.as_ref()))
             .bind(&task.traceparent)
             .bind(i64::from(task.allow_failure));
     }
