@@ -107,7 +107,7 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
             name: "shop".into(),
             namespace: ns.into(),
             files: chart(greeting, extra),
-            values_json: String::new(),
+            values: None,
             package: String::new(),
             wait_ms: 0,
         })

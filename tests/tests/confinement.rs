@@ -258,7 +258,7 @@ async fn a_worker_certificate_cannot_widen_an_app() -> anyhow::Result<()> {
             name: "peeker".into(),
             namespace: namespace.into(),
             files: chart(template),
-            values_json: String::new(),
+            values: None,
             package: package.into(),
             wait_ms: 0,
         };
@@ -362,11 +362,10 @@ async fn a_worker_certificate_cannot_widen_an_app() -> anyhow::Result<()> {
                         kind: "ConfigMap".into(),
                         namespace: "kube-system".into(),
                         name: forged.clone(),
-                        json: json!({
+                        body: Some(berth_proto::json::to_value(&json!({
                             "apiVersion": "v1", "kind": "ConfigMap",
                             "metadata": {"name": forged, "namespace": "kube-system"},
-                        })
-                        .to_string(),
+                        }))),
                         ..Default::default()
                     }],
                 })

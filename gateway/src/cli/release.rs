@@ -187,7 +187,7 @@ pub async fn release(args: &ReleaseArgs) -> Result<ExitCode, String> {
                         .into_iter()
                         .map(|(path, content)| pb::ChartFile { path, content })
                         .collect(),
-                    values_json: values.to_string(),
+                    values: Some(berth_proto::json::to_struct(&values)),
                     // The operator's preview of a chart, not a package's install: not confined.
                     package: String::new(),
                     wait_ms: 0,

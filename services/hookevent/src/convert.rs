@@ -107,7 +107,14 @@ pub fn binding_snapshot(b: BindingObjects) -> pb::BindingSnapshot {
     pb::BindingSnapshot {
         hook: b.hook,
         binding: b.binding,
-        objects_json: serde_json::to_string(&b.objects).unwrap_or_else(|_| "[]".into()),
+        objects: Some(prost_types::ListValue {
+            values: b
+                .objects
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .map(|o| berth_proto::json::to_value(&o))
+                .collect(),
+        }),
         synchronized: b.synchronized,
     }
 }

@@ -10,7 +10,7 @@ use crate::model::{
     Condition, ConditionSet, ConditionStatus, ConditionType, Generation, Kind, PackageId,
     PackageKey, Phase,
 };
-use crate::report::{self, Change, Report};
+use crate::report::{Change, Report};
 use crate::scheduler::{self, Constraint, LoadedSpec};
 use crate::store::PackageRow;
 use crate::update::{MAX_REPOSITORY_LEN, MAX_SETTINGS_BYTES, MAX_VERSION_LEN, UpdateSpec};
@@ -271,14 +271,7 @@ pub fn report(req: &pb::ReportRequest) -> Result<Report, String> {
                 ConditionStatus::True,
                 "Loaded",
             )];
-            c.settings_schema = Some(if l.settings_schema_json.is_empty() {
-                None
-            } else {
-                Some(
-                    serde_json::from_str(&l.settings_schema_json)
-                        .map_err(|e| format!("loaded.settings_schema_json: {e}"))?,
-                )
-            });
+            c.settings_schema = Some(l.settings_schema.as_ref().map(json::from_struct));
             c.hooks = Some(
                 l.hooks
                     .iter()
@@ -454,14 +447,18 @@ fn loaded_spec(l: &pb::Loaded) -> Result<LoadedSpec, String> {
 fn values(c: &mut Change, v: &pb::Values, field: &str) -> Result<(), String> {
     c.values = v.values.as_ref().map(json::from_struct);
     let limit = berth_proto::MAX_VALUES_BYTES;
-    if v.values_patch_json.len() > limit {
+    let size = v
+        .values_patch
+        .as_ref()
+        .map_or(0, prost::Message::encoded_len);
+    if size > limit {
         return Err(format!(
-            "{field}.values_patch_json: {} bytes exceed the limit of {limit} bytes",
-            v.values_patch_json.len()
+            "{field}.values_patch: {size} bytes exceed the limit of {limit} bytes"
         ));
     }
-    c.patch = report::parse_patch(&v.values_patch_json)
-        .map_err(|e| format!("{field}.values_patch_json: {e}"))?;
+    c.patch = v.values_patch.as_ref().map_or_else(Vec::new, |ops| {
+        ops.values.iter().map(json::from_value).collect()
+    });
     c.patch_inside_run = v.patch_inside_run;
     c.settings = v.settings.as_ref().map(json::from_struct);
     if let Some(settings) = &c.settings {

@@ -51,17 +51,6 @@ pub struct Change {
     pub error: Option<String>,
 }
 
-/// Parses a values patch: a JSON array of operations (empty text for none).
-pub fn parse_patch(json: &str) -> Result<Vec<Value>, String> {
-    if json.is_empty() {
-        return Ok(vec![]);
-    }
-    match serde_json::from_str(json).map_err(|e| e.to_string())? {
-        Value::Array(ops) => Ok(ops),
-        _ => Err("must be a JSON array of operations".into()),
-    }
-}
-
 impl Change {
     /// A report of generation `generation` that changes nothing yet.
     pub fn new(generation: Generation) -> Change {

@@ -746,7 +746,9 @@ impl Lifecycle for LifecycleService {
             version: row.version.clone(),
             generation: row.generation.get(),
             settings: Some(json::to_struct(&row.settings)),
-            values_patch_json: Value::Array(row.values_patch.clone()).to_string(),
+            values_patch: Some(prost_types::ListValue {
+                values: row.values_patch.iter().map(json::to_value).collect(),
+            }),
             present: !row.removing,
             failed: row.phase == Phase::Failed,
             enabled: row.enabled,

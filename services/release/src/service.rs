@@ -20,9 +20,10 @@ fn requested_wait(wait_ms: i32) -> Duration {
     Duration::from_millis(wait_ms as u64).min(MAX_STATUS_WAIT)
 }
 
-/// Largest `values_json` accepted, so one request cannot make the service parse gigabytes.
+/// Largest `values` accepted (encoded), so one request cannot make the service convert
+/// gigabytes.
 const MAX_VALUES_BYTES: usize = 4 << 20;
-/// Largest nesting accepted in `values_json`.
+/// Largest nesting accepted in `values`.
 const MAX_VALUES_DEPTH: usize = 64;
 
 #[derive(Clone)]
@@ -142,21 +143,28 @@ impl ReleaseService {
     }
 }
 
+/// The service's one mapping of its errors to gRPC codes, exhaustive: a new error variant
+/// breaks the build here, where its code must be chosen.
 fn to_status(e: ReleaseError) -> Status {
-    // Render errors nest (helm's `include` chains): the message is bounded to fit a header.
-    let message = berth_runtime::bounded_status_message(e.to_string());
-    match &e {
-        ReleaseError::InvalidArgument(_)
-        | ReleaseError::Render(_)
-        | ReleaseError::Store(StoreError::Format {
+    use tonic::Code;
+    let code = match &e {
+        ReleaseError::InvalidArgument(_) | ReleaseError::Render(_) => Code::InvalidArgument,
+        // A release too large to record is the chart's or the values' doing.
+        ReleaseError::Store(StoreError::Format {
             source: FormatError::TooLargeToStore { .. },
             ..
-        }) => Status::invalid_argument(message),
-        ReleaseError::NotFound(_) => Status::failed_precondition(message),
-        ReleaseError::Confined(_) => Status::permission_denied(message),
-        _ if e.is_unavailable() => Status::unavailable(message),
-        _ => Status::internal(message),
-    }
+        }) => Code::InvalidArgument,
+        ReleaseError::Store(s) if s.is_unavailable() => Code::Unavailable,
+        ReleaseError::Store(_) => Code::Internal,
+        ReleaseError::Apply(a) if a.is_unavailable() => Code::Unavailable,
+        ReleaseError::Apply(_) => Code::Internal,
+        ReleaseError::Task(_) => Code::Internal,
+        ReleaseError::NotFound(_) => Code::FailedPrecondition,
+        ReleaseError::Confined(_) => Code::PermissionDenied,
+        ReleaseError::Busy(_) => Code::Unavailable,
+    };
+    // Render errors nest (helm's `include` chains): the message is bounded to fit a header.
+    Status::new(code, berth_runtime::bounded_status_message(e.to_string()))
 }
 
 /// A Plan's error: as [`to_status`], except that an object the API server refuses (the dry
@@ -196,27 +204,21 @@ fn depth(v: &serde_json::Value) -> usize {
     }
 }
 
-/// Parses `values_json`: empty means no values; otherwise a bounded JSON object.
-fn parse_values(text: &str) -> Result<serde_json::Value, Status> {
-    if text.trim().is_empty() {
+/// A request's `values` as JSON: unset means no values; otherwise bounded in size and depth.
+fn parse_values(values: Option<&prost_types::Struct>) -> Result<serde_json::Value, Status> {
+    let Some(values) = values else {
         return Ok(serde_json::json!({}));
-    }
-    if text.len() > MAX_VALUES_BYTES {
+    };
+    let size = prost::Message::encoded_len(values);
+    if size > MAX_VALUES_BYTES {
         return Err(Status::invalid_argument(format!(
-            "values_json is larger than {MAX_VALUES_BYTES} bytes"
+            "values are {size} bytes, larger than {MAX_VALUES_BYTES}"
         )));
     }
-    let v: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| Status::invalid_argument(format!("values_json: {e}")))?;
-    let v = berth_helm::render::values::as_go_numbers(v);
-    if !v.is_object() {
-        return Err(Status::invalid_argument(
-            "values_json must be a JSON object",
-        ));
-    }
+    let v = berth_helm::render::values::as_go_numbers(berth_proto::json::from_struct(values));
     if depth(&v) > MAX_VALUES_DEPTH {
         return Err(Status::invalid_argument(format!(
-            "values_json nests deeper than {MAX_VALUES_DEPTH}"
+            "values nest deeper than {MAX_VALUES_DEPTH}"
         )));
     }
     Ok(v)
@@ -235,7 +237,7 @@ impl pb::releases_server::Releases for ReleaseService {
         request: Request<pb::InstallRequest>,
     ) -> Result<Response<pb::InstallResponse>, Status> {
         let req = request.into_inner();
-        let values = parse_values(&req.values_json)?;
+        let values = parse_values(req.values.as_ref())?;
         let release = release_id(&req.name, &req.namespace)?;
         let app = self.confinement(&req.package, &release, true).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
@@ -286,7 +288,7 @@ impl pb::releases_server::Releases for ReleaseService {
         request: Request<pb::InstallRequest>,
     ) -> Result<Response<pb::ApplyCrdsResponse>, Status> {
         let req = request.into_inner();
-        let values = parse_values(&req.values_json)?;
+        let values = parse_values(req.values.as_ref())?;
         let release = release_id(&req.name, &req.namespace)?;
         let app = self.confinement(&req.package, &release, true).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
@@ -372,7 +374,7 @@ impl pb::releases_server::Releases for ReleaseService {
         request: Request<pb::RenderRequest>,
     ) -> Result<Response<pb::RenderResponse>, Status> {
         let req = request.into_inner();
-        let values = parse_values(&req.values_json)?;
+        let values = parse_values(req.values.as_ref())?;
         let release = release_id(&req.name, &req.namespace)?;
         let app = self.confinement(&req.package, &release, false).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
@@ -397,7 +399,7 @@ impl pb::releases_server::Releases for ReleaseService {
         let worker =
             berth_runtime::authz::caller_role(&request) == Some(berth_runtime::Role::Worker);
         let req = request.into_inner();
-        let values = parse_values(&req.values_json)?;
+        let values = parse_values(req.values.as_ref())?;
         let release = release_id(&req.name, &req.namespace)?;
         let app = self.confinement(&req.package, &release, worker).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
@@ -474,17 +476,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn values_must_be_a_bounded_object() {
-        assert!(parse_values("").is_ok());
+    fn values_must_be_bounded() {
+        assert_eq!(parse_values(None).unwrap(), serde_json::json!({}));
+        let mut deep = serde_json::json!(1);
+        for _ in 0..70 {
+            deep = serde_json::json!({ "a": deep });
+        }
+        let deep = berth_proto::json::to_struct(&deep);
         assert_eq!(
-            parse_values("[1]").err().map(|s| s.code()),
+            parse_values(Some(&deep)).err().map(|s| s.code()),
             Some(tonic::Code::InvalidArgument)
         );
-        let deep = format!("{}{}", "{\"a\":".repeat(70), "}".repeat(70));
-        assert_eq!(
-            parse_values(&deep).err().map(|s| s.code()),
-            Some(tonic::Code::InvalidArgument)
-        );
+        let big =
+            berth_proto::json::to_struct(&serde_json::json!({"a": "x".repeat(MAX_VALUES_BYTES)}));
+        let err = parse_values(Some(&big)).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("larger than"), "{}", err.message());
     }
 
     #[test]

@@ -42,7 +42,9 @@ async fn install_hi(
             name: name.into(),
             namespace: h.namespace.clone(),
             files,
-            values_json: r#"{"greeting": "hi"}"#.into(),
+            values: Some(berth_proto::json::to_struct(
+                &serde_json::json!({"greeting": "hi"}),
+            )),
             package: String::new(),
             wait_ms: 0,
         })

@@ -62,7 +62,9 @@ async fn helm_list_and_get_manifest_read_a_release_berth_installed() -> anyhow::
             name: "shop".into(),
             namespace: h.namespace.clone(),
             files: files.clone(),
-            values_json: r#"{"greeting": "hi"}"#.into(),
+            values: Some(berth_proto::json::to_struct(
+                &serde_json::json!({"greeting": "hi"}),
+            )),
             package: String::new(),
             wait_ms: 0,
         })
@@ -102,7 +104,9 @@ async fn helm_list_and_get_manifest_read_a_release_berth_installed() -> anyhow::
             name: "shop".into(),
             namespace: h.namespace.clone(),
             files,
-            values_json: r#"{"greeting": "hi"}"#.into(),
+            values: Some(berth_proto::json::to_struct(
+                &serde_json::json!({"greeting": "hi"}),
+            )),
             include_crds: false,
             package: String::new(),
         })

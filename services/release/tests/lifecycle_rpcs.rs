@@ -18,7 +18,11 @@ fn request(
         name: "app".into(),
         namespace: h.namespace.clone(),
         files,
-        values_json: values.into(),
+        values: (!values.is_empty()).then(|| {
+            berth_proto::json::to_struct(
+                &serde_json::from_str(values).expect("test values are JSON"),
+            )
+        }),
         package: String::new(),
         wait_ms: 0,
     }
@@ -41,7 +45,9 @@ async fn render_prints_helm_template_output_without_touching_the_cluster() -> an
             name: "app".into(),
             namespace: h.namespace.clone(),
             files,
-            values_json: r#"{"greeting": "hey"}"#.into(),
+            values: Some(berth_proto::json::to_struct(
+                &serde_json::json!({"greeting": "hey"}),
+            )),
             include_crds: false,
             package: String::new(),
         })

@@ -22,7 +22,11 @@ fn install(
         name: name.into(),
         namespace: h.namespace.clone(),
         files,
-        values_json: values.into(),
+        values: (!values.is_empty()).then(|| {
+            berth_proto::json::to_struct(
+                &serde_json::from_str(values).expect("test values are JSON"),
+            )
+        }),
         package: String::new(),
         wait_ms: 0,
     }

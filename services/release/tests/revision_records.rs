@@ -21,7 +21,9 @@ fn request(h: &support::Harness, name: &str, files: Vec<ChartFile>) -> InstallRe
         name: name.into(),
         namespace: h.namespace.clone(),
         files,
-        values_json: r#"{"greeting": "hi"}"#.into(),
+        values: Some(berth_proto::json::to_struct(
+            &serde_json::json!({"greeting": "hi"}),
+        )),
         package: String::new(),
         wait_ms: 0,
     }

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use berth_queue::worker::TaskError;
 
-use crate::client::{invalid_argument, rpc_error};
+use crate::client::CallError;
 use crate::context::TaskContext;
 
 /// Whether any of the hooks binds what hookevent serves: schedules, Kubernetes events,
@@ -42,14 +42,14 @@ pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBind
             webhooks.push(pb::WebhookBinding {
                 hook: hook.name.clone(),
                 key: a.kind.key().to_owned(),
-                config_json: a.to_value().to_string(),
+                config: Some(berth_proto::json::to_struct(&a.to_value())),
             });
         }
         for c in &hook.config.conversion {
             webhooks.push(pb::WebhookBinding {
                 hook: hook.name.clone(),
                 key: "kubernetesCustomResourceConversion".to_owned(),
-                config_json: c.to_value().to_string(),
+                config: Some(berth_proto::json::to_struct(&c.to_value())),
             });
         }
         for s in &hook.config.schedule {
@@ -133,7 +133,7 @@ pub async fn answer_webhook(
         .clone()
         .answer_webhook(request)
         .await
-        .map_err(|s| rpc_error("hookevent AnswerWebhook", s))?;
+        .map_err(|s| CallError::new("hookevent AnswerWebhook", s))?;
     Ok(())
 }
 
@@ -162,16 +162,11 @@ pub async fn snapshots(
             for_synchronization,
         })
         .await
-        .map_err(|s| rpc_error("hookevent GetSnapshots", s))?
+        .map_err(|s| CallError::new("hookevent GetSnapshots", s))?
         .into_inner();
     let mut out: BTreeMap<String, BTreeMap<String, BindingObjects>> = BTreeMap::new();
     for b in answer.bindings {
-        let objects = parse_objects(&b.objects_json).map_err(|e| {
-            TaskError::retry(format!(
-                "hookevent GetSnapshots: binding {} of hook {}: {e}",
-                b.binding, b.hook
-            ))
-        })?;
+        let objects = objects_of(b.objects.as_ref());
         out.entry(b.hook).or_default().insert(
             b.binding,
             BindingObjects {
@@ -198,15 +193,18 @@ pub fn hook_snapshots(
         .unwrap_or_default()
 }
 
-fn parse_objects(text: &str) -> Result<Vec<ObjectAndFilterResult>, String> {
-    let items: Vec<Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    Ok(items
-        .into_iter()
-        .map(|mut item| ObjectAndFilterResult {
-            object: item.get_mut("object").map(Value::take),
-            filter_result: item.get_mut("filterResult").map(Value::take),
+fn objects_of(list: Option<&prost_types::ListValue>) -> Vec<ObjectAndFilterResult> {
+    let items = list.map(|l| l.values.as_slice()).unwrap_or_default();
+    items
+        .iter()
+        .map(|item| {
+            let mut item = berth_proto::json::from_value(item);
+            ObjectAndFilterResult {
+                object: item.get_mut("object").map(Value::take),
+                filter_result: item.get_mut("filterResult").map(Value::take),
+            }
         })
-        .collect())
+        .collect()
 }
 
 /// Tells hookevent that the package's Synchronization ran, releasing the held events.
@@ -219,7 +217,7 @@ pub async fn synchronization_done(cx: &TaskContext<'_>) -> Result<(), TaskError>
             generation: cx.spec.generation,
         })
         .await
-        .map_err(|s| rpc_error("hookevent SynchronizationDone", s))?;
+        .map_err(|s| CallError::new("hookevent SynchronizationDone", s))?;
     Ok(())
 }
 
@@ -244,6 +242,7 @@ pub async fn apply_operations(
         .clone()
         .apply_object_operations(request)
         .await
+        .map_err(|s| CallError::new("hookevent ApplyObjectOperations", s))
     {
         Ok(answer) => {
             for line in answer.into_inner().results {
@@ -251,18 +250,18 @@ pub async fn apply_operations(
             }
             Ok(())
         }
-        Err(s) if invalid_argument(&s) => Err(TaskError::permanent(format!(
+        Err(e) if e.is_invalid() => Err(TaskError::permanent(format!(
             "object operations: {}",
-            s.message()
+            e.message()
         ))),
-        Err(s) => Err(rpc_error("hookevent ApplyObjectOperations", s)),
+        Err(e) => Err(e.into()),
     }
 }
 
 fn to_proto(op: &ObjectOperation) -> pb::ObjectOperation {
     let create = |name: &str, object: &Value, subresource: &Option<String>| pb::ObjectOperation {
         operation: name.to_owned(),
-        json: object.to_string(),
+        body: Some(berth_proto::json::to_value(object)),
         subresource: subresource.clone().unwrap_or_default(),
         ..Default::default()
     };
@@ -297,7 +296,7 @@ fn to_proto(op: &ObjectOperation) -> pb::ObjectOperation {
             ignore_missing_object,
             ..
         } => pb::ObjectOperation {
-            json: merge_patch.to_string(),
+            body: Some(berth_proto::json::to_value(merge_patch)),
             ignore_missing_object: *ignore_missing_object,
             ..target("MergePatch", t)
         },
@@ -307,7 +306,9 @@ fn to_proto(op: &ObjectOperation) -> pb::ObjectOperation {
             ignore_missing_object,
             ..
         } => pb::ObjectOperation {
-            json: serde_json::to_string(json_patch).unwrap_or_else(|_| "[]".into()),
+            body: serde_json::to_value(json_patch)
+                .ok()
+                .map(|p| berth_proto::json::to_value(&p)),
             ignore_missing_object: *ignore_missing_object,
             ..target("JSONPatch", t)
         },

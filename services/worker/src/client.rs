@@ -5,9 +5,6 @@ use berth_queue::worker::TaskError;
 
 use crate::config::TaskConfig;
 
-/// A call to another service that failed: its status as the service (or the transport) gave it.
-pub type CallError = tonic::Status;
-
 /// An endpoint that cannot be used (malformed address).
 pub type ConnectError = berth_clients::ConnectError;
 
@@ -31,27 +28,62 @@ impl Services {
     }
 }
 
-/// A failed call as a retryable task error naming the call.
-pub fn rpc_error(call: &str, status: CallError) -> TaskError {
-    TaskError::retry(format!(
-        "{call}: {} ({:?})",
-        status.message(),
-        status.code()
-    ))
+/// A call to another service that failed: which call, and how the service (or the transport)
+/// answered. The flows read it through its methods, never as a gRPC status.
+#[derive(Debug, thiserror::Error)]
+#[error("{call}: {message} ({code:?})")]
+pub struct CallError {
+    /// The service and method, `hookevent SetBindings`.
+    call: &'static str,
+    code: tonic::Code,
+    message: String,
 }
 
-/// The service found nothing by that name (a package lifecycle no longer knows).
-pub fn not_found(status: &CallError) -> bool {
-    status.code() == tonic::Code::NotFound
+impl CallError {
+    pub fn new(call: &'static str, status: tonic::Status) -> CallError {
+        CallError {
+            call,
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+
+    /// The same call may succeed if made again: anything but a refusal of the request's
+    /// content. (A service that cannot be reached, or that refuses this worker's role, may be
+    /// back or fixed by the next attempt; the same request stays invalid.)
+    pub fn is_retryable(&self) -> bool {
+        !self.is_invalid()
+    }
+
+    /// The service refused the request's content: the same request cannot succeed.
+    pub fn is_invalid(&self) -> bool {
+        self.code == tonic::Code::InvalidArgument
+    }
+
+    /// The service found nothing by that name (a package lifecycle no longer knows).
+    pub fn is_not_found(&self) -> bool {
+        self.code == tonic::Code::NotFound
+    }
+
+    /// The release service refused an App's chart for reaching outside its namespace (or the
+    /// call was not this worker's to make).
+    pub fn is_confined(&self) -> bool {
+        self.code == tonic::Code::PermissionDenied
+    }
+
+    /// What the service said.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
-/// The release service refused an App's chart for reaching outside its namespace (or the call
-/// itself was not this worker's to make): retrying cannot succeed.
-pub fn confined(status: &CallError) -> bool {
-    status.code() == tonic::Code::PermissionDenied
-}
-
-/// The service refused the request's content: retrying the same request cannot succeed.
-pub fn invalid_argument(status: &CallError) -> bool {
-    status.code() == tonic::Code::InvalidArgument
+/// A failed call fails its task: retried when the call may succeed again, for good otherwise.
+impl From<CallError> for TaskError {
+    fn from(e: CallError) -> TaskError {
+        if e.is_retryable() {
+            TaskError::retry(e.to_string())
+        } else {
+            TaskError::permanent(e.to_string())
+        }
+    }
 }

@@ -10,7 +10,7 @@ use berth_proto::tasks::TaskKind;
 use berth_queue::worker::TaskError;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{Services, not_found, rpc_error};
+use crate::client::{CallError, Services};
 use crate::config::TaskConfig;
 use crate::hook_cache::HookCache;
 use crate::reporter::Reporter;
@@ -41,10 +41,11 @@ impl<'a> TaskContext<'a> {
                 key: task.package.clone(),
             })
             .await
+            .map_err(|s| CallError::new("lifecycle GetSpec", s))
         {
             Ok(spec) => spec.into_inner(),
-            Err(s) if not_found(&s) => return Ok(None),
-            Err(s) => return Err(rpc_error("lifecycle GetSpec", s)),
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
         };
         // Superseded by a newer generation, or this generation failed permanently (its
         // remaining tasks, hook runs included, wait for the next Update). A validation still
@@ -96,7 +97,7 @@ impl<'a> TaskContext<'a> {
                 .into_iter()
                 .map(|(path, content)| berth_proto::release::ChartFile { path, content })
                 .collect(),
-            values_json: values.to_string(),
+            values: Some(berth_proto::json::to_struct(values)),
             package: self.key().to_owned(),
             wait_ms: 0,
         }

@@ -167,8 +167,14 @@ impl Values {
     ) -> Result<Values, TaskError> {
         let global = berth_proto::json::from_opt_struct(cx.spec.global_values.as_ref());
         let global_settings = berth_proto::json::from_opt_struct(cx.spec.global_settings.as_ref());
+        let ops = cx.spec.values_patch.as_ref().map_or_else(Vec::new, |ops| {
+            ops.values
+                .iter()
+                .map(berth_proto::json::from_value)
+                .collect()
+        });
         let patches: json_patch::Patch =
-            serde_json::from_str(&cx.spec.values_patch_json).map_err(|e| {
+            serde_json::from_value(Value::Array(ops)).map_err(|e| {
                 TaskError::permanent(format!("stored values patch is not a JSON patch: {e}"))
             })?;
         // Stored patches replay leniently: a settings change may have removed a path an old
@@ -199,13 +205,19 @@ impl Values {
     }
 
     /// The patch operations added in this task, as JSON for lifecycle ("" when none).
-    pub fn new_ops_json(&self) -> String {
+    pub fn new_ops(&self) -> Option<prost_types::ListValue> {
         let new = &self.patches.0[self.stored.min(self.patches.0.len())..];
         if new.is_empty() {
-            String::new()
-        } else {
-            serde_json::to_string(new).unwrap_or_default()
+            return None;
         }
+        let ops = serde_json::to_value(new).ok()?;
+        Some(prost_types::ListValue {
+            values: ops
+                .as_array()?
+                .iter()
+                .map(berth_proto::json::to_value)
+                .collect(),
+        })
     }
 
     /// Applies a hook's patch on top: within the package's own values, strict, and validated
@@ -275,7 +287,7 @@ impl Values {
     pub fn report(&self, inside_run: bool) -> berth_proto::lifecycle::Values {
         berth_proto::lifecycle::Values {
             values: Some(berth_proto::json::to_struct(&self.current)),
-            values_patch_json: self.new_ops_json(),
+            values_patch: self.new_ops(),
             patch_inside_run: inside_run,
             settings: self.changed_settings().map(berth_proto::json::to_struct),
         }

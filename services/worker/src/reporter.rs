@@ -22,7 +22,7 @@ use berth_proto::lifecycle::{ReportBatchRequest, ReportRequest};
 use berth_queue::worker::TaskError;
 use prost::Message as _;
 
-use crate::client::{Services, rpc_error};
+use crate::client::{CallError, Services};
 
 /// Longest a report waits for others to go with it.
 pub const GATHER_FOR: Duration = Duration::from_millis(250);
@@ -180,12 +180,12 @@ impl Inner {
             lifecycle
                 .report(one)
                 .await
-                .map_err(|s| rpc_error("lifecycle Report", s))?;
+                .map_err(|s| CallError::new("lifecycle Report", s))?;
         } else {
             lifecycle
                 .report_batch(ReportBatchRequest { reports: batch })
                 .await
-                .map_err(|s| rpc_error("lifecycle ReportBatch", s))?;
+                .map_err(|s| CallError::new("lifecycle ReportBatch", s))?;
         }
         Ok(())
     }

@@ -119,15 +119,10 @@ async fn plan(
         op.operation.as_str(),
         "Create" | "CreateOrUpdate" | "CreateIfNotExists"
     );
-    let body: Value = if op.json.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&op.json).map_err(|e| OperationError::Invalid {
-            index,
-            what: op.operation.clone(),
-            reason: format!("json: {e}"),
-        })?
-    };
+    let body: Value = op
+        .body
+        .as_ref()
+        .map_or(Value::Null, berth_proto::json::from_value);
     let (api_version, kind, namespace, name) = if kind_of_create {
         let s = |p: &str| {
             body.pointer(p)

@@ -194,8 +194,7 @@ impl Webhooks {
         for (i, w) in webhooks.iter().enumerate() {
             let at =
                 |e: String| ServiceError::Invalid(format!("webhooks[{i}] (hook {}): {e}", w.hook));
-            let value: Value =
-                serde_json::from_str(&w.config_json).map_err(|e| at(e.to_string()))?;
+            let value: Value = berth_proto::json::from_opt_struct(w.config.as_ref());
             let config = hook_config(&w.hook, kubernetes).map_err(at)?;
             match w.key.as_str() {
                 "kubernetesValidating" | "kubernetesMutating" => {

@@ -121,7 +121,11 @@ impl ReleaseError {
             ReleaseError::Apply(e) => e.is_unavailable(),
             ReleaseError::Store(e) => e.is_unavailable(),
             ReleaseError::Busy(_) => true,
-            _ => false,
+            ReleaseError::InvalidArgument(_)
+            | ReleaseError::Render(_)
+            | ReleaseError::Task(_)
+            | ReleaseError::NotFound(_)
+            | ReleaseError::Confined(_) => false,
         }
     }
 }

@@ -8,7 +8,7 @@ use berth_proto::lifecycle::{ConditionStatus, ConditionType, Removed};
 use berth_proto::release::UninstallRequest;
 use berth_queue::worker::TaskError;
 
-use crate::client::rpc_error;
+use crate::client::CallError;
 use crate::context::TaskContext;
 use crate::hooks::run_lifecycle;
 use crate::package::{Values, ensure};
@@ -21,7 +21,7 @@ pub async fn disable(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             package: cx.key().to_owned(),
         })
         .await
-        .map_err(|s| rpc_error("hookevent RemoveBindings", s))?;
+        .map_err(|s| CallError::new("hookevent RemoveBindings", s))?;
     Ok(())
 }
 
@@ -87,7 +87,7 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             package: cx.key().to_owned(),
         })
         .await
-        .map_err(|s| rpc_error("release Uninstall", s))?;
+        .map_err(|s| CallError::new("release Uninstall", s))?;
     if let (Some(p), Some(h), Some(v)) = (&pkg, &hooks, values.as_mut())
         && let Err(e) = run_lifecycle(
             cx,

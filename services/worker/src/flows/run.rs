@@ -10,7 +10,7 @@ use berth_proto::lifecycle::{ConditionStatus, ConditionType, RunSucceeded};
 use berth_proto::release::StatusRequest;
 use berth_queue::worker::TaskError;
 
-use crate::client::{confined, rpc_error};
+use crate::client::CallError;
 use crate::context::TaskContext;
 use crate::hooks::run_lifecycle;
 use crate::package::{Values, ensure, report_values};
@@ -37,7 +37,7 @@ async fn install(
         request.wait_ms = millis(first_wait(cx));
     }
     let installed = cx.services.release.clone().install(request).await;
-    match installed {
+    match installed.map_err(|s| CallError::new("release Install", s)) {
         Ok(r) => {
             let r = r.into_inner();
             let msg = format!("revision {} with {} objects", r.revision, r.objects.len());
@@ -57,7 +57,7 @@ async fn install(
             cx.set_condition(
                 ConditionType::ManifestsApplied,
                 ConditionStatus::False,
-                if confined(&s) {
+                if s.is_confined() {
                     "Refused"
                 } else {
                     "ApplyFailed"
@@ -65,7 +65,7 @@ async fn install(
                 s.message(),
             )
             .await?;
-            if confined(&s) {
+            if s.is_confined() {
                 // An App's chart reaching outside its namespace: the same chart is refused
                 // again, so the package fails for good with the release service's reasons.
                 return Err(TaskError::permanent(format!(
@@ -73,7 +73,7 @@ async fn install(
                     s.message()
                 )));
             }
-            Err(rpc_error("release Install", s))
+            Err(s.into())
         }
     }
 }
@@ -259,7 +259,7 @@ async fn status(
     };
     let mut release = cx.services.release.clone();
     tokio::select! {
-        answer = release.status(request) => Ok(answer.map_err(|s| rpc_error("release Status", s))?.into_inner()),
+        answer = release.status(request) => Ok(answer.map_err(|s| CallError::new("release Status", s))?.into_inner()),
         _ = cx.cancel.cancelled() => Err(TaskError::permanent("cancelled")),
     }
 }

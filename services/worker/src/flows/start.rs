@@ -13,7 +13,7 @@ use berth_proto::tasks::{self, Start as StartPayload, TaskKind};
 use berth_queue::worker::TaskError;
 
 use crate::bindings::{self, hook_snapshots};
-use crate::client::{confined, invalid_argument, rpc_error};
+use crate::client::CallError;
 use crate::context::TaskContext;
 use crate::hooks::{apply_outputs, check_settings, report_run, run_hook, run_lifecycle};
 use crate::package::{Values, ensure, report_values};
@@ -134,11 +134,10 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         register_bindings(cx, &hooks).await?;
     }
     cx.report(Report::Loaded(Loaded {
-        settings_schema_json: pkg
+        settings_schema: pkg
             .settings_schema
             .as_ref()
-            .map(|s| s.as_json().to_string())
-            .unwrap_or_default(),
+            .map(|s| berth_proto::json::to_struct(s.as_json())),
         hooks: hooks
             .iter()
             .map(|h| HookInfo {
@@ -171,9 +170,10 @@ async fn register_bindings(
     hooks: &[berth_hooks::Hook],
 ) -> Result<(), TaskError> {
     let request = bindings::set_bindings_request(cx, hooks);
-    if let Err(status) = cx.services.hookevent.clone().set_bindings(request).await {
+    let set = cx.services.hookevent.clone().set_bindings(request).await;
+    if let Err(status) = set.map_err(|s| CallError::new("hookevent SetBindings", s)) {
         // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
-        if invalid_argument(&status) {
+        if status.is_invalid() {
             cx.set_condition(
                 ConditionType::Loaded,
                 ConditionStatus::False,
@@ -186,7 +186,7 @@ async fn register_bindings(
                 status.message()
             )));
         }
-        return Err(rpc_error("hookevent SetBindings", status));
+        return Err(status.into());
     }
     Ok(())
 }
@@ -276,17 +276,18 @@ async fn apply_crds(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Resul
         Err(_) => pkg.static_values.clone(),
     };
     let request = cx.install_request(files, &values);
-    match cx.services.release.clone().apply_crds(request).await {
+    let applied = cx.services.release.clone().apply_crds(request).await;
+    match applied.map_err(|s| CallError::new("release ApplyCrds", s)) {
         Ok(answer) => {
             let crds = answer.into_inner().crds;
             tracing::info!(crds = crds.len(), "CRDs applied before the bindings");
             Ok(())
         }
-        Err(status) if invalid_argument(&status) || confined(&status) => {
+        Err(status) if status.is_invalid() || status.is_confined() => {
             cx.set_condition(
                 ConditionType::Loaded,
                 ConditionStatus::False,
-                if confined(&status) {
+                if status.is_confined() {
                     "CrdRefused"
                 } else {
                     "CrdInvalid"
@@ -299,7 +300,7 @@ async fn apply_crds(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Resul
                 status.message()
             )))
         }
-        Err(status) => Err(rpc_error("release ApplyCrds", status)),
+        Err(status) => Err(status.into()),
     }
 }
 
@@ -329,7 +330,7 @@ async fn settings(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<
                 generation: cx.spec.generation,
             })
             .await
-            .map_err(|s| rpc_error("hookevent AdoptGeneration", s))?;
+            .map_err(|s| CallError::new("hookevent AdoptGeneration", s))?;
     }
     let computed = match Values::compute(pkg, cx) {
         // The package's own settings check has the last word (its verdict is permanent: the

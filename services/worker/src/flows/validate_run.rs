@@ -16,7 +16,7 @@ use berth_queue::worker::TaskError;
 use serde_json::Value;
 
 use super::remaining;
-use crate::client::invalid_argument;
+use crate::client::CallError;
 use crate::context::TaskContext;
 use crate::hooks::check_settings;
 use crate::package::{Values, ensure};
@@ -98,13 +98,13 @@ async fn validate(
     )
     .await
     .map_err(|_| format!("the release service did not plan within {left:?}"))?;
-    let plan = match planned {
+    let plan = match planned.map_err(|s| CallError::new("release Plan", s)) {
         Ok(plan) => plan.into_inner(),
         // A render error or an object the API server refuses: the settings' doing.
-        Err(s) if invalid_argument(&s) => {
+        Err(s) if s.is_invalid() => {
             return Ok(invalid(format!("release plan: {}", s.message()), warnings));
         }
-        Err(s) => return Err(format!("release Plan: {} ({:?})", s.message(), s.code())),
+        Err(s) => return Err(s.to_string()),
     };
     Ok(AnswerValidationRequest {
         warnings,
