@@ -108,6 +108,9 @@ fn serve(limits: ChildLimits) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+// The evaluator is a child process whose parent went away when its pipe breaks: it exits at
+// once (nothing of its own to clean up), which `process::exit` is for here.
+#[allow(clippy::disallowed_methods)]
 fn evaluate(requests: std::sync::mpsc::Receiver<Vec<u8>>, output_limit: usize) {
     let mut programs: HashMap<String, JqProgram> = HashMap::new();
     let mut stdout = std::io::stdout().lock();

@@ -15,8 +15,9 @@ use std::str::FromStr;
 
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
-/// Who a certificate speaks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Who a certificate speaks for. Its name (`gateway`, `broker`, ...) is the variant's, derived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "lowercase")]
 pub enum Role {
     /// The public API's process (a client of lifecycle).
     Gateway,
@@ -32,26 +33,10 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 7] = [
-        Role::Gateway,
-        Role::Lifecycle,
-        Role::Broker,
-        Role::Worker,
-        Role::Hookevent,
-        Role::Release,
-        Role::Operator,
-    ];
+    pub const ALL: &[Role] = <Role as strum::VariantArray>::VARIANTS;
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Gateway => "gateway",
-            Role::Lifecycle => "lifecycle",
-            Role::Broker => "broker",
-            Role::Worker => "worker",
-            Role::Hookevent => "hookevent",
-            Role::Release => "release",
-            Role::Operator => "operator",
-        }
+        self.into()
     }
 
     /// The OpenTelemetry `service.name` of the process (or, in `berth up`, the part of it)
@@ -89,7 +74,8 @@ impl FromStr for Role {
     type Err = String;
     fn from_str(s: &str) -> Result<Role, String> {
         Role::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|r| r.as_str() == s)
             .ok_or_else(|| format!("unknown role {s:?}"))
     }
@@ -231,7 +217,11 @@ fn pem_role(pem: &[u8]) -> Result<Role, TlsError> {
     der_role(&block.contents).ok_or_else(|| {
         invalid(format!(
             "names no berth role (a SAN URI {URI_PREFIX}<role>, one of {})",
-            Role::ALL.map(Role::as_str).join(", ")
+            Role::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
     })
 }
@@ -276,7 +266,7 @@ pub fn generate(dir: &Path, hosts: &[String]) -> Result<(), TlsError> {
     write_private(&dir.join("ca.pem"), ca_cert.pem().as_bytes())?;
     write_private(&dir.join("ca-key.pem"), ca_key.serialize_pem().as_bytes())?;
     let issuer = Issuer::new(ca, ca_key);
-    for role in Role::ALL {
+    for &role in Role::ALL {
         let mut params = CertificateParams::new(hosts.to_vec())?;
         params
             .distinguished_name
@@ -323,7 +313,7 @@ pub fn ensure_generated(dir: &Path, hosts: &[String]) -> Result<bool, TlsError> 
             })
         })
     };
-    let complete = Role::ALL.into_iter().all(|role| {
+    let complete = Role::ALL.iter().all(|&role| {
         let files = CertFiles::new(dir, role);
         good(&files.ca, &[]) && good(&files.cert, hosts) && files.key.is_file()
     });
@@ -481,7 +471,7 @@ mod tests {
             ensure_generated(&dir, &[]).unwrap(),
             "a broken set is replaced"
         );
-        for role in Role::ALL {
+        for &role in Role::ALL {
             let tls = Tls::from_dir(&dir, role).unwrap();
             assert_eq!(tls.role(), role);
             let files = CertFiles::new(&dir, role);

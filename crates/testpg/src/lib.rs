@@ -114,6 +114,8 @@ fn stop(child: &mut Child, data: &Path) {
         if !matches!(child.try_wait(), Ok(None)) {
             return;
         }
+        // Called from `Drop`, which cannot await: a short blocking poll while the server exits.
+        #[allow(clippy::disallowed_methods)]
         std::thread::sleep(Duration::from_millis(10));
     }
     // Still running: kill it and remove the segment it named in postmaster.pid.

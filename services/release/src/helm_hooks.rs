@@ -12,7 +12,8 @@ pub const HOOK_ANNOTATION: &str = "helm.sh/hook";
 pub const WEIGHT_ANNOTATION: &str = "helm.sh/hook-weight";
 pub const DELETE_POLICY_ANNOTATION: &str = "helm.sh/hook-delete-policy";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum HookEvent {
     PreInstall,
     PostInstall,
@@ -26,20 +27,13 @@ pub enum HookEvent {
 
 impl HookEvent {
     pub fn as_str(self) -> &'static str {
-        match self {
-            HookEvent::PreInstall => "pre-install",
-            HookEvent::PostInstall => "post-install",
-            HookEvent::PreUpgrade => "pre-upgrade",
-            HookEvent::PostUpgrade => "post-upgrade",
-            HookEvent::PreRollback => "pre-rollback",
-            HookEvent::PostRollback => "post-rollback",
-            HookEvent::PreDelete => "pre-delete",
-            HookEvent::PostDelete => "post-delete",
-        }
+        self.into()
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A `helm.sh/hook-delete-policy` value, named as Helm spells it (derived).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString)]
+#[strum(serialize_all = "kebab-case")]
 pub enum DeletePolicy {
     BeforeHookCreation,
     HookSucceeded,
@@ -79,12 +73,7 @@ impl Hook {
     fn from_parts(path: &str, manifest: &str, object: Value) -> Hook {
         let mut delete_policies: Vec<DeletePolicy> =
             split_list(annotation(&object, DELETE_POLICY_ANNOTATION))
-                .filter_map(|p| match p {
-                    "before-hook-creation" => Some(DeletePolicy::BeforeHookCreation),
-                    "hook-succeeded" => Some(DeletePolicy::HookSucceeded),
-                    "hook-failed" => Some(DeletePolicy::HookFailed),
-                    _ => None,
-                })
+                .filter_map(|p| p.parse().ok())
                 .collect();
         if delete_policies.is_empty() {
             delete_policies.push(DeletePolicy::BeforeHookCreation);

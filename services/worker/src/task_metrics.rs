@@ -10,7 +10,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 /// How a task ended on this worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Outcome {
     /// It ran to the end.
     Done,
@@ -29,14 +30,7 @@ pub enum Outcome {
 
 impl Outcome {
     fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Done => "done",
-            Outcome::Skipped => "skipped",
-            Outcome::Deferred => "deferred",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Retry => "retry",
-            Outcome::Failed => "failed",
-        }
+        self.into()
     }
 }
 

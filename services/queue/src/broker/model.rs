@@ -167,7 +167,8 @@ pub struct QueueSummary {
 }
 
 /// Why a task left the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Outcome {
     Done,
     /// Failed and dropped: allowFailure or a permanent error.
@@ -182,13 +183,7 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Done => "done",
-            Outcome::Dropped => "dropped",
-            Outcome::Superseded => "superseded",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Compacted => "compacted",
-        }
+        self.into()
     }
 }
 

@@ -49,7 +49,8 @@ const CONFIRM_ABSENT: Duration = Duration::from_secs(2);
 /// Wait before reading a release's records again after reading them failed.
 const RECORDS_RETRY: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum DriftKind {
     /// The object was deleted.
     Deleted,
@@ -59,10 +60,7 @@ pub enum DriftKind {
 
 impl DriftKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            DriftKind::Deleted => "deleted",
-            DriftKind::Modified => "modified",
-        }
+        self.into()
     }
 }
 
