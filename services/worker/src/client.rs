@@ -87,3 +87,36 @@ impl From<CallError> for TaskError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_request_fails_its_task_for_good_and_the_rest_are_retried() {
+        let invalid = CallError::new(
+            "hookevent SetBindings",
+            tonic::Status::invalid_argument("bad jqFilter"),
+        );
+        assert!(invalid.is_invalid() && !invalid.is_retryable());
+        let task = TaskError::from(invalid);
+        assert!(!task.retry);
+        assert_eq!(
+            task.message,
+            "hookevent SetBindings: bad jqFilter (InvalidArgument)"
+        );
+        for status in [
+            tonic::Status::unavailable("down"),
+            tonic::Status::permission_denied("role worker may not call"),
+            tonic::Status::not_found("no package"),
+        ] {
+            let e = CallError::new("lifecycle GetSpec", status);
+            assert!(e.is_retryable(), "{e}");
+            assert!(TaskError::from(e).retry);
+        }
+        let gone = CallError::new("lifecycle GetSpec", tonic::Status::not_found("x"));
+        assert!(gone.is_not_found() && !gone.is_confined());
+        let refused = CallError::new("release Install", tonic::Status::permission_denied("x"));
+        assert!(refused.is_confined());
+    }
+}
