@@ -165,76 +165,8 @@ mod tests {
         rows_of_the_previous_version_are_delivered_with_their_payloads,
     );
 
-    /// A broker that records the tasks it is given and accepts every Supersede.
-    #[derive(Clone, Default)]
-    struct RecordingBroker(Arc<std::sync::Mutex<Vec<Task>>>);
-
-    #[tonic::async_trait]
-    impl berth_proto::queue::broker_server::Broker for RecordingBroker {
-        async fn enqueue(
-            &self,
-            request: tonic::Request<EnqueueRequest>,
-        ) -> Result<tonic::Response<berth_proto::queue::EnqueueResponse>, tonic::Status> {
-            let tasks = request.into_inner().tasks;
-            let accepted = tasks.len() as i32;
-            self.0.lock().unwrap().extend(tasks);
-            Ok(tonic::Response::new(berth_proto::queue::EnqueueResponse {
-                accepted,
-            }))
-        }
-
-        async fn supersede(
-            &self,
-            _: tonic::Request<SupersedeRequest>,
-        ) -> Result<tonic::Response<berth_proto::queue::SupersedeResponse>, tonic::Status> {
-            Ok(tonic::Response::new(Default::default()))
-        }
-
-        async fn lease(
-            &self,
-            _: tonic::Request<berth_proto::queue::LeaseRequest>,
-        ) -> Result<tonic::Response<berth_proto::queue::LeaseResponse>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
-        }
-
-        async fn heartbeat(
-            &self,
-            _: tonic::Request<berth_proto::queue::HeartbeatRequest>,
-        ) -> Result<tonic::Response<berth_proto::queue::HeartbeatResponse>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
-        }
-
-        async fn complete(
-            &self,
-            _: tonic::Request<berth_proto::queue::CompleteRequest>,
-        ) -> Result<tonic::Response<berth_proto::queue::CompleteResponse>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
-        }
-
-        async fn fail(
-            &self,
-            _: tonic::Request<berth_proto::queue::FailRequest>,
-        ) -> Result<tonic::Response<berth_proto::queue::FailResponse>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
-        }
-
-        async fn defer(
-            &self,
-            _: tonic::Request<berth_proto::queue::DeferRequest>,
-        ) -> Result<tonic::Response<berth_proto::queue::DeferResponse>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
-        }
-
-        async fn dump(
-            &self,
-            _: tonic::Request<berth_proto::queue::DumpRequest>,
-        ) -> Result<tonic::Response<berth_proto::queue::DumpResponse>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
-        }
-    }
-
-    /// Outbox rows written by the lifecycle whose tasks carried JSON text are delivered after
-    /// the upgrade, each task with its payload as the current contract encodes it.
+    /// Outbox rows written by the lifecycle whose tasks carried JSON text are delivered to a
+    /// broker after the upgrade, each task with its payload as the current contract encodes it.
     async fn rows_of_the_previous_version_are_delivered_with_their_payloads(
         db: crate::test_db::TestDb,
     ) {
@@ -252,35 +184,56 @@ mod tests {
             .outbox_insert_raw(r#"{"v":1,"op":"enqueue","task":{"id":"t2","queue":"default.hello","package":"default.hello","generation":2,"kind":"Run","payload_json":"{\"reason\":\"values changed by a hook\"}","traceparent":""}}"#)
             .await
             .unwrap();
-        let recorder = RecordingBroker::default();
+        // A real broker, in this process, over an in-memory database.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(berth_proto::queue::broker_server::BrokerServer::new(
-                    recorder.clone(),
-                ))
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
-                    stop.clone().cancelled_owned(),
-                ),
-        );
+        let server = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                berth_queue::process::serve(
+                    "sqlite::memory:",
+                    berth_queue::broker::BrokerConfig::default(),
+                    None,
+                    listener,
+                    &berth_runtime::Metrics::default(),
+                    stop,
+                )
+                .await
+            }
+        });
         let mut broker = berth_clients::broker(&format!("http://{addr}"), None).unwrap();
         assert!(!deliver(&store, &mut broker).await.unwrap(), "one batch");
-        let tasks = std::mem::take(&mut *recorder.0.lock().unwrap());
-        let kinds: Vec<(&str, &str)> = tasks
-            .iter()
-            .map(|t| (t.id.as_str(), t.kind.as_str()))
-            .collect();
-        assert_eq!(kinds, [("t1", "Download"), ("t2", "Run")]);
-        assert!(tasks[0].payload.is_empty());
-        let run: berth_proto::tasks::Run = berth_proto::tasks::payload(&tasks[1]).unwrap();
-        assert_eq!(run.reason, "values changed by a hook");
         assert!(
             store.outbox_claim(BATCH).await.unwrap().rows.is_empty(),
             "delivered rows are deleted"
         );
+        // The package's queue runs them in order: t1, then t2.
+        let lease = berth_proto::queue::LeaseRequest {
+            worker: "w".into(),
+            max: 10,
+            wait_ms: 0,
+        };
+        let first = broker.lease(lease).await.unwrap().into_inner().tasks;
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            (first[0].id.as_str(), first[0].kind.as_str()),
+            ("t1", "Download")
+        );
+        assert!(first[0].payload.is_empty());
+        let complete = berth_proto::queue::CompleteRequest {
+            lease: Some(berth_proto::queue::LeaseRef {
+                task_id: first[0].id.clone(),
+                fence: first[0].fence,
+            }),
+            worker: "w".into(),
+            next: 1,
+        };
+        let next = broker.complete(complete).await.unwrap().into_inner().tasks;
+        assert_eq!(next.len(), 1);
+        assert_eq!((next[0].id.as_str(), next[0].kind.as_str()), ("t2", "Run"));
+        let run: berth_proto::tasks::Run = berth_proto::tasks::payload(&next[0]).unwrap();
+        assert_eq!(run.reason, "values changed by a hook");
         stop.cancel();
         server.await.unwrap().unwrap();
     }
