@@ -7,7 +7,8 @@ files of the repository) and berth's own rules for the file (issue 17):
 - the kubeconfig is mounted where every service that reads it (BERTH_KUBECONFIG) looks;
 - every service has a healthcheck, and `depends_on: service_healthy` waits on one;
 - the gateway requires a token and is the only published service, on 127.0.0.1;
-- every stateful service keeps its state in PostgreSQL.
+- every stateful service keeps its state in PostgreSQL;
+- release is given the key its release records are authenticated with, from a secret.
 
 Usage: compose-check.py FILE. Exits 1 naming every broken rule. Needs ruamel.yaml (installed
 with check-jsonschema).
@@ -122,6 +123,13 @@ def check(path):
             else:
                 errors.append(f"{name}: port {port} is published on every interface")
 
+        if command and command[0] == "berth-release":
+            key = env.get("BERTH_RECORD_KEY_FILE", "")
+            given = {f"/run/secrets/{s.get('source') if isinstance(s, dict) else s}"
+                     for s in service.get("secrets", []) or []}
+            if key not in given and "--record-key-file" not in command:
+                errors.append(f"{name}: no release record key (BERTH_RECORD_KEY_FILE from a secret)")
+
         if name in STATEFUL:
             url = env.get(STATEFUL[name], "")
             if not url.startswith("postgres://") and "postgres://" not in " ".join(command):
@@ -133,9 +141,12 @@ def check(path):
     else:
         env = as_dict(gateway.get("environment"))
         command = gateway.get("command") or []
+        if any(a == "--token" or str(a).startswith("--token=") for a in command):
+            errors.append(
+                f"{PUBLISHED}: a token on the command line (readable by every process); use --token-file"
+            )
         if not (
             "--token-file" in command
-            or "--token" in command
             or env.get("BERTH_TOKEN")
             or env.get("BERTH_TOKEN_FILE")
         ):

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use prost::Message;
 
+/// The public API: what the gateway serves and reflects.
+const PUBLIC_PROTO: &str = "berth/v1/packages.proto";
+
 const PROTOS: &[&str] = &[
     "berth/v1/packages.proto",
     "berth/lifecycle/v1/lifecycle.proto",
@@ -22,6 +25,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(PROTOS, [&root])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("berth_descriptor.bin"), fds.encode_to_vec())?;
+    // The public API alone (with the well-known types it imports), for reflection on the
+    // gateway's public port: internal services are not listed there.
+    let public = protox::compile([PUBLIC_PROTO], [&root])?;
+    std::fs::write(
+        out.join("berth_public_descriptor.bin"),
+        public.encode_to_vec(),
+    )?;
     // berth's kind and binding-type names (`HookRun`, `Schedule`) are the variants' names,
     // derived rather than written out: the queue's `Task.kind`, merge keys, and the JSON
     // payloads of earlier versions (`tasks::legacy`) use them.

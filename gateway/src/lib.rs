@@ -1,6 +1,7 @@
 //! The gateway: berth's public gRPC API (`berth.v1.Packages`, health, reflection), the `berth`
 //! CLI, and the all-in-one mode (`berth up`) that runs every service in one process.
 
+pub mod auth;
 pub mod cli;
 pub mod limits;
 mod service;
@@ -10,8 +11,9 @@ use berth_proto::v1::packages_server::PackagesServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use auth::{Tokens, read_tokens};
 pub use limits::Limits;
-pub use service::{Auth, Gateway, read_tokens};
+pub use service::Gateway;
 
 /// The address `berth up` and `berth-gateway` listen on by default, and the CLI's default server.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
@@ -19,8 +21,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 #[derive(Clone, Debug)]
 pub struct Config {
     pub lifecycle_endpoint: String,
-    /// Bearer tokens callers may present (any one of them); none disables authentication.
-    pub tokens: Vec<String>,
+    /// The bearer tokens callers may present (any one of them); there is always one.
+    pub tokens: Tokens,
     /// The gateway's identity towards lifecycle (mutual TLS); `None`: plain gRPC.
     pub tls: Option<berth_runtime::Tls>,
     /// The public listener's certificate; `None`: plain HTTP/2.
@@ -81,20 +83,19 @@ pub async fn run(
         })?;
     let max = berth_runtime::MAX_MESSAGE_BYTES;
     let gateway = Gateway::new(lifecycle);
-    let api = tonic::service::interceptor::InterceptedService::new(
-        PackagesServer::new(gateway)
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(max),
-        Auth::new(config.tokens),
-    );
-    let api = tower::Layer::layer(&limits::LimitLayer::new(config.limits), api);
+    let api = PackagesServer::new(gateway)
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    // Authentication and limits in one layer: the rate limit keys on the verified caller.
+    let api = tower::Layer::layer(&limits::LimitLayer::new(config.limits, config.tokens), api);
     // The public listener authenticates callers by bearer token, not by certificate: no
-    // role check here.
+    // role check here. Its reflection and metrics know the public API only (issue 31.10:
+    // listing the internal services, which answer Unimplemented here, misled callers).
     let mut server = berth_runtime::grpc_server(
         berth_runtime::Role::Gateway,
         None,
         &config.metrics,
-        berth_proto::FILE_DESCRIPTOR_SET,
+        berth_proto::PUBLIC_FILE_DESCRIPTOR_SET,
     )?;
     if let Some(public) = &config.public_tls {
         let identity = tonic::transport::Identity::from_pem(&public.cert, &public.key);
@@ -104,7 +105,7 @@ pub async fn run(
     berth_runtime::serve_router(
         router,
         listener,
-        berth_proto::FILE_DESCRIPTOR_SET,
+        berth_proto::PUBLIC_FILE_DESCRIPTOR_SET,
         &["berth.v1.Packages"],
         shutdown,
     )

@@ -1,11 +1,15 @@
-//! Request limits on the public API, as a tower layer around the `Packages` service: calls in
-//! progress, calls per second per caller, and open Watch streams. A call over a limit is
-//! refused at once with `ResourceExhausted` naming the limit (nothing queues behind it).
+//! Authentication and request limits on the public API, as one tower layer around the
+//! `Packages` service: who the caller is, calls per second per caller, calls in progress, and
+//! open Watch streams. A call over a limit is refused at once with `ResourceExhausted` naming
+//! the limit (nothing queues behind it).
 //!
-//! A caller is its bearer token (the `authorization` header), or its address without one. The
-//! limiter remembers a bounded number of callers (by a keyed hash, not the token itself); when
-//! that many are active at once, callers it does not know yet share one bucket, so a flood of
-//! made-up tokens neither grows the table nor gets a fresh burst per token.
+//! A caller is the token it presented when that token is one the gateway accepts (see
+//! [`crate::auth`]), and otherwise its address: calls without a token or with a wrong one are
+//! counted against their address, then refused `Unauthenticated`, so a flood of made-up
+//! tokens is throttled like one caller and never spends a real caller's calls. The limiter
+//! remembers a bounded number of callers (by a keyed hash); when that many are active at once,
+//! callers it does not know yet share one bucket, so a flood of addresses neither grows the
+//! table nor gets a fresh burst per address.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -59,6 +63,7 @@ pub struct LimitLayer {
 
 struct State {
     limits: Limits,
+    tokens: crate::auth::Tokens,
     calls: Arc<Semaphore>,
     watches: Arc<Semaphore>,
     buckets: Mutex<HashMap<u64, Bucket>>,
@@ -74,10 +79,12 @@ struct Bucket {
 }
 
 impl LimitLayer {
-    pub fn new(limits: Limits) -> LimitLayer {
+    /// Admits callers presenting one of `tokens`, within `limits`.
+    pub fn new(limits: Limits, tokens: crate::auth::Tokens) -> LimitLayer {
         LimitLayer {
             state: Arc::new(State {
                 limits,
+                tokens,
                 calls: Arc::new(Semaphore::new(limits.concurrent_calls)),
                 watches: Arc::new(Semaphore::new(limits.watch_streams)),
                 buckets: Mutex::new(HashMap::new()),
@@ -110,7 +117,7 @@ impl<S: NamedService> NamedService for Limited<S> {
 
 impl State {
     /// Takes one call from `caller`'s bucket; false when it is empty.
-    fn admit(&self, caller: &str) -> bool {
+    fn admit(&self, caller: &Caller) -> bool {
         let limits = self.limits;
         let capacity = f64::from(limits.burst.max(1));
         let rate = f64::from(limits.calls_per_second);
@@ -143,10 +150,18 @@ impl State {
     }
 }
 
-fn caller<B>(req: &http::Request<B>) -> String {
-    if let Some(auth) = req.headers().get(http::header::AUTHORIZATION) {
-        return format!("token:{}", String::from_utf8_lossy(auth.as_bytes()));
-    }
+/// Who a call is counted against.
+#[derive(Debug, Hash, PartialEq, Eq)]
+enum Caller {
+    /// The accepted token it presented.
+    Token(crate::auth::Verified),
+    /// No accepted token: the address it calls from.
+    Address(std::net::IpAddr),
+    /// No accepted token and no address known (not a TCP connection).
+    Anonymous,
+}
+
+fn address<B>(req: &http::Request<B>) -> Caller {
     let ext = req.extensions();
     let addr = ext
         .get::<TcpConnectInfo>()
@@ -156,14 +171,17 @@ fn caller<B>(req: &http::Request<B>) -> String {
                 .and_then(|i| i.get_ref().remote_addr())
         });
     match addr {
-        Some(addr) => format!("addr:{}", addr.ip()),
-        None => "anonymous".to_owned(),
+        Some(addr) => Caller::Address(addr.ip()),
+        None => Caller::Anonymous,
     }
 }
 
 fn refuse(message: String) -> BoxFuture<'static, Result<http::Response<Body>, Infallible>> {
     tracing::warn!(%message, "call refused");
-    let status = tonic::Status::resource_exhausted(message);
+    answer(tonic::Status::resource_exhausted(message))
+}
+
+fn answer(status: tonic::Status) -> BoxFuture<'static, Result<http::Response<Body>, Infallible>> {
     Box::pin(std::future::ready(Ok(status.into_http())))
 }
 
@@ -189,11 +207,20 @@ where
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let state = &self.state;
         let limits = state.limits;
-        if !state.admit(&caller(&req)) {
+        let verified = state.tokens.verify(req.headers());
+        let caller = match &verified {
+            Ok(token) => Caller::Token(*token),
+            Err(_) => address(&req),
+        };
+        if !state.admit(&caller) {
             return refuse(format!(
                 "rate limit: this caller made more than {} calls per second (burst {}); slow down",
                 limits.calls_per_second, limits.burst
             ));
+        }
+        if let Err(refused) = verified {
+            tracing::warn!(?caller, %refused, "call refused: not authenticated");
+            return answer(tonic::Status::unauthenticated(refused.to_string()));
         }
         let inner = self.inner.clone();
         if req.uri().path().ends_with("/Watch") {
@@ -231,44 +258,110 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::{Tokens, Verified};
+    use tower::{Layer as _, Service as _};
+
+    fn tokens() -> Tokens {
+        Tokens::new(vec!["alpha".into(), "beta".into()]).unwrap()
+    }
 
     #[test]
     fn a_caller_over_its_rate_is_refused_and_others_are_not() {
-        let layer = LimitLayer::new(Limits {
-            calls_per_second: 1,
-            burst: 3,
-            ..Default::default()
-        });
+        let layer = LimitLayer::new(
+            Limits {
+                calls_per_second: 1,
+                burst: 3,
+                ..Default::default()
+            },
+            tokens(),
+        );
         let state = &layer.state;
         for _ in 0..3 {
-            assert!(state.admit("token:a"));
+            assert!(state.admit(&Caller::Token(Verified(0))));
         }
-        assert!(!state.admit("token:a"), "the burst is spent");
-        assert!(state.admit("token:b"), "another caller has its own bucket");
+        assert!(
+            !state.admit(&Caller::Token(Verified(0))),
+            "the burst is spent"
+        );
+        assert!(
+            state.admit(&Caller::Token(Verified(1))),
+            "another caller has its own bucket"
+        );
     }
 
     #[test]
     fn a_flood_of_new_callers_shares_one_bucket_and_the_table_stays_bounded() {
-        let layer = LimitLayer::new(Limits {
-            calls_per_second: 0,
-            burst: 1,
-            ..Default::default()
-        });
+        let layer = LimitLayer::new(
+            Limits {
+                calls_per_second: 0,
+                burst: 1,
+                ..Default::default()
+            },
+            tokens(),
+        );
         let state = &layer.state;
+        let addr = |i: usize| Caller::Address(std::net::IpAddr::V6((i as u128).into()));
         for i in 0..MAX_TRACKED_CALLERS {
-            assert!(state.admit(&format!("token:{i}")));
+            assert!(state.admit(&addr(i)));
         }
-        assert!(state.admit("token:new"), "the shared bucket's one call");
-        assert!(!state.admit("token:newer"), "the shared bucket is spent");
+        assert!(
+            state.admit(&addr(MAX_TRACKED_CALLERS)),
+            "the shared bucket's one call"
+        );
+        assert!(
+            !state.admit(&addr(MAX_TRACKED_CALLERS + 1)),
+            "the shared bucket is spent"
+        );
         assert!(
             state.buckets.lock().unwrap().len() <= MAX_TRACKED_CALLERS + 1,
             "the table is bounded"
         );
     }
 
+    fn request(token: Option<&str>) -> http::Request<Body> {
+        let mut builder = http::Request::builder().uri("/berth.v1.Packages/List");
+        if let Some(t) = token {
+            builder = builder.header("authorization", format!("Bearer {t}"));
+        }
+        builder.body(Body::empty()).unwrap()
+    }
+
+    fn status(response: &http::Response<Body>) -> Option<tonic::Code> {
+        tonic::Status::from_header_map(response.headers()).map(|s| s.code())
+    }
+
+    #[tokio::test]
+    async fn made_up_tokens_are_counted_against_the_caller_not_per_token() {
+        let inner = tower::service_fn(|_req: http::Request<Body>| async {
+            Ok::<_, Infallible>(http::Response::new(Body::empty()))
+        });
+        let mut service = LimitLayer::new(
+            Limits {
+                calls_per_second: 0,
+                burst: 2,
+                ..Default::default()
+            },
+            tokens(),
+        )
+        .layer(inner);
+        for i in 0..2 {
+            let answer = service.call(request(Some(&format!("guess-{i}")))).await;
+            assert_eq!(status(&answer.unwrap()), Some(tonic::Code::Unauthenticated));
+        }
+        for guess in [Some("guess-2"), None] {
+            let answer = service.call(request(guess)).await.unwrap();
+            assert_eq!(
+                status(&answer),
+                Some(tonic::Code::ResourceExhausted),
+                "{guess:?}: the caller's burst is spent, whatever token it makes up"
+            );
+        }
+        let answer = service.call(request(Some("alpha"))).await.unwrap();
+        assert_eq!(status(&answer), None, "a real token has its own bucket");
+    }
+
     #[tokio::test]
     async fn calls_over_the_concurrency_limit_are_refused_until_one_ends() {
-        use tower::{Layer as _, Service as _};
         let release = Arc::new(tokio::sync::Notify::new());
         let held = release.clone();
         let inner = tower::service_fn(move |_req: http::Request<Body>| {
@@ -278,19 +371,17 @@ mod tests {
                 Ok::<_, Infallible>(http::Response::new(Body::empty()))
             }
         });
-        let mut service = LimitLayer::new(Limits {
-            concurrent_calls: 1,
-            ..Default::default()
-        })
+        let mut service = LimitLayer::new(
+            Limits {
+                concurrent_calls: 1,
+                ..Default::default()
+            },
+            tokens(),
+        )
         .layer(inner);
-        let request = || {
-            http::Request::builder()
-                .uri("/berth.v1.Packages/List")
-                .body(Body::empty())
-                .unwrap()
-        };
-        let first = tokio::spawn(service.call(request()));
-        let refused = service.call(request()).await.unwrap();
+        let alpha = || request(Some("alpha"));
+        let first = tokio::spawn(service.call(alpha()));
+        let refused = service.call(alpha()).await.unwrap();
         let status = tonic::Status::from_header_map(refused.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert!(
@@ -303,7 +394,7 @@ mod tests {
         release.notify_one();
         first.await.unwrap().unwrap();
         // The permit came back with the first call's answer.
-        let next = tokio::spawn(service.call(request()));
+        let next = tokio::spawn(service.call(alpha()));
         release.notify_one();
         let answered = next.await.unwrap().unwrap();
         assert!(tonic::Status::from_header_map(answered.headers()).is_none());

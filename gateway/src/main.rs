@@ -12,11 +12,13 @@ struct Args {
     listen: std::net::SocketAddr,
     #[arg(long, env = "BERTH_LIFECYCLE", default_value = "http://127.0.0.1:7072")]
     lifecycle: String,
-    /// Require `authorization: Bearer <token>` on every call.
-    #[arg(long, env = "BERTH_TOKEN", hide_env_values = true)]
+    /// Refused: a token on the command line is readable by every local process. Use
+    /// --token-file or BERTH_TOKEN.
+    #[arg(long, hide = true, value_name = "REFUSED")]
     token: Option<String>,
-    /// Accept any of the bearer tokens in this file (one per line; `#` comments), with
-    /// --token's if both are given.
+    /// Accept any of the bearer tokens in this file (one per line; `#` comments), and the one
+    /// in BERTH_TOKEN if set. Every call must present one (`authorization: Bearer <token>`):
+    /// the gateway does not start without a token.
     #[arg(long, env = "BERTH_TOKEN_FILE")]
     token_file: Option<std::path::PathBuf>,
     /// The gateway's identity towards lifecycle (mutual TLS).
@@ -39,12 +41,16 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.token.is_some() {
+        anyhow::bail!(berth_gateway::auth::TOKEN_FLAG_REFUSED);
+    }
+    let mut tokens: Vec<String> = berth_gateway::auth::token_from_env().into_iter().collect();
+    if let Some(path) = &args.token_file {
+        tokens.extend(berth_gateway::read_tokens(path)?);
+    }
+    let tokens = berth_gateway::Tokens::new(tokens)?;
     let _telemetry = berth_runtime::init("berth-gateway", args.log_format);
     let tls = args.tls.load(Some(berth_runtime::Role::Gateway))?;
-    let mut tokens: Vec<String> = args.token.into_iter().collect();
-    if let Some(path) = &args.token_file {
-        tokens.extend(berth_gateway::read_tokens(path).map_err(anyhow::Error::msg)?);
-    }
     let public_tls = match (&args.listen_tls_cert, &args.listen_tls_key) {
         (Some(cert), Some(key)) => Some(berth_gateway::PublicTls::load(cert, key)?),
         _ => None,

@@ -17,6 +17,22 @@ impl Gateway {
     pub fn new(lifecycle: berth_clients::Lifecycle) -> Self {
         Gateway { lifecycle }
     }
+
+    async fn set_suspended(
+        &self,
+        req: v1::SuspendRequest,
+        suspended: bool,
+    ) -> Result<Response<v1::SuspendResponse>, Status> {
+        let change = berth_proto::lifecycle::SuspendChange {
+            r#ref: req.r#ref,
+            suspended,
+        };
+        self.lifecycle
+            .clone()
+            .suspend(change)
+            .await
+            .map_err(upstream)
+    }
 }
 
 /// Lifecycle's answer as the caller's. `Unavailable` is prefixed with the service that failed, so
@@ -85,6 +101,20 @@ impl Packages for Gateway {
         forward!(self, list, req)
     }
 
+    async fn suspend(
+        &self,
+        req: Request<v1::SuspendRequest>,
+    ) -> Result<Response<v1::SuspendResponse>, Status> {
+        self.set_suspended(req.into_inner(), true).await
+    }
+
+    async fn resume(
+        &self,
+        req: Request<v1::SuspendRequest>,
+    ) -> Result<Response<v1::SuspendResponse>, Status> {
+        self.set_suspended(req.into_inner(), false).await
+    }
+
     type WatchStream = WatchStream;
 
     async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<WatchStream>, Status> {
@@ -92,68 +122,5 @@ impl Packages for Gateway {
         Ok(Response::new(Box::pin(
             upstream_stream.map(|item| item.map_err(upstream)),
         )))
-    }
-}
-
-/// Checks `authorization: Bearer <token>` against the configured tokens, when there are any.
-#[derive(Clone)]
-pub struct Auth {
-    expected: std::sync::Arc<Vec<String>>,
-}
-
-impl Auth {
-    pub fn new(tokens: Vec<String>) -> Self {
-        Auth {
-            expected: std::sync::Arc::new(
-                tokens.into_iter().map(|t| format!("Bearer {t}")).collect(),
-            ),
-        }
-    }
-}
-
-/// Equal contents, in a time that does not depend on where they differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The tokens in a token file: one per line; blank lines and lines starting with `#` are
-/// skipped. A file without any token is an error (it would turn authentication off).
-pub fn read_tokens(path: &std::path::Path) -> Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let tokens: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .collect();
-    if tokens.is_empty() {
-        return Err(format!("{}: no token in the file", path.display()));
-    }
-    Ok(tokens)
-}
-
-impl tonic::service::Interceptor for Auth {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        if self.expected.is_empty() {
-            return Ok(req);
-        }
-        match req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-        {
-            Some(given)
-                if self
-                    .expected
-                    .iter()
-                    .any(|e| same(e.as_bytes(), given.as_bytes())) =>
-            {
-                Ok(req)
-            }
-            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
-            None => Err(Status::unauthenticated(
-                "missing bearer token (authorization: Bearer <token>)",
-            )),
-        }
     }
 }

@@ -22,7 +22,8 @@ pub struct UpConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Workload simulation in the dev cluster (Deployments become ready without a kubelet).
     pub simulate_workloads: bool,
-    /// Bearer tokens the public API accepts (any one); none: no authentication.
+    /// Bearer tokens the public API accepts besides `berth up`'s own (`<data-dir>/token`,
+    /// generated the first time and kept).
     pub tokens: Vec<String>,
     /// Serve the public API over TLS (always when `listen` is not a loopback address).
     pub public_tls: bool,
@@ -40,9 +41,8 @@ pub struct UpConfig {
     pub hook_metrics_listen: Option<SocketAddr>,
     /// Directory for hook runs' temporary files; `None` = the system temp directory.
     pub hook_tmp_dir: Option<PathBuf>,
-    /// Run hooks as this user (`berth_hooks::HookUser::choose`: as root, nobody unless this
-    /// names another user; `root` keeps them root).
-    pub hook_user: Option<String>,
+    /// How hooks are confined (`--hook-uids`, the limit caps, `--hook-writable`).
+    pub hook_isolation: berth_worker::HookIsolationArgs,
     /// The repositories an Update may name, handed to lifecycle (which checks Updates against
     /// them) and the worker (which fetches from them).
     pub repositories: berth_package::Repositories,
@@ -53,6 +53,11 @@ pub struct UpConfig {
     pub validation_wait: Duration,
     /// hookevent's webhook server (admission and conversion bindings).
     pub webhook: Option<berth_hookevent::webhook::WebhookListen>,
+    /// The berth.io resources this berth's controller acts on: those with these labels
+    /// (`--watch-label-selector`); `None`: all of them.
+    pub controller_selector: Option<String>,
+    /// Where the controller's admission webhook listens; `None`: no webhook.
+    pub controller_webhook: Option<berth_controller::webhook::WebhookListen>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,8 +73,10 @@ pub enum UpError {
         addr: String,
         source: std::io::Error,
     },
-    #[error("--hook-user: {0}")]
+    #[error("hooks: {0}")]
     HookUser(String),
+    #[error("the API token: {0}")]
+    Token(#[from] crate::auth::TokenError),
     #[error("certificates: {0}")]
     Tls(#[from] berth_runtime::tls::TlsError),
     #[error("dev cluster: {0}")]
@@ -94,6 +101,8 @@ pub struct Running {
     pub tls_dir: PathBuf,
     /// Whether the public API is served over TLS.
     pub public_tls: bool,
+    /// The token every call must present (0600; the CLI reads it from here).
+    pub token_file: PathBuf,
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, UpError> {
@@ -117,35 +126,44 @@ struct HookCache {
     _temporary: Option<tempfile::TempDir>,
 }
 
-/// Chooses the user hooks run as (`spec`, from `--hook-user`: as root, nobody unless it names
-/// another user; `root` opts out) and where the package cache is, so that user reaches it.
+/// Sets up how hooks are confined (`isolation`) and where the package cache is, so that the
+/// hooks' users reach it.
 ///
-/// With a hook user the data directory becomes searchable by others (0711, not listable) and
-/// the cache readable (0755; package files are berth's, 0644/0755); everything else directly in
-/// it stays the owner's: directories 0700, files 0600 (the databases are made so before they
-/// are opened). When the data directory's own parents are not searchable by the hook user
-/// (`./.berth` in a checkout under `/root`), the cache is a fresh directory in the system temp
-/// directory instead (random name, created by berth, removed at the end), so `berth up` works
-/// from anywhere. A `--hook-tmp-dir` the hook user cannot reach refuses the start.
+/// When hooks run as their principals' uids (root, `--hook-uids` not `off`), the data
+/// directory becomes searchable by others (0711, not listable) and the cache readable (0755;
+/// package files are berth's, 0644/0755); everything else directly in it stays the owner's:
+/// directories 0700, files 0600 (the databases are made so before they are opened). When the
+/// data directory's own parents are not searchable by others (`./.berth` in a checkout under
+/// `/root`), the cache is a fresh directory in the system temp directory instead (random
+/// name, created by berth, removed at the end), so `berth up` works from anywhere. A
+/// `--hook-tmp-dir` the hooks cannot reach refuses the start.
 fn hook_cache(
-    spec: Option<&str>,
+    isolation: &berth_worker::HookIsolationArgs,
     data: &Path,
     hook_tmp_dir: Option<&Path>,
 ) -> Result<HookCache, UpError> {
     use std::os::unix::fs::PermissionsExt;
-    let user = berth_hooks::HookUser::choose_for_self(spec).map_err(UpError::HookUser)?;
     let cache = data.join("packages");
     let io = |path: &Path| {
         let path = path.display().to_string();
         move |source| UpError::DataDir { path, source }
     };
-    let Some(user) = user else {
+    let tmp = hook_tmp_dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    // Every uid of the range reaches a directory as "others" (none owns it).
+    let stranger = match isolation.hook_uids.0 {
+        Some(range) if berth_hooks::isolation::running_as_root() => Some(berth_hooks::HookUser {
+            uid: range.last(),
+            gid: range.last(),
+        }),
+        _ => None,
+    };
+    let Some(user) = stranger else {
+        isolation.apply(&tmp, &[]).map_err(UpError::HookUser)?;
         return Ok(HookCache {
             dir: cache,
             _temporary: None,
         });
     };
-    let tmp = hook_tmp_dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
     user.check_reachable(&tmp)
         .map_err(|e| UpError::HookUser(format!("--hook-tmp-dir: {e}")))?;
     let parent = data.parent().unwrap_or(Path::new("/"));
@@ -174,7 +192,7 @@ fn hook_cache(
             tracing::warn!(
                 cache = %temporary.path().display(),
                 %reason,
-                "the package cache is in the temp directory for this run: the hook user cannot reach the data directory"
+                "the package cache is in the temp directory for this run: hooks cannot reach the data directory"
             );
             HookCache {
                 dir: temporary.path().to_path_buf(),
@@ -199,10 +217,16 @@ fn hook_cache(
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
             .map_err(io(&path))?;
     }
-    berth_hooks::run_hooks_as(user).map_err(UpError::HookUser)?;
-    tracing::info!(uid = user.uid, gid = user.gid, cache = %hooks.dir.display(), "hooks run as an unprivileged user");
+    isolation
+        .apply(&tmp, &[("the package cache", &hooks.dir)])
+        .map_err(UpError::HookUser)?;
+    tracing::info!(cache = %hooks.dir.display(), "hooks run as their package instances' uids");
     Ok(hooks)
 }
+
+/// The file in the certificates directory holding the key release records are authenticated
+/// with (see `berth_release::record::key`).
+pub const RECORD_KEY_FILE: &str = "record.key";
 
 fn sqlite(dir: &Path, name: &str) -> String {
     format!("sqlite://{}", dir.join(name).display())
@@ -225,6 +249,12 @@ pub async fn run(
         path: data.display().to_string(),
         source,
     })?;
+    // The API token: berth up's own, in the data directory (the owner's only; hooks run as
+    // other uids, or under Landlock, and cannot read it), plus any configured.
+    let (token_file, own_token) = crate::auth::load_or_generate(&data)?;
+    let mut tokens = vec![own_token];
+    tokens.extend(config.tokens.iter().cloned());
+    let tokens = crate::Tokens::new(tokens)?;
     if let Some(dir) = &config.hook_tmp_dir {
         std::fs::create_dir_all(dir).map_err(|source| UpError::DataDir {
             path: dir.display().to_string(),
@@ -232,7 +262,7 @@ pub async fn run(
         })?;
     }
     let hooks = hook_cache(
-        config.hook_user.as_deref(),
+        &config.hook_isolation,
         &data,
         config.hook_tmp_dir.as_deref(),
     )?;
@@ -255,6 +285,14 @@ pub async fn run(
     }
     hosts.extend(config.tls_hosts.iter().cloned());
     berth_runtime::tls::ensure_generated(&tls_dir, &hosts)?;
+    // The key release records are authenticated with, beside the certificates: generated once
+    // (0600) and kept, since records made with another key are not berth's.
+    let record_key =
+        berth_release::record::RecordKey::load_or_generate(&tls_dir.join(RECORD_KEY_FILE))
+            .map_err(|e| UpError::Service {
+                service: "release",
+                message: e.to_string(),
+            })?;
     let identity = |role| berth_runtime::Tls::from_dir(&tls_dir, role);
     use berth_runtime::Role;
     let (broker_tls, lifecycle_tls, hookevent_tls, release_tls, worker_tls, gateway_tls) = (
@@ -265,6 +303,7 @@ pub async fn run(
         identity(Role::Worker)?,
         identity(Role::Gateway)?,
     );
+    let controller_tls = identity(Role::Controller)?;
     let public_tls = config.public_tls || !config.listen.ip().is_loopback();
     let public = if public_tls {
         let files = berth_runtime::tls::CertFiles::new(&tls_dir, Role::Gateway);
@@ -328,9 +367,11 @@ pub async fn run(
             .map(|l| l.local_addr().expect("bound listener")),
         tls_dir: tls_dir.clone(),
         public_tls,
+        token_file,
     };
 
-    let client = berth_release::process::kube_client(Some(&kubeconfig))
+    // Hooks reach the API server where release does (the same machine).
+    let release_cluster = berth_release::process::connect(Some(&kubeconfig), None)
         .await
         .map_err(|e| UpError::Service {
             service: "release",
@@ -412,7 +453,8 @@ pub async fn run(
         (
             "release",
             berth_release::process::run(
-                client,
+                release_cluster,
+                record_key,
                 Some(&release_lifecycle),
                 Some(release_tls),
                 release_listener,
@@ -434,6 +476,7 @@ pub async fn run(
         ready_timeout: config.ready_timeout,
         hook_tmp_dir: config.hook_tmp_dir.clone(),
         tls: Some(worker_tls),
+        hook_limit_caps: config.hook_isolation.caps(),
     };
     let worker = berth_queue::worker::WorkerConfig {
         concurrency: config.worker_concurrency,
@@ -451,10 +494,31 @@ pub async fn run(
         let worked = berth_worker::process::work(&broker, tasks, worker, &m, sd).await;
         ("queue worker", worked.map_err(|e| e.to_string()))
     });
+    // The Kubernetes front end, a client of lifecycle like the gateway (it stops with it):
+    // berth's CRDs, Application and Module resources, their admission webhook. The only one
+    // of its cluster, so it takes no Lease.
+    let sd = tiers.gateway.clone();
+    let controller = berth_controller::Config {
+        lifecycle_endpoint: lifecycle.clone(),
+        tls: Some(controller_tls),
+        kubeconfig: Some(kubeconfig.clone()),
+        webhook: config.controller_webhook.clone(),
+        lease: None,
+        install_crds: true,
+        selector: config.controller_selector.clone(),
+    };
+    let (controller_ready, controller_started) = tokio::sync::oneshot::channel();
+    services.spawn(async move {
+        let ran = berth_controller::run(controller, sd, move || {
+            let _ = controller_ready.send(());
+        })
+        .await;
+        ("controller", ran.map_err(|e| e.to_string()))
+    });
     let sd = tiers.gateway.clone();
     let gw = crate::Config {
         lifecycle_endpoint: lifecycle,
-        tokens: config.tokens.clone(),
+        tokens,
         tls: Some(gateway_tls),
         public_tls: public,
         limits: config.limits,
@@ -469,6 +533,8 @@ pub async fn run(
         )
     });
 
+    // Ready once berth's CRDs are served (or the controller failed: the loop below reports it).
+    let _ = controller_started.await;
     on_ready(&running);
 
     // The first service to stop (with or without an error), or `shutdown`, stops them all, in
@@ -571,6 +637,7 @@ impl Tiers {
         let quick = std::time::Duration::from_secs(10);
         self.gateway.cancel();
         self.wait_ended("gateway", quick).await;
+        self.wait_ended("controller", quick).await;
         self.worker.cancel();
         self.wait_ended("queue worker", worker_limit).await;
         self.hookevent.cancel();

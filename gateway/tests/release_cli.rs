@@ -80,8 +80,9 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
             (path, Some(cluster))
         }
     };
-    let client = berth_release::process::kube_client(Some(&kubeconfig)).await?;
-    let guard = berth_devcluster::test_namespace::TestNamespace::create(&client, "cli").await?;
+    let cluster = berth_release::process::connect(Some(&kubeconfig), None).await?;
+    let guard =
+        berth_devcluster::test_namespace::TestNamespace::create(&cluster.client, "cli").await?;
     let ns: &str = &guard;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = format!("http://{}", listener.local_addr()?);
@@ -89,8 +90,10 @@ async fn release_commands_show_history_status_plan_and_roll_back() -> anyhow::Re
     let certs = dir.path().join("certs");
     berth_runtime::tls::generate(&certs, &[])?;
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let key = berth_release::record::RecordKey::load_or_generate(&certs.join("record.key"))?;
     let serving = tokio::spawn(berth_release::process::run(
-        client,
+        cluster,
+        key,
         None,
         Some(berth_runtime::Tls::from_dir(&certs, Role::Release)?),
         listener,

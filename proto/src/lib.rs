@@ -71,6 +71,11 @@ impl lifecycle::HookConfigs {
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/berth_descriptor.bin"));
 
+/// The encoded descriptor set of the public API (`berth.v1`, and the well-known types it
+/// imports) alone: the gateway's reflection, which must not list the internal services.
+pub const PUBLIC_FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/berth_public_descriptor.bin"));
+
 /// Conversions between `google.protobuf.Struct`/`Value` and `serde_json::Value`: settings and
 /// values travel as Structs on the wire and as JSON everywhere else.
 pub mod json {

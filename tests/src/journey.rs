@@ -16,10 +16,43 @@ use serde_json::{Value, json};
 /// Longest a package may take to converge. Generous: hooks and the cluster are real.
 const CONVERGE_DEADLINE: Duration = Duration::from_secs(120);
 
-pub type Client = PackagesClient<tonic::transport::Channel>;
+/// A client of the public API presenting the harness's token ([`crate::api_token`]).
+pub type Client = PackagesClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;
 
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct Bearer(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl Bearer {
+    /// `token` as the header carries it.
+    pub fn new(token: &str) -> anyhow::Result<Bearer> {
+        Ok(Bearer(format!("Bearer {token}").parse()?))
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+/// A client of the gateway (or `berth up`) at `endpoint`, with the harness's token.
 pub async fn connect(endpoint: &str) -> anyhow::Result<Client> {
-    Ok(PackagesClient::connect(endpoint.to_owned()).await?)
+    connect_with(endpoint, &crate::api_token().token).await
+}
+
+/// A client of the gateway at `endpoint` presenting `token`.
+pub async fn connect_with(endpoint: &str, token: &str) -> anyhow::Result<Client> {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())?
+        .connect()
+        .await?;
+    Ok(PackagesClient::with_interceptor(
+        channel,
+        Bearer::new(token)?,
+    ))
 }
 
 pub fn hello(namespace: &str) -> PackageRef {

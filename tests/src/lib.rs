@@ -17,6 +17,46 @@ pub use cluster::TestCluster;
 pub use process::{AllInOne, Databases, Proc, SplitTopology, binary};
 pub use replicated::{Replicas, ReplicatedTopology};
 
+/// The bearer token every gateway and `berth up` the harness starts accepts (they read the
+/// file through `BERTH_TOKEN_FILE`, which [`Proc::start`] gives every process), and that
+/// [`journey::connect`] and [`cli`] present. Random per test process, in a 0600 file owned by
+/// the test (hooks running as their principals' uids cannot read it).
+pub struct ApiToken {
+    pub token: String,
+    pub file: std::path::PathBuf,
+}
+
+/// The harness's [`ApiToken`], made on first use.
+pub fn api_token() -> &'static ApiToken {
+    static TOKEN: std::sync::OnceLock<ApiToken> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        use std::io::Write as _;
+        let token = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let mut file = tempfile::Builder::new()
+            .prefix("berth-test-token-")
+            .tempfile()
+            .expect("create the harness's token file");
+        writeln!(file, "{token}").expect("write the harness's token file");
+        let file = file
+            .into_temp_path()
+            .keep()
+            .expect("keep the harness's token file");
+        ApiToken { token, file }
+    })
+}
+
+/// The `berth` CLI as tests run it against the harness's servers: it reads the harness's token
+/// from its file (`BERTH_TOKEN_FILE`), as a user's CLI reads `berth up`'s.
+pub fn cli() -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(binary("berth"));
+    command.env("BERTH_TOKEN_FILE", &api_token().file);
+    command
+}
+
 /// The example package repository shipped with berth, as an Update names it: relative to
 /// the repository root the harness configures ([`workspace_root`]).
 pub const EXAMPLES_REPO: &str = "examples/packages";
@@ -61,12 +101,28 @@ pub fn temp_repo() -> (tempfile::TempDir, String) {
 }
 
 /// A fresh directory hooks may write into (a test's side channel: pid files, gates). Hooks
-/// run as nobody when the tests run as root (berth's default), so it is writable by all.
+/// run as their package's own uid when the tests run as root (berth's default), so it is
+/// writable by all; it is under [`hook_side_root`], which every worker the harness starts
+/// lets confined hooks write (`--hook-writable`, through `BERTH_HOOK_WRITABLE`).
 pub fn hook_writable_dir() -> std::io::Result<tempfile::TempDir> {
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::Builder::new().prefix("hook-side-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("hook-side-")
+        .tempdir_in(hook_side_root())?;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))?;
     Ok(dir)
+}
+
+/// `<temp>/berth-hook-side` (sticky, writable by all): where [`hook_writable_dir`]s are, and
+/// the one directory outside their run directories that hooks of the harness's workers may
+/// write under Landlock.
+pub fn hook_side_root() -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let root = std::env::temp_dir().join("berth-hook-side");
+    if std::fs::create_dir_all(&root).is_ok() {
+        let _ = std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o1777));
+    }
+    root
 }
 
 /// `GET /metrics` from `addr` over plain HTTP/1.0 (one request needs no HTTP client crate).

@@ -65,19 +65,71 @@ impl Proc {
     /// Like [`Proc::start`], for the executable at `path` (e.g. a release build next to a
     /// benchmark binary).
     pub async fn start_path(path: &Path, args: &[&str], announce: &str) -> anyhow::Result<Proc> {
-        let name = path
+        let mut command = Command::new(path);
+        command.args(args);
+        Proc::start_command(command, announce).await
+    }
+
+    /// Like [`Proc::start`], with `cwd` as the process's working directory (relative paths in
+    /// `args` are relative to it).
+    pub async fn start_in(
+        cwd: &Path,
+        name: &str,
+        args: &[&str],
+        announce: &str,
+    ) -> anyhow::Result<Proc> {
+        let mut command = Command::new(binary(name));
+        command.args(args).current_dir(cwd);
+        Proc::start_command(command, announce).await
+    }
+
+    /// Like [`Proc::start`], for a command the caller prepared (its program, arguments,
+    /// working directory, environment): the harness adds its environment (the hook side
+    /// channel, `BERTH_TOKEN_FILE`, then [`child_env`]'s) only where the command does not set
+    /// or remove a variable itself.
+    pub async fn start_command(mut command: Command, announce: &str) -> anyhow::Result<Proc> {
+        let name = Path::new(command.as_std().get_program())
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let name = name.as_str();
-        let extra = CHILD_ENV.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut child = Command::new(path)
-            .args(args)
-            .envs(extra)
-            .env(
-                "BERTH_LOG",
-                std::env::var("BERTH_LOG").unwrap_or_else(|_| "info".into()),
-            )
+        let given: Vec<std::ffi::OsString> = command
+            .as_std()
+            .get_envs()
+            .map(|(k, _)| k.to_owned())
+            .collect();
+        let mut env: Vec<(String, std::ffi::OsString)> = vec![
+            // Workers and `berth up` let confined hooks write the tests' side channels.
+            (
+                "BERTH_HOOK_WRITABLE".into(),
+                crate::hook_side_root().into_os_string(),
+            ),
+            // Gateways and `berth up` accept the harness's token (`journey::connect` sends
+            // it).
+            (
+                "BERTH_TOKEN_FILE".into(),
+                crate::api_token().file.clone().into_os_string(),
+            ),
+        ];
+        env.extend(
+            CHILD_ENV
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(k, v)| (k.clone(), v.into())),
+        );
+        env.push((
+            "BERTH_LOG".into(),
+            std::env::var("BERTH_LOG")
+                .unwrap_or_else(|_| "info".into())
+                .into(),
+        ));
+        for (key, value) in env {
+            if !given.iter().any(|g| *g == *key) {
+                command.env(key, value);
+            }
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -195,6 +247,18 @@ pub fn tls_args(certs: &Path, role: berth_runtime::Role) -> Vec<String> {
     .into_iter()
     .flat_map(|(flag, path)| [flag.to_owned(), path.display().to_string()])
     .collect()
+}
+
+/// `--record-key-file <dir>/record.key` for `berth-release`: the key its release records are
+/// authenticated with, generated in `dir` the first time (every replica started with the same
+/// `dir` shares it, as replicas must).
+pub fn record_key_args(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let path = dir.join("record.key");
+    berth_release::record::RecordKey::load_or_generate(&path)?;
+    Ok(vec![
+        "--record-key-file".to_owned(),
+        path.display().to_string(),
+    ])
 }
 
 /// A namespace of its own for the shard Leases of the hookevent and release replicas one test
@@ -381,6 +445,8 @@ impl SplitTopology {
             "listening on ",
         )
         .await?;
+        let mut release_args = tls(Role::Release);
+        release_args.extend(record_key_args(&certs)?);
         let release = Proc::start(
             "berth-release",
             &with(
@@ -394,7 +460,7 @@ impl SplitTopology {
                     "--lease-namespace",
                     &lease_namespace,
                 ],
-                &tls(Role::Release),
+                &release_args,
             ),
             "listening on ",
         )
@@ -544,6 +610,10 @@ async fn start_worker(args: &[String], cache: &Path) -> anyhow::Result<Proc> {
 pub struct AllInOne {
     pub proc: Proc,
     pub kubeconfig: PathBuf,
+    /// The label (key, value) that makes a berth.io resource this `berth up`'s: its controller
+    /// watches only resources carrying it (`--watch-label-selector`), so the `berth up`s of
+    /// tests running at once on one real cluster leave each other's resources alone.
+    pub instance: (String, String),
 }
 
 impl AllInOne {
@@ -561,6 +631,11 @@ impl AllInOne {
         extra: &[&str],
     ) -> anyhow::Result<AllInOne> {
         let dd = data_dir.display().to_string();
+        let instance = (
+            "berth.io/test-instance".to_owned(),
+            uuid::Uuid::new_v4().simple().to_string()[..12].to_owned(),
+        );
+        let selector = format!("{}={}", instance.0, instance.1);
         let (workspace, temp) = (
             crate::workspace_root().display().to_string(),
             crate::temp_repo_root().display().to_string(),
@@ -577,17 +652,29 @@ impl AllInOne {
             &workspace,
             "--repository-root",
             &temp,
+            "--watch-label-selector",
+            &selector,
         ];
         args.extend_from_slice(extra);
         let kc;
         if let Some(k) = kubeconfig {
             kc = k.display().to_string();
-            args.extend(["--kubeconfig", &kc]);
+            // The real cluster runs on this machine: it reaches a loopback webhook.
+            args.extend([
+                "--kubeconfig",
+                &kc,
+                "--controller-webhook-listen",
+                "127.0.0.1:0",
+            ]);
         }
         let proc = Proc::start("berth", &args, "listening on ").await?;
         let kubeconfig = kubeconfig
             .map(Path::to_path_buf)
             .unwrap_or_else(|| data_dir.join("kubeconfig"));
-        Ok(AllInOne { proc, kubeconfig })
+        Ok(AllInOne {
+            proc,
+            kubeconfig,
+            instance,
+        })
     }
 }

@@ -79,6 +79,7 @@ impl ReplicatedTopology {
         let kc = kubeconfig.display().to_string();
         let leases = lease_namespace(kubeconfig).await?;
         let leases_name = leases.to_string();
+        let record_key = crate::process::record_key_args(&certs)?;
         let mut topology = ReplicatedTopology {
             certs: certs.clone(),
             lease_namespace: leases,
@@ -92,6 +93,9 @@ impl ReplicatedTopology {
             }
             if matches!(service, "release" | "hookevent") {
                 args.extend(["--lease-namespace".to_owned(), leases_name.clone()]);
+            }
+            if service == "release" {
+                args.extend(record_key.iter().cloned());
             }
             for (s, more) in extra {
                 if *s == service {

@@ -1,6 +1,7 @@
 //! Bounded evaluation, as an attacker would try it through real processes: a package's hostile
-//! jq programs (a jqFilter, a JQPatch) are stopped with an error naming the limit, nothing is
-//! changed, and `berth up` keeps serving.
+//! jq programs (a jqFilter, a JQPatch), a chart that builds gigabytes in a variable and a chart
+//! whose links form a DAG are stopped with an error naming the limit, nothing is changed, and
+//! `berth up` keeps serving.
 
 use std::time::Duration;
 
@@ -297,9 +298,7 @@ async fn paged(endpoint: &str) -> anyhow::Result<()> {
     let cli = |args: &[&str]| {
         let mut all = vec!["--server", endpoint];
         all.extend_from_slice(args);
-        tokio::process::Command::new(berth_tests::binary("berth"))
-            .args(all)
-            .output()
+        berth_tests::cli().args(all).output()
     };
     let list = cli(&["list"]).await?;
     let stdout = String::from_utf8_lossy(&list.stdout);
@@ -377,25 +376,27 @@ async fn big_values(up: &AllInOne) -> anyhow::Result<()> {
     journey::wait_gone(&mut client, &r).await
 }
 
-/// `berth up` as root runs hooks as nobody without being told: they reach their package in
-/// the cache, and cannot read the services' keys or databases, nor list the data directory.
-/// `--hook-user root` is the explicit opt-out: the same hook then reads all of them. Needs
-/// root (to switch users).
+/// `berth up` as root runs a package's hooks as its principal's uid without being told (the
+/// first package of a fresh berth: principal 1, uid 2000001): they reach their package in the
+/// cache, and cannot read the services' keys or databases, nor list the data directory.
+/// `--hook-uids off` is the explicit opt-out: the same hook then runs as root and reads all of
+/// them. Needs root (to switch users).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn berth_up_as_root_runs_hooks_as_nobody_away_from_its_secrets() -> anyhow::Result<()> {
+async fn berth_up_as_root_runs_hooks_as_their_principal_away_from_its_secrets() -> anyhow::Result<()>
+{
     if !nix::unistd::geteuid().is_root() {
         println!("skipped: running hooks as another user needs root");
         return Ok(());
     }
-    let nobody = snoop_as(&[]).await?;
+    let principal = snoop_as(&[]).await?;
     anyhow::ensure!(
-        nobody == "uid=65534 found=yes key=no db=no list=no",
-        "the default hook user's view of berth's data directory: {nobody}"
+        principal == "uid=2000001 found=yes key=no db=no list=no",
+        "the first principal's view of berth's data directory: {principal}"
     );
-    let root = snoop_as(&["--hook-user", "root"]).await?;
+    let root = snoop_as(&["--hook-uids", "off"]).await?;
     anyhow::ensure!(
         root == "uid=0 found=yes key=yes db=yes list=yes",
-        "--hook-user root: {root}"
+        "--hook-uids off: {root}"
     );
     Ok(())
 }
@@ -429,12 +430,13 @@ async fn snoop(up: &AllInOne) -> anyhow::Result<Value> {
         .unwrap_or(Value::Null))
 }
 
-/// A data directory the hook user cannot reach (its parent is 0700, like a checkout under
+/// A data directory the hooks' uids cannot reach (its parent is 0700, like a checkout under
 /// `/root`): `berth up` keeps it the owner's and puts the package cache in a fresh directory
-/// of the temp directory instead, so hooks still run, as nobody, and that directory is gone
-/// when berth stops. Needs root.
+/// of the temp directory instead, so hooks still run, as their principal, and that directory
+/// is gone when berth stops. Needs root.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn berth_up_under_a_private_directory_still_runs_hooks_as_nobody() -> anyhow::Result<()> {
+async fn berth_up_under_a_private_directory_still_runs_hooks_as_their_principal()
+-> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     if !nix::unistd::geteuid().is_root() {
         println!("skipped: running hooks as another user needs root");
@@ -452,7 +454,7 @@ async fn berth_up_under_a_private_directory_still_runs_hooks_as_nobody() -> anyh
         anyhow::ensure!(
             values["probe"]
                 .as_str()
-                .is_some_and(|p| p.starts_with("uid=65534 found=no key=no db=no ")),
+                .is_some_and(|p| p.starts_with("uid=2000001 found=no key=no db=no ")),
             "the hook's view: {}",
             values["probe"]
         );
@@ -528,12 +530,198 @@ async fn a_worker_whose_cache_hooks_cannot_reach_refuses_to_start() -> anyhow::R
     anyhow::ensure!(
         stderr.contains("--cache-dir")
             && stderr.contains(&named)
-            && stderr.contains("--hook-user root"),
+            && stderr.contains("--hook-uids off"),
         "the refusal names the flag, the directory and the ways out: {stderr}"
     );
     anyhow::ensure!(
         std::path::Path::new(&cache).read_dir()?.next().is_none(),
         "nothing was fetched"
     );
+    Ok(())
+}
+
+/// issue 30's render memory bomb: a string doubled forty times in a variable.
+const MEMORY_BOMB: &str =
+    r#"{{ $s := repeat 1048576 "x" }}{{ range until 40 }}{{ $s = printf "%s%s" $s $s }}{{ end }}"#;
+
+/// A ConfigMap template named `name`.
+fn config_map_template(name: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n")
+}
+
+/// Writes, as version 1.0.0 of app `name` in `repo`, a chart whose `templates/dag` holds 11
+/// levels of 16 links each to the next level (16^10 paths; the stager takes such links, as
+/// they stay inside the package).
+fn write_link_dag(repo: &std::path::Path, name: &str) -> anyhow::Result<()> {
+    berth_tests::write_app_version(repo, name, "1.0.0", &[])?;
+    let dag = repo.join(name).join("1.0.0/templates/dag");
+    std::fs::create_dir_all(dag.join("l10/leaf"))?;
+    for level in 0..10 {
+        let dir = dag.join(format!("l{level}"));
+        std::fs::create_dir_all(&dir)?;
+        for i in 0..16 {
+            std::os::unix::fs::symlink(format!("../l{}", level + 1), dir.join(format!("n{i}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// `VmHWM` (peak resident memory) of process `pid`, in KiB.
+fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .context("no VmHWM")?;
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .context("VmHWM value")?
+        .parse()?)
+}
+
+/// Issue 30.5 and 30.6: a chart building gigabytes in a variable got `berth up` OOM-killed,
+/// and two charts whose links form a DAG froze it, again after every restart (the retried task
+/// did it again). Now each package fails with the limit named while another package installs,
+/// neither is retried (one attempt in the broker's history, none queued) until a new Update,
+/// which recovers it, and `berth up`'s peak memory stays far below what the bomb asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_and_chart_walk_bombs_fail_for_good_while_berth_up_serves() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let data = dir.path().join("data");
+    let up = AllInOne::start(&data, real.as_deref()).await?;
+    let result = chart_bombs(&up, &data).await;
+    up.proc.stop().await;
+    result
+}
+
+async fn chart_bombs(up: &AllInOne, data: &std::path::Path) -> anyhow::Result<()> {
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let ns = TestNamespace::create(&kube, "bounds").await?;
+    let mut client = journey::connect(&up.proc.endpoint()).await?;
+    let (repo_dir, repo) = berth_tests::temp_repo();
+    let repo_path = repo_dir.path();
+    berth_tests::write_app_version(
+        repo_path,
+        "membomb",
+        "1.0.0",
+        &[("templates/bomb.yaml", MEMORY_BOMB)],
+    )?;
+    write_link_dag(repo_path, "linkdag")?;
+    for name in ["membomb", "linkdag", "calm"] {
+        berth_tests::write_app_version(
+            repo_path,
+            name,
+            "2.0.0",
+            &[("templates/cm.yaml", &config_map_template(name))],
+        )?;
+    }
+    berth_tests::write_app_version(
+        repo_path,
+        "calm",
+        "1.0.0",
+        &[("templates/cm.yaml", &config_map_template("calm"))],
+    )?;
+    let update = |name: &str, version: &str| v1::UpdateRequest {
+        r#ref: Some(app(name, &ns)),
+        repository: repo.clone(),
+        version: version.into(),
+        ..Default::default()
+    };
+    let before = peak_rss_kib(up.proc.pid().context("berth up's pid")?)?;
+    for name in ["membomb", "linkdag"] {
+        client.update(update(name, "1.0.0")).await?;
+    }
+    // Another package installs meanwhile.
+    let calm = app("calm", &ns);
+    let generation = client
+        .update(update("calm", "1.0.0"))
+        .await?
+        .into_inner()
+        .generation;
+    journey::wait_running(&mut client, &calm, generation).await?;
+
+    let failed = |name: &'static str, needle: &'static str| {
+        let r = app(name, &ns);
+        let mut client = client.clone();
+        async move {
+            journey::follow(&mut client, &r, DEADLINE, "failed for good", |p| {
+                Ok(p.phase == "Failed" && p.last_error.contains(needle))
+            })
+            .await
+        }
+    };
+    let bomb = failed(
+        "membomb",
+        "render: memory budget of 256 MiB exceeded building a string in template membomb/templates/bomb.yaml",
+    )
+    .await?;
+    let dag = failed("linkdag", "20000 directory entries visited").await?;
+
+    // Still serving: another Update of the calm package goes through.
+    let generation = client
+        .update(update("calm", "2.0.0"))
+        .await?
+        .into_inner()
+        .generation;
+    journey::wait_running(&mut client, &calm, generation).await?;
+    let after = peak_rss_kib(up.proc.pid().context("berth up's pid")?)?;
+    println!("berth up peak RSS: {before} KiB before the bombs, {after} KiB after");
+    anyhow::ensure!(
+        after < before + (1 << 20),
+        "berth up's peak memory grew by {} KiB (the budget is 256 MiB per render)",
+        after - before
+    );
+
+    // Not retried: each bomb's failing task ran once and the broker dropped it to its history
+    // (a task to be retried stays queued, waiting out its backoff); nothing of it is queued.
+    let url = berth_tests::Databases::sqlite(data).queue;
+    let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url).await?;
+    for (name, p) in [("membomb", &bomb), ("linkdag", &dag)] {
+        let key = format!("{ns}.{name}");
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT kind, outcome, attempts FROM task_history WHERE package = $1 AND outcome <> 'done'",
+        )
+        .bind(&key)
+        .fetch_all(&mut conn)
+        .await?;
+        anyhow::ensure!(
+            rows.len() == 1 && rows[0].1 == "dropped" && rows[0].2 == 1,
+            "{name}: one attempt, failed and dropped, expected; the history has {rows:?} ({})",
+            p.last_error
+        );
+        let queued: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM tasks WHERE package = $1 AND cancelled = 0")
+                .bind(&key)
+                .fetch_one(&mut conn)
+                .await?;
+        anyhow::ensure!(queued == 0, "{name}: {queued} task(s) still queued");
+    }
+    let _ = sqlx::Connection::close(conn).await;
+
+    // A new Update starts over: the fixed versions install.
+    for name in ["membomb", "linkdag"] {
+        let generation = client
+            .update(update(name, "2.0.0"))
+            .await?
+            .into_inner()
+            .generation;
+        journey::wait_running(&mut client, &app(name, &ns), generation).await?;
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    for name in ["membomb", "linkdag", "calm"] {
+        anyhow::ensure!(cms.get_opt(name).await?.is_some(), "ConfigMap {name}");
+    }
+    for name in ["membomb", "linkdag", "calm"] {
+        let r = app(name, &ns);
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+                ..Default::default()
+            })
+            .await?;
+        journey::wait_gone(&mut client, &r).await?;
+    }
     Ok(())
 }

@@ -80,6 +80,81 @@ async fn prerequisites(kube: &kube::Client, ns: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `manifest` with the generated release record key's value replaced by a placeholder.
+fn without_record_key(manifest: &str) -> String {
+    manifest
+        .split("\n---")
+        .map(|doc| {
+            if !doc.contains("# Source: berth/templates/record-key.yaml") {
+                return doc.to_owned();
+            }
+            doc.lines()
+                .map(|l| match l.strip_prefix("  key: ") {
+                    Some(_) => "  key: (generated)",
+                    None => l,
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect::<Vec<_>>()
+        .join("\n---")
+}
+
+/// The release record key the chart generated is a real key (at least 32 bytes), mounted
+/// into the release pods, and survives `helm upgrade`: records made with another key would
+/// not be berth's.
+async fn record_key_is_kept(
+    kube: &kube::Client,
+    helm: &Path,
+    kc: &str,
+    ns: &str,
+    chart: &str,
+    release: &str,
+) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(kube.clone(), ns);
+    let name = format!("{release}-record-key");
+    let key = |s: Secret| {
+        s.data
+            .and_then(|d| d.get("key").map(|k| k.0.clone()))
+            .unwrap_or_default()
+    };
+    let before = key(secrets.get(&name).await?);
+    ensure!(before.len() >= 32, "a {}-byte record key", before.len());
+    run(
+        helm,
+        &[
+            "upgrade",
+            release,
+            chart,
+            "--namespace",
+            ns,
+            "--kubeconfig",
+            kc,
+        ],
+    )
+    .await?;
+    let after = key(secrets.get(&name).await?);
+    ensure!(
+        before == after,
+        "helm upgrade replaced the release record key"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(kube.clone(), ns);
+    let pod = deployments
+        .get(&format!("{release}-release"))
+        .await?
+        .spec
+        .template
+        .spec
+        .context("the release pods' spec")?;
+    let mounted = pod.volumes.unwrap_or_default().iter().any(|v| {
+        v.secret
+            .as_ref()
+            .is_some_and(|s| s.secret_name.as_deref() == Some(name.as_str()))
+    });
+    ensure!(mounted, "the release pods do not mount {name}");
+    Ok(())
+}
+
 #[derive(Deserialize)]
 struct Meta {
     name: String,
@@ -196,10 +271,14 @@ async fn check(
     )
     .await?;
     let rendered = String::from_utf8(rendered.stdout)?;
+    // The release record key is random (generated at install; `berth render` has no cluster
+    // for `lookup` to find it in): everything else is compared as it is.
+    let (manifest, rendered) = (without_record_key(&manifest), without_record_key(&rendered));
     ensure!(
         rendered.trim() == manifest.trim(),
         "berth render differs from what helm installed:\n--- helm\n{manifest}\n--- berth\n{rendered}"
     );
+    record_key_is_kept(kube, helm, kc, ns, chart, release).await?;
 
     // Every object is on the cluster, as the API server accepted it.
     let discovery = Discovery::new(kube.clone()).run().await?;
@@ -253,6 +332,7 @@ async fn check(
         ("release", 2),
         ("worker", 2),
         ("gateway", 2),
+        ("controller", 2),
     ] {
         let d = deployments.get(&format!("{release}-{component}")).await?;
         let status = d.status.unwrap_or_default();
@@ -261,12 +341,130 @@ async fn check(
             "{component}: {replicas} available replicas expected, status {status:?}"
         );
         let pod = d.spec.template.spec.context("a pod spec")?;
-        // Only release and hookevent hold a token for the cluster.
+        // Only release, hookevent and the controller hold a token for the cluster.
         let token = pod.automount_service_account_token != Some(false);
         ensure!(
-            token == matches!(component, "release" | "hookevent"),
+            token == matches!(component, "release" | "hookevent" | "controller"),
             "{component}: automountServiceAccountToken {:?}",
             pod.automount_service_account_token
+        );
+    }
+    rights(kube, ns, release).await
+}
+
+/// What the API server lets release's and hookevent's own identities do
+/// (docs/decisions/package-identity.md): everything they write for a package goes through
+/// the package's principal (impersonation), so they may read every kind but write only their
+/// own objects; release makes the principals and mints their tokens. Workers hold nothing.
+async fn rights(kube: &kube::Client, ns: &str, release: &str) -> anyhow::Result<()> {
+    let sa = |component: &str| format!("system:serviceaccount:{ns}:{release}-{component}");
+    let (release_sa, hookevent_sa) = (sa("release"), sa("hookevent"));
+    let worker = format!("system:serviceaccount:{ns}:default");
+    let cases: &[(&str, &str, &str, &str, &str, bool)] = &[
+        // (user, verb, group, resource, namespace, allowed)
+        (
+            &release_sa,
+            "impersonate",
+            "",
+            "serviceaccounts",
+            "team",
+            true,
+        ),
+        (
+            &release_sa,
+            "create",
+            "",
+            "serviceaccounts/token",
+            "team",
+            true,
+        ),
+        (&release_sa, "create", "", "serviceaccounts", "team", true),
+        (
+            &release_sa,
+            "bind",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "",
+            true,
+        ),
+        (
+            &release_sa,
+            "escalate",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "",
+            true,
+        ),
+        (&release_sa, "create", "", "secrets", "team", true),
+        (&release_sa, "watch", "apps", "deployments", "", true),
+        (
+            &release_sa,
+            "create",
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "",
+            true,
+        ),
+        // A package's objects are its principal's to write.
+        (&release_sa, "create", "apps", "deployments", "team", false),
+        (&release_sa, "delete", "", "configmaps", "team", false),
+        (
+            &hookevent_sa,
+            "impersonate",
+            "",
+            "serviceaccounts",
+            "team",
+            true,
+        ),
+        (&hookevent_sa, "watch", "", "secrets", "", true),
+        (&hookevent_sa, "create", "", "configmaps", "team", false),
+        (
+            &hookevent_sa,
+            "create",
+            "",
+            "serviceaccounts/token",
+            "team",
+            false,
+        ),
+        (
+            &worker,
+            "create",
+            "",
+            "serviceaccounts/token",
+            "team",
+            false,
+        ),
+        (&worker, "get", "", "secrets", ns, false),
+    ];
+    let reviews: Api<DynamicObject> = Api::all_with(
+        kube.clone(),
+        &kube::discovery::ApiResource {
+            group: "authorization.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "authorization.k8s.io/v1".into(),
+            kind: "SubjectAccessReview".into(),
+            plural: "subjectaccessreviews".into(),
+        },
+    );
+    for (user, verb, group, resource, namespace, allowed) in cases {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let review: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"],
+                "resourceAttributes": {
+                    "verb": verb, "group": group, "resource": resource,
+                    "subresource": subresource, "namespace": namespace,
+                },
+            },
+        }))?;
+        let answer = reviews.create(&PostParams::default(), &review).await?;
+        let got = answer.data.pointer("/status/allowed") == Some(&serde_json::Value::Bool(true));
+        ensure!(
+            got == *allowed,
+            "{user} {verb} {group}/{resource}/{subresource} in {namespace:?}: allowed {got}, expected {allowed}"
         );
     }
     Ok(())

@@ -61,6 +61,9 @@ async fn killing_one_of_every_service_mid_install_loses_nothing() -> anyhow::Res
     let dir = tempfile::tempdir()?;
     let side = berth_tests::hook_writable_dir()?;
     let runs = side.path().join("runs");
+    // Every package's hook appends to it, each as its own principal's uid.
+    std::fs::write(&runs, "")?;
+    std::fs::set_permissions(&runs, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
     let (repo, repository) = berth_tests::temp_repo();
     write_repository(repo.path(), &runs)?;
     let lease = |more: &[&str]| -> Vec<String> {

@@ -42,12 +42,17 @@ async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() ->
     );
 
     let mut reflection = ServerReflectionClient::new(channel);
-    let request = ServerReflectionRequest {
+    let ask = |message: MessageRequest| ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
+        message_request: Some(message),
     };
     let mut answers = reflection
-        .server_reflection_info(futures::stream::iter([request]))
+        .server_reflection_info(futures::stream::iter([
+            ask(MessageRequest::ListServices(String::new())),
+            ask(MessageRequest::FileContainingSymbol(
+                "berth.v1.Packages".into(),
+            )),
+        ]))
         .await?
         .into_inner();
     let Some(MessageResponse::ListServicesResponse(list)) = answers
@@ -60,8 +65,45 @@ async fn gateway_serves_health_and_reflection_and_names_a_missing_lifecycle() ->
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
     assert!(names.contains(&"berth.v1.Packages".to_owned()), "{names:?}");
+    // Issue 31.10: the public port lists and describes the public API only; the internal
+    // services (which answer Unimplemented here) are not offered.
+    let internal: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("berth.") && !n.starts_with("berth.v1."))
+        .collect();
+    assert!(internal.is_empty(), "internal services listed: {names:?}");
+    assert!(
+        matches!(
+            answers
+                .next()
+                .await
+                .transpose()?
+                .and_then(|r| r.message_response),
+            Some(MessageResponse::FileDescriptorResponse(_))
+        ),
+        "the public API is described"
+    );
+    let described = reflection
+        .server_reflection_info(futures::stream::iter([ask(
+            MessageRequest::FileContainingSymbol("berth.lifecycle.v1.Lifecycle".into()),
+        )]))
+        .await?
+        .into_inner()
+        .next()
+        .await;
+    match described {
+        Some(Err(status)) => assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}"),
+        Some(Ok(answer)) => assert!(
+            matches!(
+                answer.message_response,
+                Some(MessageResponse::ErrorResponse(ref e)) if e.error_code == tonic::Code::NotFound as i32
+            ),
+            "an internal service is described on the public port: {answer:?}"
+        ),
+        None => panic!("reflection gave no answer"),
+    }
 
-    let mut packages = v1::packages_client::PackagesClient::connect(endpoint).await?;
+    let mut packages = berth_tests::journey::connect(&endpoint).await?;
     let err = packages
         .list(v1::ListRequest::default())
         .await
@@ -109,7 +151,7 @@ async fn queues_with_the_broker_down_is_an_error_not_an_empty_list() -> anyhow::
         "listening on ",
     )
     .await?;
-    let output = tokio::process::Command::new(berth_tests::binary("berth"))
+    let output = berth_tests::cli()
         .args(["--server", &gateway.endpoint(), "queues"])
         .output()
         .await?;

@@ -1,5 +1,7 @@
-//! The gateway's public listener (issue 16.2): bearer tokens from a file, TLS, and request
-//! limits, each refusal shown through the real processes.
+//! The gateway's public listener (issue 16.2, issue 30 attacks 9 and 11): bearer tokens from a
+//! file or the environment only (never a command line; none: the gateway does not start), TLS,
+//! and request limits keyed by the verified caller, each refusal shown through the real
+//! processes.
 
 use berth_proto::v1;
 use berth_proto::v1::packages_client::PackagesClient;
@@ -115,7 +117,7 @@ async fn watch_streams_over_the_limit_are_refused() -> anyhow::Result<()> {
     let certs = dir.path().join("certs");
     berth_runtime::tls::generate(&certs, &[])?;
     let (lifecycle, gateway) = start(dir.path(), &certs, &["--max-watches", "1"]).await?;
-    let mut client = PackagesClient::connect(gateway.endpoint()).await?;
+    let mut client = berth_tests::journey::connect(&gateway.endpoint()).await?;
     let open = client
         .watch(v1::WatchRequest { r#ref: None })
         .await?
@@ -159,6 +161,9 @@ async fn the_public_api_over_tls() -> anyhow::Result<()> {
     );
     let cert = certs.join("gateway.pem").display().to_string();
     let key = certs.join("gateway-key.pem").display().to_string();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alpha\n")?;
+    let tokens = tokens.display().to_string();
     let (lifecycle, gateway) = start(
         dir.path(),
         &certs,
@@ -167,8 +172,8 @@ async fn the_public_api_over_tls() -> anyhow::Result<()> {
             &cert,
             "--listen-tls-key",
             &key,
-            "--token",
-            "alpha",
+            "--token-file",
+            &tokens,
         ],
     )
     .await?;
@@ -180,7 +185,7 @@ async fn the_public_api_over_tls() -> anyhow::Result<()> {
         .to_owned();
     let list = |server: String, ca: bool| {
         let mut command = tokio::process::Command::new(&berth);
-        command.args(["--server", &server, "--token", "alpha"]);
+        command.args(["--server", &server, "--token-file", &tokens]);
         if ca {
             command.arg("--ca-file").arg(certs.join("ca.pem"));
         }
@@ -212,16 +217,7 @@ async fn berth_up_serves_tls_with_its_own_ca() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
     let dd = data.display().to_string();
-    let mut args = vec![
-        "up",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        &dd,
-        "--tls",
-        "--token",
-        "alpha",
-    ];
+    let mut args = vec!["up", "--listen", "127.0.0.1:0", "--data-dir", &dd, "--tls"];
     let kc;
     if let Some(real) = berth_devcluster::test_namespace::real_cluster() {
         kc = real.display().to_string();
@@ -235,15 +231,12 @@ async fn berth_up_serves_tls_with_its_own_ca() -> anyhow::Result<()> {
         .expect("an address")
         .to_owned();
     let ca = data.join("tls/ca.pem");
-    let berth = berth_tests::binary("berth");
+    // berth up's own token, from its data directory.
+    let token = data.join("token");
     let list = |ca: Option<&std::path::Path>| {
-        let mut command = tokio::process::Command::new(&berth);
-        command.args([
-            "--server",
-            &format!("https://localhost:{port}"),
-            "--token",
-            "alpha",
-        ]);
+        let mut command = berth_tests::cli();
+        command.args(["--server", &format!("https://localhost:{port}")]);
+        command.arg("--token-file").arg(&token);
         if let Some(ca) = ca {
             command.arg("--ca-file").arg(ca);
         }
@@ -271,7 +264,8 @@ async fn one_message_bound_on_the_public_api() -> anyhow::Result<()> {
     let (lifecycle, gateway) = start(dir.path(), &certs, &[]).await?;
     let channel = tonic::transport::Endpoint::from_shared(gateway.endpoint())?.connect_lazy();
     // A client of its own that sends anything (berth's clients stop at the bound themselves).
-    let mut client = PackagesClient::new(channel).max_encoding_message_size(usize::MAX);
+    let mut client =
+        with_token(channel, &berth_tests::api_token().token).max_encoding_message_size(usize::MAX);
     let update = |bytes: usize| v1::UpdateRequest {
         r#ref: Some(v1::PackageRef {
             kind: v1::PackageKind::App as i32,
@@ -304,5 +298,114 @@ async fn one_message_bound_on_the_public_api() -> anyhow::Result<()> {
     );
     gateway.stop().await;
     lifecycle.stop().await;
+    Ok(())
+}
+
+/// Attack 11: a caller making up a fresh token for every call is one caller (its address),
+/// not a new one per token: its burst spent, every further call is refused with
+/// `ResourceExhausted` whatever token it invents (or none), while a caller with a real token
+/// keeps its own calls.
+#[tokio::test]
+async fn made_up_tokens_are_throttled_as_one_caller() -> anyhow::Result<()> {
+    const BURST: usize = 5;
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    berth_runtime::tls::generate(&certs, &[])?;
+    // No refill: each caller has exactly its burst of calls.
+    let burst = BURST.to_string();
+    let (lifecycle, gateway) = start(
+        dir.path(),
+        &certs,
+        &["--rate-per-caller", "0", "--rate-burst", &burst],
+    )
+    .await?;
+    let channel = tonic::transport::Endpoint::from_shared(gateway.endpoint())?.connect_lazy();
+    let mut answers = Vec::new();
+    for _ in 0..BURST + 3 {
+        let guess = uuid::Uuid::new_v4().simple().to_string();
+        let err = with_token(channel.clone(), &guess)
+            .list(v1::ListRequest::default())
+            .await
+            .expect_err("a made-up token");
+        answers.push(err.code());
+    }
+    assert_eq!(
+        answers[..BURST],
+        [tonic::Code::Unauthenticated; BURST],
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers[BURST..],
+        [tonic::Code::ResourceExhausted; 3],
+        "a new token per call gets no new burst: {answers:?}"
+    );
+    let err = PackagesClient::new(channel.clone())
+        .list(v1::ListRequest::default())
+        .await
+        .expect_err("no token, same address");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("rate limit"), "{}", err.message());
+    // The real token's calls are its own.
+    with_token(channel, &berth_tests::api_token().token)
+        .list(v1::ListRequest::default())
+        .await?;
+    gateway.stop().await;
+    lifecycle.stop().await;
+    Ok(())
+}
+
+/// Attack 9, the command-line half: a token given as `--token VALUE` (readable by every
+/// process in `/proc/<pid>/cmdline`) is refused by `berth-gateway`, `berth up` and the CLI,
+/// each naming where a token goes instead; `berth-gateway` without any token does not start.
+#[tokio::test]
+async fn a_token_on_a_command_line_or_none_at_all_is_refused() -> anyhow::Result<()> {
+    let run = |program: &str, args: &[&str], keep_env: bool| {
+        let mut command = tokio::process::Command::new(berth_tests::binary(program));
+        command.args(args).stdin(std::process::Stdio::null());
+        if !keep_env {
+            command
+                .env_remove("BERTH_TOKEN")
+                .env_remove("BERTH_TOKEN_FILE");
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(60), command.output())
+    };
+    let gateway = [
+        "--listen",
+        "127.0.0.1:0",
+        "--lifecycle",
+        "http://127.0.0.1:9",
+        "--insecure-plaintext",
+    ];
+    for (program, args) in [
+        (
+            "berth-gateway",
+            [&gateway[..], &["--token", "s3cret"][..]].concat(),
+        ),
+        ("berth", vec!["--token", "s3cret", "list"]),
+        ("berth", vec!["list", "--token=s3cret"]),
+        (
+            "berth",
+            vec!["up", "--listen", "127.0.0.1:0", "--token", "s3cret"],
+        ),
+    ] {
+        let out = run(program, &args, true).await??;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{program} {args:?} must fail");
+        assert!(
+            stderr.contains("--token-file") && stderr.contains("BERTH_TOKEN"),
+            "{program} {args:?}: {stderr}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("listening on"),
+            "{program} {args:?} served"
+        );
+    }
+    let out = run("berth-gateway", &gateway, false).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a gateway without a token must not start"
+    );
+    assert!(stderr.contains("no bearer token configured"), "{stderr}");
     Ok(())
 }

@@ -5,8 +5,9 @@
 //! metadata` resolves (a type alias or a re-export cannot get past it):
 //!
 //! - the domain crates (`berth-names`, `berth-package`, `berth-hooks`, `berth-jq`,
-//!   `berth-helm`) depend, directly or not, on none of tonic, kube, k8s-openapi, sqlx or
-//!   berth's contracts (`berth-proto`);
+//!   `berth-helm`, and lifecycle's engine `berth-lifecycle-core`) depend, directly or not, on
+//!   none of tonic, prost, kube, k8s-openapi, sqlx, berth's contracts (`berth-proto`) or the shared
+//!   crates that bring them (`berth-runtime`, `berth-sql`, `berth-clients`);
 //! - `berth-runtime` (process plumbing) depends on neither `berth-proto` nor sqlx, and
 //!   `berth-sql` on neither tonic nor `berth-proto`; of the shared crates under `crates/`,
 //!   only `berth-clients` knows the contracts.
@@ -45,7 +46,8 @@ const TRANSPORT_CRATES: &[&str] = &[
     "berth-tests",
 ];
 
-/// The crates of the domain: what berth knows about packages, hooks, jq and charts, with no
+/// The crates of the domain: what berth knows about packages, hooks, jq and charts, and
+/// lifecycle's engine (package state and what each change writes and enqueues), with no
 /// transport, cluster or storage under them.
 const DOMAIN_CRATES: &[&str] = &[
     "berth-names",
@@ -53,6 +55,7 @@ const DOMAIN_CRATES: &[&str] = &[
     "berth-hooks",
     "berth-jq",
     "berth-helm",
+    "berth-lifecycle-core",
 ];
 
 /// What the domain must not depend on, directly or not.
@@ -62,7 +65,11 @@ const NOT_IN_THE_DOMAIN: &[&str] = &[
     "kube-client",
     "k8s-openapi",
     "sqlx",
+    "prost",
     "berth-proto",
+    "berth-runtime",
+    "berth-sql",
+    "berth-clients",
 ];
 
 /// The whole resolved graph, from `cargo metadata`.
@@ -142,7 +149,7 @@ fn the_domain_crates_depend_on_no_transport_cluster_or_storage() {
         offenders.extend(forbidden_in(&deps, name, NOT_IN_THE_DOMAIN));
         all.extend(deps);
     }
-    for expected in ["serde", "tokio", "gotmpl", "jaq-core"] {
+    for expected in ["serde", "tokio", "gotmpl", "jaq-core", "petgraph"] {
         assert!(
             all.contains(expected),
             "the walk found the domain's dependencies (no {expected}): {all:?}"

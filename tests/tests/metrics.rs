@@ -230,9 +230,15 @@ async fn install_metered(endpoint: &str, namespace: &str) -> anyhow::Result<()> 
         .await?;
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
+    // With the harness's token: unauthenticated, it would be refused before routing.
+    let mut request = tonic::Request::new(());
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", berth_tests::api_token().token).parse()?,
+    );
     let made_up = grpc
         .unary::<(), (), _>(
-            tonic::Request::new(()),
+            request,
             tonic::codegen::http::uri::PathAndQuery::from_static(
                 "/berth.v1.Packages/ConfidentialPackageName",
             ),

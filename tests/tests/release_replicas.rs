@@ -193,6 +193,7 @@ async fn replicas_journey(cluster: &TestCluster, topology: &SplitTopology) -> an
         &topology.certs,
         Role::Release,
     ));
+    args.extend(berth_tests::process::record_key_args(&topology.certs)?);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let b = Proc::start("berth-release", &args, "listening on ").await?;
 

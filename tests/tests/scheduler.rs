@@ -167,7 +167,7 @@ async fn an_unmet_kubernetes_version_holds_the_package() -> anyhow::Result<()> {
             "{sched}"
         );
 
-        let get = tokio::process::Command::new(berth_tests::binary("berth"))
+        let get = berth_tests::cli()
             .args(["--server", &endpoint, "get", "future", "--namespace", &ns])
             .output()
             .await?;
@@ -260,9 +260,7 @@ async fn a_late_dependency_enables_its_dependent_and_guards_removal() -> anyhow:
         let cli = |args: &[&str]| {
             let mut all = vec!["--server", endpoint.as_str()];
             all.extend_from_slice(args);
-            tokio::process::Command::new(berth_tests::binary("berth"))
-                .args(all)
-                .output()
+            berth_tests::cli().args(all).output()
         };
         let out = cli(&["remove", "dep-base", "--namespace", &ns]).await?;
         ensure!(!out.status.success(), "berth remove must fail");

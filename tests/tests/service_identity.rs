@@ -86,6 +86,9 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Proc::start(name, &args, "listening on ").await
     };
+    let record_key = certs.join("record.key");
+    berth_release::record::RecordKey::load_or_generate(&record_key)?;
+    let record_key = record_key.display().to_string();
     let base = |args: &[&str], role| {
         let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         all.extend(tls_args(&certs, role));
@@ -151,6 +154,8 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
                 &kc,
                 "--lease-namespace",
                 &leases,
+                "--record-key-file",
+                &record_key,
             ],
             Role::Release,
         ),

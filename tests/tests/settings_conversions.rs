@@ -48,7 +48,7 @@ async fn configmap(kube: &kube::Client, ns: &str) -> anyhow::Result<Value> {
 async fn berth(endpoint: &str, args: &[&str]) -> anyhow::Result<String> {
     let out = tokio::time::timeout(
         Duration::from_secs(30),
-        tokio::process::Command::new(berth_tests::binary("berth"))
+        berth_tests::cli()
             .args(["--server", endpoint])
             .args(args)
             .output(),

@@ -174,7 +174,7 @@ fn check(spans: &[Span]) -> anyhow::Result<()> {
     );
     // No background loop traced itself: every trace starts at a request to the public API or
     // at work the cluster or the clock started (a watch event, a resync, a schedule firing, a
-    // drift repair), and every span's parent was exported too.
+    // drift repair, a reconcile of a berth.io resource), and every span's parent was exported too.
     let all: HashSet<&[u8]> = spans.iter().map(|s| s.id.as_slice()).collect();
     let stray: Vec<(&String, &String, Option<&String>)> = spans
         .iter()
@@ -182,7 +182,8 @@ fn check(spans: &[Span]) -> anyhow::Result<()> {
             if s.parent.is_empty() {
                 !(s.service == "berth-gateway" && s.name == "grpc.request"
                     || s.service == "berth-hookevent" && WORK_ROOTS.contains(&s.name.as_str())
-                    || s.service == "berth-release" && s.name == "release.drift.repair")
+                    || s.service == "berth-release" && s.name == "release.drift.repair"
+                    || s.service == "berth-controller" && s.name == "controller.reconcile")
             } else {
                 !all.contains(s.parent.as_slice())
             }

@@ -187,7 +187,7 @@ async fn journey_of_checked(topology: &SplitTopology, kube: &kube::Client) -> an
 
     // `berth validate` prints the verdict, the warning and the plan.
     let settings = dir_with_settings("replicas: 4\n")?;
-    let out = tokio::process::Command::new(berth_tests::binary("berth"))
+    let out = berth_tests::cli()
         .args([
             "--server",
             &endpoint,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use berth_proto::lifecycle::GetSpecRequest;
+use berth_proto::lifecycle::{GetSpecRequest, Rbac};
 use berth_proto::v1::{PackageKind, PackageRef};
 use berth_runtime::Tls;
 
@@ -25,7 +25,78 @@ pub enum PackageScope {
     App { name: String, namespace: String },
 }
 
+/// The namespace of Modules' releases and ServiceAccounts (lifecycle gives every Module it);
+/// Apps may not live there (docs/decisions/principals.md).
+pub const SYSTEM_NAMESPACE: &str = "berth-system";
+
+/// A package instance's ServiceAccount: its Kubernetes identity
+/// (docs/decisions/package-identity.md).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ServiceAccountRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ServiceAccountRef {
+    /// The user name the API server gives the ServiceAccount's requests (and impersonation).
+    pub fn username(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, self.name)
+    }
+}
+
+impl std::fmt::Display for ServiceAccountRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 impl PackageScope {
+    /// The principal of a release berth made, by where it lives: Modules' releases are in
+    /// [`SYSTEM_NAMESPACE`] (where Apps may not be), an App's release is named after the app in
+    /// its namespace. The drift repairer and the operator's rollback, which start from a
+    /// release, act as the package through this.
+    pub fn of_release(name: &str, namespace: &str) -> PackageScope {
+        if namespace == SYSTEM_NAMESPACE {
+            PackageScope::Module {
+                name: name.to_owned(),
+            }
+        } else {
+            PackageScope::App {
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+            }
+        }
+    }
+
+    /// The scope a package key names: `<namespace>.<name>` for an app, `<name>` for a module
+    /// (names and namespaces are DNS labels, so only an app's key holds a dot).
+    pub fn of_key(key: &str) -> PackageScope {
+        match key.split_once('.') {
+            Some((namespace, name)) => PackageScope::App {
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+            },
+            None => PackageScope::Module {
+                name: key.to_owned(),
+            },
+        }
+    }
+
+    /// The package's ServiceAccount: `berth-app-<name>` in an app's namespace,
+    /// `berth-module-<name>` in [`SYSTEM_NAMESPACE`] for a module.
+    pub fn service_account(&self) -> ServiceAccountRef {
+        match self {
+            PackageScope::Module { name } => ServiceAccountRef {
+                namespace: SYSTEM_NAMESPACE.to_owned(),
+                name: format!("berth-module-{name}"),
+            },
+            PackageScope::App { name, namespace } => ServiceAccountRef {
+                namespace: namespace.clone(),
+                name: format!("berth-app-{name}"),
+            },
+        }
+    }
+
     /// The namespace an app is confined to; `None` for a module.
     pub fn app_namespace(&self) -> Option<&str> {
         match self {
@@ -67,6 +138,17 @@ impl PackageScope {
             _ => Err(inconsistent(format!("unknown package kind {}", r.kind))),
         }
     }
+}
+
+/// What lifecycle says about a package now (not cached): its scope, whether it is still
+/// present (not being removed), and its loaded `rbac:` (`None`: not loaded).
+#[derive(Clone, Debug)]
+pub struct PackageFacts {
+    pub scope: PackageScope,
+    pub present: bool,
+    pub rbac: Option<Rbac>,
+    /// Suspended: release leaves its drift alone.
+    pub suspended: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +201,12 @@ impl PackageScopes {
         if let Some(hit) = self.cache.lock().ok().and_then(|c| c.get(key).cloned()) {
             return Ok(hit);
         }
+        Ok(self.facts(key).await?.scope)
+    }
+
+    /// What lifecycle says about the package `key` now: asked every time (its rights change
+    /// with the loaded version, its presence with a Remove); the scope is remembered.
+    pub async fn facts(&self, key: &str) -> Result<PackageFacts, ScopeError> {
         let spec = self
             .client
             .clone()
@@ -147,7 +235,12 @@ impl PackageScopes {
             }
             cache.insert(key.to_owned(), scope.clone());
         }
-        Ok(scope)
+        Ok(PackageFacts {
+            scope,
+            present: spec.present,
+            rbac: spec.rbac,
+            suspended: spec.suspended,
+        })
     }
 }
 
@@ -161,6 +254,28 @@ mod tests {
             name: name.into(),
             namespace: namespace.into(),
         }
+    }
+
+    #[test]
+    fn principals_are_named_after_the_package() {
+        let app = PackageScope::of_key("team.web");
+        assert_eq!(
+            app,
+            PackageScope::App {
+                name: "web".into(),
+                namespace: "team".into()
+            }
+        );
+        assert_eq!(PackageScope::of_release("web", "team"), app);
+        let sa = app.service_account();
+        assert_eq!(sa.to_string(), "team/berth-app-web");
+        assert_eq!(sa.username(), "system:serviceaccount:team:berth-app-web");
+        let module = PackageScope::of_key("dns");
+        assert_eq!(PackageScope::of_release("dns", SYSTEM_NAMESPACE), module);
+        assert_eq!(
+            module.service_account().username(),
+            "system:serviceaccount:berth-system:berth-module-dns"
+        );
     }
 
     #[test]

@@ -20,8 +20,10 @@ pub struct DevClusterConfig {
     /// enough that clients observe a not-ready phase (as against a real cluster), short
     /// enough not to slow `berth up` noticeably.
     pub workload_delay: Duration,
-    /// Bearer token every request must carry, when set.
-    pub token: Option<String>,
+    /// The admin token (user `admin` in `system:masters`, written into the kubeconfig). `None`:
+    /// the one kept in the data directory's `auth.json`, generated at the first start (a fresh
+    /// one per start without a data directory).
+    pub admin_token: Option<String>,
 }
 
 /// The default workload delay; see [`DevClusterConfig::workload_delay`].
@@ -34,7 +36,7 @@ impl Default for DevClusterConfig {
             data_dir: None,
             simulate_workloads: false,
             workload_delay: DEFAULT_WORKLOAD_DELAY,
-            token: None,
+            admin_token: None,
         }
     }
 }

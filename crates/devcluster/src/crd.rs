@@ -65,6 +65,12 @@ pub fn resource_types(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
                 has_status: v.pointer("/subresources/status").is_some(),
                 tracks_generation: true,
                 custom: true,
+                create_only: false,
+                printer_columns: v
+                    .get("additionalPrinterColumns")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
             })
         })
         .collect();

@@ -14,6 +14,13 @@ pub enum Error {
     Persistence(#[from] crate::persistence::PersistError),
     #[error("loading stored objects: {0}")]
     Load(#[from] crate::status::ApiError),
+    #[error("dev cluster TLS: {0}")]
+    Tls(String),
+    #[error("dev cluster credentials {path}: {source}")]
+    Credentials {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("writing kubeconfig {path}: {source}")]
     Kubeconfig {
         path: PathBuf,

@@ -159,7 +159,8 @@ fn collect(
     set: &mut BTreeSet<FieldPath>,
 ) {
     match value {
-        Value::Object(map) if !map.is_empty() => {
+        // A binding's roleRef is an atomic struct: owned as a whole.
+        Value::Object(map) if !map.is_empty() && !atomic_struct(names, builtin) => {
             for (k, v) in map {
                 path.push(PathElem::Field(k.clone()));
                 names.push(k.clone());
@@ -185,6 +186,11 @@ fn collect(
             set.insert(path.clone());
         }
     }
+}
+
+/// Whether the map at `names` is a struct kube-apiserver owns as a whole.
+fn atomic_struct(names: &[String], builtin: bool) -> bool {
+    builtin && names == ["roleRef"]
 }
 
 pub fn list_key(names: &[String], builtin: bool) -> Option<&'static str> {

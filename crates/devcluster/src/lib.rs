@@ -1,7 +1,7 @@
 //! berth-devcluster: an embedded Kubernetes API server for development and tests.
 //!
 //! **This is a development and test cluster, not a production control plane.** It
-//! speaks the Kubernetes REST API over HTTP on loopback well enough that kube-rs,
+//! speaks the Kubernetes REST API over HTTPS on loopback well enough that kube-rs,
 //! kubectl and helm cannot tell it from kube-apiserver for the things berth does, and
 //! keeps everything in one process with no etcd, no scheduler and no kubelet.
 //!
@@ -20,13 +20,24 @@
 //!   server-side apply with managedFields, conflicts and force;
 //! - `/status` subresources, generation, finalizers and deletionTimestamp, namespace
 //!   termination, owner-reference garbage collection (background, foreground, orphan);
-//! - persistence in a data directory and an optional bearer token;
+//! - persistence in a data directory; HTTPS with a CA of its own (`tls`);
+//! - authentication (the admin token of its kubeconfig, ServiceAccount tokens from the
+//!   TokenRequest API), RBAC authorization from the bootstrap policy and the stored Roles and
+//!   bindings (escalation checked), impersonation, and Self/SubjectAccessReviews (`auth`);
 //! - the `/scale` subresource of Deployments, ReplicaSets and StatefulSets;
 //! - admission webhooks: Validating/MutatingWebhookConfigurations are stored and their
 //!   webhooks called (AdmissionReview v1 over HTTPS, trusting `caBundle`) for creates,
 //!   updates, patches and deletes of the main resource: rules, `namespaceSelector`,
-//!   `objectSelector`, mutating JSON patches, `failurePolicy`, `timeoutSeconds`, denials in
-//!   kube-apiserver's words (`http::admission`);
+//!   `objectSelector`, mutating JSON patches, `failurePolicy`, `timeoutSeconds`, the answers'
+//!   `warnings` as `Warning` headers, denials in kube-apiserver's words (`http::admission`);
+//! - Pod Security admission (`podsecurity`), as kube-apiserver's PodSecurity plugin: the
+//!   `pod-security.kubernetes.io/<enforce|audit|warn>[-version]` labels of a namespace are
+//!   validated (422) and set its policy; a Pod whose spec breaks the `enforce` level (the
+//!   `baseline` or `restricted` profile at that policy version) is refused with 403
+//!   `violates PodSecurity "baseline:latest": host namespaces (hostPID=true), ...` in
+//!   kube-apiserver's words and order; workload objects are never refused, their pod
+//!   templates get `Warning`s against `warn`, as does raising a namespace's level over the
+//!   pods already in it (differential test: `podsecurity.rs`; audit events are not written);
 //! - optional workload simulation (Deployments, ReplicaSets, StatefulSets, DaemonSets
 //!   and Jobs report ready after a delay, like kwok; a Deployment also gets a current
 //!   ReplicaSet it controls, as kube-controller-manager would create).
@@ -82,12 +93,14 @@
 //!   cannot be steered to JSON instead: its only 415 fallback is for CBOR, and neither
 //!   discovery nor response headers tell it a content type per request;
 //! - built-in defaulting covers the commonly read fields only (`store::defaults`), and
-//!   there is no admission (no LimitRanges, quotas, webhooks, service-account tokens);
+//!   admission is only webhooks, RBAC's escalation prevention and Pod Security (no
+//!   LimitRanges, quotas, token controller Secrets);
 //! - merge keys for strategic merge patch and server-side apply come from a small table
 //!   (`merge_keys`) instead of OpenAPI extensions;
-//! - `kubectl get` receives a generic Name/Age table, not per-kind columns;
+//! - `kubectl get` receives a generic Name/Age table for built-in kinds, not their own columns
+//!   (custom resources get their CRD's `additionalPrinterColumns`, as kube-apiserver prints them);
 //! - list `resourceVersion`/`resourceVersionMatch` are answered from the latest state;
-//! - no authorization, pods that run, or HTTPS (use the token only on loopback);
+//! - no pods that run (workload simulation only reports them ready);
 //! - workload simulation, when on, looks at the whole store after each burst of
 //!   commits (at most 50 times a second): fine for charts and dev loops, a steady cost
 //!   with tens of thousands of objects;
@@ -124,7 +137,7 @@
 //! - `list-paging`: a page of a label-selected list carries `remainingItemCount`
 //!   (kube-apiserver leaves it out when a selector is given) and the last page no
 //!   `continue` key (kube-apiserver: an empty one);
-//! - `table-columns`: `kubectl get` tables have generic Name/Age columns;
+//! - `table-columns`: `kubectl get` tables of built-in kinds have generic Name/Age columns;
 //! - `controller-managed-fields`: managedFields of objects that kube-controller-manager
 //!   or the apiserver's own defaulting touch differ (no controller entries, defaulted
 //!   fields owned by the creating manager, Apply/Update entry order and times);
@@ -141,9 +154,19 @@
 //! - `scale-zero-replicas`: a `Scale` with 0 replicas shows `spec.replicas: 0`
 //!   (kube-apiserver leaves it out);
 //! - `watch-selector-exit`: an object modified out of a watch's label selector is reported
-//!   DELETED with its new state (kube-apiserver: its last state that matched).
+//!   DELETED with its new state (kube-apiserver: its last state that matched);
+//! - `rbac-reason-order`: when several bindings allow a request, an access review's
+//!   "RBAC: allowed by ..." names the first in name order (ClusterRoleBindings, then
+//!   RoleBindings); kube-apiserver names the first its informer cache happens to list (the
+//!   decision is the same).
+//! - `allow-privileged`: a container with `securityContext.privileged: true` is admitted as
+//!   by a kube-apiserver started with `--allow-privileged=true` (kubeadm's and most
+//!   distributions' setting), so only Pod Security refuses it (403); the control plane of the
+//!   differential test runs without that flag and refuses it at validation first (422
+//!   `disallowed by cluster policy`), in every namespace and workload.
 
 mod apply;
+mod auth;
 mod cluster;
 mod config;
 pub mod controllers;
@@ -157,6 +180,7 @@ mod kubeconfig;
 mod merge_keys;
 mod patch;
 mod persistence;
+mod podsecurity;
 pub mod private;
 mod protobuf;
 mod resources;
@@ -166,6 +190,7 @@ mod status;
 mod store;
 #[cfg(feature = "test-support")]
 pub mod test_namespace;
+mod tls;
 mod watch;
 
 pub use cluster::DevCluster;

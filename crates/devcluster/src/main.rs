@@ -29,9 +29,11 @@ struct Args {
     /// Delay before simulated workloads report ready, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     workload_delay_ms: u64,
-    /// Bearer token required on every request.
-    #[arg(long, env = "BERTH_DEVCLUSTER_TOKEN")]
-    token: Option<String>,
+    /// A file holding the admin token (first line) to use instead of the one the dev cluster
+    /// generates and keeps in its data directory. There is no flag for the token itself: a
+    /// command line is readable by every local user.
+    #[arg(long, env = "BERTH_DEVCLUSTER_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -43,12 +45,25 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let admin_token = match &args.token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading --token-file {}", path.display()))?
+                .lines()
+                .next()
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .with_context(|| format!("--token-file {}: no token in the file", path.display()))?
+                .to_string(),
+        ),
+        None => None,
+    };
     let config = DevClusterConfig {
         listen: args.listen,
         data_dir: args.data_dir,
         simulate_workloads: args.simulate_workloads,
         workload_delay: Duration::from_millis(args.workload_delay_ms),
-        token: args.token,
+        admin_token,
     };
     let cluster = DevCluster::start(config)
         .await

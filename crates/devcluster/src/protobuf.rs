@@ -19,6 +19,8 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
+use k8s_pb::api::authentication::v1 as authn;
+use k8s_pb::api::authorization::v1 as authz;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
@@ -32,8 +34,9 @@ pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
 const MAGIC: &[u8] = b"k8s\0";
 
 /// The kinds whose protobuf bodies are understood, as `apiVersion/kind`.
-pub const SUPPORTED: &str =
-    "v1/Secret, v1/ConfigMap, v1/Namespace, v1/ServiceAccount, meta.k8s.io/v1/DeleteOptions";
+pub const SUPPORTED: &str = "v1/Secret, v1/ConfigMap, v1/Namespace, v1/ServiceAccount, \
+     meta.k8s.io/v1/DeleteOptions, the authorization.k8s.io/v1 access reviews, \
+     authentication.k8s.io/v1 TokenRequest, TokenReview and SelfSubjectReview";
 
 /// Whether a body is Kubernetes protobuf (bodies such as DeleteOptions arrive without a
 /// usable Content-Type check on the path that reads them).
@@ -88,6 +91,88 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
         // its release Secrets this way) with the group version of the parameter codec.
         ("meta.k8s.io/v1" | "v1", "DeleteOptions") => {
             delete_options(meta::DeleteOptions::decode(raw.as_slice()).map_err(object_error)?)
+        }
+        // kubectl's `auth can-i`, `auth whoami` and `create token` send these.
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            let r = authz::SelfSubjectAccessReview::decode(raw.as_slice()).map_err(object_error)?;
+            let mut out = with_metadata(r.metadata);
+            let spec = r.spec.unwrap_or_default();
+            out.insert(
+                "spec".into(),
+                access_spec(spec.resource_attributes, spec.non_resource_attributes),
+            );
+            out
+        }
+        ("authorization.k8s.io/v1", "SubjectAccessReview" | "LocalSubjectAccessReview") => {
+            let r = authz::SubjectAccessReview::decode(raw.as_slice()).map_err(object_error)?;
+            let mut out = with_metadata(r.metadata);
+            let spec = r.spec.unwrap_or_default();
+            let mut s = access_spec(spec.resource_attributes, spec.non_resource_attributes);
+            if let Value::Object(m) = &mut s {
+                put(m, "user", spec.user.and_then(text));
+                put(m, "groups", strings(spec.groups));
+                let extra: Map<String, Value> = spec
+                    .extra
+                    .into_iter()
+                    .map(|(k, v)| (k, json!(v.items)))
+                    .collect();
+                put(
+                    m,
+                    "extra",
+                    (!extra.is_empty()).then_some(Value::Object(extra)),
+                );
+                put(m, "uid", spec.uid.and_then(text));
+            }
+            out.insert("spec".into(), s);
+            out
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            let r = authz::SelfSubjectRulesReview::decode(raw.as_slice()).map_err(object_error)?;
+            let mut out = with_metadata(r.metadata);
+            let mut spec = Map::new();
+            put(
+                &mut spec,
+                "namespace",
+                r.spec.and_then(|s| s.namespace).and_then(text),
+            );
+            out.insert("spec".into(), Value::Object(spec));
+            out
+        }
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => {
+            let r = authn::SelfSubjectReview::decode(raw.as_slice()).map_err(object_error)?;
+            with_metadata(r.metadata)
+        }
+        ("authentication.k8s.io/v1", "TokenReview") => {
+            let r = authn::TokenReview::decode(raw.as_slice()).map_err(object_error)?;
+            let mut out = with_metadata(r.metadata);
+            let spec = r.spec.unwrap_or_default();
+            let mut s = Map::new();
+            put(&mut s, "token", spec.token.and_then(text));
+            put(&mut s, "audiences", strings(spec.audiences));
+            out.insert("spec".into(), Value::Object(s));
+            out
+        }
+        ("authentication.k8s.io/v1", "TokenRequest") => {
+            let r = authn::TokenRequest::decode(raw.as_slice()).map_err(object_error)?;
+            let mut out = with_metadata(r.metadata);
+            let spec = r.spec.unwrap_or_default();
+            let mut s = Map::new();
+            put(&mut s, "audiences", strings(spec.audiences));
+            put(
+                &mut s,
+                "expirationSeconds",
+                spec.expiration_seconds.map(Value::from),
+            );
+            if let Some(b) = spec.bound_object_ref {
+                let mut o = Map::new();
+                put(&mut o, "kind", b.kind.and_then(text));
+                put(&mut o, "apiVersion", b.api_version.and_then(text));
+                put(&mut o, "name", b.name.and_then(text));
+                put(&mut o, "uid", b.u_id.and_then(text));
+                s.insert("boundObjectRef".into(), Value::Object(o));
+            }
+            out.insert("spec".into(), Value::Object(s));
+            out
         }
         _ => return Err(ProtobufError::UnsupportedKind { api_version, kind }),
     };
@@ -200,6 +285,32 @@ fn owner_reference(o: meta::OwnerReference) -> Value {
         o.block_owner_deletion.map(Value::Bool),
     );
     Value::Object(out)
+}
+
+/// The attributes of an access review's spec.
+fn access_spec(
+    resource: Option<authz::ResourceAttributes>,
+    non_resource: Option<authz::NonResourceAttributes>,
+) -> Value {
+    let mut spec = Map::new();
+    if let Some(r) = resource {
+        let mut a = Map::new();
+        put(&mut a, "namespace", r.namespace.and_then(text));
+        put(&mut a, "verb", r.verb.and_then(text));
+        put(&mut a, "group", r.group.and_then(text));
+        put(&mut a, "version", r.version.and_then(text));
+        put(&mut a, "resource", r.resource.and_then(text));
+        put(&mut a, "subresource", r.subresource.and_then(text));
+        put(&mut a, "name", r.name.and_then(text));
+        spec.insert("resourceAttributes".into(), Value::Object(a));
+    }
+    if let Some(n) = non_resource {
+        let mut a = Map::new();
+        put(&mut a, "path", n.path.and_then(text));
+        put(&mut a, "verb", n.verb.and_then(text));
+        spec.insert("nonResourceAttributes".into(), Value::Object(a));
+    }
+    Value::Object(spec)
 }
 
 fn with_metadata(m: Option<meta::ObjectMeta>) -> Map<String, Value> {

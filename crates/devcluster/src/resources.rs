@@ -41,6 +41,12 @@ pub struct ResourceType {
     pub tracks_generation: bool,
     /// Whether this type came from a CustomResourceDefinition.
     pub custom: bool,
+    /// Whether the only verb is `create`: the access and token reviews, which are answered,
+    /// never stored (`http::reviews`).
+    pub create_only: bool,
+    /// A custom resource's `additionalPrinterColumns` (of its version), as its CRD gives them:
+    /// the columns of its `kubectl get` tables.
+    pub printer_columns: Vec<serde_json::Value>,
 }
 
 impl ResourceType {
@@ -65,6 +71,11 @@ impl ResourceType {
     /// The `group.resource` form used in error messages (`deployments.apps`).
     pub fn qualified_name(&self) -> String {
         self.gr().to_string()
+    }
+
+    /// The verbs discovery advertises.
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.create_only { &["create"] } else { VERBS }
     }
 }
 
@@ -95,6 +106,7 @@ struct Builtin {
     namespaced: bool,
     has_status: bool,
     categories: &'static [&'static str],
+    create_only: bool,
 }
 
 const ALL: &[&str] = &["all"];
@@ -102,33 +114,39 @@ const NONE: &[&str] = &[];
 
 #[rustfmt::skip]
 const BUILTINS: &[Builtin] = &[
-    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", short: &["ns"], namespaced: false, has_status: true, categories: NONE },
-    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", short: &["cm"], namespaced: true, has_status: false, categories: NONE },
-    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", short: &[], namespaced: true, has_status: false, categories: NONE },
-    Builtin { group: "", version: "v1", kind: "Service", plural: "services", short: &["svc"], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", short: &["sa"], namespaced: true, has_status: false, categories: NONE },
-    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", short: &["po"], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "", version: "v1", kind: "Event", plural: "events", short: &["ev"], namespaced: true, has_status: false, categories: NONE },
-    Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", short: &["pvc"], namespaced: true, has_status: true, categories: NONE },
-    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", short: &["deploy"], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", short: &["rs"], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", short: &["sts"], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", short: &["ds"], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", short: &[], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", short: &["cj"], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", short: &["ing"], namespaced: true, has_status: true, categories: NONE },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", short: &[], namespaced: true, has_status: false, categories: NONE },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", short: &[], namespaced: true, has_status: false, categories: NONE },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", short: &[], namespaced: false, has_status: false, categories: NONE },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", short: &[], namespaced: false, has_status: false, categories: NONE },
-    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", short: &[], namespaced: true, has_status: false, categories: NONE },
-    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", short: &["ev"], namespaced: true, has_status: false, categories: NONE },
-    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", short: &["crd", "crds"], namespaced: false, has_status: true, categories: NONE },
-    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingWebhookConfiguration", plural: "validatingwebhookconfigurations", short: &[], namespaced: false, has_status: false, categories: NONE },
-    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "MutatingWebhookConfiguration", plural: "mutatingwebhookconfigurations", short: &[], namespaced: false, has_status: false, categories: NONE },
-    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", short: &["pdb"], namespaced: true, has_status: true, categories: NONE },
-    Builtin { group: "autoscaling", version: "v2", kind: "HorizontalPodAutoscaler", plural: "horizontalpodautoscalers", short: &["hpa"], namespaced: true, has_status: true, categories: ALL },
-    Builtin { group: "autoscaling", version: "v1", kind: "HorizontalPodAutoscaler", plural: "horizontalpodautoscalers", short: &["hpa"], namespaced: true, has_status: true, categories: ALL },
+    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", short: &["ns"], namespaced: false, has_status: true, categories: NONE, create_only: false },
+    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", short: &["cm"], namespaced: true, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", short: &[], namespaced: true, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "", version: "v1", kind: "Service", plural: "services", short: &["svc"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", short: &["sa"], namespaced: true, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", short: &["po"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "", version: "v1", kind: "Event", plural: "events", short: &["ev"], namespaced: true, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", short: &["pvc"], namespaced: true, has_status: true, categories: NONE, create_only: false },
+    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", short: &["deploy"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", short: &["rs"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", short: &["sts"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", short: &["ds"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", short: &[], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", short: &["cj"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", short: &["ing"], namespaced: true, has_status: true, categories: NONE, create_only: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", short: &[], namespaced: true, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", short: &[], namespaced: true, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", short: &[], namespaced: true, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", short: &["ev"], namespaced: true, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", short: &["crd", "crds"], namespaced: false, has_status: true, categories: NONE, create_only: false },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingWebhookConfiguration", plural: "validatingwebhookconfigurations", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "MutatingWebhookConfiguration", plural: "mutatingwebhookconfigurations", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: false },
+    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", short: &["pdb"], namespaced: true, has_status: true, categories: NONE, create_only: false },
+    Builtin { group: "autoscaling", version: "v2", kind: "HorizontalPodAutoscaler", plural: "horizontalpodautoscalers", short: &["hpa"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "autoscaling", version: "v1", kind: "HorizontalPodAutoscaler", plural: "horizontalpodautoscalers", short: &["hpa"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "LocalSubjectAccessReview", plural: "localsubjectaccessreviews", short: &[], namespaced: true, has_status: false, categories: NONE, create_only: true },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: true },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: true },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SubjectAccessReview", plural: "subjectaccessreviews", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: true },
+    Builtin { group: "authentication.k8s.io", version: "v1", kind: "SelfSubjectReview", plural: "selfsubjectreviews", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: true },
+    Builtin { group: "authentication.k8s.io", version: "v1", kind: "TokenReview", plural: "tokenreviews", short: &[], namespaced: false, has_status: false, categories: NONE, create_only: true },
 ];
 
 /// The built-in resource types, in discovery order.
@@ -148,6 +166,8 @@ pub fn builtins() -> Vec<ResourceType> {
             has_status: b.has_status,
             tracks_generation: b.has_status && b.kind != "Namespace" && b.kind != "Service",
             custom: false,
+            create_only: b.create_only,
+            printer_columns: vec![],
         })
         .collect()
 }

@@ -5,7 +5,7 @@
 //! comma-separated requirements, each `key`, `!key`, `key=v`, `key==v`, `key!=v`,
 //! `key in (a,b)` or `key notin (a,b)`. `!=` and `notin` also match objects without the key.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::status::ApiError;
 
@@ -217,6 +217,52 @@ impl FieldSelector {
             (actual == *value) == *positive
         })
     }
+}
+
+/// A structured LabelSelector against an object's labels (by way of the query syntax).
+pub fn structured_matches(selector: &Value, object: &Value) -> bool {
+    let mut parts: Vec<String> = selector["matchLabels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for e in selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values = e["values"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        parts.push(match e["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({values})"),
+            "NotIn" => format!("{key} notin ({values})"),
+            "Exists" => key.to_owned(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => return false,
+        });
+    }
+    let mut labelled = object.clone();
+    if !labelled.is_object() {
+        labelled = json!({});
+    }
+    // A Namespace always carries its name as a label in kube-apiserver.
+    if labelled["kind"] == "Namespace"
+        && let Some(name) = labelled["metadata"]["name"].as_str().map(str::to_owned)
+    {
+        labelled["metadata"]["labels"]["kubernetes.io/metadata.name"] = Value::from(name);
+    }
+    LabelSelector::parse(&parts.join(",")).is_ok_and(|s| s.matches(&labelled))
 }
 
 #[cfg(test)]

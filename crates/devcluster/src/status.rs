@@ -108,6 +108,33 @@ impl ApiError {
         ApiError::new(403, "Forbidden", message)
     }
 
+    /// kube-apiserver's `NewForbidden`: `<resource>.<group> "<name>" is forbidden: <reason>`
+    /// (without the name when there is none; `forbidden: <reason>` without a resource, with
+    /// empty details).
+    pub fn forbidden_for(group: &str, resource: &str, name: &str, reason: &str) -> ApiError {
+        if resource.is_empty() {
+            let mut e = ApiError::forbidden(format!("forbidden: {reason}"));
+            e.details = Some(json!({}));
+            return e;
+        }
+        let what = qualified(group, resource);
+        let message = if name.is_empty() {
+            format!("{what} is forbidden: {reason}")
+        } else {
+            format!("{what} \"{name}\" is forbidden: {reason}")
+        };
+        ApiError::forbidden(message).with_details(group, resource, name)
+    }
+
+    /// [`ApiError::forbidden_for`] an object of `rt`.
+    pub fn forbidden_object(
+        rt: &crate::resources::ResourceType,
+        name: &str,
+        reason: &str,
+    ) -> ApiError {
+        ApiError::forbidden_for(&rt.group, &rt.plural, name, reason)
+    }
+
     pub fn unauthorized() -> ApiError {
         ApiError::new(401, "Unauthorized", "Unauthorized")
     }

@@ -50,11 +50,16 @@
 //!   client library's API versions, its `HelmVersion` fields), which moves with helm's
 //!   version. `.Capabilities.KubeVersion` and `.HelmVersion` print whole as Go prints their
 //!   structs; `toYaml`/`toJson` of them give maps of their fields.
-//! - Go's type checks of function arguments cover map parameters (`hasKey .Values.nothing
-//!   "k"` fails as in helm; a nil variable or piped value reads as an empty map, as in Go) and
-//!   the `string` parameters of the string, encoding, path, regex and YAML/JSON functions and
-//!   of `include`/`tpl`/`required` (`upper .Values.nothing`, `1 | upper`, `upper 3` fail with
-//!   helm's texts and places); other typed parameters (`int`, ...) take any value.
+//! - Go's type checks of function arguments follow every Sprig and Helm signature
+//!   (`render::exec::params`), with helm's texts and places. Not modelled: a struct
+//!   (`.Capabilities`, `.Files`) is accepted where Go's map parameter refuses it only by
+//!   type name, and `.Capabilities.APIVersions` is a plain list to `typeOf` (Go:
+//!   `common.VersionSet`), `.Files.GetBytes` a string (Go: `[]uint8`).
+//! - Texts that are other libraries' words: YAML and TOML syntax errors inside
+//!   `fromYaml`/`fromToml`'s `Error` (go-yaml's, BurntSushi's), regexp compile errors, and
+//!   Go's runtime panics' texts in the errors of `len`. `dateInZone` refuses an IANA zone
+//!   name (no time-zone database is bundled). `printf`'s `%p` and `%#v`, `#` on floats and
+//!   verbs other than `%v`/`%s` on Helm's structs and times go through gotmpl's formatter.
 //! - A template calling a function helm does not have, or using a variable no enclosing
 //!   action declared, fails when parsed, as in helm. `getHostByName` resolves nothing and
 //!   answers "" (as `helm template` does offline; berth renders untrusted charts).

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{BatchConfig, ConfigError, HookConfig};
 use crate::hook::{Hook, HookKind};
+use crate::isolation::{Sandbox, sandbox};
 use crate::process::{self, Ending, Finished, Invocation};
 use crate::run::exit_code;
 
@@ -101,13 +102,19 @@ pub struct ConfigAnswer {
 }
 
 /// Finds the hooks under `hooks_dir`; see the module docs for the rules.
-/// `timeout` bounds each config query.
+/// `timeout` bounds each config query. The queries run unconfined: where hooks run as their
+/// principals, use [`discover_all`] with the package's sandbox.
 pub async fn discover(hooks_dir: &Path, timeout: Duration) -> Result<Vec<Hook>, DiscoverError> {
-    Ok(discover_all(hooks_dir, timeout).await?.hooks)
+    Ok(discover_all(hooks_dir, timeout, None).await?.hooks)
 }
 
-/// Like [`discover`], also reporting the settings-check binary.
-pub async fn discover_all(hooks_dir: &Path, timeout: Duration) -> Result<Discovery, DiscoverError> {
+/// Like [`discover`], also reporting the settings-check binary; every config query runs in
+/// `sandbox` (its principal's identity, limits and Landlock rules), in a directory of its own.
+pub async fn discover_all(
+    hooks_dir: &Path,
+    timeout: Duration,
+    sandbox: Option<&Sandbox>,
+) -> Result<Discovery, DiscoverError> {
     let dir = hooks_dir.to_path_buf();
     let files = tokio::task::spawn_blocking(move || executables(&dir))
         .await
@@ -115,11 +122,14 @@ pub async fn discover_all(hooks_dir: &Path, timeout: Duration) -> Result<Discove
             path: hooks_dir.to_path_buf(),
             source: std::io::Error::other(e),
         })??;
-    let answers: Vec<ConfigAnswer> =
-        stream::iter(files.into_iter().map(|(rel, path)| ask(rel, path, timeout)))
-            .buffered(QUERY_CONCURRENCY)
-            .try_collect()
-            .await?;
+    let answers: Vec<ConfigAnswer> = stream::iter(
+        files
+            .into_iter()
+            .map(|(rel, path)| ask(rel, path, timeout, sandbox)),
+    )
+    .buffered(QUERY_CONCURRENCY)
+    .try_collect()
+    .await?;
     assemble(hooks_dir, answers)
 }
 
@@ -211,18 +221,23 @@ fn may_be_batch(path: &Path) -> bool {
 }
 
 /// Asks the executable at `path` (`rel` under the hooks directory) for its config.
-async fn ask(rel: String, path: PathBuf, timeout: Duration) -> Result<ConfigAnswer, DiscoverError> {
+async fn ask(
+    rel: String,
+    path: PathBuf,
+    timeout: Duration,
+    sandbox: Option<&Sandbox>,
+) -> Result<ConfigAnswer, DiscoverError> {
     let probe = {
         let path = path.clone();
         tokio::task::spawn_blocking(move || may_be_batch(&path))
             .await
             .unwrap_or(false)
     };
-    let batch = probe && is_batch(&path, timeout).await?;
+    let batch = probe && is_batch(&path, timeout, sandbox).await?;
     let output = if batch {
-        query(&path, &["hook", "config"], "hook config", timeout).await?
+        query(&path, &["hook", "config"], "hook config", timeout, sandbox).await?
     } else {
-        query(&path, &["--config"], "--config", timeout).await?
+        query(&path, &["--config"], "--config", timeout, sandbox).await?
     };
     Ok(ConfigAnswer {
         path: rel,
@@ -287,8 +302,12 @@ fn parse(hooks_dir: &Path, answer: &ConfigAnswer) -> Result<Found, DiscoverError
 
 /// Probes `hook list`. A failing or unrelated answer means "not a batch
 /// hook" rather than an error: it is then treated as a shell hook.
-async fn is_batch(path: &Path, timeout: Duration) -> Result<bool, DiscoverError> {
-    let finished = spawn_query(path, &["hook", "list"], "hook list", timeout).await?;
+async fn is_batch(
+    path: &Path,
+    timeout: Duration,
+    sandbox: Option<&Sandbox>,
+) -> Result<bool, DiscoverError> {
+    let finished = spawn_query(path, &["hook", "list"], "hook list", timeout, sandbox).await?;
     if let Ending::TimedOut = finished.ending {
         return Err(DiscoverError::Timeout {
             path: path.to_path_buf(),
@@ -317,8 +336,9 @@ async fn query(
     args: &[&str],
     command: &'static str,
     timeout: Duration,
+    sandbox: Option<&Sandbox>,
 ) -> Result<String, DiscoverError> {
-    let finished = spawn_query(path, args, command, timeout).await?;
+    let finished = spawn_query(path, args, command, timeout, sandbox).await?;
     let path = path.to_path_buf();
     match finished.ending {
         Ending::Exited(status) if status.success() => {}
@@ -349,26 +369,52 @@ async fn spawn_query(
     args: &[&str],
     command: &'static str,
     timeout: Duration,
+    sandbox: Option<&Sandbox>,
 ) -> Result<Finished, DiscoverError> {
+    let spawn_error = |source| DiscoverError::Spawn {
+        path: path.to_path_buf(),
+        command,
+        source,
+    };
+    // A confined query gets a directory of its own (its TMPDIR, HOME and only writable
+    // place); an unconfined one runs as it always did.
+    let prepared = match sandbox {
+        Some(sandbox) => {
+            let sandbox = sandbox.clone();
+            let prepared = tokio::task::spawn_blocking(move || {
+                sandbox::prepare_run(Some(&sandbox), None, "berth-query-", |_| Ok(()))
+            })
+            .await
+            .map_err(|e| spawn_error(std::io::Error::other(e)))?
+            .map_err(spawn_error)?;
+            Some(prepared)
+        }
+        None => None,
+    };
+    let (env, confinement, dir) = match prepared {
+        Some(p) => (p.env, p.confinement, Some(p.dir)),
+        None => (Vec::new(), None, None),
+    };
     // Discovery has no caller-driven cancellation; the timeout bounds it.
     let never = CancellationToken::new();
-    process::execute(Invocation {
-        hook: &path.to_string_lossy(),
+    let hook = path.to_string_lossy();
+    let finished = process::execute(Invocation {
+        hook: &hook,
         program: path,
         args,
         cwd: path.parent().unwrap_or(Path::new("/")),
-        env: Vec::new(),
+        env,
         timeout,
         cancel: &never,
         stream_limit: MAX_CONFIG_OUTPUT,
         combined_limit: ERROR_TAIL,
+        confinement,
     })
-    .await
-    .map_err(|source| DiscoverError::Spawn {
-        path: path.to_path_buf(),
-        command,
-        source,
-    })
+    .await;
+    if let Some(dir) = dir {
+        dir.finish(&hook);
+    }
+    finished.map_err(spawn_error)
 }
 
 /// Executable files under `root`, as (relative path, absolute path), sorted.

@@ -8,7 +8,9 @@
 //! - [`ordered`]: lifecycle ordering;
 //! - [`run`]: one execution with the contract's temp files, a process group,
 //!   timeout and cancellation, and strictly parsed outputs;
-//! - [`check_settings`]: a batch binary's `hook check`.
+//! - [`check_settings`]: a batch binary's `hook check`;
+//! - [`isolation`]: every hook process confined to its package instance's principal (uid,
+//!   run directory, cgroup and limits, Landlock, and nothing left when the run ends).
 //!
 //! It knows neither Kubernetes clients nor queues: callers build binding
 //! contexts, apply patches and execute object operations.
@@ -17,6 +19,7 @@ pub mod binding_context;
 pub mod config;
 mod discover;
 mod hook;
+pub mod isolation;
 pub mod outputs;
 mod process;
 mod run;
@@ -31,11 +34,12 @@ pub use config::{
 };
 pub use discover::{ConfigAnswer, DiscoverError, Discovery, discover, discover_all, from_answers};
 pub use hook::{Hook, HookKind, ordered};
-pub use outputs::{MetricOperation, ObjectOperation, ObjectRef};
-pub use process::{
-    HOOK_EXEC_NAME, HookUser, INHERITED_ENV, KILL_GRACE, hook_user, inherited_env,
-    reap_escaped_hook_processes, run_hooks_as, start_hooks_with,
+pub use isolation::{
+    DirMount, HOOK_EXEC_NAME, HookUser, Isolation, Limits, Mount, RunDirFile, Sandbox, UidRange,
+    isolate_hooks, landlock_abi, principal_user,
 };
-pub use run::{OUTPUT_TAIL_LIMIT, RunError, RunOutput, RunRequest, env, run};
+pub use outputs::{MetricOperation, ObjectOperation, ObjectRef};
+pub use process::{INHERITED_ENV, KILL_GRACE, inherited_env, reap_escaped_hook_processes};
+pub use run::{LimitHitText, OUTPUT_TAIL_LIMIT, RunError, RunOutput, RunRequest, env, run};
 pub use settings_check::{SETTINGS_PATH, SettingsCheck, SettingsCheckRequest, check_settings};
 pub use throttle::Throttle;

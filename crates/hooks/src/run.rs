@@ -14,13 +14,11 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::hook::{Hook, HookKind};
+use crate::isolation::{LimitHit, RunDir, Sandbox, sandbox};
 use crate::outputs::{
     MetricOperation, ObjectOperation, parse_metrics, parse_object_operations, parse_values_patch,
 };
-use crate::process::{self, Ending, Invocation};
-
-/// Operator environment switch that keeps the per-run temp directory.
-const DEBUG_KEEP_TMP_FILES: &str = "DEBUG_KEEP_TMP_FILES";
+use crate::process::{self, Ending, Finished, Invocation};
 /// Bytes of interleaved stdout/stderr kept for [`RunOutput::output`] and errors.
 pub const OUTPUT_TAIL_LIMIT: usize = 64 * 1024;
 /// Largest output file read back; a bigger one is a [`RunError::BadOutput`].
@@ -60,8 +58,13 @@ pub struct RunRequest<'a> {
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
     pub cancel: CancellationToken,
-    /// Parent of the per-run temp directory; `None` = `std::env::temp_dir()`.
+    /// Parent of the per-run temp directory; `None` = `std::env::temp_dir()`. A hook with a
+    /// uid of its own gets its directory in berth's runs directory instead (see
+    /// `crate::isolation`).
     pub tmp_dir: Option<PathBuf>,
+    /// How the hook is confined: its principal, limits, package and extra files. Required
+    /// where hooks run as their principals (`isolate_hooks` with a uid range, as root).
+    pub sandbox: Option<Sandbox>,
 }
 
 /// What a successful run produced.
@@ -118,6 +121,19 @@ pub enum RunError {
     },
     #[error("hook {hook} was cancelled")]
     Cancelled { hook: String },
+    /// It failed (or timed out) having reached a limit of its sandbox.
+    #[error(
+        "hook {hook} reached its {limit} (limits.{}) and {ending}{}",
+        limit.field(),
+        display_tail(output_tail)
+    )]
+    Limit {
+        hook: String,
+        limit: LimitHitText,
+        /// How it ended: "failed with exit code 137", "timed out after 30s".
+        ending: String,
+        output_tail: String,
+    },
     /// The hook exited 0 but an output file is malformed.
     #[error("hook {hook} wrote an invalid {file}: {reason}")]
     BadOutput {
@@ -136,12 +152,11 @@ pub async fn run(req: RunRequest<'_>) -> Result<RunOutput, RunError> {
         hook: hook.clone(),
         source,
     };
-    let files = RunFiles::create(req.tmp_dir.as_deref(), &req)
-        .await
-        .map_err(prepare)?;
+    let (files, confinement, extra_env) = RunFiles::create(&req).await.map_err(prepare)?;
 
     let mut env: Vec<(OsString, OsString)> =
         req.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    env.extend(extra_env);
     env.extend(files.env());
     let args = hook_args(req.hook.kind);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -156,6 +171,7 @@ pub async fn run(req: RunRequest<'_>) -> Result<RunOutput, RunError> {
         cancel: &req.cancel,
         stream_limit: OUTPUT_TAIL_LIMIT,
         combined_limit: OUTPUT_TAIL_LIMIT,
+        confinement,
     })
     .await
     .map_err(|source| RunError::Spawn {
@@ -164,25 +180,62 @@ pub async fn run(req: RunRequest<'_>) -> Result<RunOutput, RunError> {
         source,
     })?;
 
+    if matches!(finished.ending, Ending::Exited(status) if status.success()) {
+        return files
+            .read_outputs_then_finish(hook, finished.combined)
+            .await;
+    }
+    files.finish(hook);
+    Err(failure(hook, finished, req.timeout))
+}
+
+/// A limit's description in an error (`process limit (256 processes)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitHitText(LimitHit);
+
+impl LimitHitText {
+    /// The package.yaml field of the limit: `processes` or `memory`.
+    pub fn field(&self) -> &'static str {
+        self.0.field()
+    }
+}
+
+impl std::fmt::Display for LimitHitText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Why a run that did not succeed failed: a limit it reached first (the process limit, then
+/// the memory limit), else its exit, timeout or cancellation.
+pub(crate) fn failure(hook: &str, finished: Finished, timeout: Duration) -> RunError {
+    let hook = hook.to_owned();
     let output_tail = finished.combined;
-    let result = match finished.ending {
-        Ending::Exited(status) if status.success() => {
-            return files.read_outputs_then_finish(hook, output_tail).await;
-        }
-        Ending::Exited(status) => Err(RunError::Exit {
-            hook: hook.clone(),
+    let ending = match &finished.ending {
+        Ending::Exited(status) => format!("failed with exit code {}", exit_code(*status)),
+        Ending::TimedOut => format!("timed out after {timeout:?}"),
+        Ending::Cancelled => return RunError::Cancelled { hook },
+    };
+    if let Some(hit) = finished.hits.first() {
+        return RunError::Limit {
+            hook,
+            limit: LimitHitText(*hit),
+            ending,
+            output_tail,
+        };
+    }
+    match finished.ending {
+        Ending::Exited(status) => RunError::Exit {
+            hook,
             code: exit_code(status),
             output_tail,
-        }),
-        Ending::TimedOut => Err(RunError::Timeout {
-            hook: hook.clone(),
-            after: req.timeout,
+        },
+        _ => RunError::Timeout {
+            hook,
+            after: timeout,
             output_tail,
-        }),
-        Ending::Cancelled => Err(RunError::Cancelled { hook: hook.clone() }),
-    };
-    files.finish(hook);
-    result
+        },
+    }
 }
 
 /// Arguments that select what the executable runs.
@@ -212,73 +265,12 @@ fn display_tail(tail: &str) -> String {
     format!("; output tail:\n{}", lines[start..].join("\n"))
 }
 
-/// See [`RunFiles::read`].
-fn read_output_file(path: &Path) -> Result<String, String> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path);
-    let file = match opened {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(
-                "it is a symbolic link; output files must be regular files (links are not followed)"
-                    .into(),
-            );
-        }
-        Err(e) => return Err(format!("cannot open: {e}")),
-    };
-    let meta = file.metadata().map_err(|e| format!("cannot stat: {e}"))?;
-    if !meta.file_type().is_file() {
-        return Err(format!(
-            "it is {}, not a regular file; output files must be regular files",
-            file_kind(&meta.file_type())
-        ));
-    }
-    if meta.len() > MAX_OUTPUT_FILE {
-        return Err(format!(
-            "{} bytes exceeds the {MAX_OUTPUT_FILE} byte limit",
-            meta.len()
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_OUTPUT_FILE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if bytes.len() as u64 > MAX_OUTPUT_FILE {
-        return Err(format!(
-            "it grew past the {MAX_OUTPUT_FILE} byte limit while being read"
-        ));
-    }
-    String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
-}
-
-fn file_kind(t: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt as _;
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else {
-        "a special file"
-    }
-}
-
 /// The per-run temp directory and the contract's files inside it. The
 /// directory has a unique name, so concurrent runs never share files; it is
 /// removed after the run (see [`RunFiles::finish`]), and on drop if the
 /// run future is abandoned.
 struct RunFiles {
-    dir: tempfile::TempDir,
+    dir: RunDir,
 }
 
 const FILES: [(&str, &str); 10] = [
@@ -298,62 +290,63 @@ const FILES: [(&str, &str); 10] = [
 ];
 
 impl RunFiles {
-    /// Creates the directory and its files in one blocking call: a run's dozen small file
-    /// operations, each its own trip to tokio's blocking pool, cost more in thread wake-ups
-    /// than in the writing.
-    async fn create(parent: Option<&Path>, req: &RunRequest<'_>) -> std::io::Result<Self> {
-        let parent = parent
-            .map(Path::to_path_buf)
-            .unwrap_or_else(std::env::temp_dir);
+    /// Creates the directory and its files and prepares the run's confinement in one
+    /// blocking call: a run's dozen small file operations, each its own trip to tokio's
+    /// blocking pool, cost more in thread wake-ups than in the writing. Also returns the
+    /// confinement and the variables it adds.
+    async fn create(
+        req: &RunRequest<'_>,
+    ) -> std::io::Result<(
+        Self,
+        Option<crate::isolation::Confinement>,
+        Vec<(OsString, OsString)>,
+    )> {
         let inputs = [
             (
-                env::BINDING_CONTEXT_PATH,
+                "binding-context.json",
                 serde_json::to_vec(&req.binding_context)?,
             ),
-            (env::VALUES_PATH, serde_json::to_vec(&req.values)?),
+            ("values.json", serde_json::to_vec(&req.values)?),
             (
-                env::CONFIG_VALUES_PATH,
+                "config-values.json",
                 serde_json::to_vec(&req.config_values)?,
             ),
         ];
-        tokio::task::spawn_blocking(move || Self::create_blocking(&parent, inputs))
-            .await
-            .map_err(std::io::Error::other)?
+        let (sandbox, tmp) = (req.sandbox.clone(), req.tmp_dir.clone());
+        tokio::task::spawn_blocking(move || {
+            let prepared =
+                sandbox::prepare_run(sandbox.as_ref(), tmp.as_deref(), "berth-hook-", |dir| {
+                    for (name, bytes) in &inputs {
+                        dir.write(name, bytes)?;
+                    }
+                    // Outputs exist (empty) before the run: hooks append with `>>` and some
+                    // check `-f` first. Two variables share the admission answer's file.
+                    let mut outputs: Vec<&str> = FILES[3..].iter().map(|(_, n)| *n).collect();
+                    outputs.dedup();
+                    for name in outputs {
+                        dir.write(name, b"")?;
+                    }
+                    Ok(())
+                })?;
+            Ok((
+                Self { dir: prepared.dir },
+                prepared.confinement,
+                prepared.env,
+            ))
+        })
+        .await
+        .map_err(std::io::Error::other)?
     }
 
-    fn create_blocking(
-        parent: &Path,
-        inputs: [(&'static str, Vec<u8>); 3],
-    ) -> std::io::Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("berth-hook-")
-            .tempdir_in(parent)?;
-        let files = Self { dir };
-        for (var, bytes) in inputs {
-            std::fs::write(files.path(var), bytes)?;
-        }
-        // Outputs exist (empty) before the run: hooks append with `>>` and
-        // some check `-f` first.
-        for (var, _) in &FILES[3..] {
-            std::fs::write(files.path(var), b"")?;
-        }
-        // A hook running as its own user gets its run's directory and files (and nothing else).
-        if let Some(user) = process::hook_user() {
-            let own = |path: &Path| std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid));
-            own(files.dir.path())?;
-            for (var, _) in &FILES {
-                own(&files.path(var))?;
-            }
-        }
-        Ok(files)
+    fn name(var: &str) -> &str {
+        FILES
+            .iter()
+            .find(|(v, _)| *v == var)
+            .map_or(var, |(_, name)| name)
     }
 
     fn path(&self, var: &str) -> PathBuf {
-        let name = FILES
-            .iter()
-            .find(|(v, _)| *v == var)
-            .map_or(var, |(_, name)| name);
-        self.dir.path().join(name)
+        self.dir.path().join(Self::name(var))
     }
 
     fn env(&self) -> impl Iterator<Item = (OsString, OsString)> + '_ {
@@ -424,20 +417,11 @@ impl RunFiles {
     /// without blocking (a FIFO would hang the open), must be a regular file (not a FIFO,
     /// socket or device such as `/dev/zero`), and is read up to [`MAX_OUTPUT_FILE`] bytes.
     fn read(&self, var: &str) -> Result<String, String> {
-        read_output_file(&self.path(var))
+        self.dir.read(Self::name(var), MAX_OUTPUT_FILE)
     }
 
-    /// Removes the directory, unless `DEBUG_KEEP_TMP_FILES` is set to
-    /// `yes`/`true`/`1` in the operator's environment (the shell-operator
-    /// switch for inspecting what a hook saw and wrote).
+    /// Removes the directory (see [`RunDir::finish`]).
     fn finish(self, hook: &str) {
-        let keep = std::env::var(DEBUG_KEEP_TMP_FILES)
-            .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "yes" | "true" | "1"));
-        if keep {
-            let path = self.dir.keep();
-            tracing::info!(hook.name = %hook, path = %path.display(), "keeping hook temp files ({DEBUG_KEEP_TMP_FILES})");
-        } else if let Err(error) = self.dir.close() {
-            tracing::warn!(hook.name = %hook, %error, "removing hook temp files failed");
-        }
+        self.dir.finish(hook);
     }
 }

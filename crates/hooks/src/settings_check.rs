@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::isolation::{Sandbox, sandbox};
 use crate::process::{self, Ending, Invocation};
-use crate::run::{OUTPUT_TAIL_LIMIT, RunError, exit_code};
+use crate::run::{OUTPUT_TAIL_LIMIT, RunError, failure};
 
 pub const SETTINGS_PATH: &str = "SETTINGS_PATH";
 
@@ -51,6 +52,8 @@ pub struct SettingsCheckRequest<'a> {
     pub timeout: Duration,
     pub cancel: CancellationToken,
     pub tmp_dir: Option<PathBuf>,
+    /// How the check is confined (see [`crate::RunRequest::sandbox`]).
+    pub sandbox: Option<Sandbox>,
 }
 
 #[derive(Deserialize)]
@@ -69,25 +72,23 @@ pub async fn check_settings(req: SettingsCheckRequest<'_>) -> Result<SettingsChe
         hook: hook.clone(),
         source,
     };
-    let parent = req.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::Builder::new()
-        .prefix("berth-check-")
-        .tempdir_in(parent)
-        .map_err(prepare)?;
-    let settings_path = dir.path().join("settings.json");
     let bytes = serde_json::to_vec(req.settings).map_err(|e| prepare(e.into()))?;
-    tokio::fs::write(&settings_path, bytes)
-        .await
-        .map_err(prepare)?;
-    // A check running as the hook user reads its settings through a directory of its own.
-    if let Some(user) = process::hook_user() {
-        for path in [dir.path(), settings_path.as_path()] {
-            std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).map_err(prepare)?;
-        }
-    }
+    let (sandbox, tmp) = (req.sandbox.clone(), req.tmp_dir.clone());
+    // A check running as the principal's user reads its settings through a directory of its
+    // own.
+    let prepared = tokio::task::spawn_blocking(move || {
+        sandbox::prepare_run(sandbox.as_ref(), tmp.as_deref(), "berth-check-", |dir| {
+            dir.write("settings.json", &bytes)
+        })
+    })
+    .await
+    .map_err(|e| prepare(std::io::Error::other(e)))?
+    .map_err(prepare)?;
+    let settings_path = prepared.dir.path().join("settings.json");
 
     let mut env: Vec<(OsString, OsString)> =
         req.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    env.extend(prepared.env);
     env.push((SETTINGS_PATH.into(), settings_path.into_os_string()));
     let finished = process::execute(Invocation {
         hook: &hook,
@@ -99,15 +100,16 @@ pub async fn check_settings(req: SettingsCheckRequest<'_>) -> Result<SettingsChe
         cancel: &req.cancel,
         stream_limit: OUTPUT_TAIL_LIMIT,
         combined_limit: OUTPUT_TAIL_LIMIT,
+        confinement: prepared.confinement,
     })
-    .await
-    .map_err(|source| RunError::Spawn {
+    .await;
+    prepared.dir.finish(&hook);
+    let finished = finished.map_err(|source| RunError::Spawn {
         hook: hook.clone(),
         path: req.executable.to_path_buf(),
         source,
     })?;
 
-    let output_tail = finished.combined;
     match finished.ending {
         Ending::Exited(status) if status.success() => {
             // Valid; a Result on stderr may still carry warnings.
@@ -120,24 +122,15 @@ pub async fn check_settings(req: SettingsCheckRequest<'_>) -> Result<SettingsChe
                 warnings,
             })
         }
-        Ending::Exited(status) => match parse_result(&finished.stderr) {
+        Ending::Exited(_) => match parse_result(&finished.stderr) {
             Some(r) if !r.valid => Ok(SettingsCheck {
                 valid: false,
                 message: r.message,
                 warnings: r.warnings,
             }),
-            _ => Err(RunError::Exit {
-                hook,
-                code: exit_code(status),
-                output_tail,
-            }),
+            _ => Err(failure(&hook, finished, req.timeout)),
         },
-        Ending::TimedOut => Err(RunError::Timeout {
-            hook,
-            after: req.timeout,
-            output_tail,
-        }),
-        Ending::Cancelled => Err(RunError::Cancelled { hook }),
+        _ => Err(failure(&hook, finished, req.timeout)),
     }
 }
 

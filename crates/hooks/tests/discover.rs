@@ -193,7 +193,7 @@ async fn batch_hook_is_discovered_through_hook_list_and_config() {
         "plain",
         "#!/bin/sh\n[ \"$1\" = --config ] && echo '{\"afterHelm\": 1}'\nexit 0\n",
     );
-    let found = discover_all(dir.path(), TIMEOUT)
+    let found = discover_all(dir.path(), TIMEOUT, None)
         .await
         .expect("discovery succeeds");
     let names: Vec<&str> = found.hooks.iter().map(|h| h.name.as_str()).collect();
@@ -231,7 +231,7 @@ async fn recorded_answers_rebuild_the_discovery_without_running_hooks() {
             log.display()
         ),
     );
-    let found = discover_all(dir.path(), TIMEOUT)
+    let found = discover_all(dir.path(), TIMEOUT, None)
         .await
         .expect("discovery succeeds");
     assert_eq!(
@@ -283,7 +283,7 @@ async fn two_settings_checks_are_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     script(dir.path(), "one", common::BATCH_HOOK);
     script(dir.path(), "two", common::BATCH_HOOK);
-    let err = discover_all(dir.path(), TIMEOUT)
+    let err = discover_all(dir.path(), TIMEOUT, None)
         .await
         .expect_err("only one settings check");
     assert!(

@@ -16,6 +16,7 @@ fn req<'a>(exe: &'a std::path::Path, settings: &'a serde_json::Value) -> Setting
         timeout: Duration::from_secs(20),
         cancel: CancellationToken::new(),
         tmp_dir: None,
+        sandbox: None,
     }
 }
 

@@ -1,9 +1,9 @@
 //! The files of a package that make up its Helm chart, as the release service receives them.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::load::{LoadError, Package};
+use crate::load::{LoadError, Package, PackageFiles};
+use crate::tree::{Kind, Links};
 
 /// Largest total size of the chart files handed to the release service.
 pub const MAX_CHART_BYTES: u64 = 32 * 1024 * 1024;
@@ -11,6 +11,12 @@ pub const MAX_CHART_BYTES: u64 = 32 * 1024 * 1024;
 pub const MAX_CHART_FILES: usize = 5_000;
 /// Deepest directory nesting followed; also stops loops through directory symlinks.
 const MAX_CHART_DEPTH: usize = 32;
+/// Most directory entries (files, directories, links) the walk may visit. Links are followed
+/// as Helm follows them, so a tree whose links form a DAG (16 links per level, 11 levels) has
+/// 16^10 paths: the walk stops at this many instead of visiting them all (issue 30.6).
+pub const MAX_CHART_VISITS: usize = 4 * MAX_CHART_FILES;
+/// Longest the walk may take (it runs on a blocking thread; see the worker's `chart_files`).
+pub const CHART_WALK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
 
 const CHART_ROOT_FILES: [&str; 2] = ["Chart.yaml", "values.yaml"];
 const CHART_DIRS: [&str; 3] = ["templates", "charts", "crds"];
@@ -18,27 +24,28 @@ const CHART_DIRS: [&str; 3] = ["templates", "charts", "crds"];
 impl Package {
     /// The chart files: `Chart.yaml`, `values.yaml`, `templates/**`, `charts/**` and `crds/**`,
     /// as `('/'-separated relative path, contents)` sorted by path. `hooks/` and `openapi/` are
-    /// never included. Symlinks are followed only when they stay inside the package.
+    /// never included. Everything is read beneath the package directory's descriptor: symlinks
+    /// are followed (as Helm follows them) only while they stay inside the package, the walk
+    /// bounded by [`MAX_CHART_VISITS`] entries and [`CHART_WALK_DEADLINE`]. Blocking: call it
+    /// off the async runtime.
     pub fn chart_files(&self) -> Result<Vec<(String, Vec<u8>)>, LoadError> {
-        let root = self.root.canonicalize().map_err(|source| LoadError::Read {
-            path: self.root.clone(),
-            source,
-        })?;
+        let package = PackageFiles::open(&self.root)?;
         let mut walk = Walk {
-            root,
+            package: &package,
+            root: self.root.clone(),
             files: Vec::new(),
             total: 0,
+            visits: 0,
+            deadline: std::time::Instant::now() + CHART_WALK_DEADLINE,
         };
         for name in CHART_ROOT_FILES {
-            let path = self.root.join(name);
-            if path.is_file() {
-                walk.file(&path, name.to_owned())?;
+            if package.is_file(name)? {
+                walk.file(name.to_owned())?;
             }
         }
         for dir in CHART_DIRS {
-            let path = self.root.join(dir);
-            if path.is_dir() {
-                walk.dir(&path, dir, 0)?;
+            if package.is_dir(dir)? {
+                walk.dir(dir, 0)?;
             }
         }
         walk.files.sort_by(|a, b| a.0.cmp(&b.0));
@@ -70,75 +77,71 @@ impl Package {
 
 const GLOBAL_WORD: &[u8] = crate::definition::GLOBAL_NAME.as_bytes();
 
-struct Walk {
+struct Walk<'a> {
+    package: &'a PackageFiles<'a>,
     root: PathBuf,
     files: Vec<(String, Vec<u8>)>,
     total: u64,
+    visits: usize,
+    deadline: std::time::Instant,
 }
 
-impl Walk {
-    fn dir(&mut self, dir: &Path, rel: &str, depth: usize) -> Result<(), LoadError> {
+impl Walk<'_> {
+    fn dir(&mut self, rel: &str, depth: usize) -> Result<(), LoadError> {
         if depth > MAX_CHART_DEPTH {
             return Err(self.too_large(format!("{MAX_CHART_DEPTH} directory levels")));
         }
-        self.check_inside(dir)?;
-        let read_err = |source| LoadError::Read {
-            path: dir.to_owned(),
-            source,
-        };
-        let mut entries = fs::read_dir(dir)
-            .map_err(read_err)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(read_err)?;
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path();
-            let child = format!("{rel}/{name}");
-            if path.is_dir() {
-                self.dir(&path, &child, depth + 1)?;
-            } else if path.is_file() {
-                self.file(&path, child)?;
+        let names = self.package.names(rel)?.unwrap_or_default();
+        for name in names {
+            self.visit()?;
+            let child = format!("{rel}/{}", name.to_string_lossy());
+            let kind = self
+                .package
+                .dir()
+                .kind(Path::new(&child), Links::Beneath)
+                .map_err(|e| self.package.error(e))?;
+            match kind {
+                Some(Kind::Directory) => self.dir(&child, depth + 1)?,
+                Some(Kind::File) => self.file(child)?,
+                _ => {}
             }
         }
         Ok(())
     }
 
-    fn file(&mut self, path: &Path, rel: String) -> Result<(), LoadError> {
-        self.check_inside(path)?;
-        let size = fs::metadata(path)
-            .map_err(|source| LoadError::Read {
-                path: path.to_owned(),
-                source,
-            })?
-            .len();
-        self.total = self.total.saturating_add(size);
-        if self.total > MAX_CHART_BYTES {
-            return Err(self.too_large(format!("{MAX_CHART_BYTES} bytes")));
+    /// Counts one entry against the walk's bounds.
+    fn visit(&mut self) -> Result<(), LoadError> {
+        self.visits += 1;
+        if self.visits > MAX_CHART_VISITS {
+            return Err(self.too_large(format!(
+                "{MAX_CHART_VISITS} directory entries visited (links that reach the same directories many times over?)"
+            )));
         }
-        if self.files.len() >= MAX_CHART_FILES {
-            return Err(self.too_large(format!("{MAX_CHART_FILES} files")));
+        if std::time::Instant::now() > self.deadline {
+            return Err(LoadError::ChartWalkDeadline {
+                root: self.root.clone(),
+                deadline: CHART_WALK_DEADLINE,
+            });
         }
-        let bytes = fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        self.files.push((rel, bytes));
         Ok(())
     }
 
-    fn check_inside(&self, path: &Path) -> Result<(), LoadError> {
-        let real = path.canonicalize().map_err(|source| LoadError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        if real.starts_with(&self.root) {
-            Ok(())
-        } else {
-            Err(LoadError::LinkEscapes {
-                path: path.to_owned(),
-            })
+    fn file(&mut self, rel: String) -> Result<(), LoadError> {
+        if self.files.len() >= MAX_CHART_FILES {
+            return Err(self.too_large(format!("{MAX_CHART_FILES} files")));
         }
+        let left = MAX_CHART_BYTES.saturating_sub(self.total);
+        let bytes = self
+            .package
+            .read_bounded(&rel, left)
+            .map_err(|e| match e {
+                LoadError::TooLarge { .. } => self.too_large(format!("{MAX_CHART_BYTES} bytes")),
+                other => other,
+            })?
+            .unwrap_or_default();
+        self.total += bytes.len() as u64;
+        self.files.push((rel, bytes));
+        Ok(())
     }
 
     fn too_large(&self, limit: String) -> LoadError {

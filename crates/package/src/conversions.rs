@@ -158,10 +158,13 @@ impl Conversions {
     /// Reads `x-config-version` from the settings schema document and the files of
     /// [`CONVERSIONS_DIR`] under `root`, with `read` (the loader's bounded YAML reader). The
     /// error names the offending file.
+    /// `list` names the files of a directory of the package (`None`: no such directory) and
+    /// `read` reads one; both take paths relative to the package, and read beneath it.
     pub(crate) fn load<E>(
         root: &Path,
         settings_schema: Option<&Value>,
-        read: impl Fn(&Path) -> Result<Option<Value>, E>,
+        list: impl Fn(&str) -> Result<Option<Vec<std::ffi::OsString>>, E>,
+        read: impl Fn(&str) -> Result<Option<Value>, E>,
         fail: impl Fn(&Path, ConversionError) -> E,
     ) -> Result<Conversions, E> {
         let latest = match settings_schema.and_then(|s| s.get("x-config-version")) {
@@ -179,21 +182,16 @@ impl Conversions {
         };
         let dir = root.join(CONVERSIONS_DIR);
         let mut steps = BTreeMap::new();
-        if dir.is_dir() {
-            let entries = std::fs::read_dir(&dir)
-                .map_err(|e| fail(&dir, ConversionError::Format(format!("cannot list: {e}"))))?;
-            for entry in entries.take(MAX_SETTINGS_VERSION as usize + 1) {
-                let entry = entry.map_err(|e| {
-                    fail(&dir, ConversionError::Format(format!("cannot list: {e}")))
-                })?;
-                let path = entry.path();
-                let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(names) = list(CONVERSIONS_DIR)? {
+            for name in names.iter().take(MAX_SETTINGS_VERSION as usize + 1) {
+                let name = name.to_string_lossy().into_owned();
+                let path = dir.join(&name);
                 if name.starts_with('.') {
                     continue;
                 }
                 let version =
                     file_version(&name).ok_or_else(|| fail(&path, ConversionError::FileName))?;
-                let doc = read(&path)?.unwrap_or(Value::Null);
+                let doc = read(&format!("{CONVERSIONS_DIR}/{name}"))?.unwrap_or(Value::Null);
                 let step = parse_step(&doc, version).map_err(|e| fail(&path, e))?;
                 if version > latest {
                     return Err(fail(
@@ -297,8 +295,15 @@ mod tests {
         Conversions::load(
             dir,
             Some(&schema),
-            |p| {
-                Ok(std::fs::read_to_string(p)
+            |rel| {
+                Ok(std::fs::read_dir(dir.join(rel)).ok().map(|entries| {
+                    let mut names: Vec<_> = entries.map(|e| e.unwrap().file_name()).collect();
+                    names.sort();
+                    names
+                }))
+            },
+            |rel| {
+                Ok(std::fs::read_to_string(dir.join(rel))
                     .ok()
                     .map(|t| serde_saphyr::from_str(&t).expect("yaml")))
             },

@@ -2,14 +2,19 @@
 //!
 //! The document is read into a `serde_json::Value` first and the fields are pulled out by hand,
 //! so every error can name the exact field (`requirements.modules.mandatory[0].name`) instead of
-//! the generic messages an untagged serde enum would produce. Unknown fields (`apiVersion`,
-//! `stage`, `disable`, …) are accepted so Deckhouse packages load unchanged.
+//! the generic messages an untagged serde enum would produce. A field berth does not know is
+//! refused, naming it and the known ones ([`KNOWN_FIELDS`]): a typo (`requirments:`) must not
+//! silently drop what it meant. The known fields include those Deckhouse and addon-operator
+//! module definitions carry (`apiVersion`, `stage`, `disable`, …), which berth accepts and
+//! ignores, so Deckhouse packages load unchanged.
 
 use std::fmt;
 
 use serde_json::Value;
 
 use crate::constraint::parse_version;
+use crate::limits::HookLimits;
+use crate::rbac::Rbac;
 use crate::requirements::Requirements;
 
 /// `Application`: multi-instance, user-installed. `Module`: a platform module with a `weight`.
@@ -68,6 +73,11 @@ pub struct Definition {
     pub requirements: Requirements,
     /// `values: flat|nested` as written; `None` lets the loader decide (see `load`).
     pub values_layout: Option<ValuesLayout>,
+    /// `limits:`: what one run of the package's hooks may use (defaults where left out).
+    pub limits: HookLimits,
+    /// `rbac:` (Modules and the Global package only): the Kubernetes rights the package's
+    /// ServiceAccount gets. `None`: no section, so the documented default (`cluster-admin`).
+    pub rbac: Option<Rbac>,
 }
 
 /// A field of `package.yaml` that is missing or wrong; the loader adds the file path.
@@ -101,12 +111,64 @@ pub(crate) fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The top-level fields `package.yaml` may have: berth's own, then those of Deckhouse module
+/// definitions (`package.yaml` and the legacy `module.yaml`) that berth accepts without acting
+/// on them. Anything else is refused at load.
+pub const KNOWN_FIELDS: &[&str] = &[
+    // berth's own
+    "type",
+    "name",
+    "version",
+    "description",
+    "values",
+    "limits",
+    "rbac",
+    "weight",
+    "requirements",
+    // Deckhouse's, accepted for compatibility (berth reads `descriptions.en` as the description)
+    "apiVersion",
+    "stage",
+    "descriptions",
+    "disable",
+    "tags",
+    "subsystems",
+    "namespace",
+    "critical",
+    "exclusiveGroup",
+    "accessibility",
+    "update",
+    "subscribe",
+];
+
+/// Refuses a top-level field that is not in [`KNOWN_FIELDS`], naming it, the closest known
+/// field when one is close (a typo), and the known ones.
+fn check_known_fields(map: &serde_json::Map<String, Value>) -> Result<(), DefinitionError> {
+    let Some(unknown) = map.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) else {
+        return Ok(());
+    };
+    let closest = KNOWN_FIELDS
+        .iter()
+        .map(|known| (strsim::damerau_levenshtein(unknown, known), *known))
+        .min()
+        .filter(|(distance, known)| *distance <= 2.max(known.len() / 4))
+        .map(|(_, known)| format!(" (did you mean `{known}`?)"))
+        .unwrap_or_default();
+    Err(DefinitionError::new(
+        unknown.as_str(),
+        format!(
+            "unknown field{closest}; known fields: {}",
+            KNOWN_FIELDS.join(", ")
+        ),
+    ))
+}
+
 impl Definition {
     /// Builds a definition from the parsed YAML document of `package.yaml`.
     pub fn from_document(doc: &Value) -> Result<Self, DefinitionError> {
         let map = doc
             .as_object()
             .ok_or_else(|| DefinitionError::new("(root)", "package.yaml must be a mapping"))?;
+        check_known_fields(map)?;
         let package_type = match map.get("type") {
             // Deckhouse's module loader accepts an empty type; keep that for compatibility.
             None | Some(Value::Null) => PackageType::Module,
@@ -165,6 +227,22 @@ impl Definition {
             None | Some(Value::Null) => Requirements::default(),
             Some(req) => Requirements::parse(req)?,
         };
+        let limits = match map.get("limits") {
+            None | Some(Value::Null) => HookLimits::default(),
+            Some(limits) => HookLimits::parse(limits)?,
+        };
+        let rbac = match map.get("rbac") {
+            None | Some(Value::Null) => None,
+            // An App's ServiceAccount may do everything in its namespace and nothing else: it
+            // cannot ask for cluster rights, and a section that would be ignored is refused.
+            Some(_) if package_type == PackageType::Application => {
+                return Err(DefinitionError::new(
+                    "rbac",
+                    "an Application may not declare Kubernetes rights: its ServiceAccount may do everything in its own namespace and nothing outside it; only a Module or the Global package declares `rbac`",
+                ));
+            }
+            Some(section) => Some(Rbac::parse(section)?),
+        };
         Ok(Definition {
             package_type,
             name,
@@ -173,6 +251,8 @@ impl Definition {
             weight,
             requirements,
             values_layout,
+            limits,
+            rbac,
         })
     }
 
@@ -243,6 +323,61 @@ mod tests {
         assert_eq!(def.weight, Some(30));
         assert_eq!(def.description.as_deref(), Some("certs"));
         assert_eq!(def.values_key(), "certManager");
+        assert_eq!(def.rbac, None, "no section: the default rights");
+    }
+
+    #[test]
+    fn modules_and_the_global_package_declare_rbac() {
+        let rules =
+            json!({"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["*"]}]});
+        for (kind, name) in [("Module", "copier"), ("Global", "global")] {
+            let def = Definition::from_document(&json!({
+                "type": kind, "name": name, "version": "1.0.0", "rbac": rules
+            }))
+            .expect(kind);
+            let rbac = def.rbac.expect("declared");
+            assert_eq!(rbac.rules[0].resources, vec!["secrets"]);
+        }
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused_naming_it_the_closest_and_the_known_ones() {
+        let err = Definition::from_document(&json!({
+            "type": "Application", "name": "a", "version": "1.0.0",
+            "requirments": {"kubernetes": ">=1.28"}
+        }))
+        .expect_err("a typo is refused");
+        assert_eq!(err.field, "requirments");
+        assert!(
+            err.message.contains("did you mean `requirements`?"),
+            "{err}"
+        );
+        assert!(
+            err.message.contains("known fields: type, name, version"),
+            "{err}"
+        );
+        // Far from every known field: no suggestion, still refused.
+        let err = Definition::from_document(&json!({
+            "type": "Application", "name": "a", "version": "1.0.0", "sidecars": []
+        }))
+        .expect_err("an unsupported section is refused");
+        assert_eq!(err.field, "sidecars");
+        assert!(!err.message.contains("did you mean"), "{err}");
+    }
+
+    #[test]
+    fn deckhouse_module_fields_are_known() {
+        let def = Definition::from_document(&json!({
+            "apiVersion": "v1", "type": "Module", "name": "m", "version": "1.0.0",
+            "stage": "General Availability", "weight": 10, "critical": true,
+            "descriptions": {"en": "e", "ru": "r"}, "tags": ["a"], "subsystems": ["s"],
+            "namespace": "d8-m", "exclusiveGroup": "g", "update": {"versions": []},
+            "accessibility": {"editions": {"_default": {"available": true}}},
+            "disable": {"confirmation": true, "message": "sure?"},
+            "subscribe": {"apis": []}, "requirements": {"kubernetes": ">=1.28"}
+        }))
+        .expect("a Deckhouse module definition loads");
+        assert_eq!(def.name, "m");
     }
 
     #[test]
@@ -284,6 +419,14 @@ mod tests {
             (
                 json!({"type": "Global", "name": "global", "version": "1.0.0", "values": "flat"}),
                 "values",
+            ),
+            (
+                json!({"type": "Application", "name": "a", "version": "1.0.0", "rbac": {"rules": []}}),
+                "rbac",
+            ),
+            (
+                json!({"type": "Module", "name": "a", "version": "1.0.0", "rbac": {"rules": [{"verbs": ["get"]}]}}),
+                "rbac.rules[0].apiGroups",
             ),
         ];
         for (doc, field) in cases {

@@ -19,12 +19,15 @@ mod checksum;
 mod constraint;
 mod conversions;
 mod definition;
+mod limits;
 mod load;
 mod patches;
+mod rbac;
 mod repo;
 mod requirements;
 mod schema;
 mod settings;
+mod tree;
 mod values;
 
 pub use chart::{MAX_CHART_BYTES, MAX_CHART_FILES};
@@ -37,8 +40,13 @@ pub use conversions::{
 pub use definition::{
     Definition, DefinitionError, GLOBAL_NAME, MAX_NAME_LEN, PackageType, ValuesLayout,
 };
+pub use limits::{
+    HookLimits, MAX_HOOK_CPU_MILLIS, MAX_HOOK_MEMORY, MAX_HOOK_PROCESSES, MIN_HOOK_CPU_MILLIS,
+    MIN_HOOK_MEMORY, parse_cpu, parse_memory,
+};
 pub use load::{LoadError, MAX_METADATA_BYTES, Package, is_package_dir, load};
 pub use patches::{compact_patches, replay_patches};
+pub use rbac::{MAX_ENTRY_LEN, MAX_RULE_ENTRIES, MAX_RULES, PolicyRule, Rbac};
 pub use repo::{
     ArchiveRepository, CONFIG_MEDIA_TYPE, ConfigError, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, MAX_CONFIG_BYTES, OciAuth,
@@ -50,5 +58,6 @@ pub use schema::{Schema, SchemaError, ValidationError};
 pub use settings::{MAX_SETTINGS_BYTES, MAX_SETTINGS_DEPTH, validate_settings};
 pub use values::{
     ValuesError, assemble, base_values, check_patch_scope, compute_values, config_values,
-    deep_merge, own_values, patch_settings, rebuild_values, validate_values, values_section,
+    deep_merge, own_values, patch_error, patch_settings, rebuild_values, validate_values,
+    values_section,
 };

@@ -1,11 +1,15 @@
 //! Reading a package directory into a [`Package`].
 //!
 //! Every error names the file it came from. Metadata files are read with a size bound so a
-//! hostile package cannot make the loader allocate without limit.
+//! hostile package cannot make the loader allocate without limit. The package directory is
+//! opened once and its files beneath it (`crate::tree`): links inside the package are
+//! followed, one leading out of it is refused, whatever happens to the tree meanwhile.
 
-use std::fs;
+use std::ffi::OsString;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+use crate::tree::{Dir, Links, TreeError};
 
 use serde_json::{Map, Value};
 
@@ -48,6 +52,11 @@ pub enum LoadError {
     ChartTooLarge { root: PathBuf, limit: String },
     #[error("{}: points outside the package", path.display())]
     LinkEscapes { path: PathBuf },
+    #[error("{}: reading the chart files took longer than {deadline:?}", root.display())]
+    ChartWalkDeadline {
+        root: PathBuf,
+        deadline: std::time::Duration,
+    },
     #[error("{}: {source}", path.display())]
     Conversion {
         path: PathBuf,
@@ -55,6 +64,17 @@ pub enum LoadError {
     },
     #[error("{}: a Global package carries global hooks and values, not a chart (remove Chart.yaml and templates/)", root.display())]
     GlobalChart { root: PathBuf },
+}
+
+impl LoadError {
+    /// Whether reading again may succeed (an I/O error, a walk that ran out of time); every
+    /// other error is the package's content, which the same files give again.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            LoadError::Read { .. } | LoadError::ChartWalkDeadline { .. }
+        )
+    }
 }
 
 /// A loaded package version.
@@ -88,19 +108,18 @@ pub struct Package {
 /// (values-schema entries win), as Deckhouse's `x-extend` does; otherwise a closed values schema
 /// would reject every setting.
 pub fn load(root: &Path) -> Result<Package, LoadError> {
-    if !root.is_dir() {
-        return Err(LoadError::NotADirectory {
-            path: root.to_owned(),
-        });
-    }
+    let files = PackageFiles::open(root)?;
     let mut definition_path = root.join(DEFINITION_FILE);
-    let definition_doc = match read_yaml(&definition_path)? {
+    let definition_doc = match files.read_yaml(DEFINITION_FILE)? {
         Some(doc) => doc,
         None => {
             let chart_path = root.join(CHART_FILE);
-            let chart = read_yaml(&chart_path)?.ok_or_else(|| LoadError::MissingDefinition {
-                path: definition_path.clone(),
-            })?;
+            let chart =
+                files
+                    .read_yaml(CHART_FILE)?
+                    .ok_or_else(|| LoadError::MissingDefinition {
+                        path: definition_path.clone(),
+                    })?;
             definition_path = chart_path;
             addon_operator_definition(&chart)
         }
@@ -110,7 +129,7 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
             path: definition_path,
             source,
         })?;
-    let (static_values, sectioned) = static_values(root, &definition)?;
+    let (static_values, sectioned) = static_values(&files, &definition)?;
     let layout = match (definition.values_layout, definition.package_type) {
         (Some(layout), _) => layout,
         (None, PackageType::Global) => ValuesLayout::Nested,
@@ -118,12 +137,14 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
         (None, _) => ValuesLayout::Flat,
     };
 
-    let settings_doc = SETTINGS_SCHEMA_FILES
-        .iter()
-        .map(|name| root.join(name))
-        .find(|path| path.is_file())
-        .map(|path| read_yaml(&path).map(|doc| (path, doc.unwrap_or(Value::Null))))
-        .transpose()?;
+    let mut settings_doc = None;
+    for name in SETTINGS_SCHEMA_FILES {
+        if files.is_file(name)? {
+            let doc = files.read_yaml(name)?.unwrap_or(Value::Null);
+            settings_doc = Some((root.join(name), doc));
+            break;
+        }
+    }
     let settings_schema = settings_doc
         .as_ref()
         .map(|(path, doc)| compile(path, doc))
@@ -132,7 +153,8 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
     let conversions = Conversions::load(
         root,
         settings_doc.as_ref().map(|(_, doc)| doc),
-        read_yaml,
+        |rel| files.names(rel),
+        |rel| files.read_yaml(rel),
         |path, source| LoadError::Conversion {
             path: path.to_owned(),
             source,
@@ -140,7 +162,7 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
     )?;
 
     let values_path = root.join(VALUES_SCHEMA_FILE);
-    let values_schema = match read_yaml(&values_path)? {
+    let values_schema = match files.read_yaml(VALUES_SCHEMA_FILE)? {
         None => None,
         Some(mut doc) => {
             if let Some((_, settings)) = &settings_doc {
@@ -151,7 +173,7 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
     };
 
     let hooks = root.join("hooks");
-    let is_helm = root.join("Chart.yaml").is_file() || root.join("templates").is_dir();
+    let is_helm = files.is_file(CHART_FILE)? || files.is_dir("templates")?;
     if is_helm && definition.package_type == PackageType::Global {
         return Err(LoadError::GlobalChart {
             root: root.to_owned(),
@@ -162,7 +184,7 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
         static_values,
         settings_schema,
         values_schema,
-        hooks_dir: hooks.is_dir().then_some(hooks),
+        hooks_dir: files.is_dir("hooks")?.then_some(hooks),
         is_helm,
         conversions,
         layout,
@@ -171,9 +193,116 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
 }
 
 /// Whether `dir` holds a package: a `package.yaml`, or the `Chart.yaml` of an addon-operator
-/// module.
+/// module (looked at beneath `dir`).
 pub fn is_package_dir(dir: &Path) -> bool {
-    dir.join(DEFINITION_FILE).is_file() || dir.join(CHART_FILE).is_file()
+    PackageFiles::open(dir).is_ok_and(|files| {
+        files.is_file(DEFINITION_FILE).unwrap_or(false)
+            || files.is_file(CHART_FILE).unwrap_or(false)
+    })
+}
+
+/// A package directory, opened once; its files are read beneath it (links followed inside the
+/// package only).
+pub(crate) struct PackageFiles<'a> {
+    dir: Dir,
+    root: &'a Path,
+}
+
+impl<'a> PackageFiles<'a> {
+    pub(crate) fn open(root: &'a Path) -> Result<Self, LoadError> {
+        let dir = Dir::open(root).map_err(|_| LoadError::NotADirectory {
+            path: root.to_owned(),
+        })?;
+        Ok(PackageFiles { dir, root })
+    }
+
+    /// The package's directory, for walks beneath it.
+    pub(crate) fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// The error for `rel`'s resolution failing.
+    pub(crate) fn error(&self, e: TreeError) -> LoadError {
+        match e {
+            TreeError::Escapes { path, .. } | TreeError::Link { path, .. } => {
+                LoadError::LinkEscapes { path }
+            }
+            TreeError::Kind { path, found, .. } => LoadError::Read {
+                path,
+                source: io::Error::new(io::ErrorKind::InvalidData, format!("is {found}")),
+            },
+            TreeError::Changed { path } => LoadError::Read {
+                path,
+                source: io::Error::other("changed while it was read"),
+            },
+            TreeError::Io { path, source } => LoadError::Read { path, source },
+        }
+    }
+
+    pub(crate) fn is_file(&self, rel: &str) -> Result<bool, LoadError> {
+        self.dir
+            .is_file(Path::new(rel), Links::Beneath)
+            .map_err(|e| self.error(e))
+    }
+
+    pub(crate) fn is_dir(&self, rel: &str) -> Result<bool, LoadError> {
+        self.dir
+            .is_dir(Path::new(rel), Links::Beneath)
+            .map_err(|e| self.error(e))
+    }
+
+    /// The names in the directory `rel`, sorted; `None` when it is not a directory.
+    pub(crate) fn names(&self, rel: &str) -> Result<Option<Vec<OsString>>, LoadError> {
+        let dir = match self.dir.dir(Path::new(rel), Links::Beneath) {
+            Ok(dir) => dir,
+            Err(e) if e.is_not_found() || e.is_not_a_directory() => return Ok(None),
+            Err(e) => return Err(self.error(e)),
+        };
+        dir.names().map(Some).map_err(|e| self.error(e))
+    }
+
+    /// Reads and parses a YAML file; `Ok(None)` when it does not exist, `Value::Null` when
+    /// empty.
+    pub(crate) fn read_yaml(&self, rel: &str) -> Result<Option<Value>, LoadError> {
+        let path = self.root.join(rel);
+        let Some(bytes) = self.read_bounded(rel, MAX_METADATA_BYTES)? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8(bytes).map_err(|e| LoadError::Yaml {
+            path: path.clone(),
+            message: format!("not UTF-8: {e}"),
+        })?;
+        if text.trim().is_empty() {
+            return Ok(Some(Value::Null));
+        }
+        serde_saphyr::from_str::<Value>(&text)
+            .map(Some)
+            .map_err(|e| LoadError::Yaml {
+                path,
+                message: first_line(&e.to_string()),
+            })
+    }
+
+    /// At most `limit` bytes of the file `rel`; `None` when it does not exist.
+    pub(crate) fn read_bounded(&self, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, LoadError> {
+        let path = self.root.join(rel);
+        let file = match self.dir.file(Path::new(rel), Links::Beneath) {
+            Ok((file, _)) => file,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(self.error(e)),
+        };
+        let mut bytes = Vec::new();
+        file.take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|source| LoadError::Read {
+                path: path.clone(),
+                source,
+            })?;
+        if bytes.len() as u64 > limit {
+            return Err(LoadError::TooLarge { path, limit });
+        }
+        Ok(Some(bytes))
+    }
 }
 
 /// The definition of an addon-operator module, which has none of its own: a Module named and
@@ -191,9 +320,12 @@ fn addon_operator_definition(chart: &Value) -> Value {
 
 /// The package's own static values, and whether `values.yaml` kept them under the camelCase
 /// name (the addon-operator / Deckhouse module layout).
-fn static_values(root: &Path, definition: &Definition) -> Result<(Value, bool), LoadError> {
-    let path = root.join(STATIC_VALUES_FILE);
-    let mut values = match read_yaml(&path)? {
+fn static_values(
+    files: &PackageFiles<'_>,
+    definition: &Definition,
+) -> Result<(Value, bool), LoadError> {
+    let path = files.root.join(STATIC_VALUES_FILE);
+    let mut values = match files.read_yaml(STATIC_VALUES_FILE)? {
         None | Some(Value::Null) => return Ok((Value::Object(Map::new()), false)),
         Some(Value::Object(map)) => map,
         Some(other) => {
@@ -234,55 +366,8 @@ fn extend_with_settings(values: &mut Value, settings: &Value) {
     }
 }
 
-/// Reads and parses a YAML file; `Ok(None)` when it does not exist, `Value::Null` when empty.
-pub(crate) fn read_yaml(path: &Path) -> Result<Option<Value>, LoadError> {
-    let Some(bytes) = read_bounded(path, MAX_METADATA_BYTES)? else {
-        return Ok(None);
-    };
-    let text = String::from_utf8(bytes).map_err(|e| LoadError::Yaml {
-        path: path.to_owned(),
-        message: format!("not UTF-8: {e}"),
-    })?;
-    if text.trim().is_empty() {
-        return Ok(Some(Value::Null));
-    }
-    serde_saphyr::from_str::<Value>(&text)
-        .map(Some)
-        .map_err(|e| LoadError::Yaml {
-            path: path.to_owned(),
-            message: first_line(&e.to_string()),
-        })
-}
-
 /// The parser appends a source snippet after the first line; status messages want one line.
 fn first_line(message: &str) -> String {
     let line = message.lines().next().unwrap_or(message);
     line.strip_prefix("error: ").unwrap_or(line).to_owned()
-}
-
-fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, LoadError> {
-    let file = match fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(LoadError::Read {
-                path: path.to_owned(),
-                source,
-            });
-        }
-    };
-    let mut bytes = Vec::new();
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|source| LoadError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-    if bytes.len() as u64 > limit {
-        return Err(LoadError::TooLarge {
-            path: path.to_owned(),
-            limit,
-        });
-    }
-    Ok(Some(bytes))
 }

@@ -62,13 +62,31 @@ pub fn compute_values(
     patches: &json_patch::Patch,
 ) -> Result<Value, ValuesError> {
     let mut values = assemble(pkg, base_values(pkg, settings)?, global);
-    json_patch::patch(&mut values, patches).map_err(|e| ValuesError::Patch {
-        operation: e.operation,
-        path: e.path.to_string(),
-        message: e.kind.to_string(),
-    })?;
+    json_patch::patch(&mut values, patches).map_err(|e| patch_error(pkg, &e))?;
     validate_values(pkg, &values)?;
     Ok(values)
+}
+
+/// The error of a patch that did not apply. A flat package whose hook patches under
+/// `/<camelName>/` was written for addon-operator's nested layout; say so.
+pub fn patch_error(pkg: &Package, e: &json_patch::PatchError) -> ValuesError {
+    let path = e.path.to_string();
+    let mut message = e.kind.to_string();
+    if values_section(pkg).is_none() {
+        let key = pkg.definition.values_key();
+        let section = format!("/{key}");
+        if path == section || path.starts_with(&format!("{section}/")) {
+            message = format!(
+                "{message} (the values of {} are flat, so there is no {section}; addon-operator hooks patch the module's section: set `values: nested` in package.yaml)",
+                pkg.definition.name
+            );
+        }
+    }
+    ValuesError::Patch {
+        operation: e.operation,
+        path,
+        message,
+    }
 }
 
 /// Rebuilds the values after a lower layer changed (settings, package version), replaying the
@@ -191,7 +209,16 @@ fn scope_text(pkg: &Package, key: &str) -> String {
 /// The config values (`CONFIG_VALUES_PATH`) a hook sees: the settings, under the package's
 /// section when nested, beside the global settings (`global_settings`).
 pub fn config_values(pkg: &Package, settings: &Value, global_settings: &Value) -> Value {
-    assemble(pkg, settings.clone(), global_settings)
+    assemble(pkg, settings_or_empty(settings), global_settings)
+}
+
+/// The settings, `{}` when there are none yet (addon-operator's config values of a module are
+/// `{}` until set, and a hook's first `add /<camelName>/a` needs that section).
+fn settings_or_empty(settings: &Value) -> Value {
+    match settings {
+        Value::Null => Value::Object(Map::new()),
+        other => other.clone(),
+    }
 }
 
 /// Applies a hook's config values patch (`CONFIG_VALUES_JSON_PATCH_PATH`) to the settings:
@@ -203,12 +230,8 @@ pub fn patch_settings(
     patch: &json_patch::Patch,
 ) -> Result<Value, ValuesError> {
     check_patch_scope(pkg, patch)?;
-    let mut doc = assemble(pkg, settings.clone(), &Value::Object(Map::new()));
-    json_patch::patch(&mut doc, patch).map_err(|e| ValuesError::Patch {
-        operation: e.operation,
-        path: e.path.to_string(),
-        message: e.kind.to_string(),
-    })?;
+    let mut doc = assemble(pkg, settings_or_empty(settings), &Value::Object(Map::new()));
+    json_patch::patch(&mut doc, patch).map_err(|e| patch_error(pkg, &e))?;
     let patched = match values_section(pkg) {
         None => doc,
         Some(key) => doc.get(&key).cloned().unwrap_or(Value::Null),

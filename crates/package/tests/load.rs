@@ -158,6 +158,17 @@ fn definition_errors_name_file_and_field() {
             "`requirements.kubernetes`",
             "invalid version constraint",
         ),
+        // Issue 31.8: a typo or an unsupported section is refused, not silently dropped.
+        (
+            "type: Application\nname: demo\nversion: 1.0.0\nrequirments:\n  kubernetes: '>=1.28'\n",
+            "`requirments`",
+            "unknown field (did you mean `requirements`?); known fields: type, name, version",
+        ),
+        (
+            "type: Application\nname: demo\nversion: 1.0.0\nsidecars: []\n",
+            "`sidecars`",
+            "unknown field; known fields: type, name, version",
+        ),
     ];
     for (definition, field, problem) in cases {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -331,4 +342,106 @@ fn an_addon_operator_module_loads_from_its_chart() {
         err.contains("Chart.yaml") && err.contains("version"),
         "{err}"
     );
+}
+
+/// Issue 30.6: a chart whose links form a DAG (16 links per level to the next level, 11
+/// levels) has 16^10 paths; the walk stops after a bounded number of entries with the limit
+/// named instead of visiting them all.
+#[test]
+fn chart_files_stop_a_walk_through_a_link_dag_at_the_visit_bound() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(root, "package.yaml", MINIMAL_DEFINITION);
+    write(root, "Chart.yaml", "name: demo\n");
+    // No files at the bottom: the files bound never comes into play.
+    fs::create_dir_all(root.join("templates/dag/l10/leaf")).expect("mkdir");
+    for level in (0..10).rev() {
+        let dir = root.join(format!("templates/dag/l{level}"));
+        fs::create_dir_all(&dir).expect("mkdir");
+        for i in 0..16 {
+            std::os::unix::fs::symlink(format!("../l{}", level + 1), dir.join(format!("n{i}")))
+                .expect("symlink");
+        }
+    }
+    let started = std::time::Instant::now();
+    let err = load(root)
+        .expect("loads")
+        .chart_files()
+        .expect_err("refused");
+    assert!(
+        err.to_string().contains("20000 directory entries visited"),
+        "{err}"
+    );
+    assert!(!err.is_transient(), "the same files are refused again");
+    eprintln!("refused after {:?}", started.elapsed());
+}
+
+/// Links inside the package are followed as Helm follows them: each path through a link is a
+/// file of its own, read from the link's real target.
+#[test]
+fn chart_files_follow_links_inside_the_package() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(root, "package.yaml", MINIMAL_DEFINITION);
+    write(root, "Chart.yaml", "name: demo\n");
+    write(root, "shared/common/Chart.yaml", "name: common\n");
+    write(root, "shared/common/templates/_h.tpl", "h");
+    fs::create_dir_all(root.join("charts")).expect("mkdir");
+    std::os::unix::fs::symlink("../shared/common", root.join("charts/common")).expect("symlink");
+    fs::create_dir_all(root.join("templates")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "../shared/common/templates/_h.tpl",
+        root.join("templates/_h.tpl"),
+    )
+    .expect("symlink");
+    std::os::unix::fs::symlink("missing.yaml", root.join("templates/dangling.yaml"))
+        .expect("symlink");
+    let files = load(root)
+        .expect("loads")
+        .chart_files()
+        .expect("chart files");
+    let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Chart.yaml",
+            "charts/common/Chart.yaml",
+            "charts/common/templates/_h.tpl",
+            "templates/_h.tpl"
+        ]
+    );
+}
+
+#[test]
+fn a_modules_rbac_section_loads_and_an_apps_is_refused_naming_file_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "package.yaml",
+        "type: Module\nname: copier\nversion: 1.0.0\nrbac:\n  rules:\n  - apiGroups: ['']\n    resources: [secrets]\n    verbs: ['*']\n  - apiGroups: ['']\n    resources: [namespaces]\n    verbs: [get, list, watch]\n",
+    );
+    let pkg = load(dir.path()).expect("loads");
+    let rbac = pkg.definition.rbac.expect("declared");
+    assert_eq!(rbac.rules.len(), 2);
+    assert_eq!(rbac.rules[1].verbs, vec!["get", "list", "watch"]);
+
+    let app = tempfile::tempdir().expect("tempdir");
+    write(
+        app.path(),
+        "package.yaml",
+        "type: Application\nname: web\nversion: 1.0.0\nrbac:\n  rules: []\n",
+    );
+    let err = load_err(&app);
+    assert!(err.contains("package.yaml"), "{err}");
+    assert!(err.contains("field `rbac`"), "{err}");
+    assert!(err.contains("Application may not declare"), "{err}");
+
+    let bad = tempfile::tempdir().expect("tempdir");
+    write(
+        bad.path(),
+        "package.yaml",
+        "type: Module\nname: m\nversion: 1.0.0\nrbac:\n  rules:\n  - apiGroups: ['']\n    resources: [pods]\n    verb: [get]\n",
+    );
+    let err = load_err(&bad);
+    assert!(err.contains("field `rbac.rules[0].verb`"), "{err}");
 }

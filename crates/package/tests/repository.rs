@@ -86,6 +86,37 @@ fn refetch_is_idempotent_and_changed_content_is_replaced() {
     assert_eq!(fs::read_to_string(&marker).expect("read"), "kind: Secret\n");
 }
 
+/// Issue 31.9: a directory version's revision is its content: the same until a file changes,
+/// then different, and reading it keeps the fetch's limits.
+#[test]
+fn a_directory_revision_follows_its_content_within_the_limits() {
+    let repo = repo_with(&["1.0.0"]);
+    let local = LocalRepository::new(&repo.root);
+    let first = local.revision("demo", "1.0.0").expect("a revision");
+    assert_eq!(local.revision("demo", "1.0.0").expect("again"), first);
+    write(
+        &repo.root.join("demo/1.0.0"),
+        "templates/cm.yaml",
+        "kind: Secret\n",
+    );
+    let edited = local.revision("demo", "1.0.0").expect("a revision");
+    assert_ne!(edited, first, "an edited file changes the revision");
+    assert!(edited.starts_with("sha256:"), "{edited}");
+    let few = Limits {
+        max_entries: 3,
+        ..Limits::default()
+    };
+    let err = LocalRepository::new(&repo.root)
+        .with_limits(few)
+        .revision("demo", "1.0.0")
+        .expect_err("too many entries to digest");
+    assert!(err.to_string().contains("3 entries"), "{err}");
+    let err = local
+        .revision("demo", "2.0.0")
+        .expect_err("no such version");
+    assert!(matches!(err, RepoError::VersionNotFound { .. }), "{err}");
+}
+
 #[test]
 fn digest_covers_exec_bits() {
     let repo = repo_with(&["1.0.0"]);

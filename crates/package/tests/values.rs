@@ -368,3 +368,111 @@ fn the_global_package_owns_the_global_section() {
     let err = load(dir.path()).expect_err("refused");
     assert!(err.to_string().contains("not a chart"), "{err}");
 }
+
+/// issue 32.10: addon-operator's `update-kube-module-config` test module. Its hook patches the
+/// config values under the camelCase name; with no settings yet the section is `{}` (as in
+/// addon-operator), so the first `add` applies and the `remove` of a setting nobody made
+/// fails as addon-operator's strict mode fails it.
+#[test]
+fn a_dashed_modules_hook_patches_its_camel_case_section_from_no_settings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "Chart.yaml",
+        "name: update-kube-module-config\nversion: 0.1.0\n",
+    );
+    write(
+        dir.path(),
+        "openapi/config-values.yaml",
+        "type: object\nproperties:\n  a: {type: integer}\n  b: {type: string}\n  c: {type: array, items: {type: integer}}\n",
+    );
+    let pkg = load(dir.path()).expect("loads");
+    // The patch the module's hook `merge_and_patch_values` writes.
+    let hook_patch = patch(json!([
+        {"op": "add", "path": "/updateKubeModuleConfig/a", "value": 2},
+        {"op": "remove", "path": "/updateKubeModuleConfig/b"},
+        {"op": "add", "path": "/updateKubeModuleConfig/c", "value": [3]}
+    ]));
+    // A hook sees an empty section, not null, before any settings exist.
+    assert_eq!(
+        berth_package::config_values(&pkg, &Value::Null, &json!({})),
+        json!({"global": {}, "updateKubeModuleConfig": {}})
+    );
+    // addon-operator's expectation: {b: should-be-deleted} becomes {a: 2, c: [3]}.
+    let settings =
+        berth_package::patch_settings(&pkg, &json!({"b": "should-be-deleted"}), &hook_patch)
+            .expect("patches");
+    assert_eq!(settings, json!({"a": 2, "c": [3]}));
+    let settings = berth_package::patch_settings(&pkg, &json!({"a": 1, "b": "2"}), &hook_patch)
+        .expect("patches over existing settings");
+    assert_eq!(settings, json!({"a": 2, "c": [3]}));
+    // No settings yet: the `add` applies; the `remove` of a setting that does not exist is
+    // operation 1's failure, as in addon-operator.
+    let err = berth_package::patch_settings(&pkg, &Value::Null, &hook_patch).expect_err("strict");
+    assert!(
+        matches!(&err, ValuesError::Patch { operation: 1, path, .. } if path == "/updateKubeModuleConfig/b"),
+        "{err}"
+    );
+    let settings = berth_package::patch_settings(
+        &pkg,
+        &Value::Null,
+        &patch(json!([{"op": "add", "path": "/updateKubeModuleConfig/a", "value": 2}])),
+    )
+    .expect("the first add applies");
+    assert_eq!(settings, json!({"a": 2}));
+    // Its sibling `update-module-dynamic` patches the values the same way.
+    let values = compute_values(
+        &pkg,
+        &Value::Null,
+        &json!({}),
+        &patch(json!([{"op": "add", "path": "/updateKubeModuleConfig/x", "value": 9}])),
+    )
+    .expect("values patch");
+    assert_eq!(
+        values,
+        json!({"global": {}, "updateKubeModuleConfig": {"x": 9}})
+    );
+}
+
+/// A flat package whose hook patches `/<camelName>/...` was written for addon-operator's
+/// layout: the error says so and how to choose it.
+#[test]
+fn a_flat_package_patched_under_its_camel_case_name_is_told_to_nest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "package.yaml",
+        "type: Module\nname: update-kube-module-config\nversion: 0.1.0\n",
+    );
+    let pkg = load(dir.path()).expect("loads");
+    let err = compute_values(
+        &pkg,
+        &json!({}),
+        &json!({}),
+        &patch(json!([{"op": "add", "path": "/updateKubeModuleConfig/a", "value": 2}])),
+    )
+    .expect_err("flat values have no such section");
+    let text = err.to_string();
+    assert!(
+        text.contains("path is invalid") && text.contains("values: nested"),
+        "{text}"
+    );
+    // With `values: nested` the same patch applies.
+    write(
+        dir.path(),
+        "package.yaml",
+        "type: Module\nname: update-kube-module-config\nversion: 0.1.0\nvalues: nested\n",
+    );
+    let pkg = load(dir.path()).expect("loads");
+    let values = compute_values(
+        &pkg,
+        &json!({}),
+        &json!({}),
+        &patch(json!([{"op": "add", "path": "/updateKubeModuleConfig/a", "value": 2}])),
+    )
+    .expect("nested");
+    assert_eq!(
+        values,
+        json!({"global": {}, "updateKubeModuleConfig": {"a": 2}})
+    );
+}

@@ -25,7 +25,7 @@ pub enum Access {
     Roles(&'static [Role]),
 }
 
-use Role::{Gateway, Hookevent, Lifecycle, Operator, Release, Worker};
+use Role::{Controller, Gateway, Hookevent, Lifecycle, Operator, Release, Worker};
 
 /// Every internal RPC and who may call it. Lifecycle serves the gateway (the public API's
 /// calls), workers (their reports) and release and hookevent (what a package is); the broker takes work from lifecycle and hookevent and
@@ -44,11 +44,23 @@ const TABLE: &[(&str, &[Role])] = &[
     // berth.lifecycle.v1.Lifecycle
     ("/berth.lifecycle.v1.Lifecycle/Update", &[Gateway]),
     ("/berth.lifecycle.v1.Lifecycle/Remove", &[Gateway]),
+    ("/berth.lifecycle.v1.Lifecycle/Suspend", &[Gateway]),
     ("/berth.lifecycle.v1.Lifecycle/Dump", &[Gateway]),
-    ("/berth.lifecycle.v1.Lifecycle/ValidateSettings", &[Gateway]),
-    ("/berth.lifecycle.v1.Lifecycle/Get", &[Gateway]),
-    ("/berth.lifecycle.v1.Lifecycle/List", &[Gateway]),
-    ("/berth.lifecycle.v1.Lifecycle/Watch", &[Gateway]),
+    // The controller validates settings at admission and follows the packages it made.
+    (
+        "/berth.lifecycle.v1.Lifecycle/ValidateSettings",
+        &[Gateway, Controller],
+    ),
+    ("/berth.lifecycle.v1.Lifecycle/Get", &[Gateway, Controller]),
+    ("/berth.lifecycle.v1.Lifecycle/List", &[Gateway, Controller]),
+    (
+        "/berth.lifecycle.v1.Lifecycle/Watch",
+        &[Gateway, Controller],
+    ),
+    // Only the controller speaks for berth.io resources (the owner it names).
+    ("/berth.lifecycle.v1.Lifecycle/UpdateOwned", &[Controller]),
+    ("/berth.lifecycle.v1.Lifecycle/RemoveOwned", &[Controller]),
+    ("/berth.lifecycle.v1.Lifecycle/SuspendOwned", &[Controller]),
     // Release and hookevent look a package's kind and namespace up themselves (`scope`).
     (
         "/berth.lifecycle.v1.Lifecycle/GetSpec",
@@ -103,6 +115,11 @@ const TABLE: &[(&str, &[Role])] = &[
     ("/berth.release.v1.Releases/History", &[Worker, Operator]),
     ("/berth.release.v1.Releases/Rollback", &[Operator]),
     ("/berth.release.v1.Releases/ApplyCrds", &[Worker]),
+    // A package's Kubernetes identity: only workers, for the package of their task (release
+    // reads what the package is from lifecycle).
+    ("/berth.release.v1.Releases/EnsurePrincipal", &[Worker]),
+    ("/berth.release.v1.Releases/RemovePrincipal", &[Worker]),
+    ("/berth.release.v1.Releases/MintToken", &[Worker]),
     // Lifecycle's scheduler checks `requirements.kubernetes` against it.
 ];
 
@@ -247,5 +264,23 @@ mod tests {
         );
         let unknown = check("/berth.queue.v1.Broker/DropAll", Some(Operator)).unwrap_err();
         assert_eq!(unknown.code(), tonic::Code::PermissionDenied);
+    }
+
+    /// A package's identity is for the workers running its tasks: the operator, hookevent and
+    /// the gateway may neither mint its tokens nor change its objects.
+    #[test]
+    fn only_workers_touch_principals() {
+        for rpc in ["EnsurePrincipal", "RemovePrincipal", "MintToken"] {
+            let path = format!("/berth.release.v1.Releases/{rpc}");
+            assert!(check(&path, Some(Worker)).is_ok(), "{path}");
+            for role in [Operator, Hookevent, Gateway, Lifecycle, Release] {
+                let refused = check(&path, Some(role)).unwrap_err();
+                assert_eq!(
+                    refused.code(),
+                    tonic::Code::PermissionDenied,
+                    "{path} {role}"
+                );
+            }
+        }
     }
 }

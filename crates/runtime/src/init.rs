@@ -135,6 +135,7 @@ mod routing {
         ("berth_worker", "berth-worker"),
         ("berth_hookevent", "berth-hookevent"),
         ("berth_release", "berth-release"),
+        ("berth_controller", "berth-controller"),
     ];
     const SERVICES: &[&str] = &[
         "berth-gateway",
@@ -143,6 +144,7 @@ mod routing {
         "berth-worker",
         "berth-hookevent",
         "berth-release",
+        "berth-controller",
         "berth",
     ];
 

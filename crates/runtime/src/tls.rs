@@ -30,6 +30,8 @@ pub enum Role {
     Release,
     /// A person's tools (`berth release ...` against the release service).
     Operator,
+    /// berth's Kubernetes controller (berth.io resources into lifecycle's changes).
+    Controller,
 }
 
 impl Role {
@@ -50,6 +52,7 @@ impl Role {
             Role::Hookevent => "berth-hookevent",
             Role::Release => "berth-release",
             Role::Operator => "berth",
+            Role::Controller => "berth-controller",
         }
     }
 

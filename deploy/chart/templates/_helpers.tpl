@@ -134,9 +134,13 @@ spec:
             initialDelaySeconds: 30
             periodSeconds: 20
             timeoutSeconds: 5
-          {{- else }}
+          {{- else if .probe }}
           livenessProbe:
             {{- toYaml .probe | nindent 12 }}
+          {{- end }}
+          {{- with .readiness }}
+          readinessProbe:
+            {{- toYaml . | nindent 12 }}
           {{- end }}
           {{- with .resources }}
           resources:

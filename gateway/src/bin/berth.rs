@@ -3,7 +3,7 @@
 // The system allocator. mimalloc (used until 2026-11-27) kept more resident in `berth up`: at
 // 1,000 packages with 8 tasks at once its peak RSS was 131–168 MiB where glibc's malloc gave
 // 93–111 MiB at the same speed, and `berth render` of the largest corpus charts took as long
-// with glibc in 15–25 % less memory (README, "Scale").
+// with glibc in 15–25 % less memory (docs/benchmarks.md, "Scale").
 
 fn main() -> std::process::ExitCode {
     // `berth render` is a short burst of small allocations; huge pages only cost it time and

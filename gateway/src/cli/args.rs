@@ -15,10 +15,16 @@ pub struct Cli {
         global = true
     )]
     pub server: String,
-    /// Bearer token for the gateway, when it requires one. It is sent only over TLS
-    /// (`https://`) or to this machine.
-    #[arg(long, env = "BERTH_TOKEN", global = true, hide_env_values = true)]
+    /// Refused: a token on the command line is readable by every local process. Use
+    /// --token-file or BERTH_TOKEN.
+    #[arg(long, global = true, hide = true, value_name = "REFUSED")]
     pub token: Option<String>,
+    /// The bearer token: the first in this file (one per line; `#` comments). Without it the
+    /// CLI sends BERTH_TOKEN, or, to a server on this machine, the token of a `berth up`
+    /// started here (`$BERTH_DATA_DIR/token`, default `.berth/token`). Sent only over TLS
+    /// (`https://`) or to this machine. With `berth up`: its tokens are accepted too.
+    #[arg(long, env = "BERTH_TOKEN_FILE", global = true)]
+    pub token_file: Option<PathBuf>,
     /// PEM file of the CA that signed the gateway's certificate (`https://` servers); the
     /// system's roots are trusted too.
     #[arg(long, env = "BERTH_CA_FILE", global = true)]
@@ -41,8 +47,10 @@ pub struct Target {
     /// Namespace of an app instance (default `default`).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
-    #[arg(long, value_enum, default_value = "app")]
-    pub kind: KindArg,
+    /// `app` or `module` (default `app`; `berth validate` without it asks lifecycle which
+    /// kind NAME is installed as).
+    #[arg(long, value_enum)]
+    pub kind: Option<KindArg>,
 }
 
 // Parsed once per process; `Up`'s many flags are not worth a box.
@@ -51,7 +59,9 @@ pub struct Target {
 pub enum Command {
     /// Run every berth service in this process (embedded database and dev cluster by default).
     Up {
-        /// Data directory: databases, package cache, dev cluster state and kubeconfig.
+        /// Data directory: databases, package cache, dev cluster state and kubeconfig, and the
+        /// API token (`token`, 0600, generated once) every call must present; the CLI reads
+        /// it there.
         #[arg(long, env = "BERTH_DATA_DIR", default_value = ".berth")]
         data_dir: PathBuf,
         /// Address of the public gRPC API.
@@ -86,23 +96,17 @@ pub enum Command {
         /// it on a tmpfs: creating those files on a disk is most of a hook's start time.
         #[arg(long, env = "BERTH_HOOK_TMP_DIR")]
         hook_tmp_dir: Option<PathBuf>,
-        /// Run hooks as this user (a name, UID or UID:GID) without supplementary groups. As
-        /// root, berth runs them as nobody (65534:65534) unless this names another user;
-        /// `root` keeps them root. The data directory then becomes searchable by others (0711)
-        /// so hooks reach the package cache (or, when its parents are not searchable, the cache
-        /// is a fresh directory in the temp directory); everything else in it stays the
-        /// owner's (0700 directories, 0600 files).
-        #[arg(long, env = "BERTH_HOOK_USER")]
-        hook_user: Option<String>,
+        /// How hooks are confined. When they run as their package instances' uids, the data
+        /// directory becomes searchable by others (0711) so hooks reach the package cache (or,
+        /// when its parents are not searchable, the cache is a fresh directory in the temp
+        /// directory); everything else in it stays the owner's (0700 directories, 0600 files).
+        #[command(flatten)]
+        hook_isolation: berth_worker::HookIsolationArgs,
         /// How long a ValidateSettings, or an Update changing a loaded package's settings,
         /// waits for the worker to run the package's settings check and plan the install
         /// (seconds); with no answer by then only the settings schema is checked.
         #[arg(long, env = "BERTH_VALIDATION_TIMEOUT", default_value_t = 30)]
         validation_timeout: u64,
-        /// Accept any of the bearer tokens in this file (one per line; `#` comments), with
-        /// --token's if both are given.
-        #[arg(long, env = "BERTH_TOKEN_FILE")]
-        token_file: Option<PathBuf>,
         /// Serve the public API over TLS, with a certificate signed by the CA in
         /// `<data-dir>/tls/ca.pem` (give that to the CLI as --ca-file). Always on when
         /// --listen is not a loopback address.
@@ -135,9 +139,21 @@ pub enum Command {
         /// port the OS picks; with --kubeconfig: off unless --webhook-listen is given.
         #[command(flatten)]
         webhook: berth_hookevent::webhook::WebhookArgs,
+        /// Where the controller's admission webhook (berth.io resources' settings) listens.
+        /// Default with the embedded dev cluster: 127.0.0.1 on a port the OS picks; with
+        /// --kubeconfig: off unless given.
+        #[arg(long, env = "BERTH_CONTROLLER_WEBHOOK_LISTEN")]
+        controller_webhook_listen: Option<std::net::SocketAddr>,
+        /// `https://HOST[:PORT]` at which the API server reaches the controller's webhook.
+        #[arg(long, env = "BERTH_CONTROLLER_WEBHOOK_URL")]
+        controller_webhook_url: Option<String>,
+        /// Only the berth.io resources with these labels (`key=value,...`) are this berth's:
+        /// several installations may share a cluster.
+        #[arg(long, env = "BERTH_CONTROLLER_WATCH_LABEL_SELECTOR")]
+        watch_label_selector: Option<String>,
     },
     /// Write a CA and a certificate per service role (gateway, lifecycle, broker, worker,
-    /// hookevent, release, operator) for split mode: `<role>.pem` and `<role>-key.pem`, to give
+    /// hookevent, release, operator, controller) for split mode: `<role>.pem` and `<role>-key.pem`, to give
     /// each service as --tls-ca ca.pem --tls-cert <role>.pem --tls-key <role>-key.pem.
     Certs {
         /// Directory to write them to (created 0700; files 0600).
@@ -198,6 +214,18 @@ pub enum Command {
         wait: bool,
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+    },
+    /// Suspend a package made through the API: no new generation is accepted and its objects'
+    /// drift is not repaired until `berth resume` (a package made from a berth.io resource is
+    /// suspended with its `spec.suspend`).
+    Suspend {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Resume a suspended package.
+    Resume {
+        #[command(flatten)]
+        target: Target,
     },
     /// Ask a berth service (any of them, not only the gateway) whether it serves, with the
     /// standard gRPC health check; exits 0 when it answers SERVING. For container
@@ -365,7 +393,8 @@ pub struct LimitArgs {
     /// Calls in progress at once; more are refused with ResourceExhausted.
     #[arg(long, env = "BERTH_MAX_CALLS", default_value_t = crate::Limits::default().concurrent_calls)]
     pub max_calls: usize,
-    /// Calls per second one caller (bearer token, or address without one) may make.
+    /// Calls per second one caller may make: a caller is the accepted token it presents;
+    /// calls without one, or with a wrong one, count against their address.
     #[arg(long, env = "BERTH_RATE_PER_CALLER", default_value_t = crate::Limits::default().calls_per_second)]
     pub rate_per_caller: u32,
     /// Calls a caller may make in a burst above --rate-per-caller.

@@ -37,25 +37,43 @@ pub fn check_token_transport(uri: &http::Uri, has_token: bool) -> Result<(), Str
         return Ok(());
     }
     let host = uri.host().unwrap_or_default();
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = bare == "localhost"
-        || bare
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if loopback {
+    if is_local(uri) {
         Ok(())
     } else {
         Err(format!(
-            "refusing to send --token over plain HTTP to {host}: use https:// (with --ca-file for a private CA), or a loopback address"
+            "refusing to send the bearer token over plain HTTP to {host}: use https:// (with --ca-file for a private CA), or a loopback address"
         ))
     }
+}
+
+/// Whether `uri` names this machine (a loopback address or `localhost`).
+fn is_local(uri: &http::Uri) -> bool {
+    let host = uri.host().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare == "localhost"
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The token the CLI sends to `server` and where it came from (see
+/// [`crate::auth::find_cli_token`]).
+fn cli_token(cli: &Cli) -> Result<Option<(String, crate::auth::TokenSource)>, String> {
+    let local = cli.server.parse::<http::Uri>().is_ok_and(|u| is_local(&u));
+    crate::auth::find_cli_token(cli.token_file.as_deref(), local).map_err(|e| match e {
+        crate::auth::TokenError::File { .. } if cli.token_file.is_some() => {
+            format!("--token-file {e}")
+        }
+        e => e.to_string(),
+    })
 }
 
 async fn connect(cli: &Cli) -> Result<Client, String> {
     let mut endpoint = tonic::transport::Endpoint::from_shared(cli.server.clone())
         .map_err(|e| format!("--server {:?}: {e}", cli.server))?
         .connect_timeout(Duration::from_secs(5));
-    check_token_transport(endpoint.uri(), cli.token.is_some())?;
+    let token = cli_token(cli)?;
+    check_token_transport(endpoint.uri(), token.is_some())?;
     if endpoint.uri().scheme_str() == Some("https") {
         let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
         if let Some(path) = &cli.ca_file {
@@ -73,11 +91,11 @@ async fn connect(cli: &Cli) -> Result<Client, String> {
             cli.server
         )
     })?;
-    let token = match &cli.token {
-        Some(t) => Some(
+    let token = match token {
+        Some((t, source)) => Some(
             format!("Bearer {t}")
                 .parse()
-                .map_err(|_| "--token: not a valid header value".to_owned())?,
+                .map_err(|_| format!("the token from {source}: not a valid header value"))?,
         ),
         None => None,
     };
@@ -139,13 +157,42 @@ fn call_error(status: tonic::Status) -> String {
 
 fn package_ref(t: &Target) -> PackageRef {
     PackageRef {
-        kind: match t.kind {
+        kind: match t.kind.unwrap_or(KindArg::App) {
             KindArg::App => PackageKind::App,
             KindArg::Module => PackageKind::Module,
         } as i32,
         name: t.name.clone(),
         namespace: t.namespace.clone().unwrap_or_default(),
     }
+}
+
+/// The package `t` names, its kind inferred when not given (issue 31.7): without `--kind` and
+/// `--namespace`, NAME is the app in the default namespace if that exists, else the module NAME
+/// if that exists, else the app (whose absence lifecycle then reports).
+async fn installed_ref(client: &mut Client, t: &Target) -> Result<PackageRef, String> {
+    let app = package_ref(t);
+    if t.kind.is_some() || t.namespace.is_some() {
+        return Ok(app);
+    }
+    let module = PackageRef {
+        kind: PackageKind::Module as i32,
+        ..app.clone()
+    };
+    for candidate in [&app, &module] {
+        let found = client
+            .get(v1::GetRequest {
+                r#ref: Some(candidate.clone()),
+            })
+            .await;
+        match found {
+            Ok(_) => return Ok(candidate.clone()),
+            Err(status) if status.code() == tonic::Code::NotFound => continue,
+            // A caller who may validate but not read: no inference, the default kind.
+            Err(status) if status.code() == tonic::Code::PermissionDenied => break,
+            Err(status) => return Err(call_error(status)),
+        }
+    }
+    Ok(app)
 }
 
 /// Reads a settings file (YAML or JSON; JSON is YAML) into a Struct.
@@ -197,7 +244,25 @@ fn up_repositories(
     Ok(repos)
 }
 
+/// Runs the command; an `Unauthenticated` answer says where the CLI looked for a token.
 pub async fn run(cli: Cli) -> Result<ExitCode, String> {
+    if cli.token.is_some() {
+        return Err(crate::auth::TOKEN_FLAG_REFUSED.to_owned());
+    }
+    let result = command(&cli).await;
+    match result {
+        Err(message) if message.starts_with("Unauthenticated:") => {
+            let source = cli_token(&cli).ok().flatten().map(|(_, s)| s);
+            Err(format!(
+                "{message} ({})",
+                crate::auth::unauthenticated_hint(source.as_ref())
+            ))
+        }
+        other => other,
+    }
+}
+
+async fn command(cli: &Cli) -> Result<ExitCode, String> {
     match &cli.command {
         Command::Up {
             data_dir,
@@ -210,9 +275,8 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             metrics_listen,
             hook_metrics_listen,
             hook_tmp_dir,
-            hook_user,
+            hook_isolation,
             validation_timeout,
-            token_file,
             tls,
             tls_hosts,
             repositories,
@@ -222,19 +286,18 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             log_format,
             jq,
             webhook,
+            controller_webhook_listen,
+            controller_webhook_url,
+            watch_label_selector,
         } => {
             let repositories =
                 up_repositories(repositories.as_deref(), repository, repository_roots)?;
             // Every service in this process: each span is exported under its service's name.
             let _telemetry = berth_runtime::init_all_in_one(*log_format);
-            let mut tokens: Vec<String> = cli.token.iter().cloned().collect();
-            if let Some(path) = token_file {
+            // Accepted besides berth up's own token: BERTH_TOKEN's and --token-file's.
+            let mut tokens: Vec<String> = crate::auth::token_from_env().into_iter().collect();
+            if let Some(path) = &cli.token_file {
                 tokens.extend(crate::read_tokens(path).map_err(|e| format!("--token-file {e}"))?);
-            }
-            // Hooks run in this process's worker: what escapes their process groups is ours
-            // to end.
-            if let Err(error) = berth_hooks::reap_escaped_hook_processes() {
-                tracing::warn!(%error, "processes that escape a hook's group will outlive it");
             }
             let config = crate::up::UpConfig {
                 data_dir: data_dir.clone(),
@@ -251,7 +314,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 metrics_listen: *metrics_listen,
                 hook_metrics_listen: *hook_metrics_listen,
                 hook_tmp_dir: hook_tmp_dir.clone(),
-                hook_user: hook_user.clone(),
+                hook_isolation: hook_isolation.clone(),
                 validation_wait: Duration::from_secs(*validation_timeout),
                 jq: jq.limits(),
                 webhook: webhook.listen().or_else(|| {
@@ -263,6 +326,13 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                         })
                 }),
                 repositories,
+                controller_webhook: controller_webhook_listen
+                    .or_else(|| kubeconfig.is_none().then(|| ([127, 0, 0, 1], 0).into()))
+                    .map(|listen| berth_controller::webhook::WebhookListen {
+                        listen,
+                        url: controller_webhook_url.clone(),
+                    }),
+                controller_selector: watch_label_selector.clone(),
             };
             let shutdown = CancellationToken::new();
             tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));
@@ -277,6 +347,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
                 let scheme = if running.public_tls { "https" } else { "http" };
                 println!("  gRPC API:   {scheme}://{}", running.gateway);
                 println!("  kubeconfig: {}", running.kubeconfig.display());
+                println!(
+                    "  API token:  {} (the CLI reads $BERTH_DATA_DIR/token, by default ./.berth/token; elsewhere give it --token-file FILE)",
+                    running.token_file.display()
+                );
                 println!(
                     "  CA:         {} (services' mutual TLS{})",
                     running.tls_dir.join("ca.pem").display(),
@@ -327,7 +401,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             wait,
             timeout,
         } => {
-            let mut client = connect(&cli).await?;
+            let mut client = connect(cli).await?;
             // Sent as given: the server resolves it against its own configuration.
             let request = v1::UpdateRequest {
                 r#ref: Some(package_ref(target)),
@@ -364,7 +438,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             wait,
             timeout,
         } => {
-            let mut client = connect(&cli).await?;
+            let mut client = connect(cli).await?;
             let removed = client
                 .remove(v1::RemoveRequest {
                     r#ref: Some(package_ref(target)),
@@ -386,12 +460,32 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Suspend { target } | Command::Resume { target } => {
+            let suspend = matches!(cli.command, Command::Suspend { .. });
+            let mut client = connect(cli).await?;
+            let req = v1::SuspendRequest {
+                r#ref: Some(package_ref(target)),
+            };
+            let answer = if suspend {
+                client.suspend(req).await
+            } else {
+                client.resume(req).await
+            };
+            let answer = answer.map_err(call_error)?.into_inner();
+            let state = if suspend { "suspended" } else { "resumed" };
+            if answer.changed {
+                println!("{}: {state}", answer.key);
+            } else {
+                println!("{}: {state} already", answer.key);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Render(args) => super::release::render(args),
         Command::Release(args) => super::release::release(args).await,
         Command::Package(args) => super::package::package(args).await,
         Command::Dump => {
             // Paged: each page is its own YAML document.
-            let mut client = connect(&cli).await?;
+            let mut client = connect(cli).await?;
             let mut page_token = String::new();
             let mut first = true;
             loop {
@@ -417,7 +511,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Queues => {
             // Every queue is listed on the first page of the dump.
-            let dump = connect(&cli)
+            let dump = connect(cli)
                 .await?
                 .dump(v1::DumpRequest {
                     page_size: 1,
@@ -434,13 +528,14 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             settings,
             settings_version,
         } => {
+            let settings = read_settings(settings)?;
+            let mut client = connect(cli).await?;
             let request = v1::ValidateSettingsRequest {
-                r#ref: Some(package_ref(target)),
-                settings: Some(read_settings(settings)?),
+                r#ref: Some(installed_ref(&mut client, target).await?),
+                settings: Some(settings),
                 settings_version: *settings_version,
             };
-            let answer = connect(&cli)
-                .await?
+            let answer = client
                 .validate_settings(request)
                 .await
                 .map_err(call_error)?
@@ -459,7 +554,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Get { target } => {
-            let p = connect(&cli)
+            let p = connect(cli)
                 .await?
                 .get(v1::GetRequest {
                     r#ref: Some(package_ref(target)),
@@ -474,9 +569,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode, String> {
             endpoint,
             tls_server_name,
             service,
-        } => health(&cli, endpoint, tls_server_name.as_deref(), service).await,
+        } => health(cli, endpoint, tls_server_name.as_deref(), service).await,
         Command::List => {
-            let mut client = connect(&cli).await?;
+            let mut client = connect(cli).await?;
             let mut packages = vec![];
             let mut page_token = String::new();
             loop {

@@ -49,6 +49,14 @@ pub fn package_yaml(p: &v1::Package) -> String {
     {
         fields.insert("resolvedVersion".into(), json!(p.resolved_version));
     }
+    if let Some(fields) = doc.as_object_mut() {
+        if !p.owner.is_empty() {
+            fields.insert("owner".into(), json!(p.owner));
+        }
+        if p.suspended {
+            fields.insert("suspended".into(), json!(true));
+        }
+    }
     if let (Some(why), Some(fields)) = (enabled(p), doc.as_object_mut()) {
         fields.insert("notEnabledBecause".into(), Value::String(why));
     }

@@ -535,10 +535,24 @@ impl HookEvents for HookEventService {
             return Ok(Response::new(ApplyObjectOperationsResponse::default()));
         }
         let kube = self.kube()?;
-        let app_namespace = self.app_namespace(&req.package).await?;
-        let results = apply_operations(kube.resolver(), kube.jq(), &app_namespace, &req.operations)
+        let scope = self
+            .scopes
+            .get(&req.package)
             .await
-            .map_err(|e| ServiceError::operations(&req.hook, e))?;
+            .map_err(ServiceError::from)?;
+        let app_namespace = scope.app_namespace().unwrap_or_default().to_owned();
+        let principal = kube
+            .acting_as(&scope.service_account())
+            .map_err(ServiceError::Unavailable)?;
+        let results = apply_operations(
+            kube.resolver(),
+            &principal,
+            kube.jq(),
+            &app_namespace,
+            &req.operations,
+        )
+        .await
+        .map_err(|e| ServiceError::operations(&req.hook, e))?;
         Ok(Response::new(ApplyObjectOperationsResponse { results }))
     }
 }

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::{Condition, ConditionType, PackageKey};
-use crate::scheduler::Scheduler;
-use crate::store::{HookState, PackageRow};
+use berth_lifecycle_core::condition::{self, Condition, ConditionStatus, ConditionType};
+use berth_lifecycle_core::scheduler::Scheduler;
+use berth_lifecycle_core::{HookState, Package, PackageKey};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,7 +63,7 @@ struct PackageScheduling<'a> {
 }
 
 impl<'a> PackageScheduling<'a> {
-    fn of(row: &'a PackageRow) -> Self {
+    fn of(row: &'a Package) -> Self {
         let waiting = |reason, message| PackageScheduling {
             enabled: false,
             reason,
@@ -82,10 +82,8 @@ impl<'a> PackageScheduling<'a> {
                 "requirements are checked once the package is loaded",
             );
         }
-        match row
-            .conditions
-            .iter()
-            .find(|c| c.type_ == ConditionType::RequirementsMet.as_str() && c.status == "False")
+        match condition::find(&row.conditions, ConditionType::RequirementsMet)
+            .filter(|c| c.status == ConditionStatus::False)
         {
             Some(c) => waiting(&c.reason, &c.message),
             None => waiting("", ""),
@@ -133,22 +131,22 @@ pub struct QueueDoc {
 /// Renders the dump. When the broker did not answer, `queues` is empty and `broker_error` says
 /// why, so a reader can tell "no tasks" from "unknown".
 pub fn render(
-    rows: &[PackageRow],
+    rows: &[Package],
     queues: &[QueueDoc],
     broker_error: Option<&str>,
-) -> Result<String, String> {
+) -> Result<String, RenderError> {
     render_with_queues(rows, queues, queues, broker_error, None)
 }
 
 /// [`render`] for one page: each package shows its own queues from `queues`, and the
 /// document's `queues` list is `listed` (every queue on the first page, none after).
 pub fn render_with_queues(
-    rows: &[PackageRow],
+    rows: &[Package],
     queues: &[QueueDoc],
     listed: &[QueueDoc],
     broker_error: Option<&str>,
     scheduler: Option<&SchedulerDoc>,
-) -> Result<String, String> {
+) -> Result<String, RenderError> {
     let packages = rows
         .iter()
         .map(|r| PackageDoc {
@@ -158,7 +156,7 @@ pub fn render_with_queues(
             namespace: &r.id.namespace,
             repository: &r.repository,
             package: &r.package,
-            version: &r.version,
+            version: r.version.as_str(),
             generation: r.generation.get(),
             observed_generation: r.observed_generation.get(),
             principal: r.principal,
@@ -183,5 +181,10 @@ pub fn render_with_queues(
         queues: listed.to_vec(),
         queues_unavailable: broker_error,
     };
-    serde_saphyr::to_string(&doc).map_err(|e| e.to_string())
+    serde_saphyr::to_string(&doc).map_err(RenderError)
 }
+
+/// A dump that cannot be written as YAML (lifecycle's own data at fault, never a request's).
+#[derive(Debug, thiserror::Error)]
+#[error("rendering the dump as YAML: {0}")]
+pub struct RenderError(#[source] serde_saphyr::ser::Error);

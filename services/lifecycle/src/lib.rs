@@ -2,24 +2,31 @@
 //! Removes, turns each into a new generation plus the tasks that converge it (written to an outbox
 //! in the same transaction and relayed to the queue broker), folds worker reports into the state,
 //! and answers Get/List/Watch/Dump/ValidateSettings.
+//!
+//! The decisions are `berth_lifecycle_core`'s (the engine); this crate is its adapters:
+//!
+//! - `service` (the gRPC adapter), `convert` (proto ⇄ domain, exhaustive), `error` (its
+//!   errors, mapped to a `Status` in one place);
+//! - `writer`: every write of package state as a unit of work (load, the engine's `apply`,
+//!   save and outbox in one transaction), reports batched;
+//! - `store`: SQL (SQLite or PostgreSQL), a repository over the write transaction, and the
+//!   reads; `outbox` and `relay`: broker work from the outbox to the queue broker;
+//! - `conversion` (settings conversions on the jq evaluators), `validation` (a worker's
+//!   verdict on candidate settings), `dump`, `metrics`.
 
 pub mod conversion;
 mod convert;
 mod dump;
 mod error;
-mod flows;
 mod metrics;
-mod model;
 mod outbox;
 mod relay;
-mod report;
-mod scheduler;
 mod service;
 mod store;
 #[cfg(test)]
 mod test_db;
-mod update;
 mod validation;
+mod writer;
 
 use std::sync::Arc;
 
@@ -94,14 +101,18 @@ pub async fn run(
     );
     let version = berth_package::parse_version(env!("CARGO_PKG_VERSION"))
         .expect("the crate's version is semver");
-    let scheduler = Arc::new(tokio::sync::Mutex::new(store.scheduler(version).await?));
+    let engine = store.engine(version).await?;
+    let writer = writer::Writer::new(
+        store.clone(),
+        engine,
+        writer::Changes::new(wake, store.dialect()),
+    );
     let validations =
         validation::Validations::new(broker.clone(), store.clone(), config.validation_wait);
     let service = LifecycleService::new(
         store.clone(),
+        writer,
         broker,
-        wake,
-        scheduler,
         config.repositories.clone(),
         validations,
         jq,

@@ -14,8 +14,8 @@ use prometheus_client::registry::Registry;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{PackageKey, Phase};
 use crate::store::Store;
+use berth_lifecycle_core::{PackageKey, Phase};
 
 /// Refresh even without notifications (a missed one, a write by another lifecycle).
 const REFRESH_PERIOD: Duration = Duration::from_secs(30);
@@ -44,7 +44,7 @@ impl LifecycleMetrics {
 
     /// Sets every phase's gauge from `counts` (phases not in it have no packages).
     fn set(&self, counts: &[(Phase, i64)]) {
-        for phase in Phase::ALL {
+        for phase in <Phase as strum::IntoEnumIterator>::iter() {
             let n = counts
                 .iter()
                 .filter(|(p, _)| *p == phase)

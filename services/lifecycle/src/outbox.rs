@@ -7,7 +7,8 @@
 //! version 1 rows, written by the lifecycle whose tasks carried JSON text, are still read: their
 //! payload through `berth_proto::tasks::legacy`.
 
-use berth_proto::tasks::legacy;
+use berth_lifecycle_core::task::{self, Work};
+use berth_proto::tasks::{self, legacy};
 use serde::{Deserialize, Serialize};
 
 /// The version written by this lifecycle.
@@ -133,6 +134,54 @@ impl Row {
     }
 }
 
+impl Row {
+    /// The row for `work` the engine decided: a task gets a fresh id (the broker's Enqueue is
+    /// idempotent by it) and the trace of the request that queued it.
+    pub fn from_work(work: &Work, traceparent: &str) -> Row {
+        Row::new(match work {
+            Work::Supersede { key, generation } => Op::Supersede {
+                package: key.to_string(),
+                generation: generation.get(),
+            },
+            Work::Enqueue(t) => {
+                // The kind and payload as the task contract encodes them.
+                let contract = match t.reason {
+                    Some(reason) => tasks::task(&tasks::Run {
+                        reason: reason.to_owned(),
+                    }),
+                    None => tasks::bare(kind(t.kind)),
+                };
+                Op::Enqueue {
+                    task: QueuedTask {
+                        id: uuid::Uuid::new_v4().to_string(),
+                        queue: t.key.to_string(),
+                        package: t.key.to_string(),
+                        generation: t.generation.get(),
+                        kind: contract.kind,
+                        payload: contract.payload,
+                        traceparent: traceparent.to_owned(),
+                    },
+                }
+            }
+        })
+    }
+}
+
+/// A task kind of the engine as the task contract names it.
+fn kind(k: task::TaskKind) -> berth_proto::tasks::TaskKind {
+    use berth_proto::tasks::TaskKind as Pb;
+    match k {
+        task::TaskKind::Load => Pb::Load,
+        task::TaskKind::Disable => Pb::Disable,
+        task::TaskKind::Start => Pb::Start,
+        task::TaskKind::ApplySettings => Pb::ApplySettings,
+        task::TaskKind::Run => Pb::Run,
+        task::TaskKind::Uninstall => Pb::Uninstall,
+        task::TaskKind::Cleanup => Pb::Cleanup,
+        task::TaskKind::AfterAll => Pb::AfterAll,
+    }
+}
+
 impl From<QueuedTask> for berth_proto::queue::Task {
     fn from(t: QueuedTask) -> Self {
         berth_proto::queue::Task {
@@ -191,6 +240,35 @@ mod tests {
             Row::decode(1, old).unwrap(),
             Row::new(Op::Enqueue { task: task(vec![]) })
         );
+    }
+
+    /// Every kind the engine queues is the task contract's kind of that name, and a Run for a
+    /// reason says why.
+    #[test]
+    fn work_becomes_rows_of_the_task_contract() {
+        use berth_lifecycle_core::{Generation, PackageKey};
+        use strum::IntoEnumIterator as _;
+        let key = PackageKey::from_issued("default.hello".into());
+        for k in task::TaskKind::iter() {
+            assert_eq!(kind(k).as_str(), k.as_str());
+        }
+        let run = berth_lifecycle_core::flows::rerun_for(&key, Generation::new(2), "why");
+        let Op::Enqueue { task } = Row::from_work(&run, "00-trace").op else {
+            panic!("an Enqueue")
+        };
+        assert_eq!(
+            (task.kind.as_str(), task.traceparent.as_str()),
+            ("Run", "00-trace")
+        );
+        let run: tasks::Run = tasks::decode(&task.kind, &task.payload).unwrap();
+        assert_eq!(run.reason, "why");
+        assert_eq!(task.generation, 2);
+        let start = Work::task(&key, Generation::new(2), task::TaskKind::Start);
+        let Op::Enqueue { task } = Row::from_work(&start, "").op else {
+            panic!("an Enqueue")
+        };
+        assert_eq!(task.kind, "Start");
+        assert!(task.payload.is_empty(), "a flow's task carries no payload");
     }
 
     #[test]

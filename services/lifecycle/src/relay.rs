@@ -152,8 +152,8 @@ async fn flush(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flows;
-    use crate::model::{Generation, PackageKey};
+    use berth_lifecycle_core::task::Work;
+    use berth_lifecycle_core::{Generation, PackageKey};
 
     /// A broker client that is never reached: connecting is lazy and nothing listens there.
     fn unreachable_broker() -> berth_clients::Broker {
@@ -246,7 +246,16 @@ mod tests {
             .await
             .unwrap();
         store
-            .outbox_insert_raw(&flows::supersede(&key, Generation::new(2)).encode())
+            .outbox_insert_raw(
+                &outbox::Row::from_work(
+                    &Work::Supersede {
+                        key: key.clone(),
+                        generation: Generation::new(2),
+                    },
+                    "",
+                )
+                .encode(),
+            )
             .await
             .unwrap();
         let mut broker = unreachable_broker();

@@ -25,8 +25,8 @@ use berth_proto::v1;
 use serde_json::Value;
 use tokio::sync::{Semaphore, oneshot};
 
-use crate::model::{Generation, PackageKey};
 use crate::store::Store;
+use berth_lifecycle_core::{Generation, PackageKey};
 
 /// Most validations waiting for workers at once; more are answered `Deferred` at once.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -45,12 +45,28 @@ pub enum Outcome {
     },
     /// Why the settings are refused.
     Invalid(String),
-    /// Why no verdict was reached: only the schema was checked.
-    Deferred(String),
+    /// No verdict was reached: only the schema was checked.
+    Deferred(Deferral),
+}
+
+/// Why a validation reached no verdict (shown to the caller as the answer's reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Deferral {
+    #[error("more than {MAX_IN_FLIGHT} validations are waiting for workers")]
+    Busy,
+    #[error("the broker refused the validation: {0}")]
+    BrokerRefused(String),
+    #[error("lifecycle is shutting down")]
+    ShuttingDown,
+    #[error("no worker answered within {}s", .0.as_secs())]
+    NoAnswer(Duration),
+    /// The worker answered that it could not run the check.
+    #[error("the worker could not validate: {0}")]
+    WorkerFailed(String),
 }
 
 struct Pending {
-    package: String,
+    package: PackageKey,
     tx: oneshot::Sender<AnswerValidationRequest>,
 }
 
@@ -83,9 +99,7 @@ impl Validations {
         settings: &Value,
     ) -> Outcome {
         let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Outcome::Deferred(format!(
-                "more than {MAX_IN_FLIGHT} validations are waiting for workers"
-            ));
+            return Outcome::Deferred(Deferral::Busy);
         };
         let request_id = uuid::Uuid::new_v4().to_string();
         let run = ValidateRun {
@@ -97,7 +111,7 @@ impl Validations {
         self.lock().insert(
             request_id.clone(),
             Pending {
-                package: package.to_string(),
+                package: package.clone(),
                 tx,
             },
         );
@@ -116,18 +130,15 @@ impl Validations {
                 .clone()
                 .enqueue(EnqueueRequest { tasks: vec![task] })
                 .await
-                .map_err(|s| format!("the broker refused the validation: {}", s.message()))?;
-            rx.await
-                .map_err(|_| "lifecycle is shutting down".to_owned())
+                .map_err(|s| Deferral::BrokerRefused(s.message().to_owned()))?;
+            rx.await.map_err(|_| Deferral::ShuttingDown)
         })
         .await
-        .unwrap_or_else(|_| Err(format!("no worker answered within {}s", wait.as_secs())));
+        .unwrap_or(Err(Deferral::NoAnswer(wait)));
         self.lock().remove(&request_id);
         match answered {
             Err(why) => Outcome::Deferred(why),
-            Ok(a) if !a.error.is_empty() => {
-                Outcome::Deferred(format!("the worker could not validate: {}", a.error))
-            }
+            Ok(a) if !a.error.is_empty() => Outcome::Deferred(Deferral::WorkerFailed(a.error)),
             Ok(a) if !a.invalid.is_empty() => Outcome::Invalid(a.invalid),
             Ok(a) => Outcome::Valid {
                 plan: a.plan.into_iter().take(MAX_PLAN).collect(),
@@ -142,7 +153,7 @@ impl Validations {
     pub fn answer(&self, answer: AnswerValidationRequest) -> Option<AnswerValidationRequest> {
         let mut pending = self.lock();
         match pending.get(&answer.request_id) {
-            Some(p) if p.package == answer.package => {}
+            Some(p) if p.package.as_str() == answer.package => {}
             _ => return Some(answer),
         }
         let Some(p) = pending.remove(&answer.request_id) else {
@@ -241,7 +252,7 @@ mod tests {
         v.lock().insert(
             id.to_owned(),
             Pending {
-                package: package.to_owned(),
+                package: PackageKey::from_issued(package.to_owned()),
                 tx,
             },
         );
@@ -287,7 +298,9 @@ mod tests {
             .validate(&key, Generation::new(1), &serde_json::json!({}))
             .await;
         match outcome {
-            Outcome::Deferred(why) => assert!(why.contains("broker"), "{why}"),
+            Outcome::Deferred(why @ Deferral::BrokerRefused(_)) => {
+                assert!(why.to_string().starts_with("the broker refused"), "{why}")
+            }
             other => panic!("expected Deferred, got {other:?}"),
         }
         assert!(v.lock().is_empty(), "nothing left waiting");

@@ -106,7 +106,10 @@ async fn bench(
     let kubeconfig = dir.join(format!("kubeconfig-{delay_ms}"));
     std::fs::write(&kubeconfig, cluster.kubeconfig_yaml())?;
     let client = berth_release::process::kube_client(Some(&kubeconfig)).await?;
-    let manager = ReleaseManager::new(client);
+    let key = berth_release::record::RecordKey::load_or_generate(
+        &dir.join(format!("record-{delay_ms}.key")),
+    )?;
+    let manager = ReleaseManager::new(client, key);
 
     let (mut installs, mut readies, mut helms) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
@@ -114,7 +117,12 @@ async fn bench(
         let release = ReleaseId::new("bench", &ns)?;
         let start = Instant::now();
         manager
-            .install(&release, files.to_vec(), serde_json::json!({}), None)
+            .install(
+                &release,
+                files.to_vec(),
+                serde_json::json!({}),
+                &Default::default(),
+            )
             .await?;
         installs.push(start.elapsed().as_secs_f64());
         let seen = manager.wait_ready(&release, READY_DEADLINE).await?;

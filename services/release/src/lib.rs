@@ -14,6 +14,7 @@ pub mod apply;
 mod capabilities;
 pub mod helm_hooks;
 pub mod manager;
+pub mod principal;
 pub mod record;
 pub mod service;
 

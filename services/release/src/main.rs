@@ -20,6 +20,11 @@ struct Args {
     /// their namespace).
     #[arg(long, env = "BERTH_LIFECYCLE", default_value = "http://127.0.0.1:7072")]
     lifecycle: String,
+    /// File holding the key release records are authenticated with (at least 32 bytes, e.g.
+    /// `openssl rand -hex 32`). Every replica of an installation needs the same key, kept
+    /// across restarts and upgrades: records made with another key are not berth's.
+    #[arg(long, env = "BERTH_RECORD_KEY_FILE")]
+    record_key_file: std::path::PathBuf,
     #[command(flatten)]
     tls: berth_runtime::TlsArgs,
     #[command(flatten)]
@@ -30,6 +35,9 @@ struct Args {
     /// Most bytes one release's render may produce.
     #[arg(long, env = "BERTH_RENDER_OUTPUT_LIMIT", default_value_t = 32 << 20)]
     render_output_limit: usize,
+    /// Most bytes one release's render may build (strings, lists, maps and output together).
+    #[arg(long, env = "BERTH_RENDER_MEMORY_LIMIT", default_value_t = berth_helm::render::DEFAULT_MEMORY_BUDGET)]
+    render_memory_limit: usize,
     /// How many shards the releases are shared out in (a release's shard is a stable hash of
     /// `<namespace>/<name>` modulo this); the owner of a release's shard repairs its drift.
     /// Every replica must be given the same number.
@@ -52,6 +60,19 @@ struct Args {
     lease_renew_secs: u64,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: berth_runtime::LogFormat,
+    /// Pod Security admission level of the App namespaces berth creates (and of existing ones
+    /// without an `enforce` label): their `pod-security.kubernetes.io/enforce` and `warn`
+    /// labels.
+    #[arg(
+        long,
+        env = "BERTH_APP_POD_SECURITY",
+        value_enum,
+        default_value = "baseline"
+    )]
+    app_pod_security: berth_release::principal::PodSecurity,
+    /// The API server's URL as hooks on the workers reach it (default: the one release uses).
+    #[arg(long, env = "BERTH_HOOK_API_SERVER")]
+    hook_api_server: Option<String>,
 }
 
 #[tokio::main]
@@ -82,7 +103,13 @@ async fn main() -> anyhow::Result<()> {
         }),
     };
     shards.check().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let client = berth_release::process::kube_client(args.kubeconfig.as_deref()).await?;
+    let key = berth_release::record::RecordKey::load(&args.record_key_file)?;
+    let cluster = berth_release::process::connect(
+        args.kubeconfig.as_deref(),
+        args.hook_api_server.as_deref(),
+    )
+    .await?;
+    let client = cluster.client.clone();
     let tls = args.tls.load(Some(berth_runtime::Role::Release))?;
     let metrics_listener = args.metrics.bind().await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
@@ -98,13 +125,15 @@ async fn main() -> anyhow::Result<()> {
         tls.as_ref(),
         shutdown.clone(),
     )?;
-    let service = berth_release::service::ReleaseService::new(client)
+    let service = berth_release::service::ReleaseService::new(client, key)
         .with_package_scopes(scopes)
+        .with_principals(cluster.hook_endpoint, args.app_pod_security)
         .with_history_max(args.history_max)
         .with_shards(shards)
         .with_render_limits(berth_release::manager::RenderLimits {
             time: std::time::Duration::from_secs(args.render_time_limit),
             output_bytes: args.render_output_limit,
+            memory_bytes: args.render_memory_limit,
         });
     berth_release::process::run_service(service, tls, listener, metrics, shutdown).await?;
     reporter.abort();

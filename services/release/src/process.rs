@@ -22,6 +22,8 @@ pub enum Error {
     Config(#[from] kube::config::InferConfigError),
     #[error("Kubernetes client: {0}")]
     Client(#[from] kube::Error),
+    #[error("reading the API server's CA for hooks: {0}")]
+    HookCa(std::io::Error),
     #[error("lifecycle endpoint: {0}")]
     Lifecycle(tonic::transport::Error),
     #[error("serving gRPC: {0}")]
@@ -31,6 +33,32 @@ pub enum Error {
 /// A client for the cluster named by `kubeconfig`, or the ambient one (in-cluster, `KUBECONFIG`,
 /// `~/.kube/config`) when `None`.
 pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Error> {
+    Ok(kube::Client::try_from(kube_config(kubeconfig).await?)?)
+}
+
+/// The cluster release manages: its client, and where hooks reach its API server.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: kube::Client,
+    pub hook_endpoint: crate::principal::HookEndpoint,
+}
+
+/// The cluster of `kubeconfig` (or the ambient one): hooks reach it where release does, or at
+/// `hook_server` (a URL) when given.
+pub async fn connect(
+    kubeconfig: Option<&Path>,
+    hook_server: Option<&str>,
+) -> Result<Cluster, Error> {
+    let config = kube_config(kubeconfig).await?;
+    let hook_endpoint =
+        crate::principal::HookEndpoint::of_config(&config, hook_server).map_err(Error::HookCa)?;
+    Ok(Cluster {
+        client: kube::Client::try_from(config)?,
+        hook_endpoint,
+    })
+}
+
+async fn kube_config(kubeconfig: Option<&Path>) -> Result<kube::Config, Error> {
     let config = match kubeconfig {
         Some(path) => {
             let kc =
@@ -47,27 +75,36 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Erro
         }
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(config)?)
+    Ok(config)
 }
 
 /// Serves the release service on `listener` until `shutdown`, asking lifecycle at `lifecycle`
-/// what each request's package is (`None`: no confinement, for tests); see [`run_service`].
-/// The only replica of its cluster (`berth up`): no shard Leases, it repairs every release.
+/// what each request's package is (`None`: no confinement and no principals, for tests), its
+/// records authenticated with `key`; see [`run_service`]. With lifecycle it acts as packages'
+/// principals, App namespaces labelled for Pod Security at the default level (baseline). The only
+/// replica of its cluster (`berth up`): no shard Leases, it repairs every release.
 pub async fn run(
-    client: kube::Client,
+    cluster: Cluster,
+    key: crate::record::RecordKey,
     lifecycle: Option<&str>,
     tls: Option<berth_runtime::Tls>,
     listener: TcpListener,
     metrics: berth_runtime::Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let mut service = ReleaseService::new(client.clone());
+    let Cluster {
+        client,
+        hook_endpoint,
+    } = cluster;
+    let mut service = ReleaseService::new(client.clone(), key);
     let mut reporter = None;
     if let Some(endpoint) = lifecycle {
-        service = service.with_package_scopes(
-            berth_clients::scope::PackageScopes::connect_lazy(endpoint, tls.as_ref())
-                .map_err(Error::Lifecycle)?,
-        );
+        service = service
+            .with_package_scopes(
+                berth_clients::scope::PackageScopes::connect_lazy(endpoint, tls.as_ref())
+                    .map_err(Error::Lifecycle)?,
+            )
+            .with_principals(hook_endpoint, crate::principal::PodSecurity::default());
         reporter = Some(spawn_version_reporter(
             client,
             endpoint,

@@ -3,10 +3,11 @@
 //! cluster is retryable, everything else is internal).
 
 use crate::apply::ObjectKey;
-use crate::manager::{AppNamespace, PlanAction, ReleaseError, ReleaseId, ReleaseManager};
-use crate::record::StoreError;
+use crate::manager::{AppNamespace, Owner, PlanAction, ReleaseError, ReleaseId, ReleaseManager};
+use crate::principal::{PrincipalError, Rights};
 use crate::record::format::FormatError;
-use berth_clients::scope::{PackageScope, PackageScopes};
+use crate::record::{RecordKey, StoreError};
+use berth_clients::scope::{PackageScope, PackageScopes, ScopeError};
 use berth_proto::release as pb;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
@@ -35,9 +36,11 @@ pub struct ReleaseService {
 }
 
 impl ReleaseService {
-    pub fn new(client: kube::Client) -> Self {
+    /// The service for `client`'s cluster, writing and checking release records with `key`
+    /// (every replica of one installation shares it).
+    pub fn new(client: kube::Client, key: RecordKey) -> Self {
         ReleaseService {
-            manager: ReleaseManager::new(client),
+            manager: ReleaseManager::new(client, key),
             scopes: None,
         }
     }
@@ -45,23 +48,25 @@ impl ReleaseService {
     /// Looks packages up in lifecycle through `scopes`: Install and ApplyCrds then need a
     /// package, and an App's release is confined to its namespace.
     pub fn with_package_scopes(mut self, scopes: PackageScopes) -> Self {
+        self.manager = self.manager.with_package_scopes(scopes.clone());
         self.scopes = Some(scopes);
         self
     }
 
-    /// The namespace `release` is confined to, from lifecycle's answer about `package`: an App's
-    /// release must be its own (its name, in its namespace). `required`: a request without a
-    /// package is refused (Install, ApplyCrds); otherwise it is not confined (the operator's
-    /// Render and Plan).
-    async fn confinement(
+    /// Whose `release` is, from lifecycle's answer about `package`: the package's key and, for
+    /// an App, the namespace it is confined to. An App's release must be its own (its name, in
+    /// its namespace). `required`: a request without a package is refused (Install, ApplyCrds,
+    /// Uninstall); otherwise it has no owner and is not confined (the operator's Render and
+    /// Plan).
+    async fn owner(
         &self,
         package: &str,
         release: &ReleaseId,
         required: bool,
-    ) -> Result<Option<AppNamespace>, Status> {
+    ) -> Result<Owner, Status> {
         let Some(scopes) = &self.scopes else {
             if package.is_empty() {
-                return Ok(None);
+                return Ok(Owner::default());
             }
             return Err(Status::failed_precondition(format!(
                 "package {package}: this release service has no lifecycle endpoint to look it up"
@@ -73,7 +78,7 @@ impl ReleaseService {
                     "package: required (the key of the package the release belongs to)",
                 ));
             }
-            return Ok(None);
+            return Ok(Owner::default());
         }
         match scopes.get(package).await.map_err(|e| e.to_status())? {
             PackageScope::Module { name } => {
@@ -82,7 +87,10 @@ impl ReleaseService {
                         "release {release} is not module {package}'s: a module's release is named {name}"
                     ))));
                 }
-                Ok(None)
+                Ok(Owner {
+                    package: package.to_owned(),
+                    app_namespace: None,
+                })
             }
             PackageScope::App { name, namespace } => {
                 if release.name() != name || release.namespace() != namespace {
@@ -90,9 +98,60 @@ impl ReleaseService {
                         "release {release} is not app {package}'s: an app's release is {namespace}/{name}"
                     ))));
                 }
-                Ok(Some(AppNamespace(namespace)))
+                Ok(Owner {
+                    package: package.to_owned(),
+                    app_namespace: Some(namespace),
+                })
             }
         }
+    }
+
+    /// The namespace `release` is confined to (see [`Self::owner`]).
+    async fn confinement(
+        &self,
+        package: &str,
+        release: &ReleaseId,
+        required: bool,
+    ) -> Result<Option<AppNamespace>, Status> {
+        let owner = self.owner(package, release, required).await?;
+        Ok(owner.app_namespace.map(AppNamespace))
+    }
+
+    /// Acts for packages as their principals (see [`ReleaseManager::with_principals`]): the
+    /// principal RPCs work, and what is written for a package goes through its identity.
+    /// Needs [`ReleaseService::with_package_scopes`]: what a package is comes from lifecycle.
+    pub fn with_principals(
+        mut self,
+        endpoint: crate::principal::HookEndpoint,
+        pod_security: crate::principal::PodSecurity,
+    ) -> Self {
+        self.manager = self.manager.with_principals(endpoint, pod_security);
+        self
+    }
+
+    /// The principals and lifecycle's answers, which every principal RPC needs.
+    fn principals(&self) -> Result<(&crate::principal::Principals, &PackageScopes), Status> {
+        match (self.manager.principals(), &self.scopes) {
+            (Some(p), Some(s)) => Ok((p, s)),
+            _ => Err(Status::unimplemented(
+                "this release service acts as no package (no lifecycle endpoint, or principals off)",
+            )),
+        }
+    }
+
+    /// Makes `package`'s principal what lifecycle says it is now.
+    async fn ensure_principal_of(
+        &self,
+        package: &str,
+    ) -> Result<(PackageScope, Vec<crate::apply::ObjectKey>), Status> {
+        let (principals, scopes) = self.principals()?;
+        let facts = scopes.facts(package).await.map_err(|e| e.to_status())?;
+        let rights = Rights::of(&facts.scope, facts.rbac.as_ref());
+        let written = principals
+            .ensure(&facts.scope, &rights)
+            .await
+            .map_err(principal_status)?;
+        Ok((facts.scope, written))
     }
 
     /// Switches drift repair (on by default) on or off; see `manager::drift`.
@@ -157,11 +216,21 @@ fn to_status(e: ReleaseError) -> Status {
         ReleaseError::Store(s) if s.is_unavailable() => Code::Unavailable,
         ReleaseError::Store(_) => Code::Internal,
         ReleaseError::Apply(a) if a.is_unavailable() => Code::Unavailable,
+        // What the package may not do: the API server refused its principal's write.
+        // Retrying the same chart cannot help.
+        ReleaseError::Apply(crate::apply::ApplyError::Refused { .. }) => Code::PermissionDenied,
         ReleaseError::Apply(_) => Code::Internal,
         ReleaseError::Task(_) => Code::Internal,
+        // A render limit: the one status that says "this chart and these values exceed what a
+        // render may use" (workers fail the generation for good on it, see the worker's
+        // `CallError::is_render_limit`).
+        ReleaseError::RenderLimit(_) => Code::ResourceExhausted,
         ReleaseError::NotFound(_) => Code::FailedPrecondition,
-        ReleaseError::Confined(_) => Code::PermissionDenied,
+        ReleaseError::Confined(_) | ReleaseError::NotOwned(_) => Code::PermissionDenied,
         ReleaseError::Busy(_) => Code::Unavailable,
+        ReleaseError::Principal(PrincipalError::NotServed(_)) => Code::Unimplemented,
+        ReleaseError::Principal(p) if p.is_unavailable() => Code::Unavailable,
+        ReleaseError::Principal(_) => Code::Internal,
     };
     // Render errors nest (helm's `include` chains): the message is bounded to fit a header.
     Status::new(code, berth_runtime::bounded_status_message(e.to_string()))
@@ -173,7 +242,11 @@ fn to_status(e: ReleaseError) -> Status {
 fn plan_status(e: ReleaseError) -> Status {
     use crate::apply::ApplyError;
     let refused = match &e {
-        ReleaseError::Apply(ApplyError::Invalid { .. } | ApplyError::UnknownKind { .. }) => true,
+        ReleaseError::Apply(
+            ApplyError::Invalid { .. }
+            | ApplyError::UnknownKind { .. }
+            | ApplyError::Refused { .. },
+        ) => true,
         ReleaseError::Apply(ApplyError::Kube {
             source: kube::Error::Api(s),
             ..
@@ -185,6 +258,11 @@ fn plan_status(e: ReleaseError) -> Status {
     } else {
         to_status(e)
     }
+}
+
+/// A principal's error as the status its RPC answers.
+fn principal_status(e: PrincipalError) -> Status {
+    to_status(ReleaseError::Principal(e))
 }
 
 fn object_ref(k: ObjectKey) -> pb::ObjectRef {
@@ -239,11 +317,11 @@ impl pb::releases_server::Releases for ReleaseService {
         let req = request.into_inner();
         let values = parse_values(req.values.as_ref())?;
         let release = release_id(&req.name, &req.namespace)?;
-        let app = self.confinement(&req.package, &release, true).await?;
+        let owner = self.owner(&req.package, &release, true).await?;
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let installed = self
             .manager
-            .install(&release, files, values, app.as_ref())
+            .install(&release, files, values, &owner)
             .await
             .map_err(to_status)?;
         tracing::info!(
@@ -311,8 +389,12 @@ impl pb::releases_server::Releases for ReleaseService {
         let req = request.into_inner();
         let release = release_id(&req.name, &req.namespace)?;
         // Only the package's own release (a worker's certificate cannot remove another's).
-        self.confinement(&req.package, &release, true).await?;
-        let done = self.manager.uninstall(&release).await.map_err(to_status)?;
+        let owner = self.owner(&req.package, &release, true).await?;
+        let done = self
+            .manager
+            .uninstall(&release, &owner)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(pb::UninstallResponse {
             found: done.found,
             deleted: done.deleted.into_iter().map(object_ref).collect(),
@@ -405,7 +487,13 @@ impl pb::releases_server::Releases for ReleaseService {
         let files = req.files.into_iter().map(|f| (f.path, f.content)).collect();
         let changes = self
             .manager
-            .plan(&release, files, values, app.as_ref())
+            .plan(
+                &release,
+                files,
+                values,
+                app.as_ref(),
+                !req.package.is_empty(),
+            )
             .await
             .map_err(plan_status)?;
         Ok(Response::new(pb::PlanResponse {
@@ -467,6 +555,91 @@ impl pb::releases_server::Releases for ReleaseService {
             revision: done.revision,
             objects: done.objects.into_iter().map(object_ref).collect(),
             ..Default::default()
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %request.get_ref().package))]
+    async fn ensure_principal(
+        &self,
+        request: Request<pb::PrincipalRequest>,
+    ) -> Result<Response<pb::EnsurePrincipalResponse>, Status> {
+        let pb::PrincipalRequest { package } = request.into_inner();
+        let (scope, written) = self.ensure_principal_of(&package).await?;
+        let sa = scope.service_account();
+        Ok(Response::new(pb::EnsurePrincipalResponse {
+            username: sa.username(),
+            namespace: sa.namespace,
+            service_account: sa.name,
+            written: written.into_iter().map(object_ref).collect(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %request.get_ref().package))]
+    async fn remove_principal(
+        &self,
+        request: Request<pb::PrincipalRequest>,
+    ) -> Result<Response<pb::RemovePrincipalResponse>, Status> {
+        let pb::PrincipalRequest { package } = request.into_inner();
+        let (principals, scopes) = self.principals()?;
+        let scope = match scopes.facts(&package).await {
+            Ok(facts) if facts.present => {
+                return Err(Status::failed_precondition(format!(
+                    "package {package} is not being removed: its principal stays"
+                )));
+            }
+            Ok(facts) => facts.scope,
+            // Lifecycle forgot it (its Cleanup went through): what is left is named by the key.
+            Err(ScopeError::Unknown(_)) => {
+                let scope = PackageScope::of_key(&package);
+                let names_ok = match &scope {
+                    PackageScope::App { name, namespace } => {
+                        berth_names::is_dns_label(name) && berth_names::is_dns_label(namespace)
+                    }
+                    PackageScope::Module { name } => berth_names::is_dns_label(name),
+                };
+                if !names_ok {
+                    return Err(Status::invalid_argument(format!(
+                        "package {package:?} is not a package key"
+                    )));
+                }
+                scope
+            }
+            Err(e) => return Err(e.to_status()),
+        };
+        let deleted = principals.remove(&scope).await.map_err(principal_status)?;
+        tracing::info!(deleted = deleted.len(), "principal removed");
+        Ok(Response::new(pb::RemovePrincipalResponse {
+            deleted: deleted.into_iter().map(object_ref).collect(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %request.get_ref().package))]
+    async fn mint_token(
+        &self,
+        request: Request<pb::PrincipalRequest>,
+    ) -> Result<Response<pb::MintTokenResponse>, Status> {
+        let pb::PrincipalRequest { package } = request.into_inner();
+        let (principals, scopes) = self.principals()?;
+        let scope = scopes.get(&package).await.map_err(|e| e.to_status())?;
+        let minted = match principals.mint(&scope).await {
+            Err(e) if crate::principal::missing_account(&e) => {
+                // Its ServiceAccount is gone (removed by hand, or by a Remove this generation
+                // overtook): made again as lifecycle says, then asked once more.
+                self.ensure_principal_of(&package).await?;
+                principals.mint(&scope).await
+            }
+            minted => minted,
+        }
+        .map_err(principal_status)?;
+        let sa = scope.service_account();
+        Ok(Response::new(pb::MintTokenResponse {
+            token: minted.token,
+            expires_unix: minted.expires_unix,
+            server: minted.endpoint.server,
+            ca_pem: minted.endpoint.ca_pem,
+            namespace: sa.namespace.clone(),
+            username: sa.username(),
+            insecure_skip_tls_verify: minted.endpoint.insecure_skip_tls_verify,
         }))
     }
 }

@@ -725,7 +725,7 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
         .await?
         .into_inner();
     assert!(waited.ready, "{:?}", waited.not_ready);
-    let manager = berth_release::manager::ReleaseManager::new(h.kube.clone());
+    let manager = berth_release::manager::ReleaseManager::new(h.kube.clone(), h.key.clone());
     let seen = manager
         .wait_ready(
             &ReleaseId::new("dep", &h.namespace)?,
@@ -765,7 +765,8 @@ async fn wait_ready_follows_watches_until_every_object_is_current() -> anyhow::R
             })
         });
     tokio::time::timeout(std::time::Duration::from_secs(60), observed).await??;
-    let idle_manager = berth_release::manager::ReleaseManager::new(idle.kube.clone());
+    let idle_manager =
+        berth_release::manager::ReleaseManager::new(idle.kube.clone(), idle.key.clone());
     let seen = idle_manager
         .wait_ready(
             &ReleaseId::new("dep", &idle.namespace)?,
@@ -888,7 +889,8 @@ async fn an_install_that_waits_answers_with_the_readiness_of_what_it_applied() -
 #[tokio::test]
 async fn history_is_trimmed_to_the_configured_limit() -> anyhow::Result<()> {
     let h = start().await?;
-    let manager = berth_release::manager::ReleaseManager::new(h.kube.clone()).with_history_max(2);
+    let manager = berth_release::manager::ReleaseManager::new(h.kube.clone(), h.key.clone())
+        .with_history_max(2);
     for greeting in ["one", "two", "three"] {
         let files = chart(&[("templates/c.yaml", &config_map("c", false))])
             .into_iter()
@@ -899,7 +901,7 @@ async fn history_is_trimmed_to_the_configured_limit() -> anyhow::Result<()> {
                 &ReleaseId::new("hist", &h.namespace)?,
                 files,
                 serde_json::json!({ "greeting": greeting }),
-                None,
+                &Default::default(),
             )
             .await?;
     }

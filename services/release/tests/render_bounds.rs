@@ -1,6 +1,7 @@
 //! A hostile chart's render is bounded: endless include/tpl recursion stops at the engine's depth
-//! limit, a render past the time limit or over the output limit is refused with an error naming
-//! the limit, nothing is applied, and the service keeps answering.
+//! limit, a render past the time limit, over the output limit or over the memory budget is
+//! refused with an error naming the limit (ResourceExhausted: the same chart hits it again),
+//! nothing is applied, and the service keeps answering.
 
 mod support;
 
@@ -39,11 +40,32 @@ async fn refused(
     files: Vec<berth_proto::release::ChartFile>,
     values: &str,
 ) -> anyhow::Result<String> {
+    refused_with(h, name, files, values, tonic::Code::InvalidArgument).await
+}
+
+/// Installs `files` expecting a render limit's refusal (ResourceExhausted); returns the
+/// message.
+async fn limited(
+    h: &mut support::Harness,
+    name: &str,
+    files: Vec<berth_proto::release::ChartFile>,
+    values: &str,
+) -> anyhow::Result<String> {
+    refused_with(h, name, files, values, tonic::Code::ResourceExhausted).await
+}
+
+async fn refused_with(
+    h: &mut support::Harness,
+    name: &str,
+    files: Vec<berth_proto::release::ChartFile>,
+    values: &str,
+    code: tonic::Code,
+) -> anyhow::Result<String> {
     let err = match h.grpc.install(install(h, name, files, values)).await {
         Ok(r) => anyhow::bail!("expected a refusal, got {:?}", r.into_inner()),
         Err(e) => e,
     };
-    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    assert_eq!(err.code(), code, "{err}");
     Ok(err.message().to_owned())
 }
 
@@ -96,7 +118,7 @@ async fn a_render_past_the_time_limit_is_refused() -> anyhow::Result<()> {
         ),
     ]);
     let started = Instant::now();
-    let message = refused(&mut h, "slow", slow, "").await?;
+    let message = limited(&mut h, "slow", slow, "").await?;
     assert!(message.contains("render time limit of 300ms"), "{message}");
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -130,6 +152,7 @@ async fn renders_past_the_time_limit_stop_and_give_their_slot_back() -> anyhow::
     }
     for call in calls {
         let err = call.await?.expect_err("an endless render is refused");
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err}");
         assert!(err.message().contains("render time limit of 2s"), "{err}");
     }
     // The slots are free again: a sane chart installs within its own time limit.
@@ -150,9 +173,35 @@ async fn a_render_over_the_output_limit_is_refused() -> anyhow::Result<()> {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  x: {{ repeat 100000 \"x\" }}\n",
         ),
     ]);
-    let message = refused(&mut h, "big", big, "").await?;
+    let message = limited(&mut h, "big", big, "").await?;
     assert!(
         message.contains("over the render output limit of 65536 bytes"),
+        "{message}"
+    );
+    let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);
+    assert!(cms.get_opt("small").await?.is_none(), "nothing applied");
+    still_serving(&mut h).await
+}
+
+/// issue 30's bomb, a string doubled forty times in a variable: refused at the memory budget,
+/// naming it and the template, in well under the time limit; nothing applied.
+#[tokio::test]
+async fn a_render_over_the_memory_budget_is_refused() -> anyhow::Result<()> {
+    let mut h = start_with_render_limits(RenderLimits {
+        memory_bytes: 64 << 20,
+        ..Default::default()
+    })
+    .await?;
+    let bomb = chart(&[
+        ("templates/a.yaml", &config_map("small", false)),
+        (
+            "templates/b.yaml",
+            r#"{{ $s := repeat 1048576 "x" }}{{ range until 40 }}{{ $s = printf "%s%s" $s $s }}{{ end }}"#,
+        ),
+    ]);
+    let message = limited(&mut h, "bomb", bomb, "").await?;
+    assert!(
+        message.contains("render: memory budget of 64 MiB exceeded building a string in template hello/templates/b.yaml"),
         "{message}"
     );
     let cms = Api::<ConfigMap>::namespaced(h.kube.clone(), &h.namespace);

@@ -5,7 +5,7 @@
 mod support;
 
 use berth_proto::release::{ChartFile, InstallRequest, RollbackRequest, StatusRequest};
-use berth_release::record::{ReleaseStore, Status, StoreError};
+use berth_release::record::{Status, StoreError};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -31,7 +31,7 @@ fn request(h: &support::Harness, name: &str, files: Vec<ChartFile>) -> InstallRe
 
 /// (revision, status) of every stored revision of `name`, oldest first.
 async fn statuses(h: &support::Harness, name: &str) -> anyhow::Result<Vec<(i32, String)>> {
-    let store = ReleaseStore::new(h.kube.clone(), &h.namespace);
+    let store = h.store();
     Ok(store
         .history(name)
         .await?
@@ -171,9 +171,16 @@ async fn a_revision_left_pending_by_a_dead_process_is_marked_failed_by_the_next_
     let files = || chart(&[("templates/a.yaml", &config_map("a", false))]);
     h.grpc.install(request(&h, "orphan", files())).await?;
     // What a process that died in the middle of upgrading leaves behind.
-    let store = ReleaseStore::new(h.kube.clone(), &h.namespace);
+    let store = h.store();
     let first = store.latest("orphan").await?.expect("revision 1");
-    store.set_status(&first, Status::PendingUpgrade).await?;
+    store
+        .set_status(
+            &first,
+            Some("c"),
+            &Default::default(),
+            Status::PendingUpgrade,
+        )
+        .await?;
 
     h.grpc.install(request(&h, "orphan", files())).await?;
     let history = store.history("orphan").await?;
@@ -240,11 +247,20 @@ async fn records_written_by_another_writer_just_before_an_install_are_seen() -> 
     let files = || chart(&[("templates/a.yaml", &config_map("a", false))]);
     h.grpc.install(request(&h, "shared", files())).await?;
     // Another writer adds revision 2 (as `helm upgrade` would) ...
-    let other = ReleaseStore::new(h.kube.clone(), &h.namespace);
+    let other = h.store();
     let mut second = other.latest("shared").await?.expect("revision 1");
     second.version = 2;
-    other.create(&second, "elsewhere").await?;
-    other.set_status(&second, Status::PendingUpgrade).await?;
+    other
+        .create(&second, "elsewhere", &Default::default())
+        .await?;
+    other
+        .set_status(
+            &second,
+            Some("elsewhere"),
+            &Default::default(),
+            Status::PendingUpgrade,
+        )
+        .await?;
     // ... and dies before settling it: the next install sees it, fails it, and writes 3.
     h.grpc.install(request(&h, "shared", files())).await?;
     let seen: Vec<(i32, String)> = statuses(&h, "shared").await?;
@@ -268,12 +284,17 @@ async fn a_first_revision_written_by_another_writer_is_never_overwritten() -> an
     let mut h = start().await?;
     let files = || chart(&[("templates/a.yaml", &config_map("a", false))]);
     h.grpc.install(request(&h, "model", files())).await?;
-    let store = ReleaseStore::new(h.kube.clone(), &h.namespace);
+    let store = h.store();
     let mut theirs = store.latest("model").await?.expect("revision 1");
     theirs.name = "theirs".into();
     let raced = {
-        store.create(&theirs, "elsewhere").await?;
-        store.create(&theirs, "again").await.unwrap_err()
+        store
+            .create(&theirs, "elsewhere", &Default::default())
+            .await?;
+        store
+            .create(&theirs, "again", &Default::default())
+            .await
+            .unwrap_err()
     };
     assert!(
         matches!(raced, StoreError::Raced { .. }) && raced.is_unavailable(),

@@ -49,10 +49,10 @@ impl CallError {
     }
 
     /// The same call may succeed if made again: anything but a refusal of the request's
-    /// content. (A service that cannot be reached, or that refuses this worker's role, may be
+    /// content or a render limit. (A service that cannot be reached, or that refuses this worker's role, may be
     /// back or fixed by the next attempt; the same request stays invalid.)
     pub fn is_retryable(&self) -> bool {
-        !self.is_invalid()
+        !self.is_invalid() && !self.is_render_limit()
     }
 
     /// The service refused the request's content: the same request cannot succeed.
@@ -69,6 +69,25 @@ impl CallError {
     /// call was not this worker's to make).
     pub fn is_confined(&self) -> bool {
         self.code == tonic::Code::PermissionDenied
+    }
+
+    /// The release service refused the chart's render for hitting one of its render limits
+    /// (memory, time, output): the same chart and values hit it again, so retrying only
+    /// repeats the work (a memory bomb retried forever was issue 30.5).
+    pub fn is_render_limit(&self) -> bool {
+        self.code == tonic::Code::ResourceExhausted
+    }
+
+    /// The release service gives packages no Kubernetes identity: it acts as none (no
+    /// principals), or the cluster mints no ServiceAccount tokens. Hooks then run without one.
+    pub fn is_not_served(&self) -> bool {
+        self.code == tonic::Code::Unimplemented
+    }
+
+    /// The call does not apply to the package's state now (a principal kept while the package
+    /// is not being removed).
+    pub fn is_failed_precondition(&self) -> bool {
+        self.code == tonic::Code::FailedPrecondition
     }
 
     /// What the service said.

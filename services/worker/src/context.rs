@@ -13,7 +13,12 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{CallError, Services};
 use crate::config::TaskConfig;
 use crate::hook_cache::HookCache;
+use crate::identity::Identities;
 use crate::reporter::Reporter;
+
+/// Where shell-operator's images hold their hooks (its `--hooks-dir` default), and where a
+/// package's `hooks/` directory shows in its hooks' mount namespace.
+pub const SHELL_OPERATOR_HOOKS_DIR: &str = "/hooks";
 
 pub struct TaskContext<'a> {
     pub spec: Spec,
@@ -22,6 +27,8 @@ pub struct TaskContext<'a> {
     pub services: Services,
     pub config: &'a TaskConfig,
     pub hooks: &'a HookCache,
+    /// Packages' Kubernetes identities on this worker.
+    pub identities: &'a Identities,
     pub cancel: CancellationToken,
 }
 
@@ -32,6 +39,7 @@ impl<'a> TaskContext<'a> {
         services: &Services,
         config: &'a TaskConfig,
         hooks: &'a HookCache,
+        identities: &'a Identities,
         task: &Task,
         cancel: CancellationToken,
     ) -> Result<Option<TaskContext<'a>>, TaskError> {
@@ -62,6 +70,7 @@ impl<'a> TaskContext<'a> {
             services: services.clone(),
             config,
             hooks,
+            identities,
             cancel,
         }))
     }
@@ -73,13 +82,55 @@ impl<'a> TaskContext<'a> {
         pkg: &berth_package::Package,
     ) -> Result<std::sync::Arc<Vec<berth_hooks::Hook>>, TaskError> {
         let recorded = self.spec.hook_configs.as_ref();
+        let sandbox = self.sandbox(pkg)?;
         self.hooks
-            .get(pkg, recorded, self.config.hook_timeout)
+            .get(pkg, recorded, self.config.hook_timeout, &sandbox)
             .await
     }
 
     pub fn key(&self) -> &str {
         &self.spec.key
+    }
+
+    /// How the package's hook processes are confined: its principal's identity (lifecycle's
+    /// `Spec.principal`), its package.yaml `limits:` (within this worker's caps) and its files.
+    /// A principal past the uid range or limits past a cap fail the package for good, naming
+    /// them.
+    pub fn sandbox(&self, pkg: &berth_package::Package) -> Result<berth_hooks::Sandbox, TaskError> {
+        let principal = self.spec.principal;
+        if let Err(reason) = berth_hooks::principal_user(principal) {
+            if principal == 0 {
+                // An older lifecycle, which gives none: a newer one will.
+                return Err(TaskError::retry(format!(
+                    "lifecycle gave package {} no principal number (is it older than this worker?)",
+                    self.key()
+                )));
+            }
+            return Err(TaskError::permanent(format!(
+                "package {}: {reason}",
+                self.key()
+            )));
+        }
+        let limits = self
+            .config
+            .hook_limit_caps
+            .check(&pkg.definition.limits)
+            .map_err(|e| TaskError::permanent(format!("package {}: {e}", self.key())))?;
+        let mut sandbox = berth_hooks::Sandbox::new(principal, limits, pkg.root.clone());
+        // shell-operator's images hold the hooks at /hooks, and hooks written for it name
+        // their shared files there (`source /hooks/common/functions.sh`): the package's
+        // hooks directory is shown there, read-only, in the hook's own mount namespace
+        // (where the worker is root; elsewhere such hooks find nothing there).
+        let hooks = pkg
+            .root
+            .join(SHELL_OPERATOR_HOOKS_DIR.trim_start_matches('/'));
+        if hooks.is_absolute() && std::fs::symlink_metadata(&hooks).is_ok_and(|m| m.is_dir()) {
+            sandbox.dirs.push(berth_hooks::DirMount {
+                source: hooks,
+                target: std::path::PathBuf::from(SHELL_OPERATOR_HOOKS_DIR),
+            });
+        }
+        Ok(sandbox)
     }
 
     /// What release's Install, Plan and ApplyCrds take for this package: its release, the

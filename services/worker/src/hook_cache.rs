@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use berth_hooks::{ConfigAnswer, Hook, Throttle};
+use berth_hooks::{ConfigAnswer, Hook, Sandbox, Throttle};
 use berth_package::Package;
 use berth_proto::lifecycle::HookConfigs;
 use berth_queue::worker::TaskError;
@@ -74,8 +74,12 @@ impl HookCache {
         pkg: &Package,
         recorded: Option<&HookConfigs>,
         timeout: Duration,
+        sandbox: &Sandbox,
     ) -> Result<Arc<Vec<Hook>>, TaskError> {
-        Ok(self.discovered(pkg, recorded, timeout).await?.hooks)
+        Ok(self
+            .discovered(pkg, recorded, timeout, sandbox)
+            .await?
+            .hooks)
     }
 
     /// The package's settings check (the batch binary answering `hook check`), if it has one.
@@ -84,9 +88,10 @@ impl HookCache {
         pkg: &Package,
         recorded: Option<&HookConfigs>,
         timeout: Duration,
+        sandbox: &Sandbox,
     ) -> Result<Option<PathBuf>, TaskError> {
         Ok(self
-            .discovered(pkg, recorded, timeout)
+            .discovered(pkg, recorded, timeout, sandbox)
             .await?
             .settings_check)
     }
@@ -99,8 +104,9 @@ impl HookCache {
         &self,
         pkg: &Package,
         timeout: Duration,
+        sandbox: &Sandbox,
     ) -> Result<(Arc<Vec<Hook>>, Arc<Vec<ConfigAnswer>>), TaskError> {
-        let found = self.discovered(pkg, None, timeout).await?;
+        let found = self.discovered(pkg, None, timeout, sandbox).await?;
         Ok((found.hooks, found.answers))
     }
 
@@ -109,6 +115,7 @@ impl HookCache {
         pkg: &Package,
         recorded: Option<&HookConfigs>,
         timeout: Duration,
+        sandbox: &Sandbox,
     ) -> Result<Discovered, TaskError> {
         let Some(dir) = pkg.hooks_dir.clone() else {
             return Ok(Discovered::default());
@@ -134,7 +141,7 @@ impl HookCache {
         });
         let found = match from_record {
             Some(found) => found,
-            None => berth_hooks::discover_all(&dir, timeout)
+            None => berth_hooks::discover_all(&dir, timeout, Some(sandbox))
                 .await
                 .map_err(discovery_error)?,
         };

@@ -14,6 +14,22 @@ use crate::bindings::{self, hook_snapshots};
 use crate::context::TaskContext;
 use crate::package::Values;
 
+/// How one hook run of the package is confined ([`TaskContext::sandbox`]) and the environment
+/// it gets, with the package's Kubernetes identity when it has one (see
+/// [`crate::identity::Identities::for_hooks`]): the kubeconfig and in-cluster files in its run
+/// directory, the service address in its environment.
+pub async fn sandbox_with_identity(
+    cx: &TaskContext<'_>,
+    pkg: &Package,
+) -> Result<(berth_hooks::Sandbox, Vec<(String, String)>), TaskError> {
+    let mut sandbox = cx.sandbox(pkg)?;
+    let mut env = cx.hook_env();
+    if let Some(identity) = cx.identities.for_hooks(cx).await? {
+        identity.give(&mut sandbox, &mut env);
+    }
+    Ok((sandbox, env))
+}
+
 /// Runs one hook with `binding_context` and the current values.
 pub async fn run_hook(
     cx: &TaskContext<'_>,
@@ -25,22 +41,36 @@ pub async fn run_hook(
     // The hook's own span: its run time shows in the trace, and the process's TRACEPARENT
     // (taken inside it) makes whatever the hook traces a child of it.
     let span = tracing::info_span!("hook", hook.name = %hook.name);
+    let (sandbox, env) = sandbox_with_identity(cx, pkg).await?;
     async {
         berth_hooks::run(RunRequest {
             hook,
             binding_context,
             values: values.current.clone(),
             config_values: values.config_values(pkg),
-            env: cx.hook_env(),
+            env,
             timeout: cx.config.hook_timeout,
             cancel: cx.cancel.clone(),
             tmp_dir: cx.config.hook_tmp_dir.clone(),
+            sandbox: Some(sandbox),
         })
         .await
     }
     .instrument(span)
     .await
-    .map_err(|e| TaskError::retry(e.to_string()))
+    .map_err(run_error)
+}
+
+/// A failed run as a task error: one that reached a limit of its package's is permanent (the
+/// same hook under the same limit does the same; the package's `limits:` must change), the
+/// others are retried.
+pub fn run_error(e: berth_hooks::RunError) -> TaskError {
+    match e {
+        berth_hooks::RunError::Limit { .. } => TaskError::permanent(format!(
+            "{e}\n(raise package.yaml limits, or make the hook use less)"
+        )),
+        _ => TaskError::retry(e.to_string()),
+    }
 }
 
 /// Runs the hooks bound to a lifecycle binding in order, applying each one's outputs before
@@ -115,9 +145,15 @@ pub async fn check_settings(
     settings: &Value,
     timeout: std::time::Duration,
 ) -> Result<Option<berth_hooks::SettingsCheck>, TaskError> {
+    let sandbox = cx.sandbox(pkg)?;
     let Some(executable) = cx
         .hooks
-        .settings_check(pkg, cx.spec.hook_configs.as_ref(), cx.config.hook_timeout)
+        .settings_check(
+            pkg,
+            cx.spec.hook_configs.as_ref(),
+            cx.config.hook_timeout,
+            &sandbox,
+        )
         .await?
     else {
         return Ok(None);
@@ -130,9 +166,10 @@ pub async fn check_settings(
         timeout,
         cancel: cx.cancel.clone(),
         tmp_dir: cx.config.hook_tmp_dir.clone(),
+        sandbox: Some(sandbox),
     })
     .instrument(span)
     .await
     .map(Some)
-    .map_err(|e| TaskError::retry(e.to_string()))
+    .map_err(run_error)
 }

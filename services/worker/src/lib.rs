@@ -33,6 +33,8 @@
 //! - `context`: one task's context (the package spec, clients, reporting).
 //! - `package` (the package in this worker's cache, and its values) and `bindings` (what the
 //!   worker tells and asks hookevent): over the context.
+//! - `identity`: the package's Kubernetes identity on this worker (its principal ensured once
+//!   per generation, its ServiceAccount's token for hooks, kept until near its expiry).
 //! - `hooks`: running a package's hooks and applying their outputs.
 //! - `flows`: the task flows, one module per group of task kinds.
 //! - [`runner`]: [`TaskRunner`], the queue's `Handler` that dispatches to the flows.
@@ -47,6 +49,7 @@ mod context;
 mod flows;
 mod hook_cache;
 mod hooks;
+mod identity;
 pub mod metrics;
 mod package;
 pub mod process;
@@ -54,5 +57,5 @@ mod reporter;
 pub mod runner;
 mod task_metrics;
 
-pub use config::TaskConfig;
+pub use config::{HookIsolationArgs, LimitCaps, TaskConfig};
 pub use runner::TaskRunner;

@@ -69,13 +69,11 @@ enum Command {
         /// Worker id in leases and Dump (default: random).
         #[arg(long, env = "BERTH_WORKER_ID")]
         id: Option<String>,
-        /// Run hooks as this user (`NAME`, `UID` or `UID:GID`, without supplementary groups).
-        /// A worker running as root runs them as nobody (65534:65534) unless told otherwise;
-        /// `root` keeps them root. Package files are read-only to hooks. The cache directory
-        /// and the hook tmp directory must be reachable (every parent searchable) by that user,
-        /// or the worker refuses to start.
-        #[arg(long, env = "BERTH_HOOK_USER")]
-        hook_user: Option<String>,
+        /// How hooks are confined. The cache directory and the hook tmp directory must be
+        /// reachable (every parent searchable) by the hooks' uids, or the worker refuses to
+        /// start.
+        #[command(flatten)]
+        isolation: Box<berth_worker::HookIsolationArgs>,
     },
 }
 
@@ -106,38 +104,26 @@ async fn main() -> anyhow::Result<()> {
             hook_tmp_dir,
             repositories,
             tls,
-            hook_user,
+            isolation,
         } => {
             let repositories = match &repositories {
                 Some(path) => berth_package::Repositories::load(path)?,
                 None => berth_package::Repositories::default(),
             };
             let tls = tls.load(Some(berth_runtime::Role::Worker))?;
-            // Processes that escape a hook's group (setsid) are re-parented here and killed.
-            if let Err(error) = berth_hooks::reap_escaped_hook_processes() {
-                tracing::warn!(%error, "processes that escape a hook's group will outlive it");
-            }
             std::fs::create_dir_all(&cache_dir)?;
             if let Some(dir) = &hook_tmp_dir {
                 std::fs::create_dir_all(dir)?;
             }
-            // As root, hooks run as an unprivileged user (nobody unless --hook-user says
-            // otherwise), who must reach the package cache and the runs' files.
-            let user = berth_hooks::HookUser::choose_for_self(hook_user.as_deref())
-                .map_err(|e| anyhow::anyhow!("--hook-user: {e}"))?;
-            if let Some(user) = user {
-                let tmp = hook_tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
-                for (flag, dir) in [("--cache-dir", &cache_dir), ("--hook-tmp-dir", &tmp)] {
-                    user.check_reachable(dir)
-                        .map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
-                }
-                berth_hooks::run_hooks_as(user).map_err(|e| anyhow::anyhow!("--hook-user: {e}"))?;
-                tracing::info!(
-                    uid = user.uid,
-                    gid = user.gid,
-                    "hooks run as an unprivileged user"
-                );
-            }
+            // As root, each package instance's hooks run as a uid of its own, which must
+            // reach the package cache and the runs' files.
+            let tmp = hook_tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
+            isolation
+                .apply(
+                    &tmp,
+                    &[("--cache-dir", &cache_dir), ("--hook-tmp-dir", &tmp)],
+                )
+                .map_err(|e| anyhow::anyhow!(e))?;
             let tasks = TaskConfig {
                 lifecycle_endpoint: lifecycle,
                 release_endpoint: release,
@@ -148,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
                 ready_timeout: Duration::from_secs(ready_timeout),
                 hook_tmp_dir,
                 tls,
+                hook_limit_caps: isolation.caps(),
             };
             let mut config = WorkerConfig {
                 concurrency,

@@ -19,14 +19,33 @@ use crate::context::TaskContext;
 /// Update); the worker resolves it again, so a root-relative directory that now leaves its root
 /// through a symlink, or a name this worker does not know, fails the package. The cache entry is
 /// `<cache>/<key>/<repository id>/<version>`: two repositories offering the same version never
-/// share one. An OCI tag's manifest digest is checked again once per generation, and a re-pushed
-/// tag is fetched again.
+/// share one. The revision the cached copy came from (an OCI tag's manifest digest, a
+/// directory's content digest) is checked again once per generation, and a re-pushed tag or an
+/// edited directory is fetched again (issue 31.9): an Update, `--force` included, after editing
+/// a directory package loads the new files, while the tasks of one generation all see the files
+/// its first task saw.
 pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
+    ensure_files(cx).await.map_err(|e| e.error)
+}
+
+/// Why [`ensure_files`] has no package: the files could not be fetched, or they were and do not
+/// load (the package's content: permanent until an Update brings other files).
+pub struct Unavailable {
+    pub error: TaskError,
+    pub load_failed: bool,
+}
+
+/// [`ensure`], telling a package that does not load from files that could not be fetched.
+pub async fn ensure_files(cx: &TaskContext<'_>) -> Result<Package, Unavailable> {
     let spec = &cx.spec;
     let (repo, package, requested) = (&spec.repository, &spec.package, &spec.version);
-    let resolved =
-        cx.config.repositories.resolve(repo).map_err(|e| {
-            TaskError::permanent(format!("repository of {package} {requested}: {e}"))
+    let resolved = cx
+        .config
+        .repositories
+        .resolve(repo)
+        .map_err(|e| Unavailable {
+            error: TaskError::permanent(format!("repository of {package} {requested}: {e}")),
+            load_failed: false,
         })?;
     let dir = cx
         .config
@@ -35,7 +54,20 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
         .join(resolved.cache_id());
     let limits = Limits::default();
     let fetch_error = |e: berth_package::RepoError| {
-        TaskError::retry(format!("fetching {package} {requested} from {repo}: {e}"))
+        let message = format!("fetching {package} {requested} from {repo}: {e}");
+        // The loader refused what was fetched: the same files give the same answer.
+        let load_failed = match &e {
+            berth_package::RepoError::InvalidPackage(load) => !load.is_transient(),
+            berth_package::RepoError::Mismatch { .. } => true,
+            _ => false,
+        };
+        Unavailable {
+            error: match load_failed {
+                true => TaskError::permanent(message),
+                false => TaskError::retry(message),
+            },
+            load_failed,
+        }
     };
     let version = &resolve_version(cx, &resolved.source, &dir, limits)
         .await
@@ -45,7 +77,7 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
     let present = berth_package::is_package_dir(&dest);
     let fetch = match (&resolved.source, present) {
         (_, false) => true,
-        (Source::Oci(_), true) => match read_revision(&marker) {
+        (source, true) if source.has_revisions() => match read_revision(&marker) {
             Some((checked, _)) if checked >= spec.generation => false,
             Some((_, digest)) => {
                 let now = resolved
@@ -79,11 +111,55 @@ pub async fn ensure(cx: &TaskContext<'_>) -> Result<Package, TaskError> {
     berth_runtime::spawn_blocking_here(move || {
         // What was fetched is what the repository has: a package that does not load is broken
         // until a new Update, and retrying cannot fix it.
-        berth_package::load(&dest)
-            .map_err(|e| TaskError::permanent(format!("loading {package} {version}: {e}")))
+        berth_package::load(&dest).map_err(|e| {
+            let message = format!("loading {package} {version}: {e}");
+            Unavailable {
+                load_failed: !e.is_transient(),
+                error: match e.is_transient() {
+                    true => TaskError::retry(message),
+                    false => TaskError::permanent(message),
+                },
+            }
+        })
     })
     .await
-    .map_err(|e| TaskError::retry(format!("package loader panicked: {e}")))?
+    .map_err(|e| Unavailable {
+        error: TaskError::retry(format!("package loader panicked: {e}")),
+        load_failed: false,
+    })?
+}
+
+/// The package's chart files (`Package::chart_files`), read on a blocking thread: the walk
+/// follows links inside the package and is bounded in entries and time, but it is file I/O and
+/// must not hold an async worker thread (two link-DAG packages froze `berth up`, issue 30.6).
+/// A chart the walk refuses (too large, links out of the package, too many entries) fails the
+/// package for good: the fetched files give the same answer again.
+pub async fn chart_files(pkg: &Package) -> Result<Vec<(String, Vec<u8>)>, TaskError> {
+    off_runtime(pkg, Package::chart_files).await
+}
+
+/// Whether the chart reads the global values (`Package::reads_global`), on a blocking thread
+/// as [`chart_files`].
+pub async fn reads_global(pkg: &Package) -> Result<bool, TaskError> {
+    off_runtime(pkg, Package::reads_global).await
+}
+
+async fn off_runtime<T: Send + 'static>(
+    pkg: &Package,
+    read: fn(&Package) -> Result<T, berth_package::LoadError>,
+) -> Result<T, TaskError> {
+    let pkg = pkg.clone();
+    berth_runtime::spawn_blocking_here(move || read(&pkg))
+        .await
+        .map_err(|e| TaskError::retry(format!("chart reader panicked: {e}")))?
+        .map_err(|e| {
+            let message = format!("reading the chart: {e}");
+            if e.is_transient() {
+                TaskError::retry(message)
+            } else {
+                TaskError::permanent(message)
+            }
+        })
 }
 
 /// The version the spec's version names: itself, or for a constraint given to an OCI
@@ -239,7 +315,7 @@ impl Values {
         // still match the values schema.
         let mut values = self.current.clone();
         json_patch::patch(&mut values, &patch)
-            .map_err(|e| TaskError::retry(format!("values patch of hook {hook}: {e}")))?;
+            .map_err(|e| failed(berth_package::patch_error(pkg, &e)))?;
         berth_package::validate_values(pkg, &values).map_err(failed)?;
         check_size(hook, &values)?;
         let mut all = self.patches.clone();

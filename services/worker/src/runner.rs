@@ -16,6 +16,7 @@ use crate::config::TaskConfig;
 use crate::context::TaskContext;
 use crate::flows;
 use crate::hook_cache::HookCache;
+use crate::identity::Identities;
 use crate::task_metrics::{Outcome, TaskMetrics};
 
 /// The [`Handler`] that runs berth's tasks.
@@ -23,6 +24,7 @@ pub struct TaskRunner {
     services: Services,
     config: TaskConfig,
     hooks: HookCache,
+    identities: Identities,
     metrics: TaskMetrics,
 }
 
@@ -39,6 +41,7 @@ impl TaskRunner {
             services,
             config,
             hooks: HookCache::default(),
+            identities: Identities::default(),
             metrics: task_metrics,
         }))
     }
@@ -104,8 +107,15 @@ impl TaskRunner {
                 task.kind
             )));
         };
-        let Some(cx) =
-            TaskContext::start(&self.services, &self.config, &self.hooks, task, cancel).await?
+        let Some(cx) = TaskContext::start(
+            &self.services,
+            &self.config,
+            &self.hooks,
+            &self.identities,
+            task,
+            cancel,
+        )
+        .await?
         else {
             tracing::debug!("superseded; skipped");
             return Ok(Ran::Skipped);

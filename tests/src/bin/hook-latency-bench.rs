@@ -191,6 +191,7 @@ impl Topology {
             "listening on ",
         )
         .await?;
+        let record_key = berth_tests::process::record_key_args(dir)?;
         let release = start(
             "berth-release",
             s(&[
@@ -201,6 +202,8 @@ impl Topology {
                 "--lease-namespace",
                 &leases,
                 PLAIN,
+                &record_key[0],
+                &record_key[1],
             ]),
             "listening on ",
         )

@@ -391,6 +391,7 @@ async fn hook_start(n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> 
             timeout: Duration::from_secs(10),
             cancel: CancellationToken::new(),
             tmp_dir: None,
+            sandbox: None,
         })
         .await?;
         runs.push(t0.elapsed());

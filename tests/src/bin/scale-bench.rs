@@ -8,7 +8,9 @@
 //!   (`berth-testpg`), and `--workers` worker processes (default 3);
 //! - `--mode up`: starts one `berth up` process with its embedded defaults;
 //!
-//! then Updates every package (`--in-flight` Updates at once, default 16; a call the gateway's
+//! then Updates every package (`--front resources`, `--mode up` only: creates an Application
+//! resource per package instead, `--in-flight` at once, and times until every resource is
+//! Ready as well; `--in-flight` Updates at once, default 16; a call the gateway's
 //! rate limit refuses is retried after a moment; `--rate N` sets that limit, 100 calls/s per
 //! caller after a burst of 200 by default, to N calls/s and a burst of N), and reads lifecycle's
 //! `berth_packages{phase="Running"}` gauge every 100 ms until all are Running (then a List
@@ -76,10 +78,12 @@ struct Args {
     rate: Option<usize>,
     /// Where berth's scratch files go (`--scratch`): `None` is the system temp directory.
     scratch: Option<std::path::PathBuf>,
+    /// Install through Application resources (berth's controller) instead of gRPC Updates.
+    resources: bool,
 }
 
-const USAGE: &str = "flags: --packages N, --mode split|up, --workers N, --in-flight N, \
-                     --rate N, --helm-parallel N, --scratch DIR|system, --no-helm";
+const USAGE: &str = "flags: --packages N, --mode split|up, --front grpc|resources, --workers N, \
+                     --in-flight N, --rate N, --helm-parallel N, --scratch DIR|system, --no-helm";
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut args = Args {
@@ -95,6 +99,7 @@ fn parse_args() -> anyhow::Result<Args> {
         scratch: Path::new(SHM)
             .is_dir()
             .then(|| Path::new(SHM).to_path_buf()),
+        resources: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -118,6 +123,13 @@ fn parse_args() -> anyhow::Result<Args> {
             "--scratch" => {
                 args.scratch = (value != "system").then(|| std::path::PathBuf::from(&value));
             }
+            "--front" => {
+                args.resources = match value.as_str() {
+                    "grpc" => false,
+                    "resources" => true,
+                    _ => bail!("--front: {value:?} is neither grpc nor resources"),
+                }
+            }
             "--mode" => {
                 args.mode = match value.as_str() {
                     "split" => Mode::Split,
@@ -127,6 +139,9 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             _ => bail!("unknown flag {flag} ({USAGE})"),
         }
+    }
+    if args.resources && args.mode != Mode::Up {
+        bail!("--front resources needs --mode up (the controller runs in berth up)");
     }
     Ok(args)
 }
@@ -355,15 +370,30 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         .collect::<anyhow::Result<_>>()?;
     let machine_before = CpuByProgram::now()?;
     let start = Instant::now();
-    futures::stream::iter(0..args.packages)
-        .map(|i| {
-            let mut client = client.clone();
-            let (namespace, name) = (namespace.to_string(), name(i));
-            async move { journey::update_app(&mut client, repo, &namespace, &name).await }
-        })
-        .buffer_unordered(args.in_flight)
-        .try_collect::<()>()
-        .await?;
+    let applications = match berth {
+        Berth::Up(up) if args.resources => Some(applications(kube, &namespace, up)),
+        _ => None,
+    };
+    match &applications {
+        Some((api, label)) => {
+            futures::stream::iter(0..args.packages)
+                .map(|i| create_application(api, label, &namespace, repo, i))
+                .buffer_unordered(args.in_flight)
+                .try_collect::<()>()
+                .await?
+        }
+        None => {
+            futures::stream::iter(0..args.packages)
+                .map(|i| {
+                    let mut client = client.clone();
+                    let (namespace, name) = (namespace.to_string(), name(i));
+                    async move { journey::update_app(&mut client, repo, &namespace, &name).await }
+                })
+                .buffer_unordered(args.in_flight)
+                .try_collect::<()>()
+                .await?
+        }
+    }
     let updated = start.elapsed();
     let mut client = client;
     let deadline = start + CONVERGE_DEADLINE;
@@ -383,6 +413,10 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         tokio::time::sleep(GAUGE_POLL).await;
     };
     let converged = start.elapsed();
+    let ready = match &applications {
+        Some((api, _)) => Some(all_ready(api, args.packages, deadline).await? - start),
+        None => None,
+    };
     let listed = journey::count_running(&mut client).await?;
     anyhow::ensure!(
         listed == Some(args.packages),
@@ -413,11 +447,19 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
             "dev"
         }
     );
-    println!(
-        "first Update -> all Updates answered: {:.1} s; -> all Running: {:.1} s",
-        updated.as_secs_f64(),
-        converged.as_secs_f64()
-    );
+    match ready {
+        Some(ready) => println!(
+            "through Application resources: first create -> all created: {:.1} s; -> all Running: {:.1} s; -> all resources Ready: {:.1} s",
+            updated.as_secs_f64(),
+            converged.as_secs_f64(),
+            ready.as_secs_f64()
+        ),
+        None => println!(
+            "first Update -> all Updates answered: {:.1} s; -> all Running: {:.1} s",
+            updated.as_secs_f64(),
+            converged.as_secs_f64()
+        ),
+    }
     for ((role, p), before) in berth.procs().into_iter().zip(cpu_before) {
         let pid = p.pid().context("a berth process exited")?;
         // Open descriptors: mostly connections (a watch of the Kubernetes API holds one).
@@ -459,6 +501,73 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         args.packages
     );
     Ok(())
+}
+
+/// The Applications of the run's namespace, and the label that makes them `up`'s.
+fn applications(
+    kube: &kube::Client,
+    namespace: &str,
+    up: &AllInOne,
+) -> (kube::Api<kube::api::DynamicObject>, (String, String)) {
+    let resource = kube::api::ApiResource {
+        group: "berth.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "berth.io/v1alpha1".into(),
+        kind: "Application".into(),
+        plural: "applications".into(),
+    };
+    (
+        kube::Api::namespaced_with(kube.clone(), namespace, &resource),
+        up.instance.clone(),
+    )
+}
+
+async fn create_application(
+    api: &kube::Api<kube::api::DynamicObject>,
+    (key, value): &(String, String),
+    namespace: &str,
+    repo: &str,
+    i: usize,
+) -> anyhow::Result<()> {
+    let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "berth.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": name(i), "namespace": namespace, "labels": {key: value}},
+        "spec": {"repository": repo, "version": "1.0.0"},
+    }))?;
+    api.create(&Default::default(), &object)
+        .await
+        .with_context(|| format!("creating Application {}", name(i)))?;
+    Ok(())
+}
+
+/// Waits until `packages` Applications are Ready at their generation; when that was.
+async fn all_ready(
+    api: &kube::Api<kube::api::DynamicObject>,
+    packages: usize,
+    deadline: Instant,
+) -> anyhow::Result<Instant> {
+    loop {
+        let list = api.list(&Default::default()).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|a| {
+                let status = &a.data["status"];
+                status["observedGeneration"].as_i64() == a.metadata.generation
+                    && status["conditions"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+            })
+            .count();
+        if ready >= packages {
+            return Ok(Instant::now());
+        }
+        if Instant::now() >= deadline {
+            bail!("{ready} of {packages} Applications Ready within {CONVERGE_DEADLINE:?}");
+        }
+        tokio::time::sleep(GAUGE_POLL * 5).await;
+    }
 }
 
 /// Prints the gRPC calls the berth servers answered, per method and per package, and their

@@ -2,8 +2,8 @@
 //! ServiceAccount (pods without `serviceAccountName` use it) and the `kube-root-ca.crt`
 //! ConfigMap. Clients see both in listings, so the dev cluster has them too.
 //!
-//! The dev cluster serves plain HTTP and has no CA, so `kube-root-ca.crt` carries an
-//! empty `ca.crt`.
+//! `kube-root-ca.crt` carries the dev cluster's CA (as kube-controller-manager's
+//! root-ca-cert-publisher keeps it current, so does this: a stale `ca.crt` is replaced).
 
 use std::collections::HashSet;
 
@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::resources::Registry;
 use crate::store::SharedObject as StoredObject;
-use crate::store::{Store, WriteOptions, meta_str};
+use crate::store::{Part, Store, WriteOptions, meta_str};
 
 const MANAGER: &str = "kube-controller-manager";
 
@@ -32,6 +32,25 @@ pub fn reconcile(store: &Store, registry: &Registry, objects: &[StoredObject]) {
             && o.resource == "namespaces"
             && o.object.pointer("/metadata/deletionTimestamp").is_none()
     });
+    // A CA that changed (a new data directory's, or one written before the dev cluster had
+    // one) is put into every existing kube-root-ca.crt.
+    if let Some(rt) = registry.get("", "v1", "configmaps") {
+        for o in objects.iter().filter(|o| {
+            o.group.is_empty()
+                && o.resource == "configmaps"
+                && meta_str(&o.object, "name") == "kube-root-ca.crt"
+                && o.object.pointer("/data/ca.crt").and_then(|c| c.as_str())
+                    != Some(store.root_ca())
+        }) {
+            let ns = meta_str(&o.object, "namespace");
+            let ca = store.root_ca().to_string();
+            if let Err(e) = store.mutate(rt, &ns, "kube-root-ca.crt", Part::Main, MANAGER, |c| {
+                c["data"]["ca.crt"] = serde_json::Value::String(ca);
+            }) {
+                tracing::warn!(k8s.namespace = %ns, error = %e, "updating kube-root-ca.crt failed");
+            }
+        }
+    }
     for ns in active.map(|o| meta_str(&o.object, "name")) {
         let wanted = [
             (
@@ -44,7 +63,7 @@ pub fn reconcile(store: &Store, registry: &Registry, objects: &[StoredObject]) {
                 "kube-root-ca.crt",
                 json!({
                     "metadata": { "name": "kube-root-ca.crt", "annotations": { "kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters." } },
-                    "data": { "ca.crt": "" },
+                    "data": { "ca.crt": store.root_ca() },
                 }),
             ),
         ];

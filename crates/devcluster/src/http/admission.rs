@@ -6,6 +6,8 @@
 //! webhook's status code); a webhook that cannot be called, times out or answers nonsense gets
 //! its `failurePolicy`.
 //!
+//! A webhook's `warnings` are answered as `Warning` headers, allowed or denied.
+//!
 //! Limits (see the crate docs): only `clientConfig.url` is called (a `service` reference cannot
 //! be reached from outside a cluster, so it counts as a failed call); `matchConditions` are not
 //! evaluated (the webhook is called); subresources are never sent to webhooks; `CONNECT` never
@@ -19,7 +21,6 @@ use serde_json::{Value, json};
 
 use super::App;
 use crate::resources::ResourceType;
-use crate::selectors::LabelSelector;
 use crate::status::ApiError;
 use crate::store::ListOptions;
 
@@ -37,6 +38,8 @@ pub struct Attempt<'a> {
     pub object: Option<Value>,
     pub old_object: Option<Value>,
     pub dry_run: bool,
+    /// The answer's `Warning`s: webhooks' `warnings` are added here, as kube-apiserver does.
+    pub warnings: &'a super::resource::Warnings,
 }
 
 /// Whether any webhook configuration is stored (when none, writes skip admission entirely).
@@ -163,59 +166,21 @@ fn matches(
     let selects_namespace = rt.namespaced || (rt.group.is_empty() && rt.plural == "namespaces");
     if selects_namespace
         && let Some(sel) = hook.get("namespaceSelector")
-        && !selector_matches(sel, namespace.unwrap_or(&Value::Null))
+        && !crate::selectors::structured_matches(sel, namespace.unwrap_or(&Value::Null))
     {
         return false;
     }
     if let Some(sel) = hook.get("objectSelector") {
-        let new = object.is_some_and(|o| selector_matches(sel, o));
+        let new = object.is_some_and(|o| crate::selectors::structured_matches(sel, o));
         let old = attempt
             .old_object
             .as_ref()
-            .is_some_and(|o| selector_matches(sel, o));
+            .is_some_and(|o| crate::selectors::structured_matches(sel, o));
         if !new && !old {
             return false;
         }
     }
     true
-}
-
-/// A structured LabelSelector against an object's labels (by way of the query syntax).
-fn selector_matches(selector: &Value, object: &Value) -> bool {
-    let mut parts: Vec<String> = selector["matchLabels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
-    for e in selector["matchExpressions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let key = e["key"].as_str().unwrap_or_default();
-        let values = strings(&e["values"]).join(",");
-        parts.push(match e["operator"].as_str().unwrap_or_default() {
-            "In" => format!("{key} in ({values})"),
-            "NotIn" => format!("{key} notin ({values})"),
-            "Exists" => key.to_owned(),
-            "DoesNotExist" => format!("!{key}"),
-            _ => return false,
-        });
-    }
-    let mut labelled = object.clone();
-    if !labelled.is_object() {
-        labelled = json!({});
-    }
-    // A Namespace always carries its name as a label in kube-apiserver.
-    if labelled["kind"] == "Namespace"
-        && let Some(name) = labelled["metadata"]["name"].as_str().map(str::to_owned)
-    {
-        labelled["metadata"]["labels"]["kubernetes.io/metadata.name"] = Value::from(name);
-    }
-    LabelSelector::parse(&parts.join(",")).is_ok_and(|s| s.matches(&labelled))
 }
 
 /// Calls one webhook: `Ok(Some(response))` when it allowed, `Ok(None)` when its failure was
@@ -274,6 +239,14 @@ async fn call(
             "expected response.uid={uid:?}, got {:?}",
             answer["uid"].as_str().unwrap_or_default()
         ));
+    }
+    // Warnings reach the client whether the webhook allowed or denied.
+    if let Some(warnings) = answer["warnings"].as_array() {
+        attempt
+            .warnings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(warnings.iter().filter_map(Value::as_str).map(String::from));
     }
     if answer["allowed"].as_bool() == Some(true) {
         return Ok(Some(answer.clone()));

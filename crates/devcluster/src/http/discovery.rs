@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::{Registry, ResourceType, VERBS};
+use crate::resources::{Registry, ResourceType};
 
 /// The Kubernetes version the dev cluster reports (its API surface matches this release).
 pub const KUBE_MINOR: &str = "33";
@@ -78,7 +78,7 @@ fn resource_json(rt: &ResourceType) -> Value {
         "singularName": rt.singular,
         "namespaced": rt.namespaced,
         "kind": rt.kind,
-        "verbs": VERBS,
+        "verbs": rt.verbs(),
     });
     if !rt.short_names.is_empty() {
         r["shortNames"] = json!(rt.short_names);
@@ -107,6 +107,17 @@ pub fn resources(registry: &Registry, group: &str, version: &str) -> Option<Valu
         list.push(resource_json(rt));
         if rt.has_status {
             list.push(status_json(rt));
+        }
+        if rt.group.is_empty() && rt.plural == "serviceaccounts" {
+            list.push(json!({
+                "name": "serviceaccounts/token",
+                "singularName": "",
+                "namespaced": true,
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+                "verbs": ["create"],
+            }));
         }
         if super::scale::has_scale(rt) {
             list.push(json!({
@@ -172,7 +183,7 @@ fn aggregated_resource(rt: &ResourceType) -> Value {
         "responseKind": { "group": rt.group, "version": rt.version, "kind": rt.kind },
         "scope": if rt.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": rt.singular,
-        "verbs": VERBS,
+        "verbs": rt.verbs(),
     });
     if !rt.short_names.is_empty() {
         r["shortNames"] = json!(rt.short_names);
@@ -186,6 +197,13 @@ fn aggregated_resource(rt: &ResourceType) -> Value {
             "subresource": "status",
             "responseKind": { "group": rt.group, "version": rt.version, "kind": rt.kind },
             "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if rt.group.is_empty() && rt.plural == "serviceaccounts" {
+        subresources.push(json!({
+            "subresource": "token",
+            "responseKind": { "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest" },
+            "verbs": ["create"],
         }));
     }
     if super::scale::has_scale(rt) {

@@ -1,11 +1,13 @@
-//! The HTTP front end: one axum fallback handler that parses Kubernetes paths itself,
-//! bearer-token authentication, and JSON/Status rendering.
+//! The HTTP front end: one axum fallback handler that parses Kubernetes paths itself, the
+//! authentication, impersonation and authorization every request passes first (`guard`), and
+//! JSON/Status rendering.
 
 mod admission;
 mod discovery;
 mod openapi;
-mod query;
+pub(crate) mod query;
 mod resource;
+mod reviews;
 mod route;
 mod scale;
 mod table;
@@ -13,6 +15,7 @@ mod watch;
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -22,6 +25,8 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::attributes::Attributes;
+use crate::auth::{self, Authenticated, Authenticator, UserInfo, impersonation};
 use crate::status::ApiError;
 use crate::store::Store;
 use route::Route;
@@ -30,7 +35,7 @@ use route::Route;
 #[derive(Clone)]
 pub struct App {
     pub store: Arc<Store>,
-    pub token: Option<Arc<str>>,
+    pub auth: Arc<Authenticator>,
     /// Ends open watches at shutdown so graceful shutdown does not wait for their timeouts.
     pub shutdown: CancellationToken,
     /// `host:port` the server is reachable at, for `/api`'s serverAddressByClientCIDRs.
@@ -40,9 +45,13 @@ pub struct App {
 pub fn router(app: App) -> Router {
     Router::new()
         .fallback(dispatch)
-        .layer(middleware::from_fn_with_state(app.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
 }
+
+/// Who a request acts as, once `guard` let it through.
+#[derive(Clone)]
+pub struct Caller(pub Arc<UserInfo>);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -60,28 +69,42 @@ pub fn json_response(code: StatusCode, body: &Value) -> Response {
         .into_response()
 }
 
-/// With a token configured, every request needs `Authorization: Bearer <token>`.
-async fn authenticate(State(app): State<App>, request: Request, next: Next) -> Response {
-    if let Some(expected) = &app.token {
-        let presented = request
-            .headers()
-            .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !presented.is_some_and(|p| constant_time_eq(p.as_bytes(), expected.as_bytes())) {
+/// Authentication, impersonation and authorization, in kube-apiserver's order: a bad bearer
+/// token is 401; a request its user (after impersonation) may not make is 403, worded as
+/// kube-apiserver words it. What passes carries its [`Caller`].
+async fn guard(State(app): State<App>, mut request: Request, next: Next) -> Response {
+    let header = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = match app.auth.authenticate(header, &app.store) {
+        Authenticated::Anonymous => UserInfo::anonymous(),
+        Authenticated::User(u) => u,
+        Authenticated::Invalid(why) => {
+            tracing::debug!(reason = %why, http.path = request.uri().path(), "bearer token refused");
             return ApiError::unauthorized().into_response();
         }
+    };
+    let q = query::parse(request.uri().query());
+    let attributes = Attributes::from_request(request.method(), request.uri().path(), &q);
+    let rbac = app.store.rbac();
+    let user = match impersonation::impersonate(rbac, &user, &attributes, request.headers()) {
+        Ok(Some(impersonated)) => impersonated,
+        Ok(None) => user,
+        Err(e) => return e.into_response(),
+    };
+    let decision = rbac.authorize(&user, &attributes);
+    if !decision.allowed {
+        tracing::debug!(user = %user.name, verb = %attributes.verb, resource = %attributes.resource, path = %attributes.path, "forbidden");
+        return auth::forbidden(&user, &attributes, &decision.reason).into_response();
     }
+    request.extensions_mut().insert(Caller(Arc::new(user)));
     next.run(request).await
-}
-
-/// Compares without an early exit, so response time does not reveal a token prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn dispatch(
     State(app): State<App>,
+    Extension(Caller(user)): Extension<Caller>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -98,6 +121,7 @@ async fn dispatch(
         "request"
     );
     let route = route::parse(uri.path());
+    let warnings = resource::Warnings::default();
     let result = match route {
         Route::Object(route) => {
             let req = resource::Request {
@@ -106,6 +130,8 @@ async fn dispatch(
                 query: query::parse(uri.query()),
                 headers: &headers,
                 body: &body,
+                user: &user,
+                warnings: &warnings,
             };
             resource::handle(&app, req).await
         }
@@ -115,7 +141,17 @@ async fn dispatch(
             uri.path()
         ))),
     };
-    let response = result.unwrap_or_else(IntoResponse::into_response);
+    let mut response = result.unwrap_or_else(IntoResponse::into_response);
+    let mut seen = std::collections::BTreeSet::new();
+    for w in warnings.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        // As kube-apiserver: `299 - "<text>"`, each text once.
+        if seen.insert(w.clone())
+            && let Ok(v) =
+                http::HeaderValue::from_str(&format!("299 - {}", auth::rbac::go_quote(w)))
+        {
+            response.headers_mut().append(http::header::WARNING, v);
+        }
+    }
     tracing::debug!(http.method = %method, http.path = uri.path(), http.status = response.status().as_u16(), "response");
     response
 }
@@ -163,16 +199,4 @@ fn aggregated(app: &App, core: bool) -> Response {
         body.to_string(),
     )
         .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_exactly() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-    }
 }

@@ -150,6 +150,7 @@ pub fn write_options(q: &Query, headers: &HeaderMap) -> Result<WriteOptions, Api
         dry_run: dry_run(q)?,
         manager,
         force: flag(q, "force"),
+        check: None,
     })
 }
 

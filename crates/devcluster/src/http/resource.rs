@@ -5,14 +5,19 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::{Value, json};
 
+use std::sync::Arc;
+
 use super::query::{self, Query};
 use super::route::ObjectRoute;
-use super::{App, admission, json_response, scale, table, watch};
+use super::{App, admission, json_response, reviews, scale, table, watch};
+use crate::auth::attributes::Attributes;
+use crate::auth::{self, UserInfo, escalation, rbac};
 use crate::patch::PatchKind;
+use crate::podsecurity;
 use crate::protobuf::{self, ProtobufError};
 use crate::resources::ResourceType;
 use crate::status::{ApiError, success_status};
-use crate::store::{DeleteOptions, Part, present};
+use crate::store::{DeleteOptions, Part, WriteCheck, WriteOptions, present};
 use crate::watch::WatchFilter;
 
 /// One request on a resource path.
@@ -22,9 +27,119 @@ pub struct Request<'a> {
     pub query: Query,
     pub headers: &'a HeaderMap,
     pub body: &'a [u8],
+    /// Who makes it (after impersonation).
+    pub user: &'a UserInfo,
+    /// `Warning`s for the answer (Pod Security's), added by admission.
+    pub warnings: &'a Warnings,
+}
+
+/// Warnings collected while a request is handled, answered as `Warning` headers.
+pub type Warnings = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// The admission a write of `rt` passes under the store lock: RBAC's escalation prevention
+/// for Roles, ClusterRoles and their bindings; Pod Security for pods and workloads (with the
+/// policy of their namespace as it is now) and for namespaces' labels.
+fn write_check(app: &App, req: &Request<'_>, rt: &ResourceType) -> Option<WriteCheck> {
+    if rt.group == rbac::GROUP {
+        let rbac = app.store.rbac().clone();
+        let user = req.user.clone();
+        return Some(Arc::new(move |rt, old, new| {
+            escalation::check(&rbac, &user, rt, old, new)
+        }));
+    }
+    if rt.group.is_empty() && rt.plural == "namespaces" {
+        return Some(Arc::new(|_, _, new| podsecurity::validate_namespace(new)));
+    }
+    if !podsecurity::applies_to(&rt.group, &rt.plural) {
+        return None;
+    }
+    let namespace = req.route.namespace.as_deref()?;
+    let ns_type = app.store.resolve("", "v1", "namespaces")?;
+    let policy = podsecurity::policy(&app.store.get(&ns_type, "", namespace).ok()?);
+    if policy.is_privileged() {
+        return None;
+    }
+    let warnings = req.warnings.clone();
+    Some(Arc::new(move |rt, old, new| {
+        let found = podsecurity::admit(&policy, &rt.group, &rt.plural, old, new)?;
+        warnings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(found);
+        Ok(())
+    }))
+}
+
+/// Write options of a request, with its admission.
+fn write_options(
+    app: &App,
+    req: &Request<'_>,
+    rt: &ResourceType,
+) -> Result<WriteOptions, ApiError> {
+    let mut opts = query::write_options(&req.query, req.headers)?;
+    opts.check = write_check(app, req, rt);
+    Ok(opts)
 }
 
 pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
+    // A namespace's enforce level that changes warns about the pods that violate it.
+    let namespace_before = (req.route.group.is_empty()
+        && req.route.plural == "namespaces"
+        && req.route.namespace.is_none()
+        && matches!(*req.method, Method::PUT | Method::PATCH))
+    .then(|| req.route.name.clone())
+    .flatten()
+    .and_then(|name| {
+        let rt = app.store.resolve("", "v1", "namespaces")?;
+        app.store.get(&rt, "", &name).ok()
+    });
+    let result = handle_request(app, &req).await;
+    if let (Some(before), Ok(response)) = (namespace_before, &result)
+        && response.status().is_success()
+    {
+        namespace_warnings(app, &req, &before);
+    }
+    result
+}
+
+/// Warns about the pods of a namespace that violate its new `enforce` level.
+fn namespace_warnings(app: &App, req: &Request<'_>, before: &Value) {
+    let name = crate::store::meta_str(before, "name");
+    let (Some(ns_type), Some(pod_type)) = (
+        app.store.resolve("", "v1", "namespaces"),
+        app.store.resolve("", "v1", "pods"),
+    ) else {
+        return;
+    };
+    let Ok(after) = app.store.get(&ns_type, "", &name) else {
+        return;
+    };
+    let opts = crate::store::ListOptions {
+        namespace: Some(name.clone()),
+        ..Default::default()
+    };
+    let Ok(pods) = app.store.list(&pod_type, &opts) else {
+        return;
+    };
+    let pods: Vec<(String, Value, Value)> = pods
+        .items
+        .iter()
+        .map(|p| {
+            (
+                crate::store::meta_str(p, "name"),
+                p.get("metadata").cloned().unwrap_or_default(),
+                p.get("spec").cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let found = podsecurity::namespace_warnings(&name, before, &after, &pods);
+    req.warnings
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(found);
+}
+
+async fn handle_request(app: &App, req: &Request<'_>) -> Result<Response, ApiError> {
     let r = &req.route;
     let rt = app
         .store
@@ -37,10 +152,20 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
         )));
     }
     let ns = r.namespace.clone().unwrap_or_default();
+    if rt.create_only {
+        return reviews::review(app, req, &rt, &ns);
+    }
+    if let (true, Some("token"), Some(name)) = (
+        rt.group.is_empty() && rt.plural == "serviceaccounts",
+        r.subresource.as_deref(),
+        r.name.as_deref(),
+    ) {
+        return reviews::token_request(app, req, &ns, name);
+    }
     if let (Some("scale"), Some(name)) = (r.subresource.as_deref(), r.name.as_deref())
         && scale::has_scale(&rt)
     {
-        return scale::handle(app, &rt, &req, &ns, name);
+        return scale::handle(app, &rt, req, &ns, name);
     }
     let part = match r.subresource.as_deref() {
         None | Some("finalize") => Part::Main,
@@ -54,12 +179,12 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
     };
     match (req.method, r.name.clone()) {
         (&Method::GET, None) if query::is_watch(&req.query) => {
-            watch_collection(app, &rt, &req, r.namespace.as_deref())
+            watch_collection(app, &rt, req, r.namespace.as_deref())
         }
-        (&Method::GET, None) => list(app, &rt, &req, r.namespace.as_deref()),
+        (&Method::GET, None) => list(app, &rt, req, r.namespace.as_deref()),
         (&Method::GET, Some(name)) => {
             let obj = app.store.get(&rt, &ns, &name)?;
-            Ok(render(&req, StatusCode::OK, obj))
+            Ok(render(req, &rt, StatusCode::OK, obj))
         }
         (&Method::POST, None) => {
             if rt.namespaced && r.namespace.is_none() {
@@ -69,7 +194,7 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                 )));
             }
             let mut body = parse_body(req.headers, req.body)?;
-            let opts = query::write_options(&req.query, req.headers)?;
+            let opts = write_options(app, req, &rt)?;
             if admission::any(app) {
                 if rt.namespaced && body["metadata"]["namespace"].is_null() && body.is_object() {
                     body["metadata"]["namespace"] = Value::from(ns.as_str());
@@ -86,6 +211,7 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                     object: Some(body.clone()),
                     old_object: None,
                     dry_run: opts.dry_run,
+                    warnings: req.warnings,
                 };
                 body = admission::admit(app, attempt).await?.unwrap_or(body);
             }
@@ -94,7 +220,7 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
         }
         (&Method::PUT, Some(name)) => {
             let mut body = parse_body(req.headers, req.body)?;
-            let opts = query::write_options(&req.query, req.headers)?;
+            let opts = write_options(app, req, &rt)?;
             if part == Part::Main
                 && admission::any(app)
                 && let Ok(old) = app.store.get(&rt, &ns, &name)
@@ -107,6 +233,7 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                     object: Some(body.clone()),
                     old_object: Some(old),
                     dry_run: opts.dry_run,
+                    warnings: req.warnings,
                 };
                 body = admission::admit(app, attempt).await?.unwrap_or(body);
             }
@@ -120,11 +247,31 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             let kind = PatchKind::from_content_type(content_type)?;
-            let opts = query::write_options(&req.query, req.headers)?;
+            let opts = write_options(app, req, &rt)?;
             if opts.force && kind != PatchKind::Apply {
                 return Err(ApiError::bad_request(
                     "force: Forbidden: may not be specified for non-apply patch",
                 ));
+            }
+            if kind == PatchKind::Apply
+                && part == Part::Main
+                && app.store.get(&rt, &ns, &name).is_err()
+            {
+                // An apply that creates needs `create` as well, as in kube-apiserver.
+                let create = Attributes {
+                    verb: "create".into(),
+                    resource_request: true,
+                    api_group: rt.group.clone(),
+                    api_version: rt.version.clone(),
+                    namespace: ns.clone(),
+                    resource: rt.plural.clone(),
+                    name: name.clone(),
+                    ..Default::default()
+                };
+                let decision = app.store.rbac().authorize(req.user, &create);
+                if !decision.allowed {
+                    return Err(auth::forbidden(req.user, &create, &decision.reason));
+                }
             }
             if part == Part::Main && admission::any(app) {
                 // The patched object as it would be stored, run through the webhooks; a
@@ -145,6 +292,7 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                     object: Some(preview.clone()),
                     old_object: old,
                     dry_run: opts.dry_run,
+                    warnings: req.warnings,
                 };
                 let admitted = admission::admit(app, attempt).await?;
                 if let Some(mutated) = admitted.filter(|a| *a != preview) {
@@ -185,13 +333,14 @@ pub async fn handle(app: &App, req: Request<'_>) -> Result<Response, ApiError> {
                     object: None,
                     old_object: Some(old),
                     dry_run: opts.dry_run,
+                    warnings: req.warnings,
                 };
                 admission::admit(app, attempt).await?;
             }
             let obj = app.store.delete(&rt, &ns, &name, &opts)?;
             Ok(json_response(StatusCode::OK, &deleted_answer(&rt, obj)))
         }
-        (&Method::DELETE, None) => delete_collection(app, &rt, &req, r.namespace.as_deref()),
+        (&Method::DELETE, None) => delete_collection(app, &rt, req, r.namespace.as_deref()),
         (m, _) => Err(ApiError::method_not_allowed(format!(
             "{m} is not supported on this path"
         ))),
@@ -261,7 +410,7 @@ pub(super) fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiE
 }
 
 /// JSON, or a Table when kubectl asks for server-side printing.
-fn render(req: &Request<'_>, code: StatusCode, obj: Value) -> Response {
+fn render(req: &Request<'_>, rt: &ResourceType, code: StatusCode, obj: Value) -> Response {
     let accept = req
         .headers
         .get(http::header::ACCEPT)
@@ -271,7 +420,8 @@ fn render(req: &Request<'_>, code: StatusCode, obj: Value) -> Response {
         let meta = json!({ "resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null) });
         return json_response(
             code,
-            &table::table(
+            &table::custom_table(
+                &rt.printer_columns,
                 &[obj],
                 meta,
                 req.query.get("includeObject").map(String::as_str),
@@ -299,7 +449,7 @@ fn list(
         let items: Vec<Value> = result.items.iter().map(|o| present(rt, o)).collect();
         return Ok(json_response(
             StatusCode::OK,
-            &table::table(&items, result.list_meta(), include),
+            &table::custom_table(&rt.printer_columns, &items, result.list_meta(), include),
         ));
     }
     Ok((

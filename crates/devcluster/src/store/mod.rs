@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::auth::rbac::{self, Rbac};
 use crate::persistence::{Loaded, LogRecord, Persistence, StoredObject};
 use crate::resources::{GroupResource, Registry, ResourceType};
 use crate::status::ApiError;
@@ -25,7 +26,7 @@ use crate::watch::{EventType, Hub, StoredEvent};
 
 pub use prepare::now;
 pub use read::{ListOptions, WatchStart, WatchStream};
-pub use write::{DeleteOptions, Part, Propagation, WriteOptions};
+pub use write::{DeleteOptions, Part, Propagation, WriteCheck, WriteOptions};
 
 /// Objects of one group/resource, ordered by (namespace, name) like etcd keys.
 ///
@@ -52,11 +53,16 @@ pub(crate) struct State {
     /// Bumped by commits the garbage collector may have to act on (see
     /// [`gc_relevant`]), so that it need not look at the store after every write.
     gc_changed: watch::Sender<u64>,
+    /// The RBAC objects, indexed for authorization; every commit of one updates it.
+    rbac: Arc<Rbac>,
 }
 
 /// The shared store. Cheap to share behind an `Arc`.
 pub struct Store {
     state: Mutex<State>,
+    rbac: Arc<Rbac>,
+    /// The CA clients trust (PEM), which every namespace's `kube-root-ca.crt` carries.
+    root_ca: std::sync::OnceLock<String>,
     /// Latest committed resourceVersion; controllers wait on it to learn that something
     /// changed. A watch channel holds one value, so it cannot grow.
     changed: watch::Sender<u64>,
@@ -68,6 +74,7 @@ const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "k
 impl Store {
     /// A store holding what was loaded from disk (or nothing), with the system namespaces.
     pub fn new(loaded: Loaded, persist: Option<Persistence>) -> Result<Store, ApiError> {
+        let rbac = Arc::new(Rbac::default());
         let mut state = State {
             registry: Registry::with_builtins(),
             objects: HashMap::new(),
@@ -75,6 +82,7 @@ impl Store {
             hub: Hub::new(loaded.resource_version),
             persist,
             gc_changed: watch::channel(loaded.resource_version).0,
+            rbac: rbac.clone(),
         };
         for o in loaded.objects {
             let gr = GroupResource {
@@ -90,6 +98,9 @@ impl Store {
                     state.registry.insert(rt);
                 }
             }
+            if gr.group == rbac::GROUP {
+                rbac.apply(&gr.resource, &key.0, &key.1, Some(&o.object));
+            }
             state
                 .objects
                 .entry(gr)
@@ -99,10 +110,69 @@ impl Store {
         let (changed, _) = watch::channel(state.rv);
         let store = Store {
             state: Mutex::new(state),
+            rbac,
+            root_ca: std::sync::OnceLock::new(),
             changed,
         };
         store.ensure_system_namespaces()?;
+        store.ensure_bootstrap_policy()?;
         Ok(store)
+    }
+
+    /// Creates the bootstrap ClusterRoles and ClusterRoleBindings that are missing, and puts
+    /// back what was taken out of those marked for automatic updates (see
+    /// [`crate::auth::bootstrap`]).
+    fn ensure_bootstrap_policy(&self) -> Result<(), ApiError> {
+        use crate::auth::bootstrap;
+        let kinds = [
+            ("clusterroles", bootstrap::cluster_roles()),
+            ("clusterrolebindings", bootstrap::cluster_role_bindings()),
+        ];
+        for (plural, objects) in kinds {
+            let rt = self
+                .resolve(rbac::GROUP, "v1", plural)
+                .ok_or_else(|| ApiError::internal(format!("{plural} type missing")))?;
+            for wanted in objects {
+                let name = meta_str(&wanted, "name");
+                let mut st = self.lock();
+                let stored = st.get(&rt.gr(), "", &name).cloned();
+                let opts = WriteOptions::internal("kube-apiserver");
+                match stored {
+                    None => {
+                        st.create(&rt, None, wanted, &opts, &self.changed)?;
+                    }
+                    Some(old) => {
+                        if let Some(new) = bootstrap::reconcile(&old, &wanted) {
+                            st.finish_update(
+                                &rt,
+                                old,
+                                new,
+                                Part::Main,
+                                &opts,
+                                true,
+                                &self.changed,
+                            )?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the CA `kube-root-ca.crt` carries (once, at start).
+    pub fn set_root_ca(&self, pem: String) {
+        let _ = self.root_ca.set(pem);
+    }
+
+    /// The CA `kube-root-ca.crt` carries.
+    pub fn root_ca(&self) -> &str {
+        self.root_ca.get().map_or("", String::as_str)
+    }
+
+    /// The RBAC index (authorization reads it; every commit keeps it current).
+    pub fn rbac(&self) -> &Arc<Rbac> {
+        &self.rbac
     }
 
     fn ensure_system_namespaces(&self) -> Result<(), ApiError> {
@@ -246,6 +316,10 @@ impl State {
         self.rv = rv;
         if gc_relevant(gr, kind, &object) {
             self.gc_changed.send_replace(rv);
+        }
+        if gr.group == rbac::GROUP {
+            let stored = (kind != EventType::Deleted).then_some(&object);
+            self.rbac.apply(&gr.resource, &namespace, &name, stored);
         }
         let shared = Arc::new(object);
         let coll = self.objects.entry(gr.clone()).or_default();

@@ -1,5 +1,7 @@
 //! Writes: create, update, patch (including server-side apply) and delete.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -14,8 +16,14 @@ use crate::patch::{PatchKind, apply_patch};
 use crate::resources::{GroupResource, ResourceType};
 use crate::status::ApiError;
 
+/// A check of a write's final object, run under the store lock just before it is committed
+/// (dry runs included): the caller's admission (RBAC escalation prevention, Pod Security).
+/// It gets the type, the stored object (None for a create) and the object about to be stored.
+pub type WriteCheck =
+    Arc<dyn Fn(&ResourceType, Option<&Value>, &Value) -> Result<(), ApiError> + Send + Sync>;
+
 /// Options common to writes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WriteOptions {
     /// `dryRun=All`: validate and compute the result, store nothing.
     pub dry_run: bool,
@@ -23,6 +31,19 @@ pub struct WriteOptions {
     pub manager: String,
     /// `force` for server-side apply.
     pub force: bool,
+    /// Admission of the final object; None for the server's own writes.
+    pub check: Option<WriteCheck>,
+}
+
+impl std::fmt::Debug for WriteOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteOptions")
+            .field("dry_run", &self.dry_run)
+            .field("manager", &self.manager)
+            .field("force", &self.force)
+            .field("check", &self.check.is_some())
+            .finish()
+    }
 }
 
 impl WriteOptions {
@@ -31,6 +52,14 @@ impl WriteOptions {
             dry_run: false,
             manager: manager.to_string(),
             force: false,
+            check: None,
+        }
+    }
+
+    fn admit(&self, rt: &ResourceType, old: Option<&Value>, new: &Value) -> Result<(), ApiError> {
+        match &self.check {
+            Some(check) => check(rt, old, new),
+            None => Ok(()),
         }
     }
 }
@@ -202,6 +231,7 @@ impl State {
             &rt.api_version(),
             &now,
         );
+        opts.admit(rt, None, &obj)?;
         self.commit_create(rt, obj, opts, changed)
     }
 
@@ -269,7 +299,7 @@ impl State {
     /// Completes any update: server fields, managed fields, generation, finalizer-driven
     /// removal, no-op detection, commit.
     #[allow(clippy::too_many_arguments)]
-    fn finish_update(
+    pub(super) fn finish_update(
         &mut self,
         rt: &ResourceType,
         old: Value,
@@ -297,6 +327,7 @@ impl State {
             );
         }
         bump_generation(rt, &old, &mut new);
+        opts.admit(rt, Some(&old), &new)?;
         let terminating = old.pointer("/metadata/deletionTimestamp").is_some();
         if terminating && ready_to_remove(rt, &new) {
             if opts.dry_run {
@@ -380,6 +411,7 @@ impl State {
                 kind_defaults(rt, &mut obj, true, &created_at)?;
                 self.allocate(rt, &mut obj);
                 self.check_schema(rt, &mut obj)?;
+                opts.admit(rt, None, &obj)?;
                 Ok((self.commit_create(rt, obj, opts, changed)?, true))
             }
             Some(old) => {

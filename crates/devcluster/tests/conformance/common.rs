@@ -40,6 +40,26 @@ async fn client_from(kc: Kubeconfig) -> Client {
     Client::try_from(config).expect("client builds")
 }
 
+/// A client for the cluster of the kubeconfig at `path` (its server and CA) that presents
+/// `token` as its bearer token, or no credentials at all (None).
+pub async fn client_as(path: &std::path::Path, token: Option<&str>) -> Client {
+    let kc = Kubeconfig::read_from(path).expect("kubeconfig is readable");
+    let mut v = serde_json::to_value(&kc).expect("kubeconfig serializes");
+    let user = match token {
+        Some(t) => serde_json::json!({ "token": t }),
+        None => serde_json::json!({}),
+    };
+    for u in v["users"].as_array_mut().into_iter().flatten() {
+        u["user"] = user.clone();
+    }
+    client_from(serde_json::from_value(v).expect("kubeconfig deserializes")).await
+}
+
+/// A client for the kubeconfig at `path` as it is (its own credentials).
+pub async fn client_as_admin(path: &std::path::Path) -> Client {
+    client_from(Kubeconfig::read_from(path).expect("kubeconfig is readable")).await
+}
+
 /// The cluster under test: a real one named by `BERTH_TEST_KUBECONFIG`, or a fresh dev cluster.
 pub async fn target() -> Target {
     target_with(DevClusterConfig::default()).await

@@ -95,24 +95,26 @@ async fn deployments_become_ready_when_simulated() {
 }
 
 #[tokio::test]
-async fn token_is_required_when_configured() {
+async fn a_configured_admin_token_is_the_kubeconfig_s() {
     let config = DevClusterConfig {
-        token: Some("s3cret".into()),
+        admin_token: Some("s3cret".into()),
         ..Default::default()
     };
     let Some(t) = dev_only("the token is the dev cluster's own", config).await else {
         return;
     };
-    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "kube-system");
     api.list(&Default::default())
         .await
         .expect("the kubeconfig carries the token");
-    let url = t.dev.as_ref().expect("dev").url();
-    let anonymous = client_for(&format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n")).await;
-    let err = Api::<ConfigMap>::namespaced(anonymous, "default")
+    let dev = t.dev.as_ref().expect("dev");
+    assert_eq!(dev.admin_token(), "s3cret");
+    assert!(dev.kubeconfig_yaml().contains("\"s3cret\""));
+    let wrong = crate::common::client_as(&t.kubeconfig, Some("s3cre")).await;
+    let err = Api::<ConfigMap>::namespaced(wrong, "kube-system")
         .list(&Default::default())
         .await
-        .expect_err("no token");
+        .expect_err("a wrong token");
     assert_eq!(code(&err), 401);
 }
 
@@ -121,25 +123,41 @@ async fn binary_prints_its_address_and_serves() {
     if crate::common::real_cluster().is_some() {
         return;
     }
+    let dir = tempfile::tempdir().expect("tempdir");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_berth-devcluster"))
+        .arg("--data-dir")
+        .arg(dir.path())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("binary starts");
     let stdout = child.stdout.take().expect("stdout");
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    let (first, second) = tokio::task::spawn_blocking(move || {
+        let mut reader = BufReader::new(stdout);
+        let (mut first, mut second) = (String::new(), String::new());
+        reader.read_line(&mut first)?;
+        reader.read_line(&mut second)?;
+        Ok::<_, std::io::Error>((first, second))
     })
     .await
     .expect("join")
-    .expect("first line");
-    let url = line
+    .expect("two lines");
+    let url = first
         .trim()
         .strip_prefix("listening on ")
         .expect("`listening on URL` first line")
         .to_string();
-    let client = client_for(&format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n")).await;
+    let kubeconfig = second
+        .trim()
+        .strip_prefix("kubeconfig ")
+        .expect("`kubeconfig PATH` second line")
+        .to_string();
+    let client = client_for(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig")).await;
     let listed = Api::<ConfigMap>::all(client)
+        .list(&Default::default())
+        .await;
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let anonymous = crate::common::client_as(std::path::Path::new(&kubeconfig), None).await;
+    let refused = Api::<ConfigMap>::all(anonymous)
         .list(&Default::default())
         .await;
     // SIGTERM the child we started, by its pid, and wait for it.
@@ -149,6 +167,7 @@ async fn binary_prints_its_address_and_serves() {
         .status();
     let status = child.wait().expect("child exits");
     listed.expect("the separate process serves the API");
+    assert_eq!(code(&refused.expect_err("no token")), 403);
     assert!(status.success(), "clean exit on SIGTERM: {status:?}");
 }
 

@@ -2,6 +2,7 @@
 //! alike. Run against a real cluster with `BERTH_TEST_KUBECONFIG=<path>`.
 
 mod apply;
+mod auth;
 mod common;
 mod crd;
 mod crud;
@@ -11,6 +12,7 @@ mod discovery;
 mod helm;
 mod kubectl;
 mod namespaces;
+mod podsecurity;
 mod scale;
 mod tools;
 mod watch;

@@ -8,7 +8,8 @@
 //!
 //! `cargo run --release -p berth-helm --bin render-bench -- [--iterations N] [--corpus DIR]`;
 //! with `--write-large DIR` it only writes the generated chart, and with `--repeat N CHART` it
-//! renders CHART N times in-process and prints the mean (both for profiling).
+//! renders CHART N times in-process and prints the mean (both for profiling). With `--keys` it
+//! prints only the key generation table (`genPrivateKey`, `genCA`, `genSignedCert`).
 //!
 //! The second table covers the five largest charts (by bytes) of the public chart corpus
 //! (`../shared/charts/corpus` beside the repository, or `--corpus DIR`), rendered with their
@@ -80,6 +81,9 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if args.iter().any(|a| a == "--memory-use") {
+        return memory_use(&args);
+    }
     if let Some(pos) = args.iter().position(|a| a == "--write-large") {
         // `--write-large DIR`: writes the generated chart for profiling by hand.
         let dir = args.get(pos + 1).context("--write-large DIR")?;
@@ -90,6 +94,9 @@ fn main() -> anyhow::Result<()> {
         None => 15,
     };
     let helm = find_helm().context("helm not found on PATH or in target/ci-tools")?;
+    if args.iter().any(|a| a == "--keys") {
+        return keys_table(&helm, iterations);
+    }
     let (berth_cmd, berth_label) = berth_command()?;
 
     let small = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/basics");
@@ -212,6 +219,84 @@ fn corpus_table(
     Ok(())
 }
 
+/// The charts of the key generation table: Sprig's `genPrivateKey "rsa"` (4096 bits), one
+/// `genCA` (2048-bit RSA), and five CAs each signing a certificate (`genCA`, `genSignedCert`),
+/// as charts that make their own TLS material do.
+const KEY_CHARTS: &[(&str, &str)] = &[
+    (
+        "genPrivateKey \"rsa\"",
+        "k: {{ genPrivateKey \"rsa\" | len }}\n",
+    ),
+    (
+        "genPrivateKey \"ecdsa\"",
+        "k: {{ genPrivateKey \"ecdsa\" | len }}\n",
+    ),
+    ("genCA", "k: {{ (genCA \"ca\" 365).Cert | len }}\n"),
+    (
+        "5 × genCA + genSignedCert",
+        "{{- range until 5 }}\n{{- $ca := genCA (printf \"ca-%d\" .) 365 }}\n{{- $c := genSignedCert \"svc\" nil (list \"svc.ns\") 365 $ca }}\nk{{ . }}: {{ len $c.Cert }}\n{{- end }}\n",
+    ),
+];
+
+/// `--keys`: whole-process time of charts that generate keys and certificates, berth (this
+/// binary's `--render-once`, so the figure is this tree's renderer whichever `berth` binary is
+/// built) against `helm template`. Key generation times vary with how far the prime search
+/// goes, so the table gives the median and the slowest run of each tool.
+fn keys_table(helm: &Path, iterations: usize) -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let me = std::env::current_exe()?.display().to_string();
+    println!(
+        "berth: {me} --render-once\nhelm:  {}\niterations: {iterations}, alternating berth and helm\n",
+        helm.display()
+    );
+    println!(
+        "| chart | berth median | berth slowest | helm median | helm slowest | helm/berth (median) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (i, (label, template)) in KEY_CHARTS.iter().enumerate() {
+        let chart = dir.0.join(format!("keys{i}"));
+        std::fs::create_dir_all(chart.join("templates"))?;
+        std::fs::write(
+            chart.join("Chart.yaml"),
+            "apiVersion: v2\nname: keys\nversion: 0.1.0\n",
+        )?;
+        std::fs::write(chart.join("templates/keys.yaml"), template)?;
+        let chart_s = chart.display().to_string();
+        let berth = vec![me.clone(), "--render-once".into(), chart_s.clone()];
+        let helm_cmd = vec![
+            helm.display().to_string(),
+            "template".into(),
+            "bench".into(),
+            chart_s,
+            "--kube-version".into(),
+            KUBE_VERSION.into(),
+        ];
+        let (b, h) = timings(&berth, &helm_cmd, iterations)?;
+        let (b_med, h_med) = (b[b.len() / 2], h[h.len() / 2]);
+        println!(
+            "| {label} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.2}x |",
+            ms(b_med),
+            ms(b[b.len() - 1]),
+            ms(h_med),
+            ms(h[h.len() - 1]),
+            h_med.as_secs_f64() / b_med.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `a` and `b` `n` times each, alternating; each one's wall times, sorted.
+fn timings(a: &[String], b: &[String], n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let (mut ta, mut tb) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n.max(1) {
+        ta.push(run(a)?.0);
+        tb.push(run(b)?.0);
+    }
+    ta.sort();
+    tb.sort();
+    Ok((ta, tb))
+}
+
 /// Bytes of every file under `dir`.
 fn dir_bytes(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -228,6 +313,70 @@ fn dir_bytes(dir: &Path) -> u64 {
             }
         })
         .sum()
+}
+
+/// `--memory-use [--corpus DIR] [--cases FILE]`: renders every case of a `compare.sh` cases
+/// file (default: `../shared/charts`' corpus and cases) in this process, without a memory
+/// budget, and prints what each charged to it (`render::meter`), largest first: the figure
+/// the default budget (`render::DEFAULT_MEMORY_BUDGET`) is chosen against.
+fn memory_use(args: &[String]) -> anyhow::Result<()> {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Render {
+        #[command(flatten)]
+        args: template::command::TemplateArgs,
+    }
+    let flag = |name: &str| -> Option<PathBuf> {
+        let i = args.iter().position(|a| a == name)?;
+        args.get(i + 1).map(PathBuf::from)
+    };
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/charts");
+    let corpus = flag("--corpus").unwrap_or_else(|| shared.join("corpus"));
+    let cases = flag("--cases").unwrap_or_else(|| shared.join("cases.txt"));
+    let text = std::fs::read_to_string(&cases).with_context(|| format!("{}", cases.display()))?;
+    std::env::set_current_dir(&corpus).with_context(|| format!("{}", corpus.display()))?;
+    let mut rows = Vec::new();
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some((name, rest)) = words.split_first() else {
+            continue;
+        };
+        let k = seen.entry(name.to_string()).or_default();
+        *k += 1;
+        let mut argv = vec!["render", "rel", name];
+        argv.extend(rest);
+        let parsed = Render::try_parse_from(&argv)?;
+        let budget = berth_helm::render::Budget::default();
+        let (result, used) = berth_helm::render::measured(budget, || {
+            template::command::run(&parsed.args).map(|out| out.len())
+        });
+        let outcome = match result {
+            Ok(bytes) => format!("{bytes} bytes out"),
+            Err(e) => format!("failed: {}", e.to_string().lines().next().unwrap_or("")),
+        };
+        rows.push((used, format!("{name}#{k}"), outcome));
+    }
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    println!("| case | memory budget used | result |\n|---|---|---|");
+    for (used, case, outcome) in &rows {
+        println!(
+            "| {case} | {:.1} MiB | {outcome} |",
+            *used as f64 / 1048576.0
+        );
+    }
+    let budget = berth_helm::render::DEFAULT_MEMORY_BUDGET;
+    if let Some((most, case, _)) = rows.first() {
+        println!(
+            "\n{} cases; the most is {case}'s {:.1} MiB, {:.1}% of the default budget of {} MiB",
+            rows.len(),
+            *most as f64 / 1048576.0,
+            *most as f64 * 100.0 / budget as f64,
+            budget >> 20
+        );
+    }
+    Ok(())
 }
 
 /// A scratch directory removed when dropped, also when the run fails.

@@ -83,6 +83,7 @@ impl Chart {
             .find(|(p, _)| p == ".helmignore")
             .map(|(_, b)| super::helmignore::HelmIgnore::parse(&String::from_utf8_lossy(b)))
             .unwrap_or_default();
+        let mut requirements = None;
         let mut sub_files: BTreeMap<String, Vec<(String, &[u8])>> = BTreeMap::new();
         let mut packed: Vec<(String, &[u8])> = Vec::new();
         for (path, bytes) in files {
@@ -115,8 +116,16 @@ impl Chart {
                     chart.values = super::values::as_go_numbers(serde_json::Value::Object(values));
                 }
                 "values.schema.json" => chart.schema = Some(bytes.to_vec()),
-                // Lock files and the Helm 2 dependency list are chart metadata, not `.Files`.
-                "Chart.lock" | "requirements.yaml" | "requirements.lock" => {}
+                // Helm 2's dependency list (apiVersion v1 charts): read into the metadata's
+                // `dependencies` once `Chart.yaml` is read, as Helm's loader does.
+                "requirements.yaml" => {
+                    requirements =
+                        Some(parse_yaml(&text()?).map_err(|e| {
+                            RenderError::Chart(format!("{at}requirements.yaml: {e}"))
+                        })?);
+                }
+                // Lock files are chart metadata, not `.Files`.
+                "Chart.lock" | "requirements.lock" => {}
                 p if p.starts_with("templates/") => {
                     chart.templates.insert(path.clone(), text()?);
                 }
@@ -132,6 +141,12 @@ impl Chart {
             return Err(RenderError::Chart(format!(
                 "{at}Chart.yaml is missing or has no name"
             )));
+        }
+        if let (Some(serde_json::Value::Object(req)), Some(meta)) =
+            (requirements, chart.metadata.as_object_mut())
+            && let Some(deps) = req.get("dependencies")
+        {
+            meta.insert("dependencies".into(), deps.clone());
         }
         for (archive, bytes) in packed {
             let (dir, files) = super::archive::unpack(&archive, bytes)?;

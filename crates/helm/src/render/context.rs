@@ -217,21 +217,17 @@ fn chart_from_metadata(metadata: &serde_json::Value, is_root: bool) -> Value {
 }
 
 /// `.Chart` as a chart sees it inside a release: an aliased subchart is named by its alias,
-/// and dependencies switched off by `condition`/`tags` are gone from `.Chart.Dependencies`
-/// (Helm rewrites the metadata the same way before rendering).
+/// and `.Chart.Dependencies` holds the dependencies left on by `condition`/`tags`, each named
+/// by its alias (Helm rewrites the metadata the same way before rendering).
 pub fn chart_in_scope(scope: &super::values::Scope<'_>, is_root: bool) -> Value {
     let mut metadata = scope.chart.metadata.clone();
     if let Some(obj) = metadata.as_object_mut() {
         obj.insert("name".into(), serde_json::Value::String(scope.name.clone()));
-        if let Some(deps) = obj.get_mut("dependencies").and_then(|d| d.as_array_mut()) {
-            deps.retain(|d| {
-                let known_as = d
-                    .get("alias")
-                    .or_else(|| d.get("name"))
-                    .and_then(|n| n.as_str())
-                    .unwrap_or_default();
-                scope.subcharts.iter().any(|s| s.name == known_as)
-            });
+        if obj.get("dependencies").is_some_and(|d| d.is_array()) {
+            obj.insert(
+                "dependencies".into(),
+                serde_json::Value::Array(scope.dependencies.clone()),
+            );
         }
     }
     chart_from_metadata(&metadata, is_root)

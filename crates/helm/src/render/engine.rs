@@ -5,6 +5,7 @@ use super::context::{self, Capabilities};
 use super::exec::{Dict, Exec, Kind, Source, V, value as xvalue};
 use super::funcs::{self, fail};
 use super::gotpl::{self, ast::DefineNode, ast::ListNode};
+use super::meter;
 use super::value::strval;
 use super::values::Scope;
 use super::{Lookup, RenderError};
@@ -136,7 +137,14 @@ pub fn render_each(
             _ => Dict::with_kind(BTreeMap::new(), Kind::Files),
         };
         let data: BTreeMap<Arc<str>, V> = [
-            ("Values", values[i].clone()),
+            // Helm's `Values` type: the same map, with its methods (`AsMap`, `Table`, ...).
+            (
+                "Values",
+                match &values[i] {
+                    V::Map(d) => V::Map(d.viewed_as(Kind::Values)),
+                    other => other.clone(),
+                },
+            ),
             ("Release", release_v.clone()),
             ("Chart", chart_data(&exec, s, i == 0)),
             ("Capabilities", caps_v.clone()),
@@ -161,14 +169,33 @@ pub fn render_each(
         .into_iter()
         .collect();
         data.update(&exec.conv.generation, |m| {
-            m.insert("Template".into(), V::Map(Dict::new(template)))
+            // Helm's `.Template` is a `Values` (`typeOf` says `common.Values`).
+            m.insert(
+                "Template".into(),
+                V::Map(Dict::with_kind(template, Kind::Values)),
+            )
         });
         let text = exec
             .execute(&e.name, &V::Map(data))
-            .map_err(|text| RenderError::Execute {
-                template: e.name.clone(),
-                message: helm_message(&text),
+            .map_err(|text| match exec.limit_hit() {
+                Some(message) => RenderError::Limit {
+                    template: e.name.clone(),
+                    message,
+                },
+                None => RenderError::Execute {
+                    template: e.name.clone(),
+                    message: helm_message(&text),
+                },
             })?;
+        // The text is kept until the render ends: it counts against the memory budget.
+        if !meter::charge(text.len(), meter::Built::Output)
+            && let Some(err) = meter::over()
+        {
+            return Err(RenderError::Limit {
+                template: e.name.clone(),
+                message: format!("{err} in template {}", e.name),
+            });
+        }
         each(RenderedFile {
             name: e.name.clone(),
             text: if text.contains("<no value>") {
@@ -277,6 +304,14 @@ fn chart_data(exec: &Exec, s: &Scope<'_>, is_root: bool) -> V {
         let nil = V::Map(Dict::with_kind(BTreeMap::new(), Kind::NilMap));
         c.update(&exec.conv.generation, |c| {
             c.insert("Annotations".into(), nil)
+        });
+    } else if let V::Map(c) = &chart
+        && let Some(V::Map(a)) = c.get("Annotations")
+    {
+        // Chart annotations are a `map[string]string`.
+        let typed = V::Map(a.viewed_as(Kind::StrMap));
+        c.update(&exec.conv.generation, |c| {
+            c.insert("Annotations".into(), typed)
         });
     }
     chart

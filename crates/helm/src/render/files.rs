@@ -51,21 +51,78 @@ fn lines(args: &[Value]) -> Result<Value> {
     Ok(Value::List(text.split('\n').map(string).collect()))
 }
 
-/// `.Files.Glob pattern`: the matching files (`*` stays within a path segment, `**` spans them).
+/// `.Files.Glob pattern`: the matching files, as Helm matches them (gobwas/glob with `/` as
+/// the separator, see [`glob_regex`]); a pattern that does not compile matches every file, as
+/// Helm falls back to `**`.
 fn glob(args: &[Value]) -> Result<Value> {
     let files = files_arg("Files.Glob", args)?;
     let pattern = strval(args.get(1).unwrap_or(&Value::Nil));
-    let pat = glob::Pattern::new(&pattern).map_err(|e| fail("Files.Glob", e))?;
-    let opts = glob::MatchOptions {
-        require_literal_separator: true,
-        ..Default::default()
-    };
+    let re = glob_regex(&pattern);
     let matched: BTreeMap<Arc<str>, Value> = files
         .iter()
-        .filter(|(p, _)| pat.matches_with(p, opts))
+        .filter(|(p, _)| re.as_ref().is_none_or(|re| re.is_match(p)))
         .map(|(p, v)| (p.clone(), v.clone()))
         .collect();
     Ok(Value::Map(Arc::new(matched)))
+}
+
+/// gobwas/glob's pattern language with `/` as the separator, as a regular expression: `*`
+/// is any run of characters but `/`, `**` any run at all (also inside a path component:
+/// `rules/**.yaml`), `?` one character but `/`, `[ab]`/`[a-z]` a class (`[!...]` negated;
+/// `^` is an ordinary character), `{a,b}` alternatives (nested, each a pattern; an unclosed
+/// group ends with the pattern) and `\` escapes the next character. `None` for a pattern
+/// gobwas refuses (an unclosed class, a trailing `\`). Hand-written: no crate matches
+/// gobwas' dialect (the `glob` crate has neither `**` inside a component nor `{a,b}`).
+fn glob_regex(pattern: &str) -> Option<regex::Regex> {
+    let mut out = String::from("^(?s:");
+    let mut chars = pattern.chars().peekable();
+    let mut groups = 0usize;
+    while let Some(c) = chars.next() {
+        match c {
+            '*' if chars.peek() == Some(&'*') => {
+                chars.next();
+                out.push_str(".*");
+            }
+            '*' => out.push_str("[^/]*"),
+            '?' => out.push_str("[^/]"),
+            '\\' => out.push_str(&regex::escape(&chars.next()?.to_string())),
+            '[' => {
+                let mut class = String::from("[");
+                if chars.peek() == Some(&'!') {
+                    chars.next();
+                    class.push('^');
+                }
+                let mut empty = true;
+                loop {
+                    match chars.next()? {
+                        ']' if !empty => break,
+                        '-' if !empty && chars.peek().is_some_and(|n| *n != ']') => class.push('-'),
+                        '\\' => class.push_str(&regex::escape(&chars.next()?.to_string())),
+                        other => class.push_str(&regex::escape(&other.to_string())),
+                    }
+                    empty = false;
+                }
+                class.push(']');
+                out.push_str(&class);
+            }
+            '{' => {
+                groups += 1;
+                out.push_str("(?:");
+            }
+            ',' if groups > 0 => out.push('|'),
+            '}' if groups > 0 => {
+                groups -= 1;
+                out.push(')');
+            }
+            other => out.push_str(&regex::escape(&other.to_string())),
+        }
+    }
+    out.push_str(&")".repeat(groups));
+    out.push_str(")$");
+    regex::RegexBuilder::new(&out)
+        .size_limit(1 << 20)
+        .build()
+        .ok()
 }
 
 /// `AsConfig`/`AsSecrets`: YAML of base name → content (base64 for secrets), as Helm emits.
@@ -98,4 +155,77 @@ fn api_versions_has(args: &[Value]) -> Result<Value> {
         _ => false,
     };
     Ok(Value::Bool(has))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// issue 32.4: what `helm template` (v4.2.3) lists for `range $k, $v := .Files.Glob P` on
+    /// a chart holding these files.
+    #[test]
+    fn glob_matches_as_helm_does() {
+        let files: BTreeMap<Arc<str>, Value> = [
+            "files/rules/a.yaml",
+            "files/rules/sub/b.yaml",
+            "files/a.txt",
+            "files/b.txt",
+            "files/c.txt",
+            "files/ab.txt",
+            "other/x.txt",
+            "files/rules/c.yml",
+        ]
+        .into_iter()
+        .map(|p| (Arc::from(p), string("x")))
+        .collect();
+        let all = "files/a.txt files/ab.txt files/b.txt files/c.txt files/rules/a.yaml files/rules/c.yml files/rules/sub/b.yaml other/x.txt";
+        let helm = [
+            (
+                "files/rules/**.yaml",
+                "files/rules/a.yaml files/rules/sub/b.yaml",
+            ),
+            ("files/{a,b}.txt", "files/a.txt files/b.txt"),
+            (
+                "files/*.txt",
+                "files/a.txt files/ab.txt files/b.txt files/c.txt",
+            ),
+            ("**", all),
+            ("files/?.txt", "files/a.txt files/b.txt files/c.txt"),
+            ("files/[ab].txt", "files/a.txt files/b.txt"),
+            ("files/[!a].txt", "files/b.txt files/c.txt"),
+            ("files/[", all),
+            ("files/{a", ""),
+            ("{files,other}/**", all),
+            ("files/{a,{b,c}}.txt", "files/a.txt files/b.txt files/c.txt"),
+            ("files/\\a.txt", "files/a.txt"),
+            ("*", ""),
+            (
+                "files/**/*.yaml",
+                "files/rules/a.yaml files/rules/sub/b.yaml",
+            ),
+            ("**/b.yaml", "files/rules/sub/b.yaml"),
+            ("files/[a-b].txt", "files/a.txt files/b.txt"),
+            ("files/a*", "files/a.txt files/ab.txt"),
+            ("", ""),
+            (
+                "files/rules/**",
+                "files/rules/a.yaml files/rules/c.yml files/rules/sub/b.yaml",
+            ),
+            (
+                "files/**.y*ml",
+                "files/rules/a.yaml files/rules/c.yml files/rules/sub/b.yaml",
+            ),
+            ("files/[^a].txt", "files/a.txt"),
+            ("files/{,a}b.txt", "files/ab.txt files/b.txt"),
+            ("files/}", ""),
+            ("files/a,b", ""),
+        ];
+        for (pattern, want) in helm {
+            let got = match glob(&[Value::Map(Arc::new(files.clone())), string(pattern)]) {
+                Ok(Value::Map(m)) => m.keys().map(|k| k.to_string()).collect::<Vec<_>>(),
+                other => panic!("{pattern}: {other:?}"),
+            };
+            assert_eq!(got.join(" "), want, "{pattern}");
+        }
+    }
 }

@@ -14,6 +14,7 @@ pub mod gotpl;
 pub mod goyaml;
 mod helmignore;
 pub mod manifests;
+pub mod meter;
 mod schema;
 pub mod value;
 pub mod values;
@@ -21,7 +22,7 @@ pub mod values;
 pub use archive::unpack as unpack_chart;
 pub use chart::Chart;
 pub use context::Capabilities;
-pub use exec::{Budget, with_budget};
+pub use exec::{Budget, budgeted, measured, with_budget};
 pub use manifests::{Document, Listing};
 
 use crate::ReleaseInfo;
@@ -79,7 +80,17 @@ pub enum RenderError {
     Execute { template: String, message: String },
     #[error("{template} rendered invalid YAML: {message}")]
     Yaml { template: String, message: String },
+    /// The render hit one of its limits ([`Budget`]: time, output, memory); `message` names
+    /// the limit and the template. The same chart and values hit it again: a caller should
+    /// not retry it as it is.
+    #[error("{message}")]
+    Limit { template: String, message: String },
 }
+
+/// The memory budget of a render when its caller sets none of its own: `berth render` and the
+/// release service's default (`RenderLimits`). What the corpus of public charts builds at
+/// most is far below it (see `docs/decisions/render-budget.md`).
+pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
 
 /// Renders a chart given as `(path, content)` pairs relative to its root.
 pub fn render_chart(
@@ -294,6 +305,8 @@ fn crd_manifests(scope: &values::Scope<'_>, prefix: &str) -> Result<Vec<Manifest
 
 #[cfg(test)]
 mod binary_tests;
+#[cfg(test)]
+mod dependency_tests;
 #[cfg(test)]
 mod fidelity_tests;
 #[cfg(test)]

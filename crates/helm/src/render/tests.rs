@@ -366,21 +366,23 @@ fn values_are_validated_against_the_chart_schema() {
     );
 }
 
+/// As `helm template` (its `CheckDependencies`): a declared dependency missing from `charts/`
+/// is refused whether or not its condition would switch it off.
 #[test]
-fn declared_but_missing_dependencies_are_reported_unless_disabled() {
+fn declared_but_missing_dependencies_are_reported_even_when_disabled() {
     let mut files = chart(&[("templates/x.yaml", "kind: ConfigMap")]);
     files[0]
         .1
         .extend_from_slice(b"dependencies:\n- name: redis\n  condition: redis.enabled\n");
-    let err = render_chart(&files, &json!({}), &release())
-        .err()
-        .map(|e| e.to_string());
-    assert!(
-        err.as_deref()
-            .is_some_and(|e| e.contains("\"redis\"") && e.contains("charts/")),
-        "{err:?}"
-    );
-    assert!(render_chart(&files, &json!({"redis": {"enabled": false}}), &release()).is_ok());
+    for values in [json!({}), json!({"redis": {"enabled": false}})] {
+        let err = render_chart(&files, &values, &release())
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("invalid chart: found in Chart.yaml, but missing in charts/ directory: redis")
+        );
+    }
 }
 
 #[test]
@@ -432,4 +434,87 @@ fn notes_are_rendered_for_the_top_chart_apart_from_manifests() {
     };
     assert_eq!(out.notes, "Installed rel.");
     assert_eq!(out.manifests.len(), 1);
+}
+
+/// `helm template r CHART` on a chart of `hello`'s Chart.yaml and `files`: its output, or
+/// the error's text.
+fn template_text(files: &[(&str, &str)]) -> Result<String, String> {
+    let opts = crate::template::TemplateOptions {
+        release_name: "r".into(),
+        ..Default::default()
+    };
+    crate::template::render(&chart(files), &opts)
+        .map(|l| crate::template::listing_output(&l, false))
+        .map_err(|e| e.to_string())
+}
+
+/// issue 32.5: `.Values` is Helm's `Values` type, whose methods come before its keys:
+/// `AsMap`, `Table`, `PathValue` and `YAML`, with Helm's errors. Expected texts are helm
+/// v4.2.3's for the same chart.
+#[test]
+fn values_has_helms_methods() {
+    let values = (
+        "values.yaml",
+        "a:\n  b:\n    c: 1\n  s: str\n  l: [1, 2]\ntop: 5\n",
+    );
+    let t = r#"# a: {{ .Values.AsMap }}|
+# b: {{ .Values.Table "a" }}|
+# c: {{ .Values.Table "a.b" }}|
+# d: {{ .Values.PathValue "a.b.c" }} {{ .Values.PathValue "top" }} {{ .Values.PathValue "a.l" }}|
+# e: {{ .Values.YAML | b64enc }}|
+# f: {{ typeOf .Values.AsMap }} {{ typeOf (.Values.Table "a") }} {{ typeOf .Values }}|
+# g: {{ (.Values.Table "a").YAML | b64enc }} {{ (.Values.Table "a").Table "b" }}|
+# h: {{ .Values.AsMap.a.s }} {{ .Values.a.AsMap }}|
+"#;
+    assert_eq!(
+        template_text(&[values, ("templates/t.yaml", t)]).as_deref(),
+        Ok(r#"---
+# Source: hello/templates/t.yaml
+# a: map[a:map[b:map[c:1] l:[1 2] s:str] top:5]|
+# b: map[b:map[c:1] l:[1 2] s:str]|
+# c: map[c:1]|
+# d: 1 5 [1 2]|
+# e: YToKICBiOgogICAgYzogMQogIGw6CiAgLSAxCiAgLSAyCiAgczogc3RyCnRvcDogNQo=|
+# f: map[string]interface {} common.Values common.Values|
+# g: YjoKICBjOiAxCmw6Ci0gMQotIDIKczogc3RyCg== map[c:1]|
+# h: str |
+"#)
+    );
+    let at = |node: &str| {
+        format!(
+            r#"template: hello/templates/t.yaml:1:12: executing "hello/templates/t.yaml" at <.Values.{node}>: error calling {node}: "#
+        )
+    };
+    for (t, err) in [
+        (
+            r#"# {{ .Values.Table "nope" }}"#,
+            format!(r#"{}"nope" is not a table"#, at("Table")),
+        ),
+        (
+            r#"# {{ .Values.Table "a.s" }}"#,
+            format!(r#"{}"s" is not a table"#, at("Table")),
+        ),
+        (
+            r#"# {{ .Values.PathValue "a.b" }}"#,
+            format!(r#"{}"b" is not a value"#, at("PathValue")),
+        ),
+        (
+            r#"# {{ .Values.PathValue "nope" }}"#,
+            format!(r#"{}"nope" is not a value"#, at("PathValue")),
+        ),
+        (
+            r#"# {{ .Values.PathValue "" }}"#,
+            format!("{}YAML path cannot be empty", at("PathValue")),
+        ),
+        (
+            r#"# {{ .Values.Table }}"#,
+            "hello/templates/t.yaml:1:12\n  executing \"hello/templates/t.yaml\" at <.Values.Table>:\n    wrong number of args for Table: want 1 got 0".to_string(),
+        ),
+    ] {
+        assert_eq!(
+            template_text(&[values, ("templates/t.yaml", t)]),
+            Err(err),
+            "{t}"
+        );
+    }
 }

@@ -2,13 +2,25 @@
 //! string formatting that Sprig applies when it turns an arbitrary value into text.
 
 use super::bytes::{self, Piece, lossy};
+use super::meter::{self, Built, NODE};
 use gotmpl::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Converts JSON (values, Chart.yaml, parsed YAML) into a template value. Integers stay
-/// integers; maps become sorted maps, which is also the order Go ranges over them.
+/// integers; maps become sorted maps, which is also the order Go ranges over them. What it
+/// builds is charged to the render's memory budget (`render::meter`); once that is spent,
+/// containers are left out.
 pub fn from_json(v: &serde_json::Value) -> Value {
+    let size = match v {
+        serde_json::Value::String(s) => s.len(),
+        serde_json::Value::Array(a) => a.len() * NODE,
+        serde_json::Value::Object(m) => m.len() * NODE,
+        _ => 0,
+    };
+    if size > 0 && !meter::charge(size, Built::Map) {
+        return Value::Nil;
+    }
     match v {
         serde_json::Value::Null => Value::Nil,
         serde_json::Value::Bool(b) => Value::Bool(*b),
@@ -33,8 +45,19 @@ pub fn from_json(v: &serde_json::Value) -> Value {
 
 /// Converts a template value back into JSON. Functions have no JSON form and become null, as
 /// Go's encoder would refuse them; bytes that are not UTF-8 become U+FFFD, as Go's encoder
-/// writes them (this feeds `toYaml`, which goes through JSON in Helm too).
+/// writes them (this feeds `toYaml`, which goes through JSON in Helm too). Everything it
+/// builds is charged to the render's memory budget: a map reached through many paths is
+/// written once per path, and the budget stops that (containers are then left out).
 pub fn to_json(v: &Value) -> serde_json::Value {
+    let size = match v {
+        Value::String(s) => s.len() + NODE,
+        Value::List(a) => a.len() * NODE,
+        Value::Map(m) => m.keys().map(|k| k.len() + NODE).sum(),
+        _ => 0,
+    };
+    if size > 0 && !meter::charge(size, Built::Map) {
+        return serde_json::Value::Null;
+    }
     match v {
         Value::Nil | Value::Function(_) => serde_json::Value::Null,
         Value::Bool(b) => serde_json::Value::Bool(*b),
@@ -74,24 +97,80 @@ pub fn strval(v: &Value) -> String {
 
 /// Go's `fmt.Sprint` of a value: floats in `%v` form, lists as `[a b]`, maps as
 /// `map[k:v]` (keys sorted, as Go prints them), nil inside containers as `<nil>`.
+///
+/// The text of lists and maps is charged to the render's memory budget (a map reached
+/// through many paths prints once per path); once that is spent, the rest is left out.
 pub fn go_sprint(v: &Value) -> String {
     match v {
         Value::String(s) => s.to_string(),
         Value::Nil => "<nil>".into(),
         Value::Float(f) => go_float(*f),
         Value::List(items) => {
-            let parts: Vec<String> = items.iter().map(go_sprint).collect();
-            format!("[{}]", parts.join(" "))
+            let mut out = String::from("[");
+            for (i, item) in items.iter().enumerate() {
+                if meter::over().is_some() {
+                    break;
+                }
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(&go_sprint(item));
+            }
+            out.push(']');
+            meter::charge(out.len(), Built::String);
+            out
         }
         Value::Map(m) => {
-            let parts: Vec<String> = m
-                .iter()
-                .map(|(k, v)| format!("{k}:{}", go_sprint(v)))
-                .collect();
-            format!("map[{}]", parts.join(" "))
+            let mut out = String::from("map[");
+            for (i, (k, v)) in m.iter().enumerate() {
+                if meter::over().is_some() {
+                    break;
+                }
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(k);
+                out.push(':');
+                out.push_str(&go_sprint(v));
+            }
+            out.push(']');
+            meter::charge(out.len(), Built::String);
+            out
         }
         other => other.to_string(),
     }
+}
+
+/// At least as many bytes as Go's printing of `v` (`%v`) makes: what a function that prints
+/// its arguments asks of the memory budget before it prints. Lists and maps shared by several
+/// paths are measured once (and counted once per path), so measuring stays linear in the
+/// value's size however large its printing is.
+pub fn printed_len(v: &Value) -> usize {
+    fn walk(v: &Value, seen: &mut std::collections::HashMap<usize, usize>) -> usize {
+        let key = match v {
+            Value::List(l) => l.as_ptr() as usize,
+            Value::Map(m) => Arc::as_ptr(m) as usize,
+            Value::String(s) => return s.len(),
+            _ => return 32,
+        };
+        if let Some(n) = seen.get(&key) {
+            return *n;
+        }
+        let n = match v {
+            Value::List(l) => l
+                .iter()
+                .map(|x| walk(x, seen).saturating_add(1))
+                .fold(2usize, usize::saturating_add),
+            Value::Map(m) => m
+                .iter()
+                .map(|(k, x)| walk(x, seen).saturating_add(k.len() + 2))
+                .fold(5usize, usize::saturating_add),
+            _ => 0,
+        };
+        seen.insert(key, n);
+        n
+    }
+    walk(v, &mut std::collections::HashMap::new())
 }
 
 /// Go's `%v` for a float64: shortest representation, exponent form for very large or small.
@@ -189,35 +268,120 @@ pub fn go_printable(c: char) -> bool {
         || n >= 0xF_0000)
 }
 
-/// Reads an integer the way Sprig's `toInt64` (via `cast`) does: numbers truncate, numeric
-/// strings parse, booleans are 0/1, anything else is 0.
+/// Reads an integer the way Sprig's `toInt64` (via `cast`) does: numbers truncate, strings
+/// are Go integer literals (`strconv.ParseInt(s, 0, 64)`: `0x1F`, `0o17`, `017`, `0b101`,
+/// `1_000`; a trailing `.0...` is dropped first; no spaces), booleans are 0/1, anything
+/// else is 0.
 pub fn to_i64(v: &Value) -> i64 {
     match v {
         Value::Int(i) => *i,
         Value::Uint(u) => i64::try_from(*u).unwrap_or(i64::MAX),
         Value::Float(f) => *f as i64,
         Value::Bool(b) => i64::from(*b),
-        Value::String(s) => {
-            let t = s.trim();
-            t.parse::<i64>()
-                .ok()
-                .or_else(|| t.parse::<f64>().ok().map(|f| f as i64))
-                .unwrap_or(0)
-        }
+        Value::String(s) => go_parse_int(trim_zero_decimal(s)).unwrap_or(0),
         _ => 0,
     }
 }
 
-/// Like [`to_i64`] but to a float (Sprig's `toFloat64`).
+/// cast's `trimZeroDecimal`: `12.00` → `12` (`12.5` and `12.` stay).
+fn trim_zero_decimal(s: &str) -> &str {
+    let mut found_zero = false;
+    for (i, b) in s.bytes().enumerate().rev() {
+        match b {
+            b'.' if found_zero => return &s[..i],
+            b'.' => return s,
+            b'0' => found_zero = true,
+            _ => return s,
+        }
+    }
+    s
+}
+
+/// Go's `underscoreOK`: underscores only between digits, or between a base prefix and a
+/// digit.
+fn underscores_ok(s: &str) -> bool {
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s).as_bytes();
+    // '^' start, '0' digit or prefix, '_' underscore, '!' anything else.
+    let mut saw = b'^';
+    let mut i = 0;
+    let mut hex = false;
+    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
+        i = 2;
+        saw = b'0';
+        hex = s[1].eq_ignore_ascii_case(&b'x');
+    }
+    for &c in &s[i..] {
+        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
+            saw = b'0';
+        } else if c == b'_' {
+            if saw != b'0' {
+                return false;
+            }
+            saw = b'_';
+        } else if saw == b'_' {
+            return false;
+        } else {
+            saw = b'!';
+        }
+    }
+    saw != b'_'
+}
+
+/// Go's `strconv.ParseInt(s, 0, 64)`.
+pub fn go_parse_int(s: &str) -> Option<i64> {
+    let (negative, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let b = body.as_bytes();
+    let (radix, digits) = match b {
+        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'x') => (16, &body[2..]),
+        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'o') => (8, &body[2..]),
+        [b'0', p, _, ..] if p.eq_ignore_ascii_case(&b'b') => (2, &body[2..]),
+        [b'0', _, ..] => (8, &body[1..]),
+        _ => (10, body),
+    };
+    if body.contains('_') && !underscores_ok(s) {
+        return None;
+    }
+    let digits = digits.replace('_', "");
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    let magnitude = u64::from_str_radix(&digits, radix).ok()?;
+    if negative {
+        (magnitude <= i64::MAX as u64 + 1).then(|| (magnitude as i64).wrapping_neg())
+    } else {
+        i64::try_from(magnitude).ok()
+    }
+}
+
+/// Like [`to_i64`] but to a float (Sprig's `toFloat64`: `strconv.ParseFloat`, no spaces;
+/// `_` may separate digits).
 pub fn to_f64(v: &Value) -> f64 {
     match v {
         Value::Int(i) => *i as f64,
         Value::Uint(u) => *u as f64,
         Value::Float(f) => *f,
         Value::Bool(b) => f64::from(u8::from(*b)),
-        Value::String(s) => s.trim().parse().unwrap_or(0.0),
+        Value::String(s) => go_parse_float(s).unwrap_or(0.0),
         _ => 0.0,
     }
+}
+
+/// Go's `strconv.ParseFloat(s, 64)` for decimal text (hexadecimal floats, which need a `p`
+/// exponent, are not read: 0).
+fn go_parse_float(s: &str) -> Option<f64> {
+    if s.contains('_') && !underscores_ok(s) {
+        return None;
+    }
+    let clean = s.replace('_', "");
+    let unsigned = clean.trim_start_matches(['+', '-']).to_ascii_lowercase();
+    if unsigned.starts_with("0x") {
+        return None;
+    }
+    clean.parse::<f64>().ok()
 }
 
 #[cfg(test)]
@@ -236,6 +400,27 @@ mod tests {
         assert_eq!(go_quote("\u{10FF7F}"), r#""\U0010ff7f""#);
         let bytes = super::bytes::from_bytes(b"a\xFF\xE2\x82\xC3\xA9");
         assert_eq!(go_quote(&bytes), r#""a\xff\xe2\x82é""#);
+    }
+
+    /// cast's readings of strings, as helm v4.2.3 prints `int64`, `int` and `float64` of them.
+    #[test]
+    fn numeric_strings_read_as_go_reads_them() {
+        let s = |t: &str| Value::String(t.into());
+        for (text, want) in [
+            ("017", 15),
+            ("1_000", 1000),
+            ("12.0", 12),
+            ("0b101", 5),
+            (" 12", 0),
+            ("0x10", 16),
+            ("+5", 5),
+            ("12.5", 0),
+        ] {
+            assert_eq!(to_i64(&s(text)), want, "{text}");
+        }
+        assert_eq!(to_f64(&s("0x10")), 0.0);
+        assert_eq!(to_f64(&s("1_0.5")), 10.5);
+        assert_eq!(to_f64(&s("1e3")), 1000.0);
     }
 
     #[test]

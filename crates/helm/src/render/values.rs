@@ -14,6 +14,9 @@ pub struct Scope<'a> {
     pub name: String,
     pub values: Value,
     pub subcharts: Vec<Scope<'a>>,
+    /// `Chart.yaml`'s dependencies as the chart sees them in `.Chart.Dependencies` (disabled
+    /// ones dropped, each named by its alias).
+    pub dependencies: Vec<Value>,
 }
 
 /// Deep-merges `over` (the user's values) onto `base` (a chart's defaults) as Helm coalesces
@@ -99,21 +102,22 @@ fn strip_nulls(v: &Value) -> Value {
     }
 }
 
-/// Builds the scope tree for `chart` given the values supplied for it. An enabled dependency
-/// that is declared in `Chart.yaml` but not present under `charts/` is an error, as in Helm.
+/// Builds the scope tree for `chart` given the values supplied for it. A dependency declared
+/// in `Chart.yaml` (or a v1 chart's `requirements.yaml`) but not present under `charts/` is
+/// an error, as in Helm (`helm template` checks the top chart, enabled or not).
 pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope<'a>, RenderError> {
+    check_vendored(chart)?;
+    scope_of(chart, name, supplied)
+}
+
+fn scope_of<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope<'a>, RenderError> {
     let mut values = coalesce(&chart.values, supplied);
-    check_vendored(chart, name, &values)?;
+    let subs = dependencies(chart);
+    let disabled = disabled(chart, &subs, &values);
     let mut subcharts = Vec::new();
     let mut imported = Value::Object(Map::new());
-    for sub in chart.subcharts.values() {
-        let dep = dependency_for(chart, sub.name());
-        let sub_name = dep
-            .and_then(|d| d.get("alias"))
-            .and_then(Value::as_str)
-            .unwrap_or(sub.name())
-            .to_string();
-        if !enabled(dep, &values) {
+    for (sub, sub_name, dep) in subs {
+        if disabled.contains(&sub_name) {
             continue;
         }
         let mut sub_supplied = values
@@ -130,7 +134,7 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope
             let merged = coalesce(m.get("global").unwrap_or(&Value::Null), global);
             m.insert("global".into(), merged);
         }
-        let sub_scope = scope(sub, &sub_name, &sub_supplied)?;
+        let sub_scope = scope_of(sub, &sub_name, &sub_supplied)?;
         if let Value::Object(m) = &mut values {
             m.insert(sub_name.clone(), sub_scope.values.clone());
         }
@@ -149,7 +153,100 @@ pub fn scope<'a>(chart: &'a Chart, name: &str, supplied: &Value) -> Result<Scope
         name: name.to_string(),
         values,
         subcharts,
+        dependencies: enabled_dependencies(chart, &disabled),
     })
+}
+
+/// A subchart, the name it is known by, and the dependency (in `Chart.yaml`) that names it.
+type Subchart<'a> = (&'a Chart, String, Option<&'a Map<String, Value>>);
+
+/// A chart's subcharts as Helm's `processDependencyEnabled` arranges them, with the name each
+/// is known by and the dependency that names it: first the vendored charts no dependency
+/// refers to, under their own names, then one chart per dependency (in `Chart.yaml` order)
+/// that finds a vendored chart of its name and a version its range allows, named by its alias
+/// (so two aliases of one chart are two subcharts).
+fn dependencies(chart: &Chart) -> Vec<Subchart<'_>> {
+    let deps = declared(chart);
+    let matches = |dep: &Map<String, Value>, sub: &Chart| {
+        dep.get("name").and_then(Value::as_str) == Some(sub.name())
+            && super::funcs::semver_fn::compatible(
+                dep.get("version")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                sub.meta_str("version"),
+            )
+    };
+    let mut out: Vec<_> = chart
+        .subcharts
+        .values()
+        .filter(|sub| !deps.iter().any(|d| matches(d, sub)))
+        .map(|sub| (sub, sub.name().to_string(), None))
+        .collect();
+    for dep in deps {
+        if let Some(sub) = chart.subcharts.values().find(|sub| matches(dep, sub)) {
+            let name = dep
+                .get("alias")
+                .and_then(Value::as_str)
+                .filter(|a| !a.is_empty())
+                .unwrap_or(sub.name());
+            out.push((sub, name.to_string(), Some(dep)));
+        }
+    }
+    out
+}
+
+/// The dependencies `Chart.yaml` (or `requirements.yaml`) declares.
+fn declared(chart: &Chart) -> Vec<&Map<String, Value>> {
+    chart
+        .metadata
+        .get("dependencies")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object)
+        .collect()
+}
+
+/// The names (aliases) of the dependencies switched off by their `tags` or `condition`,
+/// judged on the chart's values with each subchart's own defaults under its name (Helm
+/// coalesces those before it looks).
+fn disabled(chart: &Chart, subs: &[Subchart<'_>], values: &Value) -> Vec<String> {
+    let mut seen = values.clone();
+    if let Value::Object(m) = &mut seen {
+        for (sub, name, _) in subs {
+            let own = coalesce(&sub.values, m.get(name).unwrap_or(&Value::Null));
+            m.insert(name.clone(), own);
+        }
+    }
+    declared(chart)
+        .into_iter()
+        .filter(|dep| !enabled(dep, &seen))
+        .map(|dep| known_as(dep).to_string())
+        .collect()
+}
+
+/// The name a dependency is known by: its alias, else its name.
+fn known_as(dep: &Map<String, Value>) -> &str {
+    dep.get("alias")
+        .and_then(Value::as_str)
+        .filter(|a| !a.is_empty())
+        .or_else(|| dep.get("name").and_then(Value::as_str))
+        .unwrap_or_default()
+}
+
+/// `Chart.yaml`'s dependencies as `.Chart.Dependencies` shows them inside the release: the
+/// disabled ones dropped, each named by its alias.
+fn enabled_dependencies(chart: &Chart, disabled: &[String]) -> Vec<Value> {
+    declared(chart)
+        .into_iter()
+        .filter(|dep| !disabled.iter().any(|d| d == known_as(dep)))
+        .map(|dep| {
+            let mut dep = dep.clone();
+            let name = known_as(&dep).to_string();
+            dep.insert("name".into(), Value::String(name));
+            Value::Object(dep)
+        })
+        .collect()
 }
 
 /// A dependency's `import-values`: `"name"` copies the child's `exports.name` map into the
@@ -187,36 +284,28 @@ fn collect_imports(dep: &Map<String, Value>, child_values: &Value, into: &mut Va
     }
 }
 
-fn check_vendored(chart: &Chart, name: &str, values: &Value) -> Result<(), RenderError> {
-    let deps = chart.metadata.get("dependencies").and_then(Value::as_array);
-    for dep in deps.into_iter().flatten().filter_map(Value::as_object) {
-        let dep_name = dep.get("name").and_then(Value::as_str).unwrap_or_default();
-        let present = chart.subcharts.values().any(|s| s.name() == dep_name);
-        if !present && enabled(Some(dep), values) {
-            return Err(RenderError::Chart(format!(
-                "{name}: dependency {dep_name:?} is declared in Chart.yaml but missing from charts/"
-            )));
-        }
+/// Helm's `CheckDependencies`: every declared dependency has a vendored chart of its name.
+fn check_vendored(chart: &Chart) -> Result<(), RenderError> {
+    let missing: Vec<&str> = declared(chart)
+        .into_iter()
+        .filter_map(|dep| dep.get("name").and_then(Value::as_str))
+        .filter(|name| !chart.subcharts.values().any(|s| s.name() == *name))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    Err(RenderError::Chart(format!(
+        "found in Chart.yaml, but missing in charts/ directory: {}",
+        missing.join(", ")
+    )))
 }
 
-fn dependency_for<'c>(chart: &'c Chart, name: &str) -> Option<&'c Map<String, Value>> {
-    chart
-        .metadata
-        .get("dependencies")?
-        .as_array()?
-        .iter()
-        .filter_map(Value::as_object)
-        .find(|d| d.get("name").and_then(Value::as_str) == Some(name))
-}
-
-/// A dependency is on unless its first resolvable `condition` path is false, or (with no
-/// condition resolving) all of its `tags` are set to false.
-fn enabled(dep: Option<&Map<String, Value>>, values: &Value) -> bool {
-    let Some(dep) = dep else { return true };
+/// A dependency is on unless its first `condition` path that holds a boolean is false, or
+/// (with none holding one) all of its `tags` are set to false. As in Helm, the condition is
+/// trimmed as a whole, not each path of it.
+fn enabled(dep: &Map<String, Value>, values: &Value) -> bool {
     if let Some(cond) = dep.get("condition").and_then(Value::as_str) {
-        for path in cond.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        for path in cond.trim().split(',').filter(|p| !p.is_empty()) {
             if let Some(b) = lookup(values, path).and_then(Value::as_bool) {
                 return b;
             }

@@ -207,7 +207,17 @@ pub fn render(
         };
     }
     caps.api_versions.extend(opts.api_versions.iter().cloned());
-    Ok(render_listing(files, &values, &release, &caps)?)
+    let render = || render_listing(files, &values, &release, &caps);
+    if crate::render::budgeted() {
+        return Ok(render()?);
+    }
+    // The memory budget the release service renders with by default, so `berth render`
+    // refuses what a package would be refused for.
+    let budget = crate::render::Budget {
+        memory: Some(crate::render::DEFAULT_MEMORY_BUDGET),
+        ..Default::default()
+    };
+    Ok(crate::render::with_budget(budget, render)?)
 }
 
 /// The text `helm template` prints for a full render (see [`listing_output`]).

@@ -42,7 +42,7 @@ pub(crate) async fn terminate(pgid: Pid, leader: &mut Child, hook: &str) {
     }
 }
 
-fn signal(pgid: Pid, sig: Signal) {
+pub(crate) fn signal(pgid: Pid, sig: Signal) {
     match killpg(pgid, sig) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(error) => {

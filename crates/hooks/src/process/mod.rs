@@ -1,11 +1,14 @@
 //! Running one hook process: its own process group, concurrent bounded
 //! capture of stdout/stderr, a timeout and a cancellation token.
 //!
-//! Invariant: when [`execute`] returns, no process of the hook's group is
-//! left running — after a timeout or cancellation (SIGTERM, then SIGKILL
-//! after [`KILL_GRACE`]) and also after a normal exit, because background
-//! children that still hold the output pipes would otherwise keep the run
-//! open forever. Hooks therefore cannot leave daemons behind.
+//! Invariant: when [`execute`] returns, no process of the hook's is left
+//! running — after a timeout or cancellation (SIGTERM to its group, then
+//! SIGKILL after [`KILL_GRACE`]) and also after a normal exit, because
+//! background children that still hold the output pipes would otherwise keep
+//! the run open forever. Hooks therefore cannot leave daemons behind. With a
+//! cgroup for the run (see `crate::isolation`) that holds whatever group or
+//! session a process joined; without one, the process group and the child
+//! subreaper's sweep (`reaper`) find them.
 
 mod capture;
 mod group;
@@ -15,7 +18,7 @@ pub use group::KILL_GRACE;
 pub use reaper::reap_escaped_hook_processes;
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +28,8 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use capture::{Stream, TailBuffer, drain, lock};
+
+use crate::isolation::{Confinement, LimitHit};
 
 /// After the process exits, how long its pipes may take to reach EOF.
 /// Only exceeded when a descendant escaped the group (`setsid`) and kept
@@ -44,6 +49,8 @@ pub(crate) struct Invocation<'a> {
     pub stream_limit: usize,
     /// Bytes kept of both streams interleaved.
     pub combined_limit: usize,
+    /// How the process is confined (`None`: as berth's own user, as started).
+    pub confinement: Option<Confinement>,
 }
 
 /// Variables of berth's own environment a hook inherits: what programs need to find each other
@@ -64,176 +71,11 @@ pub fn inherited_env(
     .collect()
 }
 
-/// A user and group hook processes run as instead of berth's own (see [`run_hooks_as`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HookUser {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-impl HookUser {
-    /// `NAME` (its uid and primary group, from the user database), `UID` (group = uid) or
-    /// `UID:GID`.
-    pub fn parse(spec: &str) -> Result<HookUser, String> {
-        let number = |s: &str| s.parse::<u32>().ok();
-        if let Some((uid, gid)) = spec.split_once(':') {
-            return match (number(uid), number(gid)) {
-                (Some(uid), Some(gid)) => Ok(HookUser { uid, gid }),
-                _ => Err(format!("hook user {spec:?}: UID:GID must be two numbers")),
-            };
-        }
-        if let Some(uid) = number(spec) {
-            return Ok(HookUser { uid, gid: uid });
-        }
-        match nix::unistd::User::from_name(spec) {
-            Ok(Some(user)) => Ok(HookUser {
-                uid: user.uid.as_raw(),
-                gid: user.gid.as_raw(),
-            }),
-            Ok(None) => Err(format!("hook user {spec:?}: no such user")),
-            Err(e) => Err(format!("hook user {spec:?}: {e}")),
-        }
-    }
-}
-
-impl HookUser {
-    /// `nobody`: the user hooks run as by default when berth runs as root. Numeric, so it
-    /// needs no entry in the user database (minimal images have none).
-    pub const NOBODY: HookUser = HookUser {
-        uid: 65534,
-        gid: 65534,
-    };
-
-    /// The user hooks run as, from the `--hook-user` setting (`spec`) and berth's own
-    /// effective uid: `None` when hooks run as berth's own user.
-    ///
-    /// As root, hooks run as [`HookUser::NOBODY`] unless `spec` names another user; naming
-    /// root (`root`, `0`) keeps them root, the explicit opt-out. As any other user, hooks run
-    /// as that user, and a `spec` naming someone else is an error (only root can switch).
-    pub fn choose(spec: Option<&str>, euid: u32) -> Result<Option<HookUser>, String> {
-        let user = spec.map(HookUser::parse).transpose()?;
-        match (euid, user) {
-            (0, None) => Ok(Some(HookUser::NOBODY)),
-            (0, Some(user)) if user.uid == 0 => Ok(None),
-            (0, Some(user)) => Ok(Some(user)),
-            (_, None) => Ok(None),
-            (own, Some(user)) if user.uid == own => Ok(None),
-            (own, Some(user)) => Err(format!(
-                "running hooks as uid {} needs root (berth runs as uid {own}); leave \
-                 --hook-user unset to run them as berth's own user",
-                user.uid
-            )),
-        }
-    }
-
-    /// [`HookUser::choose`] for this process's effective uid.
-    pub fn choose_for_self(spec: Option<&str>) -> Result<Option<HookUser>, String> {
-        HookUser::choose(spec, nix::unistd::geteuid().as_raw())
-    }
-
-    /// Checks that this user can reach `dir`: every directory from `/` to `dir` must be
-    /// searchable by it (owner, primary group or others `x` bit: hooks run without
-    /// supplementary groups). The error names the first directory that is not, and what to
-    /// do. Hooks reach their package's files and their run's files through such directories;
-    /// checked at start so a misconfigured worker refuses to start instead of failing every
-    /// hook.
-    pub fn check_reachable(self, dir: &Path) -> Result<(), String> {
-        use std::os::unix::fs::MetadataExt;
-        let full = dir
-            .canonicalize()
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        for step in full.ancestors().collect::<Vec<_>>().into_iter().rev() {
-            let meta = std::fs::metadata(step).map_err(|e| format!("{}: {e}", step.display()))?;
-            let mode = meta.mode();
-            let searchable = if meta.uid() == self.uid {
-                mode & 0o100 != 0
-            } else if meta.gid() == self.gid {
-                mode & 0o010 != 0
-            } else {
-                mode & 0o001 != 0
-            };
-            if !searchable {
-                return Err(format!(
-                    "hooks run as uid {}:{} and cannot reach {}: {} (mode {:04o}, owner {}:{}) \
-                     is not searchable by them; make it so (chmod o+x {}), use a directory they \
-                     can reach, or run hooks as root (--hook-user root)",
-                    self.uid,
-                    self.gid,
-                    dir.display(),
-                    step.display(),
-                    mode & 0o7777,
-                    meta.uid(),
-                    meta.gid(),
-                    step.display(),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-static HOOK_USER: std::sync::OnceLock<HookUser> = std::sync::OnceLock::new();
-/// `berth-hook-exec`, when hooks start through it (see [`start_hooks_with`]).
-static HOOK_EXEC: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-
-/// The name of the program that starts a hook as the hook user (`src/bin/berth-hook-exec.rs`).
-pub const HOOK_EXEC_NAME: &str = "berth-hook-exec";
-
-/// Starts hooks that run as the hook user through `helper` (`berth-hook-exec`), so that this
-/// process starts them with `posix_spawn` instead of forking itself (see that program). Set
-/// once; [`run_hooks_as`] sets it to the one beside this process's executable, if there is one.
-pub fn start_hooks_with(helper: PathBuf) -> Result<(), String> {
-    let set = HOOK_EXEC.get_or_init(|| helper.clone());
-    if *set != helper {
-        return Err(format!("hooks already start through {}", set.display()));
-    }
-    Ok(())
-}
-
 /// A regular file (after links) with an execute bit: what discovery counts as a hook, and
 /// what a direct start of a program would not refuse for its mode.
 pub(crate) fn is_executable_file(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
     meta.is_file() && meta.permissions().mode() & 0o111 != 0
-}
-
-/// `berth-hook-exec` in the directory of this process's executable, if it is there and
-/// executable.
-fn hook_exec_beside_self() -> Option<PathBuf> {
-    let exe = std::fs::read_link("/proc/self/exe")
-        .or_else(|_| std::env::current_exe())
-        .ok()?;
-    let helper = exe.parent()?.join(HOOK_EXEC_NAME);
-    is_executable_file(&std::fs::metadata(&helper).ok()?).then_some(helper)
-}
-
-/// Makes every hook process this process starts (runs, discovery's `--config`, settings
-/// checks) run as `user`, with no supplementary groups, and hands it its run's temporary files.
-/// Only root can do this; berth's own files stay out of the hooks' reach (package files are
-/// owned by berth and read-only to others). Set once at start: `Err` when already set to
-/// another user, or when this process is not root.
-pub fn run_hooks_as(user: HookUser) -> Result<(), String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err("running hooks as another user needs root".into());
-    }
-    let set = HOOK_USER.get_or_init(|| user);
-    if *set != user {
-        return Err(format!("hooks already run as {set:?}"));
-    }
-    match hook_exec_beside_self() {
-        Some(helper) => {
-            let _ = start_hooks_with(helper);
-        }
-        None => tracing::info!(
-            "no {HOOK_EXEC_NAME} beside this executable: hook processes start with a fork of this process"
-        ),
-    }
-    Ok(())
-}
-
-/// The user hooks run as, if [`run_hooks_as`] set one.
-pub fn hook_user() -> Option<HookUser> {
-    HOOK_USER.get().copied()
 }
 
 /// The errors starting `program` directly gives for a missing file, a directory or a file
@@ -261,29 +103,28 @@ pub(crate) struct Finished {
     pub stdout_truncated: bool,
     pub stderr: String,
     pub combined: String,
+    /// The limits of its sandbox the run reached.
+    pub hits: Vec<LimitHit>,
 }
 
 /// Runs the invocation to its end. Errors only if the process cannot start.
-pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
-    let mut command = match (hook_user(), HOOK_EXEC.get()) {
-        (Some(user), Some(helper)) => {
+pub(crate) async fn execute(mut inv: Invocation<'_>) -> std::io::Result<Finished> {
+    if inv.confinement.is_none() && crate::isolation::state().is_some_and(|s| s.uids.is_some()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "hooks run as their package's principal here, and this run names none",
+        ));
+    }
+    let mut command = match inv.confinement.as_ref().and_then(Confinement::helper) {
+        Some((helper, args)) => {
             // The helper reports a program it cannot run only on its stderr; what starting
             // the program directly would refuse is refused here the same way.
             startable(inv.program)?;
             let mut command = Command::new(helper);
-            command
-                .arg(user.uid.to_string())
-                .arg(user.gid.to_string())
-                .arg(inv.program);
+            command.args(args).arg(inv.program);
             command
         }
-        (Some(user), None) => {
-            let mut command = Command::new(inv.program);
-            // Dropping from root to the user also drops supplementary groups (std does so).
-            command.uid(user.uid).gid(user.gid);
-            command
-        }
-        (None, _) => Command::new(inv.program),
+        None => Command::new(inv.program),
     };
     command
         .args(inv.args)
@@ -292,12 +133,13 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
         // tokens, database URLs or credentials), then what the contract gives them.
         .env_clear()
         .envs(inherited_env(std::env::vars_os()))
-        .envs(inv.env)
+        .envs(std::mem::take(&mut inv.env))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        // Safety net if this future is dropped mid-run: at least the leader dies.
+        // Safety net if this future is dropped mid-run: at least the leader dies (and a
+        // dropped run's cgroup kills the rest).
         .kill_on_drop(true);
     let (mut child, running) = reaper::spawn_registered(&mut command)?;
     // `process_group(0)` makes the child's pid its group id.
@@ -334,16 +176,55 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
         () = tokio::time::sleep(inv.timeout) => Ending::TimedOut,
         () = inv.cancel.cancelled() => Ending::Cancelled,
     };
-    if let Some(pgid) = pgid {
-        let leftovers = matches!(ending, Ending::Exited(_)) && group::alive(pgid);
+    let exited = matches!(ending, Ending::Exited(_));
+    let in_cgroup = inv
+        .confinement
+        .as_ref()
+        .is_some_and(|c| c.cgroup().is_some());
+    if in_cgroup {
+        // The cgroup holds every process of the run, whatever group or session it joined.
+        let cgroup_populated = || {
+            inv.confinement
+                .as_ref()
+                .and_then(Confinement::cgroup)
+                .is_some_and(|cg| cg.populated())
+        };
+        if !exited || cgroup_populated() {
+            if exited {
+                tracing::debug!(hook.name = %inv.hook, "hook exited leaving background processes; terminating them");
+            }
+            // A chance to end cleanly: SIGTERM to its group, then the grace period.
+            if let Some(pgid) = pgid {
+                group::signal(pgid, nix::sys::signal::Signal::SIGTERM);
+            }
+            let grace = tokio::time::Instant::now() + KILL_GRACE;
+            let _ = tokio::time::timeout_at(grace, child.wait()).await;
+            while cgroup_populated() && tokio::time::Instant::now() < grace {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    } else if let Some(pgid) = pgid {
+        let leftovers = exited && group::alive(pgid);
         if leftovers {
             tracing::debug!(hook.name = %inv.hook, "hook exited leaving background processes; terminating them");
         }
-        if leftovers || !matches!(ending, Ending::Exited(_)) {
+        if leftovers || !exited {
             group::terminate(pgid, &mut child, inv.hook).await;
         }
     }
-    // The group is gone; what left it and was orphaned is ours to end (with a subreaper).
+    // The run's end: its cgroup killed, emptied and removed, its uid's processes killed
+    // (blocking work: sysfs, a helper process).
+    let mut hits = Vec::new();
+    if let Some(confinement) = inv.confinement.take() {
+        let hook = inv.hook.to_owned();
+        hits = tokio::task::spawn_blocking(move || confinement.end(&hook))
+            .await
+            .unwrap_or_default();
+    }
+    if !exited {
+        let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+    }
+    // What left the group and was orphaned is ours to end (with a subreaper).
     drop(running);
     reaper::sweep(inv.hook).await;
     finish_readers(readers, inv.hook).await;
@@ -360,6 +241,7 @@ pub(crate) async fn execute(inv: Invocation<'_>) -> std::io::Result<Finished> {
         stdout_truncated,
         stderr,
         combined,
+        hits,
     })
 }
 

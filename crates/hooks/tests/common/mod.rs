@@ -45,22 +45,8 @@ pub fn request<'a>(hook: &'a Hook, tmp: &Path) -> RunRequest<'a> {
         timeout: Duration::from_secs(20),
         cancel: CancellationToken::new(),
         tmp_dir: Some(tmp.to_path_buf()),
+        sandbox: None,
     }
-}
-
-/// Runs `body` as the shell hook `whoami.sh` in a package directory and a run directory both
-/// readable by others (as the package cache and `--hook-tmp-dir` are for the hook user);
-/// returns the hook's values patch.
-pub async fn run_in_readable_dirs(body: &str) -> Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let hook = shell_hook(script(dir.path(), "whoami.sh", body));
-    let tmp = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = berth_hooks::run(request(&hook, tmp.path()))
-        .await
-        .expect("the hook runs");
-    serde_json::to_value(&out.values_patch).unwrap()
 }
 
 /// Waits (bounded) until `path` exists with non-empty content, returning it.

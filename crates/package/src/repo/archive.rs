@@ -16,10 +16,11 @@ use sha2::{Digest, Sha256};
 use tar::EntryType;
 
 use super::publish::{publish, staging_dir};
-use super::stage::Stager;
+use super::stage::{Stager, tree_error};
 use super::{Fetched, Limits, RepoError, check_segment};
 use crate::constraint::parse_version;
 use crate::load::is_package_dir;
+use crate::tree::{Child, Dir, Links};
 
 const ARCHIVE_SUFFIX: &str = ".tar.gz";
 
@@ -61,24 +62,19 @@ impl ArchiveRepository {
     ) -> Result<Fetched, RepoError> {
         check_segment("package name", package)?;
         check_segment("package version", version)?;
-        let archive = self
-            .root
-            .join(format!("{package}-{version}{ARCHIVE_SUFFIX}"));
-        let source = match fs::File::open(&archive) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        let name = format!("{package}-{version}{ARCHIVE_SUFFIX}");
+        let archive = self.root.join(&name);
+        // Opened beneath the repository directory: a link may lead elsewhere in it, never out.
+        let opened = Dir::open(&self.root).and_then(|d| d.file(Path::new(&name), Links::Beneath));
+        let source = match opened {
+            Ok((file, _)) => file,
+            Err(e) if e.is_not_found() => {
                 return Err(RepoError::VersionNotFound {
                     package: package.to_owned(),
                     version: version.to_owned(),
                 });
             }
-            Err(source) => {
-                return Err(RepoError::Io {
-                    op: "open archive",
-                    path: archive,
-                    source,
-                });
-            }
+            Err(e) => return Err(tree_error(e)),
         };
         let staging = staging_dir(dest)?;
         let copy = staging.path().join("archive.tar.gz");
@@ -94,7 +90,7 @@ impl ArchiveRepository {
         }
         let unpacked = staging.path().join("package");
         fs::create_dir(&unpacked).map_err(RepoError::io("create directory", &unpacked))?;
-        let mut stager = Stager::new(unpacked.clone(), self.limits);
+        let mut stager = Stager::new(&unpacked, self.limits)?;
         let file = fs::File::open(&copy).map_err(RepoError::io("open archive", &copy))?;
         unpack_tar_gz(file, &mut stager).map_err(|e| in_archive(e, &archive))?;
         stager.verify_links()?;
@@ -224,11 +220,12 @@ pub(super) fn package_root(unpacked: &Path) -> Result<PathBuf, RepoError> {
     if is_package_dir(unpacked) {
         return Ok(unpacked.to_owned());
     }
-    let entries = fs::read_dir(unpacked)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(RepoError::io("read directory", unpacked))?;
-    match entries.as_slice() {
-        [only] if only.file_type().is_ok_and(|t| t.is_dir()) => Ok(only.path()),
+    let dir = Dir::open(unpacked).map_err(tree_error)?;
+    let names = dir.names().map_err(tree_error)?;
+    match names.as_slice() {
+        [only] if matches!(dir.child(only).map_err(tree_error)?, Child::Dir(_)) => {
+            Ok(unpacked.join(only))
+        }
         _ => Ok(unpacked.to_owned()),
     }
 }

@@ -40,6 +40,7 @@ use super::{
     check_segment,
 };
 use crate::constraint::parse_version;
+use crate::tree::{Dir, Links, TreeError};
 
 /// Largest repositories file read.
 pub const MAX_CONFIG_BYTES: u64 = 256 * 1024;
@@ -64,6 +65,9 @@ pub struct ConfigError {
 pub enum Source {
     /// `<dir>/<package>/<version>/`.
     Directory(PathBuf),
+    /// `<root>/<dir>/<package>/<version>/`: a directory an Update named under a configured
+    /// repository root (`dir` relative), read beneath the root (see [`LocalRepository`]).
+    UnderRoot { root: PathBuf, dir: PathBuf },
     /// `<dir>/<package>-<version>.tar.gz`.
     Archive(PathBuf),
     /// `<base>/<package>-<version>.tar.gz` over HTTPS (HTTP only on loopback).
@@ -149,7 +153,12 @@ impl Repositories {
         if text.len() as u64 > MAX_CONFIG_BYTES {
             return Err(fail(format!("larger than {MAX_CONFIG_BYTES} bytes")));
         }
-        let base = path.parent().unwrap_or(Path::new("."));
+        // A bare file name (`repos.yaml`) has the empty path as its parent: its directory is
+        // the working directory (issue 31.10: `absolute("")` is an error).
+        let base = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
         let base = std::path::absolute(base).map_err(|e| fail(e.to_string()))?;
         Repositories::parse(&text, &base, &origin)
     }
@@ -315,21 +324,50 @@ impl Repositories {
     }
 
     /// [`check`](Self::check), and for a root-relative path that it is a directory under
-    /// one of the roots here. What lifecycle runs at the edge; the worker checks again when
-    /// it resolves.
+    /// one of the roots here, resolved beneath the root: one that leaves its root through a
+    /// link is refused naming the link. What lifecycle runs at the edge; the worker resolves
+    /// it again when it fetches.
     pub fn check_exists(&self, requested: &str) -> Result<(), String> {
         match self.check(requested)? {
             Requested::Named(..) => Ok(()),
-            Requested::UnderRoot(rel) if self.roots.iter().any(|r| r.join(rel).is_dir()) => Ok(()),
-            Requested::UnderRoot(_) => Err(format!(
-                "{requested:?} is neither a configured repository nor a directory under a repository root ({})",
-                self.describe()
-            )),
+            Requested::UnderRoot(rel) => self.under_root(requested, rel).map(|_| ()),
         }
     }
 
-    /// Resolves a requested repository to its source. A root-relative path is canonicalised
-    /// and must stay inside its root: a path that leaves it through a symlink is refused.
+    /// The first root `rel` is a directory under (resolved beneath it), with the directory.
+    fn under_root(&self, requested: &str, rel: &Path) -> Result<(PathBuf, Dir), String> {
+        for root in &self.roots {
+            let Ok(opened) = Dir::open(root) else {
+                continue;
+            };
+            match opened.dir(rel, Links::Beneath) {
+                Ok(dir) => return Ok((root.clone(), dir)),
+                Err(TreeError::Escapes { link, target, .. }) => {
+                    let through = match (link, target) {
+                        (Some(l), Some(t)) => {
+                            format!(" (the link {} -> {})", l.display(), t.display())
+                        }
+                        _ => String::new(),
+                    };
+                    return Err(format!(
+                        "{requested:?} leaves the repository root {} through a symlink{through}",
+                        root.display()
+                    ));
+                }
+                Err(_) => continue,
+            }
+        }
+        Err(format!(
+            "{requested:?} is neither a configured repository nor a directory under a repository root ({})",
+            self.describe()
+        ))
+    }
+
+    /// Resolves a requested repository to its source. A root-relative path is resolved
+    /// beneath its root's descriptor (links followed while they stay beneath it): one that
+    /// leaves the root through a link is refused, naming the link. The source keeps the root
+    /// and the relative path, and every fetch resolves them beneath the root again, so what is
+    /// read never depends on a path checked earlier.
     pub fn resolve(&self, requested: &str) -> Result<Resolved, String> {
         let rel = match self.check(requested)? {
             Requested::Named(name, source) => {
@@ -340,37 +378,26 @@ impl Repositories {
             }
             Requested::UnderRoot(rel) => rel,
         };
-        for root in &self.roots {
-            let Ok(real_root) = root.canonicalize() else {
-                continue;
-            };
-            let Ok(real) = root.join(rel).canonicalize() else {
-                continue;
-            };
-            if !real.starts_with(&real_root) {
-                return Err(format!(
-                    "{requested:?} leaves the repository root {} through a symlink (it resolves to {})",
-                    root.display(),
-                    real.display()
-                ));
-            }
-            if real.is_dir() {
-                return Ok(Resolved {
-                    identity: format!("directory {}", real.display()),
-                    source: Source::Directory(real),
-                });
-            }
-        }
-        Err(format!(
-            "{requested:?} is neither a configured repository nor a directory under a repository root ({})",
-            self.describe()
-        ))
+        let (root, dir) = self.under_root(requested, rel)?;
+        // The identity names the directory as the kernel knows it, so an internal link and
+        // its target are one repository (one cache entry).
+        let real = dir.real_path().map_err(|e| e.to_string())?;
+        Ok(Resolved {
+            identity: format!("directory {}", real.display()),
+            source: Source::UnderRoot {
+                root,
+                dir: rel.to_owned(),
+            },
+        })
     }
 }
 
 fn describe_source(source: &Source) -> String {
     match source {
         Source::Directory(p) => format!("directory {}", p.display()),
+        Source::UnderRoot { root, dir } => {
+            format!("directory {} under {}", dir.display(), root.display())
+        }
         Source::Archive(p) => format!("archive {}", p.display()),
         Source::ArchiveUrl(u) => format!("archive {u}"),
         Source::Oci(o) => format!("oci {}", o.url),
@@ -459,7 +486,7 @@ fn checked_source(source: Source) -> Result<Source, String> {
                 ));
             }
         }
-        Source::Directory(_) | Source::Archive(_) => {}
+        Source::Directory(_) | Source::UnderRoot { .. } | Source::Archive(_) => {}
     }
     Ok(source)
 }
@@ -484,14 +511,25 @@ impl Source {
         Ok(OciRepository::new(&o.url, auth, o.plain_http)?.with_limits(limits))
     }
 
-    /// The revision `version` of `package` has in the source now, when the source can tell
-    /// (the OCI manifest digest behind the tag); `None` for directories and archives.
+    /// The revision `version` of `package` has in the source now, when the source can tell:
+    /// the OCI manifest digest behind the tag, or a directory's content digest (its files may
+    /// be edited under the same version, issue 31.9); `None` for archives.
     pub async fn revision(
         &self,
         package: &str,
         version: &str,
         limits: Limits,
     ) -> Result<Option<String>, RepoError> {
+        if let Some(repo) = self.local(limits) {
+            let (package, version) = (package.to_owned(), version.to_owned());
+            return tokio::task::spawn_blocking(move || repo.revision(&package, &version))
+                .await
+                .map_err(|e| RepoError::Archive {
+                    path: PathBuf::new(),
+                    message: format!("digest task failed: {e}"),
+                })?
+                .map(Some);
+        }
         match self {
             Source::Oci(o) => Ok(Some(
                 Source::oci(o, limits)?
@@ -499,6 +537,22 @@ impl Source {
                     .await?,
             )),
             _ => Ok(None),
+        }
+    }
+
+    /// Whether [`Source::revision`] tells this source's revisions.
+    pub fn has_revisions(&self) -> bool {
+        !matches!(self, Source::Archive(_) | Source::ArchiveUrl(_))
+    }
+
+    /// The directory repository this source is, if it is one.
+    fn local(&self, limits: Limits) -> Option<LocalRepository> {
+        match self {
+            Source::Directory(dir) => Some(LocalRepository::new(dir).with_limits(limits)),
+            Source::UnderRoot { root, dir } => {
+                Some(LocalRepository::under_root(root, dir).with_limits(limits))
+            }
+            _ => None,
         }
     }
 
@@ -540,12 +594,20 @@ impl Source {
                 })?
         };
         let fetched = match self {
-            Source::Directory(dir) => {
-                let repo = LocalRepository::new(dir).with_limits(limits);
-                blocking(Box::new(move || {
-                    repo.fetch(&package_owned, &version_owned, &dest_owned)
+            Source::Directory(_) | Source::UnderRoot { .. } => {
+                // The revision is taken before the copy: a tree edited meanwhile is newer than
+                // the revision recorded, so the next check fetches it again.
+                let revision = self.revision(package, version, limits).await?;
+                let local = self.local(limits);
+                let fetched = blocking(Box::new(move || match local {
+                    Some(repo) => repo.fetch(&package_owned, &version_owned, &dest_owned),
+                    None => Err(RepoError::UnsafePath {
+                        path: dest_owned.display().to_string(),
+                        reason: "not a directory repository",
+                    }),
                 }))
-                .await?
+                .await?;
+                return Ok(SourceFetched { fetched, revision });
             }
             Source::Archive(dir) => {
                 let repo = ArchiveRepository::new(dir).with_limits(limits);
@@ -807,11 +869,22 @@ mod tests {
         repos.add_root(root.path()).unwrap();
         let real = root.path().canonicalize().unwrap().join("repo");
         let resolved = repos.resolve("repo").expect("inside");
-        assert_eq!(resolved.source, Source::Directory(real.clone()));
-        // An internal symlink is the same repository (and the same cache entry).
-        assert_eq!(repos.resolve("alias").expect("inside"), resolved);
+        assert_eq!(
+            resolved.source,
+            Source::UnderRoot {
+                root: root.path().to_owned(),
+                dir: "repo".into()
+            }
+        );
+        assert_eq!(resolved.identity, format!("directory {}", real.display()));
+        // An internal symlink is the same repository (the same cache entry).
+        assert_eq!(
+            repos.resolve("alias").expect("inside").identity,
+            resolved.identity
+        );
         let err = repos.resolve("evil").expect_err("escapes");
         assert!(err.contains("leaves the repository root"), "{err}");
+        assert!(err.contains("evil ->"), "names the link: {err}");
         let err = repos.resolve("missing").expect_err("missing");
         assert!(err.contains("neither a configured repository"), "{err}");
         assert!(repos.check_exists("repo").is_ok());

@@ -89,6 +89,21 @@ pub enum RepoError {
     UnsafePath { path: String, reason: &'static str },
     #[error("symlink {path:?} -> {target:?} points outside the package")]
     LinkEscapes { path: String, target: String },
+    /// The way to a package version leaves the repository root through a link.
+    #[error(
+        "{path} leaves the repository root {root}{}",
+        match (link, target) {
+            (Some(l), Some(t)) => format!(" through the link {l} -> {t}"),
+            (Some(l), None) => format!(" through the link {l}"),
+            _ => String::new(),
+        }
+    )]
+    LeavesRoot {
+        path: String,
+        link: Option<String>,
+        target: Option<String>,
+        root: String,
+    },
     #[error("{path:?} is a {kind}, which packages may not contain")]
     UnsupportedEntry { path: String, kind: String },
     #[error("package exceeds the limit of {limit}")]

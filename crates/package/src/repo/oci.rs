@@ -312,7 +312,7 @@ impl OciRepository {
         let fetched = tokio::task::spawn_blocking(move || -> Result<Fetched, RepoError> {
             let unpacked = staging.path().join("package");
             std::fs::create_dir(&unpacked).map_err(RepoError::io("create directory", &unpacked))?;
-            let mut stager = Stager::new(unpacked.clone(), limits);
+            let mut stager = Stager::new(&unpacked, limits)?;
             let file = std::fs::File::open(&copy).map_err(RepoError::io("open layer", &copy))?;
             unpack_tar_gz(file, &mut stager)?;
             stager.verify_links()?;

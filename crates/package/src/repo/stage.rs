@@ -2,43 +2,54 @@
 //!
 //! Each entry is checked as it arrives: relative paths only, no `..`, bounded depth, count and
 //! bytes, only files, directories and relative symlinks whose target stays inside the package.
-//! Link targets are checked lexically on arrival and again with `canonicalize` once the whole tree
-//! exists ([`Stager::verify_links`]), because a lexically harmless target can pass through another
-//! link. File modes are normalised to 0644, or 0755 when any execute bit was set, so hooks stay
-//! executable while setuid bits and umask noise never reach the published tree.
+//! Everything is written beneath the staging directory's descriptor (`crate::tree`): each
+//! parent directory is opened without following links, so an entry can never be written
+//! through a link an earlier entry planted (`l -> ..`, then `l/file`), and files are created
+//! exclusively (never over an existing entry). Link targets are checked lexically on arrival and
+//! again once the whole tree exists ([`Stager::verify_links`], each resolved beneath the staged
+//! root by the kernel), because a lexically harmless target can pass through another link. File
+//! modes are normalised to 0644, or 0755 when any execute bit was set, so hooks stay executable
+//! while setuid bits and umask noise never reach the published tree.
 
-use std::fs;
+use std::ffi::OsStr;
 use std::io::{self, Read};
-use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
 use super::{Limits, RepoError};
+use crate::tree::{Child, Dir, Links, TreeError};
 
 const FILE_MODE: u32 = 0o644;
 const EXEC_MODE: u32 = 0o755;
 
 pub(crate) struct Stager {
-    root: PathBuf,
+    root: Dir,
     limits: Limits,
     entries: usize,
     bytes: u64,
 }
 
 impl Stager {
-    /// Stages into `root`, which must exist and be empty.
-    pub(crate) fn new(root: PathBuf, limits: Limits) -> Self {
-        Stager {
-            root,
+    /// Stages into `root`, which must exist and be empty (a directory berth just made).
+    pub(crate) fn new(root: &Path, limits: Limits) -> Result<Self, RepoError> {
+        Ok(Stager {
+            root: Dir::open(root).map_err(tree_error)?,
             limits,
             entries: 0,
             bytes: 0,
-        }
+        })
     }
 
     pub(crate) fn dir(&mut self, rel: &Path) -> Result<(), RepoError> {
-        let path = self.admit(rel, true)?;
-        fs::create_dir_all(&path).map_err(RepoError::io("create directory", &path))?;
-        Ok(())
+        let (rel, parent) = self.admit(rel)?;
+        match parent.create_dir(entry_name(&rel)) {
+            Ok(_) => Ok(()),
+            // A link or a file is there already: a directory may be announced twice, nothing
+            // else.
+            Err(e) if matches!(e, TreeError::Link { .. }) || e.is_not_a_directory() => {
+                Err(unsafe_path(&rel, "appears twice"))
+            }
+            Err(e) => Err(tree_error(e)),
+        }
     }
 
     pub(crate) fn file(
@@ -47,44 +58,46 @@ impl Stager {
         contents: impl Read,
         executable: bool,
     ) -> Result<(), RepoError> {
-        let path = self.admit(rel, false)?;
-        self.parent(&path)?;
-        let mut out = fs::File::create(&path).map_err(RepoError::io("create file", &path))?;
+        let (rel, parent) = self.admit(rel)?;
+        let mode = if executable { EXEC_MODE } else { FILE_MODE };
+        let mut out = parent
+            .create_file(entry_name(&rel), mode)
+            .map_err(|e| created(e, &rel))?;
         let remaining = self.limits.max_total_bytes - self.bytes;
         let written = io::copy(&mut contents.take(remaining + 1), &mut out)
-            .map_err(RepoError::io("write file", &path))?;
+            .map_err(RepoError::io("write file", self.root.path().join(&rel)))?;
         self.bytes += written;
         if self.bytes > self.limits.max_total_bytes {
             return Err(RepoError::LimitExceeded {
                 limit: format!("{} bytes", self.limits.max_total_bytes),
             });
         }
-        let mode = if executable { EXEC_MODE } else { FILE_MODE };
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
-            .map_err(RepoError::io("set permissions", &path))
+        Ok(())
     }
 
     pub(crate) fn symlink(&mut self, rel: &Path, target: &Path) -> Result<(), RepoError> {
-        let path = self.admit(rel, false)?;
-        check_link_target(rel, target)?;
-        self.parent(&path)?;
-        symlink(target, &path).map_err(RepoError::io("create symlink", &path))
+        let (rel, parent) = self.admit(rel)?;
+        check_link_target(&rel, target)?;
+        parent
+            .create_link(entry_name(&rel), target)
+            .map_err(|e| created(e, &rel))
     }
 
-    /// Second line of defence for links: every link must resolve, and inside the tree.
+    /// The deepest nesting an entry may have.
+    pub(crate) fn max_depth(&self) -> usize {
+        self.limits.max_depth
+    }
+
+    /// Second line of defence for links: every link must resolve, and beneath the staged
+    /// root (resolved by the kernel, following every link on the way).
     pub(crate) fn verify_links(&self) -> Result<(), RepoError> {
-        let root = self
-            .root
-            .canonicalize()
-            .map_err(RepoError::io("resolve", &self.root))?;
-        verify_links_under(&root, &root)
+        verify_links_under(&self.root, &self.root, Path::new(""), 0)
     }
 
-    /// Checks an entry before anything is written for it. Besides the path rules, no ancestor may
-    /// be a symlink (an archive could otherwise plant `l -> ..`-style links and then write
-    /// `l/file` outside the tree before the links are verified) and an existing entry is never
-    /// overwritten, except that a directory may be announced twice.
-    fn admit(&mut self, rel: &Path, is_dir: bool) -> Result<PathBuf, RepoError> {
+    /// Checks an entry before anything is written for it, counts it, and opens its parent
+    /// directory beneath the staging root (made as needed, never through a link). Returns the
+    /// normalised path and the parent.
+    fn admit(&mut self, rel: &Path) -> Result<(PathBuf, Dir), RepoError> {
         let rel = safe_relative(rel, self.limits.max_depth)?;
         self.entries += 1;
         if self.entries > self.limits.max_entries {
@@ -92,33 +105,72 @@ impl Stager {
                 limit: format!("{} entries", self.limits.max_entries),
             });
         }
-        let unsafe_path = |reason| RepoError::UnsafePath {
-            path: rel.display().to_string(),
-            reason,
-        };
-        let mut ancestor = self.root.clone();
+        let mut parent = self
+            .root
+            .dir(Path::new(""), Links::Refuse)
+            .map_err(tree_error)?;
         for part in rel.parent().into_iter().flat_map(Path::components) {
-            ancestor.push(part);
-            if fs::symlink_metadata(&ancestor).is_ok_and(|m| m.is_symlink()) {
-                return Err(unsafe_path("passes through a symlink"));
-            }
+            parent = match parent.create_dir(part.as_os_str()) {
+                Ok((dir, _)) => dir,
+                Err(TreeError::Link { .. }) => {
+                    return Err(unsafe_path(&rel, "passes through a symlink"));
+                }
+                Err(e) if e.is_not_a_directory() => {
+                    return Err(unsafe_path(&rel, "passes through a file"));
+                }
+                Err(e) => return Err(tree_error(e)),
+            };
         }
-        let path = self.root.join(&rel);
-        if let Ok(existing) = fs::symlink_metadata(&path)
-            && !(is_dir && existing.is_dir())
-        {
-            return Err(unsafe_path("appears twice"));
-        }
-        Ok(path)
+        Ok((rel, parent))
     }
+}
 
-    fn parent(&self, path: &Path) -> Result<(), RepoError> {
-        match path.parent() {
-            Some(parent) => {
-                fs::create_dir_all(parent).map_err(RepoError::io("create directory", parent))
-            }
-            None => Ok(()),
-        }
+/// The last component of a path [`safe_relative`] returned (never empty).
+fn entry_name(rel: &Path) -> &OsStr {
+    rel.file_name().unwrap_or(rel.as_os_str())
+}
+
+fn unsafe_path(rel: &Path, reason: &'static str) -> RepoError {
+    RepoError::UnsafePath {
+        path: rel.display().to_string(),
+        reason,
+    }
+}
+
+/// The error of creating an entry exclusively: one that exists already appeared twice.
+fn created(e: TreeError, rel: &Path) -> RepoError {
+    if e.is_already_there() {
+        unsafe_path(rel, "appears twice")
+    } else {
+        tree_error(e)
+    }
+}
+
+/// A tree error as the repository's: a link where none may be is an unsafe path, one leaving
+/// the tree escapes it.
+pub(crate) fn tree_error(e: TreeError) -> RepoError {
+    match e {
+        TreeError::Link { path, .. } => RepoError::UnsafePath {
+            path: path.display().to_string(),
+            reason: "passes through a symlink",
+        },
+        TreeError::Escapes { path, link, .. } => RepoError::LinkEscapes {
+            path: link.unwrap_or(path).display().to_string(),
+            target: String::new(),
+        },
+        TreeError::Changed { path } => RepoError::UnsafePath {
+            path: path.display().to_string(),
+            reason: "changed while it was read",
+        },
+        TreeError::Kind { path, found, .. } => RepoError::UnsupportedEntry {
+            path: path.display().to_string(),
+            kind: found.to_owned(),
+        },
+        TreeError::Io { path, source } => RepoError::Io {
+            op: "read",
+            path,
+            source,
+        },
     }
 }
 
@@ -170,27 +222,33 @@ pub(super) fn check_link_target(rel: &Path, target: &Path) -> Result<(), RepoErr
     Ok(())
 }
 
-/// The staged tree is finite and depth-bounded, and directory links are not followed here.
-fn verify_links_under(root: &Path, dir: &Path) -> Result<(), RepoError> {
-    for entry in fs::read_dir(dir).map_err(RepoError::io("read directory", dir))? {
-        let entry = entry.map_err(RepoError::io("read directory", dir))?;
-        let path = entry.path();
-        let kind = entry.file_type().map_err(RepoError::io("stat", &path))?;
-        if kind.is_symlink() {
-            let rel = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .display()
-                .to_string();
-            let target = fs::read_link(&path)
-                .map(|t| t.display().to_string())
-                .unwrap_or_default();
-            match path.canonicalize() {
-                Ok(real) if real.starts_with(root) => {}
-                _ => return Err(RepoError::LinkEscapes { path: rel, target }),
+/// Resolves every link of the staged tree beneath its root (`root`; `dir` is `rel` in it).
+/// The tree is finite and depth-bounded, and directory links are not walked into here.
+fn verify_links_under(root: &Dir, dir: &Dir, rel: &Path, depth: usize) -> Result<(), RepoError> {
+    if depth > 64 {
+        return Err(RepoError::LimitExceeded {
+            limit: "64 directory levels".into(),
+        });
+    }
+    for name in dir.names().map_err(tree_error)? {
+        let child_rel = rel.join(&name);
+        match dir.child(&name).map_err(tree_error)? {
+            Child::Link(target) => {
+                let escapes = || RepoError::LinkEscapes {
+                    path: child_rel.display().to_string(),
+                    target: target.display().to_string(),
+                };
+                // Any kind will do: the link must resolve, and stay beneath the root.
+                match root.kind(&child_rel, Links::Beneath) {
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(TreeError::Escapes { .. } | TreeError::Io { .. }) => {
+                        return Err(escapes());
+                    }
+                    Err(e) => return Err(tree_error(e)),
+                }
             }
-        } else if kind.is_dir() {
-            verify_links_under(root, &path)?;
+            Child::Dir(sub) => verify_links_under(root, &sub, &child_rel, depth + 1)?,
+            Child::File(..) | Child::Other(_) => {}
         }
     }
     Ok(())

@@ -86,6 +86,8 @@ pub struct BindingObjects {
 
 pub struct KubeManager {
     resolver: Resolver,
+    /// Clients acting as packages' ServiceAccounts, for their hooks' object operations.
+    principals: super::impersonate::ImpersonatingClients,
     /// The jq evaluators; jqFilters checked once per distinct source, shared by the bindings
     /// using them.
     jq: Jq,
@@ -108,6 +110,7 @@ impl KubeManager {
         metrics: WatchMetrics,
     ) -> Arc<KubeManager> {
         let manager = Arc::new(KubeManager {
+            principals: super::impersonate::ImpersonatingClients::new(client.clone()),
             resolver: Resolver::new(client),
             jq,
             enqueuer,
@@ -129,6 +132,18 @@ impl KubeManager {
 
     pub fn resolver(&self) -> &Resolver {
         &self.resolver
+    }
+
+    /// A client acting as the ServiceAccount `sa` (a package's principal): its object
+    /// operations are the package's acts, which the API server authorises by its rights.
+    pub fn acting_as(
+        &self,
+        sa: &berth_clients::scope::ServiceAccountRef,
+    ) -> Result<kube::Client, String> {
+        let user = sa.username();
+        self.principals
+            .get(&user)
+            .map_err(|e| format!("impersonating {user}: {e}"))
     }
 
     /// The jq evaluators (for JQPatch operations too).

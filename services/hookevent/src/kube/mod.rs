@@ -4,9 +4,11 @@
 //! (`metrics`).
 
 mod binding;
+mod impersonate;
 mod manager;
 mod metrics;
 mod operations;
+mod records;
 mod registry;
 mod resolve;
 mod tasks;

@@ -12,6 +12,7 @@ use berth_proto::hookevent::ObjectOperation;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::Value;
 
+use super::records;
 use super::resolve::{ResolveError, Resolved, Resolver};
 use std::sync::Arc;
 
@@ -70,11 +71,16 @@ struct Planned {
     jq: Option<Arc<JqFilter>>,
     ignore_missing: bool,
     what: String,
+    /// A core Secret: what a JQPatch makes of it is checked not to be a release record.
+    secret: bool,
 }
 
-/// Checks then executes `operations` in order; returns one line per operation.
+/// Checks then executes `operations` in order as `principal` (a client acting as the package's
+/// ServiceAccount: the API server has the last word on what they may do, the checks here only
+/// refuse early and clearly); returns one line per operation.
 pub async fn apply_operations(
     resolver: &Resolver,
+    principal: &kube::Client,
     jq: &Jq,
     app_namespace: &str,
     operations: &[ObjectOperation],
@@ -95,14 +101,13 @@ pub async fn apply_operations(
     }
     let mut results = Vec::with_capacity(planned.len());
     for (index, p) in planned.iter().enumerate() {
-        let outcome =
-            execute(resolver.client(), jq, p)
-                .await
-                .map_err(|reason| OperationError::Failed {
-                    index,
-                    what: p.what.clone(),
-                    reason,
-                })?;
+        let outcome = execute(principal, jq, p)
+            .await
+            .map_err(|reason| OperationError::Failed {
+                index,
+                what: p.what.clone(),
+                reason,
+            })?;
         results.push(format!("{}: {outcome}", p.what));
     }
     Ok(results)
@@ -190,6 +195,10 @@ async fn plan(
             what: what.clone(),
             source,
         })?;
+    let secret = resolved.resource.group.is_empty() && resolved.resource.kind == "Secret";
+    if secret && let Some(why) = records::refusal(&op.operation, &name, &body) {
+        return Err(invalid(why));
+    }
     let namespace = match (
         resolved.namespaced,
         namespace.is_empty(),
@@ -245,6 +254,7 @@ async fn plan(
         jq,
         ignore_missing: op.ignore_missing_object,
         what,
+        secret,
     })
 }
 
@@ -406,6 +416,13 @@ async fn replace_keeping_version(
         };
         let current = serde_json::to_value(&current).map_err(|e| e.to_string())?;
         let mut next = compute.of(&current).await?;
+        if p.secret
+            && let Some(why) = records::record_like(&next)
+        {
+            return Err(format!(
+                "the result would be a release record ({why}); release records are berth's own, and hooks may not write them"
+            ));
+        }
         let version = current
             .pointer("/metadata/resourceVersion")
             .cloned()

@@ -76,16 +76,19 @@ impl Applier {
         let mut obj = object.clone();
         let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
         stamp(&mut obj, release, release_ns, ns);
-        let api = self.api(&key, &ar);
-        let live = Self::call("get", &key, api.get_opt(&key.name)).await?;
+        let live = Self::call("get", &key, self.api(&key, &ar).get_opt(&key.name)).await?;
         let mut pp = PatchParams::apply(FIELD_MANAGER).force();
         pp.dry_run = true;
+        // As the apply it stands for: in the package's name, so a dry run the API server
+        // would refuse the package is refused here too.
         let would_be = Self::call(
             "dry-run apply",
             &key,
-            api.patch(&key.name, &pp, &Patch::Apply(&obj)),
+            self.api_writing(&key, &ar)
+                .patch(&key.name, &pp, &Patch::Apply(&obj)),
         )
-        .await?;
+        .await
+        .map_err(|e| self.refused(e))?;
         let to_json = |o| {
             serde_json::to_value(o).map_err(|e| ApplyError::Invalid {
                 object: key.to_string(),

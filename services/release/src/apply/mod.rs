@@ -3,6 +3,7 @@
 
 mod discovery;
 pub mod dry_run;
+pub mod impersonate;
 pub mod kstatus;
 mod lookup;
 pub mod object;
@@ -43,6 +44,15 @@ pub enum ApplyError {
     Timeout { op: &'static str, object: String },
     #[error("hook {object} failed: {reason}")]
     HookFailed { object: String, reason: String },
+    /// The API server refused a write made as a package's principal (its RBAC, or admission
+    /// such as Pod Security): the package may not do this, and asking again will not help.
+    #[error("{op} {object} as {principal}: refused by the API server: {message}")]
+    Refused {
+        op: &'static str,
+        object: String,
+        principal: String,
+        message: String,
+    },
 }
 
 impl ApplyError {
@@ -94,9 +104,17 @@ fn completion(data: &Value) -> Option<Result<(), String>> {
 }
 
 /// Applies, deletes and reads objects for releases.
+///
+/// Two identities: `client`, the release service's own, reads (discovery, gets, watches,
+/// waits) and creates namespaces; `writer` applies and deletes the release's objects. By
+/// default they are the same; [`Applier::acting_as`] gives an applier that writes as a
+/// package's principal (docs/decisions/package-identity.md).
 #[derive(Clone)]
 pub struct Applier {
     client: Client,
+    writer: Client,
+    /// Whom `writer` acts as (a ServiceAccount's user name); `None`: the service itself.
+    principal: Option<std::sync::Arc<str>>,
     discovery: DiscoveryCache,
     /// The process's shared watches (`watch`).
     watches: watch::WatchHub,
@@ -165,6 +183,8 @@ pub struct Observed {
 impl Applier {
     pub fn new(client: Client) -> Self {
         Applier {
+            writer: client.clone(),
+            principal: None,
             client,
             discovery: DiscoveryCache::default(),
             watches: watch::WatchHub::default(),
@@ -191,9 +211,40 @@ impl Applier {
         }
     }
 
-    /// The client this applier talks through.
+    /// The client this applier reads through (the release service's own).
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// This applier, writing (apply, dry-run apply, delete) through `writer`: a client acting
+    /// as a package's principal. Reads, watches and discovery stay the service's own and are
+    /// shared with every other applier of the process.
+    pub fn acting_as(&self, writer: Client, principal: &str) -> Applier {
+        Applier {
+            writer,
+            principal: Some(principal.into()),
+            ..self.clone()
+        }
+    }
+
+    /// A write's error: the API server's refusal of a principal's write (403) says so.
+    fn refused(&self, e: ApplyError) -> ApplyError {
+        match (e, &self.principal) {
+            (
+                ApplyError::Kube {
+                    op,
+                    object,
+                    source: kube::Error::Api(s),
+                },
+                Some(principal),
+            ) if s.code == 403 => ApplyError::Refused {
+                op,
+                object,
+                principal: principal.to_string(),
+                message: s.message,
+            },
+            (e, _) => e,
+        }
     }
 
     /// Whether `object`'s kind is namespaced, cluster-scoped or not served, as discovery says.
@@ -252,11 +303,12 @@ impl Applier {
 
     /// The API of `ar` in `namespace` (cluster-wide when it is empty).
     fn api_in(&self, namespace: &str, ar: &ApiResource) -> Api<DynamicObject> {
-        if namespace.is_empty() {
-            Api::all_with(self.client.clone(), ar)
-        } else {
-            Api::namespaced_with(self.client.clone(), namespace, ar)
-        }
+        api_through(&self.client, namespace, ar)
+    }
+
+    /// The API writes of `key` go through (see [`Applier::acting_as`]).
+    fn api_writing(&self, key: &ObjectKey, ar: &ApiResource) -> Api<DynamicObject> {
+        api_through(&self.writer, &key.namespace, ar)
     }
 
     /// Makes the next [`Applier::ensure_namespace`] of `namespace` look it up again (an
@@ -265,23 +317,48 @@ impl Applier {
         self.namespaces.lock().remove(namespace);
     }
 
-    /// Creates the namespace if it does not exist (Helm's `--create-namespace`). A namespace
-    /// found or created is not asked about again for [`NAMESPACE_KNOWN_FOR`], unless an
-    /// install into it fails.
-    pub async fn ensure_namespace(&self, namespace: &str) -> Result<(), ApplyError> {
+    /// Creates the namespace if it does not exist (Helm's `--create-namespace`), with
+    /// `labels` (an App namespace's Pod Security labels, the first of them `enforce`). A
+    /// namespace that exists gets `labels` only when it has no label of the first one's key:
+    /// one that has it was given its level by someone, who decides
+    /// (docs/decisions/package-identity.md). A namespace found or created is not asked
+    /// about again for [`NAMESPACE_KNOWN_FOR`], unless an install into it fails.
+    pub async fn ensure_namespace(
+        &self,
+        namespace: &str,
+        labels: &[(&str, &str)],
+    ) -> Result<(), ApplyError> {
         if self.namespaces.known(namespace) {
             return Ok(());
         }
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
         let label = format!("namespace {namespace}");
-        if Self::call("get", &label, api.get_opt(namespace))
-            .await?
-            .is_some()
-        {
+        if let Some(found) = Self::call("get", &label, api.get_opt(namespace)).await? {
+            let decided = labels.first().is_none_or(|(key, _)| {
+                found
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(*key))
+            });
+            if !decided {
+                let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": labels_object(labels)}});
+                // Berth's own field manager, without force: labels someone else owns stay
+                // theirs (the apply fails on a conflict, and the install with it).
+                let pp = PatchParams::apply(FIELD_MANAGER);
+                Self::call(
+                    "label",
+                    &label,
+                    api.patch(namespace, &pp, &Patch::Apply(&ns)),
+                )
+                .await?;
+            }
             self.namespaces.found(namespace);
             return Ok(());
         }
-        let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+        let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": labels_object(labels)}});
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         Self::call(
             "create",
@@ -309,10 +386,11 @@ impl Applier {
         let live = Self::call(
             "apply",
             &key,
-            self.api(&key, &ar)
+            self.api_writing(&key, &ar)
                 .patch(&key.name, &pp, &Patch::Apply(&obj)),
         )
-        .await?;
+        .await
+        .map_err(|e| self.refused(e))?;
         if key.kind == "CustomResourceDefinition" {
             // New kinds become resolvable; drop cached misses and stale entries.
             self.discovery.clear();
@@ -473,12 +551,12 @@ impl Applier {
             }
             Err(e) => return Err(e),
         };
-        let api = self.api(&key, &ar);
         let dp = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
             ..Default::default()
         };
-        let uid = match Self::call("delete", &key, api.delete(&key.name, &dp)).await {
+        let deleting = self.api_writing(&key, &ar);
+        let uid = match Self::call("delete", &key, deleting.delete(&key.name, &dp)).await {
             Ok(either) => either.left().and_then(|o| o.metadata.uid),
             Err(ApplyError::Kube {
                 source: kube::Error::Api(s),
@@ -486,9 +564,23 @@ impl Applier {
             }) if is_not_found(&s) => {
                 return Ok(Some((key, false)));
             }
-            Err(e) => return Err(e),
+            Err(e) => match self.refused(e) {
+                // The API server authorises before it looks: a package may not delete what
+                // it could never have made (a failed install's object, say), and what is not
+                // there needs no deleting. What is there, it must be allowed to delete.
+                refused @ ApplyError::Refused { .. } => {
+                    match Self::call("get", &key, self.api(&key, &ar).get_opt(&key.name)).await? {
+                        None => return Ok(Some((key, false))),
+                        Some(_) => return Err(refused),
+                    }
+                }
+                e => return Err(e),
+            },
         };
         if let Some(uid) = uid {
+            // Waited for with the service's own reads: a package may delete what it may not
+            // watch.
+            let api = self.api(&key, &ar);
             let cond = kube::runtime::wait::conditions::is_deleted(&uid);
             match tokio::time::timeout(
                 wait,
@@ -512,6 +604,22 @@ impl Applier {
             }
         }
         Ok(Some((key, true)))
+    }
+}
+
+fn labels_object(labels: &[(&str, &str)]) -> serde_json::Map<String, Value> {
+    labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+        .collect()
+}
+
+/// The API of `ar` in `namespace` (cluster-wide when it is empty) through `client`.
+fn api_through(client: &Client, namespace: &str, ar: &ApiResource) -> Api<DynamicObject> {
+    if namespace.is_empty() {
+        Api::all_with(client.clone(), ar)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, ar)
     }
 }
 

@@ -97,6 +97,10 @@ pub struct DriftMonitor {
     metrics: ReleaseMetrics,
     /// Which shards this replica owns (all of them without shard Leases).
     shards: Arc<Shards>,
+    /// Lifecycle, asked before a repair whether the release's package is suspended (`berth
+    /// suspend`, a resource's `spec.suspend`): a suspended package's drift is recorded and
+    /// left alone. `None`: never suspended (tests without lifecycle).
+    scopes: Option<berth_clients::scope::PackageScopes>,
 }
 
 /// What to watch: a deployed revision's objects.
@@ -135,7 +139,17 @@ impl DriftMonitor {
             shutdown,
             metrics,
             shards: Shards::all_owned(berth_lease::shards::DEFAULT_SHARDS),
+            scopes: None,
         }
+    }
+
+    /// Asks lifecycle through `scopes` whether a package is suspended before repairing it.
+    pub fn set_scopes(&mut self, scopes: berth_clients::scope::PackageScopes) {
+        self.scopes = Some(scopes);
+    }
+
+    pub fn scopes(&self) -> Option<&berth_clients::scope::PackageScopes> {
+        self.scopes.as_ref()
     }
 
     /// Repairs only the releases of the shards `shards` says this replica owns.
@@ -157,9 +171,11 @@ impl DriftMonitor {
     /// Earlier drift events are kept. `revision` is the deployed revision the objects are
     /// from; `applied` holds the objects as berth's apply just left them (may be empty):
     /// those need no check when the watch first lists them.
+    #[allow(clippy::too_many_arguments)]
     pub fn watch(
         &self,
         applier: &Applier,
+        key: &RecordKey,
         release: &str,
         namespace: &str,
         revision: i32,
@@ -192,13 +208,15 @@ impl DriftMonitor {
             }
             (events, watched)
         };
-        let owner = Owner {
+        let follower = Follower {
             applier: applier.clone(),
+            key: key.clone(),
             release: release.to_string(),
             namespace: namespace.to_string(),
             events,
             metrics: self.metrics.clone(),
             revision: watched,
+            scopes: self.scopes.clone(),
         };
         let desired = Desired {
             revision,
@@ -207,7 +225,7 @@ impl DriftMonitor {
         };
         berth_runtime::spawn_in(
             tracing::info_span!(parent: None, "release.drift_repair", release = %release, namespace = %namespace),
-            owner.run(desired, cancel),
+            follower.run(desired, cancel),
         );
         true
     }
@@ -261,17 +279,20 @@ impl DriftMonitor {
 }
 
 /// One release's repairer, following the release to each newer deployed revision.
-struct Owner {
+struct Follower {
     applier: Applier,
+    /// Checks the release's records before they are acted on.
+    key: RecordKey,
     release: String,
     namespace: String,
     events: EventLog,
     metrics: ReleaseMetrics,
     /// The revision watched, shared with the monitor's entry.
     revision: Arc<AtomicI32>,
+    scopes: Option<berth_clients::scope::PackageScopes>,
 }
 
-impl Owner {
+impl Follower {
     async fn run(self, mut desired: Desired, cancel: CancellationToken) {
         loop {
             let d = desired;
@@ -279,11 +300,13 @@ impl Owner {
             tracing::debug!(revision = d.revision, "repairing drift");
             let repairer = Repairer {
                 applier: self.applier.clone(),
+                key: self.key.clone(),
                 release: self.release.clone(),
                 namespace: self.namespace.clone(),
                 revision: d.revision,
                 events: self.events.clone(),
                 metrics: self.metrics.clone(),
+                scopes: self.scopes.clone(),
             };
             // Boxed, as `deployed` below and `key_for` in the repairer: a future awaited in
             // place is part of this task's allocation, which is as large as the largest of
@@ -321,19 +344,32 @@ impl Owner {
         }
     }
 
-    /// The release's latest revision, when it is deployed and berth's.
-    async fn deployed(&self) -> Result<Option<Desired>, StoreError> {
-        let store = ReleaseStore::new(self.applier.client().clone(), &self.namespace)
-            .counted(self.metrics.record_reads());
-        let Some(latest) = store.stored(&self.release).await?.pop() else {
+    /// The release's latest revision, when it is deployed and berth's, with its objects as its
+    /// confinement allows (see `confine::recorded`).
+    async fn deployed(&self) -> Result<Option<Desired>, ReleaseError> {
+        let store = ReleaseStore::new(
+            self.applier.client().clone(),
+            &self.namespace,
+            self.key.clone(),
+        )
+        .counted(self.metrics.record_reads());
+        let records = store.stored(&self.release).await?;
+        let Some(latest) = records.newest() else {
             return Ok(None);
         };
-        if latest.release.info.status != Status::Deployed.as_str() || latest.checksum.is_none() {
+        if latest.release.info.status != Status::Deployed.as_str() {
             return Ok(None);
         }
+        let objects = confine::recorded(
+            &self.applier,
+            latest,
+            "drift repair",
+            recorded_objects(&latest.release.manifest),
+        )
+        .await?;
         Ok(Some(Desired {
             revision: latest.release.version,
-            objects: recorded_objects(&latest.release.manifest),
+            objects,
             applied: Vec::new(),
         }))
     }
@@ -421,11 +457,13 @@ type Work = std::pin::Pin<Box<dyn Future<Output = (ObjectKey, Done)> + Send>>;
 #[derive(Clone)]
 struct Repairer {
     applier: Applier,
+    key: RecordKey,
     release: String,
     namespace: String,
     revision: i32,
     events: EventLog,
     metrics: ReleaseMetrics,
+    scopes: Option<berth_clients::scope::PackageScopes>,
 }
 
 impl Repairer {
@@ -651,16 +689,58 @@ impl Repairer {
         if !matches!(done, Done::Drifted { .. }) {
             return (key, done);
         }
-        let store = ReleaseStore::new(self.applier.client().clone(), &self.namespace)
-            .counted(self.metrics.record_reads());
-        match store.deployed_version(&self.release).await {
-            Ok(Some(v)) if v == self.revision => (key, done),
-            Ok(_) => (key, Done::Outdated),
+        if self.suspended().await {
+            // Left as it is (recorded); the next event or re-list after a resume repairs it.
+            if let Done::Drifted { kind, fields } = &done {
+                tracing::info!(object = %key, kind = kind.as_str(), "drift left alone: the package is suspended");
+                self.record(
+                    &key,
+                    *kind,
+                    fields.clone(),
+                    Some("not repaired: the package is suspended".into()),
+                );
+            }
+            return (key, Done::CheckFailed);
+        }
+        // Berth's newest record (never a label anyone could have written) must still be the
+        // deployed revision watched.
+        let store = ReleaseStore::new(
+            self.applier.client().clone(),
+            &self.namespace,
+            self.key.clone(),
+        )
+        .counted(self.metrics.record_reads());
+        match store.stored(&self.release).await {
+            Ok(records) => match records.newest() {
+                Some(s)
+                    if s.release.version == self.revision
+                        && s.release.info.status == Status::Deployed.as_str() =>
+                {
+                    (key, done)
+                }
+                _ => (key, Done::Outdated),
+            },
             Err(e) => {
                 tracing::debug!(object = %key, error = %e, "reading the release before a repair failed");
                 (key, Done::CheckFailed)
             }
         }
+    }
+
+    /// Whether lifecycle says the release's package is suspended (an answer that fails counts
+    /// as not suspended: drift repair is the default).
+    async fn suspended(&self) -> bool {
+        let Some(scopes) = &self.scopes else {
+            return false;
+        };
+        let key =
+            match berth_clients::scope::PackageScope::of_release(&self.release, &self.namespace) {
+                berth_clients::scope::PackageScope::Module { name } => name,
+                berth_clients::scope::PackageScope::App { name, namespace } => {
+                    format!("{namespace}.{name}")
+                }
+            };
+        scopes.facts(&key).await.is_ok_and(|f| f.suspended)
     }
 
     fn record(&self, key: &ObjectKey, kind: DriftKind, fields: Vec<String>, error: Option<String>) {

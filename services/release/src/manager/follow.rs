@@ -11,6 +11,9 @@
 //! A replica's own operations change the watch before their records are written, so their
 //! events find nothing to do. The watch runs only with shard Leases (a lone replica writes
 //! every record itself).
+//!
+//! Labels are anyone's to write (an App may create Secrets in its namespace): they only say
+//! which release to look at. What is done follows berth's newest record of it, its MAC checked.
 
 use super::*;
 use crate::record::store::CHECKSUM_LABEL;
@@ -101,31 +104,50 @@ impl ReleaseManager {
         {
             return None;
         }
-        match decide(
+        if decide(
             status,
             version,
             self.drift.watched_revision(name, namespace),
-        ) {
-            Seen::Nothing => None,
+        ) == Seen::Nothing
+        {
+            return None;
+        }
+        let (this, name, namespace) = (self.clone(), name.clone(), namespace.to_owned());
+        Some(async move {
+            if let Err(e) = this.follow_one(&name, &namespace).await {
+                tracing::warn!(release.name = %name, release.namespace = %namespace, error = %e, "cannot follow a release changed elsewhere");
+            }
+        })
+    }
+
+    /// Acts on berth's newest record of a release whose records changed: what its status and
+    /// revision call for (see [`decide`]); with no record of berth's left, the repair stops.
+    async fn follow_one(&self, name: &str, namespace: &str) -> Result<(), ReleaseError> {
+        let records = self.store(namespace).stored(name).await?;
+        let watched = self.drift.watched_revision(name, namespace);
+        let Some(newest) = records.newest() else {
+            if watched.is_some() {
+                tracing::info!(release.name = %name, release.namespace = %namespace, "the release has no record of berth's left; repair stopped");
+                self.drift.stop(name, namespace);
+            }
+            return Ok(());
+        };
+        let (status, version) = (newest.release.info.status.as_str(), newest.release.version);
+        match decide(status, version, watched) {
+            Seen::Nothing => {}
             Seen::Pause => {
                 tracing::info!(release.name = %name, release.namespace = %namespace, version, %status, "another replica is changing the release; repair paused");
                 self.drift.pause(name, namespace);
-                None
             }
             Seen::Stop => {
                 tracing::info!(release.name = %name, release.namespace = %namespace, "another replica is uninstalling the release; repair stopped");
                 self.drift.stop(name, namespace);
-                None
             }
             Seen::Deployed(version) => {
-                let (this, name, namespace) = (self.clone(), name.clone(), namespace.to_owned());
-                Some(async move {
-                    if let Err(e) = this.resume_one(&name, &namespace, Some(version)).await {
-                        tracing::warn!(release.name = %name, release.namespace = %namespace, error = %e, "cannot repair the drift of a release deployed elsewhere");
-                    }
-                })
+                self.resume_one(name, namespace, Some(version)).await?;
             }
         }
+        Ok(())
     }
 }
 

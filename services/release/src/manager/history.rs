@@ -15,7 +15,8 @@ pub struct RevisionSummary {
 }
 
 impl ReleaseManager {
-    /// Every stored revision, oldest first; empty when the release does not exist.
+    /// Every revision berth wrote, oldest first; empty when the release does not exist (records
+    /// berth did not write are not its history).
     pub async fn history(&self, release: &ReleaseId) -> Result<Vec<RevisionSummary>, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let store = self.store(namespace);

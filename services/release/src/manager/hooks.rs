@@ -6,13 +6,14 @@ impl ReleaseManager {
     /// Runs the hooks for `event` one after another; the first failure stops the operation.
     pub(super) async fn run_hooks(
         &self,
+        applier: &Applier,
         hooks: &[Hook],
         event: HookEvent,
         name: &str,
         namespace: &str,
     ) -> Result<(), ReleaseError> {
         for hook in helm_hooks::for_event(hooks, event) {
-            self.run_hook(hook, event, name, namespace).await?;
+            self.run_hook(applier, hook, event, name, namespace).await?;
         }
         Ok(())
     }
@@ -20,17 +21,16 @@ impl ReleaseManager {
     #[tracing::instrument(skip_all, fields(hook.event = event.as_str(), hook.name = %hook.name))]
     async fn run_hook(
         &self,
+        applier: &Applier,
         hook: &Hook,
         event: HookEvent,
         name: &str,
         namespace: &str,
     ) -> Result<(), ReleaseError> {
         if hook.has_policy(DeletePolicy::BeforeHookCreation) {
-            self.applier
-                .delete(&hook.object, namespace, DELETE_WAIT)
-                .await?;
+            applier.delete(&hook.object, namespace, DELETE_WAIT).await?;
         }
-        self.applier.apply(&hook.object, name, namespace).await?;
+        applier.apply(&hook.object, name, namespace).await?;
         match self
             .applier
             .wait_complete(&hook.object, namespace, HOOK_WAIT)
@@ -38,17 +38,13 @@ impl ReleaseManager {
         {
             Ok(()) => {
                 if hook.has_policy(DeletePolicy::HookSucceeded) {
-                    self.applier
-                        .delete(&hook.object, namespace, DELETE_WAIT)
-                        .await?;
+                    applier.delete(&hook.object, namespace, DELETE_WAIT).await?;
                 }
                 Ok(())
             }
             Err(e) => {
                 if hook.has_policy(DeletePolicy::HookFailed) {
-                    self.applier
-                        .delete(&hook.object, namespace, DELETE_WAIT)
-                        .await?;
+                    applier.delete(&hook.object, namespace, DELETE_WAIT).await?;
                 }
                 Err(e.into())
             }

@@ -3,9 +3,10 @@
 use super::*;
 
 impl ReleaseManager {
-    /// Installs the chart, or upgrades the release when a revision already exists. With `app`,
-    /// the whole render (hooks included) must stay in the app's namespace, or nothing is
-    /// applied.
+    /// Installs the chart as `owner`'s release, or upgrades it when a revision already exists.
+    /// For an App (`owner.app_namespace`), the whole render (hooks included) must stay in the
+    /// app's namespace, or nothing is applied. A release whose records are not `owner`'s is
+    /// refused (see `ownership`).
     ///
     /// Timed in `berth_release_apply_duration_seconds` (waiting for the release's lock
     /// included); a success starts the clock of its readiness.
@@ -14,10 +15,10 @@ impl ReleaseManager {
         release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
-        app: Option<&AppNamespace>,
+        owner: &Owner,
     ) -> Result<Installed, ReleaseError> {
         let started = std::time::Instant::now();
-        let installed = self.install_timed(release, files, values, app).await;
+        let installed = self.install_timed(release, files, values, owner).await;
         if installed.is_err() {
             self.applier.forget_namespace(release.namespace());
         }
@@ -35,9 +36,11 @@ impl ReleaseManager {
         release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
-        app: Option<&AppNamespace>,
+        owner: &Owner,
     ) -> Result<Installed, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
+        let app = owner.app_namespace.clone().map(AppNamespace);
+        let app = app.as_ref();
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
 
@@ -46,19 +49,21 @@ impl ReleaseManager {
         let store = self.store(namespace);
         // The first record written is the next revision, whose creation fails if another
         // writer got there first.
-        let mut history = store.stored_for_new_revision(name).await?;
-        if let Some(newest) = history.last_mut() {
-            revision::fail_interrupted(&store, &mut newest.release).await?;
+        let mut records = store.stored_for_new_revision(name).await?;
+        ownership::check(release, &records, owner)?;
+        if let Some(newest) = records.own.last_mut() {
+            revision::fail_interrupted(&store, newest).await?;
         }
-        let previous_checksum = history.last().and_then(|s| s.checksum.clone());
-        let previous = history.last().map(|s| s.release.clone());
-        let revision = previous.as_ref().map_or(1, |p| p.version + 1);
+        let previous = records.newest().cloned();
+        let revision = records.next_revision(name, namespace)?;
         let info = ReleaseInfo {
             name: name.to_string(),
             namespace: namespace.to_string(),
             revision,
-            is_install: previous.is_none(),
-            is_upgrade: previous.is_some(),
+            // Any record counts: berth's own from before records carried MACs are an upgrade
+            // to the chart, whatever berth may act on.
+            is_install: records.is_empty(),
+            is_upgrade: !records.is_empty(),
         };
         // Like Helm: CRDs first, so the render's `.Capabilities` already lists their kinds.
         let crds = render::chart_crds(&files, &values)?;
@@ -67,7 +72,8 @@ impl ReleaseManager {
         {
             return Err(confine::crds_refusal(app, &crds));
         }
-        self.apply_crds(name, namespace, &crds).await?;
+        let applier = self.acting_for(name, namespace)?;
+        self.apply_crds(&applier, name, namespace, &crds).await?;
         if !crds.is_empty() {
             self.capabilities.invalidate().await;
         }
@@ -75,34 +81,48 @@ impl ReleaseManager {
         let rendered = self
             .render_bounded(files.clone(), values.clone(), info, caps, app)
             .await?;
+        confine::refuse_record_writes(&rendered, namespace)?;
         if let Some(app) = app {
             self.confine(app, &rendered).await?;
         }
-        self.applier.ensure_namespace(namespace).await?;
+        self.applier
+            .ensure_namespace(namespace, &self.namespace_labels(name, namespace))
+            .await?;
 
         let checksum = render_checksum(&rendered);
         let hooks: Vec<Hook> = rendered.hooks.iter().map(Hook::from_manifest).collect();
         if let Some(prev) = &previous
-            && prev.info.status == Status::Deployed.as_str()
-            && previous_checksum.as_deref() == Some(checksum.as_str())
+            && prev.release.info.status == Status::Deployed.as_str()
+            && prev.checksum.as_deref() == Some(checksum.as_str())
         {
             // Same render as the deployed revision: re-apply in place (heals deleted or edited
             // objects) without writing a new revision.
-            let applied = self.apply_all(name, namespace, &rendered).await?;
+            let applied = self.apply_all(&applier, name, namespace, &rendered).await?;
             let objects = applied.iter().map(|a| a.key.clone()).collect();
-            self.watch_drift(name, namespace, prev.version, &rendered, applied);
+            self.watch_drift(
+                &applier,
+                name,
+                namespace,
+                prev.release.version,
+                &rendered,
+                applied,
+            );
             return Ok(Installed {
-                revision: prev.version,
+                revision: prev.release.version,
                 objects,
                 unchanged: true,
-                manifest: prev.manifest.clone(),
+                manifest: prev.release.manifest.clone(),
             });
+        }
+        let note = ownership::foreign_note(&records, previous.is_some());
+        if let Some(note) = &note {
+            tracing::warn!(release = %release, "{note}");
         }
 
         let started = format::now();
         let first_deployed = previous
             .as_ref()
-            .map_or(started.clone(), |p| p.info.first_deployed.clone());
+            .map_or(started.clone(), |p| p.release.info.first_deployed.clone());
         let mut record = HelmRelease {
             name: name.to_string(),
             info: Info {
@@ -122,12 +142,12 @@ impl ReleaseManager {
             namespace: namespace.to_string(),
         };
 
-        let (pre, post) = if previous.is_none() {
+        let (pre, post) = if records.is_empty() {
             (HookEvent::PreInstall, HookEvent::PostInstall)
         } else {
             (HookEvent::PreUpgrade, HookEvent::PostUpgrade)
         };
-        let (what, pending, underway) = if revision == 1 {
+        let (what, pending, underway) = if records.is_empty() {
             (
                 "Install",
                 Status::PendingInstall,
@@ -136,33 +156,44 @@ impl ReleaseManager {
         } else {
             ("Upgrade", Status::PendingUpgrade, "Preparing upgrade")
         };
-        revision::begin(&store, &mut record, &checksum, pending, underway).await?;
+        let mut new = revision::Pending {
+            record: &mut record,
+            checksum: &checksum,
+            owner,
+        };
+        revision::begin(&store, &mut new, pending, underway).await?;
         // Helm's order: pre hooks, apply, prune what the new revision dropped, post hooks.
         let applied = async {
-            self.run_hooks(&hooks, pre, name, namespace).await?;
-            let applied = self.apply_all(name, namespace, &rendered).await?;
+            self.run_hooks(&applier, &hooks, pre, name, namespace)
+                .await?;
+            let applied = self.apply_all(&applier, name, namespace, &rendered).await?;
             if let Some(prev) = &previous {
                 let keys: Vec<ObjectKey> = applied.iter().map(|a| a.key.clone()).collect();
-                self.prune(namespace, prev, &keys).await?;
+                self.prune(&applier, namespace, prev, &keys).await?;
             }
-            self.run_hooks(&hooks, post, name, namespace).await?;
+            self.run_hooks(&applier, &hooks, post, name, namespace)
+                .await?;
             Ok::<_, ReleaseError>(applied)
         }
         .await;
         let applied = match applied {
             Ok(keys) => keys,
             Err(e) => {
-                revision::failed(&store, &mut record, format!("{what} failed: {e}")).await;
+                revision::failed(&store, &mut new, format!("{what} failed: {e}")).await;
                 return Err(e);
             }
         };
-        revision::deployed(&store, &mut record, format!("{what} complete"), &history).await?;
-        let versions = history.iter().map(|s| s.release.version);
+        let description = match note {
+            Some(note) => format!("{what} complete; {note}"),
+            None => format!("{what} complete"),
+        };
+        revision::deployed(&store, &mut new, description, &records.own).await?;
+        let versions = records.own.iter().map(|s| s.release.version);
         store
             .trim_history(name, versions.chain([revision]), self.history_max)
             .await?;
         let objects = applied.iter().map(|a| a.key.clone()).collect();
-        self.watch_drift(name, namespace, revision, &rendered, applied);
+        self.watch_drift(&applier, name, namespace, revision, &rendered, applied);
         Ok(Installed {
             revision,
             objects,
@@ -175,6 +206,7 @@ impl ReleaseManager {
     /// stored each, so the watches' first sight of them needs no check.
     fn watch_drift(
         &self,
+        applier: &Applier,
         name: &str,
         namespace: &str,
         revision: i32,
@@ -189,8 +221,9 @@ impl ReleaseManager {
             .iter()
             .map(|m| m.object.clone())
             .collect();
-        self.drift
-            .watch(&self.applier, name, namespace, revision, objects, applied);
+        self.drift.watch(
+            applier, &self.key, name, namespace, revision, objects, applied,
+        );
     }
 
     /// Applies the chart's `crds/` and waits until each is Established, ahead of the install
@@ -211,8 +244,13 @@ impl ReleaseManager {
         if let Some(app) = app {
             return Err(confine::crds_refusal(app, &crds));
         }
+        // At Load lifecycle does not know the module's rules yet (they come with the Loaded
+        // report this step precedes), so these are applied with the service's own identity;
+        // every Install applies them again as the package (docs/decisions/package-identity.md).
         let objects: Vec<&serde_json::Value> = crds.iter().map(|m| &m.object).collect();
-        let applied = self.apply_in_order(name, namespace, &objects).await?;
+        let applied = self
+            .apply_in_order(&self.applier, name, namespace, &objects)
+            .await?;
         self.capabilities.invalidate().await;
         Ok(applied)
     }
@@ -221,24 +259,28 @@ impl ReleaseManager {
     /// the release: Helm neither records nor deletes them.
     pub(super) async fn apply_crds(
         &self,
+        applier: &Applier,
         name: &str,
         namespace: &str,
         crds: &[render::Manifest],
     ) -> Result<(), ReleaseError> {
         let objects: Vec<&serde_json::Value> = crds.iter().map(|m| &m.object).collect();
-        self.apply_in_order(name, namespace, &objects).await?;
+        self.apply_in_order(applier, name, namespace, &objects)
+            .await?;
         Ok(())
     }
 
     pub(super) async fn apply_all(
         &self,
+        applier: &Applier,
         name: &str,
         namespace: &str,
         rendered: &render::Rendered,
     ) -> Result<Vec<Applied>, ReleaseError> {
         let objects: Vec<&serde_json::Value> =
             rendered.manifests.iter().map(|m| &m.object).collect();
-        self.apply_in_order(name, namespace, &objects).await
+        self.apply_in_order(applier, name, namespace, &objects)
+            .await
     }
 
     /// Applies `objects` (already in install order) kind by kind: the objects of one kind at
@@ -249,6 +291,7 @@ impl ReleaseManager {
     /// other applies have finished.
     pub(super) async fn apply_in_order(
         &self,
+        applier: &Applier,
         name: &str,
         namespace: &str,
         objects: &[&serde_json::Value],
@@ -260,7 +303,7 @@ impl ReleaseManager {
             // rustc's higher-ranked lifetime inference when the caller must be `Send`.
             let applies: Vec<_> = same_kind
                 .iter()
-                .map(|o| self.applier.apply(o, name, namespace))
+                .map(|o| applier.apply(o, name, namespace))
                 .collect();
             let results: Vec<Result<Applied, ApplyError>> = futures::stream::iter(applies)
                 .buffered(APPLY_CONCURRENCY)
@@ -269,7 +312,7 @@ impl ReleaseManager {
             for result in results {
                 let done = result?;
                 if done.key.kind == "CustomResourceDefinition" {
-                    self.applier
+                    applier
                         .wait_crd_established(&done.key.name, CRD_WAIT)
                         .await?;
                 }
@@ -279,16 +322,25 @@ impl ReleaseManager {
         Ok(applied)
     }
 
-    /// Deletes what the previous revision had and this one no longer renders, except `keep`.
+    /// Deletes what the previous revision (berth's record) had and this one no longer renders,
+    /// except `keep`; of an App's record, only what the App may touch.
     pub(super) async fn prune(
         &self,
+        applier: &Applier,
         namespace: &str,
-        previous: &HelmRelease,
+        previous: &Stored,
         current: &[ObjectKey],
     ) -> Result<(), ReleaseError> {
         let current: BTreeSet<&ObjectKey> = current.iter().collect();
         let mut stale = Vec::new();
-        for object in recorded_objects(&previous.manifest) {
+        let recorded = confine::recorded(
+            &self.applier,
+            previous,
+            "prune",
+            recorded_objects(&previous.release.manifest),
+        )
+        .await?;
+        for object in recorded {
             let key = match self.applier.key_for(&object, namespace).await {
                 Ok((key, _)) => key,
                 Err(ApplyError::UnknownKind { .. }) => continue,
@@ -300,7 +352,7 @@ impl ReleaseManager {
         }
         stale.sort_by_key(|o| std::cmp::Reverse(install_rank(kind_of(o))));
         for object in stale {
-            if let Some((key, _)) = self.applier.delete(&object, namespace, DELETE_WAIT).await? {
+            if let Some((key, _)) = applier.delete(&object, namespace, DELETE_WAIT).await? {
                 tracing::info!(object = %key, "pruned");
             }
         }

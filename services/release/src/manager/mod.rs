@@ -10,6 +10,7 @@ mod history;
 mod hooks;
 mod install;
 mod metrics;
+mod ownership;
 mod plan;
 mod ready;
 mod resume;
@@ -31,14 +32,25 @@ use crate::apply::kstatus::{self, Status as ObjectStatus};
 use crate::apply::{Applied, Applier, ApplyError, KubeLookup, ObjectKey, object};
 use crate::capabilities::CapabilitiesCache;
 use crate::helm_hooks::{self, DeletePolicy, Hook, HookEvent};
+pub use crate::record::Owner;
 use crate::record::format::{self, HelmRelease, Info, chart_record, recorded_objects};
-use crate::record::{ReleaseStore, Status, StoreError};
+use crate::record::store::Stored;
+use crate::record::{RecordKey, Records, ReleaseStore, Status, StoreError};
 use berth_helm::order::install_rank;
 use berth_helm::render::{self, Capabilities, RenderError, manifests};
 use kube::Client;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+impl From<RenderError> for ReleaseError {
+    fn from(e: RenderError) -> Self {
+        match e {
+            RenderError::Limit { message, .. } => ReleaseError::RenderLimit(message),
+            other => ReleaseError::Render(other),
+        }
+    }
+}
 
 /// Revisions kept per release by default (Helm's `--history-max` default); see
 /// [`ReleaseManager::with_history_max`].
@@ -47,17 +59,22 @@ pub const HISTORY_MAX: usize = 10;
 /// Bounds on one release's render, checked where the release service renders (Install, Plan,
 /// Render).
 ///
-/// Both bounds are checked by the template engine as it runs ([`render::with_budget`]): a
-/// render past its deadline stops at its next template step, and one template's text cannot
-/// grow past the output bound. The caller also stops waiting at the deadline (work outside the
-/// template engine, such as reading YAML, is not interruptible). Renders hold one of a few
-/// slots (as many as CPUs) until they really end, so renders cannot pile up.
+/// The bounds are checked by the template engine as it runs ([`render::with_budget`]): a
+/// render past its deadline stops at its next template step, one template's text cannot grow
+/// past the output bound, and everything the render builds (strings, lists, maps, output)
+/// counts against the memory budget (`berth_helm::render::meter`). The caller also stops
+/// waiting at the deadline (work outside the template engine, such as reading YAML, is not
+/// interruptible). Renders hold one of a few slots (as many as CPUs) until they really end, so
+/// renders cannot pile up. A render refused by a limit is [`ReleaseError::RenderLimit`]: the
+/// same chart and values hit it again.
 #[derive(Clone, Copy, Debug)]
 pub struct RenderLimits {
     /// Longest a render may take.
     pub time: std::time::Duration,
     /// Most bytes of rendered manifests, hooks, CRDs and notes.
     pub output_bytes: usize,
+    /// Most bytes the render may build (see `berth_helm::render::meter`).
+    pub memory_bytes: usize,
 }
 
 impl Default for RenderLimits {
@@ -65,6 +82,7 @@ impl Default for RenderLimits {
         RenderLimits {
             time: std::time::Duration::from_secs(60),
             output_bytes: 32 << 20,
+            memory_bytes: berth_helm::render::DEFAULT_MEMORY_BUDGET,
         }
     }
 }
@@ -98,7 +116,11 @@ pub enum ReleaseError {
     #[error("invalid request: {0}")]
     InvalidArgument(String),
     #[error(transparent)]
-    Render(#[from] RenderError),
+    Render(RenderError),
+    /// The render hit one of [`RenderLimits`] (time, output, memory); the message names it.
+    /// Rendering the same chart and values again hits it again.
+    #[error("{0}")]
+    RenderLimit(String),
     #[error(transparent)]
     Apply(#[from] ApplyError),
     #[error(transparent)]
@@ -107,12 +129,20 @@ pub enum ReleaseError {
     Task(String),
     #[error("not found: {0}")]
     NotFound(String),
-    /// An App's chart reaches outside its namespace (see `confine`).
+    /// An App's chart reaches outside its namespace, or a chart writes release records (see
+    /// `confine`).
     #[error("{0}")]
     Confined(String),
+    /// The release's records are not the requesting package's: another package's, or a release
+    /// berth did not make (see `ownership`).
+    #[error("{0}")]
+    NotOwned(String),
     /// The service cannot take the request now (every render slot taken); it may later.
     #[error("{0}")]
     Busy(String),
+    /// A package's principal (its identity) could not be made, removed or used.
+    #[error(transparent)]
+    Principal(#[from] crate::principal::PrincipalError),
 }
 
 impl ReleaseError {
@@ -121,11 +151,14 @@ impl ReleaseError {
             ReleaseError::Apply(e) => e.is_unavailable(),
             ReleaseError::Store(e) => e.is_unavailable(),
             ReleaseError::Busy(_) => true,
+            ReleaseError::Principal(e) => e.is_unavailable(),
             ReleaseError::InvalidArgument(_)
             | ReleaseError::Render(_)
+            | ReleaseError::RenderLimit(_)
             | ReleaseError::Task(_)
             | ReleaseError::NotFound(_)
-            | ReleaseError::Confined(_) => false,
+            | ReleaseError::Confined(_)
+            | ReleaseError::NotOwned(_) => false,
         }
     }
 }
@@ -191,6 +224,8 @@ impl ReleaseLocks {
 #[derive(Clone)]
 pub struct ReleaseManager {
     client: Client,
+    /// Authenticates the release records berth writes (see `record::key`).
+    key: RecordKey,
     applier: Applier,
     locks: ReleaseLocks,
     capabilities: CapabilitiesCache,
@@ -206,6 +241,10 @@ pub struct ReleaseManager {
     /// Renders running at once, including those abandoned at their deadline that still run:
     /// a chart that keeps timing out cannot pile up threads burning CPU.
     renders: Arc<tokio::sync::Semaphore>,
+    /// Packages' identities: with them, what is written for a release goes through its
+    /// package's principal (see [`ReleaseManager::acting_for`]); without (the release service
+    /// alone, in tests), through the service's own identity.
+    principals: Option<crate::principal::Principals>,
 }
 
 /// Validates a release name (DNS-1123 subdomain, at most 53 characters, as Helm requires) or
@@ -268,10 +307,13 @@ impl std::fmt::Display for ReleaseId {
     }
 }
 impl ReleaseManager {
-    pub fn new(client: Client) -> Self {
+    /// A manager of the releases on `client`'s cluster whose records are authenticated with
+    /// `key` (every replica of one installation must be given the same key).
+    pub fn new(client: Client, key: RecordKey) -> Self {
         ReleaseManager {
             applier: Applier::new(client.clone()),
             client,
+            key,
             locks: ReleaseLocks::default(),
             capabilities: CapabilitiesCache::default(),
             drift: drift::DriftMonitor::default(),
@@ -283,12 +325,64 @@ impl ReleaseManager {
             renders: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
             )),
+            principals: None,
         }
+    }
+
+    /// Acts for packages as their principals (docs/decisions/package-identity.md): every
+    /// object of a release is applied, pruned and deleted (chart hooks and drift repairs too)
+    /// by impersonating its package's ServiceAccount; records, namespaces and reads stay the
+    /// service's own. `endpoint` is where hooks reach the API server.
+    pub fn with_principals(
+        mut self,
+        endpoint: crate::principal::HookEndpoint,
+        pod_security: crate::principal::PodSecurity,
+    ) -> Self {
+        self.principals = Some(crate::principal::Principals::new(
+            self.applier.clone(),
+            endpoint,
+            pod_security,
+        ));
+        self
+    }
+
+    /// The packages' principals, when this manager acts as them.
+    pub fn principals(&self) -> Option<&crate::principal::Principals> {
+        self.principals.as_ref()
+    }
+
+    /// The applier that writes for the release `name` in `namespace`: as its package's
+    /// principal (a Module's release lives in `berth-system`, an App's is named after it in its
+    /// namespace), or as the service itself without principals.
+    fn acting_for(&self, name: &str, namespace: &str) -> Result<Applier, ReleaseError> {
+        let Some(principals) = &self.principals else {
+            return Ok(self.applier.clone());
+        };
+        let scope = berth_clients::scope::PackageScope::of_release(name, namespace);
+        let user = scope.service_account().username();
+        Ok(self.applier.acting_as(principals.client(&scope)?, &user))
+    }
+
+    /// The labels the namespace of release `name` in `namespace` gets when berth makes it:
+    /// an App's Pod Security labels (with principals), none for `berth-system`.
+    fn namespace_labels(&self, name: &str, namespace: &str) -> Vec<(&'static str, &'static str)> {
+        let scope = berth_clients::scope::PackageScope::of_release(name, namespace);
+        self.principals
+            .as_ref()
+            .map(|p| p.namespace_labels(&scope))
+            .unwrap_or_default()
     }
 
     /// Keeps at most `revisions` release records per release (at least 1: the deployed one).
     pub fn with_history_max(mut self, revisions: usize) -> Self {
         self.history_max = revisions.max(1);
+        self
+    }
+
+    /// Asks lifecycle through `scopes` before each drift repair whether the package is
+    /// suspended (then its drift is left alone).
+    pub fn with_package_scopes(mut self, scopes: berth_clients::scope::PackageScopes) -> Self {
+        self.drift.set_scopes(scopes);
         self
     }
 
@@ -329,6 +423,7 @@ impl ReleaseManager {
                 time: Some(limits.time),
                 since: Some(std::time::Instant::now()),
                 output: Some(limits.output_bytes),
+                memory: Some(limits.memory_bytes),
             };
             render::with_budget(budget, || {
                 render::render_release_with_lookup(&files, &values, &info, &caps, Some(lookup))
@@ -344,7 +439,7 @@ impl ReleaseManager {
             .sum::<usize>()
             + rendered.notes.len();
         if size > limits.output_bytes {
-            return Err(ReleaseError::InvalidArgument(format!(
+            return Err(ReleaseError::RenderLimit(format!(
                 "the chart rendered {size} bytes, over the render output limit of {} bytes",
                 limits.output_bytes
             )));
@@ -356,8 +451,12 @@ impl ReleaseManager {
     /// Call before the first install.
     pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
         let shards = self.drift.shards().clone();
+        let scopes = self.drift.scopes().cloned();
         self.drift = drift::DriftMonitor::new(shutdown, self.metrics.clone());
         self.drift.set_shards(shards);
+        if let Some(scopes) = scopes {
+            self.drift.set_scopes(scopes);
+        }
         self
     }
 
@@ -437,7 +536,8 @@ impl ReleaseManager {
 
     /// The release records of `namespace`, their reads counted in the release metrics.
     fn store(&self, namespace: &str) -> ReleaseStore {
-        ReleaseStore::new(self.client.clone(), namespace).counted(self.metrics.record_reads())
+        ReleaseStore::new(self.client.clone(), namespace, self.key.clone())
+            .counted(self.metrics.record_reads())
     }
 
     /// The counts of release record reads by where they were served from (see
@@ -485,7 +585,7 @@ async fn bounded<T: Send + 'static>(
     // A backstop should the engine not reach a check in time: a moment past the limit, so the
     // engine's own refusal (which names the template) normally comes first.
     match tokio::time::timeout(time + RENDER_GRACE, running).await {
-        Err(_) => Err(ReleaseError::InvalidArgument(format!(
+        Err(_) => Err(ReleaseError::RenderLimit(format!(
             "the chart's render took longer than the render time limit of {time:?}"
         ))),
         Ok(joined) => joined.map_err(|e| ReleaseError::Task(e.to_string())),

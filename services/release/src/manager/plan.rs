@@ -35,36 +35,46 @@ impl ReleaseManager {
     ) -> Result<render::Rendered, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let store = self.store(namespace);
-        let previous = store.latest(name).await?;
+        let records = store.stored(name).await?;
         let info = ReleaseInfo {
             name: name.to_string(),
             namespace: namespace.to_string(),
-            revision: previous.as_ref().map_or(1, |p| p.version + 1),
-            is_install: previous.is_none(),
-            is_upgrade: previous.is_some(),
+            revision: records.next_revision(name, namespace)?,
+            is_install: records.is_empty(),
+            is_upgrade: !records.is_empty(),
         };
         let caps = self.capabilities().await;
         let rendered = self.render_bounded(files, values, info, caps, app).await?;
+        confine::refuse_record_writes(&rendered, namespace)?;
         if let Some(app) = app {
             self.confine(app, &rendered).await?;
         }
         Ok(rendered)
     }
 
-    /// Each object's fate if this chart and values were installed now.
+    /// Each object's fate if this chart and values were installed now. `as_package`: the
+    /// release is a package's (the request named it), so the dry runs are made as its
+    /// principal, as its install would be, and what the API server would refuse it is refused
+    /// here; otherwise (the operator's plan of any chart) as the service itself.
     pub async fn plan(
         &self,
         release: &ReleaseId,
         files: Vec<(String, Vec<u8>)>,
         values: serde_json::Value,
         app: Option<&AppNamespace>,
+        as_package: bool,
     ) -> Result<Vec<PlannedChange>, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let rendered = self.render_for_cluster(release, files, values, app).await?;
+        let applier = if as_package {
+            self.acting_for(name, namespace)?
+        } else {
+            self.applier.clone()
+        };
         let mut changes = Vec::new();
         let mut rendered_keys = BTreeSet::new();
         for m in &rendered.manifests {
-            let run: DryRun = self.applier.dry_run(&m.object, name, namespace).await?;
+            let run: DryRun = applier.dry_run(&m.object, name, namespace).await?;
             let (action, changed) = match &run.live {
                 None => (PlanAction::Create, Vec::new()),
                 Some(_) => {
@@ -84,8 +94,17 @@ impl ReleaseManager {
             });
         }
         let store = self.store(namespace);
-        if let Some(latest) = store.latest(name).await? {
-            for object in recorded_objects(&latest.manifest) {
+        let records = store.stored(name).await?;
+        if let Some(latest) = records.newest() {
+            // What an install would prune: berth's newest record, as its owner may touch it.
+            let recorded = confine::recorded(
+                &self.applier,
+                latest,
+                "plan",
+                recorded_objects(&latest.release.manifest),
+            )
+            .await?;
+            for object in recorded {
                 if crate::apply::object::is_kept(&object) {
                     continue;
                 }

@@ -29,12 +29,20 @@ impl ReleaseManager {
         let (name, namespace) = (release.name(), release.namespace());
         let deadline = tokio::time::Instant::now() + timeout;
         let store = self.store(namespace);
-        let Some(latest) = store.latest(name).await? else {
+        let records = store.stored(name).await?;
+        let Some(latest) = records.newest() else {
             return Err(ReleaseError::NotFound(format!(
                 "release {name:?} in namespace {namespace:?}"
             )));
         };
-        self.wait_revision(release, latest.version, &latest.manifest, deadline)
+        let objects = confine::recorded(
+            &self.applier,
+            latest,
+            "readiness",
+            recorded_objects(&latest.release.manifest),
+        )
+        .await?;
+        self.wait_objects(release, latest.release.version, objects, deadline)
             .await
     }
 
@@ -47,11 +55,23 @@ impl ReleaseManager {
         manifest: &str,
         deadline: tokio::time::Instant,
     ) -> Result<Observed, ReleaseError> {
+        self.wait_objects(release, revision, recorded_objects(manifest), deadline)
+            .await
+    }
+
+    /// [`Self::wait_revision`] for the revision's objects.
+    async fn wait_objects(
+        &self,
+        release: &ReleaseId,
+        revision: i32,
+        objects: Vec<serde_json::Value>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Observed, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let mut order = Vec::new();
         let mut outcomes = BTreeMap::new();
         let mut watched = Vec::new();
-        for object in recorded_objects(manifest) {
+        for object in objects {
             let (key, outcome) = match self.applier.key_for(&object, namespace).await {
                 Ok((key, ar)) => {
                     watched.push((key.clone(), ar));

@@ -15,11 +15,12 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ReleaseManager {
     /// Starts drift repair for every release of the shards this replica owns whose latest
-    /// revision berth deployed: a Helm release Secret with status `deployed` and berth's
-    /// checksum label, which Helm does not write. Releases already watched by this process
-    /// are left alone; each release is re-read under its lock, so a concurrent install,
-    /// rollback or uninstall wins. Returns how many releases it started watching. Does
-    /// nothing with drift repair off.
+    /// revision berth deployed. Candidates are found by their Secrets' labels (status
+    /// `deployed` and berth's checksum label, which anyone may write); each is then read under
+    /// its lock, and only berth's newest record (its MAC checked) is watched, its objects as
+    /// its owner may touch them. Releases already watched by this process are left alone; a
+    /// concurrent install, rollback or uninstall wins. Returns how many releases it started
+    /// watching. Does nothing with drift repair off.
     pub async fn resume_drift_repair(&self) -> Result<usize, ReleaseError> {
         let owned = self.drift.shards().owned();
         self.resume_shards(&owned).await
@@ -114,15 +115,28 @@ impl ReleaseManager {
             return Ok(false);
         }
         let store = self.store(namespace);
-        let Some(latest) = store.stored(name).await?.pop() else {
+        let records = store.stored(name).await?;
+        let Some(latest) = records.newest() else {
+            if !records.foreign.is_empty() {
+                tracing::warn!(release.name = %name, release.namespace = %namespace,
+                    records = %records.describe_foreign(),
+                    "not repairing drift from records berth did not write");
+            }
             return Ok(false);
         };
-        if latest.release.info.status != Status::Deployed.as_str() || latest.checksum.is_none() {
+        if latest.release.info.status != Status::Deployed.as_str() {
             return Ok(false);
         }
-        let objects = recorded_objects(&latest.release.manifest);
-        let started = self.drift.watch(
+        let objects = confine::recorded(
             &self.applier,
+            latest,
+            "drift repair",
+            recorded_objects(&latest.release.manifest),
+        )
+        .await?;
+        let started = self.drift.watch(
+            &self.acting_for(name, namespace)?,
+            &self.key,
             name,
             namespace,
             latest.release.version,

@@ -15,8 +15,9 @@ use crate::record::store::Stored;
 /// pending revision found by an operation belongs to no running one.
 pub(super) async fn fail_interrupted(
     store: &ReleaseStore,
-    newest: &mut HelmRelease,
+    stored: &mut Stored,
 ) -> Result<(), StoreError> {
+    let newest = &mut stored.release;
     if !Status::is_pending(&newest.info.status) {
         return Ok(());
     }
@@ -30,22 +31,35 @@ pub(super) async fn fail_interrupted(
         "{} was interrupted before it finished",
         newest.info.status.trim_start_matches("pending-")
     );
-    store.set_status(newest, Status::Failed).await?;
+    store
+        .set_status(
+            newest,
+            stored.checksum.as_deref(),
+            &stored.owner,
+            Status::Failed,
+        )
+        .await?;
     newest.info.status = Status::Failed.as_str().into();
     Ok(())
 }
 
-/// Writes `record` as a new revision with status `pending`, before its objects are applied.
+/// A revision being written: its record, its checksum label and the package it belongs to.
+pub(super) struct Pending<'a> {
+    pub record: &'a mut HelmRelease,
+    pub checksum: &'a str,
+    pub owner: &'a Owner,
+}
+
+/// Writes the new revision with status `pending`, before its objects are applied.
 pub(super) async fn begin(
     store: &ReleaseStore,
-    record: &mut HelmRelease,
-    checksum: &str,
+    new: &mut Pending<'_>,
     pending: Status,
     description: &str,
 ) -> Result<(), StoreError> {
-    record.info.status = pending.as_str().into();
-    record.info.description = description.into();
-    store.create(record, checksum).await
+    new.record.info.status = pending.as_str().into();
+    new.record.info.description = description.into();
+    store.create(new.record, new.checksum, new.owner).await
 }
 
 /// Settles `record` as `deployed`, and supersedes every one of the `earlier` revisions (as
@@ -54,19 +68,21 @@ pub(super) async fn begin(
 /// marked deployed).
 pub(super) async fn deployed(
     store: &ReleaseStore,
-    record: &mut HelmRelease,
+    new: &mut Pending<'_>,
     description: String,
     earlier: &[Stored],
 ) -> Result<(), StoreError> {
-    record.info.description = description;
-    store.set_status(record, Status::Deployed).await?;
-    record.info.status = Status::Deployed.as_str().into();
-    for older in earlier.iter().map(|s| &s.release) {
-        let status = older.info.status.as_str();
-        if older.version < record.version
+    new.record.info.description = description;
+    store
+        .set_status(new.record, Some(new.checksum), new.owner, Status::Deployed)
+        .await?;
+    new.record.info.status = Status::Deployed.as_str().into();
+    for older in earlier {
+        let status = older.release.info.status.as_str();
+        if older.release.version < new.record.version
             && (status == Status::Deployed.as_str() || Status::is_pending(status))
         {
-            store.set_status(older, Status::Superseded).await?;
+            store.set_stored_status(older, Status::Superseded).await?;
         }
     }
     Ok(())
@@ -74,10 +90,13 @@ pub(super) async fn deployed(
 
 /// Settles `record` as `failed`. Best effort: the operation's own error is what the caller
 /// needs to see.
-pub(super) async fn failed(store: &ReleaseStore, record: &mut HelmRelease, description: String) {
-    record.info.description = description;
-    if let Err(e) = store.set_status(record, Status::Failed).await {
-        tracing::warn!(error = %e, release.name = %record.name, "could not record the failed revision");
+pub(super) async fn failed(store: &ReleaseStore, new: &mut Pending<'_>, description: String) {
+    new.record.info.description = description;
+    if let Err(e) = store
+        .set_status(new.record, Some(new.checksum), new.owner, Status::Failed)
+        .await
+    {
+        tracing::warn!(error = %e, release.name = %new.record.name, "could not record the failed revision");
     }
-    record.info.status = Status::Failed.as_str().into();
+    new.record.info.status = Status::Failed.as_str().into();
 }

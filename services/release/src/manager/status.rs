@@ -3,22 +3,31 @@
 use super::*;
 
 impl ReleaseManager {
-    /// The latest revision's objects, whether each exists, and whether all are ready.
+    /// The latest revision's objects (berth's newest record), whether each exists, and whether
+    /// all are ready.
     pub async fn status(&self, release: &ReleaseId) -> Result<Observed, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let store = self.store(namespace);
-        let Some(latest) = store.latest(name).await? else {
+        let records = store.stored(name).await?;
+        let Some(latest) = records.newest() else {
             return Ok(Observed::default());
         };
         let mut out = Observed {
             found: true,
-            revision: latest.version,
+            revision: latest.release.version,
             ready: true,
             ..Default::default()
         };
         let mut statuses = Vec::new();
         let now = chrono::Utc::now();
-        for object in recorded_objects(&latest.manifest) {
+        let objects = confine::recorded(
+            &self.applier,
+            latest,
+            "status",
+            recorded_objects(&latest.release.manifest),
+        )
+        .await?;
+        for object in objects {
             let seen = self.applier.get(&object, namespace).await?;
             let outcome = match seen.object.as_ref().map(serde_json::to_value) {
                 None => Ok(kstatus::Outcome {

@@ -1,41 +1,70 @@
 //! Uninstall: pre-delete hooks, objects in reverse install order, post-delete hooks, records.
+//! Only berth's records of the requesting package are acted on (see `ownership`).
 
 use super::*;
 
 impl ReleaseManager {
-    /// Deletes the release's objects in reverse install order, then its records.
-    pub async fn uninstall(&self, release: &ReleaseId) -> Result<Uninstalled, ReleaseError> {
+    /// Deletes the release's objects in reverse install order, then its records. A release
+    /// whose records are another package's, or not berth's, is left alone and answered as not
+    /// found: Remove always finishes, and never at another package's expense.
+    pub async fn uninstall(
+        &self,
+        release: &ReleaseId,
+        owner: &Owner,
+    ) -> Result<Uninstalled, ReleaseError> {
         let (name, namespace) = (release.name(), release.namespace());
         let lock = self.locks.get(namespace, name);
         let _held = lock.lock().await;
 
         let store = self.store(namespace);
-        let history = store.history(name).await?;
-        let Some(latest) = history.last() else {
+        let records = store.stored(name).await?;
+        if !records.foreign.is_empty() {
+            tracing::warn!(release = %release, records = %records.describe_foreign(),
+                "uninstall leaves alone records berth did not write, and the objects they name");
+        }
+        if let Some(theirs) = records
+            .own
+            .iter()
+            .find(|s| s.owner.package != owner.package)
+        {
+            tracing::warn!(release = %release, record = %theirs.release.secret_name(),
+                "not uninstalling: the release belongs to {}, not to {}",
+                theirs.owner.describe(), owner.describe());
+            return Ok(Uninstalled::default());
+        }
+        let Some(latest) = records.newest() else {
             return Ok(Uninstalled::default());
         };
         // Stop repairing before deleting, or the watches would bring the objects back.
         self.drift.stop(name, namespace);
         self.metrics.forget(namespace, name);
-        store.set_status(latest, Status::Uninstalling).await?;
-        let hooks = helm_hooks::from_record(latest);
-        self.run_hooks(&hooks, HookEvent::PreDelete, name, namespace)
+        store
+            .set_stored_status(latest, Status::Uninstalling)
             .await?;
-        let mut objects = recorded_objects(&latest.manifest);
+        let hooks = confine::recorded_hooks(&self.applier, latest, "uninstall hooks").await?;
+        let applier = self.acting_for(name, namespace)?;
+        self.run_hooks(&applier, &hooks, HookEvent::PreDelete, name, namespace)
+            .await?;
+        let mut objects = confine::recorded(
+            &self.applier,
+            latest,
+            "uninstall",
+            recorded_objects(&latest.release.manifest),
+        )
+        .await?;
         objects.sort_by_key(|o| std::cmp::Reverse(install_rank(kind_of(o))));
         let mut deleted = Vec::new();
         for object in &objects {
-            if let Some((key, existed)) =
-                self.applier.delete(object, namespace, DELETE_WAIT).await?
+            if let Some((key, existed)) = applier.delete(object, namespace, DELETE_WAIT).await?
                 && existed
             {
                 deleted.push(key);
             }
         }
-        self.run_hooks(&hooks, HookEvent::PostDelete, name, namespace)
+        self.run_hooks(&applier, &hooks, HookEvent::PostDelete, name, namespace)
             .await?;
-        for rev in &history {
-            store.delete(name, rev.version).await?;
+        for rev in &records.own {
+            store.delete(name, rev.release.version).await?;
         }
         Ok(Uninstalled {
             found: true,

@@ -6,6 +6,7 @@
 use anyhow::Context as _;
 use berth_devcluster::test_namespace::{TestNamespace, real_cluster};
 use berth_proto::release::releases_client::ReleasesClient;
+use berth_release::record::{RecordKey, ReleaseStore};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,6 +27,9 @@ pub struct Harness {
     server: Option<Server>,
     /// The in-process service's metrics (its `/metrics` page is `metrics.render()`).
     pub metrics: berth_runtime::Metrics,
+    /// The key the service authenticates release records with (random per harness, kept
+    /// across [`Harness::restart_service`]).
+    pub key: RecordKey,
     _cluster: Option<berth_devcluster::DevCluster>,
 }
 
@@ -109,7 +113,16 @@ async fn start_full_with(
         }
     };
     let metrics = berth_runtime::Metrics::default();
-    let (grpc, server) = serve(kube.clone(), drift_repair, false, render_limits, &metrics).await?;
+    let key = random_key();
+    let (grpc, server) = serve(
+        kube.clone(),
+        key.clone(),
+        drift_repair,
+        false,
+        render_limits,
+        &metrics,
+    )
+    .await?;
     // Created here rather than by the first install, so that it carries the label that finds
     // leftovers on a real cluster (`kubectl get ns -l berth.io/test=true`).
     let guard = TestNamespace::create(&kube, "rel-test")
@@ -124,8 +137,15 @@ async fn start_full_with(
         render_limits,
         server: Some(server),
         metrics,
+        key,
         _cluster: cluster,
     })
+}
+
+/// A fresh random record key, as `berth up` generates one.
+pub fn random_key() -> RecordKey {
+    let dir = tempfile::tempdir().expect("temp dir");
+    RecordKey::load_or_generate(&dir.path().join("record.key")).expect("record key")
 }
 
 /// Starts the release service on a fresh loopback port and connects to it. `as_process`
@@ -134,6 +154,7 @@ async fn start_full_with(
 /// service, so tests sharing a real cluster do not repair each other's releases.
 async fn serve(
     kube: kube::Client,
+    key: RecordKey,
     drift_repair: bool,
     as_process: bool,
     render_limits: berth_release::manager::RenderLimits,
@@ -141,7 +162,7 @@ async fn serve(
 ) -> anyhow::Result<(ReleasesClient<Channel>, Server)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let service = berth_release::ReleaseService::new(kube)
+    let service = berth_release::ReleaseService::new(kube, key)
         .with_drift_repair(drift_repair)
         .with_render_limits(render_limits)
         .with_metrics(metrics);
@@ -187,6 +208,7 @@ impl Harness {
         self.metrics = berth_runtime::Metrics::default();
         let (grpc, server) = serve(
             self.kube.clone(),
+            self.key.clone(),
             self.drift_repair,
             true,
             self.render_limits,
@@ -196,6 +218,12 @@ impl Harness {
         self.server = Some(server);
         self.grpc = grpc;
         Ok(())
+    }
+
+    /// The test namespace's release records, read and written with the service's key (as
+    /// another replica would).
+    pub fn store(&self) -> ReleaseStore {
+        ReleaseStore::new(self.kube.clone(), &self.namespace, self.key.clone())
     }
 
     /// A kubeconfig file for the cluster under test, for external tools such as helm: the

@@ -5,7 +5,7 @@ use berth_hooks::LifecycleBinding;
 use berth_proto::hookevent::RemoveBindingsRequest;
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{ConditionStatus, ConditionType, Removed};
-use berth_proto::release::UninstallRequest;
+use berth_proto::release::{PrincipalRequest, UninstallRequest};
 use berth_queue::worker::TaskError;
 
 use crate::client::CallError;
@@ -77,6 +77,8 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         "delete"
     };
     warn_skipped(cx, &skipped, which).await;
+    // Release deletes the release's objects as the package's principal.
+    cx.identities.ensure(cx).await?;
     let (name, namespace) = cx.release();
     cx.services
         .release
@@ -137,6 +139,7 @@ async fn warn_skipped(cx: &TaskContext<'_>, skipped: &[String], which: &str) {
 }
 
 pub async fn cleanup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    remove_principal(cx).await?;
     let dir = cx.config.cache_dir.join(cx.key());
     cx.hooks.forget(&dir);
     if dir.exists() {
@@ -144,6 +147,40 @@ pub async fn cleanup(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             .await
             .map_err(|e| TaskError::retry(format!("deleting {}: {e}", dir.display())))?;
     }
+    // Nothing of the package's lives on in this worker: every process of its principal's uid
+    // is killed (its runs' cgroups already ended each run).
+    let principal = cx.spec.principal;
+    let _ =
+        tokio::task::spawn_blocking(move || berth_hooks::isolation::end_principal(principal)).await;
     cx.report(Report::Removed(Removed {})).await?;
+    Ok(())
+}
+
+/// Deletes the package's ServiceAccount and bindings, now that its release is uninstalled and
+/// its delete hooks ran (the Uninstall task before this one).
+async fn remove_principal(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    let removed = cx
+        .services
+        .release
+        .clone()
+        .remove_principal(PrincipalRequest {
+            package: cx.key().to_owned(),
+        })
+        .await
+        .map_err(|s| CallError::new("release RemovePrincipal", s));
+    match removed {
+        Ok(answer) => {
+            let deleted = answer.into_inner().deleted;
+            tracing::info!(deleted = deleted.len(), "principal removed");
+        }
+        // No principals to remove (the release service acts as no package).
+        Err(e) if e.is_not_served() => {}
+        // Updated again while being removed: the new generation keeps its principal.
+        Err(e) if e.is_failed_precondition() => {
+            tracing::info!(reason = %e.message(), "principal kept");
+        }
+        Err(e) => return Err(e.into()),
+    }
+    cx.identities.forget(cx.key());
     Ok(())
 }

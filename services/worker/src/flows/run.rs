@@ -29,9 +29,9 @@ async fn install(
     values: &Values,
     wait: bool,
 ) -> Result<Option<Readiness>, TaskError> {
-    let files = pkg
-        .chart_files()
-        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
+    let files = crate::package::chart_files(pkg).await?;
+    // Release writes the chart's objects as the package's principal: it must exist.
+    cx.identities.ensure(cx).await?;
     let mut request = cx.install_request(files, &values.current);
     if wait {
         request.wait_ms = millis(first_wait(cx));
@@ -59,15 +59,18 @@ async fn install(
                 ConditionStatus::False,
                 if s.is_confined() {
                     "Refused"
+                } else if s.is_render_limit() {
+                    "RenderLimit"
                 } else {
                     "ApplyFailed"
                 },
                 s.message(),
             )
             .await?;
-            if s.is_confined() {
-                // An App's chart reaching outside its namespace: the same chart is refused
-                // again, so the package fails for good with the release service's reasons.
+            if s.is_confined() || s.is_render_limit() {
+                // An App's chart reaching outside its namespace, or a render past a render
+                // limit: the same chart and values are refused again, so the package fails
+                // for good with the release service's reasons (until a new Update).
                 return Err(TaskError::permanent(format!(
                     "release Install: {}",
                     s.message()

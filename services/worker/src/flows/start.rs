@@ -6,7 +6,7 @@ use berth_hooks::binding_context::{self, BindingContext};
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
     ConditionStatus, ConditionType, Dependency, DependencyGroup, HookConfigAnswer, HookConfigs,
-    HookInfo, Loaded, Phase, Requirements, SettingsApplied, SettingsConversion,
+    HookInfo, Loaded, Phase, PolicyRule, Rbac, Requirements, SettingsApplied, SettingsConversion,
 };
 use berth_proto::queue::Task;
 use berth_proto::tasks::{self, Start as StartPayload, TaskKind};
@@ -16,7 +16,7 @@ use crate::bindings::{self, hook_snapshots};
 use crate::client::CallError;
 use crate::context::TaskContext;
 use crate::hooks::{apply_outputs, check_settings, report_run, run_hook, run_lifecycle};
-use crate::package::{Values, ensure, report_values};
+use crate::package::{Unavailable, Values, ensure, ensure_files, report_values};
 
 /// A Download task: the package's files into this worker's cache. Lifecycle no longer queues
 /// it (Load downloads first, see [`load`]); it still runs, for tasks queued before that.
@@ -28,7 +28,7 @@ pub async fn download(cx: &TaskContext<'_>) -> Result<(), TaskError> {
 /// `Downloaded` condition reported (gathered with the task's other reports).
 async fn fetch(cx: &TaskContext<'_>) -> Result<berth_package::Package, TaskError> {
     cx.set_phase(Phase::Downloading).await?;
-    match ensure(cx).await {
+    match ensure_files(cx).await {
         Ok(pkg) => {
             cx.set_condition(
                 ConditionType::Downloaded,
@@ -39,15 +39,30 @@ async fn fetch(cx: &TaskContext<'_>) -> Result<berth_package::Package, TaskError
             .await?;
             Ok(pkg)
         }
-        Err(e) => {
+        // The files are here but are not a package (package.yaml refused, a schema that
+        // does not compile): the Deckhouse runtime's `LoadFailed` on Loaded, naming why.
+        Err(Unavailable {
+            error,
+            load_failed: true,
+        }) => {
+            cx.set_condition(
+                ConditionType::Loaded,
+                ConditionStatus::False,
+                "LoadFailed",
+                &error.message,
+            )
+            .await?;
+            Err(error)
+        }
+        Err(Unavailable { error, .. }) => {
             cx.set_condition(
                 ConditionType::Downloaded,
                 ConditionStatus::False,
                 "DownloadFailed",
-                &e.message,
+                &error.message,
             )
             .await?;
-            Err(e)
+            Err(error)
         }
     }
 }
@@ -103,10 +118,9 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         .await?;
         return Err(TaskError::permanent(message));
     }
-    let reads_global = pkg
-        .reads_global()
-        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
-    let (hooks, answers) = match cx.hooks.load(&pkg, cx.config.hook_timeout).await {
+    let reads_global = crate::package::reads_global(&pkg).await?;
+    let sandbox = cx.sandbox(&pkg)?;
+    let (hooks, answers) = match cx.hooks.load(&pkg, cx.config.hook_timeout, &sandbox).await {
         Ok(found) => found,
         Err(e) => {
             cx.set_condition(
@@ -151,6 +165,7 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         reads_global,
         settings_version: pkg.conversions.latest(),
         hook_configs: recorded_configs(&answers),
+        rbac: Some(rbac(pkg.definition.rbac.as_ref())),
         conversions: pkg
             .conversions
             .steps()
@@ -226,6 +241,31 @@ fn implied_requirements(pkg: &berth_package::Package) -> berth_package::Requirem
     r
 }
 
+/// `rbac:` as the Loaded report carries it to lifecycle (the release service builds the
+/// package's ServiceAccount bindings from lifecycle's copy).
+fn rbac(declared: Option<&berth_package::Rbac>) -> Rbac {
+    let Some(declared) = declared else {
+        return Rbac {
+            declared: false,
+            rules: vec![],
+        };
+    };
+    Rbac {
+        declared: true,
+        rules: declared
+            .rules
+            .iter()
+            .map(|r| PolicyRule {
+                api_groups: r.api_groups.clone(),
+                resources: r.resources.clone(),
+                verbs: r.verbs.clone(),
+                resource_names: r.resource_names.clone(),
+                non_resource_urls: r.non_resource_urls.clone(),
+            })
+            .collect(),
+    }
+}
+
 /// `requirements` as the Loaded report carries them to lifecycle's scheduler.
 fn requirements(r: &berth_package::Requirements) -> Requirements {
     let text = |c: &Option<berth_package::VersionConstraint>| {
@@ -265,9 +305,7 @@ fn requirements(r: &berth_package::Requirements) -> Requirements {
 /// that cannot be computed yet (settings checked by ApplySettings) fall back to the package's
 /// static ones.
 async fn apply_crds(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<(), TaskError> {
-    let files = pkg
-        .chart_files()
-        .map_err(|e| TaskError::retry(format!("reading the chart: {e}")))?;
+    let files = crate::package::chart_files(pkg).await?;
     if !files.iter().any(|(path, _)| is_crd_path(path)) {
         return Ok(());
     }
@@ -356,7 +394,7 @@ async fn settings(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<
             cx.set_condition(
                 ConditionType::SettingsValid,
                 ConditionStatus::False,
-                "Invalid",
+                "ValidationFailed",
                 &e.message,
             )
             .await?;
@@ -379,7 +417,7 @@ async fn start_hooks(
     mut values: Values,
 ) -> Result<Values, TaskError> {
     let hooks = cx.package_hooks(pkg).await?;
-    // Decision (ARCHITECTURE.md): Synchronization runs before onStartup, as in the Deckhouse
+    // Decision (docs/decisions/synchronization-before-onstartup.md): Synchronization runs before onStartup, as in the Deckhouse
     // runtime.
     synchronize(cx, pkg, &hooks, &mut values).await?;
     run_lifecycle(

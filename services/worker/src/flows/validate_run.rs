@@ -86,9 +86,11 @@ async fn validate(
             ..Default::default()
         });
     }
-    let files = pkg
-        .chart_files()
-        .map_err(|e| format!("reading the chart: {e}"))?;
+    let files = crate::package::chart_files(&pkg)
+        .await
+        .map_err(|e| e.message)?;
+    // The plan's dry runs are made as the package's principal, as its install would be.
+    cx.identities.ensure(cx).await.map_err(|e| e.message)?;
     let planned = tokio::time::timeout(
         left,
         cx.services
@@ -100,8 +102,9 @@ async fn validate(
     .map_err(|_| format!("the release service did not plan within {left:?}"))?;
     let plan = match planned.map_err(|s| CallError::new("release Plan", s)) {
         Ok(plan) => plan.into_inner(),
-        // A render error or an object the API server refuses: the settings' doing.
-        Err(s) if s.is_invalid() => {
+        // A render error, a render past a render limit or an object the API server refuses:
+        // the settings' doing.
+        Err(s) if s.is_invalid() || s.is_render_limit() => {
             return Ok(invalid(format!("release plan: {}", s.message()), warnings));
         }
         Err(s) => return Err(s.to_string()),

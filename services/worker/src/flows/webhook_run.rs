@@ -71,6 +71,9 @@ async fn answer(cx: &TaskContext<'_>, payload: &WebhookRun) -> Result<String, St
             .map_err(|e| e.message)?;
         binding_context::refresh_snapshots(&mut contexts, &hook_snapshots(&all, name));
     }
+    let (sandbox, env) = crate::hooks::sandbox_with_identity(cx, &pkg)
+        .await
+        .map_err(|e| e.message)?;
     let span = tracing::info_span!("hook", hook.name = %hook.name);
     let output = async {
         berth_hooks::run(RunRequest {
@@ -78,10 +81,11 @@ async fn answer(cx: &TaskContext<'_>, payload: &WebhookRun) -> Result<String, St
             binding_context: contexts,
             values: values.current.clone(),
             config_values: values.settings.clone(),
-            env: cx.hook_env(),
+            env,
             timeout: remaining.min(cx.config.hook_timeout),
             cancel: cx.cancel.clone(),
             tmp_dir: cx.config.hook_tmp_dir.clone(),
+            sandbox: Some(sandbox),
         })
         .await
     }

@@ -12,8 +12,10 @@
 //! The scenario itself is in `scenario.rs`: one request per line, each with the request kind
 //! it covers.
 
+mod authz;
 mod engine;
 mod known;
+mod podsecurity;
 mod scenario;
 
 use berth_devcluster::{DevCluster, DevClusterConfig};
@@ -60,14 +62,81 @@ async fn dev_cluster_answers_like_kube_apiserver() {
     assert!(report.failures.is_empty(), "{}", report.failures.join("\n"));
 }
 
+/// The authorization scenario (`authz.rs`): identities, RBAC, impersonation, TokenRequest and
+/// access reviews, asked the same way of the dev cluster and kube-apiserver.
+#[tokio::test]
+async fn dev_cluster_authorizes_like_kube_apiserver() {
+    let Some(path) = real_cluster() else {
+        eprintln!(
+            "differential authorization skipped: it needs a real cluster (set BERTH_TEST_KUBECONFIG)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = DevCluster::start(DevClusterConfig {
+        data_dir: Some(dir.path().join("data")),
+        ..Default::default()
+    })
+    .await
+    .expect("dev cluster starts");
+    let dev_kubeconfig = dev.kubeconfig_path().expect("kubeconfig written");
+    let dev_client = client_for(&dev.kubeconfig_yaml()).await;
+    let real_client = crate::common::client_as_admin(&path).await;
+    let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let mut h = Harness::with_known(
+        Side::new("dev", dev_client, &suffix).await,
+        Side::new("real", real_client, &suffix).await,
+        known::AUTHZ_KNOWN,
+    );
+    authz::run(&mut h, &dev_kubeconfig, &path, dir.path()).await;
+    let report = h.finish();
+    eprintln!("{}", report.summary);
+    assert!(report.failures.is_empty(), "{}", report.failures.join("\n"));
+}
+
+/// The Pod Security scenario (`podsecurity.rs`): namespace labels, the baseline and restricted
+/// checks on pods, warnings for workloads and for a raised level, compared word for word.
+#[tokio::test]
+async fn dev_cluster_admits_pods_like_kube_apiserver() {
+    let Some(path) = real_cluster() else {
+        eprintln!(
+            "differential Pod Security skipped: it needs a real cluster (set BERTH_TEST_KUBECONFIG)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = DevCluster::start(DevClusterConfig {
+        data_dir: Some(dir.path().join("data")),
+        ..Default::default()
+    })
+    .await
+    .expect("dev cluster starts");
+    let dev_client = client_for(&dev.kubeconfig_yaml()).await;
+    let real_client = crate::common::client_as_admin(&path).await;
+    let suffix = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let mut h = Harness::with_known(
+        Side::new("dev", dev_client, &suffix).await,
+        Side::new("real", real_client, &suffix).await,
+        known::PODSECURITY_KNOWN,
+    );
+    podsecurity::run(&mut h).await;
+    let report = h.finish();
+    eprintln!("{}", report.summary);
+    assert!(report.failures.is_empty(), "{}", report.failures.join("\n"));
+}
+
 /// The allow-list and the crate docs' "Known differences" section name the same
 /// differences.
 #[test]
 fn allow_list_matches_the_crate_docs() {
     let docs = include_str!("../../../src/lib.rs");
     let documented = known::documented_ids(docs);
-    let listed: std::collections::BTreeSet<String> =
-        known::KNOWN.iter().map(|k| k.id.to_string()).collect();
+    let listed: std::collections::BTreeSet<String> = known::KNOWN
+        .iter()
+        .chain(known::AUTHZ_KNOWN)
+        .chain(known::PODSECURITY_KNOWN)
+        .map(|k| k.id.to_string())
+        .collect();
     assert!(
         !documented.is_empty(),
         "src/lib.rs has no \"Known differences from a real API server\" section"

@@ -15,16 +15,21 @@
 //! short-circuiting `and`/`or` are native (they change or keep maps by reference); the rest of
 //! the Sprig pack runs on `gotmpl` values through [`value::Conv`], which keeps identity.
 
+mod params;
+mod printf;
 pub mod value;
 
 use super::gotpl::{
     self,
     ast::{BranchNode, CommandNode, Expr, ListNode, Node, Number, PipeNode},
 };
+use super::meter::{self, Built, NODE};
+use super::value::go_quote;
 use gotmpl::FuncMap;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use value::Elem;
 pub use value::{Conv, Dict, Kind, V};
 
 /// How deep `include`/`tpl`/`template` may nest. Helm allows 1000 per template name; a lower
@@ -37,8 +42,9 @@ const MAX_RANGE: i64 = 10_000_000;
 type R<T> = Result<T, String>;
 
 /// A render's bounds, checked as the templates execute (so a runaway chart stops where it is
-/// rather than running on after its caller gave up): a deadline and a cap on the text one
-/// template may produce. Set for the renders on this thread with [`with_budget`].
+/// rather than running on after its caller gave up): a deadline, a cap on the text one
+/// template may produce, and a memory budget for everything the render builds
+/// ([`crate::render::meter`]). Set for the renders on this thread with [`with_budget`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Budget {
     /// How long the render may take (named in the error)...
@@ -47,6 +53,8 @@ pub struct Budget {
     pub since: Option<std::time::Instant>,
     /// How many bytes one template's output may reach.
     pub output: Option<usize>,
+    /// How many bytes of strings, lists, maps and output the whole render may build.
+    pub memory: Option<usize>,
 }
 
 /// The budget in force on this thread and when its time runs out.
@@ -61,9 +69,20 @@ thread_local! {
 }
 
 /// Runs `f` (which renders on this thread) within `budget`: templates that run past
-/// `budget.time` or produce more than `budget.output` bytes fail with an error naming the
-/// bound. A thread-local rather than a parameter so that every render entry point honours it.
+/// `budget.time`, produce more than `budget.output` bytes or build more than `budget.memory`
+/// bytes fail with an error naming the bound ([`crate::render::RenderError::Limit`]). A
+/// thread-local rather than a parameter so that every render entry point honours it.
 pub fn with_budget<T>(budget: Budget, f: impl FnOnce() -> T) -> T {
+    measured(budget, f).0
+}
+
+/// Whether a [`with_budget`] is in force on this thread.
+pub fn budgeted() -> bool {
+    BUDGET.with(|b| b.get().is_some())
+}
+
+/// [`with_budget`], also returning how many bytes the render charged to its memory budget.
+pub fn measured<T>(budget: Budget, f: impl FnOnce() -> T) -> (T, usize) {
     struct Restore(Option<Bound>);
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -76,7 +95,7 @@ pub fn with_budget<T>(budget: Budget, f: impl FnOnce() -> T) -> T {
         deadline: budget.time.map(|t| since + t),
     };
     let _restore = Restore(BUDGET.with(|b| b.replace(Some(bound))));
-    f()
+    meter::scoped(budget.memory, f)
 }
 
 /// How many steps pass between two looks at the clock.
@@ -110,6 +129,8 @@ pub struct Exec {
     /// The render's bounds ([`with_budget`]) and the steps taken since the clock was read.
     bound: Option<Bound>,
     steps: Cell<u32>,
+    /// The first render limit this render hit (time, output or memory), in full.
+    limit: RefCell<Option<String>>,
 }
 
 /// The file a template is defined in and that file's text.
@@ -150,6 +171,143 @@ const NATIVE: &[&str] = &[
     "call",
 ];
 
+/// Sprig functions whose integer results are Go `int64`s (the pack's values have one integer
+/// type; see [`V::Int64`]).
+const INT64_RESULTS: &[&str] = &[
+    "add",
+    "add1",
+    "sub",
+    "mul",
+    "div",
+    "mod",
+    "max",
+    "min",
+    "biggest",
+    "int64",
+    "toDecimal",
+];
+
+/// Sprig functions that hand back one of their arguments (or an item of a list argument).
+const PASS_THROUGH: &[&str] = &[
+    "default",
+    "coalesce",
+    "ternary",
+    "first",
+    "mustFirst",
+    "last",
+    "mustLast",
+    "dig",
+];
+
+/// Helm's `.Files` (a `map[string][]byte`) as Go shows it: each file a list of its bytes, or
+/// (`base64`, for JSON and YAML) its base64 text.
+fn files_as_go(d: &value::Dict, base64: bool) -> gotmpl::Value {
+    use base64::Engine as _;
+    let entries = d
+        .entries()
+        .into_iter()
+        .map(|(k, v)| {
+            let text = match &v {
+                V::Str(s) => super::bytes::to_bytes(s).into_owned(),
+                _ => Vec::new(),
+            };
+            let shown = if base64 {
+                gotmpl::Value::String(
+                    base64::engine::general_purpose::STANDARD
+                        .encode(&text)
+                        .into(),
+                )
+            } else {
+                gotmpl::Value::List(
+                    text.iter()
+                        .map(|b| gotmpl::Value::Int(i64::from(*b)))
+                        .collect(),
+                )
+            };
+            (k, shown)
+        })
+        .collect();
+    gotmpl::Value::Map(Arc::new(entries))
+}
+
+/// The Go type and kind of one of Helm's objects (`.Files`, `.Capabilities`, ...).
+fn helm_type(kind: Kind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        Kind::Files => Some(("engine.files", "map")),
+        Kind::Pointer(_) => Some(("*common.Capabilities", "ptr")),
+        Kind::Stringer(_) => Some(("common.KubeVersion", "struct")),
+        Kind::Struct(_) => Some(("version.BuildInfo", "struct")),
+        Kind::NilMap | Kind::StrMap => Some(("map[string]string", "map")),
+        Kind::Time => Some(("time.Time", "struct")),
+        _ => None,
+    }
+}
+
+/// Sprig functions whose result is a `time.Time` (the pack gives its RFC 3339 text).
+const TIME_RESULTS: &[&str] = &[
+    "now",
+    "toDate",
+    "mustToDate",
+    "dateModify",
+    "date_modify",
+    "mustDateModify",
+    "must_date_modify",
+];
+
+/// Sprig's date formatters and the position of their time argument.
+const TIME_ARG: &[(&str, usize)] = &[
+    ("date", 1),
+    ("dateInZone", 1),
+    ("date_in_zone", 1),
+    ("htmlDate", 0),
+    ("htmlDateInZone", 0),
+];
+
+/// Functions that serialise their argument.
+const TO_TEXT: &[&str] = &[
+    "toJson",
+    "mustToJson",
+    "toPrettyJson",
+    "mustToPrettyJson",
+    "toRawJson",
+    "mustToRawJson",
+    "toYaml",
+    "mustToYaml",
+    "toYamlPretty",
+    "toToml",
+];
+
+/// Sprig functions whose lists are Go `[]string`s.
+const STRING_LISTS: &[&str] = &[
+    "splitList",
+    "sortAlpha",
+    "keys",
+    "toStrings",
+    "regexFindAll",
+    "mustRegexFindAll",
+    "regexSplit",
+    "mustRegexSplit",
+];
+
+/// Whether two lists hold the same scalars (a function's result is its argument).
+fn same_items(a: &[V], b: &[V]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (V::Str(p), V::Str(q)) => p == q,
+            (V::Int(p) | V::Int64(p), V::Int(q) | V::Int64(q)) => p == q,
+            _ => false,
+        })
+}
+
+/// Whether `v` is, or is a list directly holding, the int64 `n`.
+fn holds_int64(v: &V, n: i64) -> bool {
+    match v {
+        V::Int64(m) => *m == n,
+        V::List(l, _) => l.iter().any(|x| matches!(x, V::Int64(m) if *m == n)),
+        _ => false,
+    }
+}
+
 /// Go's builtins that run through `gotmpl` (their results are text or a boolean).
 const GOTMPL_TEXT: &[&str] = &["print", "printf", "println", "html", "js", "urlquery"];
 const GOTMPL_BOOL: &[&str] = &["eq", "ne", "lt", "le", "gt", "ge"];
@@ -167,20 +325,26 @@ impl Exec {
             frames: RefCell::new(Vec::new()),
             bound: BUDGET.with(Cell::get),
             steps: Cell::new(0),
+            limit: RefCell::new(None),
         }
     }
 
-    /// Fails once the render is past its deadline or `out` past its size bound.
+    /// Fails once the render is past its deadline, `out` past its size bound, or the render's
+    /// memory budget spent (counting `out`, the text being made).
     fn tick(&self, out: &str) -> R<()> {
+        self.within_memory()?;
         let Some(bound) = &self.bound else {
             return Ok(());
         };
         if let Some(max) = bound.budget.output
             && out.len() > max
         {
-            return Err(format!(
+            return Err(self.hit_limit(format!(
                 "the template's output is over the render output limit of {max} bytes"
-            ));
+            )));
+        }
+        if bound.budget.memory.is_some() && !meter::fits(out.len(), Built::Output) {
+            self.within_memory()?;
         }
         let steps = self.steps.get().wrapping_add(1);
         self.steps.set(steps);
@@ -188,11 +352,37 @@ impl Exec {
             && let (Some(deadline), Some(time)) = (bound.deadline, bound.budget.time)
             && std::time::Instant::now() > deadline
         {
-            return Err(format!(
+            return Err(self.hit_limit(format!(
                 "the render took longer than the render time limit of {time:?}"
-            ));
+            )));
         }
         Ok(())
+    }
+
+    /// Fails once the render's memory budget is spent.
+    #[inline]
+    fn within_memory(&self) -> R<()> {
+        match meter::over() {
+            None => Ok(()),
+            Some(e) => Err(self.hit_limit(e.to_string())),
+        }
+    }
+
+    /// Records that the render hit a limit (the first one counts), naming the template being
+    /// executed, and returns the error text.
+    fn hit_limit(&self, message: String) -> String {
+        let frames = self.frames.borrow();
+        let text = match frames.last() {
+            Some(f) => format!("{message} in template {}", f.name),
+            None => message,
+        };
+        self.limit.borrow_mut().get_or_insert_with(|| text.clone());
+        text
+    }
+
+    /// The render limit this render hit, if it hit one (its error then is that limit's).
+    pub fn limit_hit(&self) -> Option<String> {
+        self.limit.borrow().clone()
     }
 
     /// Adds a named tree. As in Go, an empty (whitespace-only) tree does not replace a
@@ -299,6 +489,8 @@ impl Exec {
                 let v = self.eval_pipe(&a.pipe, dot, vars)?;
                 if a.pipe.decl.is_empty() {
                     self.print(&v, out);
+                    // Printing a value shared by many paths expands it (and stops short).
+                    self.within_memory()?;
                 }
             }
             Node::If(b) => return self.walk_if_with(b, false, dot, vars, out),
@@ -364,40 +556,49 @@ impl Exec {
         // The range's own variables are bound per element, not by the pipeline.
         let decl = &b.pipe.decl;
         let v = self.eval_commands(&b.pipe, dot, vars)?;
-        let items: Vec<(V, V)> = match &v {
-            V::List(l) => l
-                .iter()
-                .enumerate()
-                .map(|(i, x)| (V::Int(i as i64), x.clone()))
-                .collect(),
-            V::Map(m) => m
-                .entries()
-                .into_iter()
-                .map(|(k, x)| (V::Str(k), x))
-                .collect(),
-            V::Int(n) => {
+        // Integers and lists are walked in place: a range over 10 million steps holds no
+        // list of them. A map's entries are taken first (the body may change the map).
+        if decl.len() > 1 && matches!(v, V::Int(_) | V::Int64(_) | V::Uint(_)) {
+            return Err(format!(
+                "can't use {} to iterate over more than one variable",
+                self.sprint(&v)
+            ));
+        }
+        let len = match &v {
+            V::List(l, _) => l.len(),
+            V::Map(m) => m.len(),
+            V::Int(n) | V::Int64(n) => {
                 if *n > MAX_RANGE {
                     return Err(format!("range over {n}: too many iterations"));
                 }
-                (0..(*n).max(0)).map(|i| (V::Int(i), V::Int(i))).collect()
+                (*n).max(0) as usize
             }
             V::Uint(n) => {
                 if *n > MAX_RANGE as u64 {
                     return Err(format!("range over {n}: too many iterations"));
                 }
-                (0..*n as i64).map(|i| (V::Int(i), V::Int(i))).collect()
+                *n as usize
             }
-            V::Nil => Vec::new(),
+            V::Nil => 0,
             other => return Err(format!("range can't iterate over {}", self.sprint(other))),
         };
-        if items.is_empty() {
+        if len == 0 {
             if let Some(e) = &b.else_body {
                 self.walk(e, dot, vars, out)?;
             }
             return Ok(());
         }
+        let entries = match &v {
+            V::Map(m) => m.entries(),
+            _ => Vec::new(),
+        };
         let inner_mark = vars.len();
-        for (k, x) in items {
+        for i in 0..len {
+            let (k, x) = match &v {
+                V::List(l, _) => (V::Int(i as i64), l[i].clone()),
+                V::Map(_) => (V::Str(entries[i].0.clone()), entries[i].1.clone()),
+                _ => (V::Int(i as i64), V::Int(i as i64)),
+            };
             match decl.len() {
                 0 => {}
                 1 => vars.push((decl[0].clone(), x.clone())),
@@ -426,6 +627,9 @@ impl Exec {
 
     fn eval_pipe(&self, pipe: &PipeNode, dot: &V, vars: &mut Vars) -> R<V> {
         let val = self.eval_commands(pipe, dot, vars)?;
+        if !pipe.decl.is_empty() {
+            self.within_memory()?;
+        }
         for name in &pipe.decl {
             if pipe.is_assign {
                 match vars.iter_mut().rev().find(|(n, _)| n == name) {
@@ -503,7 +707,7 @@ impl Exec {
                 not_func(&format!("{s:?}"))?;
                 Ok(V::Str(s.clone()))
             }
-            Expr::Number(_, n) => {
+            Expr::Number(_, n, _) => {
                 not_func("number")?;
                 Ok(number(n))
             }
@@ -536,7 +740,7 @@ impl Exec {
             }
             Expr::Identifier(p, name) => self.call_expr(name, p.offset, &[], dot, vars, None),
             Expr::String(_, s) => Ok(V::Str(s.clone())),
-            Expr::Number(_, n) => Ok(number(n)),
+            Expr::Number(_, n, _) => Ok(number(n)),
             Expr::Bool(_, b) => Ok(V::Bool(*b)),
             Expr::Nil(_) => Ok(V::Nil),
             Expr::Pipe(_, p) => self.eval_pipe(p, dot, vars),
@@ -627,7 +831,14 @@ impl Exec {
                 if is_method(recv, name) {
                     return self.method(recv, name, Vec::new());
                 }
-                Ok(m.get(name).unwrap_or(V::Nil))
+                // A `map[string]string`'s missing key is its zero value, "", and
+                // `.Files`' (a `map[string][]byte`) an empty `[]byte`.
+                let missing = match m.kind() {
+                    Kind::StrMap | Kind::NilMap => V::str(""),
+                    Kind::Files => V::List(Vec::new().into(), Elem::Any),
+                    _ => V::Nil,
+                };
+                Ok(m.get(name).unwrap_or(missing))
             }
             V::Nil if typed_nil => Err(format!("nil pointer evaluating interface {{}}.{name}")),
             V::Nil => Ok(V::Nil),
@@ -639,6 +850,11 @@ impl Exec {
     }
 
     fn method(&self, recv: &V, name: &str, args: Vec<V>) -> R<V> {
+        if let V::Map(d) = recv
+            && d.kind() == Kind::Values
+        {
+            return self.values_method(d, name, &args);
+        }
         let hidden = match name {
             "Has" => "__apiVersionsHas",
             "Get" => "__filesGet",
@@ -660,6 +876,47 @@ impl Exec {
             )),
             (_, v) => v,
         })
+    }
+
+    /// The methods of Helm's `Values` (`.Values.AsMap`, `.Values.Table "a.b"`,
+    /// `.Values.PathValue "a.b"`, `.Values.YAML`), with Helm's errors.
+    fn values_method(&self, values: &Dict, name: &str, args: &[V]) -> R<V> {
+        let want = if matches!(name, "Table" | "PathValue") {
+            1
+        } else {
+            0
+        };
+        need(name, args, want)?;
+        let path = args.first().map(|a| self.strval(a)).unwrap_or_default();
+        let failed = |message: String| format!("error calling {name}: {message}");
+        match name {
+            "AsMap" => Ok(V::Map(values.viewed_as(Kind::Plain))),
+            "YAML" => match self.call_pack("toYaml", &[V::Map(values.clone())])? {
+                V::Str(text) => Ok(V::str(format!("{text}\n"))),
+                other => Ok(other),
+            },
+            "Table" => table(values, &path)
+                .map(|t| V::Map(t.viewed_as(Kind::Values)))
+                .map_err(failed),
+            _ => {
+                if path.is_empty() {
+                    return Err(failed("YAML path cannot be empty".into()));
+                }
+                let (init, key) = match path.rsplit_once('.') {
+                    Some((init, key)) => (Some(init), key),
+                    None => (None, path.as_str()),
+                };
+                let no_value = || failed(format!("{} is not a value", go_quote(key)));
+                let table = match init {
+                    Some(init) => table(values, init).map_err(|_| no_value())?,
+                    None => values.clone(),
+                };
+                match table.get(key) {
+                    Some(V::Map(_)) | None => Err(no_value()),
+                    Some(v) => Ok(v),
+                }
+            }
+        }
     }
 
     /// A function call from the tree: `and`/`or` evaluate their arguments lazily.
@@ -692,32 +949,27 @@ impl Exec {
             return Ok(last);
         }
         let mut vals = Vec::with_capacity(args.len() + 1);
-        let map_params = map_params(name, args.len());
         let given = args.len() + usize::from(fin.is_some());
-        let strings = string_params(name, given);
         for (i, a) in args.iter().enumerate() {
+            let ty = params::param(name, i, given);
+            if let Some(e) = params::literal_refusal(ty, a, &expr_string) {
+                return Err(self.frame(e, chain_offset(a), &|| expr_string(a)));
+            }
             let (v, typed_nil) = self.eval_arg_typed(a, dot, vars)?;
-            if strings.contains(&i)
-                && let Some(e) = not_a_string(a, &v, typed_nil)
-            {
+            // A function's nil result is still typed (`interface {}`).
+            let typed_nil = typed_nil || matches!(a, Expr::Identifier(..));
+            let literal = matches!(
+                a,
+                Expr::String(..) | Expr::Number(..) | Expr::Bool(..) | Expr::Nil(_)
+            );
+            if !literal && let Some(e) = params::value_refusal(ty, &v, typed_nil) {
                 let at = last_node(a);
                 return Err(self.frame(e, chain_offset(at), &|| expr_string(at)));
-            }
-            // Go hands a nil variable to a map parameter as an empty map, but refuses a map's
-            // missing entry passed directly.
-            if typed_nil && map_params.contains(&i) {
-                return Err(self.frame(
-                    "wrong type for value; expected map[string]interface {}; got interface {}"
-                        .into(),
-                    chain_offset(a),
-                    &|| expr_string(a),
-                ));
             }
             vals.push(v);
         }
         if let Some(f) = &fin
-            && strings.contains(&args.len())
-            && let Some(e) = piped_not_a_string(f)
+            && let Some(e) = params::value_refusal(params::param(name, args.len(), given), f, false)
         {
             // Go places it at the last node it evaluated: the last written argument.
             return Err(match args.last().map(last_node) {
@@ -726,8 +978,12 @@ impl Exec {
             });
         }
         vals.extend(fin);
+        let result = self.call(name, vals);
+        // A function that ran out of memory budget (or whose arguments' conversion did) fails
+        // with the limit, whatever it answered.
+        self.within_memory()?;
         // Go says which function failed, around whatever the function said.
-        self.call(name, vals).map_err(|e| {
+        result.map_err(|e| {
             if !e.starts_with(FRAMED)
                 && (e.starts_with("wrong number of args")
                     || e.starts_with(&format!("error calling {name}: ")))
@@ -748,6 +1004,7 @@ impl Exec {
                 need(name, &args, 3)?;
                 let d = dict_strict(name, &args[0])?;
                 let key = self.strval(&args[1]);
+                meter::charge(NODE + key.len(), Built::Map);
                 d.update(&self.conv.generation, |m| {
                     m.insert(key.into(), args[2].clone())
                 });
@@ -764,12 +1021,19 @@ impl Exec {
             "mergeOverwrite" | "mustMergeOverwrite" => self.merge(name, &args, true),
             "deepCopy" | "mustDeepCopy" => {
                 need(name, &args, 1)?;
+                // copystructure reflects on its argument: nil has no type.
+                if matches!(args[0], V::Nil) {
+                    return Err(format!(
+                        "error calling {name}: reflect: call of reflect.Value.Type on zero Value"
+                    ));
+                }
                 Ok(self.conv.deep_copy(&args[0]))
             }
             "dict" => {
                 let mut m = BTreeMap::new();
                 for pair in args.chunks(2) {
                     let key: Arc<str> = self.strval(&pair[0]).into();
+                    meter::charge(NODE + key.len(), Built::Map);
                     m.insert(key, pair.get(1).cloned().unwrap_or_else(|| V::str("")));
                 }
                 Ok(V::Map(Dict::new(m)))
@@ -803,6 +1067,64 @@ impl Exec {
                 }))
             }
             "index" => self.index(&args),
+            "semver" => Ok(match self.call_pack(name, &args)? {
+                V::Map(d) => V::Map(Dict::with_kind(
+                    d.entries().into_iter().collect(),
+                    Kind::Semver,
+                )),
+                other => other,
+            }),
+            "duration" => {
+                need(name, &args, 1)?;
+                Ok(V::str(super::funcs::time::duration_text(match &args[0] {
+                    V::Str(s) => super::funcs::time::parse_int64(s),
+                    V::Int64(n) => *n,
+                    // Sprig takes a string or an int64; anything else (an int literal, a
+                    // float64 from a values file) is 0.
+                    _ => 0,
+                })))
+            }
+            // Go types the pack's values cannot carry.
+            "typeOf" | "kindOf" if matches!(args.as_slice(), [V::Int64(_)]) => Ok(V::str("int64")),
+            "typeIs" | "kindIs" if matches!(args.as_slice(), [_, V::Int64(_)]) => {
+                Ok(V::Bool(self.strval(&args[0]) == "int64"))
+            }
+            "deepEqual"
+                if matches!(
+                    args.as_slice(),
+                    [V::Int64(_), V::Int(_)] | [V::Int(_), V::Int64(_)]
+                ) =>
+            {
+                Ok(V::Bool(false))
+            }
+            "typeOf" if matches!(args.as_slice(), [V::Map(d)] if d.kind() == Kind::Semver) => {
+                Ok(V::str("*semver.Version"))
+            }
+            "typeOf" if matches!(args.as_slice(), [V::Map(d)] if d.kind() == Kind::Values) => {
+                Ok(V::str("common.Values"))
+            }
+            "kindIs" | "typeIs" | "typeIsLike" if matches!(args.as_slice(), [_, V::Map(d)] if helm_type(d.kind()).is_some()) =>
+            {
+                let (t, k) = match &args[1] {
+                    V::Map(d) => helm_type(d.kind()).unwrap_or(("", "")),
+                    _ => ("", ""),
+                };
+                let target = self.strval(&args[0]);
+                Ok(V::Bool(match name {
+                    "kindIs" => target == k,
+                    "typeIs" => target == t,
+                    _ => target == t || target == format!("*{t}"),
+                }))
+            }
+            // Helm's own types.
+            "typeOf" | "kindOf" if matches!(args.as_slice(), [V::Map(d)] if helm_type(d.kind()).is_some()) =>
+            {
+                let (t, k) = match &args[0] {
+                    V::Map(d) => helm_type(d.kind()).unwrap_or(("", "")),
+                    _ => ("", ""),
+                };
+                Ok(V::str(if name == "typeOf" { t } else { k }))
+            }
             // Go's nil map has length 0 (the pack sees nil, which has none).
             "len" if matches!(args.as_slice(), [V::Map(d)] if d.kind() == Kind::NilMap) => {
                 Ok(V::Int(0))
@@ -835,7 +1157,116 @@ impl Exec {
                 }
                 self.go_builtin(name, &args)
             }
-            _ => self.call_pack(name, &args),
+            "typeOf" if matches!(args.as_slice(), [V::List(_, e)] if *e != Elem::Any) => {
+                Ok(V::str(args[0].type_name()))
+            }
+            "typeIs" | "typeIsLike" if matches!(args.as_slice(), [_, V::Map(d)] if d.kind() == Kind::StrMap) =>
+            {
+                let target = self.strval(&args[0]);
+                Ok(V::Bool(
+                    target == "map[string]string"
+                        || (name == "typeIsLike" && target == "*map[string]string"),
+                ))
+            }
+            "typeIs" | "typeIsLike" if matches!(args.as_slice(), [_, V::List(_, e)] if *e != Elem::Any) =>
+            {
+                let target = self.strval(&args[0]);
+                let t = args[1].type_name();
+                Ok(V::Bool(
+                    target == t || (name == "typeIsLike" && target == format!("*{t}")),
+                ))
+            }
+            "deepEqual" if matches!(args.as_slice(), [V::List(_, a), V::List(_, b)] if a != b) => {
+                Ok(V::Bool(false))
+            }
+            // A nil `map[string]string` (unset chart annotations) is a typed nil: the
+            // printing functions print it as `map[]` (the pack sees nil).
+            "quote" | "squote" | "cat" | "toString"
+                if args
+                    .iter()
+                    .any(|a| matches!(a, V::Map(d) if d.kind() == Kind::NilMap)) =>
+            {
+                let args = args
+                    .into_iter()
+                    .map(|a| match a {
+                        V::Map(d) if d.kind() == Kind::NilMap => V::str("map[]"),
+                        other => other,
+                    })
+                    .collect();
+                self.call(name, args)
+            }
+            // A time is its RFC 3339 text in JSON and YAML (Go's `MarshalJSON`).
+            _ if TO_TEXT.contains(&name) && args.iter().any(|a| a.time_text().is_some()) => {
+                let args = args
+                    .into_iter()
+                    .map(|a| a.time_text().map_or(a, V::Str))
+                    .collect();
+                self.call(name, args)
+            }
+            // Sprig's date formatting takes a time or Unix seconds; anything else is now.
+            _ if TIME_ARG.iter().any(|(n, i)| {
+                *n == name
+                    && args.get(*i).is_some_and(|a| {
+                        a.time_text().is_none() && !matches!(a, V::Int(_) | V::Int64(_))
+                    })
+            }) =>
+            {
+                let mut args = args;
+                let now = match self.call_pack("now", &[])? {
+                    V::Str(t) => V::time(t),
+                    other => other,
+                };
+                if now.time_text().is_none() {
+                    return Err(format!("error calling {name}: no current time"));
+                }
+                if let Some((_, i)) = TIME_ARG.iter().find(|(n, _)| *n == name) {
+                    args[*i] = now;
+                }
+                self.call(name, args)
+            }
+            _ => {
+                let v = self.call_pack(name, &args)?;
+                Ok(match v {
+                    V::Str(t) if TIME_RESULTS.contains(&name) => V::time(t),
+                    V::List(l, _) if STRING_LISTS.contains(&name) => V::List(l, Elem::Str),
+                    V::Map(d) if matches!(name, "split" | "splitn") => {
+                        V::Map(d.viewed_as(Kind::StrMap))
+                    }
+                    V::List(l, _) if matches!(name, "until" | "untilStep") => V::List(l, Elem::Int),
+                    V::List(l, _) if matches!(name, "chunk" | "mustChunk") => {
+                        V::List(l, Elem::AnyList)
+                    }
+                    // A function handing back one of its arguments (or a part of a list
+                    // argument) hands back its type.
+                    V::List(l, _)
+                        if PASS_THROUGH.contains(&name)
+                            || matches!(name, "slice" | "mustSlice") =>
+                    {
+                        let elem = args
+                            .iter()
+                            .find_map(|a| match a {
+                                V::List(items, e)
+                                    if *e != Elem::Any
+                                        && (name.ends_with("lice") || same_items(items, &l)) =>
+                                {
+                                    Some(*e)
+                                }
+                                _ => None,
+                            })
+                            .unwrap_or(Elem::Any);
+                        V::List(l, elem)
+                    }
+                    V::Int(n) if INT64_RESULTS.contains(&name) => V::Int64(n),
+                    // A function handing back one of its arguments hands back its type.
+                    V::Int(n)
+                        if PASS_THROUGH.contains(&name)
+                            && args.iter().any(|a| holds_int64(a, n)) =>
+                    {
+                        V::Int64(n)
+                    }
+                    other => other,
+                })
+            }
         }
     }
 
@@ -845,7 +1276,18 @@ impl Exec {
             .funcs
             .get(name)
             .ok_or_else(|| format!("function {name:?} not defined"))?;
-        let g: Vec<gotmpl::Value> = args.iter().map(|a| self.conv.to_g(a)).collect();
+        let mark = meter::used();
+        let g: Vec<gotmpl::Value> = args
+            .iter()
+            .map(|a| match a {
+                // `.Files` is Helm's `map[string][]byte`: other functions see its bytes as Go
+                // shows them (numbers when printed, base64 in JSON and YAML).
+                V::Map(d) if d.kind() == Kind::Files && !name.starts_with("__") => {
+                    files_as_go(d, TO_TEXT.contains(&name))
+                }
+                other => self.conv.to_g(other),
+            })
+            .collect();
         let out = f(&g).map_err(|e| match e {
             // Go checks the count before calling, in its own words.
             gotmpl::TemplateError::ArgCount {
@@ -854,12 +1296,45 @@ impl Exec {
                 got,
             } => format!("wrong number of args for {name}: want {expected} got {got}"),
             other => super::funcs::message(&other),
-        })?;
-        Ok(self.conv.to_v(&out))
+        });
+        // The arguments' copies and the function's own work are gone; its result stays.
+        drop(g);
+        meter::release_to(mark);
+        Ok(self.conv.to_v(&out?))
     }
 
     /// Go's own `printf`, `eq`, ... through a one-action `gotmpl` template.
     fn go_builtin(&self, name: &str, args: &[V]) -> R<V> {
+        if name == "printf"
+            && let Some(V::Str(f)) = args.first()
+        {
+            if meter::bounded() {
+                // What printing the arguments makes at most (widths are checked as they pad).
+                let mark = meter::used();
+                let most = args[1..]
+                    .iter()
+                    .map(|a| super::value::printed_len(&self.conv.to_g(a)))
+                    .fold(f.len(), usize::saturating_add);
+                meter::release_to(mark);
+                meter::reserve(name, most, Built::String).map_err(|e| super::funcs::message(&e))?;
+            }
+            let type_name = |v: &V| match self.call("typeOf", vec![v.clone()]) {
+                Ok(V::Str(t)) => t.to_string(),
+                _ => v.type_name().to_string(),
+            };
+            match printf::sprintf(f, &args[1..], &type_name) {
+                Ok(text) => {
+                    meter::charge(text.len(), Built::String);
+                    return Ok(V::str(text));
+                }
+                Err(printf::Stop::Budget) => {
+                    return Err(meter::reserve(name, usize::MAX, Built::String)
+                        .map_or_else(|e| super::funcs::message(&e), |()| String::new()));
+                }
+                // Helm's structs, `.Files`, `%#v`, `%p`: gotmpl's printf below.
+                Err(printf::Stop::Unmodelled) => {}
+            }
+        }
         if name == "printf"
             && let Some(V::Str(f)) = args.first()
             && f.contains("%T")
@@ -902,7 +1377,7 @@ impl Exec {
                     if let Some(a) = args.get(next_arg).cloned() {
                         let t = match a {
                             V::Nil => V::str("<nil>"),
-                            other => self.call_pack("typeOf", &[other])?,
+                            other => self.call("typeOf", vec![other])?,
                         };
                         args[next_arg] = t;
                     }
@@ -916,6 +1391,46 @@ impl Exec {
     }
 
     fn go_builtin_run(&self, name: &str, args: &[V]) -> R<V> {
+        let mark = meter::used();
+        let text = self.go_builtin_text(name, args);
+        meter::release_to(mark);
+        let text = text?;
+        if GOTMPL_BOOL.contains(&name) {
+            return Ok(V::Bool(text == "true"));
+        }
+        meter::charge(text.len(), Built::String);
+        Ok(V::str(text))
+    }
+
+    /// What Go's builtin `name` prints (or answers) for `args`.
+    fn go_builtin_text(&self, name: &str, args: &[V]) -> R<String> {
+        let data = gotmpl::Value::List(
+            args.iter()
+                .map(|a| match a {
+                    V::Map(d) if d.kind() == Kind::Files => files_as_go(d, false),
+                    other => self.conv.to_g(other),
+                })
+                .collect(),
+        );
+        if GOTMPL_TEXT.contains(&name)
+            && meter::bounded()
+            && let gotmpl::Value::List(g) = &data
+        {
+            // Go's printing can make far more text than its arguments hold (a width of 65535
+            // per verb, a map reached through many keys): check the most it can make first.
+            let most = g
+                .iter()
+                .map(super::value::printed_len)
+                .fold(0usize, usize::saturating_add);
+            let widths = match g.first() {
+                Some(gotmpl::Value::String(f)) if name == "printf" => {
+                    f.matches('%').count().saturating_mul(1 << 16)
+                }
+                _ => 0,
+            };
+            meter::reserve(name, most.saturating_add(widths), Built::String)
+                .map_err(|e| super::funcs::message(&e))?;
+        }
         let key = (name.to_string(), args.len());
         let mut cache = self.builtins.borrow_mut();
         if !cache.contains_key(&key) {
@@ -932,14 +1447,8 @@ impl Exec {
         let Some(t) = cache.get(&key) else {
             return Err(format!("function {name:?} not defined"));
         };
-        let data = gotmpl::Value::List(args.iter().map(|a| self.conv.to_g(a)).collect());
-        let text = t
-            .execute_to_string(&data)
-            .map_err(|e| super::funcs::message(&e))?;
-        if GOTMPL_BOOL.contains(&name) {
-            return Ok(V::Bool(text == "true"));
-        }
-        Ok(V::str(text))
+        t.execute_to_string(&data)
+            .map_err(|e| super::funcs::message(&e))
     }
 
     fn merge(&self, name: &str, args: &[V], overwrite: bool) -> R<V> {
@@ -977,8 +1486,10 @@ impl Exec {
         Ok(V::Map(dst))
     }
 
-    /// Merges `src` into `dst` in place: nested maps merge into `dst`'s own map; other keys
-    /// keep `dst`'s value unless `overwrite` (an empty `dst` value is always filled).
+    /// Merges `src` into `dst` in place, as Sprig's mergo does: nested maps merge into `dst`'s
+    /// own map; any other value of `src` replaces `dst`'s with `overwrite` (zero values and nil
+    /// included: mergo sees them inside interfaces, which are not empty), and without it only
+    /// fills a `dst` value that is empty.
     fn deep_merge(&self, dst: &Dict, src: &Dict, overwrite: bool, depth: usize) {
         if depth > 1000 {
             return;
@@ -992,12 +1503,12 @@ impl Exec {
                     }
                 }
                 (Some(dv), _) => {
-                    let dv_empty = is_empty(&dv);
-                    if dv_empty || (overwrite && !is_empty(&sv)) {
+                    if overwrite || is_empty(&dv) {
                         dst.update(&self.conv.generation, |m| m.insert(k, sv));
                     }
                 }
                 (None, _) => {
+                    meter::charge(NODE, Built::Map);
                     dst.update(&self.conv.generation, |m| m.insert(k, sv));
                 }
             }
@@ -1011,9 +1522,9 @@ impl Exec {
         for key in &args[1..] {
             cur = match &cur {
                 V::Map(d) => d.get(&self.strval(key)).unwrap_or(V::Nil),
-                V::List(l) => {
+                V::List(l, _) => {
                     let i = match key {
-                        V::Int(i) => *i,
+                        V::Int(i) | V::Int64(i) => *i,
                         V::Uint(u) => i64::try_from(*u).unwrap_or(i64::MAX),
                         V::Float(f) if f.fract() == 0.0 => *f as i64,
                         other => {
@@ -1030,7 +1541,7 @@ impl Exec {
                 }
                 V::Str(s) => {
                     let i = match key {
-                        V::Int(i) => *i,
+                        V::Int(i) | V::Int64(i) => *i,
                         _ => return Err("cannot index string with non-integer".into()),
                     };
                     match usize::try_from(i).ok().and_then(|i| s.as_bytes().get(i)) {
@@ -1062,6 +1573,7 @@ impl Exec {
         let mut out = String::new();
         let mut vars: Vars = vec![("$".into(), data.clone())];
         self.in_frame(&name, None, || self.walk(&tree, &data, &mut vars, &mut out))?;
+        meter::charge(out.len(), Built::String);
         Ok(V::str(out))
     }
 
@@ -1104,6 +1616,7 @@ impl Exec {
         });
         self.overlays.borrow_mut().pop();
         r.map_err(|e| failed(&e))?;
+        meter::charge(out.len(), Built::String);
         Ok(V::str(out.replace("<no value>", "")))
     }
 
@@ -1113,7 +1626,7 @@ impl Exec {
             V::Str(s) => s.to_string(),
             V::Nil => "<nil>".into(),
             V::Bool(b) => b.to_string(),
-            V::Int(n) => n.to_string(),
+            V::Int(n) | V::Int64(n) => n.to_string(),
             V::Uint(n) => n.to_string(),
             V::Float(f) => super::value::go_float(*f),
             V::Map(d) => match d.kind() {
@@ -1125,6 +1638,8 @@ impl Exec {
                     .and_then(|f| d.get(f))
                     .map(|v| self.sprint(&v))
                     .unwrap_or_default(),
+                Kind::Semver => d.get("String").map(|v| self.sprint(&v)).unwrap_or_default(),
+                Kind::Files => super::value::go_sprint(&files_as_go(d, false)),
                 _ => super::value::go_sprint(&self.conv.to_g(v)),
             },
             other => super::value::go_sprint(&self.conv.to_g(other)),
@@ -1165,16 +1680,30 @@ fn number(n: &Number) -> V {
 
 fn is_method(recv: &V, name: &str) -> bool {
     match recv {
-        V::Map(m) => {
-            m.kind() == Kind::Files
-                && matches!(
-                    name,
-                    "Get" | "GetBytes" | "Lines" | "Glob" | "AsConfig" | "AsSecrets"
-                )
-        }
-        V::List(_) => name == "Has",
+        V::Map(m) => match m.kind() {
+            Kind::Files => matches!(
+                name,
+                "Get" | "GetBytes" | "Lines" | "Glob" | "AsConfig" | "AsSecrets"
+            ),
+            // Go looks for a method before a map key.
+            Kind::Values => matches!(name, "AsMap" | "Table" | "PathValue" | "YAML"),
+            _ => false,
+        },
+        V::List(..) => name == "Has",
         _ => false,
     }
+}
+
+/// Helm's `Values.Table`: the map at the dotted `path`, or `"SEGMENT" is not a table`.
+fn table(values: &Dict, path: &str) -> Result<Dict, String> {
+    let mut table = values.clone();
+    for segment in path.split('.') {
+        table = match table.get(segment) {
+            Some(V::Map(d)) => d,
+            _ => return Err(format!("{} is not a table", go_quote(segment))),
+        };
+    }
+    Ok(table)
 }
 
 fn need(name: &str, args: &[V], n: usize) -> R<()> {
@@ -1212,50 +1741,6 @@ pub fn is_function(funcs: &FuncMap, name: &str) -> bool {
         || GOTMPL_BOOL.contains(&name)
 }
 
-/// Which of the `n` arguments (written and piped) of function `name` are Go `string`
-/// parameters, when `n` is the function's arity (a wrong count fails as such instead).
-fn string_params(name: &str, n: usize) -> std::ops::Range<usize> {
-    let (arity, strings) = match name {
-        "upper" | "lower" | "title" | "untitle" | "trim" | "nospace" | "snakecase"
-        | "camelcase" | "kebabcase" | "swapcase" | "shuffle" | "initials" | "b64enc" | "b64dec"
-        | "b32enc" | "b32dec" | "sha1sum" | "sha256sum" | "sha512sum" | "adler32sum" | "base"
-        | "dir" | "ext" | "clean" | "isAbs" | "fromYaml" | "fromJson" | "fromYamlArray"
-        | "fromJsonArray" | "regexQuoteMeta" | "semver" | "fail" => (1, 0..1),
-        "trimAll" | "trimall" | "trimPrefix" | "trimSuffix" | "contains" | "hasPrefix"
-        | "hasSuffix" | "split" | "splitList" | "regexMatch" | "mustRegexMatch" | "regexFind"
-        | "mustRegexFind" | "semverCompare" | "htpasswd" => (2, 0..2),
-        "replace"
-        | "regexReplaceAll"
-        | "mustRegexReplaceAll"
-        | "regexReplaceAllLiteral"
-        | "mustRegexReplaceAllLiteral" => (3, 0..3),
-        "regexFindAll" | "mustRegexFindAll" | "regexSplit" | "mustRegexSplit" => (3, 0..2),
-        "repeat" | "trunc" | "abbrev" | "wrap" | "indent" | "nindent" => (2, 1..2),
-        "substr" | "abbrevboth" => (3, 2..3),
-        "wrapWith" => (3, 1..3),
-        "include" | "tpl" | "required" => (2, 0..1),
-        _ => return 0..0,
-    };
-    if n == arity { strings } else { 0..0 }
-}
-
-/// Go's refusal of a written argument for a `string` parameter (`value`, and whether it is a
-/// map's missing or nil entry), in its words; `None` when it is a string.
-fn not_a_string(arg: &Expr, value: &V, typed_nil: bool) -> Option<String> {
-    match (arg, value) {
-        (Expr::String(..), _) | (_, V::Str(_) | V::Func(_)) => None,
-        (Expr::Nil(_), _) => Some("cannot assign nil to string".into()),
-        (Expr::Number(..) | Expr::Bool(..), _) => {
-            Some(format!("expected string; found {}", expr_string(arg)))
-        }
-        // A function's nil result is still typed (`interface {}`).
-        (Expr::Identifier(..), V::Nil) => Some(wrong_type("interface {}")),
-        (_, V::Nil) if typed_nil => Some(wrong_type("interface {}")),
-        (_, V::Nil) => Some("invalid value; expected string".into()),
-        (_, other) => Some(wrong_type(other.type_name())),
-    }
-}
-
 /// The last node Go evaluates for an argument (where its errors about the argument's value
 /// point): inside a parenthesized pipeline, its last command's last word.
 fn last_node(e: &Expr) -> &Expr {
@@ -1265,30 +1750,6 @@ fn last_node(e: &Expr) -> &Expr {
             None => e,
         },
         _ => e,
-    }
-}
-
-/// The same for the value piped into the call (a pipeline's nil has no type left).
-fn piped_not_a_string(value: &V) -> Option<String> {
-    match value {
-        V::Str(_) | V::Func(_) => None,
-        V::Nil => Some("invalid value; expected string".into()),
-        other => Some(wrong_type(other.type_name())),
-    }
-}
-
-fn wrong_type(got: &str) -> String {
-    format!("wrong type for value; expected string; got {got}")
-}
-
-/// Which of `n` written arguments of Sprig function `name` are map parameters.
-fn map_params(name: &str, n: usize) -> std::ops::Range<usize> {
-    match name {
-        "hasKey" | "get" | "set" | "unset" | "values" | "pick" | "omit" => 0..n.min(1),
-        "keys" | "merge" | "mergeOverwrite" | "mustMerge" | "mustMergeOverwrite" => 0..n,
-        "pluck" => 1.min(n)..n,
-        "dig" => n.saturating_sub(1)..n,
-        _ => 0..0,
     }
 }
 
@@ -1311,9 +1772,7 @@ fn expr_string(e: &Expr) -> String {
         Expr::Variable(_, name, fs) => format!("{name}{}", fields(fs)),
         Expr::Identifier(_, name) => name.to_string(),
         Expr::String(_, s) => super::value::go_quote(s),
-        Expr::Number(_, Number::Int(i)) => i.to_string(),
-        Expr::Number(_, Number::Uint(u)) => u.to_string(),
-        Expr::Number(_, Number::Float(f)) => super::value::go_float(*f),
+        Expr::Number(_, _, text) => text.to_string(),
         Expr::Bool(_, b) => b.to_string(),
         Expr::Nil(_) => "nil".into(),
         Expr::Pipe(_, p) => format!("({})", pipe_string(p)),

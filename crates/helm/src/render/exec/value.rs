@@ -5,6 +5,7 @@
 //! its `gotmpl` snapshot, and a snapshot a function hands back (`default $d ...`, `first`)
 //! turns into its cell again.
 
+use crate::render::meter::{self, Built, NODE};
 use gotmpl::Value as G;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -31,6 +32,18 @@ pub enum Kind {
     /// A pointer to one of Helm's structs (`.Capabilities`): an action prints the struct it
     /// points to (`{...}`), while the Sprig pack sees a map of its fields.
     Pointer(&'static [&'static str]),
+    /// Masterminds' `*semver.Version` (`semver`'s result): its methods read as fields
+    /// (`.Major`), and printed or handed to a function it is its `String` entry's text.
+    Semver,
+    /// Helm's `Values` (a chart's `.Values`, `Table`'s result): a map with the methods
+    /// `AsMap`, `Table`, `PathValue` and `YAML`.
+    Values,
+    /// A `map[string]string` (Sprig's `split` and `splitn`), which functions taking a
+    /// `map[string]interface {}` refuse.
+    StrMap,
+    /// Go's `time.Time` (`toDate`, `dateModify`, `now`): its RFC 3339 text under `t`; the
+    /// Sprig pack and printing see Go's printing of it (`2024-03-05 00:00:00 +0000 UTC`).
+    Time,
 }
 
 pub struct DictCell {
@@ -40,9 +53,11 @@ pub struct DictCell {
     snap: RefCell<Option<(u64, Arc<GMap>)>>,
 }
 
-/// A map shared by reference.
+/// A map shared by reference. The second field is how this reference sees the map when that
+/// differs from the map's own kind: a chart's `.Values` is Helm's `Values` type (with
+/// methods) while its parent sees the same map as a plain entry of its own values.
 #[derive(Clone)]
-pub struct Dict(Rc<DictCell>);
+pub struct Dict(Rc<DictCell>, Option<Kind>);
 
 impl Dict {
     pub fn new(map: BTreeMap<Arc<str>, V>) -> Dict {
@@ -63,11 +78,16 @@ impl Dict {
                 list.push(Rc::downgrade(&cell));
             }
         });
-        Dict(cell)
+        Dict(cell, None)
     }
 
     pub fn kind(&self) -> Kind {
-        self.0.kind
+        self.1.unwrap_or(self.0.kind)
+    }
+
+    /// The same map, seen as `kind` through this reference.
+    pub fn viewed_as(&self, kind: Kind) -> Dict {
+        Dict(self.0.clone(), Some(kind))
     }
 
     pub fn get(&self, k: &str) -> Option<V> {
@@ -146,16 +166,36 @@ impl Drop for CellScope {
     }
 }
 
+/// The element type of a slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elem {
+    /// `[]interface {}`.
+    Any,
+    /// `[]string`.
+    Str,
+    /// `[]int`.
+    Int,
+    /// `[][]interface {}` (`chunk`).
+    AnyList,
+}
+
 /// A template value.
 #[derive(Clone)]
 pub enum V {
     Nil,
     Bool(bool),
+    /// Go's `int` (template literals, `len`, `atoi`, `until`).
     Int(i64),
+    /// Go's `int64` (Sprig's arithmetic, `int64`, `--set` numbers): the same number, but
+    /// `typeOf`, `kindIs` and `duration` tell them apart. `gotmpl` values have one integer
+    /// type, so the distinction lives here and in the functions the executor runs itself.
+    Int64(i64),
     Uint(u64),
     Float(f64),
     Str(Arc<str>),
-    List(Rc<[V]>),
+    /// A slice, and the Go type of its elements (Sprig's `splitList` makes a `[]string`,
+    /// `until` an `[]int`; `typeOf` and Go's parameter checks tell them apart).
+    List(Rc<[V]>, Elem),
     Map(Dict),
     Func(gotmpl::ValueFunc),
 }
@@ -165,16 +205,37 @@ impl V {
         V::Str(s.into())
     }
 
+    /// A `time.Time` from its RFC 3339 text.
+    pub fn time(rfc3339: Arc<str>) -> V {
+        V::Map(Dict::with_kind(
+            [(Arc::<str>::from("t"), V::Str(rfc3339))]
+                .into_iter()
+                .collect(),
+            Kind::Time,
+        ))
+    }
+
+    /// The RFC 3339 text of a `time.Time`.
+    pub fn time_text(&self) -> Option<Arc<str>> {
+        match self {
+            V::Map(d) if d.kind() == Kind::Time => match d.get("t") {
+                Some(V::Str(t)) => Some(t),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Go's truth: false for nil, false, zero numbers, "" and empty lists and maps.
     pub fn truthy(&self) -> bool {
         match self {
             V::Nil => false,
             V::Bool(b) => *b,
-            V::Int(n) => *n != 0,
+            V::Int(n) | V::Int64(n) => *n != 0,
             V::Uint(n) => *n != 0,
             V::Float(f) => *f != 0.0,
             V::Str(s) => !s.is_empty(),
-            V::List(l) => !l.is_empty(),
+            V::List(l, _) => !l.is_empty(),
             V::Map(m) => m.len() != 0,
             V::Func(_) => true,
         }
@@ -185,10 +246,15 @@ impl V {
             V::Nil => "<nil>",
             V::Bool(_) => "bool",
             V::Int(_) => "int",
+            V::Int64(_) => "int64",
             V::Uint(_) => "uint64",
             V::Float(_) => "float64",
             V::Str(_) => "string",
-            V::List(_) => "[]interface {}",
+            V::List(_, Elem::Any) => "[]interface {}",
+            V::List(_, Elem::Str) => "[]string",
+            V::List(_, Elem::Int) => "[]int",
+            V::List(_, Elem::AnyList) => "[][]interface {}",
+            V::Map(d) if matches!(d.kind(), Kind::StrMap | Kind::NilMap) => "map[string]string",
             V::Map(_) => "map[string]interface {}",
             V::Func(_) => "func",
         }
@@ -211,26 +277,40 @@ impl Conv {
         self.to_g_at(v, 0)
     }
 
+    /// Every list and map made here is charged to the render's memory budget; once it is
+    /// spent, containers are left out (the render fails at its next step).
     fn to_g_at(&self, v: &V, depth: usize) -> G {
         match v {
             V::Nil => G::Nil,
             V::Bool(b) => G::Bool(*b),
-            V::Int(n) => G::Int(*n),
+            V::Int(n) | V::Int64(n) => G::Int(*n),
             V::Uint(n) => G::Uint(*n),
             V::Float(f) => G::Float(*f),
             V::Str(s) => G::String(s.clone()),
             V::Func(f) => G::Function(f.clone()),
-            V::List(l) if depth < MAX_DEPTH => {
+            V::List(l, _) if depth < MAX_DEPTH && meter::charge(l.len() * NODE, Built::List) => {
                 G::List(l.iter().map(|x| self.to_g_at(x, depth + 1)).collect())
             }
+            V::List(..) if depth < MAX_DEPTH => G::Nil,
             V::Map(d) if depth < MAX_DEPTH => match d.kind() {
                 Kind::Struct(fields) | Kind::Stringer(fields) => {
                     G::String(self.struct_text(d, fields).into())
                 }
                 Kind::NilMap if d.entries().is_empty() => G::Nil,
+                Kind::Time => G::String(
+                    d.get("t")
+                        .and_then(|t| match t {
+                            V::Str(t) => crate::render::funcs::time::read_time(&t),
+                            _ => None,
+                        })
+                        .map(|t| crate::render::funcs::time::go_time_string(&t))
+                        .unwrap_or_default()
+                        .into(),
+                ),
+                Kind::Semver => d.get("String").map_or(G::Nil, |s| self.to_g_at(&s, depth)),
                 _ => G::Map(self.snapshot(d, depth)),
             },
-            V::List(_) | V::Map(_) => G::Nil,
+            V::List(..) | V::Map(_) => G::Nil,
         }
     }
 
@@ -264,12 +344,15 @@ impl Conv {
         {
             return snap.clone();
         }
-        let built: GMap =
-            d.0.map
-                .borrow()
-                .iter()
+        let map = d.0.map.borrow();
+        let built: GMap = if meter::charge(map.len() * NODE, Built::Map) {
+            map.iter()
                 .map(|(k, v)| (k.clone(), self.to_g_at(v, depth + 1)))
-                .collect();
+                .collect()
+        } else {
+            GMap::new()
+        };
+        drop(map);
         let snap = Arc::new(built);
         self.ids
             .borrow_mut()
@@ -282,6 +365,8 @@ impl Conv {
         self.to_v_at(g, 0)
     }
 
+    /// Charges what a function built: strings only this value holds (a string a function
+    /// passed through is held by its argument too), and every list and map made here.
     fn to_v_at(&self, g: &G, depth: usize) -> V {
         match g {
             G::Nil => V::Nil,
@@ -289,14 +374,28 @@ impl Conv {
             G::Int(n) => V::Int(*n),
             G::Uint(n) => V::Uint(*n),
             G::Float(f) => V::Float(*f),
-            G::String(s) => V::Str(s.clone()),
+            G::String(s) => {
+                if Arc::strong_count(s) == 1 {
+                    meter::charge(s.len(), Built::String);
+                }
+                V::Str(s.clone())
+            }
             G::Function(f) => V::Func(f.clone()),
             G::List(l) if depth < MAX_DEPTH => {
-                V::List(l.iter().map(|x| self.to_v_at(x, depth + 1)).collect())
+                if !meter::charge(l.len() * NODE, Built::List) {
+                    return V::Nil;
+                }
+                V::List(
+                    l.iter().map(|x| self.to_v_at(x, depth + 1)).collect(),
+                    Elem::Any,
+                )
             }
             G::Map(m) if depth < MAX_DEPTH => {
                 if let Some(cell) = self.cell_of(m) {
-                    return V::Map(Dict(cell));
+                    return V::Map(Dict(cell, None));
+                }
+                if !meter::charge(m.len() * NODE, Built::Map) {
+                    return V::Nil;
                 }
                 V::Map(Dict::new(
                     m.iter()
@@ -328,6 +427,14 @@ impl Conv {
         if depth >= MAX_DEPTH {
             return V::Nil;
         }
+        let (n, what) = match v {
+            V::Map(d) => (d.len(), Built::Map),
+            V::List(l, _) => (l.len(), Built::List),
+            _ => (0, Built::Map),
+        };
+        if !meter::charge(n * NODE, what) {
+            return V::Nil;
+        }
         match v {
             V::Map(d) => V::Map(Dict::with_kind(
                 d.entries()
@@ -336,20 +443,24 @@ impl Conv {
                     .collect(),
                 d.kind(),
             )),
-            V::List(l) => V::List(l.iter().map(|x| self.deep_copy_at(x, depth + 1)).collect()),
+            V::List(l, e) => V::List(
+                l.iter().map(|x| self.deep_copy_at(x, depth + 1)).collect(),
+                *e,
+            ),
             other => other.clone(),
         }
     }
 }
 
-/// New cells from JSON (chart values).
+/// New cells from JSON (chart values). Values files are read as Go's JSON decoder reads
+/// them (floats); integers come from `--set`, which makes them int64.
 pub fn from_json(v: &serde_json::Value) -> V {
     match v {
         serde_json::Value::Null => V::Nil,
         serde_json::Value::Bool(b) => V::Bool(*b),
         serde_json::Value::Number(n) => {
             if let Some(i) = n.as_i64() {
-                V::Int(i)
+                V::Int64(i)
             } else if let Some(u) = n.as_u64() {
                 V::Uint(u)
             } else {
@@ -357,7 +468,7 @@ pub fn from_json(v: &serde_json::Value) -> V {
             }
         }
         serde_json::Value::String(s) => V::str(s.as_str()),
-        serde_json::Value::Array(a) => V::List(a.iter().map(from_json).collect()),
+        serde_json::Value::Array(a) => V::List(a.iter().map(from_json).collect(), Elem::Any),
         serde_json::Value::Object(o) => V::Map(Dict::new(
             o.iter()
                 .map(|(k, v)| (Arc::<str>::from(k.as_str()), from_json(v)))

@@ -193,7 +193,8 @@ fn merge(name: &str, args: &[Value], overwrite: bool) -> Result<Value> {
 }
 
 /// Merges `src` into `dst`. Nested dicts merge recursively; for other keys `dst` keeps its
-/// value unless `overwrite` (mergo's `WithOverride`), and an empty `dst` value is always filled.
+/// value unless `overwrite` (mergo's `WithOverride`, which replaces with zero values and nil
+/// too), and an empty `dst` value is always filled.
 pub fn deep_merge(dst: &mut Dict, src: &Dict, overwrite: bool) {
     for (k, sv) in src {
         match dst.get_mut(k) {
@@ -203,9 +204,7 @@ pub fn deep_merge(dst: &mut Dict, src: &Dict, overwrite: bool) {
                 }
             }
             Some(dv) if overwrite || is_empty(dv) => {
-                if !(overwrite && is_empty(sv)) || is_empty(dv) {
-                    *dv = sv.clone();
-                }
+                *dv = sv.clone();
             }
             Some(_) => {}
             None => {
@@ -227,17 +226,46 @@ fn pick_omit(name: &str, args: &[Value], keep: bool) -> Result<Value> {
 }
 
 /// `dig "a" "b" default dict`.
+/// `dig k1 k2 ... default dict`: Sprig asserts the dict, each key and each map on the way to
+/// be what it expects, and Go's failed assertion is the error.
 fn dig(args: &[Value]) -> Result<Value> {
     if args.len() < 3 {
-        return Err(fail("dig", "needs keys, a default and a dict"));
+        return Err(fail("dig", "dig needs at least three arguments"));
     }
-    let dict = &args[args.len() - 1];
+    let conversion = |v: &Value, want: &str| {
+        let is = match v {
+            Value::Nil => "nil",
+            Value::List(_) => "[]interface {}",
+            Value::Map(_) => "map[string]interface {}",
+            other => other.type_name(),
+        };
+        fail(
+            "dig",
+            format!("interface conversion: interface {{}} is {is}, not {want}"),
+        )
+    };
+    const MAP: &str = "map[string]interface {}";
+    let mut cur = match &args[args.len() - 1] {
+        m @ Value::Map(_) => m.clone(),
+        other => return Err(conversion(other, MAP)),
+    };
     let default = &args[args.len() - 2];
-    let mut cur = dict.clone();
-    for key in &args[..args.len() - 2] {
-        match cur.field(&strval(key)) {
-            Some(v) => cur = v.clone(),
+    let keys = &args[..args.len() - 2];
+    let mut names = Vec::with_capacity(keys.len());
+    for key in keys {
+        match key {
+            Value::String(k) => names.push(k.clone()),
+            other => return Err(conversion(other, "string")),
+        }
+    }
+    for (i, key) in names.iter().enumerate() {
+        let Value::Map(m) = &cur else {
+            return Err(conversion(&cur, MAP));
+        };
+        match m.get(key) {
             None => return Ok(default.clone()),
+            Some(v) if i + 1 == names.len() => return Ok(v.clone()),
+            Some(v) => cur = v.clone(),
         }
     }
     Ok(cur)
@@ -245,13 +273,41 @@ fn dig(args: &[Value]) -> Result<Value> {
 
 fn list_part(name: &str, args: &[Value], f: impl Fn(&[Value]) -> Value) -> Result<Value> {
     exact(name, args, 1)?;
-    match &args[0] {
-        Value::List(items) => Ok(f(items)),
-        Value::Nil => Ok(f(&[])),
-        other => Err(fail(
+    if name == "sortAlpha" {
+        // Sprig sorts a list, and makes a one-element list of anything else (`<nil>` too).
+        return Ok(match &args[0] {
+            Value::List(items) => f(items),
+            other => Value::List(vec![string(strval(other))].into()),
+        });
+    }
+    let verb = match name {
+        "compact" => "Cannot compact on type".to_string(),
+        _ => format!("Cannot find {name} on type"),
+    };
+    Ok(f(&go_list(name, &verb, &args[0])?))
+}
+
+/// What Sprig's list functions do with their list: a nil one is a nil `reflect.Type` (a Go
+/// panic), a value of another kind an error naming it.
+fn go_list(name: &str, refusal: &str, v: &Value) -> Result<Vec<Value>> {
+    match v {
+        Value::List(items) => Ok(items.to_vec()),
+        Value::Nil => Err(fail(
             name,
-            format!("cannot use {} as a list", other.type_name()),
+            "runtime error: invalid memory address or nil pointer dereference",
         )),
+        other => Err(fail(name, format!("{refusal} {}", go_kind(other)))),
+    }
+}
+
+/// Go's `reflect.Kind` name of a value.
+fn go_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Map(_) => "map",
+        Value::Uint(_) => "uint64",
+        Value::List(_) => "slice",
+        Value::Function(_) => "func",
+        other => other.type_name(),
     }
 }
 
@@ -273,7 +329,7 @@ fn sort_alpha(items: &[Value]) -> Value {
 
 fn append(args: &[Value]) -> Result<Value> {
     exact("append", args, 2)?;
-    let mut items = list_items(&args[0]);
+    let mut items = go_list("append", "Cannot push on type", &args[0])?;
     items.push(args[1].clone());
     Ok(Value::List(items.into()))
 }
@@ -281,16 +337,32 @@ fn append(args: &[Value]) -> Result<Value> {
 fn prepend(args: &[Value]) -> Result<Value> {
     exact("prepend", args, 2)?;
     let mut items = vec![args[1].clone()];
-    items.extend(list_items(&args[0]));
+    items.extend(go_list("prepend", "Cannot prepend on type", &args[0])?);
     Ok(Value::List(items.into()))
 }
 
 fn concat(args: &[Value]) -> Result<Value> {
-    Ok(Value::List(args.iter().flat_map(list_items).collect()))
+    let mut out = Vec::new();
+    for a in args {
+        out.extend(
+            go_list("concat", "Cannot concat type", a).map_err(|e| match (a, e) {
+                (Value::Nil, e) => e,
+                (other, _) => fail(
+                    "concat",
+                    format!("Cannot concat type {} as list", go_kind(other)),
+                ),
+            })?,
+        );
+    }
+    Ok(Value::List(out.into()))
 }
 
 fn without(args: &[Value]) -> Result<Value> {
-    let items = list_items(arg("without", args, 0)?);
+    let items = go_list(
+        "without",
+        "Cannot find without on type",
+        arg("without", args, 0)?,
+    )?;
     let drop = &args[1..];
     Ok(Value::List(
         items.into_iter().filter(|v| !drop.contains(v)).collect(),
@@ -301,7 +373,7 @@ fn without(args: &[Value]) -> Result<Value> {
 fn chunk(args: &[Value]) -> Result<Value> {
     exact("chunk", args, 2)?;
     let size = usize::try_from(to_i64(&args[0])).unwrap_or(0).max(1);
-    let items = list_items(&args[1]);
+    let items = go_list("chunk", "Cannot chunk type", &args[1])?;
     Ok(Value::List(
         items
             .chunks(size)
@@ -313,7 +385,12 @@ fn chunk(args: &[Value]) -> Result<Value> {
 /// `has needle list`.
 fn has(args: &[Value]) -> Result<Value> {
     exact("has", args, 2)?;
-    Ok(Value::Bool(list_items(&args[1]).contains(&args[0])))
+    // Sprig's one nil check: a nil haystack has nothing.
+    if matches!(args[1], Value::Nil) {
+        return Ok(Value::Bool(false));
+    }
+    let items = go_list("has", "Cannot find has on type", &args[1])?;
+    Ok(Value::Bool(items.contains(&args[0])))
 }
 
 /// The longest list `until`/`untilStep`/`seq` may build, so a template can't exhaust memory.
@@ -388,6 +465,10 @@ fn slice(args: &[Value]) -> Result<Value> {
             ));
         }
     };
+    // Sprig hands back nil for an empty list, whatever the indexes.
+    if list.is_empty() {
+        return Ok(Value::Nil);
+    }
     let bound = |i: usize, default: usize| -> Result<usize> {
         match args.get(i) {
             None => Ok(default),

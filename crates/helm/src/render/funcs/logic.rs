@@ -72,7 +72,8 @@ pub fn register(fm: &mut FuncMap) {
             exact("deepEqual", a, 2)?;
             Ok(Value::Bool(a[0] == a[1]))
         }),
-        ("regexMatch", regex_match),
+        ("regexMatch", |a| regex_match("regexMatch", a, false)),
+        ("mustRegexMatch", |a| regex_match("mustRegexMatch", a, true)),
         ("regexFind", regex_find),
         ("regexFindAll", regex_find_all),
         ("regexReplaceAll", |a| {
@@ -134,7 +135,7 @@ fn int2(name: &str, args: &[Value], f: fn(i64, i64) -> Option<i64>) -> Result<Va
     exact(name, args, 2)?;
     f(to_i64(&args[0]), to_i64(&args[1]))
         .map(Value::Int)
-        .ok_or_else(|| fail(name, "integer divide by zero"))
+        .ok_or_else(|| fail(name, "runtime error: integer divide by zero"))
 }
 
 /// Go's reflect kind names, as Sprig's `kindOf` reports them for values decoded from YAML.
@@ -370,10 +371,16 @@ fn is_repetition(rest: &[char]) -> bool {
     }
 }
 
-fn regex_match(args: &[Value]) -> Result<Value> {
-    exact("regexMatch", args, 2)?;
-    let re = compile("regexMatch", &str_arg("regexMatch", args, 0)?)?;
-    Ok(Value::Bool(re.is_match(&str_arg("regexMatch", args, 1)?)))
+/// `regexMatch`: Sprig ignores a pattern that does not compile (no match); `mustRegexMatch`
+/// (`strict`) fails.
+fn regex_match(name: &str, args: &[Value], strict: bool) -> Result<Value> {
+    exact(name, args, 2)?;
+    let re = match compile(name, &str_arg(name, args, 0)?) {
+        Ok(re) => re,
+        Err(e) if strict => return Err(e),
+        Err(_) => return Ok(Value::Bool(false)),
+    };
+    Ok(Value::Bool(re.is_match(&str_arg(name, args, 1)?)))
 }
 
 fn regex_find(args: &[Value]) -> Result<Value> {
@@ -403,12 +410,45 @@ fn regex_replace(name: &str, args: &[Value], expand: bool) -> Result<Value> {
     let re = compile(name, &str_arg(name, args, 0)?)?;
     let s = str_arg(name, args, 1)?;
     let repl = str_arg(name, args, 2)?;
-    let out = if expand {
-        re.replace_all(&s, repl.as_str()).into_owned()
-    } else {
-        re.replace_all(&s, regex::NoExpand(&repl)).into_owned()
-    };
+    let out = re
+        .replace_all(
+            &s,
+            Budgeted {
+                repl: &repl,
+                expand,
+            },
+        )
+        .into_owned();
+    if let Some(spent) = crate::render::meter::over() {
+        return Err(fail(name, spent));
+    }
     Ok(string(out))
+}
+
+/// A replacement that stops adding text once the render's memory budget cannot hold it (each
+/// match may bring the whole replacement, `$1` expanded, so the result can be far larger than
+/// the input): the budget stays spent and the render fails.
+struct Budgeted<'r> {
+    repl: &'r str,
+    expand: bool,
+}
+
+impl regex::Replacer for Budgeted<'_> {
+    fn replace_append(&mut self, caps: &regex::Captures<'_>, dst: &mut String) {
+        use crate::render::meter::{Built, fits};
+        if !fits(dst.len().saturating_add(self.repl.len()), Built::String) {
+            return;
+        }
+        let before = dst.len();
+        if self.expand {
+            caps.expand(self.repl, dst);
+        } else {
+            dst.push_str(self.repl);
+        }
+        if !fits(dst.len(), Built::String) {
+            dst.truncate(before);
+        }
+    }
 }
 
 fn regex_split(args: &[Value]) -> Result<Value> {

@@ -1,18 +1,31 @@
 //! Sprig's float math and rounding (`addf`, `floor`, `round`, ...), plus a few checksums.
 
-use super::args::{Builtin, arg, register_all, str_arg};
+use super::args::{Builtin, arg, fail, register_all, str_arg};
 use crate::render::value::{to_f64, to_i64};
+use bigdecimal::num_traits::Zero as _;
+use bigdecimal::{BigDecimal, RoundingMode};
 use gotmpl::{FuncMap, Result, Value};
+use std::str::FromStr as _;
 
 pub fn register(fm: &mut FuncMap) {
     let funcs: &[(&str, Builtin)] = &[
-        ("addf", |a| Ok(Value::Float(a.iter().map(to_f64).sum()))),
-        ("add1f", |a| {
-            Ok(Value::Float(to_f64(arg("add1f", a, 0)?) + 1.0))
+        ("addf", |a| {
+            decimal_op("addf", &Value::Float(0.0), a, |x, y| Ok(x + y))
         }),
-        ("subf", |a| fold_f("subf", a, |x, y| x - y)),
-        ("mulf", |a| Ok(Value::Float(a.iter().map(to_f64).product()))),
-        ("divf", |a| fold_f("divf", a, |x, y| x / y)),
+        ("add1f", |a| {
+            decimal_op("add1f", arg("add1f", a, 0)?, &[Value::Int(1)], |x, y| {
+                Ok(x + y)
+            })
+        }),
+        ("subf", |a| {
+            decimal_op("subf", arg("subf", a, 0)?, &a[1..], |x, y| Ok(x - y))
+        }),
+        ("mulf", |a| {
+            decimal_op("mulf", arg("mulf", a, 0)?, &a[1..], |x, y| Ok(x * y))
+        }),
+        ("divf", |a| {
+            decimal_op("divf", arg("divf", a, 0)?, &a[1..], decimal_div)
+        }),
         ("maxf", |a| {
             Ok(Value::Float(a.iter().map(to_f64).fold(f64::MIN, f64::max)))
         }),
@@ -37,21 +50,56 @@ pub fn register(fm: &mut FuncMap) {
     register_all(fm, funcs);
 }
 
-fn fold_f(name: &str, args: &[Value], f: fn(f64, f64) -> f64) -> Result<Value> {
-    let first = to_f64(arg(name, args, 0)?);
-    Ok(Value::Float(args[1..].iter().map(to_f64).fold(first, f)))
+/// Sprig's float arithmetic (shopspring/decimal's): each float becomes the exact decimal of
+/// its shortest digits (`0.1` is 0.1), the operation is exact (division rounds to 16 places,
+/// half away from zero), and the result is the float nearest the decimal (`addf 0.1 0.2` is
+/// 0.3, `divf 2 3` 0.6666666666666667).
+fn decimal_op(
+    name: &str,
+    first: &Value,
+    rest: &[Value],
+    op: fn(BigDecimal, BigDecimal) -> std::result::Result<BigDecimal, &'static str>,
+) -> Result<Value> {
+    let dec = |v: &Value| {
+        let f = to_f64(v);
+        if !f.is_finite() {
+            return Err(fail(
+                name,
+                "Cannot create a Decimal from a non-finite float",
+            ));
+        }
+        BigDecimal::from_str(&format!("{f:e}")).map_err(|e| fail(name, e))
+    };
+    let mut acc = dec(first)?;
+    for v in rest {
+        acc = op(acc, dec(v)?).map_err(|e| fail(name, e))?;
+    }
+    Ok(Value::Float(acc.to_string().parse().unwrap_or(0.0)))
+}
+
+/// shopspring's `Div`: to 16 decimal places, half away from zero.
+fn decimal_div(x: BigDecimal, y: BigDecimal) -> std::result::Result<BigDecimal, &'static str> {
+    if y.is_zero() {
+        return Err("decimal division by 0");
+    }
+    Ok((x / y).with_scale_round(16, RoundingMode::HalfUp))
 }
 
 /// `round x places [half]`: rounds half away from zero (or at `half`, default .5).
 fn round(args: &[Value]) -> Result<Value> {
     let x = to_f64(arg("round", args, 0)?);
-    let places = args.get(1).map_or(0, to_i64).clamp(0, 15) as i32;
+    // Sprig's: up when the fraction (negative below zero) reaches `half`, else down, so every
+    // negative number with a fraction rounds down (`round -0.25 0` is -1, as in helm).
+    let places = args.get(1).map_or(0, to_i64).clamp(-400, 400) as i32;
     let half = args.get(2).map_or(0.5, to_f64);
     let pow = 10f64.powi(places);
-    let scaled = x.abs() * pow;
-    let int = scaled.trunc();
-    let rounded = if scaled - int >= half { int + 1.0 } else { int };
-    Ok(Value::Float(rounded.copysign(x) / pow))
+    let digit = pow * x;
+    let rounded = if digit.fract() >= half {
+        digit.ceil()
+    } else {
+        digit.floor()
+    };
+    Ok(Value::Float(rounded / pow))
 }
 
 /// Adler-32 (RFC 1950), tiny enough not to warrant a crate.

@@ -7,12 +7,13 @@ mod certs;
 pub mod collections;
 mod crypto;
 pub mod encoding;
+pub mod gocase;
 mod logic;
 mod math;
 mod paths;
-mod semver_fn;
+pub mod semver_fn;
 mod strings;
-mod time;
+pub mod time;
 mod toml;
 mod url;
 
@@ -46,7 +47,6 @@ fn add_must_aliases(fm: &mut FuncMap) {
         "toJson",
         "toPrettyJson",
         "toRawJson",
-        "regexMatch",
         "regexFind",
         "regexFindAll",
         "regexReplaceAll",
@@ -69,7 +69,6 @@ fn add_must_aliases(fm: &mut FuncMap) {
         "compact",
         // `mustDateModify` and `mustToDate` are registered by `time` (dateModify is lenient,
         // its must form is not).
-        "fromJson",
         "toYaml",
         "slice",
         "chunk",

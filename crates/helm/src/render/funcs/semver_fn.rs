@@ -23,17 +23,19 @@ fn semver_compare(args: &[Value]) -> Result<Value> {
     let constraint = str_arg("semverCompare", args, 0)?;
     let version = str_arg("semverCompare", args, 1)?;
     let v =
-        parse_version(&version).ok_or_else(|| fail("semverCompare", "Invalid Semantic Version"))?;
+        parse_version(&version).ok_or_else(|| fail("semverCompare", "invalid semantic version"))?;
     matches(&constraint, &v)
         .map(Value::Bool)
-        .map_err(|e| fail("semverCompare", e))
+        .map_err(|_| fail("semverCompare", improper(&constraint)))
 }
 
 fn semver_parse(args: &[Value]) -> Result<Value> {
     exact("semver", args, 1)?;
     let text = str_arg("semver", args, 0)?;
-    let v = parse_version(&text).ok_or_else(|| fail("semver", "Invalid Semantic Version"))?;
+    let v = parse_version(&text).ok_or_else(|| fail("semver", "invalid semantic version"))?;
     let entries = [
+        // What its `String` method gives (how it prints, and what `toJson` writes).
+        ("String", Value::String(version_text(&v).into())),
         ("Major", Value::Uint(v.major)),
         ("Minor", Value::Uint(v.minor)),
         ("Patch", Value::Uint(v.patch)),
@@ -49,13 +51,36 @@ fn semver_parse(args: &[Value]) -> Result<Value> {
     )))
 }
 
-/// A lenient version: `v1.2`, `1`, `1.2.3-rc.1+b`. Missing parts are 0.
+/// A version as Masterminds' `NewVersion` reads it: `v1.2`, `1`, `1.2.3-rc.1+b`, missing
+/// parts 0; no surrounding space, no wildcard, no capital `V`.
 pub fn parse_version(s: &str) -> Option<Version> {
-    let (parts, wild) = parse_partial(s)?;
-    if wild {
+    if s.is_empty() || s.starts_with('V') || s != s.trim() {
         return None;
     }
+    let core = s.trim_start_matches('v');
+    let core = core.split(['-', '+']).next().unwrap_or("");
+    if core
+        .split('.')
+        .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return None;
+    }
+    let (parts, _) = parse_partial(s)?;
     Some(parts)
+}
+
+/// Masterminds' `Version.String`: the three numbers, then `-prerelease` and `+metadata`.
+fn version_text(v: &Version) -> String {
+    let mut out = format!("{}.{}.{}", v.major, v.minor, v.patch);
+    if !v.pre.is_empty() {
+        out.push('-');
+        out.push_str(v.pre.as_str());
+    }
+    if !v.build.is_empty() {
+        out.push('+');
+        out.push_str(v.build.as_str());
+    }
+    out
 }
 
 /// Parses a possibly partial version; the flag tells whether a part was missing or a wildcard.
@@ -127,7 +152,7 @@ fn all_match(alternative: &str, v: &Version) -> std::result::Result<bool, String
         }
     }
     if terms.is_empty() {
-        return Err(format!("improper constraint: {alternative}"));
+        return Err(improper(alternative));
     }
     let any_pre = terms.iter().any(|t| t.contains('-'));
     if !v.pre.is_empty() && !any_pre {
@@ -146,7 +171,7 @@ fn term_matches(term: &str, v: &Version) -> std::result::Result<bool, String> {
         .find(|c: char| !"=!<>~^".contains(c))
         .unwrap_or(term.len());
     let (op, ver) = term.split_at(op_len);
-    let (c, wild) = parse_partial(ver).ok_or_else(|| format!("improper constraint: {term}"))?;
+    let (c, wild) = parse_partial(ver).ok_or_else(|| improper(term))?;
     let parts = given_parts(ver);
     // Compare without build metadata, which has no ordering in SemVer.
     let cmp = cmp_no_build(v, &c);
@@ -181,6 +206,20 @@ fn term_matches(term: &str, v: &Version) -> std::result::Result<bool, String> {
         }
         other => return Err(format!("unknown constraint operator {other:?}")),
     })
+}
+
+/// Helm's `IsCompatibleRange`: whether `version` parses and satisfies `constraint` (a
+/// constraint that does not parse, an empty one included, allows nothing).
+pub fn compatible(constraint: &str, version: &str) -> bool {
+    parse_version(version).is_some_and(|v| matches(constraint, &v).unwrap_or(false))
+}
+
+/// Masterminds' refusal of a constraint.
+fn improper(text: &str) -> String {
+    format!(
+        "improper constraint: {}",
+        crate::render::value::go_quote(text)
+    )
 }
 
 fn cmp_no_build(a: &Version, b: &Version) -> std::cmp::Ordering {

@@ -1,7 +1,9 @@
 //! Sprig's string functions.
 
 use super::args::{Builtin, arg, exact, fail, register_all, str_arg, string};
+use super::gocase;
 use crate::render::bytes;
+use crate::render::meter::{Built, reserve};
 use crate::render::value::{go_quote, strval, to_i64};
 use gotmpl::{FuncMap, Result, TemplateError, Value};
 use std::sync::Arc;
@@ -13,13 +15,13 @@ pub fn register(fm: &mut FuncMap) {
         ("trim", |a| unary("trim", a, |s| s.trim().to_string())),
         // Go's case mapping turns each byte that is not UTF-8 into U+FFFD.
         ("upper", |a| {
-            unary("upper", a, |s| bytes::lossy(s).to_uppercase())
+            unary("upper", a, |s| gocase::upper(&bytes::lossy(s)))
         }),
         ("lower", |a| {
-            unary("lower", a, |s| bytes::lossy(s).to_lowercase())
+            unary("lower", a, |s| gocase::lower(&bytes::lossy(s)))
         }),
-        ("title", |a| unary("title", a, title)),
-        ("untitle", |a| unary("untitle", a, untitle)),
+        ("title", |a| unary("title", a, gocase::title)),
+        ("untitle", |a| unary("untitle", a, gocase::untitle)),
         ("nospace", |a| {
             unary("nospace", a, |s| {
                 s.chars().filter(|c| !c.is_whitespace()).collect()
@@ -63,19 +65,15 @@ pub fn register(fm: &mut FuncMap) {
         ("splitn", splitn),
         ("join", join),
         ("snakecase", |a| {
-            unary("snakecase", a, |s| separate_words(s, '_'))
+            unary("snakecase", a, |s| gocase::separate_words(s, '_'))
         }),
         ("kebabcase", |a| {
-            unary("kebabcase", a, |s| separate_words(s, '-'))
+            unary("kebabcase", a, |s| gocase::separate_words(s, '-'))
         }),
-        ("camelcase", |a| unary("camelcase", a, camelcase)),
-        ("swapcase", |a| unary("swapcase", a, swapcase)),
+        ("camelcase", |a| unary("camelcase", a, gocase::pascalcase)),
+        ("swapcase", |a| unary("swapcase", a, gocase::swapcase)),
         ("initials", |a| {
-            unary("initials", a, |s| {
-                s.split_whitespace()
-                    .filter_map(|w| w.chars().next())
-                    .collect()
-            })
+            unary("initials", a, |s| gocase::initials(&bytes::to_bytes(s)))
         }),
         ("abbrev", abbrev),
         ("abbrevboth", abbrevboth),
@@ -88,11 +86,11 @@ pub fn register(fm: &mut FuncMap) {
         ("wrapWith", |a| {
             exact("wrapWith", a, 3)?;
             let width = usize::try_from(to_i64(&a[0])).unwrap_or(0);
-            Ok(string(wrap(
-                &str_arg("wrapWith", a, 2)?,
-                width,
-                &str_arg("wrapWith", a, 1)?,
-            )))
+            let (text, with) = (str_arg("wrapWith", a, 2)?, str_arg("wrapWith", a, 1)?);
+            // A break may come after every word.
+            let most = text.len().saturating_mul(with.len().saturating_add(1));
+            reserve("wrapWith", most, Built::String)?;
+            Ok(string(wrap(&text, width, &with)))
         }),
         ("regexQuoteMeta", |a| {
             unary("regexQuoteMeta", a, regex::escape)
@@ -149,14 +147,32 @@ fn replace(args: &[Value]) -> Result<Value> {
         str_arg("replace", args, 1)?,
         str_arg("replace", args, 2)?,
     );
+    // Each match brings `new` (with an empty `old`, between every two characters).
+    let matches = if old.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(old.as_str()).count()
+    };
+    reserve(
+        "replace",
+        s.len().saturating_add(matches.saturating_mul(new.len())),
+        Built::String,
+    )?;
     Ok(string(s.replace(&old, &new)))
 }
 
 fn indent(name: &str, args: &[Value], leading_newline: bool) -> Result<Value> {
     exact(name, args, 2)?;
     let n = usize::try_from(to_i64(arg(name, args, 0)?)).unwrap_or(0);
-    let pad = " ".repeat(n);
     let s = str_arg(name, args, 1)?;
+    let lines = s.matches('\n').count() + 1;
+    reserve(
+        name,
+        s.len()
+            .saturating_add(lines.saturating_mul(n.saturating_add(1))),
+        Built::String,
+    )?;
+    let pad = " ".repeat(n);
     let body = format!("{pad}{}", s.replace('\n', &format!("\n{pad}")));
     Ok(string(if leading_newline {
         format!("\n{body}")
@@ -209,10 +225,31 @@ fn substr(args: &[Value]) -> Result<Value> {
     // Byte offsets, as in Sprig (see `trunc`).
     let b = bytes::to_bytes(&s);
     let len = b.len() as i64;
-    let start = if start < 0 { 0 } else { start.min(len) };
-    let end = if end < 0 || end > len { len } else { end };
-    if start >= end {
-        return Ok(string(""));
+    // Sprig's `s[:end]` when start < 0, `s[start:]` when end is out of range, else
+    // `s[start:end]`, with Go's panic for slice bounds out of range (helm fails the render).
+    let (start, end) = if start < 0 {
+        if end < 0 || end > len {
+            let with = if end > len {
+                format!(" with length {len}")
+            } else {
+                String::new()
+            };
+            return Err(fail(
+                "substr",
+                format!("runtime error: slice bounds out of range [:{end}]{with}"),
+            ));
+        }
+        (0, end)
+    } else if end < 0 || end > len {
+        (start, len)
+    } else {
+        (start, end)
+    };
+    if start > end {
+        return Err(fail(
+            "substr",
+            format!("runtime error: slice bounds out of range [{start}:{end}]"),
+        ));
     }
     Ok(string(bytes::from_bytes(&b[start as usize..end as usize])))
 }
@@ -221,19 +258,14 @@ fn repeat(args: &[Value]) -> Result<Value> {
     exact("repeat", args, 2)?;
     let n = to_i64(arg("repeat", args, 0)?);
     let s = str_arg("repeat", args, 1)?;
-    // Bound the output so a template cannot ask for gigabytes.
-    const MAX_OUTPUT: usize = 1 << 20;
     let n = usize::try_from(n).unwrap_or(0);
-    if s.len().saturating_mul(n) > MAX_OUTPUT {
-        return Err(fail(
-            "repeat",
-            format!("result would exceed {MAX_OUTPUT} bytes"),
-        ));
-    }
+    // The render's memory budget bounds the result (see `render::meter`).
+    reserve("repeat", s.len().saturating_mul(n), Built::String)?;
     Ok(string(s.repeat(n)))
 }
 
 fn cat(args: &[Value]) -> Result<Value> {
+    reserve("cat", printed(args.iter()), Built::String)?;
     let parts: Vec<String> = args
         .iter()
         .filter(|v| !matches!(v, Value::Nil))
@@ -275,6 +307,15 @@ fn go_split(s: &str, sep: &str) -> Vec<String> {
 fn join(args: &[Value]) -> Result<Value> {
     exact("join", args, 2)?;
     let sep = str_arg("join", args, 0)?;
+    // A list may hold the same long string many times.
+    if let Value::List(items) = arg("join", args, 1)? {
+        let seps = items.len().saturating_mul(sep.len());
+        reserve(
+            "join",
+            printed(items.iter()).saturating_add(seps),
+            Built::String,
+        )?;
+    }
     let parts: Vec<String> = match arg("join", args, 1)? {
         // Sprig leaves nil items out.
         Value::List(items) => items
@@ -295,74 +336,6 @@ fn to_string(args: &[Value]) -> Result<Value> {
         Value::Nil => string("<nil>"),
         other => string(strval(other)),
     })
-}
-
-/// Go's deprecated `strings.Title`: upper-cases the first letter of each word, where letters,
-/// digits and `_` continue a word.
-fn title(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut prev_sep = true;
-    for c in s.chars() {
-        if prev_sep {
-            out.extend(c.to_uppercase());
-        } else {
-            out.push(c);
-        }
-        prev_sep = !(c.is_alphanumeric() || c == '_');
-    }
-    out
-}
-
-fn untitle(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut prev_space = true;
-    for c in s.chars() {
-        if prev_space {
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(c);
-        }
-        prev_space = c.is_whitespace();
-    }
-    out
-}
-
-/// snake_case / kebab-case as xstrings does: a word starts at an upper-case letter that follows
-/// a lower-case letter or digit, or that ends an upper-case run (`HTTPServer` → `http_server`);
-/// other non-alphanumerics separate words.
-fn separate_words(s: &str, sep: char) -> String {
-    let chars: Vec<char> = s.chars().collect();
-    let mut out = String::with_capacity(s.len() + 4);
-    for (i, &c) in chars.iter().enumerate() {
-        let prev = i.checked_sub(1).map(|j| chars[j]);
-        let next = chars.get(i + 1).copied();
-        if c.is_uppercase() {
-            let after_lower = prev.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit());
-            let ends_run =
-                prev.is_some_and(char::is_uppercase) && next.is_some_and(char::is_lowercase);
-            if (after_lower || ends_run) && !out.ends_with(sep) {
-                out.push(sep);
-            }
-            out.extend(c.to_lowercase());
-        } else if c.is_alphanumeric() {
-            out.push(c);
-        } else if !out.is_empty() && !out.ends_with(sep) {
-            out.push(sep);
-        }
-    }
-    out
-}
-
-fn swapcase(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if c.is_uppercase() {
-                c.to_lowercase().collect::<Vec<_>>()
-            } else {
-                c.to_uppercase().collect::<Vec<_>>()
-            }
-        })
-        .collect()
 }
 
 /// `abbrev width s`: truncates with `...` when longer than `width` bytes (width < 4 leaves
@@ -420,6 +393,17 @@ fn plural(args: &[Value]) -> Result<Value> {
 }
 
 /// Word wrap at `width` columns, breaking only at spaces (long words stay whole).
+/// The most bytes printing `values` makes (see [`crate::render::value::printed_len`]), when the
+/// render's memory budget is bounded (measuring is not free).
+fn printed<'v>(values: impl Iterator<Item = &'v Value>) -> usize {
+    if !crate::render::meter::bounded() {
+        return 0;
+    }
+    values
+        .map(|v| crate::render::value::printed_len(v).saturating_add(1))
+        .fold(0, usize::saturating_add)
+}
+
 fn wrap(s: &str, width: usize, newline: &str) -> String {
     let width = width.max(1);
     let mut out = String::with_capacity(s.len());
@@ -442,19 +426,6 @@ fn wrap(s: &str, width: usize, newline: &str) -> String {
         }
     }
     out
-}
-
-/// CamelCase from `snake_case` / `kebab-case` / spaced words.
-fn camelcase(s: &str) -> String {
-    s.split(['_', '-', ' '])
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut cs = w.chars();
-            cs.next()
-                .map(|f| f.to_uppercase().chain(cs).collect::<String>())
-                .unwrap_or_default()
-        })
-        .collect()
 }
 
 /// `splitn sep n s`: at most `n` pieces as a `_0`, `_1`, ... map, like `split`.
@@ -500,7 +471,10 @@ mod tests {
 
     #[test]
     fn title_matches_go_strings_title() {
-        assert_eq!(title("hello world-foo bar_baz"), "Hello World-Foo Bar_baz");
+        assert_eq!(
+            gocase::title("hello world-foo bar_baz"),
+            "Hello World-Foo Bar_baz"
+        );
     }
 
     #[test]
@@ -525,13 +499,13 @@ mod tests {
             Value::Int(2),
         ]);
         assert_eq!(p.map(|v| strval(&v)).unwrap_or_default(), "many anchovies");
-        assert_eq!(swapcase("aB c"), "Ab C");
+        assert_eq!(gocase::swapcase("aB c"), "Ab C");
     }
 
     #[test]
     fn case_conversions() {
-        assert_eq!(separate_words("FirstName", '_'), "first_name");
-        assert_eq!(separate_words("HTTPServer", '-'), "http-server");
-        assert_eq!(camelcase("http_server"), "HttpServer");
+        assert_eq!(gocase::separate_words("FirstName", '_'), "first_name");
+        assert_eq!(gocase::separate_words("HTTPServer", '-'), "http-server");
+        assert_eq!(gocase::pascalcase("http_server"), "HttpServer");
     }
 }

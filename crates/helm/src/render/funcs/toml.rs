@@ -163,6 +163,12 @@ impl Encoder {
     }
 
     fn encode(&mut self, key: &[&str], v: &Value) -> std::result::Result<(), String> {
+        // A map reached through many paths is written once per path: the render's memory
+        // budget bounds the text.
+        use crate::render::meter::{Built, fits, over};
+        if !fits(self.out.len(), Built::String) {
+            return Err(over().map(|e| e.to_string()).unwrap_or_default());
+        }
         match v {
             Value::Nil => Ok(()),
             Value::Map(m) => {

@@ -83,7 +83,8 @@ pub enum Expr {
     Dot(Pos),
     Nil(Pos),
     Bool(Pos, bool),
-    Number(Pos, Number),
+    /// A number literal, with its text as written (Go quotes it in errors).
+    Number(Pos, Number, Arc<str>),
     String(Pos, Arc<str>),
     /// `.a.b` (the names without dots).
     Field(Pos, Vec<Arc<str>>),
@@ -104,7 +105,7 @@ impl Expr {
             Expr::Dot(p)
             | Expr::Nil(p)
             | Expr::Bool(p, _)
-            | Expr::Number(p, _)
+            | Expr::Number(p, ..)
             | Expr::String(p, _)
             | Expr::Field(p, _)
             | Expr::Variable(p, ..)

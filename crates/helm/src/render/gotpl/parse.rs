@@ -631,11 +631,11 @@ impl Parser<'_> {
             Kind::Bool => Expr::Bool(pos, self.text(i) == "true"),
             Kind::CharConstant => {
                 let n = literal::char_constant(self.text(i)).map_err(|e| self.error(e))?;
-                Expr::Number(pos, Number::Int(n))
+                Expr::Number(pos, Number::Int(n), Arc::from(self.text(i)))
             }
             Kind::Number | Kind::Complex => {
                 let n = literal::number(self.text(i)).map_err(|e| self.error(e))?;
-                Expr::Number(pos, n)
+                Expr::Number(pos, n, Arc::from(self.text(i)))
             }
             Kind::LeftParen => {
                 self.deeper()?;

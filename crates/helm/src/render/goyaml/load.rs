@@ -670,7 +670,16 @@ impl<'a> Composer<'a> {
             None => return Err(Failure::Invalid("yaml: unknown anchor referenced".into())),
         };
         if let Anchored::Collection(v) = &anchored {
-            self.alias_nodes += node_count(v);
+            let nodes = node_count(v);
+            // The copy is charged to the render's memory budget (when one is in force).
+            if !crate::render::meter::charge(
+                nodes.saturating_mul(crate::render::meter::NODE),
+                crate::render::meter::Built::Map,
+            ) {
+                let spent = crate::render::meter::over().map(|e| e.to_string());
+                return Err(Failure::Invalid(spent.unwrap_or_default()));
+            }
+            self.alias_nodes += nodes;
             if self.alias_nodes > MAX_ALIAS_NODES {
                 return Err(Failure::Invalid(
                     "yaml: document contains excessive aliasing".into(),

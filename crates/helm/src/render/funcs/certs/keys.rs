@@ -94,14 +94,138 @@ pub enum PrivateKey {
     Dsa([Vec<u8>; 5]),
 }
 
+/// The sizes AWS-LC generates RSA keys of (every size Sprig uses); others are made by `rsa`.
+/// Both use Go's public exponent, 65537.
+fn aws_rsa_size(bits: usize) -> Option<aws_lc_rs::rsa::KeySize> {
+    use aws_lc_rs::rsa::KeySize;
+    match bits {
+        2048 => Some(KeySize::Rsa2048),
+        3072 => Some(KeySize::Rsa3072),
+        4096 => Some(KeySize::Rsa4096),
+        8192 => Some(KeySize::Rsa8192),
+        _ => None,
+    }
+}
+
+/// A new RSA key from AWS-LC, as PKCS#8.
+fn aws_rsa_pkcs8(size: aws_lc_rs::rsa::KeySize) -> Result<Vec<u8>, aws_lc_rs::error::Unspecified> {
+    use aws_lc_rs::encoding::AsDer as _;
+    let pair = aws_lc_rs::rsa::KeyPair::generate(size)?;
+    let der: aws_lc_rs::encoding::Pkcs8V1Der<'_> = pair.as_der()?;
+    Ok(der.as_ref().to_vec())
+}
+
+/// A new key of the size the certificate functions make (`genCA`, `genSelfSignedCert`,
+/// `genSignedCert`, ... without a key of the chart's), with the next one made meanwhile.
+///
+/// Charts that make certificates make several, one after the other (a CA and the
+/// certificates it signs, often a set per component), and each RSA-2048 key is a prime search
+/// of ~0.1 s. Asking for a key starts the search for the next one in a background thread
+/// before this one is made (or the one made ahead is waited for), so two searches run on two
+/// cores and the next certificate function finds its key made or half made. One key at most
+/// waits (fresh, and handed out once), and one thread at most makes it.
+fn spare_cert_key() -> Result<Vec<u8>, aws_lc_rs::error::Unspecified> {
+    use std::sync::{Mutex, PoisonError};
+    use std::thread::JoinHandle;
+    type Spare = JoinHandle<Result<Vec<u8>, aws_lc_rs::error::Unspecified>>;
+    static SPARE: Mutex<Option<Spare>> = Mutex::new(None);
+    let size = aws_lc_rs::rsa::KeySize::Rsa2048;
+    let ahead = {
+        let mut slot = SPARE.lock().unwrap_or_else(PoisonError::into_inner);
+        let ahead = slot.take();
+        // When the system refuses a thread, the next key is made when it is asked for.
+        *slot = std::thread::Builder::new()
+            .name("spare-rsa-key".into())
+            .spawn(move || aws_rsa_pkcs8(size))
+            .ok();
+        ahead
+    };
+    // A key made ahead that failed (or whose thread did) is not used: it is made here instead.
+    match ahead
+        .and_then(|spare| spare.join().ok())
+        .and_then(Result::ok)
+    {
+        Some(der) => Ok(der),
+        None => aws_rsa_pkcs8(size),
+    }
+}
+
+/// A new key of `size` from the first of two searches run at once, for the larger keys a chart
+/// asks for one at a time (`genPrivateKey "rsa"`, 4096 bits).
+///
+/// An RSA key's time is that of its prime search, which varies widely from key to key (0.2
+/// to 1.5 s at 4096 bits); two searches on two cores give the first one found, which is as
+/// random a key as either. The other search runs on to its end in its thread and is dropped
+/// (its result goes into a channel with room for both, so it never waits). At most
+/// `MAX_LOSERS` such searches run on: past that, a key is made by one search here.
+fn raced_rsa_pkcs8(
+    size: aws_lc_rs::rsa::KeySize,
+) -> Result<Vec<u8>, aws_lc_rs::error::Unspecified> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    /// Searches started by a race that have not ended.
+    static RUNNING: AtomicUsize = AtomicUsize::new(0);
+    const MAX_LOSERS: usize = 2;
+    if RUNNING.load(Ordering::Relaxed) >= MAX_LOSERS {
+        return aws_rsa_pkcs8(size);
+    }
+    let (tx, rx) = mpsc::sync_channel(2);
+    let mut started = 0;
+    for _ in 0..2 {
+        let tx = tx.clone();
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name("raced-rsa-key".into())
+            .spawn(move || {
+                let _ = tx.send(aws_rsa_pkcs8(size));
+                RUNNING.fetch_sub(1, Ordering::Relaxed);
+            });
+        match spawned {
+            Ok(_) => started += 1,
+            Err(_) => {
+                RUNNING.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+    drop(tx);
+    if started == 0 {
+        return aws_rsa_pkcs8(size);
+    }
+    let mut last = Err(aws_lc_rs::error::Unspecified);
+    for result in rx.iter().take(started) {
+        if result.is_ok() {
+            return result;
+        }
+        last = result;
+    }
+    last
+}
+
 impl PrivateKey {
-    /// A new key from the operating system's random generator.
+    /// A new key from the operating system's random generator (AWS-LC's for RSA keys).
     pub fn generate(kind: KeyType) -> Result<PrivateKey, CertError> {
         let generation = |e: &dyn std::fmt::Display| CertError::Generate(e.to_string());
         match kind {
-            KeyType::Rsa(bits) => rsa::RsaPrivateKey::new(&mut OsRng, bits)
-                .map(|k| PrivateKey::Rsa(Box::new(k)))
-                .map_err(|e| generation(&e)),
+            KeyType::Rsa(bits) => {
+                let key = match aws_rsa_size(bits) {
+                    Some(size) => {
+                        use rsa::pkcs8::DecodePrivateKey as _;
+                        let der = if bits == super::CERT_RSA_BITS {
+                            spare_cert_key()
+                        } else if bits == super::PRIVATE_KEY_RSA_BITS {
+                            raced_rsa_pkcs8(size)
+                        } else {
+                            aws_rsa_pkcs8(size)
+                        };
+                        rsa::RsaPrivateKey::from_pkcs8_der(&der.map_err(|e| generation(&e))?)
+                            .map_err(|e| generation(&e))?
+                    }
+                    None => {
+                        rsa::RsaPrivateKey::new(&mut OsRng, bits).map_err(|e| generation(&e))?
+                    }
+                };
+                Ok(PrivateKey::Rsa(Box::new(key)))
+            }
             KeyType::Ecdsa => {
                 let pair = rcgen::KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)
                     .map_err(|e| generation(&e))?;

@@ -110,10 +110,15 @@ fn gen_private_key_makes_each_type_and_renders_unknown_types_as_text() {
     // The default type is RSA, 4096 bits as in Sprig.
     let rsa = strval(&ok("genPrivateKey", &[s("")]));
     let parsed = PrivateKey::from_pem(&rsa).map(|k| match k {
-        PrivateKey::Rsa(k) => rsa::traits::PublicKeyParts::size(k.as_ref()) * 8,
-        _ => 0,
+        PrivateKey::Rsa(k) => (
+            rsa::traits::PublicKeyParts::size(k.as_ref()) * 8,
+            rsa::traits::PublicKeyParts::e(k.as_ref()).to_string(),
+            k.validate().is_ok(),
+        ),
+        _ => (0, String::new(), false),
     });
-    assert_eq!(parsed.ok(), Some(4096));
+    // Go's public exponent, and a key whose parts agree.
+    assert_eq!(parsed.ok(), Some((4096, "65537".to_string(), true)));
     assert_eq!(
         strval(&ok("genPrivateKey", &[s("RSA")])),
         "Unknown type RSA"

@@ -1,0 +1,187 @@
+//! The RPCs that change package state: Update, Remove, the workers' reports and the cluster's
+//! version. What runs outside the write (settings conversions on the jq evaluators, a
+//! worker's validation) runs here, before the writer takes the engine's lock.
+
+use berth_lifecycle_core::engine::{Change, Refused};
+use berth_lifecycle_core::report::Report;
+use berth_lifecycle_core::update;
+use berth_lifecycle_core::{Generation, Owner, PackageKey};
+use berth_proto::lifecycle::{ClusterVersionReport, ReportRequest, SuspendChange};
+use berth_proto::v1;
+
+use super::LifecycleService;
+use crate::conversion::{self, AtLoad};
+use crate::convert;
+use crate::error::Error;
+use crate::validation::Outcome;
+
+impl LifecycleService {
+    /// An Update through `owner`'s front door (the public API's, or a resource's).
+    pub(super) async fn apply_update(
+        &self,
+        req: v1::UpdateRequest,
+        owner: Owner,
+    ) -> Result<v1::UpdateResponse, Error> {
+        let mut spec = convert::update_spec(&req, &self.repositories)?;
+        let key = spec.id.key();
+        tracing::Span::current().record("package.key", key.as_str());
+        // Settings of an older version for the loaded version: converted now, outside the
+        // write (the plan checks the conversions are still the loaded ones).
+        let current = self.store.get(&key).await?;
+        // Refused before any validation runs (the write decides again, under its lock).
+        if let Some(existing) = &current
+            && existing.owner != owner
+        {
+            return Err(Error::Refused(Refused::OtherOwner {
+                key,
+                owner: existing.owner.clone(),
+            }));
+        }
+        if spec.settings_version != 0 {
+            spec.converted = conversion::for_update(&self.jq, current.as_ref(), &spec).await?;
+        }
+        // New settings for a loaded package are validated as ValidateSettings would before
+        // anything is written: the schema, then the package's settings check and the plan of
+        // the install (a worker's verdict; without one in time, the schema check stands).
+        if let Some(existing) = &current
+            && update::validates_deeply(&spec, existing)
+        {
+            update::check_settings(existing.settings_schema.as_ref(), spec.effective_settings())?;
+            match self
+                .validations
+                .validate(&key, existing.generation, spec.effective_settings())
+                .await
+            {
+                Outcome::Invalid(reason) => return Err(Error::SettingsInvalid { key, reason }),
+                Outcome::Deferred(why) => {
+                    tracing::info!(package.key = %key, reason = %why, "settings checked against the schema only");
+                }
+                Outcome::Valid { .. } => {}
+            }
+        }
+        let (generation, changed) = self.writer.update(spec, owner).await?;
+        if changed {
+            tracing::info!(package.key = %key, generation = generation.get(), "update accepted");
+        } else {
+            tracing::info!(package.key = %key, generation = generation.get(), "update identical to the current spec: nothing to do");
+        }
+        Ok(v1::UpdateResponse {
+            key: key.into_string(),
+            generation: generation.get(),
+        })
+    }
+
+    pub(super) async fn apply_remove(
+        &self,
+        req: v1::RemoveRequest,
+        owner: Owner,
+    ) -> Result<v1::RemoveResponse, Error> {
+        let v1::RemoveRequest { r#ref, force } = req;
+        let key = convert::package_id(r#ref.as_ref())?.key();
+        tracing::Span::current().record("package.key", key.as_str());
+        let generation = self.writer.remove(&key, force, owner).await?;
+        Ok(v1::RemoveResponse {
+            found: generation.is_some(),
+            generation: generation.map(Generation::get).unwrap_or_default(),
+            key: key.into_string(),
+        })
+    }
+
+    /// Suspends or resumes a package through `owner`'s front door.
+    pub(super) async fn apply_suspend(
+        &self,
+        req: SuspendChange,
+        owner: Owner,
+    ) -> Result<v1::SuspendResponse, Error> {
+        let SuspendChange { r#ref, suspended } = req;
+        let key = convert::package_id(r#ref.as_ref())?.key();
+        tracing::Span::current().record("package.key", key.as_str());
+        let Some(changed) = self.writer.suspend(&key, owner, suspended).await? else {
+            return Err(Error::NotFound { key });
+        };
+        if changed {
+            tracing::info!(package.key = %key, suspended, "package suspension changed");
+        }
+        Ok(v1::SuspendResponse {
+            key: key.into_string(),
+            changed,
+        })
+    }
+
+    pub(super) async fn record_cluster_version(
+        &self,
+        req: ClusterVersionReport,
+    ) -> Result<(), Error> {
+        let ClusterVersionReport { git_version } = req;
+        let version = convert::cluster_version(&git_version)?;
+        match self.writer.cluster_version(version.clone()).await {
+            Ok(true) => {
+                tracing::info!(kubernetes.version = %version, "cluster version changed; rescheduled")
+            }
+            Ok(false) => {}
+            // The release service reports again; its call is not the one that failed.
+            Err(e) => tracing::error!(error = %e, "scheduling pass failed"),
+        }
+        Ok(())
+    }
+
+    /// Applies a task's reports (one, or a worker's batch: the same package and generation,
+    /// in order) as one write: each report applied to the row in turn, then one scheduling
+    /// pass. Whether the write was applied (false: a stale generation, ignored).
+    pub(super) async fn apply_reports(&self, reqs: Vec<ReportRequest>) -> Result<bool, Error> {
+        let (key, generation, parsed) =
+            convert::reports(&reqs).map_err(convert::RequestError::Report)?;
+        let change = match parsed {
+            convert::Reports::Removed => Change::Delete { key, generation },
+            convert::Reports::Changes(mut reports) => {
+                for report in &mut reports {
+                    self.convert_at_load(&key, generation, report).await?;
+                }
+                Change::Report {
+                    key,
+                    generation,
+                    reports,
+                }
+            }
+        };
+        Ok(self.writer.report(change).await?)
+    }
+
+    /// A Load report: the stored settings taken to the loaded version's settings version
+    /// before the write (jq runs outside the engine's lock). On success the report carries the
+    /// converted settings and the settings they were converted from, which the write checks
+    /// are still the stored ones; on failure it becomes the package's failure.
+    async fn convert_at_load(
+        &self,
+        key: &PackageKey,
+        generation: Generation,
+        report: &mut Report,
+    ) -> Result<(), Error> {
+        let Some(conversions) = report.conversions.as_ref() else {
+            return Ok(());
+        };
+        let Some(row) = self.store.get(key).await? else {
+            return Ok(());
+        };
+        if row.generation != generation {
+            // Stale: the write ignores it.
+            return Ok(());
+        }
+        let at_load =
+            conversion::at_load(&self.jq, conversions, &row.settings, row.settings_version).await;
+        match at_load {
+            AtLoad::Failed(e) => {
+                tracing::warn!(package.key = %key, error = %e, "settings conversion failed; the package fails");
+                *report = Report::failed(generation, e.to_string());
+            }
+            done => {
+                if let AtLoad::Converted(c) = &done {
+                    tracing::info!(package.key = %key, from = row.settings_version, to = c.version, "stored settings converted");
+                }
+                report.stored_settings = Some(done);
+            }
+        }
+        report.converted_from = Some((row.settings, row.settings_version));
+        Ok(())
+    }
+}

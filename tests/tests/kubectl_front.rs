@@ -1,0 +1,822 @@
+//! Driving berth with kubectl (issue 34): Applications and Modules (`berth.io/v1alpha1`) applied,
+//! waited for, refused at admission, changed, suspended and deleted with kubectl, as a user
+//! and a GitOps tool would, against `berth up` (its controller installs the CRDs). Each
+//! journey runs on the dev cluster and, with `BERTH_TEST_KUBECONFIG`, on the real one.
+//!
+//! Every resource carries the label of its `berth up` (`AllInOne::instance`): tests running at
+//! once on one real cluster each have their own berth, and leave the others' resources alone.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use berth_proto::v1;
+use berth_tests::{AllInOne, TestNamespace, journey};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use serde_json::Value;
+
+/// Longest any one wait of these journeys takes (a package install is a few seconds).
+const DEADLINE: Duration = Duration::from_secs(180);
+const WAIT: &str = "--timeout=180s";
+
+fn real_cluster() -> Option<std::path::PathBuf> {
+    berth_devcluster::test_namespace::real_cluster()
+}
+
+/// kubectl's answer: whether it exited 0, and what it printed.
+struct Ran {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Result<Ran> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut command = tokio::process::Command::new("kubectl");
+    // A discovery cache of this cluster's own: dev clusters of earlier tests may have had
+    // this address, without berth's CRDs.
+    let cache = kubeconfig
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(format!("kubectl-cache-{}", std::process::id()));
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command
+        .spawn()
+        .context("running kubectl (is it on PATH?)")?;
+    let mut input = child.stdin.take().context("kubectl's stdin")?;
+    input
+        .write_all(stdin.unwrap_or_default().as_bytes())
+        .await?;
+    drop(input);
+    let out = tokio::time::timeout(DEADLINE + Duration::from_secs(30), child.wait_with_output())
+        .await
+        .context("kubectl did not finish")??;
+    Ok(Ran {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// Runs kubectl and fails naming what it printed unless it succeeded.
+async fn kubectl_ok(
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> anyhow::Result<String> {
+    let ran = kubectl(kubeconfig, args, stdin).await?;
+    ensure!(
+        ran.ok,
+        "kubectl {} failed: {}{}",
+        args.join(" "),
+        ran.stdout,
+        ran.stderr
+    );
+    Ok(ran.stdout)
+}
+
+fn application(up: &AllInOne, ns: &str, name: &str, settings: &str, extra_spec: &str) -> String {
+    let (k, v) = &up.instance;
+    format!(
+        "apiVersion: berth.io/v1alpha1
+kind: Application
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels:
+    {k}: \"{v}\"
+spec:
+  package: hello
+  repository: {repo}
+  version: 1.0.0
+  settings: {settings}
+{extra_spec}",
+        repo = berth_tests::EXAMPLES_REPO,
+    )
+}
+
+async fn greeting(kube: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<String>> {
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), ns);
+    Ok(cms
+        .get_opt(name)
+        .await?
+        .and_then(|cm| cm.data)
+        .and_then(|d| d.get("greeting").cloned()))
+}
+
+/// The reasons of the Events about `kind`/`name` in `ns`.
+async fn event_reasons(
+    kubeconfig: &Path,
+    ns: &str,
+    kind: &str,
+    name: &str,
+) -> anyhow::Result<Vec<String>> {
+    let out = kubectl_ok(kubeconfig, &["get", "events", "-n", ns, "-o", "json"], None).await?;
+    let events: Value = serde_json::from_str(&out)?;
+    Ok(events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["involvedObject"]["kind"] == kind && e["involvedObject"]["name"] == name)
+        .filter_map(|e| e["reason"].as_str().map(String::from))
+        .collect())
+}
+
+/// Waits until `check` holds of the resource's JSON.
+async fn eventually_json(
+    kubeconfig: &Path,
+    what: &str,
+    get: &[&str],
+    check: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut args = vec!["get"];
+    args.extend_from_slice(get);
+    args.extend(["-o", "json"]);
+    loop {
+        let ran = kubectl(kubeconfig, &args, None).await?;
+        if ran.ok {
+            let v: Value = serde_json::from_str(&ran.stdout)?;
+            if check(&v) {
+                return Ok(v);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("{what}: not so within {DEADLINE:?}; last seen {v:#}");
+            }
+        } else if tokio::time::Instant::now() > deadline {
+            bail!("{what}: kubectl get failed: {}", ran.stderr);
+        }
+        // Polling kubectl, as a person would: the controller's status is the observable.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn condition<'a>(v: &'a Value, type_: &str) -> Option<&'a Value> {
+    v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// An Application applied with kubectl: berth installs it and `kubectl wait` sees it Ready;
+/// `kubectl get` shows its package, version, phase and readiness; bad settings are refused at
+/// admission naming the field (a server-side dry run too) and change nothing; a change
+/// converges under a new observedGeneration; Events tell what happened; the gRPC API may not
+/// change it (nor may a resource change a package the gRPC API made); suspended, it takes no
+/// new generation; deleted, its finalizer removes the package and then the resource goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applications_are_driven_with_kubectl() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = AllInOne::start(&dir.path().join("data"), real_cluster().as_deref()).await?;
+    let result = async {
+        let kc = up.kubeconfig.clone();
+        let kube = berth_tests::cluster::client_for(&kc).await?;
+        let ns = TestNamespace::create(&kube, "front").await?;
+        // berth up installed its CRDs.
+        let resources = kubectl_ok(
+            &kc,
+            &["api-resources", "--api-group=berth.io", "-o", "name"],
+            None,
+        )
+        .await?;
+        for r in [
+            "applications.berth.io",
+            "modules.berth.io",
+            "packagerepositories.berth.io",
+        ] {
+            ensure!(
+                resources.lines().any(|l| l == r),
+                "{r} missing from {resources:?}"
+            );
+        }
+
+        let first = application(&up, &ns, "hello", "{message: kubectl}", "");
+        kubectl_ok(&kc, &["apply", "--server-side", "-f", "-"], Some(&first)).await?;
+        kubectl_ok(
+            &kc,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                "-n",
+                &ns,
+                "application/hello",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        ensure!(
+            greeting(&kube, &ns, "hello").await?.as_deref() == Some("Hello, kubectl!"),
+            "the greeting: {:?}",
+            greeting(&kube, &ns, "hello").await?
+        );
+        let table = kubectl_ok(&kc, &["get", "app", "-n", &ns], None).await?;
+        let mut lines = table.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        ensure!(
+            header == ["NAME", "PACKAGE", "VERSION", "PHASE", "READY", "AGE"],
+            "kubectl get app's columns: {table}"
+        );
+        let row: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        ensure!(
+            row.len() == 6 && row[..5] == ["hello", "hello", "1.0.0", "Running", "True"],
+            "{table}"
+        );
+
+        // Bad settings are refused by the API server, naming the field, and change nothing.
+        let bad = application(&up, &ns, "hello", "{message: kubectl, replicas: many}", "");
+        for dry in [true, false] {
+            let mut args = vec!["apply", "--server-side", "-f", "-"];
+            if dry {
+                args.push("--dry-run=server");
+            }
+            let ran = kubectl(&kc, &args, Some(&bad)).await?;
+            ensure!(
+                !ran.ok,
+                "bad settings were admitted (dry run: {dry}): {}",
+                ran.stdout
+            );
+            ensure!(
+                ran.stderr.contains("denied the request") && ran.stderr.contains("replicas"),
+                "the refusal names the field: {}",
+                ran.stderr
+            );
+        }
+        let stored = eventually_json(
+            &kc,
+            "the stored spec",
+            &["-n", &ns, "application/hello"],
+            |_| true,
+        )
+        .await?;
+        ensure!(
+            stored["spec"]["settings"] == serde_json::json!({"message": "kubectl"}),
+            "a refused apply changed the spec: {}",
+            stored["spec"]
+        );
+
+        // A change converges under a new generation.
+        let changed = application(&up, &ns, "hello", "{message: changed, replicas: 2}", "");
+        kubectl_ok(&kc, &["apply", "--server-side", "-f", "-"], Some(&changed)).await?;
+        let generation = stored["metadata"]["generation"]
+            .as_i64()
+            .unwrap_or_default()
+            + 1;
+        kubectl_ok(
+            &kc,
+            &[
+                "wait",
+                &format!("--for=jsonpath={{.status.observedGeneration}}={generation}"),
+                "-n",
+                &ns,
+                "application/hello",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        kubectl_ok(
+            &kc,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                "-n",
+                &ns,
+                "application/hello",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        ensure!(greeting(&kube, &ns, "hello").await?.as_deref() == Some("Hello, changed!"));
+        let reasons = event_reasons(&kc, &ns, "Application", "hello").await?;
+        for r in ["Installed", "Updated"] {
+            ensure!(
+                reasons.iter().any(|x| x == r),
+                "no {r} event among {reasons:?}"
+            );
+        }
+
+        // One owner per package: the gRPC API may not change or remove it ...
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App.into(),
+            name: "hello".into(),
+            namespace: ns.to_string(),
+        };
+        let refused = client
+            .update(journey::hello_update(
+                &r,
+                serde_json::json!({"message": "grpc"}),
+            ))
+            .await
+            .expect_err("a gRPC Update of a resource's package");
+        let owner = format!("Application {ns}/hello");
+        ensure!(
+            refused.code() == tonic::Code::FailedPrecondition && refused.message().contains(&owner),
+            "{refused:?}"
+        );
+        let refused = client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+                force: false,
+            })
+            .await
+            .expect_err("a gRPC Remove of a resource's package");
+        ensure!(
+            refused.code() == tonic::Code::FailedPrecondition && refused.message().contains(&owner),
+            "{refused:?}"
+        );
+        let got = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        ensure!(got.owner == owner, "{got:?}");
+        // ... and a resource may not take over a package the gRPC API made.
+        let grpc = v1::PackageRef {
+            name: "grpc-made".into(),
+            ..r.clone()
+        };
+        client
+            .update(journey::hello_update(
+                &grpc,
+                serde_json::json!({"message": "api"}),
+            ))
+            .await?;
+        let ran = kubectl(
+            &kc,
+            &["apply", "--server-side", "-f", "-"],
+            Some(&application(&up, &ns, "grpc-made", "{message: take}", "")),
+        )
+        .await?;
+        ensure!(
+            !ran.ok && ran.stderr.contains("gRPC API"),
+            "a resource took over a gRPC-made package: {}{}",
+            ran.stdout,
+            ran.stderr
+        );
+
+        // `berth suspend` (Suspend over gRPC) holds a gRPC-made package's new generations, and
+        // is refused for a resource's package, naming it.
+        let suspend = v1::SuspendRequest {
+            r#ref: Some(grpc.clone()),
+        };
+        ensure!(client.suspend(suspend.clone()).await?.into_inner().changed);
+        let held = client
+            .update(journey::hello_update(
+                &grpc,
+                serde_json::json!({"message": "other"}),
+            ))
+            .await
+            .expect_err("an Update of a suspended package");
+        ensure!(
+            held.code() == tonic::Code::FailedPrecondition && held.message().contains("suspended"),
+            "{held:?}"
+        );
+        ensure!(client.resume(suspend).await?.into_inner().changed);
+        let refused = client
+            .suspend(v1::SuspendRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await
+            .expect_err("berth suspend of a resource's package");
+        ensure!(
+            refused.code() == tonic::Code::FailedPrecondition && refused.message().contains(&owner),
+            "{refused:?}"
+        );
+
+        // Suspended: a spec change waits, nothing converges, until resumed.
+        let suspended = application(
+            &up,
+            &ns,
+            "hello",
+            "{message: changed, replicas: 2}",
+            "  suspend: true\n",
+        );
+        kubectl_ok(
+            &kc,
+            &["apply", "--server-side", "-f", "-"],
+            Some(&suspended),
+        )
+        .await?;
+        kubectl_ok(
+            &kc,
+            &[
+                "wait",
+                "--for=condition=Suspended",
+                "-n",
+                &ns,
+                "application/hello",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        let got = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        ensure!(
+            got.suspended,
+            "lifecycle does not show the package suspended: {got:?}"
+        );
+        let held = application(
+            &up,
+            &ns,
+            "hello",
+            "{message: held, replicas: 2}",
+            "  suspend: true\n",
+        );
+        kubectl_ok(&kc, &["apply", "--server-side", "-f", "-"], Some(&held)).await?;
+        let before = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
+        let resumed = application(
+            &up,
+            &ns,
+            "hello",
+            "{message: held, replicas: 2}",
+            "  suspend: false\n",
+        );
+        // The held change did not reach lifecycle while suspended.
+        ensure!(
+            berth_proto::json::from_opt_struct(before.settings.as_ref())["message"] == "changed",
+            "a suspended resource's change was sent: {before:?}"
+        );
+        kubectl_ok(&kc, &["apply", "--server-side", "-f", "-"], Some(&resumed)).await?;
+        let resumed_generation = eventually_json(
+            &kc,
+            "the resumed spec",
+            &["-n", &ns, "application/hello"],
+            |v| v["spec"]["suspend"] == false,
+        )
+        .await?["metadata"]["generation"]
+            .as_i64()
+            .unwrap_or_default();
+        kubectl_ok(
+            &kc,
+            &[
+                "wait",
+                &format!("--for=jsonpath={{.status.observedGeneration}}={resumed_generation}"),
+                "-n",
+                &ns,
+                "application/hello",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        kubectl_ok(
+            &kc,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                "-n",
+                &ns,
+                "application/hello",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        ensure!(greeting(&kube, &ns, "hello").await?.as_deref() == Some("Hello, held!"));
+
+        // Deleted: the finalizer removes the package, then the resource goes.
+        kubectl_ok(
+            &kc,
+            &[
+                "delete",
+                "-n",
+                &ns,
+                "application/hello",
+                "--wait=true",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        let gone = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await;
+        ensure!(
+            matches!(&gone, Err(s) if s.code() == tonic::Code::NotFound),
+            "the package outlived its resource: {gone:?}"
+        );
+        ensure!(
+            greeting(&kube, &ns, "hello").await?.is_none(),
+            "the package's objects outlived it"
+        );
+        let reasons = event_reasons(&kc, &ns, "Application", "hello").await?;
+        ensure!(
+            reasons.iter().any(|x| x == "Removed"),
+            "no Removed event among {reasons:?}"
+        );
+        Ok(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
+}
+
+/// GitOps: a directory of Applications and a Module (a Deckhouse ModuleConfig with berth's
+/// apiVersion and kind, plus the package it names) applied with `kubectl apply
+/// --server-side`, waited for with `kubectl wait`, changed, and pruned with `--prune`; berth
+/// converges each time, and a pruned resource's package is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_of_resources_converges_with_server_side_apply_and_prune() -> anyhow::Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let up = AllInOne::start(&dir.path().join("data"), real_cluster().as_deref()).await?;
+    let result = async {
+        let kc = up.kubeconfig.clone();
+        let kube = berth_tests::cluster::client_for(&kc).await?;
+        let ns = TestNamespace::create(&kube, "gitops").await?;
+        let (k, v) = up.instance.clone();
+        let suffix = &v[..8];
+        let module_name = format!("front-{suffix}");
+        let module = |enabled: bool, role: &str| {
+            format!(
+                "apiVersion: berth.io/v1alpha1
+kind: Module
+metadata:
+  name: {module_name}
+  labels:
+    {k}: \"{v}\"
+spec:
+  enabled: {enabled}
+  version: 1
+  settings:
+    suffix: {role}
+  source: {repo}
+  package: clusterwide
+  packageVersion: 1.0.0
+",
+                repo = berth_tests::FIXTURES_REPO,
+            )
+        };
+        let repo = dir.path().join("gitops");
+        std::fs::create_dir_all(&repo)?;
+        let write = |file: &str, text: &str| std::fs::write(repo.join(file), text);
+        write(
+            "one.yaml",
+            &application(&up, &ns, "one", "{message: one}", ""),
+        )?;
+        write(
+            "two.yaml",
+            &application(&up, &ns, "two", "{message: two}", ""),
+        )?;
+        write("module.yaml", &module(true, suffix))?;
+        // kubectl's ApplySet pruning (what works with server-side apply: the older `-l`
+        // pruning only prunes objects with a client-side apply's annotation).
+        let apply = || {
+            let repo = repo.display().to_string();
+            let (kc, ns) = (kc.clone(), ns.to_string());
+            async move {
+                let mut command = tokio::process::Command::new("kubectl");
+                command
+                    .env("KUBECTL_APPLYSET", "true")
+                    .arg("--kubeconfig")
+                    .arg(&kc)
+                    .arg("--cache-dir")
+                    .arg(
+                        kc.parent()
+                            .unwrap_or(Path::new("."))
+                            .join(format!("kubectl-cache-{}", std::process::id())),
+                    )
+                    .args([
+                        "apply",
+                        "--server-side",
+                        "--prune",
+                        "--applyset=gitops",
+                        "-n",
+                        &ns,
+                        "-f",
+                        &repo,
+                    ]);
+                let out = command.output().await.context("running kubectl")?;
+                ensure!(
+                    out.status.success(),
+                    "kubectl apply --prune failed: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                anyhow::Ok(())
+            }
+        };
+        let wait_all = || {
+            let repo = repo.display().to_string();
+            let kc = kc.clone();
+            async move {
+                kubectl_ok(
+                    &kc,
+                    &["wait", "--for=condition=Ready", "-f", &repo, WAIT],
+                    None,
+                )
+                .await
+            }
+        };
+        apply().await?;
+        wait_all().await?;
+        ensure!(greeting(&kube, &ns, "one").await?.as_deref() == Some("Hello, one!"));
+        ensure!(greeting(&kube, &ns, "two").await?.as_deref() == Some("Hello, two!"));
+        let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(kube.clone());
+        let role = format!("berth-test-clusterwide-{suffix}");
+        ensure!(
+            roles.get_opt(&role).await?.is_some(),
+            "the Module's ClusterRole {role}"
+        );
+
+        // Changed in the directory: applied again, converged again.
+        write(
+            "two.yaml",
+            &application(&up, &ns, "two", "{message: again}", ""),
+        )?;
+        apply().await?;
+        eventually_json(
+            &kc,
+            "two converged again",
+            &["-n", &ns, "application/two"],
+            |v| {
+                v["status"]["observedGeneration"] == v["metadata"]["generation"]
+                    && condition(v, "Ready").is_some_and(|c| c["status"] == "True")
+            },
+        )
+        .await?;
+        ensure!(greeting(&kube, &ns, "two").await?.as_deref() == Some("Hello, again!"));
+
+        // The module disabled in the directory: removed, and Ready (its desired state).
+        write("module.yaml", &module(false, suffix))?;
+        apply().await?;
+        eventually_json(
+            &kc,
+            "the module disabled",
+            &[&format!("module/{module_name}")],
+            |v| {
+                v["status"]["phase"] == "Disabled"
+                    && condition(v, "Ready").is_some_and(|c| c["status"] == "True")
+            },
+        )
+        .await?;
+        ensure!(
+            roles.get_opt(&role).await?.is_none(),
+            "a disabled Module's ClusterRole stayed"
+        );
+
+        // Pruned: one's file goes, so does one (and its package).
+        std::fs::remove_file(repo.join("one.yaml"))?;
+        apply().await?;
+        kubectl_ok(
+            &kc,
+            &["wait", "--for=delete", "-n", &ns, "application/one", WAIT],
+            None,
+        )
+        .await?;
+        ensure!(
+            greeting(&kube, &ns, "one").await?.is_none(),
+            "a pruned Application's objects stayed"
+        );
+        ensure!(
+            greeting(&kube, &ns, "two").await?.is_some(),
+            "pruning one touched two"
+        );
+        // Clean up the Module (cluster-scoped) and two.
+        kubectl_ok(
+            &kc,
+            &[
+                "delete",
+                "-f",
+                &repo.display().to_string(),
+                "--wait=true",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
+}
+
+/// A package's settings check answers at admission: its warnings come back as kubectl's
+/// warnings (a server-side dry run and an apply alike), its refusal refuses the apply naming
+/// why, and the check's verdict on good settings lets them through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settings_check_answers_kubectl_at_admission() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = AllInOne::start(&dir.path().join("data"), real_cluster().as_deref()).await?;
+    let result = async {
+        let kc = up.kubeconfig.clone();
+        let kube = berth_tests::cluster::client_for(&kc).await?;
+        let ns = TestNamespace::create(&kube, "checked").await?;
+        let (k, v) = &up.instance;
+        let resource = |replicas: u32| {
+            format!(
+                "apiVersion: berth.io/v1alpha1
+kind: Application
+metadata:
+  name: checked
+  namespace: {ns}
+  labels:
+    {k}: \"{v}\"
+spec:
+  repository: {repo}
+  version: 1.0.0
+  settings: {{replicas: {replicas}}}
+",
+                repo = berth_tests::FIXTURES_REPO,
+            )
+        };
+        kubectl_ok(
+            &kc,
+            &["apply", "--server-side", "-f", "-"],
+            Some(&resource(1)),
+        )
+        .await?;
+        kubectl_ok(
+            &kc,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                "-n",
+                &ns,
+                "application/checked",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        for dry in [true, false] {
+            let mut args = vec!["apply", "--server-side", "-f", "-"];
+            if dry {
+                args.push("--dry-run=server");
+            }
+            let warned = kubectl(&kc, &args, Some(&resource(4))).await?;
+            ensure!(
+                warned.ok
+                    && warned
+                        .stderr
+                        .contains("more than 3 replicas need a bigger node pool"),
+                "the settings check's warning (dry run: {dry}): {}{}",
+                warned.stdout,
+                warned.stderr
+            );
+        }
+        let refused = kubectl(
+            &kc,
+            &["apply", "--server-side", "-f", "-"],
+            Some(&resource(6)),
+        )
+        .await?;
+        ensure!(
+            !refused.ok && refused.stderr.contains("replicas must be at most 5, got 6"),
+            "the settings check's refusal: {}{}",
+            refused.stdout,
+            refused.stderr
+        );
+        kubectl_ok(
+            &kc,
+            &[
+                "delete",
+                "-n",
+                &ns,
+                "application/checked",
+                "--wait=true",
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
+}
