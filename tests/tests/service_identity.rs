@@ -244,6 +244,7 @@ async fn internal_services_refuse_callers_without_the_right_certificate() -> any
             .supersede(queue::SupersedeRequest {
                 package: "default.attack".into(),
                 generation: 9,
+                keep_kinds: vec![],
             })
             .await,
         tonic::Code::PermissionDenied,

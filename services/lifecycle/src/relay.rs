@@ -103,6 +103,13 @@ async fn deliver(store: &Store, broker: &mut berth_clients::Broker) -> Result<bo
                     .supersede(SupersedeRequest {
                         package,
                         generation,
+                        // A validation's caller waits for its answer whatever generation the
+                        // package reached meanwhile; the worker checks it against the newest.
+                        keep_kinds: vec![
+                            berth_proto::tasks::TaskKind::ValidateRun
+                                .as_str()
+                                .to_owned(),
+                        ],
                     })
                     .await
                     .map_err(|s| RelayError::Broker {

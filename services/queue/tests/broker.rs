@@ -18,6 +18,7 @@ crate::on_both_backends!(
     a_retry_resumes_from_the_progress_its_failure_recorded,
     allow_failure_and_permanent_failures_are_dropped_and_recorded,
     supersede_drops_queued_tasks_and_cancels_running_ones,
+    supersede_keeps_the_kinds_it_is_told_to,
     stale_fence_is_rejected_and_an_expired_lease_is_redelivered,
     heartbeat_keeps_a_lease_alive,
     consecutive_runs_of_one_hook_are_compacted,
@@ -353,6 +354,47 @@ async fn supersede_drops_queued_tasks_and_cancels_running_ones(db: Db) {
         ["run2"],
         "only the newer generation is left (other was leased before)"
     );
+    b.stop().await;
+}
+
+/// A validation queued just before an Update's Supersede is still answered (issue #34's
+/// admission check waited for one the Supersede had dropped): the kinds named in `keep_kinds`
+/// stay queued and running, the others go.
+async fn supersede_keeps_the_kinds_it_is_told_to(db: Db) {
+    let (b, _db) = broker(db, fast_config()).await;
+    let kind = |kind: &str, t: berth_proto::queue::Task| berth_proto::queue::Task {
+        kind: kind.into(),
+        ..t
+    };
+    b.enqueue(vec![
+        kind("ValidateRun", task("check-running", "p/validate/1", "p")),
+        kind("ValidateRun", task("check-queued", "p/validate/2", "p")),
+        task("run1", "p", "p"),
+    ])
+    .await;
+    let first = b.lease("w", 1, 0).await;
+    assert_eq!(ids(&first), ["check-running"]);
+
+    let answer = b.supersede_keeping("p", 2, &["ValidateRun"]).await;
+    assert_eq!((answer.dropped, answer.cancelled), (1, 0), "only run1 goes");
+    assert!(
+        b.heartbeat("w", &[&first[0]]).await.is_empty(),
+        "the running validation is not cancelled"
+    );
+    assert_eq!(ids(&b.lease("w", 10, 0).await), ["check-queued"]);
+
+    let refused = b
+        .client
+        .clone()
+        .supersede(berth_proto::queue::SupersedeRequest {
+            package: "p".into(),
+            generation: 3,
+            keep_kinds: vec![String::new()],
+        })
+        .await
+        .expect_err("an empty kind");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("keep_kinds[0]"), "{refused:?}");
     b.stop().await;
 }
 

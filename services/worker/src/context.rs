@@ -56,11 +56,14 @@ impl<'a> TaskContext<'a> {
             Err(e) => return Err(e.into()),
         };
         // Superseded by a newer generation, or this generation failed permanently (its
-        // remaining tasks, hook runs included, wait for the next Update). A validation still
-        // runs for a failed package: checking the settings that would repair it is its use.
+        // remaining tasks, hook runs included, wait for the next Update). A validation runs
+        // whatever the generation: its caller waits for the answer, and the settings are
+        // checked against the package as it is now (a failed one too: checking the settings
+        // that would repair it is its use).
         let validation = TaskKind::parse(&task.kind) == Some(TaskKind::ValidateRun);
-        if spec.generation > task.generation
-            || (spec.failed && spec.generation == task.generation && !validation)
+        if !validation
+            && (spec.generation > task.generation
+                || (spec.failed && spec.generation == task.generation))
         {
             return Ok(None);
         }

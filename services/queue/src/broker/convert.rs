@@ -41,11 +41,43 @@ pub enum InvalidTask {
     TooLongRef { len: usize, limit: usize },
     #[error("payload (the task's progress) is {len} bytes > limit {limit}")]
     TooLongProgress { len: usize, limit: usize },
+    #[error("keep_kinds has {count} kinds > limit {limit}")]
+    TooManyKinds { count: usize, limit: usize },
+    #[error("keep_kinds[{index}] is empty or {len} bytes (limit {limit})")]
+    BadKind {
+        index: usize,
+        len: usize,
+        limit: usize,
+    },
 }
 
 impl From<InvalidTask> for tonic::Status {
     fn from(err: InvalidTask) -> Self {
         tonic::Status::invalid_argument(err.to_string())
+    }
+}
+
+/// Most kinds a Supersede may keep.
+pub const MAX_KEEP_KINDS: usize = 16;
+
+/// Checks a Supersede's `keep_kinds`: few, each a non-empty kind name.
+pub fn keep_kinds(kinds: &[String]) -> Result<(), InvalidTask> {
+    if kinds.len() > MAX_KEEP_KINDS {
+        return Err(InvalidTask::TooManyKinds {
+            count: kinds.len(),
+            limit: MAX_KEEP_KINDS,
+        });
+    }
+    match kinds
+        .iter()
+        .position(|k| k.is_empty() || k.len() > MAX_NAME_BYTES)
+    {
+        Some(index) => Err(InvalidTask::BadKind {
+            index,
+            len: kinds[index].len(),
+            limit: MAX_NAME_BYTES,
+        }),
+        None => Ok(()),
     }
 }
 

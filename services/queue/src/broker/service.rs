@@ -257,13 +257,19 @@ impl pb::broker_server::Broker for BrokerService {
         let pb::SupersedeRequest {
             package,
             generation,
+            keep_kinds,
         } = request.into_inner();
         if package.is_empty() {
             return Err(convert::InvalidTask::Missing("package").into());
         }
-        let done = retrying(|| self.inner.store.supersede(&package, generation, now_ms()))
-            .await
-            .map_err(status)?;
+        convert::keep_kinds(&keep_kinds)?;
+        let done = retrying(|| {
+            self.inner
+                .store
+                .supersede(&package, generation, &keep_kinds, now_ms())
+        })
+        .await
+        .map_err(status)?;
         self.inner.metrics.superseded(done.dropped, done.cancelled);
         if done.dropped > 0 {
             self.wake_waiters();

@@ -187,9 +187,19 @@ impl TestBroker {
     }
 
     pub async fn supersede(&self, package: &str, generation: i64) -> pb::SupersedeResponse {
+        self.supersede_keeping(package, generation, &[]).await
+    }
+
+    pub async fn supersede_keeping(
+        &self,
+        package: &str,
+        generation: i64,
+        keep: &[&str],
+    ) -> pb::SupersedeResponse {
         let request = pb::SupersedeRequest {
             package: package.into(),
             generation,
+            keep_kinds: keep.iter().map(|k| (*k).to_owned()).collect(),
         };
         self.client
             .clone()

@@ -213,6 +213,7 @@ pub async fn cancellation(args: &Args, database: &str) -> anyhow::Result<Percent
             .supersede(pb::SupersedeRequest {
                 package,
                 generation: 2,
+                keep_kinds: vec![],
             })
             .await
             .context("supersede")?;

@@ -355,7 +355,10 @@ mod tests {
         let batch = store.lease("w", limits(), 2_000).await.expect("lease");
         assert_eq!(batch.tasks.len(), 2);
         // A newer generation of `p` cancels its running task; it completes all the same.
-        let superseded = store.supersede("p", 2, 2_100).await.expect("supersede");
+        let superseded = store
+            .supersede("p", 2, &[], 2_100)
+            .await
+            .expect("supersede");
         assert_eq!(superseded.cancelled, 1);
         let completions = completions(batch.tasks.iter().map(|t| LeaseRef {
             task_id: t.task.id.clone(),

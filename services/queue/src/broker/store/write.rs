@@ -55,35 +55,53 @@ impl Store {
     }
 
     /// Removes the queued tasks of `package` older than `generation` (in every queue of the
-    /// package) and marks its running ones cancelled. Set-based statements keep it quick however
-    /// many tasks are affected.
+    /// package) and marks its running ones cancelled, except tasks of the kinds in `keep`.
+    /// Set-based statements keep it quick however many tasks are affected.
     pub async fn supersede(
         &self,
         package: &str,
         generation: i64,
+        keep: &[String],
         now_ms: i64,
     ) -> Result<Superseded, StoreError> {
+        // `kind NOT IN ($4, $5, ...)`, after the three parameters every statement binds.
+        let spared = if keep.is_empty() {
+            String::new()
+        } else {
+            let params: Vec<String> = (0..keep.len()).map(|i| format!("${}", i + 4)).collect();
+            format!(" AND kind NOT IN ({})", params.join(", "))
+        };
+        let bind = |sql: &'static str, spared: &str| {
+            // Only placeholders are generated; every value is bound.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(format!("{sql}{spared}")))
+                .bind(package.to_owned())
+                .bind(generation)
+                .bind(now_ms);
+            for kind in keep {
+                query = query.bind(kind.clone());
+            }
+            query
+        };
         let mut tx = self.begin("supersede").await?;
-        sqlx::query(concat!(
-            "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
-             SELECT id, queue, package, kind, 'superseded', attempts, last_error, $3 FROM tasks \
-             WHERE package = $1 AND generation < $2 AND NOT ",
-            live_lease!("$3")
-        ))
-        .bind(package)
-        .bind(generation)
-        .bind(now_ms)
+        bind(
+            concat!(
+                "INSERT INTO task_history (id, queue, package, kind, outcome, attempts, error, finished_at) \
+                 SELECT id, queue, package, kind, 'superseded', attempts, last_error, $3 FROM tasks \
+                 WHERE package = $1 AND generation < $2 AND NOT ",
+                live_lease!("$3")
+            ),
+            &spared,
+        )
         .execute(&mut *tx)
         .await
         .map_err(query_failed("record superseded tasks"))?;
-        let removed = sqlx::query(concat!(
-            "DELETE FROM tasks WHERE package = $1 AND generation < $2 AND NOT ",
-            live_lease!("$3"),
-            " RETURNING queue"
-        ))
-        .bind(package)
-        .bind(generation)
-        .bind(now_ms)
+        let removed = bind(
+            concat!(
+                "DELETE FROM tasks WHERE package = $1 AND generation < $2 AND NOT ",
+                live_lease!("$3")
+            ),
+            &format!("{spared} RETURNING queue"),
+        )
         .fetch_all(&mut *tx)
         .await
         .map_err(query_failed("delete superseded tasks"))?;
@@ -91,13 +109,13 @@ impl Store {
         let queues = heads::queue_names(&removed)?;
         let look =
             heads::promote(&mut tx, self.dialect(), queues.iter().map(String::as_str)).await?;
-        let cancelled = sqlx::query(concat!(
-            "UPDATE tasks SET cancelled = 1 WHERE package = $1 AND generation < $2 AND cancelled = 0 AND ",
-            live_lease!("$3")
-        ))
-        .bind(package)
-        .bind(generation)
-        .bind(now_ms)
+        let cancelled = bind(
+            concat!(
+                "UPDATE tasks SET cancelled = 1 WHERE package = $1 AND generation < $2 AND cancelled = 0 AND ",
+                live_lease!("$3")
+            ),
+            &spared,
+        )
         .execute(&mut *tx)
         .await
         .map_err(query_failed("cancel superseded tasks"))?
