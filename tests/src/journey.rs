@@ -74,6 +74,7 @@ pub fn hello_update(r: &PackageRef, settings: Value) -> v1::UpdateRequest {
         settings: self::settings(settings),
         force: false,
         settings_version: 0,
+        reset_settings: false,
     }
 }
 

@@ -41,6 +41,7 @@ fn update(r: &v1::PackageRef, settings: Option<serde_json::Value>) -> v1::Update
         settings: settings.as_ref().map(berth_proto::json::to_struct),
         force: false,
         settings_version: 0,
+        reset_settings: false,
     }
 }
 

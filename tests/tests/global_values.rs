@@ -47,6 +47,7 @@ async fn update(
             settings: Some(berth_proto::json::to_struct(&settings)),
             force: false,
             settings_version: 0,
+            reset_settings: false,
         })
         .await?
         .into_inner();

@@ -356,6 +356,7 @@ fn update(
         settings: settings.as_ref().map(berth_proto::json::to_struct),
         force: false,
         settings_version: 0,
+        reset_settings: false,
     }
 }
 

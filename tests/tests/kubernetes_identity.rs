@@ -60,6 +60,7 @@ fn update(r: &v1::PackageRef, repository: &str) -> v1::UpdateRequest {
         settings: None,
         force: false,
         settings_version: 0,
+        reset_settings: false,
     }
 }
 

@@ -33,6 +33,7 @@ fn update(r: &v1::PackageRef) -> v1::UpdateRequest {
         settings: None,
         force: false,
         settings_version: 0,
+        reset_settings: false,
     }
 }
 

@@ -48,6 +48,7 @@ fn update(r: &v1::PackageRef, package: &str, settings: serde_json::Value) -> v1:
         settings: Some(berth_proto::json::to_struct(&settings)),
         force: false,
         settings_version: 0,
+        reset_settings: false,
     }
 }
 

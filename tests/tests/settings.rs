@@ -28,6 +28,7 @@ fn update(r: &v1::PackageRef, version: &str, settings: serde_json::Value) -> v1:
         settings: Some(berth_proto::json::to_struct(&settings)),
         force: false,
         settings_version: 0,
+        reset_settings: false,
     }
 }
 

@@ -12,8 +12,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::{Value, json};
 
-const DEADLINE: Duration = Duration::from_secs(120);
-
 fn update(
     r: &v1::PackageRef,
     version: &str,
@@ -28,6 +26,7 @@ fn update(
         settings: Some(berth_proto::json::to_struct(&settings)),
         settings_version,
         force: false,
+        reset_settings: false,
     }
 }
 
@@ -64,29 +63,13 @@ async fn berth(endpoint: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Follows the package until `generation` failed permanently; never Running.
-async fn wait_failed(
-    client: &mut journey::Client,
-    r: &v1::PackageRef,
-    generation: i64,
-) -> anyhow::Result<v1::Package> {
-    journey::follow(client, r, DEADLINE, "the generation to fail", |p| {
-        ensure!(
-            !(p.phase == "Running" && p.observed_generation >= generation),
-            "generation {generation} is Running: {p:?}"
-        );
-        Ok(p.phase == "Failed" && p.generation == generation)
-    })
-    .await
-}
-
 /// Install 1.0.0 with `size: 3`; upgrade to 2.0.0 with those settings as version 1: they are
 /// converted (`replicas: 3`, version 2), shown by Get, Dump and `berth get`, and the chart
 /// renders `replicas`. ValidateSettings (and `berth validate --settings-version 1`) answers
 /// version-1 settings converted; a version the package does not know is refused. An Update of
 /// the loaded version with version-1 settings is converted at once. An upgrade to 3.0.0, whose
-/// conversion is a recursion bomb, fails the package naming the file and the depth limit, and
-/// changes nothing stored; `berth up` keeps serving, and 2.0.0 installs again.
+/// conversion is a recursion bomb, is refused naming the file and the depth limit, and changes
+/// nothing; `berth up` keeps serving, and 2.0.0 takes new settings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_settings_convert_on_upgrade_and_validate() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -258,33 +241,41 @@ async fn stored_settings_convert_on_upgrade_and_validate() -> anyhow::Result<()>
         ensure!(e.code() == tonic::Code::InvalidArgument, "{e:?}");
         ensure!(e.message().contains("settings_version"), "{}", e.message());
 
-        // 3.0.0's conversion recurses without end: the package fails naming the step and the
-        // limit, the stored settings stay as they were, and lifecycle keeps serving.
-        let g = client
-            .update(update(&r, "3.0.0", json!({"replicas": 7}), 2))
+        // 3.0.0's conversion recurses without end: the Update is refused before anything is
+        // written (issue 31.1: the settings an upgrade leaves must fit the new version), naming
+        // the step and the limit; the package stays at 2.0.0, Running, and lifecycle serves on.
+        let before = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
             .await?
-            .into_inner()
-            .generation;
-        let p = wait_failed(&mut client, &r, g).await?;
+            .into_inner();
+        let e = client
+            .update(update(&r, "3.0.0", json!({"replicas": 7}), 2))
+            .await
+            .expect_err("settings that cannot be converted to 3.0.0");
+        ensure!(e.code() == tonic::Code::InvalidArgument, "{e:?}");
         for says in [
+            "version 3.0.0",
             "openapi/conversions/v3.yaml",
             "conversions[0]",
             "depth limit",
         ] {
-            ensure!(p.last_error.contains(says), "{says}: {}", p.last_error);
+            ensure!(e.message().contains(says), "{says}: {}", e.message());
         }
-        let invalid = p
-            .conditions
-            .iter()
-            .find(|c| c.r#type == "SettingsValid")
-            .context("SettingsValid")?;
+        let p = client
+            .get(v1::GetRequest {
+                r#ref: Some(r.clone()),
+            })
+            .await?
+            .into_inner();
         ensure!(
-            invalid.status == "False" && invalid.reason == "ConversionFailed",
-            "{invalid:?}"
-        );
-        ensure!(
-            settings_of(&p) == json!({"replicas": 7}) && p.settings_version == 2,
-            "nothing stored changed: {p:?}"
+            p.generation == before.generation
+                && p.version == "2.0.0"
+                && p.phase == "Running"
+                && settings_of(&p) == json!({"replicas": 7})
+                && p.settings_version == 2,
+            "nothing changed: {p:?}"
         );
         let g = client
             .update(update(&r, "2.0.0", json!({"replicas": 8}), 0))

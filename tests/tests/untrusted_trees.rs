@@ -43,6 +43,7 @@ fn update(r: &v1::PackageRef, repository: &str, version: &str) -> v1::UpdateRequ
         settings: None,
         force: false,
         settings_version: 0,
+        reset_settings: false,
     }
 }
 

@@ -182,8 +182,10 @@ pub enum Command {
         /// loads the newest tag it allows (`berth get` shows it as `resolvedVersion`).
         #[arg(long)]
         version: String,
-        /// Settings as a YAML or JSON file.
-        #[arg(long)]
+        /// Settings as a YAML or JSON file; they replace the stored ones. Without it the stored
+        /// settings are kept, across a version change too (converted with the new version's
+        /// conversions, and refused, naming the field, when they no longer fit its schema).
+        #[arg(long, conflicts_with = "reset_settings")]
         settings: Option<PathBuf>,
         /// The settings version the settings are written for (the package's settings schema
         /// names its own with `x-config-version`). Settings of an older version are converted
@@ -191,6 +193,9 @@ pub enum Command {
         /// package version being installed.
         #[arg(long, default_value_t = 0)]
         settings_version: u32,
+        /// Drop the stored settings: the package runs with its schema's defaults.
+        #[arg(long)]
+        reset_settings: bool,
         /// Converge again (hooks and release) even when nothing changed; an identical Update
         /// is otherwise a no-op.
         #[arg(long)]

@@ -397,6 +397,7 @@ async fn command(cli: &Cli) -> Result<ExitCode, String> {
             version,
             settings,
             settings_version,
+            reset_settings,
             force,
             wait,
             timeout,
@@ -411,6 +412,7 @@ async fn command(cli: &Cli) -> Result<ExitCode, String> {
                 settings: settings.as_deref().map(read_settings).transpose()?,
                 force: *force,
                 settings_version: *settings_version,
+                reset_settings: *reset_settings,
             };
             let accepted = client
                 .update(request)

@@ -84,6 +84,7 @@ fn upgrade_known(kind: TaskKind, json: &str) -> Option<Upgraded> {
                 request_id: old.request_id,
                 deadline_unix_ms: old.deadline_unix_ms,
                 settings: Some(crate::json::to_struct(&old.settings)),
+                ..Default::default()
             };
             plain(run.encode_to_vec())
         }

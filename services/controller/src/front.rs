@@ -61,8 +61,10 @@ pub trait Front:
     }
 }
 
+/// A resource's settings are the whole truth: none written is `{}` (the stored settings are
+/// replaced), never "keep what is stored", which only the imperative API offers.
 fn settings(value: Option<&serde_json::Value>) -> Option<prost_types::Struct> {
-    value.map(berth_proto::json::to_struct)
+    Some(value.map_or_else(prost_types::Struct::default, berth_proto::json::to_struct))
 }
 
 fn settings_version(v: Option<i64>) -> u32 {
@@ -98,6 +100,7 @@ impl Front for Application {
             settings: settings(spec.settings.as_ref()),
             force: false,
             settings_version: settings_version(spec.settings_version),
+            reset_settings: false,
         })
     }
 
@@ -156,6 +159,7 @@ impl Front for Module {
             settings: settings(spec.settings.as_ref()),
             force: false,
             settings_version: settings_version(spec.version),
+            reset_settings: false,
         })
     }
 

@@ -55,6 +55,14 @@ pub enum RequestError {
     SettingsVersionOverLimit { version: u32, limit: u32 },
     #[error("settings: larger than the {MAX_SETTINGS_BYTES}-byte limit")]
     SettingsTooLarge,
+    #[error(
+        "reset_settings: replaces the stored settings with none, so it takes no settings or settings_version"
+    )]
+    ResetWithSettings,
+    #[error(
+        "settings_version: names the version of the settings an Update sends, and this one sends none (the stored settings are kept)"
+    )]
+    VersionWithoutSettings,
     /// A worker's reports.
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -112,8 +120,15 @@ pub fn update_spec(
         settings: requested_settings,
         settings_version,
         force,
+        reset_settings,
     } = req;
     let id = package_id(r#ref.as_ref())?;
+    if *reset_settings && (requested_settings.is_some() || *settings_version != 0) {
+        return Err(RequestError::ResetWithSettings);
+    }
+    if requested_settings.is_none() && *settings_version != 0 {
+        return Err(RequestError::VersionWithoutSettings);
+    }
     if id.kind == Kind::App && id.namespace == SYSTEM_NAMESPACE {
         return Err(RequestError::AppInModulesNamespace {
             namespace: id.namespace,
@@ -178,6 +193,7 @@ pub fn update_spec(
         version,
         settings,
         settings_version: *settings_version,
+        keep_settings: requested_settings.is_none() && !*reset_settings,
         converted: None,
         force: *force,
     })

@@ -31,6 +31,13 @@ pub enum Error {
     /// Settings of an older version that cannot be converted to the loaded one's.
     #[error(transparent)]
     Unconvertible(#[from] Unconvertible),
+    /// The settings an Update leaves a package with do not fit the version it moves to.
+    #[error("{key}: the settings do not fit version {version}: {reason}")]
+    SettingsDoNotFit {
+        key: PackageKey,
+        version: String,
+        reason: String,
+    },
     /// A worker's settings check refused the settings.
     #[error("{key}: {reason}")]
     SettingsInvalid { key: PackageKey, reason: String },
@@ -81,6 +88,7 @@ impl From<Error> for Status {
             Error::Request(_)
             | Error::Unconvertible(_)
             | Error::SettingsInvalid { .. }
+            | Error::SettingsDoNotFit { .. }
             | Error::Settings(SettingsError::Refused { .. })
             | Error::Refused(Refused::Update(
                 UpdateRefused::Settings(SettingsError::Refused { .. })

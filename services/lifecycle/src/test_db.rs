@@ -90,6 +90,7 @@ pub fn spec(name: &str) -> UpdateSpec {
         version: VersionRequest::parse("1.0.0"),
         settings: serde_json::json!({}),
         settings_version: 0,
+        keep_settings: false,
         converted: None,
         force: false,
     }

@@ -49,6 +49,17 @@ pub enum Outcome {
     Deferred(Deferral),
 }
 
+/// What a worker found of an Update's new version.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Described {
+    /// The version as its Load would report it.
+    Loaded(Box<berth_proto::lifecycle::Loaded>),
+    /// Its files do not load (why).
+    Unloadable(String),
+    /// No answer: the version is checked when it loads.
+    Deferred(Deferral),
+}
+
 /// Why a validation reached no verdict (shown to the caller as the answer's reason).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Deferral {
@@ -98,15 +109,64 @@ impl Validations {
         generation: Generation,
         settings: &Value,
     ) -> Outcome {
+        let run = ValidateRun {
+            settings: Some(berth_proto::json::to_struct(settings)),
+            ..Default::default()
+        };
+        match self.ask(package, generation, run).await {
+            Err(why) => Outcome::Deferred(why),
+            Ok(a) if !a.error.is_empty() => Outcome::Deferred(Deferral::WorkerFailed(a.error)),
+            Ok(a) if !a.invalid.is_empty() => Outcome::Invalid(a.invalid),
+            Ok(a) => Outcome::Valid {
+                plan: a.plan.into_iter().take(MAX_PLAN).collect(),
+                warnings: a.warnings.into_iter().take(MAX_WARNINGS).collect(),
+            },
+        }
+    }
+
+    /// Has a worker fetch and load `version` of `repository`'s `package` for the package at
+    /// `generation` and describe it as its Load would (an Update changing the version checks
+    /// the settings against it before it is accepted).
+    pub async fn describe(
+        &self,
+        key: &PackageKey,
+        generation: Generation,
+        repository: &str,
+        package: &str,
+        version: &str,
+    ) -> Described {
+        let run = ValidateRun {
+            repository: repository.to_owned(),
+            package: package.to_owned(),
+            version: version.to_owned(),
+            ..Default::default()
+        };
+        match self.ask(key, generation, run).await {
+            Err(why) => Described::Deferred(why),
+            Ok(a) if !a.error.is_empty() => Described::Deferred(Deferral::WorkerFailed(a.error)),
+            Ok(a) if !a.invalid.is_empty() => Described::Unloadable(a.invalid),
+            Ok(a) => match a.loaded {
+                Some(loaded) => Described::Loaded(Box::new(loaded)),
+                None => Described::Deferred(Deferral::WorkerFailed(
+                    "the worker described no version (is it older than lifecycle?)".into(),
+                )),
+            },
+        }
+    }
+
+    /// Queues `run` (its request id and deadline filled in here) and waits for its answer.
+    async fn ask(
+        &self,
+        package: &PackageKey,
+        generation: Generation,
+        mut run: ValidateRun,
+    ) -> Result<AnswerValidationRequest, Deferral> {
         let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Outcome::Deferred(Deferral::Busy);
+            return Err(Deferral::Busy);
         };
         let request_id = uuid::Uuid::new_v4().to_string();
-        let run = ValidateRun {
-            request_id: request_id.clone(),
-            deadline_unix_ms: now_ms() + self.wait.as_millis() as i64,
-            settings: Some(berth_proto::json::to_struct(settings)),
-        };
+        run.request_id.clone_from(&request_id);
+        run.deadline_unix_ms = now_ms() + self.wait.as_millis() as i64;
         let (tx, rx) = oneshot::channel();
         self.lock().insert(
             request_id.clone(),
@@ -136,15 +196,7 @@ impl Validations {
         .await
         .unwrap_or(Err(Deferral::NoAnswer(wait)));
         self.lock().remove(&request_id);
-        match answered {
-            Err(why) => Outcome::Deferred(why),
-            Ok(a) if !a.error.is_empty() => Outcome::Deferred(Deferral::WorkerFailed(a.error)),
-            Ok(a) if !a.invalid.is_empty() => Outcome::Invalid(a.invalid),
-            Ok(a) => Outcome::Valid {
-                plan: a.plan.into_iter().take(MAX_PLAN).collect(),
-                warnings: a.warnings.into_iter().take(MAX_WARNINGS).collect(),
-            },
-        }
+        answered
     }
 
     /// A worker's answer, given to the validation waiting for it here. Handed back when

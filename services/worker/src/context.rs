@@ -78,6 +78,25 @@ impl<'a> TaskContext<'a> {
         }))
     }
 
+    /// This context for another version of the package (an Update's candidate, which a
+    /// validation describes): the same spec but for where the files come from. Its reports go
+    /// nowhere: nothing is reported for a version that is not the package's.
+    pub fn for_version(&self, repository: &str, package: &str, version: &str) -> TaskContext<'a> {
+        let mut spec = self.spec.clone();
+        repository.clone_into(&mut spec.repository);
+        package.clone_into(&mut spec.package);
+        version.clone_into(&mut spec.version);
+        TaskContext {
+            reports: Reporter::new(&self.services, &spec.key, spec.generation),
+            spec,
+            services: self.services.clone(),
+            config: self.config,
+            hooks: self.hooks,
+            identities: self.identities,
+            cancel: self.cancel.clone(),
+        }
+    }
+
     /// The package's hooks (on first use by this worker: built from the configs the Load
     /// recorded, or discovered).
     pub async fn package_hooks(

@@ -13,7 +13,7 @@
 //! | AfterAll | the global package's afterAll hooks, apply their outputs (enqueued by lifecycle once the packages waiting for it converged) | the hooks run again |
 //! | HookRun | run one hook with its binding contexts, apply its outputs | the hook runs again |
 //! | WebhookRun | run one hook for an admission or conversion request and hand its answer to hookevent (never retried; skipped once the request's deadline passed) | the second answer is dropped (the request was answered or gave up) |
-//! | ValidateRun | check candidate settings as an Update would (values, settings check, release Plan) and hand the verdict and plan to lifecycle (never retried; skipped once lifecycle stopped waiting) | the second answer is dropped |
+//! | ValidateRun | check candidate settings as an Update would (values, settings check, release Plan) and hand the verdict and plan to lifecycle; one naming a version only describes that version (schema, settings version, conversions) for an Update that changes it. Never retried; skipped once lifecycle stopped waiting; run against the newest generation (a Supersede keeps ValidateRuns) | the second answer is dropped |
 //! | Disable | remove the package's bindings | no-op |
 //! | Uninstall | beforeDeleteHelm → release uninstall → afterDeleteHelm | uninstall of a missing release is a no-op |
 //! | Cleanup | forget the package's state and cached files | no-op |

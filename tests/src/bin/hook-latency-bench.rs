@@ -432,6 +432,7 @@ async fn install(
             )),
             force: false,
             settings_version: 0,
+            reset_settings: false,
         };
         async move {
             let accepted = client.update(request).await.context("Update")?.into_inner();

@@ -28,6 +28,9 @@ pub struct UpdateSpec {
     pub settings: Value,
     /// The settings version `settings` are written for (0: the package version's own).
     pub settings_version: u32,
+    /// The Update sent no settings: the stored ones are kept (with their settings version,
+    /// converted when a new version loads). `settings` is then `{}`, what a new package gets.
+    pub keep_settings: bool,
     /// The settings converted to the loaded package's settings version, with the conversions
     /// used (before the write); `None` when no conversion applies.
     pub converted: Option<(Converted, Conversions)>,
@@ -117,9 +120,13 @@ pub fn plan(
         },
         _ => None,
     };
-    let (settings, settings_version) = match resolved {
-        Some((settings, version)) => (settings, version),
-        None => (spec.settings.clone(), spec.settings_version),
+    let (settings, settings_version) = match (resolved, previous) {
+        // Kept as stored, at their own settings version: a new version's Load converts them.
+        (_, Some(existing)) if spec.keep_settings => {
+            (existing.settings.clone(), existing.settings_version)
+        }
+        (Some((settings, version)), _) => (settings, version),
+        (None, _) => (spec.settings.clone(), spec.settings_version),
     };
     // An Update identical to what is wanted already is a no-op (unless forced): it writes
     // nothing and answers the current generation, and no hook runs again.
@@ -180,10 +187,30 @@ fn same_package(spec: &UpdateSpec, existing: &Package) -> bool {
 /// Whether an Update gets a worker's validation before it is accepted: it changes the settings
 /// of a loaded package and keeps its version (a new version is validated when it loads).
 pub fn validates_deeply(spec: &UpdateSpec, existing: &Package) -> bool {
-    existing.settings_schema.is_some()
+    !spec.keep_settings
+        && existing.settings_schema.is_some()
         && existing.repository == spec.repository
         && spec.same_loaded_version(existing)
         && existing.settings != *spec.effective_settings()
+}
+
+/// Whether an Update moves a loaded package to other files (another version, package or
+/// repository): then the settings it will have are checked against that version's schema
+/// before it is accepted (see the service's version check).
+pub fn changes_loaded_version(spec: &UpdateSpec, existing: &Package) -> bool {
+    !existing.removing
+        && existing.settings_schema.is_some()
+        && !(spec.same_loaded_version(existing) && existing.repository == spec.repository)
+}
+
+/// The settings an Update leaves the package with, and their settings version (0: the
+/// version's own), before any conversion.
+pub fn resulting_settings<'a>(spec: &'a UpdateSpec, existing: &'a Package) -> (&'a Value, u32) {
+    if spec.keep_settings {
+        (&existing.settings, existing.settings_version)
+    } else {
+        (&spec.settings, spec.settings_version)
+    }
 }
 
 /// Whether settings of `version` are of the stored settings' version: equal, or 0 (the
@@ -239,6 +266,7 @@ mod tests {
             version: VersionRequest::parse(version),
             settings,
             settings_version: 0,
+            keep_settings: false,
             converted: None,
             force: false,
         }
@@ -311,5 +339,47 @@ mod tests {
         let Planned { row, .. } =
             plan(&upgrade, Some(&current), Generation::new(2), 1, t()).unwrap();
         assert!(!row.enabled && row.settings_schema.is_none(), "starts over");
+    }
+
+    /// Issue 31.1: an Update without settings keeps the stored ones (and their settings
+    /// version, for the new version's Load to convert), for a version change too; a reset or
+    /// explicit settings replace them; a version-only Update of the same version is a no-op.
+    #[test]
+    fn an_update_without_settings_keeps_the_stored_ones() {
+        let mut current = loaded(&spec("1.0.0", json!({"replicas": 3})));
+        current.settings_version = 1;
+        let keep = |version: &str| UpdateSpec {
+            keep_settings: true,
+            ..spec(version, json!({}))
+        };
+        let Planned { row, .. } =
+            plan(&keep("2.0.0"), Some(&current), Generation::new(2), 1, t()).unwrap();
+        assert_eq!(
+            (row.settings, row.settings_version, row.version.as_str()),
+            (json!({"replicas": 3}), 1, "2.0.0")
+        );
+        assert!(
+            changes_loaded_version(&keep("2.0.0"), &current),
+            "checked against 2.0.0 first"
+        );
+        assert_eq!(
+            resulting_settings(&keep("2.0.0"), &current),
+            (&json!({"replicas": 3}), 1)
+        );
+        assert!(matches!(
+            plan(&keep("1.0.0"), Some(&current), Generation::new(2), 1, t()),
+            Err(NotPlanned::Unchanged(g)) if g == Generation::new(1)
+        ));
+        assert!(!validates_deeply(&keep("1.0.0"), &current));
+        assert!(!changes_loaded_version(&keep("1.0.0"), &current));
+        let reset = spec("1.0.0", json!({}));
+        let Planned { row, .. } = plan(&reset, Some(&current), Generation::new(2), 1, t()).unwrap();
+        assert_eq!((row.settings, row.settings_version), (json!({}), 0));
+        let fresh = plan(&keep("1.0.0"), None, Generation::new(1), 1, t()).unwrap();
+        assert_eq!(
+            fresh.row.settings,
+            json!({}),
+            "a new package has none to keep"
+        );
     }
 }

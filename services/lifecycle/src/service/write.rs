@@ -13,7 +13,8 @@ use super::LifecycleService;
 use crate::conversion::{self, AtLoad};
 use crate::convert;
 use crate::error::Error;
-use crate::validation::Outcome;
+use crate::validation::{Described, Outcome};
+use berth_proto::json;
 
 impl LifecycleService {
     /// An Update through `owner`'s front door (the public API's, or a resource's).
@@ -37,8 +38,14 @@ impl LifecycleService {
                 owner: existing.owner.clone(),
             }));
         }
-        if spec.settings_version != 0 {
+        if spec.settings_version != 0 && !spec.keep_settings {
             spec.converted = conversion::for_update(&self.jq, current.as_ref(), &spec).await?;
+        }
+        // Another version: the settings it would have (kept or given) must fit it.
+        if let Some(existing) = &current
+            && update::changes_loaded_version(&spec, existing)
+        {
+            self.check_new_version(&key, &spec, existing).await?;
         }
         // New settings for a loaded package are validated as ValidateSettings would before
         // anything is written: the schema, then the package's settings check and the plan of
@@ -69,6 +76,64 @@ impl LifecycleService {
             key: key.into_string(),
             generation: generation.get(),
         })
+    }
+
+    /// Issue 31.1: an Update that moves a loaded package to another version keeps its settings
+    /// (or takes the ones it sends) only if they fit that version. A worker fetches the version
+    /// and describes it; the settings are converted with its conversions and checked against
+    /// its schema here, and a misfit refuses the Update naming the field and the version, so
+    /// nothing changes. Without a worker's answer in time, or for files that do not load, the
+    /// Update goes ahead and the version's Load decides, as before.
+    async fn check_new_version(
+        &self,
+        key: &PackageKey,
+        spec: &update::UpdateSpec,
+        existing: &berth_lifecycle_core::Package,
+    ) -> Result<(), Error> {
+        let version = spec.version.as_str();
+        let described = self
+            .validations
+            .describe(
+                key,
+                existing.generation,
+                &spec.repository,
+                &spec.package,
+                version,
+            )
+            .await;
+        let loaded = match described {
+            Described::Loaded(loaded) => loaded,
+            Described::Unloadable(why) => {
+                tracing::info!(package.key = %key, version, reason = %why, "the new version does not load; its Load reports it");
+                return Ok(());
+            }
+            Described::Deferred(why) => {
+                tracing::info!(package.key = %key, version, reason = %why, "the new version's settings are checked when it loads");
+                return Ok(());
+            }
+        };
+        let misfit = |reason: String| Error::SettingsDoNotFit {
+            key: key.clone(),
+            version: version.to_owned(),
+            reason,
+        };
+        let conversions = berth_package::Conversions::from_steps(
+            loaded.settings_version,
+            loaded.conversions.iter().map(|s| berth_package::Step {
+                version: s.version,
+                expressions: s.expressions.clone(),
+            }),
+        )
+        .map_err(|(file, e)| misfit(format!("its conversions ({file}): {e}")))?;
+        let (settings, from) = update::resulting_settings(spec, existing);
+        let converted = conversion::convert(&self.jq, &conversions, settings, from)
+            .await
+            .map_err(|failure| misfit(failure.to_string()))?;
+        let schema = loaded.settings_schema.as_ref().map(json::from_struct);
+        match update::check_settings(Some(&schema), &converted.settings) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(misfit(e.to_string())),
+        }
     }
 
     pub(super) async fn apply_remove(

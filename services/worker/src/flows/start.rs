@@ -166,17 +166,21 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         settings_version: pkg.conversions.latest(),
         hook_configs: recorded_configs(&answers),
         rbac: Some(rbac(pkg.definition.rbac.as_ref())),
-        conversions: pkg
-            .conversions
-            .steps()
-            .map(|s| SettingsConversion {
-                version: s.version,
-                expressions: s.expressions.clone(),
-            })
-            .collect(),
+        conversions: conversions(&pkg),
     }))
     .await?;
     Ok(())
+}
+
+/// The package's settings conversions as a Loaded report carries them.
+pub(super) fn conversions(pkg: &berth_package::Package) -> Vec<SettingsConversion> {
+    pkg.conversions
+        .steps()
+        .map(|s| SettingsConversion {
+            version: s.version,
+            expressions: s.expressions.clone(),
+        })
+        .collect()
 }
 
 /// Registers the hooks' schedule, Kubernetes and webhook bindings with hookevent.

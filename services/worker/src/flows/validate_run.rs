@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use berth_proto::lifecycle::AnswerValidationRequest;
+use berth_proto::lifecycle::{AnswerValidationRequest, Loaded};
 use berth_proto::queue::Task;
 use berth_proto::tasks::{self, ValidateRun};
 use berth_proto::v1;
@@ -19,7 +19,7 @@ use super::remaining;
 use crate::client::CallError;
 use crate::context::TaskContext;
 use crate::hooks::check_settings;
-use crate::package::{Values, ensure};
+use crate::package::{Unavailable, Values, ensure};
 
 pub async fn validate_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskError> {
     let payload: ValidateRun =
@@ -29,7 +29,12 @@ pub async fn validate_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskE
         tracing::info!("validation skipped: its caller stopped waiting");
         return Ok(());
     };
-    let mut answer = match validate(cx, &payload, left).await {
+    let outcome = if payload.version.is_empty() {
+        validate(cx, &payload, left).await
+    } else {
+        describe(cx, &payload).await
+    };
+    let mut answer = match outcome {
         Ok(answer) => answer,
         Err(error) => AnswerValidationRequest {
             error,
@@ -49,6 +54,43 @@ pub async fn validate_run(cx: &TaskContext<'_>, task: &Task) -> Result<(), TaskE
         tracing::warn!(error = %s.message(), "could not hand a validation to lifecycle");
     }
     Ok(())
+}
+
+/// An Update's new version, described as its Load would report it (schema, settings version,
+/// conversions): lifecycle converts the settings it would keep with them and checks them
+/// against the schema before it accepts the Update. A version whose files do not load is
+/// `invalid`, naming why; files that cannot be fetched now leave no verdict.
+async fn describe(
+    cx: &TaskContext<'_>,
+    payload: &ValidateRun,
+) -> Result<AnswerValidationRequest, String> {
+    let candidate = cx.for_version(&payload.repository, &payload.package, &payload.version);
+    let pkg = match crate::package::ensure_files(&candidate).await {
+        Ok(pkg) => pkg,
+        Err(Unavailable {
+            error,
+            load_failed: true,
+        }) => {
+            return Ok(AnswerValidationRequest {
+                invalid: error.message,
+                ..Default::default()
+            });
+        }
+        Err(e) => return Err(e.error.message),
+    };
+    Ok(AnswerValidationRequest {
+        loaded: Some(Loaded {
+            settings_schema: pkg
+                .settings_schema
+                .as_ref()
+                .map(|s| berth_proto::json::to_struct(s.as_json())),
+            version: pkg.definition.version.to_string(),
+            settings_version: pkg.conversions.latest(),
+            conversions: super::start::conversions(&pkg),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 /// The outcome: `Ok` with `invalid` set or not; `Err` when no verdict could be reached.

@@ -113,6 +113,7 @@ impl Db {
             version: VersionRequest::parse("1.0.0"),
             settings: json!({}),
             settings_version: 0,
+            keep_settings: false,
             converted: None,
             force: false,
         };
@@ -251,6 +252,7 @@ fn a_pass_enables_packages_as_their_requirements_come_to_hold() {
         version: VersionRequest::parse("2.0.0"),
         settings: json!({}),
         settings_version: 0,
+        keep_settings: false,
         converted: None,
         force: false,
     };
@@ -492,6 +494,7 @@ fn packages_belong_to_their_front_door_and_suspended_ones_take_no_new_generation
         version: VersionRequest::parse(version),
         settings: json!({}),
         settings_version: 0,
+        keep_settings: false,
         converted: None,
         force: false,
     };
