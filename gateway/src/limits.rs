@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use http_body_util::BodyExt as _;
@@ -117,7 +117,9 @@ impl<S: NamedService> NamedService for Limited<S> {
 
 impl State {
     /// Takes one call from `caller`'s bucket; false when it is empty.
-    fn admit(&self, caller: &Caller) -> bool {
+    /// Takes one of `caller`'s calls: `Err` with how long until it has one again (`None`
+    /// when its bucket never refills) when it has none.
+    fn admit(&self, caller: &Caller) -> Result<(), Option<Duration>> {
         let limits = self.limits;
         let capacity = f64::from(limits.burst.max(1));
         let rate = f64::from(limits.calls_per_second);
@@ -143,9 +145,11 @@ impl State {
         bucket.at = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
-            true
+            Ok(())
+        } else if rate > 0.0 {
+            Err(Some(Duration::from_secs_f64((1.0 - bucket.tokens) / rate)))
         } else {
-            false
+            Err(None)
         }
     }
 }
@@ -176,10 +180,35 @@ fn address<B>(req: &http::Request<B>) -> Caller {
     }
 }
 
-fn refuse(message: String) -> BoxFuture<'static, Result<http::Response<Body>, Infallible>> {
+/// The metadata key of a refusal worth retrying: after how many milliseconds a call may be
+/// admitted (the `berth` CLI waits that long and retries, as kubectl does on a 429).
+pub const RETRY_AFTER_MS: &str = "retry-after-ms";
+
+/// Refuses a call over a limit; `retry_after` (when the limit frees up with time) goes out as
+/// [`RETRY_AFTER_MS`].
+fn refuse(
+    message: String,
+    retry_after: Option<Duration>,
+) -> BoxFuture<'static, Result<http::Response<Body>, Infallible>> {
     tracing::warn!(%message, "call refused");
-    answer(tonic::Status::resource_exhausted(message))
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    if let Some(after) = retry_after {
+        // At least 1 ms: a hint of 0 would make a client spin.
+        let ms = after.as_millis().clamp(1, u128::from(u32::MAX));
+        if let Ok(value) = ms.to_string().parse() {
+            metadata.insert(RETRY_AFTER_MS, value);
+        }
+    }
+    answer(tonic::Status::with_metadata(
+        tonic::Code::ResourceExhausted,
+        message,
+        metadata,
+    ))
 }
+
+/// How long a caller refused for calls or Watch streams in progress waits before it retries:
+/// they end on their own, at no known time.
+const BUSY_RETRY_AFTER: Duration = Duration::from_millis(200);
 
 fn answer(status: tonic::Status) -> BoxFuture<'static, Result<http::Response<Body>, Infallible>> {
     Box::pin(std::future::ready(Ok(status.into_http())))
@@ -212,11 +241,14 @@ where
             Ok(token) => Caller::Token(*token),
             Err(_) => address(&req),
         };
-        if !state.admit(&caller) {
-            return refuse(format!(
-                "rate limit: this caller made more than {} calls per second (burst {}); slow down",
-                limits.calls_per_second, limits.burst
-            ));
+        if let Err(retry_after) = state.admit(&caller) {
+            return refuse(
+                format!(
+                    "rate limit: this caller made more than {} calls per second (burst {}); slow down",
+                    limits.calls_per_second, limits.burst
+                ),
+                retry_after,
+            );
         }
         if let Err(refused) = verified {
             tracing::warn!(?caller, %refused, "call refused: not authenticated");
@@ -225,10 +257,13 @@ where
         let inner = self.inner.clone();
         if req.uri().path().ends_with("/Watch") {
             let Ok(permit) = state.watches.clone().try_acquire_owned() else {
-                return refuse(format!(
-                    "too many open Watch streams (at most {} at once); close one and retry",
-                    limits.watch_streams
-                ));
+                return refuse(
+                    format!(
+                        "too many open Watch streams (at most {} at once); close one and retry",
+                        limits.watch_streams
+                    ),
+                    Some(BUSY_RETRY_AFTER),
+                );
             };
             return Box::pin(async move {
                 let response = inner.oneshot(req).await?;
@@ -242,10 +277,13 @@ where
             });
         }
         let Ok(permit) = state.calls.clone().try_acquire_owned() else {
-            return refuse(format!(
-                "too many calls in progress (at most {} at once); retry later",
-                limits.concurrent_calls
-            ));
+            return refuse(
+                format!(
+                    "too many calls in progress (at most {} at once); retry later",
+                    limits.concurrent_calls
+                ),
+                Some(BUSY_RETRY_AFTER),
+            );
         };
         Box::pin(async move {
             let response = inner.oneshot(req).await;
@@ -277,14 +315,17 @@ mod tests {
         );
         let state = &layer.state;
         for _ in 0..3 {
-            assert!(state.admit(&Caller::Token(Verified(0))));
+            assert!(state.admit(&Caller::Token(Verified(0))).is_ok());
         }
+        let Err(Some(after)) = state.admit(&Caller::Token(Verified(0))) else {
+            panic!("the burst is spent, and it refills")
+        };
         assert!(
-            !state.admit(&Caller::Token(Verified(0))),
-            "the burst is spent"
+            after > Duration::from_millis(900) && after <= Duration::from_secs(1),
+            "one call a second: {after:?}"
         );
         assert!(
-            state.admit(&Caller::Token(Verified(1))),
+            state.admit(&Caller::Token(Verified(1))).is_ok(),
             "another caller has its own bucket"
         );
     }
@@ -302,15 +343,16 @@ mod tests {
         let state = &layer.state;
         let addr = |i: usize| Caller::Address(std::net::IpAddr::V6((i as u128).into()));
         for i in 0..MAX_TRACKED_CALLERS {
-            assert!(state.admit(&addr(i)));
+            assert!(state.admit(&addr(i)).is_ok());
         }
         assert!(
-            state.admit(&addr(MAX_TRACKED_CALLERS)),
+            state.admit(&addr(MAX_TRACKED_CALLERS)).is_ok(),
             "the shared bucket's one call"
         );
-        assert!(
-            !state.admit(&addr(MAX_TRACKED_CALLERS + 1)),
-            "the shared bucket is spent"
+        assert_eq!(
+            state.admit(&addr(MAX_TRACKED_CALLERS + 1)),
+            Err(None),
+            "the shared bucket is spent and never refills"
         );
         assert!(
             state.buckets.lock().unwrap().len() <= MAX_TRACKED_CALLERS + 1,

@@ -102,12 +102,80 @@ async fn tokens_from_a_file_and_a_rate_per_caller() -> anyhow::Result<()> {
         .expect_err("alpha's burst is spent");
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("rate limit"), "{}", err.message());
+    // A bucket that never refills sends no hint to wait for: the CLI gives up at once.
+    let alpha_file = dir.path().join("alpha");
+    std::fs::write(&alpha_file, "alpha\n")?;
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        tokio::process::Command::new(berth_tests::binary("berth"))
+            .args(["--server", &gateway.endpoint(), "--token-file"])
+            .arg(&alpha_file)
+            .arg("list")
+            .output(),
+    )
+    .await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("rate limit"),
+        "{stderr}"
+    );
     // Another caller is not held back by alpha.
     with_token(channel, "beta")
         .list(v1::ListRequest::default())
         .await?;
     gateway.stop().await;
     lifecycle.stop().await;
+    Ok(())
+}
+
+/// Issue 31.10: a script of CLI calls faster than the rate limit loses none. The gateway's
+/// refusal says when a call would be admitted (`retry-after-ms`), and the CLI waits that long
+/// and sends it again, as kubectl does on a 429: twelve `berth list`s at once, for one caller
+/// allowed two at once and four a second, all succeed.
+#[tokio::test]
+async fn the_cli_waits_out_the_rate_limit() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    berth_runtime::tls::generate(&certs, &[])?;
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alpha\n")?;
+    let tokens = tokens.display().to_string();
+    let (lifecycle, gateway) = start(
+        dir.path(),
+        &certs,
+        &[
+            "--token-file",
+            &tokens,
+            "--rate-per-caller",
+            "4",
+            "--rate-burst",
+            "2",
+        ],
+    )
+    .await?;
+    let endpoint = gateway.endpoint();
+    let calls = (0..12).map(|_| {
+        tokio::process::Command::new(berth_tests::binary("berth"))
+            .args(["--server", &endpoint, "--token-file", &tokens, "list"])
+            .output()
+    });
+    let outputs = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        futures::future::join_all(calls),
+    )
+    .await?;
+    let failed: Vec<String> = outputs
+        .into_iter()
+        .map(|o| o.map_err(anyhow::Error::from))
+        .filter_map(|o| match o {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(String::from_utf8_lossy(&out.stderr).into_owned()),
+            Err(e) => Some(e.to_string()),
+        })
+        .collect();
+    gateway.stop().await;
+    lifecycle.stop().await;
+    anyhow::ensure!(failed.is_empty(), "calls lost to the rate limit: {failed:?}");
     Ok(())
 }
 

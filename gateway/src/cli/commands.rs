@@ -14,7 +14,10 @@ use super::args::{Cli, Command, KindArg, Target};
 use super::output;
 
 type Client = PackagesClient<
-    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+    tonic::service::interceptor::InterceptedService<
+        super::retry::Retrying<tonic::transport::Channel>,
+        Bearer,
+    >,
 >;
 
 /// Adds the bearer token, when given, to every call.
@@ -99,6 +102,7 @@ async fn connect(cli: &Cli) -> Result<Client, String> {
         ),
         None => None,
     };
+    let channel = super::retry::Retrying::new(channel, super::retry::RETRY_FOR);
     Ok(PackagesClient::with_interceptor(channel, Bearer(token))
         .max_decoding_message_size(berth_runtime::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(berth_runtime::MAX_MESSAGE_BYTES))

@@ -6,6 +6,7 @@ mod output;
 mod package;
 mod queues;
 mod release;
+mod retry;
 
 use std::process::ExitCode;
 
