@@ -175,7 +175,10 @@ async fn the_cli_waits_out_the_rate_limit() -> anyhow::Result<()> {
         .collect();
     gateway.stop().await;
     lifecycle.stop().await;
-    anyhow::ensure!(failed.is_empty(), "calls lost to the rate limit: {failed:?}");
+    anyhow::ensure!(
+        failed.is_empty(),
+        "calls lost to the rate limit: {failed:?}"
+    );
     Ok(())
 }
 

@@ -41,7 +41,12 @@ impl<S> Retrying<S> {
 /// not a refusal to retry. Refusals come trailers-only: status and metadata in the headers.
 fn retry_after(response: &http::Response<Body>) -> Option<Duration> {
     let headers = response.headers();
-    let code = headers.get("grpc-status")?.to_str().ok()?.parse::<i32>().ok()?;
+    let code = headers
+        .get("grpc-status")?
+        .to_str()
+        .ok()?
+        .parse::<i32>()
+        .ok()?;
     if tonic::Code::from(code) != tonic::Code::ResourceExhausted {
         return None;
     }
@@ -86,9 +91,8 @@ where
             let (parts, body) = req.into_parts();
             let bytes = body.collect().await.map_err(BoxError::from)?.to_bytes();
             let rebuild = || {
-                let mut req = http::Request::new(Body::new(http_body_util::Full::new(
-                    bytes.clone(),
-                )));
+                let mut req =
+                    http::Request::new(Body::new(http_body_util::Full::new(bytes.clone())));
                 *req.method_mut() = parts.method.clone();
                 *req.uri_mut() = parts.uri.clone();
                 *req.version_mut() = parts.version;
@@ -146,6 +150,9 @@ mod tests {
             None
         );
         let waited = wait_for(Duration::from_secs(60));
-        assert!(waited >= MAX_WAIT && waited <= MAX_WAIT + MAX_WAIT / 4, "{waited:?}");
+        assert!(
+            waited >= MAX_WAIT && waited <= MAX_WAIT + MAX_WAIT / 4,
+            "{waited:?}"
+        );
     }
 }
