@@ -572,7 +572,7 @@ spec:
   enabled: {enabled}
   version: 1
   settings:
-    suffix: {role}
+    suffix: \"{role}\"
   source: {repo}
   package: clusterwide
   packageVersion: 1.0.0
