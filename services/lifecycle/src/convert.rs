@@ -466,19 +466,13 @@ pub fn report(req: &pb::ReportRequest) -> Result<Parsed, ReportError> {
             c.loaded = Some(loaded_spec(l)?);
             c.hook_configs = Some(stored_hook_configs(l.hook_configs.as_ref()));
             c.rbac = Some(stored_rbac(l.rbac.as_ref()).map_err(ReportError::Rbac)?);
-            c.conversions = Some(
-                berth_package::Conversions::from_steps(
-                    l.settings_version,
-                    l.conversions.iter().map(|s| berth_package::Step {
-                        version: s.version,
-                        expressions: s.expressions.clone(),
-                    }),
-                )
-                .map_err(|(file, e)| ReportError::Conversions {
-                    file,
-                    reason: e.to_string(),
-                })?,
-            );
+            c.conversions =
+                Some(
+                    loaded_conversions(l).map_err(|(file, e)| ReportError::Conversions {
+                        file,
+                        reason: e.to_string(),
+                    })?,
+                );
         }
         Rpt::Values(v) => values(&mut c, v, "values")?,
         Rpt::SettingsApplied(s) => {
@@ -671,6 +665,20 @@ pub fn hook_configs(stored: &str) -> Option<pb::HookConfigs> {
 }
 
 /// What the scheduler needs from a Loaded report; the error names the field.
+/// The settings conversions a Loaded report (or a validation's description of a version)
+/// carries; the error names the file at fault.
+pub fn loaded_conversions(
+    l: &pb::Loaded,
+) -> Result<berth_package::Conversions, (String, berth_package::ConversionError)> {
+    berth_package::Conversions::from_steps(
+        l.settings_version,
+        l.conversions.iter().map(|s| berth_package::Step {
+            version: s.version,
+            expressions: s.expressions.clone(),
+        }),
+    )
+}
+
 fn loaded_spec(l: &pb::Loaded) -> Result<LoadedSpec, ReportError> {
     let version =
         berth_package::parse_version(&l.version).map_err(|e| ReportError::LoadedVersion {

@@ -106,27 +106,30 @@ pub fn plan(
     // version (converted before the write, or 0 resolved); a new version converts them
     // when it loads.
     let resolved = match previous {
-        Some(existing) if spec.same_loaded_version(existing) => match &existing.conversions {
-            Some(conversions) => Some(
-                conversion::resolve_for_plan(
-                    conversions,
-                    &spec.settings,
-                    spec.settings_version,
-                    spec.converted.as_ref(),
-                )
-                .map_err(|e| refused(e.into()))?,
-            ),
-            None => None,
-        },
+        Some(existing) if !spec.keep_settings && spec.same_loaded_version(existing) => {
+            match &existing.conversions {
+                Some(conversions) => Some(
+                    conversion::resolve_for_plan(
+                        conversions,
+                        &spec.settings,
+                        spec.settings_version,
+                        spec.converted.as_ref(),
+                    )
+                    .map_err(|e| refused(e.into()))?,
+                ),
+                None => None,
+            }
+        }
         _ => None,
     };
     let (settings, settings_version) = match (resolved, previous) {
-        // Kept as stored, at their own settings version: a new version's Load converts them.
-        (_, Some(existing)) if spec.keep_settings => {
-            (existing.settings.clone(), existing.settings_version)
+        (Some(resolved), _) => resolved,
+        // Kept ones stay at their own settings version: a new version's Load converts them.
+        (None, Some(existing)) => {
+            let (settings, version) = resulting_settings(spec, existing);
+            (settings.clone(), version)
         }
-        (Some((settings, version)), _) => (settings, version),
-        (None, _) => (spec.settings.clone(), spec.settings_version),
+        (None, None) => (spec.settings.clone(), spec.settings_version),
     };
     // An Update identical to what is wanted already is a no-op (unless forced): it writes
     // nothing and answers the current generation, and no hook runs again.

@@ -38,7 +38,8 @@ impl LifecycleService {
                 owner: existing.owner.clone(),
             }));
         }
-        if spec.settings_version != 0 && !spec.keep_settings {
+        // (Never with kept settings: `settings_version` without settings is refused.)
+        if spec.settings_version != 0 {
             spec.converted = conversion::for_update(&self.jq, current.as_ref(), &spec).await?;
         }
         // Another version: the settings it would have (kept or given) must fit it.
@@ -117,14 +118,8 @@ impl LifecycleService {
             version: version.to_owned(),
             reason,
         };
-        let conversions = berth_package::Conversions::from_steps(
-            loaded.settings_version,
-            loaded.conversions.iter().map(|s| berth_package::Step {
-                version: s.version,
-                expressions: s.expressions.clone(),
-            }),
-        )
-        .map_err(|(file, e)| misfit(format!("its conversions ({file}): {e}")))?;
+        let conversions = convert::loaded_conversions(&loaded)
+            .map_err(|(file, e)| misfit(format!("its conversions ({file}): {e}")))?;
         let (settings, from) = update::resulting_settings(spec, existing);
         let converted = conversion::convert(&self.jq, &conversions, settings, from)
             .await

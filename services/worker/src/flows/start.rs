@@ -148,10 +148,7 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         register_bindings(cx, &hooks).await?;
     }
     cx.report(Report::Loaded(Loaded {
-        settings_schema: pkg
-            .settings_schema
-            .as_ref()
-            .map(|s| berth_proto::json::to_struct(s.as_json())),
+        settings_schema: settings_schema(&pkg),
         hooks: hooks
             .iter()
             .map(|h| HookInfo {
@@ -170,6 +167,13 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     }))
     .await?;
     Ok(())
+}
+
+/// The package's settings schema as a Loaded report carries it.
+pub(super) fn settings_schema(pkg: &berth_package::Package) -> Option<prost_types::Struct> {
+    pkg.settings_schema
+        .as_ref()
+        .map(|s| berth_proto::json::to_struct(s.as_json()))
 }
 
 /// The package's settings conversions as a Loaded report carries them.

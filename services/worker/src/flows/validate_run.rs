@@ -80,10 +80,7 @@ async fn describe(
     };
     Ok(AnswerValidationRequest {
         loaded: Some(Loaded {
-            settings_schema: pkg
-                .settings_schema
-                .as_ref()
-                .map(|s| berth_proto::json::to_struct(s.as_json())),
+            settings_schema: super::start::settings_schema(&pkg),
             version: pkg.definition.version.to_string(),
             settings_version: pkg.conversions.latest(),
             conversions: super::start::conversions(&pkg),
