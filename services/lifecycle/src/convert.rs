@@ -1076,6 +1076,69 @@ mod tests {
         assert_eq!(module.id.namespace, "berth-system");
     }
 
+    /// Issue 31.1: no settings keeps the stored ones; a reset takes no settings and no settings
+    /// version, and a settings version needs settings to describe. Each refusal names the field.
+    #[test]
+    fn settings_are_kept_replaced_or_reset_and_contradictions_are_refused() {
+        let mut repositories = berth_package::Repositories::default();
+        repositories
+            .add("r", berth_package::Source::Directory("/nonexistent".into()))
+            .unwrap();
+        let base = v1::UpdateRequest {
+            r#ref: Some(v1::PackageRef {
+                name: "web".into(),
+                namespace: "team".into(),
+                ..Default::default()
+            }),
+            repository: "r".into(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        };
+        let sent = Some(json::to_struct(&serde_json::json!({"size": 2})));
+        let keep = update_spec(&base, &repositories).unwrap();
+        assert!(keep.keep_settings);
+        let replace = v1::UpdateRequest {
+            settings: sent.clone(),
+            ..base.clone()
+        };
+        assert!(!update_spec(&replace, &repositories).unwrap().keep_settings);
+        let reset = v1::UpdateRequest {
+            reset_settings: true,
+            ..base.clone()
+        };
+        let reset = update_spec(&reset, &repositories).unwrap();
+        assert!(!reset.keep_settings && reset.settings == serde_json::json!({}));
+        let refused = |req: v1::UpdateRequest| {
+            update_spec(&req, &repositories)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let both = refused(v1::UpdateRequest {
+            reset_settings: true,
+            settings: sent,
+            ..base.clone()
+        });
+        assert!(both.starts_with("reset_settings:"), "{both}");
+        let versioned_reset = refused(v1::UpdateRequest {
+            reset_settings: true,
+            settings_version: 2,
+            ..base.clone()
+        });
+        assert!(
+            versioned_reset.starts_with("reset_settings:"),
+            "{versioned_reset}"
+        );
+        let bare_version = refused(v1::UpdateRequest {
+            settings_version: 2,
+            ..base
+        });
+        assert!(
+            bare_version.starts_with("settings_version:"),
+            "{bare_version}"
+        );
+    }
+
     /// A hook's output with NUL bytes in a failure is stored with U+FFFD in their place: as it
     /// came, PostgreSQL refuses it and the failure would never show.
     #[test]
