@@ -426,3 +426,46 @@ pub mod tasks {
         }
     }
 }
+
+/// Why a call failed, as a machine reads it: a `google.rpc.ErrorInfo` in the status details
+/// (`grpc-status-details-bin`), domain [`failure::DOMAIN`], one of the reasons here. A caller
+/// acts on the reason, never on a gRPC code that several errors share, nor on the message.
+pub mod failure {
+    use tonic_types::{ErrorDetails, StatusExt as _};
+
+    pub const DOMAIN: &str = "berth.io";
+    /// Release Uninstall: objects stay, held by finalizers nobody removes.
+    pub const REMOVE_BLOCKED: &str = "REMOVE_BLOCKED";
+    /// Release Install, Rollback or Plan: an object the chart renders is another release's,
+    /// or no release's (issue #31.2).
+    pub const OBJECT_TAKEN: &str = "OBJECT_TAKEN";
+
+    /// A status of `code` and `message` carrying `reason`.
+    pub fn status(code: tonic::Code, message: String, reason: &str) -> tonic::Status {
+        tonic::Status::with_error_details(
+            code,
+            message,
+            ErrorDetails::with_error_info(reason, DOMAIN, std::collections::HashMap::new()),
+        )
+    }
+
+    /// The reason `status` carries, when berth's.
+    pub fn reason(status: &tonic::Status) -> Option<String> {
+        let info = status.get_error_details().error_info()?.clone();
+        (info.domain == DOMAIN).then_some(info.reason)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn a_reason_survives_the_status() {
+            let s = super::status(
+                tonic::Code::FailedPrecondition,
+                "held".into(),
+                super::REMOVE_BLOCKED,
+            );
+            assert_eq!(super::reason(&s).as_deref(), Some(super::REMOVE_BLOCKED));
+            assert_eq!(super::reason(&tonic::Status::internal("x")), None);
+        }
+    }
+}

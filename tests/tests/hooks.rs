@@ -892,6 +892,18 @@ async fn permanent_errors_fail_the_generation_until_the_next_update() -> anyhow:
             ready.status == "False" && ready.reason == "Failed",
             "{ready:?}"
         );
+        // The seeds' reason for settings the schema refuses.
+        let valid = failed
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "SettingsValid")
+            .context("a SettingsValid condition")?;
+        anyhow::ensure!(
+            valid.status == "False"
+                && valid.reason == "ValidationFailed"
+                && valid.message.contains("size"),
+            "{valid:?}"
+        );
         let good = client
             .update(update(&r, &fixtures(), "", Some(json!({"size": 3}))))
             .await?

@@ -280,6 +280,26 @@ async fn a_late_dependency_enables_its_dependent_and_guards_removal() -> anyhow:
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // Issue 31.10: a forced Update of the same version checks the requirements again, and
+        // finds the dependency gone (before, it ran the package again as it was).
+        client
+            .update(v1::UpdateRequest {
+                r#ref: Some(user.clone()),
+                repository: fixtures(),
+                package: "dep-user".into(),
+                version: "1.0.0".into(),
+                force: true,
+                ..Default::default()
+            })
+            .await?;
+        let p = wait_blocked(
+            &mut client,
+            &user,
+            "Dependency",
+            "requires dep-base >=1.1, which is not installed",
+        )
+        .await?;
+        ensure!(p.phase == "Pending", "forced: {p:?}");
         client
             .remove(v1::RemoveRequest {
                 r#ref: Some(user.clone()),

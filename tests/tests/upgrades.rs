@@ -191,3 +191,125 @@ async fn settings_survive_upgrades() -> anyhow::Result<()> {
     drop(ns);
     result
 }
+
+/// Issue 31.3: onStartup succeeds once per enable before anything after it runs, whatever
+/// Updates arrive. The `starter` fixture's onStartup hook fails until the setting `startupOk` is
+/// true and records the `note` it started with; its beforeHelm hook records that it ran. A
+/// settings Update that lands while Start retries the failing onStartup must not reach Running;
+/// once onStartup succeeds the package runs, and a later settings Update does not run onStartup
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn onstartup_is_never_skipped_by_a_settings_update() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let ns = TestNamespace::create(&kube, "starter").await?;
+    let endpoint = up.proc.endpoint();
+    let result = async {
+        let mut client = journey::connect(&endpoint).await?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "starter".into(),
+            namespace: ns.to_string(),
+        };
+        let update = |settings: Value| v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: berth_tests::FIXTURES_REPO.to_owned(),
+            version: "1.0.0".into(),
+            settings: Some(berth_proto::json::to_struct(&settings)),
+            ..Default::default()
+        };
+        let deadline = Duration::from_secs(120);
+        // Generation `g` failed (its error is set: an Update clears it), or reached Running.
+        let failed_or_running = |g: i64| {
+            move |p: &v1::Package| {
+                Ok(p.generation == g && (!p.last_error.is_empty() || p.phase == "Running"))
+            }
+        };
+
+        let g1 = client
+            .update(update(json!({"note": "first"})))
+            .await?
+            .into_inner()
+            .generation;
+        let p = journey::follow(
+            &mut client,
+            &r,
+            deadline,
+            "onStartup fails",
+            failed_or_running(g1),
+        )
+        .await?;
+        ensure!(
+            p.phase != "Running" && p.last_error.contains("onStartup refuses"),
+            "generation {g1}: {p:?}"
+        );
+
+        // A settings change while Start retries onStartup: still not Running, and it failed in
+        // onStartup again (before the fix it went straight to ApplySettings and Run).
+        let g2 = client
+            .update(update(json!({"note": "second"})))
+            .await?
+            .into_inner()
+            .generation;
+        let p = journey::follow(
+            &mut client,
+            &r,
+            deadline,
+            "generation 2",
+            failed_or_running(g2),
+        )
+        .await?;
+        ensure!(
+            p.phase != "Running" && p.last_error.contains("onStartup refuses"),
+            "a settings Update skipped onStartup: {p:?}"
+        );
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        ensure!(
+            cms.get_opt("starter").await?.is_none(),
+            "the chart was installed before onStartup succeeded"
+        );
+
+        // onStartup may succeed now: the package runs with what onStartup recorded.
+        let g3 = client
+            .update(update(json!({"note": "third", "startupOk": true})))
+            .await?
+            .into_inner()
+            .generation;
+        journey::wait_running(&mut client, &r, g3).await?;
+        let data = serde_json::to_value(cms.get("starter").await?.data.unwrap_or_default())?;
+        ensure!(
+            data["startedWith"] == "third"
+                && data["beforeHelmRan"] == "true"
+                && data["note"] == "third",
+            "{data}"
+        );
+
+        // onStartup succeeded for this enable: a settings Update runs the chart again, not
+        // onStartup (startedWith stays).
+        let g4 = client
+            .update(update(json!({"note": "fourth", "startupOk": true})))
+            .await?
+            .into_inner()
+            .generation;
+        journey::wait_running(&mut client, &r, g4).await?;
+        let data = serde_json::to_value(cms.get("starter").await?.data.unwrap_or_default())?;
+        ensure!(
+            data["startedWith"] == "third" && data["note"] == "fourth",
+            "{data}"
+        );
+
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+                ..Default::default()
+            })
+            .await?;
+        journey::wait_gone(&mut client, &r).await
+    }
+    .await;
+    up.proc.stop().await;
+    drop(ns);
+    result
+}

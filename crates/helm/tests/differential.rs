@@ -91,6 +91,8 @@ const FILES: &[(&str, &str)] = &[
 
 /// Bodies always rendered first: shapes that once diverged, and the issue's causes.
 const SEEDS: &[&str] = &[
+    // `date` shows a time in the Local zone (UTC): seed 32 case 310 printed 12:30 for 10:30.
+    r#"{{ date "15:04 Z07:00" (toDate "2006-01-02T15:04:05Z07:00" "2020-02-29T12:30:00+02:00") }} {{ htmlDate (toDate "2006-01-02T15:04:05Z07:00" "2020-02-29T23:30:00-02:00") }}"#,
     r#"{{ $d := dict "a" true "n" 5 "s" "x" }}{{ $_ := mustMergeOverwrite $d (dict "a" false "n" 0 "s" "") }}{{ $d.a }} {{ $d.n }} {{ $d.s }}"#,
     r#"{{ (semver "3.9").Minor }} {{ semverCompare ">=3.0.0" "3.9" }}"#,
     r#"{{ $m := fromJson "{\"n\":5368709120}" }}{{ typeOf $m.n }} {{ $m.n }}"#,

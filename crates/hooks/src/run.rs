@@ -313,7 +313,10 @@ impl RunFiles {
             ),
         ];
         let (sandbox, tmp) = (req.sandbox.clone(), req.tmp_dir.clone());
+        // The blocking thread logs inside the caller's span (package, task, hook).
+        let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
             let prepared =
                 sandbox::prepare_run(sandbox.as_ref(), tmp.as_deref(), "berth-hook-", |dir| {
                     for (name, bytes) in &inputs {
@@ -363,7 +366,11 @@ impl RunFiles {
         output: String,
     ) -> Result<RunOutput, RunError> {
         let name = hook.to_owned();
+        // `finish` logs the kept-files line (`DEBUG_KEEP_TMP_FILES`) inside the caller's span,
+        // so it names the package and task as the run's other lines do.
+        let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
             let outputs = self.read_outputs_blocking(&name, output);
             self.finish(&name);
             outputs

@@ -73,6 +73,10 @@ const TABLE: &[(&str, &[Role])] = &[
         "/berth.lifecycle.v1.Lifecycle/ReportClusterVersion",
         &[Release],
     ),
+    (
+        "/berth.lifecycle.v1.Lifecycle/ReportReleaseHealth",
+        &[Release],
+    ),
     // berth.hookevent.v1.HookEvents. A hookevent replica forwards a package's calls to the
     // replica owning the package's shard (not ApplyObjectOperations: any replica runs it).
     (

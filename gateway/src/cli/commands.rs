@@ -656,12 +656,14 @@ async fn wait_running(
     })?
 }
 
-/// Follows the package until it is gone.
+/// Follows the package until it is gone; a timeout says what holds the removal, when the
+/// package says (`Ready=False RemoveBlocked`).
 async fn wait_gone(
     client: &mut Client,
     target: &Target,
     timeout: Duration,
 ) -> Result<ExitCode, String> {
+    let mut held = None;
     let follow = async {
         let mut stream = client
             .watch(v1::WatchRequest {
@@ -679,6 +681,7 @@ async fn wait_gone(
                         println!("{line}");
                         last = line;
                     }
+                    held = output::removal_held(&p);
                 }
                 Err(s) if s.code() == tonic::Code::NotFound => {
                     println!("removed");
@@ -701,11 +704,17 @@ async fn wait_gone(
             _ => Err("the gateway closed the watch".to_owned()),
         }
     };
-    tokio::time::timeout(timeout, follow).await.map_err(|_| {
-        format!(
+    let done = tokio::time::timeout(timeout, follow).await;
+    done.map_err(|_| {
+        let mut text = format!(
             "timed out after {}s waiting for the removal",
             timeout.as_secs()
-        )
+        );
+        if let Some(held) = &held {
+            text.push_str(": ");
+            text.push_str(held);
+        }
+        text
     })?
 }
 

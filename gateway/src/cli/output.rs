@@ -155,6 +155,15 @@ pub fn progress(p: &v1::Package) -> String {
     line
 }
 
+/// What holds a removal, when the package says (`Ready=False RemoveBlocked`, naming the
+/// objects and their finalizers).
+pub fn removal_held(p: &v1::Package) -> Option<String> {
+    p.conditions
+        .iter()
+        .find(|c| c.r#type == "Ready" && c.status == "False" && c.reason == "RemoveBlocked")
+        .map(|c| c.message.clone())
+}
+
 /// `berth validate`'s answer: the verdict, the settings check's warnings, and the plan, one
 /// object per line (`create`, `update (spec, data)`, `delete`, `unchanged`).
 pub fn validation(answer: &v1::ValidateSettingsResponse) -> String {

@@ -436,6 +436,22 @@ pub fn reports(
     ))
 }
 
+/// The Ready condition a `ReleaseHealth` sets: its reason at most 128 characters, its message
+/// at most `MAX_STATUS_MESSAGE_BYTES`.
+pub fn release_health(h: &pb::ReleaseHealth) -> Result<ConditionSet, ReportError> {
+    let status = if h.ready {
+        pb::ConditionStatus::True
+    } else {
+        pb::ConditionStatus::False
+    };
+    condition_set(&pb::ConditionUpdate {
+        r#type: pb::ConditionType::Ready as i32,
+        status: status as i32,
+        reason: h.reason.chars().take(128).collect(),
+        message: berth_runtime::bounded_status_message(stored_text(&h.message)),
+    })
+}
+
 /// Parses a worker's report; the error names the field.
 pub fn report(req: &pb::ReportRequest) -> Result<Parsed, ReportError> {
     let mut c = Report::new(Generation::new(req.generation));
@@ -499,6 +515,7 @@ pub fn report(req: &pb::ReportRequest) -> Result<Parsed, ReportError> {
             )];
             c.error = Some(String::new());
         }
+        Rpt::StartupDone(pb::StartupDone {}) => c.startup_done = true,
         Rpt::TaskFailed(f) => {
             let error = stored_text(&f.error);
             c.error = (!error.is_empty()).then(|| error.clone());

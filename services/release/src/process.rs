@@ -104,7 +104,11 @@ pub async fn run(
                 berth_clients::scope::PackageScopes::connect_lazy(endpoint, tls.as_ref())
                     .map_err(Error::Lifecycle)?,
             )
-            .with_principals(hook_endpoint, crate::principal::PodSecurity::default());
+            .with_principals(hook_endpoint, crate::principal::PodSecurity::default())
+            .with_health(crate::manager::HealthReporter::start(
+                berth_clients::lifecycle(endpoint, tls.as_ref()).map_err(Error::Lifecycle)?,
+                shutdown.clone(),
+            ));
         reporter = Some(spawn_version_reporter(
             client,
             endpoint,

@@ -180,6 +180,12 @@ impl ReleaseService {
     }
 
     /// Ends the service's background work (drift watches) when `shutdown` is cancelled.
+    /// Tells lifecycle each change of a watched release's health (see `manager::health`).
+    pub fn with_health(mut self, health: crate::manager::HealthReporter) -> Self {
+        self.manager = self.manager.with_health(health);
+        self
+    }
+
     pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
         self.manager = self.manager.with_shutdown(shutdown);
         self
@@ -219,6 +225,7 @@ fn to_status(e: ReleaseError) -> Status {
         // What the package may not do: the API server refused its principal's write.
         // Retrying the same chart cannot help.
         ReleaseError::Apply(crate::apply::ApplyError::Refused { .. }) => Code::PermissionDenied,
+        ReleaseError::Apply(crate::apply::ApplyError::Taken(_)) => Code::FailedPrecondition,
         ReleaseError::Apply(_) => Code::Internal,
         ReleaseError::Task(_) => Code::Internal,
         // A render limit: the one status that says "this chart and these values exceed what a
@@ -228,12 +235,23 @@ fn to_status(e: ReleaseError) -> Status {
         ReleaseError::NotFound(_) => Code::FailedPrecondition,
         ReleaseError::Confined(_) | ReleaseError::NotOwned(_) => Code::PermissionDenied,
         ReleaseError::Busy(_) => Code::Unavailable,
+        ReleaseError::RemoveBlocked(_) => Code::FailedPrecondition,
         ReleaseError::Principal(PrincipalError::NotServed(_)) => Code::Unimplemented,
         ReleaseError::Principal(p) if p.is_unavailable() => Code::Unavailable,
         ReleaseError::Principal(_) => Code::Internal,
     };
     // Render errors nest (helm's `include` chains): the message is bounded to fit a header.
-    Status::new(code, berth_runtime::bounded_status_message(e.to_string()))
+    let message = berth_runtime::bounded_status_message(e.to_string());
+    // What callers act on carries its reason (`berth_proto::failure`).
+    match &e {
+        ReleaseError::RemoveBlocked(_) => {
+            berth_proto::failure::status(code, message, berth_proto::failure::REMOVE_BLOCKED)
+        }
+        ReleaseError::Apply(crate::apply::ApplyError::Taken(_)) => {
+            berth_proto::failure::status(code, message, berth_proto::failure::OBJECT_TAKEN)
+        }
+        _ => Status::new(code, message),
+    }
 }
 
 /// A Plan's error: as [`to_status`], except that an object the API server refuses (the dry

@@ -306,11 +306,13 @@ async fn a_first_revision_written_by_another_writer_is_never_overwritten() -> an
     );
     // Whatever the cache held when it read, the install ends with the other writer's revision
     // 1 kept and its own as revision 2 (a race refused is tried again, as a worker does).
-    let mut answer = h.grpc.install(request(&h, "theirs", files())).await;
+    // Its own object: `a` is `model`'s (one owner per object).
+    let own = || chart(&[("templates/b.yaml", &config_map("b", false))]);
+    let mut answer = h.grpc.install(request(&h, "theirs", own())).await;
     for _ in 0..20 {
         match &answer {
             Err(s) if s.code() == tonic::Code::Unavailable => {
-                answer = h.grpc.install(request(&h, "theirs", files())).await;
+                answer = h.grpc.install(request(&h, "theirs", own())).await;
             }
             _ => break,
         }

@@ -37,6 +37,8 @@ pub struct CallError {
     call: &'static str,
     code: tonic::Code,
     message: String,
+    /// The reason the service named (`berth_proto::failure`), if any.
+    reason: Option<String>,
 }
 
 impl CallError {
@@ -45,7 +47,13 @@ impl CallError {
             call,
             code: status.code(),
             message: status.message().to_owned(),
+            reason: berth_proto::failure::reason(&status),
         }
+    }
+
+    /// The service named `reason` (`berth_proto::failure`) as why the call failed.
+    pub fn is(&self, reason: &str) -> bool {
+        self.reason.as_deref() == Some(reason)
     }
 
     /// The same call may succeed if made again: anything but a refusal of the request's

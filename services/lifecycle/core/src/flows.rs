@@ -36,6 +36,8 @@ pub struct NewSpec<'a> {
     pub repository: &'a str,
     pub package: &'a str,
     pub version: &'a VersionRequest,
+    /// A forced Update: the package starts over (its requirements are checked again).
+    pub force: bool,
 }
 
 /// The tasks of an Update, given the previous state (None for a new package).
@@ -46,7 +48,11 @@ pub struct NewSpec<'a> {
 ///   [`schedule`]);
 /// - version, package or repository change, or a package still being removed: Disable (the
 ///   release is kept, so workloads keep running) → the same chain;
-/// - settings change only: ApplySettings → Run when the package is enabled; nothing when it
+/// - a forced Update: the same, so everything after Load (requirements, onStartup) is done
+///   again;
+/// - settings change only: ApplySettings → Run when the package is enabled and its Startup
+///   succeeded; Start again (ApplySettings → Startup → Run) when it is enabled but its
+///   onStartup hooks have not succeeded yet, so no generation skips them; nothing when it
 ///   still waits for its requirements (its settings are read when it is enabled).
 ///
 /// Returns the tasks and whether the package starts over (its phase goes back to Pending).
@@ -69,11 +75,15 @@ pub fn update(
                 || prev.settings_schema.is_none()
                 || prev.phase == Phase::Failed
                 // A version constraint is resolved again at every Update.
-                || new.version.is_constraint() =>
+                || new.version.is_constraint()
+                || new.force =>
         {
             (true, tasks(key, generation, &[Disable, Load]))
         }
-        Some(prev) if prev.enabled => (false, tasks(key, generation, &[ApplySettings, Run])),
+        Some(prev) if prev.enabled && prev.started => {
+            (false, tasks(key, generation, &[ApplySettings, Run]))
+        }
+        Some(prev) if prev.enabled => (false, tasks(key, generation, &[Start])),
         Some(_) => (false, tasks(key, generation, &[])),
     }
 }
@@ -86,6 +96,7 @@ pub fn schedule(row: &mut Package, verdict: &Verdict, now: Timestamp) -> Vec<Wor
     match verdict {
         Verdict::Enable => {
             row.enabled = true;
+            row.started = false;
             let met =
                 ConditionSet::new(ConditionType::RequirementsMet, ConditionStatus::True, "Met")
                     .with_message("every requirement holds");
@@ -113,6 +124,7 @@ pub fn schedule(row: &mut Package, verdict: &Verdict, now: Timestamp) -> Vec<Wor
 /// than be taken for a settings change of a loaded package.
 pub fn unload(row: &mut Package, now: Timestamp) {
     row.enabled = false;
+    row.started = false;
     row.loaded = None;
     row.hook_configs = None;
     row.rbac = None;
@@ -126,6 +138,14 @@ pub fn unload(row: &mut Package, now: Timestamp) {
     )
     .with_message("requirements are checked once the package is loaded");
     set_condition(&mut row.conditions, &unknown, row.generation, now);
+}
+
+/// A package being removed is not ready, whatever it was: `Ready=False Removing` (a removal
+/// that objects' finalizers hold says so in its place, `RemoveBlocked`, from the worker).
+pub fn removing(row: &mut Package, now: Timestamp) {
+    let removing = ConditionSet::new(ConditionType::Ready, ConditionStatus::False, "Removing")
+        .with_message("the package is being removed");
+    set_condition(&mut row.conditions, &removing, row.generation, now);
 }
 
 /// The tasks of a Remove: Disable → Uninstall → Cleanup.
@@ -180,6 +200,7 @@ mod tests {
         p.settings_schema = loaded.then_some(None);
         p.removing = removing;
         p.enabled = loaded;
+        p.started = loaded;
         p
     }
 
@@ -197,6 +218,7 @@ mod tests {
             repository: "/repo",
             package: "hello",
             version,
+            force: false,
         }
     }
 
@@ -228,6 +250,50 @@ mod tests {
                 .iter()
                 .all(|w| matches!(w, Work::Enqueue(task) if task.generation == g(2)))
         );
+    }
+
+    /// Issue #31.3: while the onStartup hooks of this enable have not succeeded (Start is
+    /// retrying them), a settings Update queues Start again, never Run alone; once they
+    /// succeeded (the worker's StartupDone), it is ApplySettings and Run. Enabling again
+    /// (the scheduler) or starting over forgets it.
+    #[test]
+    fn a_settings_change_before_onstartup_succeeded_starts_again() {
+        let v = one();
+        let mut r = row("1.0.0", true, false);
+        r.started = false;
+        let (restart, out) = update(Some(&r), &key(), g(2), &new(&v));
+        assert!(!restart);
+        assert_eq!(kinds(&out), ["Supersede", "Start"]);
+        let mut done = crate::report::Report::new(g(2));
+        done.startup_done = true;
+        done.apply(&mut r, t());
+        assert!(r.started);
+        let (_, out) = update(Some(&r), &key(), g(3), &new(&v));
+        assert_eq!(kinds(&out), ["Supersede", "ApplySettings", "Run"]);
+        schedule(&mut r, &Verdict::Enable, t());
+        assert!(!r.started, "a new enable runs onStartup again");
+        r.started = true;
+        unload(&mut r, t());
+        assert!(!r.started);
+        // A package not enabled does not become started by a late report.
+        let mut late = crate::report::Report::new(g(3));
+        late.startup_done = true;
+        late.apply(&mut r, t());
+        assert!(!r.started);
+    }
+
+    /// Issue #31.10: a forced Update of the same spec starts over, so its requirements and
+    /// onStartup are checked and run again.
+    #[test]
+    fn a_forced_update_starts_over() {
+        let v = one();
+        let forced = NewSpec {
+            force: true,
+            ..new(&v)
+        };
+        let (restart, out) = update(Some(&row("1.0.0", true, false)), &key(), g(2), &forced);
+        assert!(restart);
+        assert_eq!(kinds(&out), ["Supersede", "Disable", "Load"]);
     }
 
     #[test]

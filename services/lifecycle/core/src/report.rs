@@ -46,8 +46,11 @@ pub struct Report {
     /// A hook ran: its name and its error (empty: it succeeded).
     pub hook_run: Option<(String, String)>,
     /// A RunSucceeded: the global package's one makes its afterAll due (see
-    /// `engine::after_all`).
+    /// `engine::after_all`). It also marks the package started (a worker from before
+    /// `StartupDone` reports only this).
     pub run_succeeded: bool,
+    /// A StartupDone: this enable's Synchronization and onStartup hooks succeeded.
+    pub startup_done: bool,
     /// `Some("")` clears the package's error.
     pub error: Option<String>,
 }
@@ -73,6 +76,7 @@ impl Report {
             settings: None,
             hook_run: None,
             run_succeeded: false,
+            startup_done: false,
             error: None,
         }
     }
@@ -190,6 +194,9 @@ impl Report {
         }
         if let Some(error) = self.error {
             row.last_error = error;
+        }
+        if (self.startup_done || self.run_succeeded) && row.enabled {
+            row.started = true;
         }
         if self.run_succeeded && row.is_global() {
             // Its beforeAll hooks ran: its afterAll hooks run once the packages waiting for it

@@ -155,6 +155,7 @@ pub fn plan(
         repository: &spec.repository,
         package: &spec.package,
         version: &spec.version,
+        force: spec.force,
     };
     let (restart, work) = flows::update(previous, &key, generation, &new);
     let mut row = match previous {
@@ -318,8 +319,8 @@ mod tests {
             plan(&forced, Some(&current), Generation::new(2), 1, t()).unwrap();
         assert_eq!(
             (row.phase, row.enabled),
-            (Phase::Running, true),
-            "kept: no restart"
+            (Phase::Pending, false),
+            "forced: starts over, its requirements checked again (#31.10)"
         );
     }
 

@@ -18,7 +18,8 @@ use berth_proto::lifecycle::lifecycle_server::Lifecycle;
 use berth_proto::lifecycle::{
     AnswerValidationRequest, AnswerValidationResponse, ClusterVersionReport,
     ClusterVersionReportResponse, GetSpecRequest, OwnedRemove, OwnedSuspend, OwnedUpdate,
-    ReportBatchRequest, ReportRequest, ReportResponse, Spec, SuspendChange,
+    ReleaseHealth, ReleaseHealthResponse, ReportBatchRequest, ReportRequest, ReportResponse, Spec,
+    SuspendChange,
 };
 use berth_proto::v1;
 use futures::Stream;
@@ -225,6 +226,16 @@ impl Lifecycle for LifecycleService {
     ) -> Result<Response<ClusterVersionReportResponse>, Status> {
         self.record_cluster_version(req.into_inner()).await?;
         Ok(Response::new(ClusterVersionReportResponse {}))
+    }
+
+    /// The release service reports what a Running package's drift watch sees; Ready follows.
+    #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().key, ready = req.get_ref().ready))]
+    async fn report_release_health(
+        &self,
+        req: Request<ReleaseHealth>,
+    ) -> Result<Response<ReleaseHealthResponse>, Status> {
+        let applied = self.apply_release_health(req.into_inner()).await?;
+        Ok(Response::new(ReleaseHealthResponse { applied }))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]

@@ -185,6 +185,42 @@ impl LifecycleService {
         Ok(())
     }
 
+    /// Release's view of a Running package's release (`ReleaseHealth`) as its Ready
+    /// condition, at the package's generation: ignored unless the package is Running and not
+    /// being removed (then a task's reports decide Ready: answers false), and when Ready
+    /// already says it.
+    pub(super) async fn apply_release_health(
+        &self,
+        health: berth_proto::lifecycle::ReleaseHealth,
+    ) -> Result<bool, Error> {
+        let ready = convert::release_health(&health).map_err(convert::RequestError::Report)?;
+        let key = PackageKey::from_issued(health.key);
+        let Some(row) = self.store.get(&key).await? else {
+            return Ok(false);
+        };
+        if row.phase != berth_lifecycle_core::Phase::Running || row.removing {
+            return Ok(false);
+        }
+        let current = berth_lifecycle_core::model::condition::find(
+            &row.conditions,
+            berth_lifecycle_core::model::condition::ConditionType::Ready,
+        );
+        if current.is_some_and(|c| {
+            c.status == ready.status && c.reason == ready.reason && c.message == ready.message
+        }) {
+            return Ok(true);
+        }
+        tracing::info!(status = ?ready.status, reason = %ready.reason, message = %ready.message, "release health changed");
+        let mut report = Report::new(row.generation);
+        report.conditions = vec![ready];
+        let change = Change::Report {
+            key,
+            generation: row.generation,
+            reports: vec![report],
+        };
+        Ok(self.writer.report(change).await?)
+    }
+
     /// Applies a task's reports (one, or a worker's batch: the same package and generation,
     /// in order) as one write: each report applied to the row in turn, then one scheduling
     /// pass. Whether the write was applied (false: a stale generation, ignored).

@@ -22,10 +22,10 @@ type Query<'q> = sqlx::query::Query<'q, sqlx::Any, AnyArguments>;
 pub(super) const INSERT: &str = "INSERT INTO packages (repository, package, version, generation, removing, phase,
      observed_generation, conditions, values_json, values_patch, settings_schema, schema_version, hooks,
      last_error, enabled, loaded_version, weight, requirements, reads_global, settings, settings_version,
-     conversions, after_all_due, hook_configs, rbac, suspended, key, kind, name, namespace, principal,
-     owner)
+     conversions, after_all_due, hook_configs, rbac, suspended, started, key, kind, name, namespace,
+     principal, owner)
    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-     $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)";
+     $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)";
 
 /// Writes every column a change may change (all but the identity, the principal number and
 /// the owner).
@@ -34,10 +34,10 @@ pub(super) const SAVE: &str = "UPDATE packages SET repository = $1, package = $2
      values_patch = $10, settings_schema = $11, schema_version = $12, hooks = $13, last_error = $14,
      enabled = $15, loaded_version = $16, weight = $17, requirements = $18, reads_global = $19,
      settings = $20, settings_version = $21, conversions = $22, after_all_due = $23, hook_configs = $24,
-     rbac = $25, suspended = $26
-   WHERE key = $27";
+     rbac = $25, suspended = $26, started = $27
+   WHERE key = $28";
 
-/// Binds `row`'s changeable columns as `$1`..`$26`, in [`INSERT`]'s and [`SAVE`]'s order.
+/// Binds `row`'s changeable columns as `$1`..`$27`, in [`INSERT`]'s and [`SAVE`]'s order.
 pub(super) fn bind<'q>(query: Query<'q>, row: &Package) -> Query<'q> {
     let schema = row.settings_schema.as_ref().map(|s| {
         s.as_ref()
@@ -80,6 +80,7 @@ pub(super) fn bind<'q>(query: Query<'q>, row: &Package) -> Query<'q> {
         .bind(row.hook_configs.clone())
         .bind(row.rbac.clone())
         .bind(i64::from(row.suspended))
+        .bind(i64::from(row.started))
 }
 
 /// JSON text of a value the domain defines; they all serialize.
@@ -165,6 +166,7 @@ pub(super) fn decode(r: &AnyRow) -> Result<Package, StoreError> {
         principal,
         owner: Owner::from_stored(r.get("owner")),
         suspended: r.get::<i64, _>("suspended") != 0,
+        started: r.get::<i64, _>("started") != 0,
         key: PackageKey::from_issued(key),
     })
 }

@@ -77,6 +77,11 @@ impl Applier {
         let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
         stamp(&mut obj, release, release_ns, ns);
         let live = Self::call("get", &key, self.api(&key, &ar).get_opt(&key.name)).await?;
+        if let Some(current) = &live {
+            let current = serde_json::to_value(current).unwrap_or_default();
+            super::object::ownership(&key, &current, release, release_ns)
+                .map_err(ApplyError::Taken)?;
+        }
         let mut pp = PatchParams::apply(FIELD_MANAGER).force();
         pp.dry_run = true;
         // As the apply it stands for: in the package's name, so a dry run the API server

@@ -26,6 +26,9 @@ pub const FIELD_MANAGER: &str = "berth";
 
 /// Bound on each single API call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a deleted object that carries finalizers is waited for before the delete says
+/// what holds it (their controller may be gone for good; see `ApplyError::HeldByFinalizers`).
+pub const FINALIZER_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -42,6 +45,15 @@ pub enum ApplyError {
     },
     #[error("{op} {object}: timed out")]
     Timeout { op: &'static str, object: String },
+    /// The object exists and is another release's, or no release's (see `object::ownership`).
+    #[error("{0}")]
+    Taken(String),
+    /// A deleted object stayed, held by finalizers nobody removed within [`FINALIZER_GRACE`].
+    #[error("{object} is held by finalizers {}", .finalizers.join(", "))]
+    HeldByFinalizers {
+        object: String,
+        finalizers: Vec<String>,
+    },
     #[error("hook {object} failed: {reason}")]
     HookFailed { object: String, reason: String },
     /// The API server refused a write made as a package's principal (its RBAC, or admission
@@ -382,6 +394,13 @@ impl Applier {
         let mut obj = object.clone();
         let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
         stamp(&mut obj, release, release_ns, ns);
+        // One owner per object: read with the service's own identity (what the package may
+        // not read, it may still not write), refused before anything is written.
+        let current = Self::call("get", &key, self.api(&key, &ar).get_opt(&key.name)).await?;
+        if let Some(current) = &current {
+            let current = serde_json::to_value(current).unwrap_or_default();
+            object::ownership(&key, &current, release, release_ns).map_err(ApplyError::Taken)?;
+        }
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let live = Self::call(
             "apply",
@@ -531,6 +550,7 @@ impl Applier {
     pub async fn delete(
         &self,
         object: &Value,
+        release: &str,
         release_ns: &str,
         wait: Duration,
     ) -> Result<Option<(ObjectKey, bool)>, ApplyError> {
@@ -551,13 +571,37 @@ impl Applier {
             }
             Err(e) => return Err(e),
         };
+        // Another release's object is left alone (issue #31.2: it moved there, or was always
+        // theirs); what is deleted is the object read here (a uid precondition), not one made
+        // since.
+        let current = Self::call("get", &key, self.api(&key, &ar).get_opt(&key.name)).await?;
+        let Some(current) = current else {
+            return Ok(Some((key, false)));
+        };
+        let names_another = |v: &Value| {
+            v.pointer("/metadata/annotations")
+                .and_then(|a| a.get(object::RELEASE_NAME_ANNOTATION))
+                .and_then(Value::as_str)
+                .is_some()
+                && object::ownership(&key, v, release, release_ns).is_err()
+        };
+        if names_another(&serde_json::to_value(&current).unwrap_or_default()) {
+            tracing::info!(object = %key, "not deleting another release's object");
+            return Ok(Some((key, false)));
+        }
         let dp = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(kube::api::Preconditions {
+                uid: current.metadata.uid.clone(),
+                // Not the resourceVersion: a controller writing status would fail every
+                // delete of a busy object.
+                resource_version: None,
+            }),
             ..Default::default()
         };
         let deleting = self.api_writing(&key, &ar);
-        let uid = match Self::call("delete", &key, deleting.delete(&key.name, &dp)).await {
-            Ok(either) => either.left().and_then(|o| o.metadata.uid),
+        let still = match Self::call("delete", &key, deleting.delete(&key.name, &dp)).await {
+            Ok(either) => either.left(),
             Err(ApplyError::Kube {
                 source: kube::Error::Api(s),
                 ..
@@ -577,18 +621,46 @@ impl Applier {
                 e => return Err(e),
             },
         };
-        if let Some(uid) = uid {
+        if let Some(still) = still
+            && let Some(uid) = still.metadata.uid.clone()
+        {
             // Waited for with the service's own reads: a package may delete what it may not
-            // watch.
+            // watch. An object with finalizers is waited for only `FINALIZER_GRACE`, then
+            // named with what holds it.
+            let held = still
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty());
+            let wait = if held {
+                wait.min(FINALIZER_GRACE)
+            } else {
+                wait
+            };
             let api = self.api(&key, &ar);
             let cond = kube::runtime::wait::conditions::is_deleted(&uid);
             match tokio::time::timeout(
                 wait,
-                kube::runtime::wait::await_condition(api, &key.name, cond),
+                kube::runtime::wait::await_condition(api.clone(), &key.name, cond),
             )
             .await
             {
                 Ok(Ok(_)) => {}
+                Err(_) if held => {
+                    let now = Self::call("get", &key, api.get_opt(&key.name)).await?;
+                    let finalizers = now
+                        .filter(|o| o.metadata.uid.as_deref() == Some(uid.as_str()))
+                        .and_then(|o| o.metadata.finalizers)
+                        .unwrap_or_default();
+                    if finalizers.is_empty() {
+                        // Released just now.
+                        return Ok(Some((key, true)));
+                    }
+                    return Err(ApplyError::HeldByFinalizers {
+                        object: key.to_string(),
+                        finalizers,
+                    });
+                }
                 Ok(Err(e)) => {
                     return Err(ApplyError::Invalid {
                         object: key.to_string(),

@@ -24,6 +24,7 @@
 //! cannot leave a repairer behind), and a shard lost stops its releases' repairers at once
 //! (in-flight repairs are dropped).
 
+use super::health::{self, Readiness};
 use super::*;
 use crate::apply::Seen;
 use crate::apply::dry_run::{DryRun, comparable};
@@ -101,6 +102,9 @@ pub struct DriftMonitor {
     /// suspend`, a resource's `spec.suspend`): a suspended package's drift is recorded and
     /// left alone. `None`: never suspended (tests without lifecycle).
     scopes: Option<berth_clients::scope::PackageScopes>,
+    /// Lifecycle, told each change of a watched release's health (`health`). `None`: not
+    /// told (tests without lifecycle).
+    health: Option<HealthReporter>,
 }
 
 /// What to watch: a deployed revision's objects.
@@ -140,7 +144,13 @@ impl DriftMonitor {
             metrics,
             shards: Shards::all_owned(berth_lease::shards::DEFAULT_SHARDS),
             scopes: None,
+            health: None,
         }
+    }
+
+    /// Tells lifecycle through `health` each change of a watched release's health.
+    pub fn set_health(&mut self, health: HealthReporter) {
+        self.health = Some(health);
     }
 
     /// Asks lifecycle through `scopes` whether a package is suspended before repairing it.
@@ -150,6 +160,10 @@ impl DriftMonitor {
 
     pub fn scopes(&self) -> Option<&berth_clients::scope::PackageScopes> {
         self.scopes.as_ref()
+    }
+
+    pub fn health(&self) -> Option<&HealthReporter> {
+        self.health.as_ref()
     }
 
     /// Repairs only the releases of the shards `shards` says this replica owns.
@@ -217,6 +231,7 @@ impl DriftMonitor {
             metrics: self.metrics.clone(),
             revision: watched,
             scopes: self.scopes.clone(),
+            health: self.health.clone(),
         };
         let desired = Desired {
             revision,
@@ -290,6 +305,7 @@ struct Follower {
     /// The revision watched, shared with the monitor's entry.
     revision: Arc<AtomicI32>,
     scopes: Option<berth_clients::scope::PackageScopes>,
+    health: Option<HealthReporter>,
 }
 
 impl Follower {
@@ -307,6 +323,7 @@ impl Follower {
                 events: self.events.clone(),
                 metrics: self.metrics.clone(),
                 scopes: self.scopes.clone(),
+                health: self.health.clone(),
             };
             // Boxed, as `deployed` below and `key_for` in the repairer: a future awaited in
             // place is part of this task's allocation, which is as large as the largest of
@@ -326,9 +343,19 @@ impl Follower {
             }
             desired = loop {
                 match Box::pin(self.deployed()).await {
-                    Ok(Some(d)) => break d,
-                    Ok(None) => {
-                        tracing::info!("release no longer deployed by berth; not repairing it");
+                    Ok(Ok(d)) => break d,
+                    Ok(Err(why)) => {
+                        tracing::warn!(why = %why, "release no longer deployed by berth; not repairing it");
+                        if let Some(health) = &self.health {
+                            health.report(
+                                health::package_key(&self.release, &self.namespace),
+                                Health::RepairStopped(format!(
+                                    "drift repair stopped at revision {}: {why}; an Update of \
+                                     the package (`berth update --force`) deploys it again",
+                                    d.revision
+                                )),
+                            );
+                        }
                         cancel.cancel();
                         return;
                     }
@@ -345,8 +372,8 @@ impl Follower {
     }
 
     /// The release's latest revision, when it is deployed and berth's, with its objects as its
-    /// confinement allows (see `confine::recorded`).
-    async fn deployed(&self) -> Result<Option<Desired>, ReleaseError> {
+    /// confinement allows (see `confine::recorded`); else why not (see `not_deployed`).
+    async fn deployed(&self) -> Result<Result<Desired, String>, ReleaseError> {
         let store = ReleaseStore::new(
             self.applier.client().clone(),
             &self.namespace,
@@ -354,12 +381,12 @@ impl Follower {
         )
         .counted(self.metrics.record_reads());
         let records = store.stored(&self.release).await?;
-        let Some(latest) = records.newest() else {
-            return Ok(None);
-        };
-        if latest.release.info.status != Status::Deployed.as_str() {
-            return Ok(None);
+        if let Some(why) = not_deployed(&records) {
+            return Ok(Err(why));
         }
+        let Some(latest) = records.newest() else {
+            return Ok(Err("the release has no record berth wrote".into()));
+        };
         let objects = confine::recorded(
             &self.applier,
             latest,
@@ -367,11 +394,38 @@ impl Follower {
             recorded_objects(&latest.release.manifest),
         )
         .await?;
-        Ok(Some(Desired {
+        Ok(Ok(Desired {
             revision: latest.release.version,
             objects,
             applied: Vec::new(),
         }))
+    }
+}
+
+/// Why the release's newest record is not a deployed revision berth wrote, naming the revision
+/// and its writer (the Secret's last field manager, `helm` for the helm CLI); `None` when it
+/// is one.
+fn not_deployed(records: &Records) -> Option<String> {
+    let own = records.newest();
+    let foreign = records.foreign.last();
+    match (own, foreign) {
+        (_, Some(f)) if own.is_none_or(|o| o.release.version < f.version) => {
+            let by = f
+                .writer
+                .as_deref()
+                .map(|w| format!(", written by {w:?}"))
+                .unwrap_or_default();
+            Some(format!(
+                "its newest revision {} (Secret {}) was not written by berth ({}{by})",
+                f.version, f.secret, f.why
+            ))
+        }
+        (None, None) => Some("the release has no record berth wrote".into()),
+        (Some(o), _) if o.release.info.status != Status::Deployed.as_str() => Some(format!(
+            "its newest revision {} is {}, not deployed",
+            o.release.version, o.release.info.status
+        )),
+        _ => None,
     }
 }
 
@@ -464,6 +518,7 @@ struct Repairer {
     events: EventLog,
     metrics: ReleaseMetrics,
     scopes: Option<berth_clients::scope::PackageScopes>,
+    health: Option<HealthReporter>,
 }
 
 impl Repairer {
@@ -507,6 +562,7 @@ impl Repairer {
             .map(|(k, _)| k.clone())
             .collect();
         let mut awaited = std::collections::HashSet::new();
+        let mut readiness = Readiness::new(resolved.iter().map(|(k, _)| k.clone()));
         let mut stream = self.applier.watch_objects(&resolved);
         // Every in-flight check or repair; at most one per object (`Tracked::busy`).
         let mut work: FuturesUnordered<Work> = FuturesUnordered::new();
@@ -545,10 +601,15 @@ impl Repairer {
                     Some(Seen::Present(key, live)) => {
                         unconfirmed.remove(&key);
                         awaited.remove(&key);
-                        match comparable_of(&live) {
-                            Some(c) => (key, Sighting::Present(c)),
-                            None => continue,
-                        }
+                        let Ok(value) = serde_json::to_value(&*live) else { continue };
+                        let status = kstatus::compute(&value, chrono::Utc::now())
+                            .unwrap_or_else(|e| kstatus::Outcome {
+                                status: ObjectStatus::Unknown,
+                                reason: String::new(),
+                                message: e,
+                            });
+                        self.observed(&mut readiness, &key, status);
+                        (key, Sighting::Present(comparable(&value)))
                     }
                     Some(Seen::Absent(key)) if unconfirmed.remove(&key) => {
                         awaited.insert(key.clone());
@@ -567,6 +628,14 @@ impl Repairer {
                     }
                 },
             };
+            if matches!(sighting, Sighting::Absent) {
+                let gone = kstatus::Outcome {
+                    status: ObjectStatus::NotFound,
+                    reason: String::new(),
+                    message: "Resource not found".into(),
+                };
+                self.observed(&mut readiness, &key, gone);
+            }
             let Some(t) = tracked.get_mut(&key) else {
                 continue;
             };
@@ -575,6 +644,16 @@ impl Repairer {
             } else if let Some(next) = self.sighted(&key, t, sighting) {
                 work.push(next);
             }
+        }
+    }
+
+    /// Records an object's kstatus; a change of the release's health goes to lifecycle.
+    fn observed(&self, readiness: &mut Readiness, key: &ObjectKey, outcome: kstatus::Outcome) {
+        if let Some(h) = readiness.observe(key, outcome)
+            && let Some(reporter) = &self.health
+        {
+            tracing::debug!(health = ?h, "release health changed");
+            reporter.report(health::package_key(&self.release, &self.namespace), h);
         }
     }
 
@@ -733,13 +812,7 @@ impl Repairer {
         let Some(scopes) = &self.scopes else {
             return false;
         };
-        let key =
-            match berth_clients::scope::PackageScope::of_release(&self.release, &self.namespace) {
-                berth_clients::scope::PackageScope::Module { name } => name,
-                berth_clients::scope::PackageScope::App { name, namespace } => {
-                    format!("{namespace}.{name}")
-                }
-            };
+        let key = health::package_key(&self.release, &self.namespace);
         scopes.facts(&key).await.is_ok_and(|f| f.suspended)
     }
 

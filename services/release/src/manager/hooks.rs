@@ -28,7 +28,9 @@ impl ReleaseManager {
         namespace: &str,
     ) -> Result<(), ReleaseError> {
         if hook.has_policy(DeletePolicy::BeforeHookCreation) {
-            applier.delete(&hook.object, namespace, DELETE_WAIT).await?;
+            applier
+                .delete(&hook.object, name, namespace, DELETE_WAIT)
+                .await?;
         }
         applier.apply(&hook.object, name, namespace).await?;
         match self
@@ -38,13 +40,17 @@ impl ReleaseManager {
         {
             Ok(()) => {
                 if hook.has_policy(DeletePolicy::HookSucceeded) {
-                    applier.delete(&hook.object, namespace, DELETE_WAIT).await?;
+                    applier
+                        .delete(&hook.object, name, namespace, DELETE_WAIT)
+                        .await?;
                 }
                 Ok(())
             }
             Err(e) => {
                 if hook.has_policy(DeletePolicy::HookFailed) {
-                    applier.delete(&hook.object, namespace, DELETE_WAIT).await?;
+                    applier
+                        .delete(&hook.object, name, namespace, DELETE_WAIT)
+                        .await?;
                 }
                 Err(e.into())
             }

@@ -352,7 +352,10 @@ impl ReleaseManager {
         }
         stale.sort_by_key(|o| std::cmp::Reverse(install_rank(kind_of(o))));
         for object in stale {
-            if let Some((key, _)) = applier.delete(&object, namespace, DELETE_WAIT).await? {
+            if let Some((key, _)) = applier
+                .delete(&object, &previous.release.name, namespace, DELETE_WAIT)
+                .await?
+            {
                 tracing::info!(object = %key, "pruned");
             }
         }

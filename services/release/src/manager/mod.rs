@@ -6,6 +6,7 @@
 mod confine;
 mod drift;
 mod follow;
+mod health;
 mod history;
 mod hooks;
 mod install;
@@ -23,6 +24,7 @@ mod uninstall;
 pub use berth_lease::shards::ShardConfig;
 pub use confine::AppNamespace;
 pub use drift::{DriftEvent, DriftKind};
+pub use health::{Health, HealthReporter};
 pub use history::RevisionSummary;
 pub use metrics::ReleaseMetrics;
 pub use plan::{PlanAction, PlannedChange};
@@ -143,6 +145,10 @@ pub enum ReleaseError {
     /// A package's principal (its identity) could not be made, removed or used.
     #[error(transparent)]
     Principal(#[from] crate::principal::PrincipalError),
+    /// Uninstall deleted what it could, but objects stay, held by finalizers nobody removes;
+    /// the message names each and its finalizers. The records are kept: a retry goes on.
+    #[error("{0}")]
+    RemoveBlocked(String),
 }
 
 impl ReleaseError {
@@ -158,7 +164,8 @@ impl ReleaseError {
             | ReleaseError::Task(_)
             | ReleaseError::NotFound(_)
             | ReleaseError::Confined(_)
-            | ReleaseError::NotOwned(_) => false,
+            | ReleaseError::NotOwned(_)
+            | ReleaseError::RemoveBlocked(_) => false,
         }
     }
 }
@@ -452,11 +459,22 @@ impl ReleaseManager {
     pub fn with_shutdown(mut self, shutdown: tokio_util::sync::CancellationToken) -> Self {
         let shards = self.drift.shards().clone();
         let scopes = self.drift.scopes().cloned();
+        let health = self.drift.health().cloned();
         self.drift = drift::DriftMonitor::new(shutdown, self.metrics.clone());
         self.drift.set_shards(shards);
         if let Some(scopes) = scopes {
             self.drift.set_scopes(scopes);
         }
+        if let Some(health) = health {
+            self.drift.set_health(health);
+        }
+        self
+    }
+
+    /// Tells lifecycle through `health` each change of a watched release's health (readiness
+    /// after Running, drift repair stopping).
+    pub fn with_health(mut self, health: HealthReporter) -> Self {
+        self.drift.set_health(health);
         self
     }
 

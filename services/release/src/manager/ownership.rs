@@ -91,6 +91,7 @@ mod tests {
             version,
             berth_labelled,
             why: "no berth MAC",
+            writer: None,
         }
     }
 

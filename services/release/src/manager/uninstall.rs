@@ -54,12 +54,25 @@ impl ReleaseManager {
         .await?;
         objects.sort_by_key(|o| std::cmp::Reverse(install_rank(kind_of(o))));
         let mut deleted = Vec::new();
+        // Every other object is deleted before a held one is reported: one stuck finalizer
+        // does not keep the rest of the release around.
+        let mut held = Vec::new();
         for object in &objects {
-            if let Some((key, existed)) = applier.delete(object, namespace, DELETE_WAIT).await?
-                && existed
-            {
-                deleted.push(key);
+            match applier.delete(object, name, namespace, DELETE_WAIT).await {
+                Ok(Some((key, true))) => deleted.push(key),
+                Ok(_) => {}
+                Err(e @ ApplyError::HeldByFinalizers { .. }) => held.push(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
+        }
+        if !held.is_empty() {
+            // Post-delete hooks wait for the objects to be gone, and the records stay, so the
+            // retry (the Uninstall task's backoff) goes on from here.
+            return Err(ReleaseError::RemoveBlocked(format!(
+                "removing release {release} is blocked: {} (remove the finalizers, or fix \
+                 the controller that should)",
+                held.join("; ")
+            )));
         }
         self.run_hooks(&applier, &hooks, HookEvent::PostDelete, name, namespace)
             .await?;

@@ -134,6 +134,9 @@ pub struct Foreign {
     pub berth_labelled: bool,
     /// Why it is not berth's.
     pub why: &'static str,
+    /// Who last wrote the Secret, as the API server recorded it (its newest field manager:
+    /// `helm` for the helm CLI); not proof either, but what the cluster says.
+    pub writer: Option<String>,
 }
 
 impl std::fmt::Display for Foreign {
@@ -447,11 +450,18 @@ impl ReleaseStore {
         let label = |k: &str| meta.labels.as_ref().and_then(|l| l.get(k)).cloned();
         let annotation = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
         let checksum = label(CHECKSUM_LABEL);
+        let writer = meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .max_by_key(|f| f.time.as_ref().map(|t| t.0))
+            .and_then(|f| f.manager.clone());
         let foreign = |why| Foreign {
             secret: secret_name.clone(),
             version,
             berth_labelled: checksum.is_some(),
             why,
+            writer: writer.clone(),
         };
         let Some(mac) = annotation(MAC_ANNOTATION) else {
             return Ok(Err(foreign("no berth MAC")));
@@ -726,6 +736,7 @@ mod tests {
             version,
             berth_labelled: false,
             why: "no berth MAC",
+            writer: None,
         }
     }
 

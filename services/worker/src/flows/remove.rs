@@ -80,7 +80,8 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
     // Release deletes the release's objects as the package's principal.
     cx.identities.ensure(cx).await?;
     let (name, namespace) = cx.release();
-    cx.services
+    let uninstalled = cx
+        .services
         .release
         .clone()
         .uninstall(UninstallRequest {
@@ -89,7 +90,21 @@ pub async fn uninstall(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             package: cx.key().to_owned(),
         })
         .await
-        .map_err(|s| CallError::new("release Uninstall", s))?;
+        .map_err(|s| CallError::new("release Uninstall", s));
+    if let Err(e) = uninstalled {
+        if e.is(berth_proto::failure::REMOVE_BLOCKED) {
+            // Objects held by finalizers: Ready says which, and the task is retried (backoff)
+            // until they are gone.
+            cx.set_condition(
+                ConditionType::Ready,
+                ConditionStatus::False,
+                "RemoveBlocked",
+                e.message(),
+            )
+            .await?;
+        }
+        return Err(e.into());
+    }
     if let (Some(p), Some(h), Some(v)) = (&pkg, &hooks, values.as_mut())
         && let Err(e) = run_lifecycle(
             cx,

@@ -59,6 +59,10 @@ async fn install(
                 ConditionStatus::False,
                 if s.is_confined() {
                     "Refused"
+                } else if s.is(berth_proto::failure::OBJECT_TAKEN) {
+                    // Another release's object (or no release's): retried with backoff, as
+                    // the other release may give it up.
+                    "NotOwned"
                 } else if s.is_render_limit() {
                     "RenderLimit"
                 } else {

@@ -7,6 +7,7 @@ use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
     ConditionStatus, ConditionType, Dependency, DependencyGroup, HookConfigAnswer, HookConfigs,
     HookInfo, Loaded, Phase, PolicyRule, Rbac, Requirements, SettingsApplied, SettingsConversion,
+    StartupDone,
 };
 use berth_proto::queue::Task;
 use berth_proto::tasks::{self, Start as StartPayload, TaskKind};
@@ -439,6 +440,7 @@ async fn start_hooks(
     .await?;
     report_values(cx, &values, true).await?;
     values.mark_reported();
+    cx.report(Report::StartupDone(StartupDone {})).await?;
     Ok(values)
 }
 

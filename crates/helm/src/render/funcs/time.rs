@@ -204,12 +204,16 @@ fn parse_time(name: &str, v: &Value) -> Result<DateTime<FixedOffset>> {
     }
 }
 
-/// `date layout time`.
+/// `date layout time`: Sprig's `dateInZone` in the `Local` zone, which is UTC here (see
+/// `date_in_zone`), so a time parsed with another offset is shown in UTC, as helm shows it.
 fn format_date(name: &str, args: &[Value]) -> Result<Value> {
     exact(name, args, 2)?;
     let layout = str_arg(name, args, 0)?;
     let t = parse_time(name, &args[1])?;
-    Ok(string(go_format(&t, &layout)))
+    Ok(string(go_format(
+        &t.with_timezone(&Utc).fixed_offset(),
+        &layout,
+    )))
 }
 
 /// `t` formatted with a Go layout, zones as Go writes them (`Z07:00` is `Z` at UTC, `MST` the
@@ -471,6 +475,10 @@ mod tests {
         );
         let unix = format_date("date", &[string("2006-01-02"), Value::Int(0)]);
         assert_eq!(unix.map(|v| strval(&v)).unwrap_or_default(), "1970-01-01");
+        // helm shows a time parsed with an offset in its Local zone, UTC on a host without TZ.
+        let east = string("2020-02-29T12:30:00+02:00");
+        let out = format_date("date", &[string("15:04 Z07:00 MST"), east]);
+        assert_eq!(out.map(|v| strval(&v)).unwrap_or_default(), "10:30 Z UTC");
     }
 
     #[test]

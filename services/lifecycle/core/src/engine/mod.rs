@@ -206,7 +206,15 @@ impl Engine {
                 generation,
                 force,
                 owner,
-            } => self.remove(rows, &key, generation, force, &owner, &mut fx)?,
+            } => {
+                self.remove(rows, &key, generation, force, &owner, &mut fx)?;
+                if let Some(row) = rows.get_mut(&key)
+                    && row.removing
+                    && row.generation == generation
+                {
+                    flows::removing(row, now);
+                }
+            }
             Change::Suspend {
                 key,
                 owner,

@@ -74,6 +74,10 @@ pub struct Package {
     pub removing: bool,
     /// The scheduler enabled this load of the package (the tasks after Load were enqueued).
     pub enabled: bool,
+    /// This enable's Startup (Synchronization, then the onStartup hooks) succeeded; until then
+    /// every generation goes through Start, so onStartup is never skipped (see
+    /// `flows::update`). Cleared when the scheduler enables the package or it starts over.
+    pub started: bool,
     /// What the scheduler needs of the loaded package; `None` until this version is loaded.
     pub loaded: Option<LoadedSpec>,
     /// The loaded package's hook config answers, as the store keeps them; `None` until
@@ -125,6 +129,7 @@ impl Package {
             last_error: String::new(),
             removing: false,
             enabled: false,
+            started: false,
             loaded: None,
             hook_configs: None,
             rbac: None,

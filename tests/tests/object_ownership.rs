@@ -1,0 +1,118 @@
+//! One owner per object (issue 31.2), through `berth up`, on the dev cluster or the real one
+//! named by `BERTH_TEST_KUBECONFIG`. Two instances of the `upgrader` fixture in one namespace
+//! render the same ConfigMap (`upgrader`): the second is refused naming the object and its
+//! owner (`ManifestsApplied=False NotOwned`) and never writes it, while the first stays
+//! Running; once the first is removed, the second goes on by itself.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use berth_proto::v1;
+use berth_tests::{AllInOne, TestNamespace, journey};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn manifests_applied(p: &v1::Package) -> Option<(&str, &str, &str)> {
+    p.conditions
+        .iter()
+        .find(|c| c.r#type == "ManifestsApplied")
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_releases_never_share_an_object() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(std::path::PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let ns = TestNamespace::create(&kube, "owners").await?;
+    let endpoint = up.proc.endpoint();
+    let result = async {
+        let mut client = journey::connect(&endpoint).await?;
+        let app = |name: &str| v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: name.into(),
+            namespace: ns.to_string(),
+        };
+        let install = |r: &v1::PackageRef| v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: berth_tests::FIXTURES_REPO.to_owned(),
+            package: "upgrader".into(),
+            version: "1.0.0".into(),
+            ..Default::default()
+        };
+        let (first, twin) = (app("upgrader"), app("twin"));
+        let g = client
+            .update(install(&first))
+            .await?
+            .into_inner()
+            .generation;
+        journey::wait_running(&mut client, &first, g).await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let before = cms.get("upgrader").await?.metadata.resource_version;
+
+        let g = client.update(install(&twin)).await?.into_inner().generation;
+        let p = journey::follow(&mut client, &twin, DEADLINE, "NotOwned", |p| {
+            Ok(manifests_applied(p)
+                .is_some_and(|(s, reason, _)| s == "False" && reason == "NotOwned"))
+        })
+        .await?;
+        let (_, _, message) = manifests_applied(&p).context("ManifestsApplied")?;
+        for says in [
+            format!("ConfigMap {ns}/upgrader"),
+            format!("belongs to release {ns}/upgrader"),
+            "not to".to_owned(),
+        ] {
+            ensure!(message.contains(&says), "{says:?} not in {message:?}");
+        }
+        ensure!(p.phase != "Running", "{p:?}");
+        let still = cms.get("upgrader").await?;
+        ensure!(
+            still.metadata.resource_version == before,
+            "the refused release wrote the object"
+        );
+        let p = client
+            .get(v1::GetRequest {
+                r#ref: Some(first.clone()),
+            })
+            .await?
+            .into_inner();
+        ensure!(p.phase == "Running", "the owner is untouched: {p:?}");
+
+        // The owner goes: the twin's retry takes the object over by itself.
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(first.clone()),
+                ..Default::default()
+            })
+            .await?;
+        journey::wait_gone(&mut client, &first).await?;
+        journey::follow(&mut client, &twin, DEADLINE, "Running", |p| {
+            Ok(p.phase == "Running" && p.observed_generation >= g)
+        })
+        .await?;
+        let owner = cms
+            .get("upgrader")
+            .await?
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("meta.helm.sh/release-name")
+            .cloned();
+        ensure!(owner.as_deref() == Some("twin"), "{owner:?}");
+
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(twin.clone()),
+                ..Default::default()
+            })
+            .await?;
+        journey::wait_gone(&mut client, &twin).await
+    }
+    .await;
+    up.proc.stop().await;
+    drop(ns);
+    result
+}
