@@ -2,7 +2,8 @@
 //! named by `BERTH_TEST_KUBECONFIG`. Two instances of the `upgrader` fixture in one namespace
 //! render the same ConfigMap (`upgrader`): the second is refused naming the object and its
 //! owner (`ManifestsApplied=False NotOwned`) and never writes it, while the first stays
-//! Running; once the first is removed, the second goes on by itself.
+//! Running; ValidateSettings of the second answers the same refusal; once the first is
+//! removed, the second goes on by itself.
 
 use std::time::Duration;
 
@@ -80,6 +81,29 @@ async fn two_releases_never_share_an_object() -> anyhow::Result<()> {
             .await?
             .into_inner();
         ensure!(p.phase == "Running", "the owner is untouched: {p:?}");
+
+        // Validate says what the Update would meet: the object and its owner, not "valid".
+        let refused = client
+            .validate_settings(v1::ValidateSettingsRequest {
+                r#ref: Some(twin.clone()),
+                settings: Some(berth_proto::json::to_struct(&serde_json::json!({}))),
+                settings_version: 0,
+            })
+            .await
+            .expect_err("settings whose object another release owns are not valid");
+        ensure!(
+            refused.code() == tonic::Code::InvalidArgument,
+            "{refused:?}"
+        );
+        for says in [
+            format!("ConfigMap {ns}/upgrader"),
+            format!("belongs to release {ns}/upgrader"),
+        ] {
+            ensure!(
+                refused.message().contains(&says),
+                "{says:?} not in {refused:?}"
+            );
+        }
 
         // The owner goes: the twin's retry takes the object over by itself.
         client

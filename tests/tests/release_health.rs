@@ -191,7 +191,11 @@ async fn ready_follows_the_cluster_after_running() -> anyhow::Result<()> {
                 ..Default::default()
             })
             .await?;
-        journey::wait_gone(&mut client, &r).await
+        journey::wait_gone(&mut client, &r).await?;
+        // Its whole history went, helm's revision too: helm lists no release of it.
+        let listed = helm(&helm_bin, &home, &up.kubeconfig, &["list", "-A", "-o", "json"]).await?;
+        ensure!(!listed.contains("\"healthy\""), "helm still lists the release: {listed}");
+        anyhow::Ok(())
     }
     .await;
     up.proc.stop().await;

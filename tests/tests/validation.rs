@@ -56,6 +56,13 @@ fn plan(answer: &v1::ValidateSettingsResponse) -> Vec<(String, String, Vec<Strin
     plan
 }
 
+fn settings_valid(p: &v1::Package) -> Option<(&str, &str, &str)> {
+    p.conditions
+        .iter()
+        .find(|c| c.r#type == "SettingsValid")
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
 async fn replicas(kube: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<String>> {
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), ns);
     let cm = tokio::time::timeout(Duration::from_secs(10), cms.get_opt(name))
@@ -244,6 +251,58 @@ async fn journey_of_checked(topology: &SplitTopology, kube: &kube::Client) -> an
         })
         .await?;
     journey::wait_gone(&mut client, &fresh).await?;
+
+    // A check that gives no verdict (it crashes on 0 replicas) leaves validity unknown, and
+    // the condition says so and why (`ApplySettings`) while the task retries; nothing is
+    // applied; settings the check judges bring the instance up.
+    let unsure = app("checked-unsure", &ns);
+    client
+        .update(update(&unsure, json!({"replicas": 0, "cmName": "unsure"})))
+        .await?;
+    let p = journey::follow(
+        &mut client,
+        &unsure,
+        Duration::from_secs(60),
+        "SettingsValid Unknown ApplySettings",
+        |p| {
+            Ok(settings_valid(p)
+                .is_some_and(|(s, reason, _)| s == "Unknown" && reason == "ApplySettings"))
+        },
+    )
+    .await?;
+    let (_, _, message) = settings_valid(&p).context("SettingsValid")?;
+    ensure!(
+        message.contains("gave no verdict") && message.contains("no pool for zero replicas"),
+        "{message:?}"
+    );
+    ensure!(p.phase != "Running", "{p:?}");
+    ensure!(replicas(kube, &ns, "unsure").await?.is_none());
+    let judged = client
+        .update(update(&unsure, json!({"replicas": 2, "cmName": "unsure"})))
+        .await?
+        .into_inner();
+    // (Not `wait_running`: the crashed attempts' error stands until the new generation runs.)
+    let p = journey::follow(
+        &mut client,
+        &unsure,
+        Duration::from_secs(60),
+        "Running",
+        |p| Ok(p.phase == "Running" && p.observed_generation >= judged.generation),
+    )
+    .await?;
+    ensure!(
+        settings_valid(&p).is_some_and(|(s, _, _)| s == "True"),
+        "{:?}",
+        p.conditions
+    );
+    ensure!(replicas(kube, &ns, "unsure").await?.as_deref() == Some("2"));
+    client
+        .remove(v1::RemoveRequest {
+            r#ref: Some(unsure.clone()),
+            ..Default::default()
+        })
+        .await?;
+    journey::wait_gone(&mut client, &unsure).await?;
 
     // A valid change is accepted and applied.
     let changed = client

@@ -1,5 +1,6 @@
 //! Uninstall: pre-delete hooks, objects in reverse install order, post-delete hooks, records.
-//! Only berth's records of the requesting package are acted on (see `ownership`).
+//! Only berth's records of the requesting package are acted on (see `ownership`); the
+//! release's foreign records are deleted with its own, and what they name is left alone.
 
 use super::*;
 
@@ -20,7 +21,7 @@ impl ReleaseManager {
         let records = store.stored(name).await?;
         if !records.foreign.is_empty() {
             tracing::warn!(release = %release, records = %records.describe_foreign(),
-                "uninstall leaves alone records berth did not write, and the objects they name");
+                "uninstall leaves alone the objects named by records berth did not write");
         }
         if let Some(theirs) = records
             .own
@@ -78,6 +79,16 @@ impl ReleaseManager {
             .await?;
         for rev in &records.own {
             store.delete(name, rev.release.version).await?;
+        }
+        // The history goes with the release, whoever wrote a revision of it: a record helm's
+        // CLI wrote (a release taken with `helm upgrade`, then taken back) would otherwise keep
+        // `helm list` showing a release whose objects are gone, and the next install would
+        // number its revisions after it. Only the records go, and only those named as this
+        // release's revisions: the objects a foreign record names were never acted on.
+        for f in &records.foreign {
+            if f.secret == crate::record::format::secret_name(name, f.version) {
+                store.delete(name, f.version).await?;
+            }
         }
         Ok(Uninstalled {
             found: true,

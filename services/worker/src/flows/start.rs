@@ -383,7 +383,23 @@ async fn settings(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<
         // The package's own settings check has the last word (its verdict is permanent: the
         // same settings get the same answer until the next Update).
         Ok(values) => {
-            let check = check_settings(cx, pkg, &values.settings, cx.config.hook_timeout).await?;
+            let check =
+                match check_settings(cx, pkg, &values.settings, cx.config.hook_timeout).await {
+                    Ok(check) => check,
+                    // No verdict (the check crashed, timed out or printed none): whether the
+                    // settings are valid is not known, and the condition says so and why while the
+                    // task retries (the Deckhouse runtime's `ApplySettings` reason).
+                    Err(e) => {
+                        cx.set_condition(
+                            ConditionType::SettingsValid,
+                            ConditionStatus::Unknown,
+                            "ApplySettings",
+                            &format!("the settings check gave no verdict: {}", e.message),
+                        )
+                        .await?;
+                        return Err(e);
+                    }
+                };
             match check.and_then(|c| c.refusal()) {
                 Some(refused) => Err(TaskError::permanent(refused)),
                 None => Ok(values),

@@ -141,9 +141,14 @@ async fn validate(
     .map_err(|_| format!("the release service did not plan within {left:?}"))?;
     let plan = match planned.map_err(|s| CallError::new("release Plan", s)) {
         Ok(plan) => plan.into_inner(),
-        // A render error, a render past a render limit or an object the API server refuses:
-        // the settings' doing.
-        Err(s) if s.is_invalid() || s.is_render_limit() => {
+        // A render error, a render past a render limit, an object the API server refuses or
+        // one another release owns (the Update would be refused naming it): these settings
+        // cannot be installed as they are.
+        Err(s)
+            if s.is_invalid()
+                || s.is_render_limit()
+                || s.is(berth_proto::failure::OBJECT_TAKEN) =>
+        {
             return Ok(invalid(format!("release plan: {}", s.message()), warnings));
         }
         Err(s) => return Err(s.to_string()),
