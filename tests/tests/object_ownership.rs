@@ -3,7 +3,8 @@
 //! render the same ConfigMap (`upgrader`): the second is refused naming the object and its
 //! owner (`ManifestsApplied=False NotOwned`) and never writes it, while the first stays
 //! Running; ValidateSettings of the second answers the same refusal; once the first is
-//! removed, the second goes on by itself.
+//! removed, the second goes on by itself; an object taken from it by hand turns its Ready
+//! False naming the new owner, and True again when given back.
 
 use std::time::Duration;
 
@@ -14,6 +15,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
 const DEADLINE: Duration = Duration::from_secs(120);
+
+fn ready(p: &v1::Package) -> Option<(&str, &str, &str)> {
+    p.conditions
+        .iter()
+        .find(|c| c.r#type == "Ready")
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
 
 fn manifests_applied(p: &v1::Package) -> Option<(&str, &str, &str)> {
     p.conditions
@@ -126,6 +134,34 @@ async fn two_releases_never_share_an_object() -> anyhow::Result<()> {
             .get("meta.helm.sh/release-name")
             .cloned();
         ensure!(owner.as_deref() == Some("twin"), "{owner:?}");
+
+        // Taken from it by hand (as `helm install --take-ownership` would): the twin stops
+        // repairing the object and says so in Ready, still Running; given back, Ready again.
+        let annotate = |release: &str| {
+            serde_json::json!({"metadata": {"annotations": {"meta.helm.sh/release-name": release}}})
+        };
+        let merge = kube::api::PatchParams::default();
+        cms.patch("upgrader", &merge, &kube::api::Patch::Merge(annotate("someone-else")))
+            .await?;
+        let p = journey::follow(&mut client, &twin, DEADLINE, "Ready=False NotOwned", |p| {
+            Ok(ready(p).is_some_and(|(s, reason, _)| s == "False" && reason == "NotOwned"))
+        })
+        .await?;
+        let (_, _, message) = ready(&p).context("Ready")?;
+        for says in [
+            format!("ConfigMap {ns}/upgrader"),
+            format!("belongs to release {ns}/someone-else"),
+            "no longer repairs".to_owned(),
+        ] {
+            ensure!(message.contains(&says), "{says:?} not in {message:?}");
+        }
+        ensure!(p.phase == "Running", "{p:?}");
+        cms.patch("upgrader", &merge, &kube::api::Patch::Merge(annotate("twin")))
+            .await?;
+        journey::follow(&mut client, &twin, DEADLINE, "Ready=True again", |p| {
+            Ok(ready(p).is_some_and(|(s, _, _)| s == "True"))
+        })
+        .await?;
 
         client
             .remove(v1::RemoveRequest {

@@ -485,6 +485,9 @@ enum Done {
     Unchanged(serde_json::Value),
     /// The dry run failed; the next event or re-list tries again.
     CheckFailed,
+    /// The object belongs to another release now (its annotations name it): not repaired,
+    /// and the release's health says so until it is this release's again.
+    Taken(String),
     /// The dry run found drift; a repair follows.
     Drifted {
         kind: DriftKind,
@@ -581,6 +584,13 @@ impl Repairer {
                         (key, Sighting::Absent)
                     } else {
                     let Some(t) = tracked.get_mut(&key) else { continue };
+                    // A check that got past the ownership test found the object this
+                    // release's; one that did not, another's.
+                    match &done {
+                        Done::Taken(why) => self.owned(&mut readiness, &key, Some(why.clone())),
+                        Done::Unchanged(_) | Done::Drifted { .. } => self.owned(&mut readiness, &key, None),
+                        _ => {}
+                    }
                     if let Some(next) = self.finish(&key, t, done) {
                         work.push(next);
                     } else if let Some(later) = t.later.take()
@@ -649,7 +659,19 @@ impl Repairer {
 
     /// Records an object's kstatus; a change of the release's health goes to lifecycle.
     fn observed(&self, readiness: &mut Readiness, key: &ObjectKey, outcome: kstatus::Outcome) {
-        if let Some(h) = readiness.observe(key, outcome)
+        let changed = readiness.observe(key, outcome);
+        self.tell(changed);
+    }
+
+    /// Records whom the drift check found an object belongs to (`taken`: another release,
+    /// and why); a change of the release's health goes to lifecycle.
+    fn owned(&self, readiness: &mut Readiness, key: &ObjectKey, taken: Option<String>) {
+        let changed = readiness.owned(key, taken);
+        self.tell(changed);
+    }
+
+    fn tell(&self, changed: Option<Health>) {
+        if let Some(h) = changed
             && let Some(reporter) = &self.health
         {
             tracing::debug!(health = ?h, "release health changed");
@@ -674,6 +696,9 @@ impl Repairer {
     fn finish(&self, key: &ObjectKey, t: &mut Tracked, done: Done) -> Option<Work> {
         match done {
             Done::Unchanged(c) => t.known_good = Some(c),
+            // Its next sighting is always checked: given back, the object may be just as it
+            // was last known right.
+            Done::Taken(_) => t.known_good = None,
             Done::CheckFailed | Done::Outdated | Done::Confirm => {}
             Done::Drifted { kind, fields } => {
                 let wait = t.pacing.next();
@@ -759,6 +784,10 @@ impl Repairer {
                         fields,
                     }
                 }
+            }
+            Err(ApplyError::Taken(why)) => {
+                tracing::warn!(object = %key, owner = %why, "not repairing an object another release owns");
+                Done::Taken(why)
             }
             Err(e) => {
                 tracing::debug!(object = %key, error = %e, "drift check failed");

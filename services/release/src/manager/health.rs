@@ -9,6 +9,7 @@
 //! watched release and a slow lifecycle never holds a watch up. One task sends them.
 
 use super::*;
+use std::collections::BTreeMap;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +31,9 @@ pub enum Health {
     NotReady(String),
     /// Drift repair stopped: the message names the revision and who wrote it.
     RepairStopped(String),
+    /// Some object now belongs to another release (its annotations say so): it is neither
+    /// repaired nor counted as this release's; the message names it and its owner.
+    NotOwned(String),
 }
 
 impl Health {
@@ -43,13 +47,14 @@ impl Health {
             Health::Ready => "Ready",
             Health::NotReady(_) => "NotReady",
             Health::RepairStopped(_) => "DriftRepairStopped",
+            Health::NotOwned(_) => "NotOwned",
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
             Health::Ready => "",
-            Health::NotReady(m) | Health::RepairStopped(m) => m,
+            Health::NotReady(m) | Health::RepairStopped(m) | Health::NotOwned(m) => m,
         }
     }
 }
@@ -58,6 +63,8 @@ impl Health {
 pub(super) struct Readiness {
     /// In the revision's order; `None` until the watch showed the object.
     outcomes: Vec<(ObjectKey, Option<kstatus::Outcome>)>,
+    /// The objects whose drift check found them another release's, with why.
+    taken: BTreeMap<ObjectKey, String>,
     /// The health last decided (none before every object was seen).
     last: Option<Health>,
 }
@@ -66,6 +73,7 @@ impl Readiness {
     pub fn new(keys: impl IntoIterator<Item = ObjectKey>) -> Readiness {
         Readiness {
             outcomes: keys.into_iter().map(|k| (k, None)).collect(),
+            taken: BTreeMap::new(),
             last: None,
         }
     }
@@ -75,6 +83,40 @@ impl Readiness {
     pub fn observe(&mut self, key: &ObjectKey, outcome: kstatus::Outcome) -> Option<Health> {
         let slot = self.outcomes.iter_mut().find(|(k, _)| k == key)?;
         slot.1 = Some(outcome);
+        self.decide()
+    }
+
+    /// Records what the drift check found of `key`'s owner: `Some(why)` when another release
+    /// owns it, `None` when this one does; the release's health when that changes it.
+    pub fn owned(&mut self, key: &ObjectKey, taken: Option<String>) -> Option<Health> {
+        let changed = match taken {
+            Some(why) => self.taken.insert(key.clone(), why.clone()).as_ref() != Some(&why),
+            None => self.taken.remove(key).is_some(),
+        };
+        if changed { self.decide() } else { None }
+    }
+
+    /// The release's health from what is known; `None` when not every object was seen yet or
+    /// it is the one last decided. An object another release took outweighs readiness.
+    fn decide(&mut self) -> Option<Health> {
+        if !self.taken.is_empty() {
+            let named: Vec<&str> = self
+                .taken
+                .values()
+                .take(NAMED_OBJECTS)
+                .map(String::as_str)
+                .collect();
+            let mut message = named.join("; ");
+            if self.taken.len() > NAMED_OBJECTS {
+                message.push_str(&format!(
+                    "; and {} more objects",
+                    self.taken.len() - NAMED_OBJECTS
+                ));
+            }
+            return self.decided(Health::NotOwned(format!(
+                "{message} (berth no longer repairs it)"
+            )));
+        }
         let mut not_ready = Vec::new();
         for (k, o) in &self.outcomes {
             match o {
@@ -99,6 +141,10 @@ impl Readiness {
             }
             Health::NotReady(named.join("; "))
         };
+        self.decided(health)
+    }
+
+    fn decided(&mut self, health: Health) -> Option<Health> {
         if self.last.as_ref() == Some(&health) {
             return None;
         }
@@ -302,6 +348,37 @@ mod tests {
         };
         assert!(m.contains("ns/d2") && !m.contains("ns/d3"), "{m}");
         assert!(m.ends_with("and 2 more objects not ready"), "{m}");
+    }
+
+    /// An object another release took outweighs readiness until it is given back; each
+    /// change is reported once.
+    #[test]
+    fn a_taken_object_is_reported_until_given_back() {
+        let mut r = Readiness::new([key("d1"), key("d2")]);
+        r.observe(&key("d1"), outcome(ObjectStatus::Current, ""));
+        assert_eq!(
+            r.observe(&key("d2"), outcome(ObjectStatus::Current, "")),
+            Some(Health::Ready)
+        );
+        let taken = r.owned(&key("d2"), Some("d2 belongs to release ns/other".into()));
+        let Some(Health::NotOwned(m)) = taken else {
+            panic!("{taken:?}")
+        };
+        assert!(m.contains("d2 belongs to release ns/other"), "{m}");
+        assert_eq!(
+            r.owned(&key("d2"), Some("d2 belongs to release ns/other".into())),
+            None
+        );
+        assert_eq!(
+            r.observe(&key("d1"), outcome(ObjectStatus::InProgress, "rolling")),
+            None
+        );
+        assert_eq!(r.owned(&key("d1"), None), None, "d1 was never taken");
+        let back = r.owned(&key("d2"), None);
+        assert!(
+            matches!(back, Some(Health::NotReady(ref m)) if m.contains("ns/d1")),
+            "{back:?}"
+        );
     }
 
     impl Readiness {
