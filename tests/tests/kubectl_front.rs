@@ -820,3 +820,138 @@ spec:
     up.proc.stop().await;
     result
 }
+
+/// Events tell an upgrade and a failing hook (issue 34): an Application of the `upgrader`
+/// fixture moved from 1.0.0 to 1.1.0 gets `Upgraded` naming both versions; one of the
+/// `starter` fixture, whose onStartup hook fails until `startupOk` is true, gets a `HookFailed`
+/// warning with the hook's message, and goes Ready once the setting is changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_tell_upgrades_and_hook_failures() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let up = AllInOne::start(&dir.path().join("data"), real_cluster().as_deref()).await?;
+    let result = async {
+        let kc = up.kubeconfig.clone();
+        let kube = berth_tests::cluster::client_for(&kc).await?;
+        let ns = TestNamespace::create(&kube, "events").await?;
+        let (k, v) = up.instance.clone();
+        let app = |name: &str, package: &str, version: &str, settings: &str| {
+            format!(
+                "apiVersion: berth.io/v1alpha1
+kind: Application
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels:
+    {k}: \"{v}\"
+spec:
+  package: {package}
+  repository: {repo}
+  version: {version}
+  settings: {settings}
+",
+                repo = berth_tests::FIXTURES_REPO,
+            )
+        };
+        let apply = |yaml: String| {
+            let kc = kc.clone();
+            async move { kubectl_ok(&kc, &["apply", "-f", "-"], Some(&yaml)).await }
+        };
+        let wait_ready = |name: &str| {
+            let (kc, ns, name) = (kc.clone(), ns.to_string(), format!("application/{name}"));
+            async move {
+                kubectl_ok(
+                    &kc,
+                    &["wait", "--for=condition=Ready", "-n", &ns, &name, WAIT],
+                    None,
+                )
+                .await
+            }
+        };
+        let events = |name: &str| {
+            let (kc, ns, name) = (kc.clone(), ns.to_string(), name.to_owned());
+            async move {
+                let out =
+                    kubectl_ok(&kc, &["get", "events", "-n", &ns, "-o", "json"], None).await?;
+                let all: Value = serde_json::from_str(&out)?;
+                anyhow::Ok(
+                    all["items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|e| {
+                            e["involvedObject"]["kind"] == "Application"
+                                && e["involvedObject"]["name"] == name.as_str()
+                        })
+                        .map(|e| {
+                            (
+                                e["type"].as_str().unwrap_or_default().to_owned(),
+                                e["reason"].as_str().unwrap_or_default().to_owned(),
+                                e["message"].as_str().unwrap_or_default().to_owned(),
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            }
+        };
+
+        apply(app("moving", "upgrader", "1.0.0", "{}")).await?;
+        wait_ready("moving").await?;
+        apply(app("moving", "upgrader", "1.1.0", "{}")).await?;
+        eventually_json(
+            &kc,
+            "moving at 1.1.0, Ready",
+            &["-n", &ns, "application/moving"],
+            |v| {
+                v["status"]["resolvedVersion"] == "1.1.0"
+                    && condition(v, "Ready").is_some_and(|c| c["status"] == "True")
+            },
+        )
+        .await?;
+        let seen = events("moving").await?;
+        ensure!(
+            seen.iter().any(|(t, r, m)| t == "Normal"
+                && r == "Upgraded"
+                && m.contains("upgraded upgrader from 1.0.0 to 1.1.0")),
+            "no Upgraded event among {seen:?}"
+        );
+
+        apply(app("starting", "starter", "1.0.0", "{startupOk: false}")).await?;
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let failed = loop {
+            let seen = events("starting").await?;
+            if let Some(e) = seen
+                .iter()
+                .find(|(t, r, _)| t == "Warning" && r == "HookFailed")
+            {
+                break e.clone();
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no HookFailed event within {DEADLINE:?}: {seen:?}"
+            );
+            // Polling kubectl, as a person would.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        ensure!(
+            failed
+                .2
+                .contains("onStartup refuses: startupOk is not true"),
+            "{failed:?}"
+        );
+        apply(app("starting", "starter", "1.0.0", "{startupOk: true}")).await?;
+        wait_ready("starting").await?;
+
+        for name in ["moving", "starting"] {
+            kubectl_ok(
+                &kc,
+                &["delete", "-n", &ns, &format!("application/{name}"), WAIT],
+                None,
+            )
+            .await?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
+}

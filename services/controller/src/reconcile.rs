@@ -429,7 +429,9 @@ async fn announce<K: Front>(
         s.conditions
             .iter()
             .find(|c| {
-                c.type_ == "HooksProcessed" && c.reason == "HookFailed" && c.status == "False"
+                c.type_ == "HooksProcessed"
+                    && matches!(c.reason.as_str(), "HookFailed" | "StartupHookFailed")
+                    && c.status == "False"
             })
             .map(|c| c.message.clone())
     };

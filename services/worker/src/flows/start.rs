@@ -444,16 +444,31 @@ async fn start_hooks(
     let hooks = cx.package_hooks(pkg).await?;
     // Decision (docs/decisions/synchronization-before-onstartup.md): Synchronization runs before onStartup, as in the Deckhouse
     // runtime.
-    synchronize(cx, pkg, &hooks, &mut values).await?;
-    run_lifecycle(
-        cx,
-        pkg,
-        &hooks,
-        LifecycleBinding::OnStartup,
-        "onStartup",
-        &mut values,
-    )
-    .await?;
+    let started = async {
+        synchronize(cx, pkg, &hooks, &mut values).await?;
+        run_lifecycle(
+            cx,
+            pkg,
+            &hooks,
+            LifecycleBinding::OnStartup,
+            "onStartup",
+            &mut values,
+        )
+        .await
+    }
+    .await;
+    if let Err(e) = started {
+        // Said in the package's status while the task retries (the Deckhouse runtime's
+        // `StartupHookFailed`), or a failing onStartup would show nothing but the task's error.
+        cx.set_condition(
+            ConditionType::HooksProcessed,
+            ConditionStatus::False,
+            "StartupHookFailed",
+            &e.message,
+        )
+        .await?;
+        return Err(e);
+    }
     report_values(cx, &values, true).await?;
     values.mark_reported();
     cx.report(Report::StartupDone(StartupDone {})).await?;
