@@ -4,6 +4,7 @@
 
 mod support;
 
+use anyhow::Context as _;
 use berth_proto::release::{ChartFile, InstallRequest, RollbackRequest, StatusRequest};
 use berth_release::record::{Status, StoreError};
 use futures::StreamExt as _;
@@ -31,13 +32,23 @@ fn request(h: &support::Harness, name: &str, files: Vec<ChartFile>) -> InstallRe
 
 /// (revision, status) of every stored revision of `name`, oldest first.
 async fn statuses(h: &support::Harness, name: &str) -> anyhow::Result<Vec<(i32, String)>> {
-    let store = h.store();
-    Ok(store
-        .history(name)
-        .await?
-        .into_iter()
-        .map(|r| (r.version, r.info.status))
-        .collect())
+    // A consistent LIST, as `kubectl get secrets` reads: a store of the test's own would read
+    // the watch cache, which checks only the newest record against etcd, so an older
+    // revision's status written just before (superseded after the newest was settled) could
+    // still read as it was.
+    let secrets: Api<Secret> = Api::namespaced(h.kube.clone(), &h.namespace);
+    let listed = secrets
+        .list(&kube::api::ListParams::default().labels(&format!("owner=helm,name={name}")))
+        .await?;
+    let mut seen = Vec::new();
+    for secret in listed.items {
+        let labels = secret.metadata.labels.unwrap_or_default();
+        let version: i32 = labels.get("version").context("a version label")?.parse()?;
+        let status = labels.get("status").context("a status label")?.clone();
+        seen.push((version, status));
+    }
+    seen.sort();
+    Ok(seen)
 }
 
 /// Every status the Secret of revision `version` of `name` goes through, in order, until it is
