@@ -100,19 +100,7 @@ impl Readiness {
     /// it is the one last decided. An object another release took outweighs readiness.
     fn decide(&mut self) -> Option<Health> {
         if !self.taken.is_empty() {
-            let named: Vec<&str> = self
-                .taken
-                .values()
-                .take(NAMED_OBJECTS)
-                .map(String::as_str)
-                .collect();
-            let mut message = named.join("; ");
-            if self.taken.len() > NAMED_OBJECTS {
-                message.push_str(&format!(
-                    "; and {} more objects",
-                    self.taken.len() - NAMED_OBJECTS
-                ));
-            }
+            let message = some_named(self.taken.values().cloned(), "objects");
             return self.decided(Health::NotOwned(format!(
                 "{message} (berth no longer repairs it)"
             )));
@@ -128,18 +116,8 @@ impl Readiness {
         let health = if not_ready.is_empty() {
             Health::Ready
         } else {
-            let mut named: Vec<String> = not_ready
-                .iter()
-                .take(NAMED_OBJECTS)
-                .map(|(k, o)| describe(k, o))
-                .collect();
-            if not_ready.len() > NAMED_OBJECTS {
-                named.push(format!(
-                    "and {} more objects not ready",
-                    not_ready.len() - NAMED_OBJECTS
-                ));
-            }
-            Health::NotReady(named.join("; "))
+            let described = not_ready.iter().map(|(k, o)| describe(k, o));
+            Health::NotReady(some_named(described, "objects not ready"))
         };
         self.decided(health)
     }
@@ -151,6 +129,17 @@ impl Readiness {
         self.last = Some(health.clone());
         Some(health)
     }
+}
+
+/// The first `NAMED_OBJECTS` of `named`, joined, and how many more `what` there are.
+/// (Only those are made: a release may have many objects, and this runs on every watch event.)
+fn some_named(named: impl ExactSizeIterator<Item = String>, what: &str) -> String {
+    let more = named.len().saturating_sub(NAMED_OBJECTS);
+    let mut named: Vec<String> = named.take(NAMED_OBJECTS).collect();
+    if more > 0 {
+        named.push(format!("and {more} more {what}"));
+    }
+    named.join("; ")
 }
 
 /// `apps/v1/Deployment ns/web: InProgress (reason): message`, the message cut at 300 bytes.
