@@ -130,6 +130,14 @@ pub async fn wait_running(
     .await
 }
 
+/// The package's condition `type_` as `(status, reason, message)`, if it has one.
+pub fn condition<'a>(p: &'a v1::Package, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    p.conditions
+        .iter()
+        .find(|c| c.r#type == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
 /// The package's `seen` values, as the test fixtures' hooks record them (a list of strings under
 /// `/seen`).
 pub fn seen(p: &v1::Package) -> Vec<String> {

@@ -16,20 +16,6 @@ use kube::Api;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
-fn ready(p: &v1::Package) -> Option<(&str, &str, &str)> {
-    p.conditions
-        .iter()
-        .find(|c| c.r#type == "Ready")
-        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
-}
-
-fn manifests_applied(p: &v1::Package) -> Option<(&str, &str, &str)> {
-    p.conditions
-        .iter()
-        .find(|c| c.r#type == "ManifestsApplied")
-        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_releases_never_share_an_object() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -64,11 +50,11 @@ async fn two_releases_never_share_an_object() -> anyhow::Result<()> {
 
         let g = client.update(install(&twin)).await?.into_inner().generation;
         let p = journey::follow(&mut client, &twin, DEADLINE, "NotOwned", |p| {
-            Ok(manifests_applied(p)
+            Ok(journey::condition(p, "ManifestsApplied")
                 .is_some_and(|(s, reason, _)| s == "False" && reason == "NotOwned"))
         })
         .await?;
-        let (_, _, message) = manifests_applied(&p).context("ManifestsApplied")?;
+        let (_, _, message) = journey::condition(&p, "ManifestsApplied").context("ManifestsApplied")?;
         for says in [
             format!("ConfigMap {ns}/upgrader"),
             format!("belongs to release {ns}/upgrader"),
@@ -144,10 +130,10 @@ async fn two_releases_never_share_an_object() -> anyhow::Result<()> {
         cms.patch("upgrader", &merge, &kube::api::Patch::Merge(annotate("someone-else")))
             .await?;
         let p = journey::follow(&mut client, &twin, DEADLINE, "Ready=False NotOwned", |p| {
-            Ok(ready(p).is_some_and(|(s, reason, _)| s == "False" && reason == "NotOwned"))
+            Ok(journey::condition(p, "Ready").is_some_and(|(s, reason, _)| s == "False" && reason == "NotOwned"))
         })
         .await?;
-        let (_, _, message) = ready(&p).context("Ready")?;
+        let (_, _, message) = journey::condition(&p, "Ready").context("Ready")?;
         for says in [
             format!("ConfigMap {ns}/upgrader"),
             format!("belongs to release {ns}/someone-else"),
@@ -159,7 +145,7 @@ async fn two_releases_never_share_an_object() -> anyhow::Result<()> {
         cms.patch("upgrader", &merge, &kube::api::Patch::Merge(annotate("twin")))
             .await?;
         journey::follow(&mut client, &twin, DEADLINE, "Ready=True again", |p| {
-            Ok(ready(p).is_some_and(|(s, _, _)| s == "True"))
+            Ok(journey::condition(p, "Ready").is_some_and(|(s, _, _)| s == "True"))
         })
         .await?;
 

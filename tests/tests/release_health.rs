@@ -50,13 +50,6 @@ async fn set_ready(probes: &Api<DynamicObject>, ready: bool) -> anyhow::Result<(
 }
 
 /// The package's Ready condition: (status, reason, message).
-fn ready(p: &v1::Package) -> Option<(&str, &str, &str)> {
-    p.conditions
-        .iter()
-        .find(|c| c.r#type == "Ready")
-        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
-}
-
 /// Runs helm with an isolated home against `kubeconfig`; its stdout.
 async fn helm(
     helm: &Path,
@@ -112,10 +105,10 @@ async fn ready_follows_the_cluster_after_running() -> anyhow::Result<()> {
         // The Probe stops being ready: Ready turns False naming it and why; still Running.
         set_ready(&probes, false).await?;
         let p = journey::follow(&mut client, &r, DEADLINE, "Ready=False NotReady", |p| {
-            Ok(ready(p).is_some_and(|(s, reason, _)| s == "False" && reason == "NotReady"))
+            Ok(journey::condition(p, "Ready").is_some_and(|(s, reason, _)| s == "False" && reason == "NotReady"))
         })
         .await?;
-        let (_, _, message) = ready(&p).context("Ready")?;
+        let (_, _, message) = journey::condition(&p, "Ready").context("Ready")?;
         for says in ["Probe", &format!("{ns}/probe"), "ProbeFailing", "backend unreachable"] {
             ensure!(message.contains(says), "{says:?} not in {message:?}");
         }
@@ -124,7 +117,7 @@ async fn ready_follows_the_cluster_after_running() -> anyhow::Result<()> {
         // It recovers: Ready is True again.
         set_ready(&probes, true).await?;
         journey::follow(&mut client, &r, DEADLINE, "Ready=True again", |p| {
-            Ok(ready(p).is_some_and(|(s, _, _)| s == "True"))
+            Ok(journey::condition(p, "Ready").is_some_and(|(s, _, _)| s == "True"))
         })
         .await?;
 
@@ -164,10 +157,10 @@ async fn ready_follows_the_cluster_after_running() -> anyhow::Result<()> {
         )
         .await?;
         let p = journey::follow(&mut client, &r, DEADLINE, "Ready=False DriftRepairStopped", |p| {
-            Ok(ready(p).is_some_and(|(s, reason, _)| s == "False" && reason == "DriftRepairStopped"))
+            Ok(journey::condition(p, "Ready").is_some_and(|(s, reason, _)| s == "False" && reason == "DriftRepairStopped"))
         })
         .await?;
-        let (_, _, message) = ready(&p).context("Ready")?;
+        let (_, _, message) = journey::condition(&p, "Ready").context("Ready")?;
         // helm's field manager is `Helm` or `helm`, depending on its version.
         let lower = message.to_lowercase();
         for says in ["revision 2", "written by \"helm\"", "--force"] {
@@ -182,7 +175,7 @@ async fn ready_follows_the_cluster_after_running() -> anyhow::Result<()> {
         // `berth update --force` takes it back: a new revision of berth's, Ready, repaired.
         let g = client.update(update(true)).await?.into_inner().generation;
         let p = journey::wait_running(&mut client, &r, g).await?;
-        ensure!(ready(&p).is_some_and(|(s, _, _)| s == "True"), "{p:?}");
+        ensure!(journey::condition(&p, "Ready").is_some_and(|(s, _, _)| s == "True"), "{p:?}");
         ensure!(size(probes.get("probe").await?) == Some(1), "berth's chart again");
 
         client

@@ -14,13 +14,6 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 /// The package's Ready condition: (status, reason, message).
-fn ready(p: &v1::Package) -> Option<(&str, &str, &str)> {
-    p.conditions
-        .iter()
-        .find(|c| c.r#type == "Ready")
-        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
-}
-
 /// Install, then `berth remove --wait`: it times out naming the held object and its finalizer;
 /// the package shows `Ready=False RemoveBlocked` saying the same, and the other object is gone.
 /// Once the finalizer is removed, the removal finishes by itself.
@@ -81,7 +74,7 @@ async fn a_remove_blocked_by_finalizers_says_what_holds_it() -> anyhow::Result<(
             })
             .await?
             .into_inner();
-        let (status, reason, message) = ready(&p).context("Ready")?;
+        let (status, reason, message) = journey::condition(&p, "Ready").context("Ready")?;
         ensure!(
             status == "False"
                 && reason == "RemoveBlocked"

@@ -56,13 +56,6 @@ fn plan(answer: &v1::ValidateSettingsResponse) -> Vec<(String, String, Vec<Strin
     plan
 }
 
-fn settings_valid(p: &v1::Package) -> Option<(&str, &str, &str)> {
-    p.conditions
-        .iter()
-        .find(|c| c.r#type == "SettingsValid")
-        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
-}
-
 async fn replicas(kube: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<String>> {
     let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), ns);
     let cm = tokio::time::timeout(Duration::from_secs(10), cms.get_opt(name))
@@ -265,12 +258,12 @@ async fn journey_of_checked(topology: &SplitTopology, kube: &kube::Client) -> an
         Duration::from_secs(60),
         "SettingsValid Unknown ApplySettings",
         |p| {
-            Ok(settings_valid(p)
+            Ok(journey::condition(p, "SettingsValid")
                 .is_some_and(|(s, reason, _)| s == "Unknown" && reason == "ApplySettings"))
         },
     )
     .await?;
-    let (_, _, message) = settings_valid(&p).context("SettingsValid")?;
+    let (_, _, message) = journey::condition(&p, "SettingsValid").context("SettingsValid")?;
     ensure!(
         message.contains("gave no verdict") && message.contains("no pool for zero replicas"),
         "{message:?}"
@@ -291,7 +284,7 @@ async fn journey_of_checked(topology: &SplitTopology, kube: &kube::Client) -> an
     )
     .await?;
     ensure!(
-        settings_valid(&p).is_some_and(|(s, _, _)| s == "True"),
+        journey::condition(&p, "SettingsValid").is_some_and(|(s, _, _)| s == "True"),
         "{:?}",
         p.conditions
     );
