@@ -90,9 +90,25 @@ pub fn read_entries(object: &Value) -> Vec<ManagedEntry> {
         .collect()
 }
 
-/// Writes the entries back, dropping managers that own nothing any more.
+/// Seconds since the epoch of an entry's `time`; an absent or unparseable time counts as 0,
+/// as the apiserver treats a nil time.
+fn entry_seconds(e: &ManagedEntry) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(&e.time).map_or(0, |t| t.timestamp())
+}
+
+/// Writes the entries back, dropping managers that own nothing any more, in the apiserver's
+/// order: by operation (`Apply` before `Update`), then time in whole seconds (older first),
+/// then manager, apiVersion and subresource.
 pub fn write_entries(object: &mut Value, mut entries: Vec<ManagedEntry>) {
     entries.retain(|e| !e.fields.is_empty());
+    entries.sort_by(|p, q| {
+        p.operation
+            .cmp(&q.operation)
+            .then_with(|| entry_seconds(p).cmp(&entry_seconds(q)))
+            .then_with(|| p.manager.cmp(&q.manager))
+            .then_with(|| p.api_version.cmp(&q.api_version))
+            .then_with(|| p.subresource.cmp(&q.subresource))
+    });
     let list: Vec<Value> = entries.iter().map(ManagedEntry::to_json).collect();
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         if list.is_empty() {
@@ -493,5 +509,47 @@ mod tests {
             .filter_map(|c| c["name"].as_str())
             .collect();
         assert_eq!(names, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn entries_are_listed_in_the_apiservers_order() {
+        let cfg = |k: &str| json!({ "metadata": { "name": "c" }, "data": { k: "1" } });
+        let at = |manager: &'static str, now: &'static str| ApplyRequest {
+            now,
+            ..req(manager, false)
+        };
+        // "zeta" applies first; "alpha" a second later; "beta" in the same second as
+        // "alpha"; an Update by "aardvark" comes last yet sorts after every Apply.
+        let live = apply(None, &cfg("z"), &at("zeta", "2026-01-01T00:00:00Z")).expect("zeta");
+        let live =
+            apply(Some(&live), &cfg("a"), &at("alpha", "2026-01-01T00:00:01Z")).expect("alpha");
+        let mut live =
+            apply(Some(&live), &cfg("b"), &at("beta", "2026-01-01T00:00:01Z")).expect("beta");
+        let before = live.clone();
+        live["data"]["u"] = json!("1");
+        track_update(
+            Some(&before),
+            &mut live,
+            "aardvark",
+            true,
+            "",
+            "v1",
+            "2026-01-01T00:00:00Z",
+        );
+        let order: Vec<(String, String)> = read_entries(&live)
+            .into_iter()
+            .map(|e| (e.operation, e.manager))
+            .collect();
+        let want = [
+            ("Apply", "zeta"),
+            ("Apply", "alpha"),
+            ("Apply", "beta"),
+            ("Update", "aardvark"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(o, m)| (o.to_string(), m.to_string()))
+            .collect();
+        assert_eq!(order, want);
     }
 }

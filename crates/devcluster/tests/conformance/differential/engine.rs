@@ -581,6 +581,20 @@ fn normalize(side: &Side, v: Value) -> Value {
                     ("continue", Value::String(s)) if !s.is_empty() => json!("<continue>"),
                     ("ca.crt", Value::String(_)) => json!("<cluster CA>"),
                     ("serverAddress", Value::String(_)) => json!("<address>"),
+                    // kube-apiserver orders entries by operation, then time in whole
+                    // seconds, then manager: whether a second ticked between two
+                    // managers' writes differs from run to run and cluster to cluster,
+                    // and times are placeholders here, so entries compare in the order
+                    // the apiserver uses within one second.
+                    ("managedFields", Value::Array(items)) => {
+                        let mut items: Vec<Value> =
+                            items.iter().map(|c| normalize(side, c.clone())).collect();
+                        items.sort_by_key(|e| {
+                            ["operation", "manager", "apiVersion", "subresource"]
+                                .map(|k| e.get(k).and_then(Value::as_str).unwrap_or("").to_string())
+                        });
+                        Value::Array(items)
+                    }
                     ("causes", Value::Array(items)) => {
                         let mut items: Vec<Value> =
                             items.iter().map(|c| normalize(side, c.clone())).collect();
