@@ -955,3 +955,167 @@ spec:
     up.proc.stop().await;
     result
 }
+
+/// Deleting a resource whose Remove cannot go on says why on the resource, and the resource
+/// stays until the package is gone: removing what another package needs mandatorily is refused
+/// (`Stalled=True RemoveBlocked` naming the dependent, the package keeps running) and goes on
+/// once the dependent is deleted; a removal that an object's finalizer holds names the object
+/// and the finalizer, and finishes once the finalizer is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_removal_shows_on_the_resource() -> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let dir = tempfile::tempdir()?;
+    let up = AllInOne::start(&dir.path().join("data"), real_cluster().as_deref()).await?;
+    let kc = up.kubeconfig.clone();
+    let kube = berth_tests::cluster::client_for(&kc).await?;
+    let ns = TestNamespace::create(&kube, "blocked").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+    let release = || async {
+        cms.patch(
+            "finalized-held",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+    };
+    let result = async {
+        let (k, v) = up.instance.clone();
+        let app = |name: &str, package: &str, version: &str| {
+            format!(
+                "apiVersion: berth.io/v1alpha1
+kind: Application
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels:
+    {k}: \"{v}\"
+spec:
+  package: {package}
+  repository: {repo}
+  version: {version}
+",
+                repo = berth_tests::FIXTURES_REPO,
+            )
+        };
+        let resource = |name: &str| format!("application/{name}");
+        for (name, package, version) in [
+            ("dep-base", "dep-base", "1.2.0"),
+            ("user", "dep-user", "1.0.0"),
+            ("held", "finalized", "1.0.0"),
+        ] {
+            kubectl_ok(
+                &kc,
+                &["apply", "-f", "-"],
+                Some(&app(name, package, version)),
+            )
+            .await?;
+        }
+        for name in ["dep-base", "user", "held"] {
+            kubectl_ok(
+                &kc,
+                &[
+                    "wait",
+                    "--for=condition=Ready",
+                    "-n",
+                    &ns,
+                    &resource(name),
+                    WAIT,
+                ],
+                None,
+            )
+            .await?;
+        }
+        let stalled_because = |v: &Value, says: &[&str]| {
+            condition(v, "Stalled").is_some_and(|c| {
+                c["status"] == "True"
+                    && c["reason"] == "RemoveBlocked"
+                    && says
+                        .iter()
+                        .all(|s| c["message"].as_str().unwrap_or_default().contains(s))
+            }) && condition(v, "Ready").is_some_and(|c| c["status"] == "False")
+        };
+
+        // A mandatory dependency: its Remove is refused, and the package keeps running.
+        kubectl_ok(
+            &kc,
+            &["delete", "-n", &ns, &resource("dep-base"), "--wait=false"],
+            None,
+        )
+        .await?;
+        let dependent = format!("{ns}.user");
+        eventually_json(
+            &kc,
+            "dep-base Stalled, naming its dependent",
+            &["-n", &ns, &resource("dep-base")],
+            |v| stalled_because(v, &[&dependent]),
+        )
+        .await?;
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let base = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "dep-base".into(),
+            namespace: ns.to_string(),
+        };
+        let p = client
+            .get(v1::GetRequest {
+                r#ref: Some(base.clone()),
+            })
+            .await?
+            .into_inner();
+        ensure!(
+            p.phase == "Running",
+            "the refused Remove changed nothing: {p:?}"
+        );
+        // Once the dependent goes, so does the dependency, by itself.
+        kubectl_ok(&kc, &["delete", "-n", &ns, &resource("user"), WAIT], None).await?;
+        kubectl_ok(
+            &kc,
+            &[
+                "wait",
+                "--for=delete",
+                "-n",
+                &ns,
+                &resource("dep-base"),
+                WAIT,
+            ],
+            None,
+        )
+        .await?;
+        journey::wait_gone(&mut client, &base).await?;
+
+        // A finalizer nothing releases holds the removal: the resource names it.
+        kubectl_ok(
+            &kc,
+            &["delete", "-n", &ns, &resource("held"), "--wait=false"],
+            None,
+        )
+        .await?;
+        eventually_json(
+            &kc,
+            "held Stalled, naming the held object and its finalizer",
+            &["-n", &ns, &resource("held")],
+            |v| stalled_because(v, &["finalized-held", "example.com/hold"]),
+        )
+        .await?;
+        release().await?;
+        kubectl_ok(
+            &kc,
+            &["wait", "--for=delete", "-n", &ns, &resource("held"), WAIT],
+            None,
+        )
+        .await?;
+        ensure!(
+            cms.get_opt("finalized-held").await?.is_none(),
+            "the held object is gone"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    if result.is_err() {
+        // Let the namespace go even when the test failed.
+        let _ = release().await;
+    }
+    up.proc.stop().await;
+    drop(ns);
+    result
+}

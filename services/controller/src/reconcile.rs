@@ -230,6 +230,14 @@ async fn deleting<K: Front>(obj: &K, cx: &Context, key: &str) -> Result<Action, 
             Err(Error::Lifecycle(CallError::Refused(why))) => blocked = Some(why),
             Err(e) => return Err(e),
         }
+    } else {
+        // A removal under way that objects' finalizers hold says so on the package
+        // (`Ready=False RemoveBlocked`, naming them): the resource says the same.
+        blocked = p
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "Ready" && c.status == "False" && c.reason == "RemoveBlocked")
+            .map(|c| c.message.clone());
     }
     let verdict = Verdict::Deleting {
         blocked: blocked.clone(),
