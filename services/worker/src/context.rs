@@ -222,6 +222,24 @@ impl<'a> TaskContext<'a> {
         .await
     }
 
+    /// Sets `type_` False for `reason` with the error's message, and gives the error back to
+    /// return (or the report's error, when saying so failed): a task failure that the
+    /// package's condition names.
+    pub async fn condition_failed(
+        &self,
+        type_: ConditionType,
+        reason: &str,
+        error: TaskError,
+    ) -> TaskError {
+        match self
+            .set_condition(type_, ConditionStatus::False, reason, &error.message)
+            .await
+        {
+            Ok(()) => error,
+            Err(report) => report,
+        }
+    }
+
     /// Records a task failure on the package; best effort. `permanent`: retrying cannot fix
     /// it, so the generation fails.
     pub async fn report_error(&self, kind: TaskKind, message: &str, permanent: bool) {

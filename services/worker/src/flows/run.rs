@@ -144,14 +144,9 @@ async fn hooks_processed<T>(
     let done = match result {
         Ok(done) => done,
         Err(e) => {
-            cx.set_condition(
-                ConditionType::HooksProcessed,
-                ConditionStatus::False,
-                "HookFailed",
-                &e.message,
-            )
-            .await?;
-            return Err(e);
+            return Err(cx
+                .condition_failed(ConditionType::HooksProcessed, "HookFailed", e)
+                .await);
         }
     };
     report_values(cx, values, true).await?;

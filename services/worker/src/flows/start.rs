@@ -110,39 +110,26 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
         && cx.spec.r#ref.as_ref().map(|r| r.name.as_str()) == Some(berth_package::GLOBAL_NAME);
     if is_global != named_global {
         let message = "a Global package (global hooks and values) installs as the module `global` (--kind module), and the module `global` must be a Global package";
-        cx.set_condition(
-            ConditionType::Loaded,
-            ConditionStatus::False,
-            "GlobalNotModule",
-            message,
-        )
-        .await?;
-        return Err(TaskError::permanent(message));
+        let e = TaskError::permanent(message);
+        return Err(cx
+            .condition_failed(ConditionType::Loaded, "GlobalNotModule", e)
+            .await);
     }
     let reads_global = crate::package::reads_global(&pkg).await?;
     let sandbox = cx.sandbox(&pkg)?;
     let (hooks, answers) = match cx.hooks.load(&pkg, cx.config.hook_timeout, &sandbox).await {
         Ok(found) => found,
         Err(e) => {
-            cx.set_condition(
-                ConditionType::Loaded,
-                ConditionStatus::False,
-                "HookConfigInvalid",
-                &e.message,
-            )
-            .await?;
-            return Err(e);
+            return Err(cx
+                .condition_failed(ConditionType::Loaded, "HookConfigInvalid", e)
+                .await);
         }
     };
     if let Some(message) = misplaced_bindings(&hooks, is_global) {
-        cx.set_condition(
-            ConditionType::Loaded,
-            ConditionStatus::False,
-            "HookConfigInvalid",
-            &message,
-        )
-        .await?;
-        return Err(TaskError::permanent(message));
+        let e = TaskError::permanent(message);
+        return Err(cx
+            .condition_failed(ConditionType::Loaded, "HookConfigInvalid", e)
+            .await);
     }
     apply_crds(cx, &pkg).await?;
     if bindings::event_bound(&hooks) {
@@ -415,16 +402,9 @@ async fn settings(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<
             .await?;
             Ok(values)
         }
-        Err(e) => {
-            cx.set_condition(
-                ConditionType::SettingsValid,
-                ConditionStatus::False,
-                "ValidationFailed",
-                &e.message,
-            )
-            .await?;
-            Err(e)
-        }
+        Err(e) => Err(cx
+            .condition_failed(ConditionType::SettingsValid, "ValidationFailed", e)
+            .await),
     }
 }
 
@@ -460,14 +440,10 @@ async fn start_hooks(
     if let Err(e) = started {
         // Said in the package's status while the task retries (the Deckhouse runtime's
         // `StartupHookFailed`), or a failing onStartup would show nothing but the task's error.
-        cx.set_condition(
-            ConditionType::HooksProcessed,
-            ConditionStatus::False,
-            "StartupHookFailed",
-            &e.message,
-        )
-        .await?;
-        return Err(e);
+        let reason = "StartupHookFailed";
+        return Err(cx
+            .condition_failed(ConditionType::HooksProcessed, reason, e)
+            .await);
     }
     report_values(cx, &values, true).await?;
     values.mark_reported();
