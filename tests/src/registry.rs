@@ -36,6 +36,11 @@ fn registry_binary() -> Option<PathBuf> {
 impl Registry {
     /// Starts an anonymous registry, or `None` (skip) when the binary is missing outside CI.
     pub fn start() -> anyhow::Result<Option<Registry>> {
+        Registry::start_with_users(&[])
+    }
+
+    /// Starts a registry; `users` (user, password) turn htpasswd authentication on.
+    pub fn start_with_users(users: &[(&str, &str)]) -> anyhow::Result<Option<Registry>> {
         let Some(binary) = registry_binary() else {
             anyhow::ensure!(
                 !std::env::var("CI").is_ok_and(|v| v == "true"),
@@ -47,11 +52,24 @@ impl Registry {
             return Ok(None);
         };
         let dir = tempfile::tempdir()?;
+        let mut auth = String::new();
+        if !users.is_empty() {
+            let htpasswd = dir.path().join("htpasswd");
+            let mut lines = String::new();
+            for (user, password) in users {
+                lines.push_str(&format!("{user}:{}\n", bcrypt::hash(password, 5)?));
+            }
+            std::fs::write(&htpasswd, lines)?;
+            auth = format!(
+                "auth:\n  htpasswd:\n    realm: berth-test\n    path: {}\n",
+                htpasswd.display()
+            );
+        }
         let config = dir.path().join("config.yml");
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n  secret: berth-test\n",
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n  secret: berth-test\n{auth}",
                 dir.path().join("data").display()
             ),
         )?;

@@ -1119,3 +1119,241 @@ spec:
     drop(ns);
     result
 }
+
+/// PackageRepository resources define where packages come from: a directory under a
+/// repository root, and an OCI registry whose credentials a Secret holds. Each shows Ready with
+/// its source (or Stalled naming what is wrong: a directory outside every root, a Secret not
+/// there yet, which it then picks up); Applications and gRPC Updates name them as configured
+/// repositories; deleting one makes lifecycle forget it, and an Update naming it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_repositories_define_where_packages_come_from() -> anyhow::Result<()> {
+    let Some(registry) =
+        berth_tests::registry::Registry::start_with_users(&[("puller", "s3cret")])?
+    else {
+        return Ok(());
+    };
+    let url = format!("oci://{}/berth/packages", registry.addr);
+    let auth = berth_package::OciAuth::Basic {
+        username: "puller".into(),
+        password: "s3cret".into(),
+    };
+    let oci = berth_package::OciRepository::new(&url, auth, true)?;
+    let hello = berth_tests::workspace_root()
+        .join(berth_tests::EXAMPLES_REPO)
+        .join("hello/1.0.0");
+    oci.push(&berth_package::pack(
+        &hello,
+        berth_package::Limits::default(),
+    )?)
+    .await?;
+
+    let dir = tempfile::tempdir()?;
+    let up = AllInOne::start(&dir.path().join("data"), real_cluster().as_deref()).await?;
+    let kc = up.kubeconfig.clone();
+    let (k, v) = up.instance.clone();
+    let (local, remote, outside) = (
+        format!("examples-{v}"),
+        format!("registry-{v}"),
+        format!("outside-{v}"),
+    );
+    let result = async {
+        let kube = berth_tests::cluster::client_for(&kc).await?;
+        let ns = TestNamespace::create(&kube, "pkgrepo").await?;
+        let repository = |name: &str, spec: &str| {
+            format!(
+                "apiVersion: berth.io/v1alpha1
+kind: PackageRepository
+metadata:
+  name: {name}
+  labels:
+    {k}: \"{v}\"
+spec:
+{spec}"
+            )
+        };
+        let app = |name: &str, repository: &str| {
+            format!(
+                "apiVersion: berth.io/v1alpha1
+kind: Application
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels:
+    {k}: \"{v}\"
+spec:
+  package: hello
+  repository: {repository}
+  version: 1.0.0
+  settings: {{message: {name}}}
+"
+            )
+        };
+        let apply = |yaml: String| {
+            let kc = kc.clone();
+            async move { kubectl_ok(&kc, &["apply", "-f", "-"], Some(&yaml)).await }
+        };
+        let examples = berth_tests::workspace_root().join(berth_tests::EXAMPLES_REPO);
+        apply(repository(
+            &local,
+            &format!("  directory: {}\n", examples.display()),
+        ))
+        .await?;
+        let ready = eventually_json(
+            &kc,
+            "the directory repository Ready",
+            &[&format!("packagerepository/{local}")],
+            |v| condition(v, "Ready").is_some_and(|c| c["status"] == "True"),
+        )
+        .await?;
+        let source = ready["status"]["source"].as_str().unwrap_or_default();
+        ensure!(source.contains("directory"), "source {source:?}");
+
+        // Outside every repository root: refused, naming why.
+        apply(repository(&outside, "  directory: /etc\n")).await?;
+        eventually_json(
+            &kc,
+            "the outside directory Stalled",
+            &[&format!("packagerepository/{outside}")],
+            |v| {
+                condition(v, "Stalled").is_some_and(|c| {
+                    c["status"] == "True"
+                        && c["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("under none of the repository roots"))
+                })
+            },
+        )
+        .await?;
+
+        // The registry's credentials come from a Secret that is not there yet.
+        apply(repository(
+            &remote,
+            &format!(
+                "  oci: {url}\n  plainHttp: true\n  credentialsSecretRef: {{name: pull, namespace: {ns}}}\n"
+            ),
+        ))
+        .await?;
+        eventually_json(
+            &kc,
+            "the registry Stalled for its missing Secret",
+            &[&format!("packagerepository/{remote}")],
+            |v| {
+                condition(v, "Stalled").is_some_and(|c| {
+                    c["status"] == "True"
+                        && c["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains(&format!("Secret {ns}/pull not found")))
+                })
+            },
+        )
+        .await?;
+        kubectl_ok(
+            &kc,
+            &[
+                "create", "secret", "generic", "pull", "-n", &ns,
+                "--from-literal=username=puller", "--from-literal=password=s3cret",
+            ],
+            None,
+        )
+        .await?;
+        kubectl_ok(
+            &kc,
+            &["wait", "--for=condition=Ready", &format!("packagerepository/{remote}"), WAIT],
+            None,
+        )
+        .await?;
+
+        // Applications name them as configured repositories.
+        apply(app("from-dir", &local)).await?;
+        apply(app("from-oci", &remote)).await?;
+        for name in ["from-dir", "from-oci"] {
+            kubectl_ok(
+                &kc,
+                &["wait", "--for=condition=Ready", "-n", &ns, &format!("application/{name}"), WAIT],
+                None,
+            )
+            .await?;
+            let seen = greeting(&kube, &ns, name).await?;
+            ensure!(
+                seen.as_deref().is_some_and(|g| g.contains(name)),
+                "{name}'s greeting: {seen:?}"
+            );
+        }
+        // So does a gRPC Update.
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "from-grpc".into(),
+            namespace: ns.to_string(),
+        };
+        let g = client
+            .update(v1::UpdateRequest {
+                r#ref: Some(r.clone()),
+                repository: remote.clone(),
+                package: "hello".into(),
+                version: "1.0.0".into(),
+                settings: Some(berth_proto::json::to_struct(
+                    &serde_json::json!({"message": "grpc"}),
+                )),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .generation;
+        journey::wait_running(&mut client, &r, g).await?;
+
+        // Deleted, the repository is forgotten: a new Update naming it is refused.
+        kubectl_ok(&kc, &["delete", &format!("packagerepository/{local}"), WAIT], None).await?;
+        let refused = client
+            .update(v1::UpdateRequest {
+                r#ref: Some(v1::PackageRef {
+                    name: "late".into(),
+                    ..r.clone()
+                }),
+                repository: local.clone(),
+                package: "hello".into(),
+                version: "1.0.0".into(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("a deleted repository must be refused");
+        ensure!(
+            refused.code() == tonic::Code::InvalidArgument && refused.message().contains(&local),
+            "{refused:?}"
+        );
+        client
+            .remove(v1::RemoveRequest {
+                r#ref: Some(r.clone()),
+                force: false,
+            })
+            .await?;
+        for name in ["from-dir", "from-oci"] {
+            kubectl_ok(
+                &kc,
+                &["delete", "-n", &ns, &format!("application/{name}"), WAIT],
+                None,
+            )
+            .await?;
+        }
+        journey::wait_gone(&mut client, &r).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    // Cluster-scoped: deleted whatever happened, while the controller still runs.
+    for name in [&local, &remote, &outside] {
+        let _ = kubectl(
+            &kc,
+            &[
+                "delete",
+                "--ignore-not-found",
+                &format!("packagerepository/{name}"),
+                WAIT,
+            ],
+            None,
+        )
+        .await;
+    }
+    up.proc.stop().await;
+    drop(registry);
+    result
+}

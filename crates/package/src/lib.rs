@@ -48,10 +48,11 @@ pub use load::{LoadError, MAX_METADATA_BYTES, Package, is_package_dir, load};
 pub use patches::{compact_patches, replay_patches};
 pub use rbac::{MAX_ENTRY_LEN, MAX_RULE_ENTRIES, MAX_RULES, PolicyRule, Rbac};
 pub use repo::{
-    ArchiveRepository, CONFIG_MEDIA_TYPE, ConfigError, DEFAULT_MAX_DEPTH, DEFAULT_MAX_ENTRIES,
-    DEFAULT_MAX_TOTAL_BYTES, Fetched, Limits, LocalRepository, MAX_CONFIG_BYTES, OciAuth,
-    OciFetched, OciRepository, OciSource, Packed, RepoError, Repositories, Requested, Resolved,
-    Source, SourceFetched, digest_tree, pack, write_archive,
+    ArchiveRepository, CONFIG_MEDIA_TYPE, ConfigError, Credentials, DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES, Defined, Fetched, Limits, LocalRepository,
+    MAX_CONFIG_BYTES, MAX_REPOSITORIES, OciAuth, OciFetched, OciRepository, OciSource, Packed,
+    RepoError, Repositories, Requested, Resolved, Source, SourceFetched, digest_tree, pack,
+    write_archive,
 };
 pub use requirements::{Dependency, DependencyGroup, Requirements};
 pub use schema::{Schema, SchemaError, ValidationError};

@@ -61,6 +61,12 @@ const TABLE: &[(&str, &[Role])] = &[
     ("/berth.lifecycle.v1.Lifecycle/UpdateOwned", &[Controller]),
     ("/berth.lifecycle.v1.Lifecycle/RemoveOwned", &[Controller]),
     ("/berth.lifecycle.v1.Lifecycle/SuspendOwned", &[Controller]),
+    // ... and for PackageRepository resources.
+    ("/berth.lifecycle.v1.Lifecycle/PutRepository", &[Controller]),
+    (
+        "/berth.lifecycle.v1.Lifecycle/DeleteRepository",
+        &[Controller],
+    ),
     // Release and hookevent look a package's kind and namespace up themselves (`scope`).
     (
         "/berth.lifecycle.v1.Lifecycle/GetSpec",

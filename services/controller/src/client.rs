@@ -1,7 +1,10 @@
 //! The controller's calls to lifecycle, and what their answers mean (`CallError`): the one
 //! module that knows gRPC status codes.
 
-use berth_proto::lifecycle::{OwnedRemove, OwnedSuspend, OwnedUpdate, Owner, SuspendChange};
+use berth_proto::lifecycle::{
+    DeleteRepositoryRequest, OwnedRemove, OwnedSuspend, OwnedUpdate, Owner, RepositoryDefinition,
+    SuspendChange,
+};
 use berth_proto::v1;
 use futures::{Stream, StreamExt as _};
 
@@ -89,6 +92,25 @@ impl Lifecycle {
             }),
         };
         self.0.clone().suspend_owned(request).await?;
+        Ok(())
+    }
+
+    /// Defines (or redefines) a repository; what its source resolved to.
+    pub async fn put_repository(&self, def: RepositoryDefinition) -> Result<String, CallError> {
+        Ok(self
+            .0
+            .clone()
+            .put_repository(def)
+            .await?
+            .into_inner()
+            .source)
+    }
+
+    pub async fn delete_repository(&self, name: &str) -> Result<(), CallError> {
+        let request = DeleteRepositoryRequest {
+            name: name.to_owned(),
+        };
+        self.0.clone().delete_repository(request).await?;
         Ok(())
     }
 

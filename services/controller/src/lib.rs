@@ -21,6 +21,7 @@ pub mod events;
 pub mod front;
 pub mod packages;
 pub mod reconcile;
+pub mod repositories;
 pub mod resources;
 pub mod status;
 pub mod webhook;
@@ -38,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 pub use error::Error;
 use front::Front;
 use reconcile::Context;
-use resources::{Application, Module};
+use resources::{Application, Module, PackageRepository};
 
 /// The Lease the active replica holds.
 pub const LEASE: &str = "berth-controller";
@@ -199,7 +200,7 @@ pub async fn run(
     Ok(())
 }
 
-/// The active replica: lifecycle's Watch and the two controllers, until `term`.
+/// The active replica: lifecycle's Watch and the three controllers, until `term`.
 async fn active(cx: Arc<Context>, selector: Option<String>, term: CancellationToken) {
     let (apps_tx, apps_rx) = tokio::sync::mpsc::channel(packages::MAX_TRIGGERS);
     let (modules_tx, modules_rx) = tokio::sync::mpsc::channel(packages::MAX_TRIGGERS);
@@ -214,6 +215,7 @@ async fn active(cx: Arc<Context>, selector: Option<String>, term: CancellationTo
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
     };
+    let watched_repositories = watched.clone();
     let apps = controller(
         Api::<Application>::all(cx.client.clone()),
         watched.clone(),
@@ -228,7 +230,15 @@ async fn active(cx: Arc<Context>, selector: Option<String>, term: CancellationTo
         cx.clone(),
         term.clone(),
     );
-    tokio::join!(apps, modules);
+    let repositories = Controller::new(
+        Api::<PackageRepository>::all(cx.client.clone()),
+        watched_repositories,
+    )
+    .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
+    .graceful_shutdown_on(term.clone().cancelled_owned())
+    .run(repositories::reconcile, repository_error, cx.clone())
+    .for_each(|_| async {});
+    tokio::join!(apps, modules, repositories);
     term.cancel();
     let _ = follow.await;
 }
@@ -254,5 +264,10 @@ async fn controller<K: Front>(
 
 fn error_policy<K: Front>(obj: Arc<K>, error: &Error, _cx: Arc<Context>) -> Action {
     tracing::warn!(kind = K::KIND, name = %kube::ResourceExt::name_any(obj.as_ref()), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn repository_error(obj: Arc<PackageRepository>, error: &Error, _cx: Arc<Context>) -> Action {
+    tracing::warn!(kind = "PackageRepository", name = %kube::ResourceExt::name_any(obj.as_ref()), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }

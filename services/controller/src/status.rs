@@ -315,7 +315,7 @@ fn waiting_message(p: &v1::Package) -> String {
 }
 
 /// A condition reason the schema accepts (`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`).
-fn reason_text(reason: &str) -> String {
+pub(crate) fn reason_text(reason: &str) -> String {
     let mut out: String = reason
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ',' | ':'))
@@ -331,7 +331,7 @@ fn reason_text(reason: &str) -> String {
     out
 }
 
-fn bounded(message: &str) -> String {
+pub(crate) fn bounded(message: &str) -> String {
     if message.len() <= MAX_MESSAGE {
         return message.to_owned();
     }

@@ -52,6 +52,14 @@ pub enum Error {
     Busy,
     #[error("the report's write ended without an answer")]
     ReportLost,
+    /// A repository definition (a PackageRepository's) that cannot be used.
+    #[error("repository {name}: {reason}")]
+    RepositoryInvalid { name: String, reason: String },
+    #[error(
+        "repository {name}: resources define {} repositories already",
+        crate::store::MAX_DEFINED
+    )]
+    TooManyRepositories { name: String },
     /// A Dump that cannot be rendered.
     #[error(transparent)]
     Dump(#[from] crate::dump::RenderError),
@@ -89,6 +97,7 @@ impl From<Error> for Status {
             | Error::Unconvertible(_)
             | Error::SettingsInvalid { .. }
             | Error::SettingsDoNotFit { .. }
+            | Error::RepositoryInvalid { .. }
             | Error::Settings(SettingsError::Refused { .. })
             | Error::Refused(Refused::Update(
                 UpdateRefused::Settings(SettingsError::Refused { .. })
@@ -107,6 +116,7 @@ impl From<Error> for Status {
                 | Refused::SettingsChangedWhileConverted { .. },
             ) => Status::aborted(message),
             Error::Busy => Status::unavailable(message),
+            Error::TooManyRepositories { .. } => Status::resource_exhausted(message),
             // Lifecycle's own data or database failed.
             Error::Settings(SettingsError::StoredSchema { .. })
             | Error::Refused(Refused::Update(UpdateRefused::Settings(

@@ -131,12 +131,16 @@ impl Validations {
         &self,
         key: &PackageKey,
         generation: Generation,
-        repository: &str,
+        (repository, repository_definition): (
+            &str,
+            Option<berth_proto::lifecycle::RepositoryDefinition>,
+        ),
         package: &str,
         version: &str,
     ) -> Described {
         let run = ValidateRun {
             repository: repository.to_owned(),
+            repository_definition,
             package: package.to_owned(),
             version: version.to_owned(),
             ..Default::default()

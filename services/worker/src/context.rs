@@ -1,5 +1,6 @@
 //! Per-task context: the package spec as lifecycle has it, the clients, and reporting helpers.
 
+use berth_proto::lifecycle::RepositoryDefinition;
 use berth_proto::lifecycle::report_request::Report;
 use berth_proto::lifecycle::{
     ConditionStatus, ConditionType, ConditionUpdate, GetSpecRequest, Phase, Progress, Spec,
@@ -81,9 +82,15 @@ impl<'a> TaskContext<'a> {
     /// This context for another version of the package (an Update's candidate, which a
     /// validation describes): the same spec but for where the files come from. Its reports go
     /// nowhere: nothing is reported for a version that is not the package's.
-    pub fn for_version(&self, repository: &str, package: &str, version: &str) -> TaskContext<'a> {
+    pub fn for_version(
+        &self,
+        (repository, definition): (&str, Option<&RepositoryDefinition>),
+        package: &str,
+        version: &str,
+    ) -> TaskContext<'a> {
         let mut spec = self.spec.clone();
         repository.clone_into(&mut spec.repository);
+        spec.repository_definition = definition.cloned();
         package.clone_into(&mut spec.package);
         version.clone_into(&mut spec.version);
         TaskContext {

@@ -35,18 +35,28 @@ pub struct Unavailable {
     pub load_failed: bool,
 }
 
+/// The spec's repository: a PackageRepository's definition (from lifecycle, checked against
+/// this worker's roots), or what this worker's configuration names.
+fn resolve(cx: &TaskContext<'_>) -> Result<berth_package::Resolved, String> {
+    let repositories = &cx.config.repositories;
+    let Some(def) = &cx.spec.repository_definition else {
+        return repositories.resolve(&cx.spec.repository);
+    };
+    let defined = berth_package::Defined::from_definition(def)?;
+    let source = repositories.define(&def.name, defined)?;
+    repositories
+        .with_defined(&def.name, source)?
+        .resolve(&def.name)
+}
+
 /// [`ensure`], telling a package that does not load from files that could not be fetched.
 pub async fn ensure_files(cx: &TaskContext<'_>) -> Result<Package, Unavailable> {
     let spec = &cx.spec;
     let (repo, package, requested) = (&spec.repository, &spec.package, &spec.version);
-    let resolved = cx
-        .config
-        .repositories
-        .resolve(repo)
-        .map_err(|e| Unavailable {
-            error: TaskError::permanent(format!("repository of {package} {requested}: {e}")),
-            load_failed: false,
-        })?;
+    let resolved = resolve(cx).map_err(|e| Unavailable {
+        error: TaskError::permanent(format!("repository of {package} {requested}: {e}")),
+        load_failed: false,
+    })?;
     let dir = cx
         .config
         .cache_dir

@@ -82,6 +82,37 @@ pub struct OciSource {
     pub plain_http: bool,
     pub username_file: Option<PathBuf>,
     pub password_file: Option<PathBuf>,
+    /// Credentials given in memory (a PackageRepository's Secret, read by the controller);
+    /// files win when both are set.
+    pub credentials: Option<Credentials>,
+}
+
+/// A registry user name and password; `Debug` shows neither.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(<redacted>)")
+    }
+}
+
+/// What a PackageRepository resource defines (lifecycle and workers turn its definition into
+/// this, then into a [`Source`] with [`Repositories::define`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Defined {
+    /// An absolute directory under one of the repository roots.
+    Directory(PathBuf),
+    /// An `https://` base of archives.
+    ArchiveUrl(String),
+    Oci {
+        url: String,
+        plain_http: bool,
+        credentials: Option<Credentials>,
+    },
 }
 
 /// The named repositories and repository roots of one installation.
@@ -135,6 +166,37 @@ struct EntryDoc {
     plain_http: bool,
     username_file: Option<PathBuf>,
     password_file: Option<PathBuf>,
+}
+
+#[cfg(feature = "proto")]
+impl Defined {
+    /// What a PackageRepository's definition (as lifecycle keeps it and gives it to workers)
+    /// asks for; one without a source is refused.
+    pub fn from_definition(
+        def: &berth_proto::lifecycle::RepositoryDefinition,
+    ) -> Result<Defined, String> {
+        use berth_proto::lifecycle::repository_definition::Source as S;
+        let plain_http = def.plain_http;
+        if plain_http && !matches!(def.source, Some(S::Oci(_))) {
+            return Err("plainHttp applies to oci repositories only".into());
+        }
+        if def.credentials.is_some() && !matches!(def.source, Some(S::Oci(_))) {
+            return Err("credentials apply to oci repositories only".into());
+        }
+        Ok(match &def.source {
+            Some(S::Directory(d)) => Defined::Directory(PathBuf::from(d)),
+            Some(S::ArchiveUrl(u)) => Defined::ArchiveUrl(u.clone()),
+            Some(S::Oci(url)) => Defined::Oci {
+                url: url.clone(),
+                plain_http,
+                credentials: def.credentials.as_ref().map(|c| Credentials {
+                    username: c.username.clone(),
+                    password: c.password.clone(),
+                }),
+            },
+            None => return Err("no source: one of directory, archive or oci".into()),
+        })
+    }
 }
 
 impl Repositories {
@@ -217,6 +279,7 @@ impl Repositories {
                 plain_http: is_loopback_host(host),
                 username_file: None,
                 password_file: None,
+                credentials: None,
             })
         } else if text.starts_with("https://") || text.starts_with("http://") {
             Source::ArchiveUrl(text.to_owned())
@@ -244,6 +307,81 @@ impl Repositories {
         }
         self.named.insert(name.to_owned(), source);
         Ok(())
+    }
+
+    /// The source a repository that a PackageRepository resource defines has here. Refused,
+    /// naming why: a name that is not a DNS label or that the configuration already has (a
+    /// configured repository wins), a source that cannot work, a directory that is not an
+    /// absolute path of plain segments under one of the roots (it is read beneath that root, as
+    /// an Update's root-relative directory is) or that is not there.
+    pub fn define(&self, name: &str, defined: Defined) -> Result<Source, String> {
+        if !berth_names::is_dns_label(name) {
+            return Err(format!(
+                "name {name:?} must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+            ));
+        }
+        if self.named.contains_key(name) {
+            return Err(format!(
+                "{name:?} is a repository the installation configures; a resource cannot redefine it"
+            ));
+        }
+        let source = match defined {
+            Defined::Directory(dir) => {
+                let plain = dir.is_absolute()
+                    && dir
+                        .components()
+                        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+                if !plain {
+                    return Err(format!(
+                        "directory {}: must be an absolute path without '.' or '..' segments",
+                        dir.display()
+                    ));
+                }
+                let Some((root, rel)) = self
+                    .roots
+                    .iter()
+                    .find_map(|r| Some((r, dir.strip_prefix(r).ok()?)))
+                else {
+                    return Err(format!(
+                        "directory {} is under none of the repository roots ({})",
+                        dir.display(),
+                        self.describe()
+                    ));
+                };
+                let requested = dir.display().to_string();
+                let (root, _) = Repositories {
+                    named: BTreeMap::new(),
+                    roots: vec![root.clone()],
+                }
+                .under_root(&requested, rel)?;
+                Source::UnderRoot {
+                    root,
+                    dir: rel.to_owned(),
+                }
+            }
+            Defined::ArchiveUrl(url) => Source::ArchiveUrl(url),
+            Defined::Oci {
+                url,
+                plain_http,
+                credentials,
+            } => Source::Oci(OciSource {
+                url,
+                plain_http,
+                username_file: None,
+                password_file: None,
+                credentials,
+            }),
+        };
+        checked_source(source)
+    }
+
+    /// This configuration with `name` as well, as `source` (what [`define`](Self::define)
+    /// answered): what lifecycle checks an Update naming a defined repository against, and a
+    /// worker resolves it with.
+    pub fn with_defined(&self, name: &str, source: Source) -> Result<Repositories, String> {
+        let mut out = self.clone();
+        out.add(name, source)?;
+        Ok(out)
     }
 
     /// Adds a repository root: an Update may name a directory under it. Must be absolute.
@@ -392,6 +530,13 @@ impl Repositories {
     }
 }
 
+impl Source {
+    /// The source in words: its kind and path or URL (never credentials).
+    pub fn describe(&self) -> String {
+        describe_source(self)
+    }
+}
+
 fn describe_source(source: &Source) -> String {
     match source {
         Source::Directory(p) => format!("directory {}", p.display()),
@@ -458,6 +603,7 @@ fn entry_source(entry: EntryDoc, base: &Path) -> Result<Source, String> {
             plain_http: entry.plain_http,
             username_file: entry.username_file.map(|p| base.join(p)),
             password_file: entry.password_file.map(|p| base.join(p)),
+            credentials: None,
         })
     };
     checked_source(source).map_err(|m| format!("repository {:?}: {m}", entry.name))
@@ -501,10 +647,14 @@ pub struct SourceFetched {
 
 impl Source {
     fn oci(o: &OciSource, limits: Limits) -> Result<OciRepository, RepoError> {
-        let auth = match (&o.username_file, &o.password_file) {
-            (Some(user), Some(password)) => OciAuth::Basic {
+        let auth = match (&o.username_file, &o.password_file, &o.credentials) {
+            (Some(user), Some(password), _) => OciAuth::Basic {
                 username: read_credential(user)?,
                 password: read_credential(password)?,
+            },
+            (_, _, Some(c)) => OciAuth::Basic {
+                username: c.username.clone(),
+                password: c.password.clone(),
             },
             _ => OciAuth::Anonymous,
         };

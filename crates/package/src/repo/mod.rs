@@ -23,8 +23,8 @@ use std::path::PathBuf;
 
 pub use archive::ArchiveRepository;
 pub use config::{
-    ConfigError, MAX_CONFIG_BYTES, OciSource, Repositories, Requested, Resolved, Source,
-    SourceFetched,
+    ConfigError, Credentials, Defined, MAX_CONFIG_BYTES, MAX_REPOSITORIES, OciSource, Repositories,
+    Requested, Resolved, Source, SourceFetched,
 };
 pub use digest::digest_tree;
 pub use local::LocalRepository;

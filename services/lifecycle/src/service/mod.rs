@@ -8,6 +8,7 @@
 #[cfg(test)]
 mod cost;
 mod read;
+mod repositories;
 mod write;
 
 use std::pin::Pin;
@@ -17,9 +18,10 @@ use berth_lifecycle_core::{Owner, PackageKey};
 use berth_proto::lifecycle::lifecycle_server::Lifecycle;
 use berth_proto::lifecycle::{
     AnswerValidationRequest, AnswerValidationResponse, ClusterVersionReport,
-    ClusterVersionReportResponse, GetSpecRequest, OwnedRemove, OwnedSuspend, OwnedUpdate,
-    ReleaseHealth, ReleaseHealthResponse, ReportBatchRequest, ReportRequest, ReportResponse, Spec,
-    SuspendChange,
+    ClusterVersionReportResponse, DeleteRepositoryRequest, DeleteRepositoryResponse,
+    GetSpecRequest, OwnedRemove, OwnedSuspend, OwnedUpdate, PutRepositoryResponse, ReleaseHealth,
+    ReleaseHealthResponse, ReportBatchRequest, ReportRequest, ReportResponse, RepositoryDefinition,
+    Spec, SuspendChange,
 };
 use berth_proto::v1;
 use futures::Stream;
@@ -182,6 +184,25 @@ impl Lifecycle for LifecycleService {
         Ok(Response::new(self.apply_suspend(change, owner).await?))
     }
 
+    #[tracing::instrument(skip_all, fields(repository = %req.get_ref().name))]
+    async fn put_repository(
+        &self,
+        req: Request<RepositoryDefinition>,
+    ) -> Result<Response<PutRepositoryResponse>, Status> {
+        Ok(Response::new(
+            LifecycleService::put_repository(self, req.into_inner()).await?,
+        ))
+    }
+
+    #[tracing::instrument(skip_all, fields(repository = %req.get_ref().name))]
+    async fn delete_repository(
+        &self,
+        req: Request<DeleteRepositoryRequest>,
+    ) -> Result<Response<DeleteRepositoryResponse>, Status> {
+        LifecycleService::delete_repository(self, req.into_inner()).await?;
+        Ok(Response::new(DeleteRepositoryResponse {}))
+    }
+
     async fn dump(
         &self,
         req: Request<v1::DumpRequest>,
@@ -214,7 +235,18 @@ impl Lifecycle for LifecycleService {
     }
 
     async fn get_spec(&self, req: Request<GetSpecRequest>) -> Result<Response<Spec>, Status> {
-        Ok(Response::new(self.spec(req.into_inner()).await?))
+        // Registry credentials of a defined repository go to workers only (and, in one
+        // process without certificates, to the worker beside it).
+        let worker = matches!(
+            berth_runtime::authz::caller_role(&req),
+            None | Some(berth_runtime::Role::Worker)
+        );
+        let mut spec = self.spec(req.into_inner()).await?;
+        spec.repository_definition = self.definition_of(&spec.repository).await?;
+        if !worker && let Some(def) = spec.repository_definition.as_mut() {
+            def.credentials = None;
+        }
+        Ok(Response::new(spec))
     }
 
     /// The release service reports the cluster's version (at its start and every 30 s);

@@ -248,6 +248,8 @@ fn spec(row: &Package, global: Option<&Package>) -> Spec {
             .and(row.rbac.as_deref())
             .and_then(convert::rbac),
         suspended: row.suspended,
+        // GetSpec adds it (a read of its own).
+        repository_definition: None,
     }
 }
 

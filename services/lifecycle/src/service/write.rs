@@ -23,7 +23,9 @@ impl LifecycleService {
         req: v1::UpdateRequest,
         owner: Owner,
     ) -> Result<v1::UpdateResponse, Error> {
-        let mut spec = convert::update_spec(&req, &self.repositories)?;
+        let (repositories, definition) = self.repositories_for(&req.repository).await?;
+        let mut spec = convert::update_spec(&req, &repositories)?;
+        drop(repositories);
         let key = spec.id.key();
         tracing::Span::current().record("package.key", key.as_str());
         // Settings of an older version for the loaded version: converted now, outside the
@@ -46,7 +48,8 @@ impl LifecycleService {
         if let Some(existing) = &current
             && update::changes_loaded_version(&spec, existing)
         {
-            self.check_new_version(&key, &spec, existing).await?;
+            self.check_new_version(&key, &spec, existing, definition)
+                .await?;
         }
         // New settings for a loaded package are validated as ValidateSettings would before
         // anything is written: the schema, then the package's settings check and the plan of
@@ -90,6 +93,7 @@ impl LifecycleService {
         key: &PackageKey,
         spec: &update::UpdateSpec,
         existing: &berth_lifecycle_core::Package,
+        definition: Option<berth_proto::lifecycle::RepositoryDefinition>,
     ) -> Result<(), Error> {
         let version = spec.version.as_str();
         let described = self
@@ -97,7 +101,7 @@ impl LifecycleService {
             .describe(
                 key,
                 existing.generation,
-                &spec.repository,
+                (&spec.repository, definition),
                 &spec.package,
                 version,
             )

@@ -5,10 +5,12 @@
 //!
 //! - `write`: the write transaction, the writers' lock and the replicas' catch-up;
 //! - `rows`: a package as a row;
-//! - `outbox`: the relay's claims; `answers`: validation answers between replicas.
+//! - `outbox`: the relay's claims; `answers`: validation answers between replicas;
+//! - `repositories`: the repositories PackageRepository resources define.
 
 mod answers;
 mod outbox;
+mod repositories;
 mod rows;
 #[cfg(test)]
 mod tests;
@@ -19,6 +21,7 @@ use berth_sql::Dialect;
 use sqlx::{AnyPool, Row as _};
 
 pub use answers::ANSWERS_CHANNEL;
+pub use repositories::MAX_DEFINED;
 pub use write::WriteTx;
 
 #[derive(Debug, thiserror::Error)]

@@ -64,7 +64,11 @@ async fn describe(
     cx: &TaskContext<'_>,
     payload: &ValidateRun,
 ) -> Result<AnswerValidationRequest, String> {
-    let candidate = cx.for_version(&payload.repository, &payload.package, &payload.version);
+    let candidate = cx.for_version(
+        (&payload.repository, payload.repository_definition.as_ref()),
+        &payload.package,
+        &payload.version,
+    );
     let pkg = match crate::package::ensure_files(&candidate).await {
         Ok(pkg) => pkg,
         Err(Unavailable {
