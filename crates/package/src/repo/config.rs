@@ -168,34 +168,30 @@ struct EntryDoc {
     password_file: Option<PathBuf>,
 }
 
-#[cfg(feature = "proto")]
 impl Defined {
-    /// What a PackageRepository's definition (as lifecycle keeps it and gives it to workers)
-    /// asks for; one without a source is refused.
-    pub fn from_definition(
-        def: &berth_proto::lifecycle::RepositoryDefinition,
+    /// What a PackageRepository's definition asks for, from its parts as they cross the seam
+    /// (lifecycle's `RepositoryDefinition`): exactly one of `directory`, `archive_url` and
+    /// `oci`; `plain_http` and `credentials` for OCI only.
+    pub fn from_parts(
+        directory: Option<&str>,
+        archive_url: Option<&str>,
+        oci: Option<&str>,
+        plain_http: bool,
+        credentials: Option<Credentials>,
     ) -> Result<Defined, String> {
-        use berth_proto::lifecycle::repository_definition::Source as S;
-        let plain_http = def.plain_http;
-        if plain_http && !matches!(def.source, Some(S::Oci(_))) {
-            return Err("plainHttp applies to oci repositories only".into());
+        if (plain_http || credentials.is_some()) && oci.is_none() {
+            return Err("plainHttp and credentials apply to oci repositories only".into());
         }
-        if def.credentials.is_some() && !matches!(def.source, Some(S::Oci(_))) {
-            return Err("credentials apply to oci repositories only".into());
-        }
-        Ok(match &def.source {
-            Some(S::Directory(d)) => Defined::Directory(PathBuf::from(d)),
-            Some(S::ArchiveUrl(u)) => Defined::ArchiveUrl(u.clone()),
-            Some(S::Oci(url)) => Defined::Oci {
-                url: url.clone(),
+        match (directory, archive_url, oci) {
+            (Some(d), None, None) => Ok(Defined::Directory(PathBuf::from(d))),
+            (None, Some(u), None) => Ok(Defined::ArchiveUrl(u.to_owned())),
+            (None, None, Some(url)) => Ok(Defined::Oci {
+                url: url.to_owned(),
                 plain_http,
-                credentials: def.credentials.as_ref().map(|c| Credentials {
-                    username: c.username.clone(),
-                    password: c.password.clone(),
-                }),
-            },
-            None => return Err("no source: one of directory, archive or oci".into()),
-        })
+                credentials,
+            }),
+            _ => Err("exactly one of directory, archive or oci".into()),
+        }
     }
 }
 
