@@ -1,11 +1,13 @@
 //! Typed clients of berth's internal services, made the one way every caller needs them: over
 //! [`berth_runtime::connect_lazy`] (lazy, bounded, traced, mutual TLS with the server's role
 //! checked) and with [`MAX_MESSAGE_BYTES`] both ways. Also [`scope`]: what a package may touch,
-//! as lifecycle answers it.
+//! as lifecycle answers it; [`repositories`]: a PackageRepository's definition as the package
+//! crate reads it.
 //!
 //! This is the only shared crate that depends on `berth-proto`: the runtime and SQL plumbing
 //! build without berth's contracts.
 
+pub mod repositories;
 pub mod scope;
 
 use berth_proto::hookevent::hook_events_client::HookEventsClient;

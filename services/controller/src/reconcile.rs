@@ -47,7 +47,7 @@ fn subject<K: Front>(obj: &K) -> Subject {
 
 /// Now, to the second (as the API server stores times), so a status read back equals the
 /// one written.
-fn now() -> Time {
+pub(crate) fn now() -> Time {
     let now = k8s_openapi::jiff::Timestamp::now();
     Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }

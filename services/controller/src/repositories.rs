@@ -12,14 +12,14 @@ use std::time::Duration;
 use berth_proto::lifecycle::repository_definition::Source;
 use berth_proto::lifecycle::{RegistryCredentials, RepositoryDefinition};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt as _};
 
 use crate::client::CallError;
 use crate::error::Error;
-use crate::reconcile::Context;
+use crate::reconcile::{Context, now};
 use crate::resources::{PackageRepository, PackageRepositorySpec, RepositoryStatus};
 use crate::status::{bounded, reason_text};
 
@@ -178,11 +178,6 @@ fn status(obj: &PackageRepository, answer: Result<String, String>) -> Repository
             message: why,
         },
     }
-}
-
-fn now() -> Time {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
 async fn set_finalizers(

@@ -42,7 +42,7 @@ fn resolve(cx: &TaskContext<'_>) -> Result<berth_package::Resolved, String> {
     let Some(def) = &cx.spec.repository_definition else {
         return repositories.resolve(&cx.spec.repository);
     };
-    let defined = defined(def)?;
+    let defined = berth_clients::repositories::defined(def)?;
     let source = repositories.define(&def.name, defined)?;
     repositories
         .with_defined(&def.name, source)?
@@ -398,26 +398,4 @@ pub async fn report_values(
     inside_run: bool,
 ) -> Result<(), TaskError> {
     cx.report(Report::Values(values.report(inside_run))).await
-}
-
-/// A PackageRepository's definition as berth-package reads it.
-pub fn defined(
-    def: &berth_proto::lifecycle::RepositoryDefinition,
-) -> Result<berth_package::Defined, String> {
-    use berth_proto::lifecycle::repository_definition::Source as S;
-    let (mut directory, mut archive, mut oci) = (None, None, None);
-    match &def.source {
-        Some(S::Directory(d)) => directory = Some(d.as_str()),
-        Some(S::ArchiveUrl(u)) => archive = Some(u.as_str()),
-        Some(S::Oci(o)) => oci = Some(o.as_str()),
-        None => {}
-    }
-    let credentials = def
-        .credentials
-        .as_ref()
-        .map(|c| berth_package::Credentials {
-            username: c.username.clone(),
-            password: c.password.clone(),
-        });
-    berth_package::Defined::from_parts(directory, archive, oci, def.plain_http, credentials)
 }

@@ -44,7 +44,7 @@ impl LifecycleService {
             name: def.name.clone(),
             reason,
         };
-        let defined = defined(def).map_err(invalid)?;
+        let defined = berth_clients::repositories::defined(def).map_err(invalid)?;
         self.repositories
             .define(&def.name, defined)
             .map_err(invalid)
@@ -85,26 +85,4 @@ impl LifecycleService {
             })?;
         Ok((Cow::Owned(with), Some(def)))
     }
-}
-
-/// A PackageRepository's definition as berth-package reads it.
-pub fn defined(
-    def: &berth_proto::lifecycle::RepositoryDefinition,
-) -> Result<berth_package::Defined, String> {
-    use berth_proto::lifecycle::repository_definition::Source as S;
-    let (mut directory, mut archive, mut oci) = (None, None, None);
-    match &def.source {
-        Some(S::Directory(d)) => directory = Some(d.as_str()),
-        Some(S::ArchiveUrl(u)) => archive = Some(u.as_str()),
-        Some(S::Oci(o)) => oci = Some(o.as_str()),
-        None => {}
-    }
-    let credentials = def
-        .credentials
-        .as_ref()
-        .map(|c| berth_package::Credentials {
-            username: c.username.clone(),
-            password: c.password.clone(),
-        });
-    berth_package::Defined::from_parts(directory, archive, oci, def.plain_http, credentials)
 }
