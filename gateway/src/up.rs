@@ -506,6 +506,7 @@ pub async fn run(
         lease: None,
         install_crds: true,
         selector: config.controller_selector.clone(),
+        credentials_namespace: None,
     };
     let (controller_ready, controller_started) = tokio::sync::oneshot::channel();
     services.spawn(async move {

@@ -1302,6 +1302,56 @@ spec:
             .generation;
         journey::wait_running(&mut client, &r, g).await?;
 
+        // Dump lists what the resources define (not the refused one), whether credentials are
+        // held, never them.
+        let dump = client
+            .dump(v1::DumpRequest::default())
+            .await?
+            .into_inner()
+            .yaml;
+        let doc: Value = serde_saphyr::from_str(&dump)?;
+        let listed = |name: &str| {
+            doc["repositories"]
+                .as_array()
+                .and_then(|a| a.iter().find(|r| r["name"] == name))
+                .cloned()
+                .unwrap_or_default()
+        };
+        ensure!(
+            listed(&remote)["credentials"] == true
+                && listed(&remote)["plainHttp"] == true
+                && listed(&local)["credentials"] == false
+                && listed(&outside).is_null(),
+            "the defined repositories in Dump: {:#}",
+            doc["repositories"]
+        );
+        ensure!(!dump.contains("s3cret"), "Dump shows a credential");
+
+        // A change of the credentials Secret is read when it happens (the controller watches
+        // Secrets; its periodic read is 300 s away): without its password the registry's
+        // repository is Stalled, naming the key.
+        kubectl_ok(
+            &kc,
+            &["patch", "secret", "pull", "-n", &ns, "--type=json",
+                "-p", r#"[{"op": "remove", "path": "/data/password"}]"#],
+            None,
+        )
+        .await?;
+        eventually_json(
+            &kc,
+            "the registry Stalled for its Secret without a password",
+            &[&format!("packagerepository/{remote}")],
+            |v| {
+                condition(v, "Stalled").is_some_and(|c| {
+                    c["status"] == "True"
+                        && c["message"].as_str().is_some_and(|m| {
+                            m.contains(&format!("Secret {ns}/pull has no key \"password\""))
+                        })
+                })
+            },
+        )
+        .await?;
+
         // Deleted, the repository is forgotten: a new Update naming it is refused.
         kubectl_ok(&kc, &["delete", &format!("packagerepository/{local}"), WAIT], None).await?;
         let refused = client

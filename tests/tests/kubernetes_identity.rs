@@ -533,6 +533,67 @@ async fn an_app_granting_itself_cluster_admin_is_refused_and_gets_nothing() -> a
     .await
 }
 
+/// An App installed where an interrupted removal left its RoleBinding, bound to another role
+/// and without its ServiceAccount, gets its own rights all the same: the binding's `roleRef`,
+/// which the API server refuses to change (422, on both clusters alike), is replaced, and the
+/// App's hook writes in its namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_over_a_stale_binding_gets_its_own_rights() -> anyhow::Result<()> {
+    with_topology(|topology, kube, _kubeconfig| async move {
+        let ns = TestNamespace::create(&kube, "ident-stale").await?;
+        let bindings = Api::<RoleBinding>::namespaced(kube.clone(), &ns);
+        let stale = |role: &str| -> anyhow::Result<RoleBinding> {
+            Ok(serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "berth-app-stale"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "berth-app-stale",
+                    "namespace": ns.to_string()}],
+            }))?)
+        };
+        bindings
+            .create(&PostParams::default(), &stale("view")?)
+            .await?;
+        let mut changed = bindings.get("berth-app-stale").await?;
+        changed.role_ref.name = "edit".into();
+        match bindings
+            .replace("berth-app-stale", &PostParams::default(), &changed)
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("roleRef") => {}
+            other => bail!("changing a binding's roleRef: {other:?}, expected 422 naming roleRef"),
+        }
+        let (repo, repository) = berth_tests::temp_repo();
+        write_package(
+            repo.path(),
+            "stale",
+            "type: Application\nname: stale\nversion: 1.0.0\n",
+            &[(
+                "hooks/probe",
+                probe_hook(&[("write_own", "create configmap written --from-literal=k=v")]),
+            )],
+        )?;
+        let mut client = journey::connect(&topology.gateway.endpoint()).await?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "stale".into(),
+            namespace: ns.to_string(),
+        };
+        let accepted = client.update(update(&r, &repository)).await?.into_inner();
+        let running = journey::wait_running(&mut client, &r, accepted.generation).await?;
+        allowed(&probed(&running), "write_own", "configmap/written created")?;
+        let binding = bindings.get("berth-app-stale").await?;
+        ensure!(
+            binding.role_ref.name == "berth-app",
+            "the stale binding still refers to {:?}",
+            binding.role_ref.name
+        );
+        remove(&mut client, &r).await?;
+        Ok(topology)
+    })
+    .await
+}
+
 /// Where shell-operator's examples are: `../shared/upstream/shell-operator` beside the
 /// repository, or `$BERTH_SHARED_DIR/upstream/shell-operator`.
 fn shell_operator_examples() -> std::path::PathBuf {

@@ -63,6 +63,10 @@ pub struct Config {
     /// Only resources with these labels (`key=value,...`) are this controller's, as Flux's
     /// `--watch-label-selector`: several berth installations may share a cluster.
     pub selector: Option<String>,
+    /// Where the credentials Secrets of PackageRepositories are watched, so a change is read
+    /// at once: one namespace (the chart's: berth's own), or every one (`None`, `berth up`).
+    /// Secrets elsewhere are read again every 300 s.
+    pub credentials_namespace: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -137,7 +141,12 @@ pub async fn run(
             serve_webhook(shutdown.clone()).await?;
             on_ready();
             tracing::Instrument::instrument(
-                active(cx, config.selector.clone(), shutdown),
+                active(
+                    cx,
+                    config.selector.clone(),
+                    config.credentials_namespace.clone(),
+                    shutdown,
+                ),
                 berth_runtime::untraced(tracing::info_span!(parent: None, "controller.active")),
             )
             .await;
@@ -163,7 +172,12 @@ pub async fn run(
                         // each reconcile opens a root of its own.
                         let running = berth_runtime::spawn_in(
                             tracing::info_span!(parent: None, "controller.active"),
-                            active(cx.clone(), config.selector.clone(), term.clone()),
+                            active(
+                                cx.clone(),
+                                config.selector.clone(),
+                                config.credentials_namespace.clone(),
+                                term.clone(),
+                            ),
                         );
                         // Renew until lost (or shut down), then stop at once.
                         loop {
@@ -201,7 +215,12 @@ pub async fn run(
 }
 
 /// The active replica: lifecycle's Watch and the three controllers, until `term`.
-async fn active(cx: Arc<Context>, selector: Option<String>, term: CancellationToken) {
+async fn active(
+    cx: Arc<Context>,
+    selector: Option<String>,
+    credentials_namespace: Option<String>,
+    term: CancellationToken,
+) {
     let (apps_tx, apps_rx) = tokio::sync::mpsc::channel(packages::MAX_TRIGGERS);
     let (modules_tx, modules_rx) = tokio::sync::mpsc::channel(packages::MAX_TRIGGERS);
     // Lifecycle's Watch is a background loop: untraced, like every other.
@@ -233,11 +252,18 @@ async fn active(cx: Arc<Context>, selector: Option<String>, term: CancellationTo
     let repositories = Controller::new(
         Api::<PackageRepository>::all(cx.client.clone()),
         watched_repositories,
-    )
-    .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
-    .graceful_shutdown_on(term.clone().cancelled_owned())
-    .run(repositories::reconcile, repository_error, cx.clone())
-    .for_each(|_| async {});
+    );
+    let secrets = repositories::credential_changes(
+        &cx.client,
+        credentials_namespace.as_deref(),
+        repositories.store(),
+    );
+    let repositories = repositories
+        .watches_stream(secrets.0, secrets.1)
+        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
+        .graceful_shutdown_on(term.clone().cancelled_owned())
+        .run(repositories::reconcile, repository_error, cx.clone())
+        .for_each(|_| async {});
     tokio::join!(apps, modules, repositories);
     term.cancel();
     let _ = follow.await;

@@ -34,6 +34,10 @@ struct Args {
     /// berth installations may share a cluster.
     #[arg(long, env = "BERTH_CONTROLLER_WATCH_LABEL_SELECTOR")]
     watch_label_selector: Option<String>,
+    /// The namespace whose Secrets are watched for PackageRepository credentials (default:
+    /// every namespace, which needs list and watch on Secrets cluster-wide).
+    #[arg(long, env = "BERTH_CONTROLLER_CREDENTIALS_NAMESPACE")]
+    credentials_namespace: Option<String>,
     #[command(flatten)]
     tls: berth_runtime::TlsArgs,
     #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text")]
@@ -69,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
         }),
         install_crds: !args.skip_crds,
         selector: args.watch_label_selector,
+        credentials_namespace: args.credentials_namespace,
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(berth_runtime::shutdown_on_signal(shutdown.clone()));

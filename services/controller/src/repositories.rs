@@ -14,7 +14,11 @@ use berth_proto::lifecycle::{RegistryCredentials, RepositoryDefinition};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
 
 use crate::client::CallError;
@@ -25,13 +29,51 @@ use crate::status::{bounded, reason_text};
 
 /// Holds a resource until lifecycle has forgotten its definition.
 pub const FINALIZER: &str = "berth.io/repository";
-/// A credentials Secret changes without the resource changing: read again this often.
+/// A credentials Secret outside the watched namespace changes without the resource changing:
+/// read again this often.
 const RECHECK: Duration = Duration::from_secs(300);
 /// A definition that cannot be used (a missing Secret, a directory not there yet) is tried
 /// again this often.
 const INVALID_RETRY: Duration = Duration::from_secs(30);
 /// Largest user name or password read from a Secret.
 const MAX_CREDENTIAL_BYTES: usize = 16 * 1024;
+
+/// The changes of credentials Secrets, and which PackageRepositories each concerns (those of
+/// `repositories` whose `credentialsSecretRef` names it), for the controller to reconcile them
+/// at once: Secrets of `namespace` (`None`: of every namespace), metadata only, release
+/// records left out by type. A reconcile reads the Secret itself.
+#[allow(clippy::type_complexity)]
+pub fn credential_changes(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    repositories: kube::runtime::reflector::Store<PackageRepository>,
+) -> (
+    impl futures::Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static,
+    impl Fn(PartialObjectMeta<Secret>) -> Vec<ObjectRef<PackageRepository>> + Send + Sync + 'static,
+) {
+    // An Api of PartialObjectMeta asks for metadata only.
+    let api: Api<PartialObjectMeta<Secret>> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let config = watcher::Config::default().fields("type!=helm.sh/release.v1");
+    let changes = watcher::watcher(api, config).touched_objects();
+    let concerned = move |secret: PartialObjectMeta<Secret>| {
+        let (name, namespace) = (secret.name_any(), secret.namespace().unwrap_or_default());
+        repositories
+            .state()
+            .iter()
+            .filter(|r| {
+                r.spec
+                    .credentials_secret_ref
+                    .as_ref()
+                    .is_some_and(|s| s.name == name && s.namespace == namespace)
+            })
+            .map(|r| ObjectRef::from_obj(r.as_ref()))
+            .collect()
+    };
+    (changes, concerned)
+}
 
 /// One reconcile of a PackageRepository (a trace root of its own, as the packages' are).
 pub async fn reconcile(obj: Arc<PackageRepository>, cx: Arc<Context>) -> Result<Action, Error> {
@@ -105,24 +147,9 @@ async fn definition(
                 .await
                 .map_err(|e| format!("reading {at}: {e}"))?
                 .ok_or_else(|| format!("{at} not found"))?;
-            let key = |k: &str| {
-                let bytes = secret
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get(k))
-                    .ok_or_else(|| format!("{at} has no key {k:?}"))?;
-                if bytes.0.len() > MAX_CREDENTIAL_BYTES {
-                    return Err(format!(
-                        "{at}: {k} is larger than {MAX_CREDENTIAL_BYTES} bytes"
-                    ));
-                }
-                String::from_utf8(bytes.0.clone())
-                    .map(|s| s.trim_end_matches(['\r', '\n']).to_owned())
-                    .map_err(|_| format!("{at}: {k} is not UTF-8"))
-            };
             Some(RegistryCredentials {
-                username: key("username")?,
-                password: key("password")?,
+                username: credential(&secret, &at, "username")?,
+                password: credential(&secret, &at, "password")?,
             })
         }
     };
@@ -132,6 +159,24 @@ async fn definition(
         plain_http: spec.plain_http,
         credentials,
     })
+}
+
+/// Key `k` of `secret` (`at`, for errors): UTF-8, at most [`MAX_CREDENTIAL_BYTES`], without
+/// the line end a file written by an editor ends with.
+fn credential(secret: &Secret, at: &str, k: &str) -> Result<String, String> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(k))
+        .ok_or_else(|| format!("{at} has no key {k:?}"))?;
+    if bytes.0.len() > MAX_CREDENTIAL_BYTES {
+        return Err(format!(
+            "{at}: {k} is larger than {MAX_CREDENTIAL_BYTES} bytes"
+        ));
+    }
+    String::from_utf8(bytes.0.clone())
+        .map(|s| s.trim_end_matches(['\r', '\n']).to_owned())
+        .map_err(|_| format!("{at}: {k} is not UTF-8"))
 }
 
 /// The status for the answer: Ready with the source it resolved to, or Stalled naming why.
@@ -196,4 +241,55 @@ async fn set_finalizers(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn secret(key: &str, value: Vec<u8>) -> Secret {
+        Secret {
+            data: Some([(key.to_owned(), ByteString(value))].into()),
+            ..Default::default()
+        }
+    }
+
+    /// A credential is read up to its bound and refused past it, naming the Secret and the key;
+    /// a value that is not text, or a missing key, is named too.
+    #[test]
+    fn credentials_are_bounded_text_named_when_wrong() {
+        let at = "Secret berth/pull";
+        let largest = "p".repeat(MAX_CREDENTIAL_BYTES);
+        assert_eq!(
+            credential(
+                &secret("password", largest.clone().into_bytes()),
+                at,
+                "password"
+            ),
+            Ok(largest)
+        );
+        assert_eq!(
+            credential(
+                &secret("password", vec![b'p'; MAX_CREDENTIAL_BYTES + 1]),
+                at,
+                "password"
+            ),
+            Err(format!(
+                "Secret berth/pull: password is larger than {MAX_CREDENTIAL_BYTES} bytes"
+            ))
+        );
+        assert_eq!(
+            credential(&secret("password", b"s3cret\r\n".to_vec()), at, "password"),
+            Ok("s3cret".to_owned())
+        );
+        assert_eq!(
+            credential(&secret("password", vec![0xff, 0xfe]), at, "password"),
+            Err("Secret berth/pull: password is not UTF-8".to_owned())
+        );
+        assert_eq!(
+            credential(&secret("username", b"u".to_vec()), at, "password"),
+            Err("Secret berth/pull has no key \"password\"".to_owned())
+        );
+    }
 }

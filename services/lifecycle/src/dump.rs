@@ -16,6 +16,10 @@ struct DumpDoc<'a> {
     /// On the first page only.
     #[serde(skip_serializing_if = "Option::is_none")]
     scheduler: Option<&'a SchedulerDoc>,
+    /// The repositories PackageRepository resources define, on the first page only (never
+    /// their credentials).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    repositories: &'a [RepositoryDoc],
     packages: Vec<PackageDoc<'a>>,
     queues: Vec<QueueDoc>,
     /// Why `queues` (and each package's `queues`) is empty because the broker did not answer;
@@ -113,6 +117,18 @@ impl SchedulerDoc {
     }
 }
 
+/// A repository a PackageRepository resource defines, as lifecycle holds it.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RepositoryDoc {
+    pub name: String,
+    /// What the source resolves to, or why it cannot be used now.
+    pub source: String,
+    pub plain_http: bool,
+    /// Whether credentials are stored (never what they are).
+    pub credentials: bool,
+}
+
 /// A queue as the broker reports it.
 #[derive(Serialize, Clone)]
 #[serde(rename_all = "camelCase")]
@@ -135,7 +151,7 @@ pub fn render(
     queues: &[QueueDoc],
     broker_error: Option<&str>,
 ) -> Result<String, RenderError> {
-    render_with_queues(rows, queues, queues, broker_error, None)
+    render_with_queues(rows, queues, queues, broker_error, None, &[])
 }
 
 /// [`render`] for one page: each package shows its own queues from `queues`, and the
@@ -146,6 +162,7 @@ pub fn render_with_queues(
     listed: &[QueueDoc],
     broker_error: Option<&str>,
     scheduler: Option<&SchedulerDoc>,
+    repositories: &[RepositoryDoc],
 ) -> Result<String, RenderError> {
     let packages = rows
         .iter()
@@ -177,6 +194,7 @@ pub fn render_with_queues(
         .collect();
     let doc = DumpDoc {
         scheduler,
+        repositories,
         packages,
         queues: listed.to_vec(),
         queues_unavailable: broker_error,

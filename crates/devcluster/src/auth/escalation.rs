@@ -23,6 +23,42 @@ use crate::resources::ResourceType;
 use crate::status::ApiError;
 use crate::store::meta_str;
 
+/// A binding's `roleRef` cannot change once written, for anyone (kube-apiserver's validation
+/// of binding updates): 422 naming the field, as kube-apiserver answers.
+pub fn role_ref_unchanged(
+    rt: &ResourceType,
+    old: Option<&Value>,
+    new: &Value,
+) -> Result<(), ApiError> {
+    let Some(old) = old else { return Ok(()) };
+    if rt.group != GROUP || !matches!(rt.plural.as_str(), "rolebindings" | "clusterrolebindings") {
+        return Ok(());
+    }
+    let field = |o: &Value, f: &str| {
+        o.pointer(&format!("/roleRef/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let parts = |o: &Value| (field(o, "apiGroup"), field(o, "kind"), field(o, "name"));
+    let (group, kind, name) = parts(new);
+    if parts(old) == (group.clone(), kind.clone(), name.clone()) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        GROUP,
+        &rt.kind,
+        &meta_str(new, "name"),
+        format!(
+            "roleRef: Invalid value: rbac.RoleRef{{APIGroup:{}, Kind:{}, Name:{}}}: \
+             cannot change roleRef",
+            go_quote(&group),
+            go_quote(&kind),
+            go_quote(&name)
+        ),
+    ))
+}
+
 /// Checks a write of `new` (replacing `old`, if any) of an RBAC kind by `user`.
 pub fn check(
     rbac: &Rbac,

@@ -44,6 +44,7 @@ fn write_check(app: &App, req: &Request<'_>, rt: &ResourceType) -> Option<WriteC
         let rbac = app.store.rbac().clone();
         let user = req.user.clone();
         return Some(Arc::new(move |rt, old, new| {
+            escalation::role_ref_unchanged(rt, old, new)?;
             escalation::check(&rbac, &user, rt, old, new)
         }));
     }

@@ -104,12 +104,17 @@ impl LifecycleService {
             ),
             false => None,
         };
+        let repositories = match first_page {
+            true => self.repository_docs().await?,
+            false => vec![],
+        };
         let yaml = dump::render_with_queues(
             &rows,
             &queues,
             all_queues,
             broker_error.as_deref(),
             scheduler.as_ref(),
+            &repositories,
         )?;
         Ok(v1::DumpResponse {
             yaml,

@@ -39,6 +39,26 @@ impl LifecycleService {
         Ok(())
     }
 
+    /// The defined repositories as Dump shows them: what each resolves to (or why it cannot
+    /// be used now), without credentials.
+    pub(super) async fn repository_docs(&self) -> Result<Vec<crate::dump::RepositoryDoc>, Error> {
+        Ok(self
+            .store
+            .repositories()
+            .await?
+            .into_iter()
+            .map(|def| crate::dump::RepositoryDoc {
+                source: match self.defined_source(&def) {
+                    Ok(source) => source.describe(),
+                    Err(e) => format!("unusable: {e}"),
+                },
+                plain_http: def.plain_http,
+                credentials: def.credentials.is_some(),
+                name: def.name,
+            })
+            .collect())
+    }
+
     fn defined_source(&self, def: &RepositoryDefinition) -> Result<berth_package::Source, Error> {
         let invalid = |reason: String| Error::RepositoryInvalid {
             name: def.name.clone(),

@@ -61,37 +61,52 @@ impl Store {
     /// The definition stored under `name`, if any.
     pub async fn repository(&self, name: &str) -> Result<Option<RepositoryDefinition>, StoreError> {
         let row = sqlx::query(
-            "SELECT kind, location, plain_http, username, password FROM repositories WHERE name = $1",
+            "SELECT name, kind, location, plain_http, username, password FROM repositories \
+             WHERE name = $1",
         )
         .bind(name)
         .fetch_optional(&self.pool)
         .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let kind: String = row.get("kind");
-        let location: String = row.get("location");
-        let source = match kind.as_str() {
-            "directory" => Source::Directory(location),
-            "archive_url" => Source::ArchiveUrl(location),
-            "oci" => Source::Oci(location),
-            other => {
-                return Err(StoreError::Corrupt {
-                    key: format!("(repository {name})"),
-                    column: "kind",
-                    reason: format!("unknown kind {other:?}"),
-                });
-            }
-        };
-        let username: Option<String> = row.get("username");
-        let password: Option<String> = row.get("password");
-        Ok(Some(RepositoryDefinition {
-            name: name.to_owned(),
-            source: Some(source),
-            plain_http: row.get::<i64, _>("plain_http") != 0,
-            credentials: username
-                .zip(password)
-                .map(|(username, password)| RegistryCredentials { username, password }),
-        }))
+        row.map(|row| definition(&row)).transpose()
     }
+
+    /// Every stored definition (at most [`MAX_DEFINED`]), by name.
+    pub async fn repositories(&self) -> Result<Vec<RepositoryDefinition>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT name, kind, location, plain_http, username, password FROM repositories \
+             ORDER BY name LIMIT $1",
+        )
+        .bind(MAX_DEFINED)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(definition).collect()
+    }
+}
+
+fn definition(row: &sqlx::any::AnyRow) -> Result<RepositoryDefinition, StoreError> {
+    let name: String = row.get("name");
+    let kind: String = row.get("kind");
+    let location: String = row.get("location");
+    let source = match kind.as_str() {
+        "directory" => Source::Directory(location),
+        "archive_url" => Source::ArchiveUrl(location),
+        "oci" => Source::Oci(location),
+        other => {
+            return Err(StoreError::Corrupt {
+                key: format!("(repository {name})"),
+                column: "kind",
+                reason: format!("unknown kind {other:?}"),
+            });
+        }
+    };
+    let username: Option<String> = row.get("username");
+    let password: Option<String> = row.get("password");
+    Ok(RepositoryDefinition {
+        name,
+        source: Some(source),
+        plain_http: row.get::<i64, _>("plain_http") != 0,
+        credentials: username
+            .zip(password)
+            .map(|(username, password)| RegistryCredentials { username, password }),
+    })
 }

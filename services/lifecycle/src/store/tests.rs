@@ -23,7 +23,53 @@ on_both_backends!(
     settling_deletes_only_the_delivered_rows,
     a_second_relay_takes_nothing_while_the_first_holds_the_oldest_rows,
     packages_are_listed_in_byte_order_of_their_keys,
+    repositories_past_the_bound_are_refused_and_change_nothing,
 );
+
+fn defined(name: &str, location: &str) -> berth_proto::lifecycle::RepositoryDefinition {
+    berth_proto::lifecycle::RepositoryDefinition {
+        name: name.into(),
+        source: Some(berth_proto::lifecycle::repository_definition::Source::Oci(
+            location.into(),
+        )),
+        plain_http: false,
+        credentials: Some(berth_proto::lifecycle::RegistryCredentials {
+            username: "u".into(),
+            password: "p".repeat(16 * 1024),
+        }),
+    }
+}
+
+/// Resources define at most [`MAX_DEFINED`] repositories: one more is refused and not
+/// stored; the defined ones may still change, and a deleted one frees its place.
+async fn repositories_past_the_bound_are_refused_and_change_nothing(db: TestDb) {
+    let store = Store::open(&db.url()).await.unwrap();
+    for i in 0..MAX_DEFINED {
+        let def = defined(&format!("r{i}"), &format!("oci://registry/r{i}"));
+        assert!(store.put_repository(&def).await.unwrap(), "r{i} refused");
+    }
+    let extra = defined("extra", "oci://registry/extra");
+    assert!(
+        !store.put_repository(&extra).await.unwrap(),
+        "one past the bound stored"
+    );
+    assert_eq!(store.repository("extra").await.unwrap(), None);
+    let changed = defined("r0", "oci://registry/moved");
+    assert!(
+        store.put_repository(&changed).await.unwrap(),
+        "a defined one may change"
+    );
+    assert_eq!(
+        store.repository("r0").await.unwrap(),
+        Some(changed),
+        "read back whole, the largest credentials included"
+    );
+    assert!(store.delete_repository("r1").await.unwrap());
+    assert!(
+        store.put_repository(&extra).await.unwrap(),
+        "a freed place is taken"
+    );
+}
 
 /// A package with every field set as far from its default as it goes.
 fn everything() -> Package {
