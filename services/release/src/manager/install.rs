@@ -161,6 +161,8 @@ impl ReleaseManager {
             checksum: &checksum,
             owner,
         };
+        // From the first record on, its events are this process's own (see `writing`).
+        let _writing = self.drift.writing(name, namespace, revision);
         revision::begin(&store, &mut new, pending, underway).await?;
         // Helm's order: pre hooks, apply, prune what the new revision dropped, post hooks.
         let applied = async {

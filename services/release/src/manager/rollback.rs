@@ -74,6 +74,7 @@ impl ReleaseManager {
             checksum: &checksum,
             owner: &owner,
         };
+        let _writing = self.drift.writing(name, namespace, new.record.version);
         revision::begin(&store, &mut new, Status::PendingRollback, &underway).await?;
         let mut objects = confine::recorded(
             &self.applier,
