@@ -500,6 +500,37 @@ async fn run(berth: &Berth, kube: &kube::Client, repo: &str, args: &Args) -> any
         "{from_hook} of {} ConfigMaps carry the hook's value",
         args.packages
     );
+    if let Some((api, label)) = &applications {
+        remove_applications(api, label).await?;
+    }
+    Ok(())
+}
+
+/// Deletes the run's Applications and waits until berth has removed them all (their
+/// finalizer gone), printing how long that took: the namespace is deleted next, and an
+/// Application left with berth's finalizer after berth stops would hold it forever.
+async fn remove_applications(
+    api: &kube::Api<kube::api::DynamicObject>,
+    (key, value): &(String, String),
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let selected = kube::api::ListParams::default().labels(&format!("{key}={value}"));
+    api.delete_collection(&Default::default(), &selected).await?;
+    let deadline = start + CONVERGE_DEADLINE;
+    loop {
+        let left = api.list_metadata(&selected).await?.items.len();
+        if left == 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!("{left} Applications still there {CONVERGE_DEADLINE:?} after their deletion");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    println!(
+        "all Applications deleted -> all removed: {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
