@@ -515,7 +515,8 @@ async fn remove_applications(
 ) -> anyhow::Result<()> {
     let start = Instant::now();
     let selected = kube::api::ListParams::default().labels(&format!("{key}={value}"));
-    api.delete_collection(&Default::default(), &selected).await?;
+    api.delete_collection(&Default::default(), &selected)
+        .await?;
     let deadline = start + CONVERGE_DEADLINE;
     loop {
         let left = api.list_metadata(&selected).await?.items.len();
