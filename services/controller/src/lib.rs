@@ -117,6 +117,7 @@ pub async fn run(
         lifecycle: lifecycle.clone(),
         packages: packages.clone(),
         recorder: events::Recorder::new(client.clone(), identity),
+        accepted: Default::default(),
     });
     let admission = webhook::Admission {
         lifecycle: lifecycle.clone(),
