@@ -131,6 +131,29 @@ async fn event_reasons(
         .collect())
 }
 
+/// Waits until the PackageRepository `repository` is `Stalled=True` with a message naming
+/// `needle` (`what` says what is awaited, for the error).
+async fn stalled_naming(
+    kubeconfig: &Path,
+    what: &str,
+    repository: &str,
+    needle: impl AsRef<str>,
+) -> anyhow::Result<()> {
+    let needle = needle.as_ref();
+    eventually_json(
+        kubeconfig,
+        what,
+        &[&format!("packagerepository/{repository}")],
+        |v| {
+            condition(v, "Stalled").is_some_and(|c| {
+                c["status"] == "True" && c["message"].as_str().is_some_and(|m| m.contains(needle))
+            })
+        },
+    )
+    .await
+    .map(drop)
+}
+
 /// Waits until `check` holds of the resource's JSON.
 async fn eventually_json(
     kubeconfig: &Path,
@@ -1210,20 +1233,8 @@ spec:
 
         // Outside every repository root: refused, naming why.
         apply(repository(&outside, "  directory: /etc\n")).await?;
-        eventually_json(
-            &kc,
-            "the outside directory Stalled",
-            &[&format!("packagerepository/{outside}")],
-            |v| {
-                condition(v, "Stalled").is_some_and(|c| {
-                    c["status"] == "True"
-                        && c["message"]
-                            .as_str()
-                            .is_some_and(|m| m.contains("under none of the repository roots"))
-                })
-            },
-        )
-        .await?;
+        let roots = "under none of the repository roots";
+        stalled_naming(&kc, "the outside directory Stalled", &outside, roots).await?;
 
         // The registry's credentials come from a Secret that is not there yet.
         apply(repository(
@@ -1233,20 +1244,8 @@ spec:
             ),
         ))
         .await?;
-        eventually_json(
-            &kc,
-            "the registry Stalled for its missing Secret",
-            &[&format!("packagerepository/{remote}")],
-            |v| {
-                condition(v, "Stalled").is_some_and(|c| {
-                    c["status"] == "True"
-                        && c["message"]
-                            .as_str()
-                            .is_some_and(|m| m.contains(&format!("Secret {ns}/pull not found")))
-                })
-            },
-        )
-        .await?;
+        let missing = format!("Secret {ns}/pull not found");
+        stalled_naming(&kc, "the registry Stalled for its missing Secret", &remote, missing).await?;
         kubectl_ok(
             &kc,
             &[
@@ -1337,20 +1336,9 @@ spec:
             None,
         )
         .await?;
-        eventually_json(
-            &kc,
-            "the registry Stalled for its Secret without a password",
-            &[&format!("packagerepository/{remote}")],
-            |v| {
-                condition(v, "Stalled").is_some_and(|c| {
-                    c["status"] == "True"
-                        && c["message"].as_str().is_some_and(|m| {
-                            m.contains(&format!("Secret {ns}/pull has no key \"password\""))
-                        })
-                })
-            },
-        )
-        .await?;
+        let no_password = format!("Secret {ns}/pull has no key \"password\"");
+        let what = "the registry Stalled for its Secret without a password";
+        stalled_naming(&kc, what, &remote, no_password).await?;
 
         // Deleted, the repository is forgotten: a new Update naming it is refused.
         kubectl_ok(&kc, &["delete", &format!("packagerepository/{local}"), WAIT], None).await?;

@@ -41,10 +41,11 @@ pub fn role_ref_unchanged(
             .to_string()
     };
     let parts = |o: &Value| (field(o, "apiGroup"), field(o, "kind"), field(o, "name"));
-    let (group, kind, name) = parts(new);
-    if parts(old) == (group.clone(), kind.clone(), name.clone()) {
+    let wanted = parts(new);
+    if parts(old) == wanted {
         return Ok(());
     }
+    let (group, kind, name) = wanted;
     Err(ApiError::invalid(
         GROUP,
         &rt.kind,

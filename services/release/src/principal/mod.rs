@@ -180,20 +180,23 @@ enum Live {
     Absent,
 }
 
-/// What [`Principals::ensure_object`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What [`Principals::ensure_object`] did, with the key of what it wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Ensured {
     Unchanged,
     /// Written where none was (or none was read).
-    Created,
+    Created(ObjectKey),
     /// Written over a live object that differed.
-    Updated,
+    Updated(ObjectKey),
 }
 
 impl Ensured {
-    /// `object`'s key when it was written.
-    fn written(self, object: &Value) -> Option<ObjectKey> {
-        (self != Ensured::Unchanged).then(|| object_key(object))
+    /// The key of the object when it was written.
+    fn written(self) -> Option<ObjectKey> {
+        match self {
+            Ensured::Unchanged => None,
+            Ensured::Created(key) | Ensured::Updated(key) => Some(key),
+        }
     }
 }
 
@@ -270,10 +273,10 @@ impl Principals {
         // removed before it, is written without reading it first (a stale binding left by an
         // interrupted removal is replaced, see `Live::Absent`). One request fewer per install.
         let binding_live = match account {
-            Ensured::Created => Live::Absent,
-            Ensured::Unchanged | Ensured::Updated => Live::Read,
+            Ensured::Created(_) => Live::Absent,
+            Ensured::Unchanged | Ensured::Updated(_) => Live::Read,
         };
-        if let Some(key) = account.written(&objects::service_account(scope)) {
+        if let Some(key) = account.written() {
             written.push(key);
         }
         let mut rights_written = false;
@@ -281,8 +284,7 @@ impl Principals {
             (PackageScope::App { .. }, _) => {
                 self.ensure_app_role().await?;
                 let binding = objects::app_binding(scope);
-                let ensured = self.ensure_object(&binding, binding_live).await?;
-                if let Some(key) = ensured.written(&binding) {
+                if let Some(key) = self.ensure_object(&binding, binding_live).await?.written() {
                     written.push(key);
                     rights_written = true;
                 }
@@ -290,11 +292,7 @@ impl Principals {
             (PackageScope::Module { .. }, Rights::Unknown) => {}
             (PackageScope::Module { name }, Rights::ClusterAdmin) => {
                 let binding = objects::module_binding(name, objects::CLUSTER_ADMIN);
-                if let Some(key) = self
-                    .ensure_object(&binding, binding_live)
-                    .await?
-                    .written(&binding)
-                {
+                if let Some(key) = self.ensure_object(&binding, binding_live).await?.written() {
                     written.push(key);
                     rights_written = true;
                 }
@@ -307,11 +305,7 @@ impl Principals {
                     role.clone(),
                     objects::module_binding(name, &role_name(&role)),
                 ] {
-                    if let Some(key) = self
-                        .ensure_object(&object, Live::Read)
-                        .await?
-                        .written(&object)
-                    {
+                    if let Some(key) = self.ensure_object(&object, Live::Read).await?.written() {
                         written.push(key);
                         rights_written = true;
                     }
@@ -409,9 +403,9 @@ impl Principals {
         }
         tracing::info!(object = %key, "principal object written");
         Ok(if live.is_some() {
-            Ensured::Updated
+            Ensured::Updated(key)
         } else {
-            Ensured::Created
+            Ensured::Created(key)
         })
     }
 
