@@ -123,6 +123,33 @@ impl LabelSelector {
         })
     }
 
+    /// Reads a `{matchLabels, matchExpressions}` selector; `path` names it in errors.
+    pub fn parse(value: Value, path: &str) -> Result<Self, ConfigError> {
+        Self::from_value(value, path)
+    }
+
+    /// Whether an object with these labels is selected (every requirement holds; label values
+    /// that are not strings match nothing).
+    pub fn matches(&self, labels: &serde_json::Map<String, Value>) -> bool {
+        let label = |k: &str| labels.get(k).and_then(Value::as_str);
+        self.match_labels
+            .iter()
+            .all(|(k, v)| label(k) == Some(v.as_str()))
+            && self.match_expressions.iter().all(|r| {
+                let have = label(&r.key);
+                match r.operator {
+                    LabelSelectorOperator::In => {
+                        have.is_some_and(|h| r.values.iter().any(|v| v == h))
+                    }
+                    LabelSelectorOperator::NotIn => {
+                        have.is_none_or(|h| !r.values.iter().any(|v| v == h))
+                    }
+                    LabelSelectorOperator::Exists => have.is_some(),
+                    LabelSelectorOperator::DoesNotExist => have.is_none(),
+                }
+            })
+    }
+
     /// Renders the selector in the API server's query syntax,
     /// e.g. `app=web,tier in (a,b),!legacy`.
     pub fn to_query(&self) -> String {
@@ -248,6 +275,23 @@ mod tests {
         )
         .expect("valid selector");
         assert_eq!(sel.to_query(), "app=web,tier in (a,b),!legacy");
+    }
+
+    #[test]
+    fn label_selector_matches_like_the_api_server() {
+        let sel = LabelSelector::parse(
+            json!({"matchLabels": {"app": "web"}, "matchExpressions": [
+                {"key": "tier", "operator": "NotIn", "values": ["db"]},
+                {"key": "legacy", "operator": "DoesNotExist"}]}),
+            "labelSelector",
+        )
+        .expect("valid selector");
+        let labels = |v: Value| v.as_object().cloned().expect("map");
+        assert!(sel.matches(&labels(json!({"app": "web"}))));
+        assert!(sel.matches(&labels(json!({"app": "web", "tier": "fe"}))));
+        assert!(!sel.matches(&labels(json!({"app": "web", "tier": "db"}))));
+        assert!(!sel.matches(&labels(json!({"app": "web", "legacy": "1"}))));
+        assert!(!sel.matches(&labels(json!({"app": "api"}))));
     }
 
     #[test]
