@@ -5,9 +5,10 @@
 //! metadata` resolves (a type alias or a re-export cannot get past it):
 //!
 //! - the domain crates (`berth-names`, `berth-package`, `berth-hooks`, `berth-jq`,
-//!   `berth-helm`, and lifecycle's engine `berth-lifecycle-core`) depend, directly or not, on
-//!   none of tonic, prost, kube, k8s-openapi, sqlx, berth's contracts (`berth-proto`) or the shared
-//!   crates that bring them (`berth-runtime`, `berth-sql`, `berth-clients`);
+//!   `berth-helm`, `berth-operator`, and lifecycle's engine `berth-lifecycle-core`) depend,
+//!   directly or not, on none of tonic, prost, kube, k8s-openapi, sqlx, berth's contracts
+//!   (`berth-proto`) or the shared crates that bring them (`berth-runtime`, `berth-sql`,
+//!   `berth-clients`);
 //! - `berth-runtime` (process plumbing) depends on neither `berth-proto` nor sqlx, and
 //!   `berth-sql` on neither tonic nor `berth-proto`; of the shared crates under `crates/`,
 //!   only `berth-clients` knows the contracts.
@@ -56,6 +57,7 @@ const DOMAIN_CRATES: &[&str] = &[
     "berth-jq",
     "berth-helm",
     "berth-lifecycle-core",
+    "berth-operator",
 ];
 
 /// What the domain must not depend on, directly or not.

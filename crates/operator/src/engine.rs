@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::expr::{Env, EvalError};
+use crate::expr::{Env, EvalError, Expr, Op};
+use crate::jsonpath::JsonPath;
 use crate::pipeline::{Groups, Item, Pipeline};
 use crate::spec::{Controller, Predicate, Source};
-use crate::value::type_name;
+use crate::value::{key_of, type_name};
 
 /// An object's namespace and name.
 pub type ObjKey = (String, String);
@@ -87,6 +88,79 @@ pub struct Engine {
     made_by: BTreeMap<Origin, ObjKey>,
     target: BTreeMap<ObjKey, Value>,
     pipeline: Arc<Pipeline>,
+    /// The `@join`'s equalities between two sources, each with, per value, the objects of
+    /// each side that have it: an event joins with the objects its values match, not with
+    /// every object of the other source.
+    equalities: Vec<Equality>,
+}
+
+/// `"@eq": ["$.A.x", "$.B.y"]`, a conjunct of the `@join`: an index of source `A` by `x` and
+/// of `B` by `y`.
+#[derive(Debug)]
+struct Equality {
+    sides: [(usize, JsonPath); 2],
+    index: [BTreeMap<String, BTreeSet<ObjKey>>; 2],
+}
+
+impl Equality {
+    /// The key an object of `input` is indexed under for this equality (None: the object
+    /// cannot satisfy it, its value being null or missing).
+    fn key(&self, side: usize, obj: &Value) -> Option<String> {
+        match self.sides[side].1.get_below_first(obj) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(key_of(v)),
+        }
+    }
+
+    fn side_of(&self, input: usize) -> Option<usize> {
+        self.sides.iter().position(|(i, _)| *i == input)
+    }
+}
+
+/// The equalities between two different sources among the `@join`'s conjuncts.
+fn equalities(pipeline: &Pipeline, kinds: &[String]) -> Vec<Equality> {
+    let Some(join) = &pipeline.join else {
+        return Vec::new();
+    };
+    let conjuncts: &[Expr] = match join {
+        Expr::Op {
+            op: Op::And, arg, ..
+        } => match &**arg {
+            Expr::List(items) => items,
+            other => std::slice::from_ref(other),
+        },
+        other => std::slice::from_ref(other),
+    };
+    let side = |e: &Expr| -> Option<(usize, JsonPath)> {
+        let path = e.as_path()?;
+        let kind = path.first_child()?;
+        let input = kinds.iter().position(|k| k == kind)?;
+        Some((input, path.clone()))
+    };
+    let mut out = Vec::new();
+    for c in conjuncts {
+        let Expr::Op {
+            op: Op::Eq, arg, ..
+        } = c
+        else {
+            continue;
+        };
+        let Expr::List(pair) = &**arg else {
+            continue;
+        };
+        let [a, b] = pair.as_slice() else {
+            continue;
+        };
+        if let (Some(a), Some(b)) = (side(a), side(b))
+            && a.0 != b.0
+        {
+            out.push(Equality {
+                sides: [a, b],
+                index: [BTreeMap::new(), BTreeMap::new()],
+            });
+        }
+    }
+    out
 }
 
 impl Engine {
@@ -98,6 +172,7 @@ impl Engine {
             .collect();
         let n = kinds.len();
         let controller_pipeline = controller.pipeline.clone();
+        let kinds_for_index = kinds.clone();
         Engine {
             controller,
             api_version,
@@ -111,6 +186,7 @@ impl Engine {
             produced: BTreeMap::new(),
             made_by: BTreeMap::new(),
             target: BTreeMap::new(),
+            equalities: equalities(&controller_pipeline, &kinds_for_index),
             pipeline: Arc::new(controller_pipeline),
         }
     }
@@ -156,14 +232,19 @@ impl Engine {
                     }
                     _ => {}
                 }
+                if let Some(old) = self.caches[input].remove(&key) {
+                    self.unindex(input, &key, &old);
+                }
+                self.index_object(input, &key, &obj);
                 self.caches[input].insert(key.clone(), obj);
                 (key, true)
             }
             Event::Delete(obj) => {
                 let key = obj_key(&obj);
-                if self.caches[input].remove(&key).is_none() {
+                let Some(old) = self.caches[input].remove(&key) else {
                     return out;
-                }
+                };
+                self.unindex(input, &key, &old);
                 (key, false)
             }
         };
@@ -186,6 +267,7 @@ impl Engine {
         let mut touched: BTreeSet<ObjKey> = self.target.keys().cloned().collect();
         self.rows.clear();
         self.index.iter_mut().for_each(BTreeMap::clear);
+        // The equality indexes follow the objects held, which a resync keeps.
         self.groups = Groups::default();
         self.tails.clear();
         touched.extend(self.produced.keys().cloned());
@@ -201,6 +283,62 @@ impl Engine {
         self.propagate(Vec::new(), added, env, &mut touched, &mut out.errors);
         self.diff(touched, &mut out.writes);
         out
+    }
+
+    fn index_object(&mut self, input: usize, key: &ObjKey, obj: &Value) {
+        for eq in &mut self.equalities {
+            if let Some(side) = eq.side_of(input)
+                && let Some(k) = eq.key(side, obj)
+            {
+                eq.index[side].entry(k).or_default().insert(key.clone());
+            }
+        }
+    }
+
+    fn unindex(&mut self, input: usize, key: &ObjKey, obj: &Value) {
+        for eq in &mut self.equalities {
+            if let Some(side) = eq.side_of(input)
+                && let Some(k) = eq.key(side, obj)
+                && let Some(set) = eq.index[side].get_mut(&k)
+            {
+                set.remove(key);
+                if set.is_empty() {
+                    eq.index[side].remove(&k);
+                }
+            }
+        }
+    }
+
+    /// The objects of input `j` that may join with object `fixed` of `input`: those the
+    /// equalities between the two match (all of them when there is none).
+    fn candidates<'s>(
+        &'s self,
+        input: usize,
+        fixed: &Value,
+        j: usize,
+    ) -> Vec<(&'s ObjKey, &'s Value)> {
+        let mut picked: Option<BTreeSet<&ObjKey>> = None;
+        for eq in &self.equalities {
+            let (Some(mine), Some(theirs)) = (eq.side_of(input), eq.side_of(j)) else {
+                continue;
+            };
+            let keys: BTreeSet<&ObjKey> = eq
+                .key(mine, fixed)
+                .and_then(|k| eq.index[theirs].get(&k))
+                .map(|set| set.iter().collect())
+                .unwrap_or_default();
+            picked = Some(match picked {
+                None => keys,
+                Some(before) => before.intersection(&keys).copied().collect(),
+            });
+        }
+        match picked {
+            None => self.caches[j].iter().collect(),
+            Some(keys) => keys
+                .into_iter()
+                .filter_map(|k| self.caches[j].get_key_value(k))
+                .collect(),
+        }
     }
 
     /// Drops the rows that hold object `key` of `input`; returns what they had made.
@@ -247,7 +385,7 @@ impl Engine {
                 if j == input {
                     vec![(key, fixed)]
                 } else {
-                    self.caches[j].iter().collect()
+                    self.candidates(input, fixed, j)
                 }
             })
             .collect();
@@ -408,7 +546,7 @@ impl Engine {
     fn produce(
         &mut self,
         origin: Origin,
-        mut doc: Value,
+        doc: Value,
         touched: &mut BTreeSet<ObjKey>,
         errors: &mut Vec<EvalError>,
     ) {
@@ -425,11 +563,19 @@ impl Engine {
                 return;
             }
         }
-        let Value::Object(map) = &mut doc else {
+        let Value::Object(map) = doc else {
             return;
         };
-        map.insert("apiVersion".into(), Value::String(self.api_version.clone()));
-        map.insert("kind".into(), Value::String(self.kind.clone()));
+        // apiVersion and kind first, as objects are written.
+        let mut ordered = serde_json::Map::with_capacity(map.len() + 2);
+        ordered.insert("apiVersion".into(), Value::String(self.api_version.clone()));
+        ordered.insert("kind".into(), Value::String(self.kind.clone()));
+        for (k, v) in map {
+            if k != "apiVersion" && k != "kind" {
+                ordered.insert(k, v);
+            }
+        }
+        let doc = Value::Object(ordered);
         let key = obj_key(&doc);
         touched.insert(key.clone());
         self.made_by.insert(origin.clone(), key.clone());

@@ -21,7 +21,7 @@ use rand::Rng as _;
 use serde_json::{Map, Value};
 
 use crate::jsonpath::JsonPath;
-use crate::limits::EVAL_BUDGET;
+use crate::limits::{EVAL_BUDGET, MAX_EXPR_DEPTH};
 use crate::value::{self, as_float, as_int, as_string, float, int, show, type_name};
 
 /// Where a spec is wrong, and why.
@@ -276,13 +276,23 @@ fn compile_path(text: &str, at: &str) -> Result<Expr, CompileError> {
 impl Expr {
     /// Compiles a value; `at` names where it is in the spec, for errors.
     pub fn compile(v: &Value, at: &str) -> Result<Expr, CompileError> {
+        Expr::compile_at(v, at, 0)
+    }
+
+    fn compile_at(v: &Value, at: &str, depth: usize) -> Result<Expr, CompileError> {
+        if depth > MAX_EXPR_DEPTH {
+            return Err(CompileError {
+                at: at.to_owned(),
+                reason: format!("nested deeper than {MAX_EXPR_DEPTH} levels"),
+            });
+        }
         match v {
             Value::String(s) if s == "@now" => Ok(Expr::Now),
             Value::String(s) if s.starts_with('$') => compile_path(s, at),
             Value::Array(items) => items
                 .iter()
                 .enumerate()
-                .map(|(i, item)| Expr::compile(item, &format!("{at}[{i}]")))
+                .map(|(i, item)| Expr::compile_at(item, &format!("{at}[{i}]"), depth + 1))
                 .collect::<Result<_, _>>()
                 .map(Expr::List),
             Value::Object(map) if map.len() == 1 && map.keys().all(|k| k.starts_with('@')) => {
@@ -292,7 +302,7 @@ impl Expr {
                     at: here.clone(),
                     reason: format!("unknown operator {name}"),
                 })?;
-                let arg = Expr::compile(arg, &here)?;
+                let arg = Expr::compile_at(arg, &here, depth + 1)?;
                 check_arity(op, &arg, &here)?;
                 Ok(Expr::Op {
                     at: here.into(),
@@ -315,7 +325,7 @@ impl Expr {
                     } else {
                         Key::Plain(k.clone())
                     };
-                    items.push((key, Expr::compile(v, &here)?));
+                    items.push((key, Expr::compile_at(v, &here, depth + 1)?));
                 }
                 Ok(Expr::Dict {
                     at: at.into(),
@@ -373,6 +383,10 @@ impl Expr {
                 let mut out = Value::Object(Map::new());
                 for (key, e) in items {
                     let v = e.eval(s)?;
+                    s.env.charge(weight(&v)).map_err(|reason| EvalError {
+                        at: at.to_string(),
+                        reason,
+                    })?;
                     set_key(&mut out, key, v).map_err(|reason| EvalError {
                         at: at.to_string(),
                         reason,
@@ -540,6 +554,21 @@ fn numbers(list: &[&Value]) -> Result<Numbers, String> {
     Err(format!("expected numbers, got {bad}"))
 }
 
+/// What keeping a value costs, for the budget: its nodes and string bytes.
+pub fn weight(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => 1 + s.len() as u64,
+        Value::Array(list) => 1 + list.iter().map(weight).sum::<u64>(),
+        Value::Object(map) => {
+            1 + map
+                .iter()
+                .map(|(k, v)| k.len() as u64 + weight(v))
+                .sum::<u64>()
+        }
+        _ => 1,
+    }
+}
+
 fn each_item<'a>(
     op: Op,
     arg: &'a Expr,
@@ -560,6 +589,7 @@ fn each_item<'a>(
             env: s.env,
         };
         let r = body.eval(&inner)?;
+        s.env.charge(weight(&r))?;
         if !f(item, r)? {
             break;
         }
@@ -1060,6 +1090,39 @@ mod tests {
         assert!(e.reason.contains("argument 1"), "{e}");
         let e = run(json!({"@and": [{"@eq": [1, 1]}, 3]}), json!({})).expect_err("not bool");
         assert!(e.reason.contains("expected a boolean"), "{e}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_when_compiled() {
+        let mut v = json!(true);
+        for _ in 0..1000 {
+            v = json!({"@not": v});
+        }
+        let e = Expr::compile(&v, "p").expect_err("too deep");
+        assert!(e.reason.contains("nested deeper than 128"), "{e}");
+        let e = JsonPath::parse(&format!(
+            "$.a[?({}@.x{})]",
+            "(".repeat(100),
+            ")".repeat(100)
+        ))
+        .expect_err("too deep");
+        assert!(e.reason.contains("nested deeper"), "{e}");
+    }
+
+    #[test]
+    fn copying_the_subject_per_item_counts_against_the_budget() {
+        let big: Vec<Value> = (0..2000).map(|i| json!(format!("{i:0>500}"))).collect();
+        let e = run(json!({"@map": ["$", "$.items"]}), json!({"items": big})).expect_err("bounded");
+        assert!(e.reason.contains("more than"), "{e}");
+    }
+
+    #[test]
+    fn copying_the_subject_per_key_counts_against_the_budget() {
+        let big: Vec<Value> = (0..2000).map(|i| json!(format!("{i:0>500}"))).collect();
+        let spec: serde_json::Map<String, Value> =
+            (0..100).map(|i| (format!("k{i}"), json!("$"))).collect();
+        let e = run(Value::Object(spec), json!({"items": big})).expect_err("bounded");
+        assert!(e.reason.contains("more than"), "{e}");
     }
 
     #[test]

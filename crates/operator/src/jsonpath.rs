@@ -95,6 +95,7 @@ impl JsonPath {
         let mut parser = Parser {
             chars: body.chars().collect(),
             at: 0,
+            depth: 0,
         };
         let segments = parser.segments(false).map_err(err)?;
         if parser.at != parser.chars.len() {
@@ -184,6 +185,7 @@ fn filter_uses_root(f: &Filter) -> bool {
 struct Parser {
     chars: Vec<char>,
     at: usize,
+    depth: usize,
 }
 
 impl Parser {
@@ -398,6 +400,19 @@ impl Parser {
     }
 
     fn filter_unary(&mut self) -> Result<Filter, String> {
+        self.depth += 1;
+        if self.depth > crate::limits::MAX_FILTER_DEPTH {
+            return Err(format!(
+                "a filter nested deeper than {} levels",
+                crate::limits::MAX_FILTER_DEPTH
+            ));
+        }
+        let out = self.filter_unary_inner();
+        self.depth -= 1;
+        out
+    }
+
+    fn filter_unary_inner(&mut self) -> Result<Filter, String> {
         self.skip_ws();
         if self.peek() == Some('!') && self.peek_at(1) != Some('=') {
             self.at += 1;

@@ -4,6 +4,12 @@
 /// through one controller, or one resync. Past it the evaluation fails with that named.
 pub const EVAL_BUDGET: u64 = 4_000_000;
 
+/// How deeply an expression may nest (its evaluation recurses as deep).
+pub const MAX_EXPR_DEPTH: usize = 128;
+
+/// How deeply a JSONPath filter may nest parentheses and negations.
+pub const MAX_FILTER_DEPTH: usize = 32;
+
 /// The highest list index a JSONPath setter extends a list to.
 pub const MAX_SET_INDEX: usize = 10_000;
 

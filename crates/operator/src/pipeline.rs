@@ -292,10 +292,12 @@ fn apply_linear<'a>(
                     });
                 }
             };
-            env.charge(list.len() as u64).map_err(|reason| EvalError {
-                at: at.clone(),
-                reason,
-            })?;
+            let per_copy = crate::expr::weight(&doc);
+            env.charge((list.len() as u64).saturating_mul(per_copy))
+                .map_err(|reason| EvalError {
+                    at: at.clone(),
+                    reason,
+                })?;
             for (i, elem) in list.into_iter().enumerate() {
                 let mut copy = doc.clone();
                 let set = path.set(&mut copy, elem).and_then(|()| {

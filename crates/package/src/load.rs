@@ -64,7 +64,16 @@ pub enum LoadError {
     },
     #[error("{}: a Global package carries global hooks and values, not a chart (remove Chart.yaml and templates/)", root.display())]
     GlobalChart { root: PathBuf },
+    /// An `operators/*.yaml` spec is invalid; the message names the operator, controller and
+    /// field.
+    #[error("{message}")]
+    Operator { path: PathBuf, message: String },
+    #[error("{}: {count} operator files; a package has at most {MAX_OPERATOR_FILES}", dir.display())]
+    TooManyOperators { dir: PathBuf, count: usize },
 }
+
+/// Files a package's `operators/` may hold.
+pub const MAX_OPERATOR_FILES: usize = 64;
 
 impl LoadError {
     /// Whether reading again may succeed (an I/O error, a walk that ran out of time); every
@@ -98,6 +107,8 @@ pub struct Package {
     /// for a Module whose `values.yaml` keeps its values under the camelCase name (the
     /// addon-operator module layout); else flat.
     pub layout: ValuesLayout,
+    /// Δ-controller operators of `operators/*.yaml` (and `*.yml`), in file-name order.
+    pub operators: Vec<berth_operator::Operator>,
 }
 
 /// Loads the package in `root`.
@@ -179,8 +190,10 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
             root: root.to_owned(),
         });
     }
+    let operators = load_operators(&files, root)?;
     Ok(Package {
         root: root.to_owned(),
+        operators,
         static_values,
         settings_schema,
         values_schema,
@@ -190,6 +203,62 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
         layout,
         definition,
     })
+}
+
+/// Reads `operators/*.yaml`: each file Operator documents (`dcontroller.io/v1alpha1`) or a
+/// bare `controllers:` spec named after the file; every spec checked whole, and two operators
+/// of one name (their views would share a group) refused.
+fn load_operators(
+    files: &PackageFiles,
+    root: &Path,
+) -> Result<Vec<berth_operator::Operator>, LoadError> {
+    let Some(names) = files.names("operators")? else {
+        return Ok(Vec::new());
+    };
+    let names: Vec<String> = names
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
+        .collect();
+    if names.len() > MAX_OPERATOR_FILES {
+        return Err(LoadError::TooManyOperators {
+            dir: root.join("operators"),
+            count: names.len(),
+        });
+    }
+    let mut out: Vec<berth_operator::Operator> = Vec::new();
+    for name in names {
+        let rel = format!("operators/{name}");
+        let path = root.join(&rel);
+        let limit = berth_operator::limits::MAX_SPEC_BYTES as u64;
+        let Some(bytes) = files.read_bounded(&rel, limit)? else {
+            continue;
+        };
+        let text = String::from_utf8(bytes).map_err(|e| LoadError::Yaml {
+            path: path.clone(),
+            message: format!("not UTF-8: {e}"),
+        })?;
+        let stem = name.rsplit_once('.').map_or(name.as_str(), |(s, _)| s);
+        let ops = berth_operator::read_operators(&text, &path.display().to_string(), stem)
+            .map_err(|message| LoadError::Operator {
+                path: path.clone(),
+                message,
+            })?;
+        for op in ops {
+            if out.iter().any(|o| o.name == op.name) {
+                return Err(LoadError::Operator {
+                    message: format!(
+                        "{}: a second operator named {:?} in this package",
+                        path.display(),
+                        op.name
+                    ),
+                    path,
+                });
+            }
+            out.push(op);
+        }
+    }
+    Ok(out)
 }
 
 /// Whether `dir` holds a package: a `package.yaml`, or the `Chart.yaml` of an addon-operator

@@ -445,3 +445,62 @@ fn a_modules_rbac_section_loads_and_an_apps_is_refused_naming_file_and_field() {
     let err = load_err(&bad);
     assert!(err.contains("field `rbac.rules[0].verb`"), "{err}");
 }
+
+const OPERATOR: &str = r#"apiVersion: dcontroller.io/v1alpha1
+kind: Operator
+metadata: {name: annotator}
+spec:
+  controllers:
+    - name: label-copier
+      sources: [{apiGroup: "", kind: ConfigMap}]
+      pipeline:
+        "@project":
+          metadata: {name: $.metadata.name, namespace: $.metadata.namespace}
+      target: {kind: Copy}
+"#;
+
+#[test]
+fn operators_load_from_their_directory_and_bad_ones_name_file_controller_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(root, "package.yaml", MINIMAL_DEFINITION);
+    write(root, "operators/a.yaml", OPERATOR);
+    // A bare spec takes its file's name; other files are not read.
+    write(
+        root,
+        "operators/bare.yml",
+        "controllers:\n  - name: c\n    sources: [{kind: X}]\n    target: {kind: Out}\n",
+    );
+    write(root, "operators/README.md", "not a spec");
+    let pkg = load(root).expect("loads");
+    let names: Vec<&str> = pkg.operators.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["annotator", "bare"]);
+    assert_eq!(pkg.operators[0].controllers[0].name, "label-copier");
+
+    write(
+        root,
+        "operators/bare.yml",
+        "controllers:\n  - name: c\n    sources: [{kind: X}]\n    pipeline: {\"@select\": {\"@gt\": [1]}}\n    target: {kind: Out}\n",
+    );
+    let err = load_err(&dir);
+    assert!(err.contains("operators/bare.yml"), "{err}");
+    assert!(
+        err.contains("controller \"c\": pipeline.@select.@gt: @gt takes 2 arguments, not 1"),
+        "{err}"
+    );
+    assert!(matches!(load(root), Err(LoadError::Operator { .. })));
+
+    write(root, "operators/bare.yml", OPERATOR);
+    let err = load_err(&dir);
+    assert!(
+        err.contains("a second operator named \"annotator\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_package_without_operators_has_none() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "package.yaml", MINIMAL_DEFINITION);
+    assert!(load(dir.path()).expect("loads").operators.is_empty());
+}

@@ -275,6 +275,8 @@ pub enum Command {
     Release(super::release::ReleaseArgs),
     /// Build a package into a `.tar.gz`, or push it to an OCI registry.
     Package(super::package::PackageArgs),
+    /// Δ-controller operator specs: evaluate one over objects, offline.
+    Operator(super::operator::OperatorArgs),
 }
 
 #[cfg(test)]

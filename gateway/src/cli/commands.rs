@@ -489,6 +489,7 @@ async fn command(cli: &Cli) -> Result<ExitCode, String> {
         Command::Render(args) => super::release::render(args),
         Command::Release(args) => super::release::release(args).await,
         Command::Package(args) => super::package::package(args).await,
+        Command::Operator(args) => super::operator::operator(args),
         Command::Dump => {
             // Paged: each page is its own YAML document.
             let mut client = connect(cli).await?;

@@ -2,6 +2,7 @@
 
 mod args;
 mod commands;
+mod operator;
 mod output;
 mod package;
 mod queues;
@@ -20,6 +21,16 @@ pub fn main() -> ExitCode {
     // `berth render` is local and synchronous: it needs no async runtime (nor its threads).
     if let Command::Render(args) = &cli.command {
         return match release::render(args) {
+            Ok(code) => code,
+            Err(message) => {
+                eprintln!("berth: {message}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // `berth operator` is local and synchronous too.
+    if let Command::Operator(args) = &cli.command {
+        return match operator::operator(args) {
             Ok(code) => code,
             Err(message) => {
                 eprintln!("berth: {message}");
