@@ -46,7 +46,8 @@ fn slice(i: usize, generation: usize) -> Value {
     json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": format!("svc-{i}-abcde"), "namespace": format!("ns-{}", i % 50),
             "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
-        "endpoints": [{"addresses": [format!("10.{}.{}.{}", generation % 250, i / 250 % 250, i % 250)],
+        "endpoints": [{"addresses": [format!("10.{}.{}.1", i / 250 % 250, i % 250),
+                                     format!("fd00::{generation:x}")],
             "conditions": {"ready": true}}]})
 }
 
