@@ -76,17 +76,17 @@ pub struct Engine {
     kinds: Vec<String>,
     caches: Vec<BTreeMap<ObjKey, Value>>,
     /// What the stages before the first `@gather` made of each joined row.
-    rows: BTreeMap<RowKey, Vec<Value>>,
+    rows: BTreeMap<RowKey, Vec<Arc<Value>>>,
     /// Per input, per object: the rows that hold it.
     index: Vec<BTreeMap<ObjKey, BTreeSet<RowKey>>>,
     groups: Groups<(RowKey, usize)>,
     /// Per group, the outputs its tail made last.
     tails: BTreeMap<String, usize>,
     /// Per output object, who makes it (several rows may make one object; any one counts).
-    produced: BTreeMap<ObjKey, BTreeMap<Origin, Value>>,
+    produced: BTreeMap<ObjKey, BTreeMap<Origin, Arc<Value>>>,
     /// Which object each origin makes.
     made_by: BTreeMap<Origin, ObjKey>,
-    target: BTreeMap<ObjKey, Value>,
+    target: BTreeMap<ObjKey, Arc<Value>>,
     pipeline: Arc<Pipeline>,
     /// The `@join`'s equalities between two sources, each with, per value, the objects of
     /// each side that have it: an event joins with the objects its values match, not with
@@ -196,7 +196,7 @@ impl Engine {
     }
 
     /// The target state the engine has written: per object, its last output.
-    pub fn target(&self) -> &BTreeMap<ObjKey, Value> {
+    pub fn target(&self) -> &BTreeMap<ObjKey, Arc<Value>> {
         &self.target
     }
 
@@ -342,7 +342,7 @@ impl Engine {
     }
 
     /// Drops the rows that hold object `key` of `input`; returns what they had made.
-    fn retract(&mut self, input: usize, key: &ObjKey) -> Vec<(RowKey, Vec<Value>)> {
+    fn retract(&mut self, input: usize, key: &ObjKey) -> Vec<(RowKey, Vec<Arc<Value>>)> {
         let Some(rows) = self.index[input].remove(key) else {
             return Vec::new();
         };
@@ -389,7 +389,8 @@ impl Engine {
                 }
             })
             .collect();
-        let mut made: Vec<(RowKey, Vec<Value>)> = Vec::new();
+        let mut made: Vec<(RowKey, Vec<Arc<Value>>)> = Vec::new();
+        let last_stage = prefix_end == pipeline.stages.len();
         if others.iter().all(|o| !o.is_empty()) {
             let mut at = vec![0usize; n];
             let mut row: Vec<(&str, &Value)> = Vec::with_capacity(n);
@@ -417,7 +418,26 @@ impl Engine {
                 match result {
                     Ok(docs) if !docs.is_empty() => {
                         let rk: RowKey = (0..n).map(|j| others[j][at[j]].0.clone()).collect();
-                        made.push((rk, docs));
+                        // Without a @gather the row's outputs are the target's objects: made
+                        // whole here once, and shared with the target state.
+                        let docs = docs
+                            .into_iter()
+                            .filter_map(|d| {
+                                if !last_stage {
+                                    return Some(Arc::new(d));
+                                }
+                                match target_object(&self.api_version, &self.kind, d) {
+                                    Ok(d) => Some(Arc::new(d)),
+                                    Err(e) => {
+                                        errors.push(e);
+                                        None
+                                    }
+                                }
+                            })
+                            .collect::<Vec<_>>();
+                        if !docs.is_empty() {
+                            made.push((rk, docs));
+                        }
                     }
                     Ok(_) => {}
                     Err(e) => errors.push(e),
@@ -450,7 +470,7 @@ impl Engine {
     /// Carries retracted and added rows through `@gather` (if any) into the produced outputs.
     fn propagate(
         &mut self,
-        retracted: Vec<(RowKey, Vec<Value>)>,
+        retracted: Vec<(RowKey, Vec<Arc<Value>>)>,
         added: Vec<RowKey>,
         env: &Env,
         touched: &mut BTreeSet<ObjKey>,
@@ -466,7 +486,7 @@ impl Engine {
             for rk in added {
                 let docs = self.rows.get(&rk).cloned().unwrap_or_default();
                 for (i, doc) in docs.into_iter().enumerate() {
-                    self.produce(Origin::Row(rk.clone(), i), doc, touched, errors);
+                    self.record(Origin::Row(rk.clone(), i), doc, touched);
                 }
             }
             return;
@@ -483,7 +503,10 @@ impl Engine {
         for rk in added {
             let docs = self.rows.get(&rk).cloned().unwrap_or_default();
             for (i, doc) in docs.into_iter().enumerate() {
-                match self.groups.add(key, value, at, (rk.clone(), i), doc, env) {
+                match self
+                    .groups
+                    .add(key, value, at, (rk.clone(), i), (*doc).clone(), env)
+                {
                     Ok(group) => affected.extend(group),
                     Err(e) => errors.push(e),
                 }
@@ -550,32 +573,13 @@ impl Engine {
         touched: &mut BTreeSet<ObjKey>,
         errors: &mut Vec<EvalError>,
     ) {
-        match doc.pointer("/metadata/name") {
-            Some(Value::String(name)) if !name.is_empty() => {}
-            other => {
-                errors.push(EvalError {
-                    at: "target".into(),
-                    reason: format!(
-                        "the pipeline made an object whose metadata.name is {}, not a name",
-                        other.map_or("missing", type_name)
-                    ),
-                });
-                return;
-            }
+        match target_object(&self.api_version, &self.kind, doc) {
+            Ok(doc) => self.record(origin, Arc::new(doc), touched),
+            Err(e) => errors.push(e),
         }
-        let Value::Object(map) = doc else {
-            return;
-        };
-        // apiVersion and kind first, as objects are written.
-        let mut ordered = serde_json::Map::with_capacity(map.len() + 2);
-        ordered.insert("apiVersion".into(), Value::String(self.api_version.clone()));
-        ordered.insert("kind".into(), Value::String(self.kind.clone()));
-        for (k, v) in map {
-            if k != "apiVersion" && k != "kind" {
-                ordered.insert(k, v);
-            }
-        }
-        let doc = Value::Object(ordered);
+    }
+
+    fn record(&mut self, origin: Origin, doc: Arc<Value>, touched: &mut BTreeSet<ObjKey>) {
         let key = obj_key(&doc);
         touched.insert(key.clone());
         self.made_by.insert(origin.clone(), key.clone());
@@ -606,12 +610,12 @@ impl Engine {
                 .cloned();
             match (self.target.get(&key), now) {
                 (Some(old), None) => {
-                    deletes.push(Write::Delete(old.clone()));
+                    deletes.push(Write::Delete(Value::clone(old)));
                     self.target.remove(&key);
                 }
-                (Some(old), Some(new)) if *old == new => {}
+                (Some(old), Some(new)) if Arc::ptr_eq(old, &new) || **old == *new => {}
                 (_, Some(new)) => {
-                    upserts.push(Write::Upsert(new.clone()));
+                    upserts.push(Write::Upsert(Value::clone(&new)));
                     self.target.insert(key, new);
                 }
                 (None, None) => {}
@@ -621,6 +625,38 @@ impl Engine {
         writes.extend(deletes);
         writes.extend(upserts);
     }
+}
+
+/// A pipeline's output as the target's object: named, with the target's apiVersion and kind
+/// first (as objects are written).
+fn target_object(api_version: &str, kind: &str, doc: Value) -> Result<Value, EvalError> {
+    match doc.pointer("/metadata/name") {
+        Some(Value::String(name)) if !name.is_empty() => {}
+        other => {
+            return Err(EvalError {
+                at: "target".into(),
+                reason: format!(
+                    "the pipeline made an object whose metadata.name is {}, not a name",
+                    other.map_or("missing", type_name)
+                ),
+            });
+        }
+    }
+    let Value::Object(map) = doc else {
+        return Err(EvalError {
+            at: "target".into(),
+            reason: "the pipeline made something that is not an object".into(),
+        });
+    };
+    let mut ordered = serde_json::Map::with_capacity(map.len() + 2);
+    ordered.insert("apiVersion".into(), Value::String(api_version.to_owned()));
+    ordered.insert("kind".into(), Value::String(kind.to_owned()));
+    for (k, v) in map {
+        if k != "apiVersion" && k != "kind" {
+            ordered.insert(k, v);
+        }
+    }
+    Ok(Value::Object(ordered))
 }
 
 /// A Secret's `data` values base64-decoded in place, as upstream hands Secrets to pipelines
@@ -637,5 +673,90 @@ pub fn decode_secret(obj: &mut Value) {
         {
             *text = decoded;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Operator;
+    use serde_json::json;
+
+    fn engine(source: Value, pipeline: Value) -> Engine {
+        let op = Operator::from_value(&json!({"apiVersion": "dcontroller.io/v1alpha1",
+            "kind": "Operator", "metadata": {"name": "t"}, "spec": {"controllers": [{
+                "name": "c", "sources": [source], "pipeline": pipeline,
+                "target": {"kind": "V"}}]}}))
+        .expect("valid");
+        Engine::new(
+            op.controllers[0].clone(),
+            "t.view.dcontroller.io/v1alpha1".into(),
+            "V".into(),
+        )
+    }
+
+    fn cm(name: &str, generation: i64, label: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "n", "generation": generation,
+                "labels": {"l": label}}, "data": {"g": generation.to_string()}})
+    }
+
+    #[test]
+    fn a_predicate_lets_only_the_updates_it_names_through() {
+        let mut e = engine(
+            json!({"apiGroup": "", "kind": "ConfigMap", "predicate": "GenerationChanged"}),
+            json!({"@project": {"metadata": "$.metadata", "data": "$.data"}}),
+        );
+        let env = Env::new(chrono::Utc::now());
+        assert_eq!(
+            e.on_event(0, Event::Upsert(cm("a", 1, "x")), &env)
+                .writes
+                .len(),
+            1
+        );
+        // A label change alone is not a generation change: dropped.
+        assert!(
+            e.on_event(0, Event::Upsert(cm("a", 1, "y")), &env)
+                .writes
+                .is_empty()
+        );
+        assert_eq!(
+            e.on_event(0, Event::Upsert(cm("a", 2, "y")), &env)
+                .writes
+                .len(),
+            1
+        );
+        // Deletes always pass.
+        let w = e.on_event(0, Event::Delete(cm("a", 2, "y")), &env).writes;
+        assert!(matches!(w.as_slice(), [Write::Delete(_)]), "{w:?}");
+        assert!(e.target().is_empty());
+    }
+
+    #[test]
+    fn a_resync_rebuilds_the_same_state_and_writes_nothing_new() {
+        let mut e = engine(
+            json!({"apiGroup": "", "kind": "ConfigMap"}),
+            json!([{"@project": {"metadata": {"name": "$.metadata.labels.l", "namespace": "n"},
+                                 "names": "$.metadata.name"}},
+                   {"@gather": ["$.metadata.name", "$.names"]}]),
+        );
+        let env = Env::new(chrono::Utc::now());
+        for (name, label) in [("a", "x"), ("b", "x"), ("c", "y")] {
+            e.on_event(0, Event::Upsert(cm(name, 1, label)), &env);
+        }
+        let before = e.target().clone();
+        assert_eq!(before.len(), 2);
+        let x = &before[&("n".to_owned(), "x".to_owned())];
+        assert_eq!(x["names"], json!(["a", "b"]));
+        let out = e.resync(&env);
+        assert!(out.writes.is_empty(), "{:?}", out.writes);
+        assert_eq!(e.target().len(), 2);
+        // Moving one member to the other group rewrites both groups, nothing else.
+        let out = e.on_event(0, Event::Upsert(cm("b", 2, "y")), &env);
+        assert_eq!(out.writes.len(), 2, "{:?}", out.writes);
+        assert_eq!(
+            e.target()[&("n".to_owned(), "y".to_owned())]["names"],
+            json!(["b", "c"])
+        );
     }
 }

@@ -18,6 +18,7 @@ pub mod limits;
 pub mod offline;
 pub mod pipeline;
 pub mod spec;
+pub mod status;
 pub mod target;
 pub mod value;
 

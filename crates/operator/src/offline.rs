@@ -113,6 +113,7 @@ struct Slot {
     reads: Vec<GroupKind>,
     target: GroupKind,
     target_type: TargetType,
+    reporter: crate::status::Reporter,
 }
 
 fn matches(source: &Source, obj: &Value) -> bool {
@@ -194,6 +195,7 @@ fn start(
                 .map(|s: &Source| (s.resource.group_of(&op.name), s.resource.kind.clone()))
                 .collect();
             slots.push(Slot {
+                reporter: crate::status::Reporter::new(&c.name, now),
                 operator: op.name.clone(),
                 engine: Engine::new(c.clone(), api_version(&group, &version), t.kind.clone()),
                 reads,
@@ -311,6 +313,14 @@ impl Simulation {
             .get(&(namespace.to_owned(), name.to_owned()))
     }
 
+    /// Every controller's status (its Ready condition and last errors), in spec order.
+    pub fn statuses(&self) -> Vec<(String, crate::status::ControllerStatus)> {
+        self.slots
+            .iter()
+            .map(|s| (s.operator.clone(), s.reporter.status()))
+            .collect()
+    }
+
     /// The errors the controllers met so far.
     pub fn errors(&self) -> &[ControllerError] {
         &self.errors
@@ -325,7 +335,7 @@ impl Simulation {
                     operator: slot.operator.clone(),
                     controller: slot.engine.controller().name.clone(),
                     target: slot.target_type,
-                    object: obj.clone(),
+                    object: Value::clone(obj),
                 });
             }
         }
@@ -373,7 +383,15 @@ impl Simulation {
     fn deliver(&mut self, targets: Vec<(usize, usize, Event)>) {
         for (si, input, event) in targets {
             let env = Env::new(self.now);
+            let (ns, name) = match &event {
+                Event::Upsert(o) | Event::Delete(o) => obj_key(o),
+            };
+            let object = format!("{input}/{ns}/{name}");
             let outcome = self.slots[si].engine.on_event(input, event, &env);
+            let messages: Vec<String> = outcome.errors.iter().map(ToString::to_string).collect();
+            self.slots[si]
+                .reporter
+                .event(&object, &messages, std::time::Instant::now(), self.now);
             let slot = &self.slots[si];
             for e in outcome.errors {
                 self.errors.push(ControllerError {

@@ -78,6 +78,59 @@ fn service_health_monitor_follows_the_pods() {
     sim.upsert(service("other")).expect("settles");
     assert_eq!(health(&sim, "other"), None);
     assert!(sim.errors().is_empty(), "{:?}", sim.errors());
+    let statuses = sim.statuses();
+    assert_eq!(statuses.len(), 2);
+    for (operator, s) in statuses {
+        assert_eq!(operator, "svc-health-operator");
+        assert_eq!(s.ready, berth_operator::status::Readiness::True, "{s:?}");
+    }
+}
+
+/// A controller whose expression fails on some objects reports them (Ready Unknown, the error
+/// in its ring) and is Ready again once the objects that failed are gone.
+#[test]
+fn a_failing_controller_reports_and_recovers() {
+    let ops = read_operators(
+        r#"
+apiVersion: dcontroller.io/v1alpha1
+kind: Operator
+metadata: {name: strict}
+spec:
+  controllers:
+    - name: needs-port
+      sources: [{apiGroup: "", kind: Service}]
+      pipeline:
+        "@project":
+          metadata:
+            name: {"@concat": ["$.metadata.name", "-", "$.spec.ports[0].port"]}
+            namespace: $.metadata.namespace
+      target: {kind: PortView}
+"#,
+        "strict.yaml",
+        "strict",
+    )
+    .expect("reads");
+    let mut portless = service("portless");
+    portless["spec"]["ports"] = json!([]);
+    let mut sim =
+        Simulation::new(&ops, vec![service("web"), portless.clone()], now()).expect("starts");
+    let (_, status) = sim.statuses().remove(0);
+    assert_eq!(status.ready, berth_operator::status::Readiness::Unknown);
+    assert!(
+        status.last_errors[0].contains("argument 2"),
+        "{:?}",
+        status.last_errors
+    );
+    assert_eq!(sim.received().len(), 1, "the other Service's view is made");
+    sim.delete(&portless).expect("settles");
+    sim.upsert(service("web2")).expect("settles");
+    let (_, status) = sim.statuses().remove(0);
+    assert_eq!(
+        status.ready,
+        berth_operator::status::Readiness::True,
+        "{status:?}"
+    );
+    assert_eq!(status.last_errors.len(), 1, "the error stays on record");
 }
 
 /// service-health-monitor as its README runs it: real Pods (the label selector picks the
