@@ -139,6 +139,8 @@ fn write_go_string(s: &str, out: &mut String) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
             '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
                 let _ = write!(out, "\\u{:04x}", u32::from(c));
             }
@@ -186,6 +188,7 @@ mod tests {
             r#"{"a":"\u003cx \u0026 y\u003e","b":[1,2.5,3],"c":null}"#
         );
         assert_eq!(go_json(&json!(1e-7)), "1e-07");
+        assert_eq!(go_json(&json!("a\u{8}\u{c}\u{1}")), r#""a\b\f\u0001""#);
         assert_eq!(go_json(&json!(1.5e300)), "1.5e+300");
     }
 
