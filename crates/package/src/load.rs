@@ -121,6 +121,7 @@ pub struct Package {
 pub fn load(root: &Path) -> Result<Package, LoadError> {
     let files = PackageFiles::open(root)?;
     let mut definition_path = root.join(DEFINITION_FILE);
+    let mut chart_module = false;
     let definition_doc = match files.read_yaml(DEFINITION_FILE)? {
         Some(doc) => doc,
         None => {
@@ -132,6 +133,7 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
                         path: definition_path.clone(),
                     })?;
             definition_path = chart_path;
+            chart_module = true;
             addon_operator_definition(&chart)
         }
     };
@@ -190,7 +192,13 @@ pub fn load(root: &Path) -> Result<Package, LoadError> {
             root: root.to_owned(),
         });
     }
-    let operators = load_operators(&files, root)?;
+    // An addon-operator module (a chart without package.yaml) has no operators: a chart's own
+    // `operators/` directory, if it has one, is not berth's.
+    let operators = if chart_module {
+        Vec::new()
+    } else {
+        load_operators(&files, root)?
+    };
     Ok(Package {
         root: root.to_owned(),
         operators,

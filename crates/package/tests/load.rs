@@ -504,3 +504,19 @@ fn a_package_without_operators_has_none() {
     write(dir.path(), "package.yaml", MINIMAL_DEFINITION);
     assert!(load(dir.path()).expect("loads").operators.is_empty());
 }
+
+#[test]
+fn an_addon_operator_modules_own_operators_directory_is_not_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        dir.path(),
+        "Chart.yaml",
+        "name: olm-bundle\nversion: 1.0.0\n",
+    );
+    write(
+        dir.path(),
+        "operators/bundle.yaml",
+        "apiVersion: operators.coreos.com/v1\nkind: X\n",
+    );
+    assert!(load(dir.path()).expect("loads").operators.is_empty());
+}
