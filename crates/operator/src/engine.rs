@@ -19,8 +19,9 @@ use crate::pipeline::{Groups, Item, Pipeline};
 use crate::spec::{Controller, Predicate, Source};
 use crate::value::{key_of, type_name};
 
-/// An object's namespace and name.
-pub type ObjKey = (String, String);
+/// An object's namespace and name, shared: every row key, index entry and origin that names
+/// an object holds a reference, not a copy.
+pub type ObjKey = Arc<(String, String)>;
 
 /// The key of an object.
 pub fn obj_key(v: &Value) -> ObjKey {
@@ -30,7 +31,7 @@ pub fn obj_key(v: &Value) -> ObjKey {
             .unwrap_or_default()
             .to_owned()
     };
-    (field("namespace"), field("name"))
+    Arc::new((field("namespace"), field("name")))
 }
 
 /// A change of one source object.

@@ -340,7 +340,7 @@ impl Simulation {
             }
         }
         received.sort_by_cached_key(|r| {
-            let (ns, name) = obj_key(&r.object);
+            let (ns, name) = (*obj_key(&r.object)).clone();
             let kind = r
                 .object
                 .get("kind")
@@ -383,10 +383,10 @@ impl Simulation {
     fn deliver(&mut self, targets: Vec<(usize, usize, Event)>) {
         for (si, input, event) in targets {
             let env = Env::new(self.now);
-            let (ns, name) = match &event {
+            let key = match &event {
                 Event::Upsert(o) | Event::Delete(o) => obj_key(o),
             };
-            let object = format!("{input}/{ns}/{name}");
+            let object = format!("{input}/{}/{}", key.0, key.1);
             let outcome = self.slots[si].engine.on_event(input, event, &env);
             let messages: Vec<String> = outcome.errors.iter().map(ToString::to_string).collect();
             self.slots[si]
