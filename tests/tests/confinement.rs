@@ -352,6 +352,49 @@ async fn a_worker_certificate_cannot_widen_an_app() -> anyhow::Result<()> {
             tonic::Code::InvalidArgument,
             &["cluster-scoped", &format!("namespace {ns}")],
         )?;
+        // Operators are checked at this edge as at Load, and an app's may not watch another
+        // namespace.
+        let operator = |source: serde_json::Value, pipeline: serde_json::Value| {
+            berth_proto::json::to_struct(&json!({
+                "apiVersion": "dcontroller.io/v1alpha1", "kind": "Operator",
+                "metadata": {"name": "spy"},
+                "spec": {"controllers": [{"name": "secrets", "sources": [source],
+                    "pipeline": pipeline, "target": {"kind": "Loot"}}]}}))
+        };
+        for (op, words) in [
+            (
+                operator(
+                    json!({"apiGroup": "", "kind": "Secret", "namespace": "kube-system"}),
+                    json!({"@project": {"metadata": "$.metadata"}}),
+                ),
+                vec![
+                    "operators[0] (spy)".to_owned(),
+                    "sources[0] watches namespace kube-system".to_owned(),
+                    format!("namespace {ns}"),
+                ],
+            ),
+            (
+                operator(
+                    json!({"apiGroup": "", "kind": "Secret"}),
+                    json!({"@project": {"x": {"@steal": 1}}}),
+                ),
+                vec!["operators[0]".to_owned(), "unknown operator @steal".to_owned()],
+            ),
+        ] {
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            refused(
+                hookevents
+                    .set_bindings(hookevent::SetBindingsRequest {
+                        package: key.clone(),
+                        generation: accepted.generation,
+                        operators: vec![op],
+                        ..Default::default()
+                    })
+                    .await,
+                tonic::Code::InvalidArgument,
+                &words,
+            )?;
+        }
         refused(
             hookevents
                 .apply_object_operations(hookevent::ApplyObjectOperationsRequest {

@@ -19,6 +19,9 @@ pub const MAX_CONTROLLERS: usize = 255;
 /// Sources of one controller.
 pub const MAX_SOURCES: usize = 16;
 
+/// Operators one package may have (all its `operators/` files together).
+pub const MAX_OPERATORS_PER_PACKAGE: usize = 256;
+
 /// Bytes of one operator spec file.
 pub const MAX_SPEC_BYTES: usize = 1 << 20;
 

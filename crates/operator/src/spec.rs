@@ -32,6 +32,9 @@ pub struct SpecError {
 pub struct Operator {
     pub name: String,
     pub controllers: Vec<Controller>,
+    /// The Operator document as read (a bare spec wrapped into one), for the seams that carry
+    /// it to the service that runs it.
+    pub document: Value,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -327,6 +330,7 @@ impl Operator {
         Ok(Operator {
             name: raw.metadata.name,
             controllers: out,
+            document: doc.clone(),
         })
     }
 }

@@ -253,6 +253,16 @@ fn load_operators(
                 message,
             })?;
         for op in ops {
+            if out.len() == berth_operator::limits::MAX_OPERATORS_PER_PACKAGE {
+                return Err(LoadError::Operator {
+                    message: format!(
+                        "{}: more than {} operators in this package",
+                        path.display(),
+                        berth_operator::limits::MAX_OPERATORS_PER_PACKAGE
+                    ),
+                    path,
+                });
+            }
             if out.iter().any(|o| o.name == op.name) {
                 return Err(LoadError::Operator {
                     message: format!(

@@ -71,6 +71,9 @@ fn cli_token(cli: &Cli) -> Result<Option<(String, crate::auth::TokenSource)>, St
     })
 }
 
+/// How long connecting to the gateway (TCP, TLS, HTTP/2) may take.
+const CONNECT_WITHIN: Duration = Duration::from_secs(15);
+
 async fn connect(cli: &Cli) -> Result<Client, String> {
     let mut endpoint = tonic::transport::Endpoint::from_shared(cli.server.clone())
         .map_err(|e| format!("--server {:?}: {e}", cli.server))?
@@ -88,7 +91,18 @@ async fn connect(cli: &Cli) -> Result<Client, String> {
             .tls_config(tls)
             .map_err(|e| format!("--server {:?}: TLS: {e}", cli.server))?;
     }
-    let channel = endpoint.connect().await.map_err(|e| {
+    // The TCP connect is bounded above; the TLS and HTTP/2 handshakes after it are bounded
+    // here, so a server that takes the connection and never answers is an error, not a hang.
+    let connected = tokio::time::timeout(CONNECT_WITHIN, endpoint.connect())
+        .await
+        .map_err(|_| {
+            format!(
+                "cannot reach berth at {}: no answer to the connection within {}s",
+                cli.server,
+                CONNECT_WITHIN.as_secs()
+            )
+        })?;
+    let channel = connected.map_err(|e| {
         format!(
             "cannot reach berth at {}: {e} (is `berth up` running? set --server or BERTH_SERVER)",
             cli.server

@@ -2,6 +2,7 @@
 //! and the store, and maps their errors to gRPC codes (`error`).
 
 use berth_names::{Generation, PackageKey};
+use berth_operator::limits::MAX_OPERATORS_PER_PACKAGE;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -88,6 +89,42 @@ fn forwarded<T>(inner: T) -> Request<T> {
     req.metadata_mut()
         .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
     req
+}
+
+/// Checks a package's operators as Load did (parsed at this edge too: the request is the
+/// contract, not the worker), and refuses an app's operator whose source names a namespace
+/// other than the app's.
+fn check_operators(
+    operators: &[prost_types::Struct],
+    app_namespace: &str,
+) -> Result<Vec<berth_operator::Operator>, ServiceError> {
+    if operators.len() > MAX_OPERATORS_PER_PACKAGE {
+        return Err(ServiceError::Invalid(format!(
+            "operators: {} exceed the limit of {MAX_OPERATORS_PER_PACKAGE}",
+            operators.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(operators.len());
+    for (i, doc) in operators.iter().enumerate() {
+        let op = berth_operator::Operator::from_value(&berth_proto::json::from_struct(doc))
+            .map_err(|e| ServiceError::Invalid(format!("operators[{i}]: {e}")))?;
+        if !app_namespace.is_empty() {
+            for c in &op.controllers {
+                for (j, s) in c.sources.iter().enumerate() {
+                    if let Some(ns) = s.namespace.as_deref().filter(|ns| *ns != app_namespace) {
+                        return Err(ServiceError::Invalid(format!(
+                            "operators[{i}] ({}): controller {:?}: sources[{j}] watches \
+                             namespace {ns}; an app's operators stay in namespace \
+                             {app_namespace}",
+                            op.name, c.name
+                        )));
+                    }
+                }
+            }
+        }
+        out.push(op);
+    }
+    Ok(out)
 }
 
 impl HookEventService {
@@ -260,6 +297,7 @@ impl HookEventService {
                 req.schedules.len()
             )));
         }
+        check_operators(&req.operators, &req.app_namespace)?;
         let (package, generation) = (
             PackageKey::from_issued(req.package.clone()),
             Generation::new(req.generation),

@@ -12,8 +12,8 @@ use berth_queue::worker::TaskError;
 use crate::client::CallError;
 use crate::context::TaskContext;
 
-/// Whether any of the hooks binds what hookevent serves: schedules, Kubernetes events,
-/// admission or conversion webhooks.
+/// Whether the package has anything hookevent serves: hooks binding schedules, Kubernetes
+/// events, admission or conversion webhooks, or operators.
 ///
 /// A package whose hooks bind none of them never needs hookevent: hookevent holds nothing of
 /// it, because every Load follows a Disable of its key (the start-over flows: Disable → Load)
@@ -21,19 +21,25 @@ use crate::context::TaskContext;
 /// is retried until hookevent answers; removal never skips it). So Load registers no bindings
 /// for it and ApplySettings adopts none: two hookevent calls and their database writes fewer
 /// per such package.
-pub fn event_bound(hooks: &[Hook]) -> bool {
-    hooks.iter().any(|h| {
-        let c = &h.config;
-        !c.schedule.is_empty()
-            || !c.kubernetes.is_empty()
-            || !c.admission.is_empty()
-            || !c.conversion.is_empty()
-    })
+pub fn event_bound(hooks: &[Hook], operators: &[berth_operator::Operator]) -> bool {
+    !operators.is_empty()
+        || hooks.iter().any(|h| {
+            let c = &h.config;
+            !c.schedule.is_empty()
+                || !c.kubernetes.is_empty()
+                || !c.admission.is_empty()
+                || !c.conversion.is_empty()
+        })
 }
 
-/// The SetBindings request for a package's hooks. Hookevent looks the package's kind and
-/// namespace up itself (an app's bindings are locked to its namespace), so none is sent.
-pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBindingsRequest {
+/// The SetBindings request for a package's hooks and operators. Hookevent looks the package's
+/// kind and namespace up itself (an app's bindings are locked to its namespace), so none is
+/// sent.
+pub fn set_bindings_request(
+    cx: &TaskContext<'_>,
+    hooks: &[Hook],
+    operators: &[berth_operator::Operator],
+) -> pb::SetBindingsRequest {
     let mut schedules = vec![];
     let mut kubernetes = vec![];
     let mut webhooks = vec![];
@@ -120,6 +126,10 @@ pub fn set_bindings_request(cx: &TaskContext<'_>, hooks: &[Hook]) -> pb::SetBind
         kubernetes,
         app_namespace: String::new(),
         webhooks,
+        operators: operators
+            .iter()
+            .map(|o| berth_proto::json::to_struct(&o.document))
+            .collect(),
     }
 }
 

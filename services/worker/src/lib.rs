@@ -5,7 +5,7 @@
 //! | task | effect | delivered twice |
 //! |---|---|---|
 //! | Download | copy the package version into this worker's cache (no longer queued by lifecycle: Load does it first; runs for tasks queued before) | second copy is skipped (same digest) |
-//! | Load | copy the package version into this worker's cache (as Download), read it, discover hooks, apply its CRDs, report schema and hooks, register schedule, kubernetes and webhook bindings (none registered when no hook binds one: `bindings::event_bound`) | second copy skipped; same report, bindings replaced |
+//! | Load | copy the package version into this worker's cache (as Download), read it, discover hooks, apply its CRDs, report schema and hooks, register schedule, kubernetes and webhook bindings and the operators (none registered when no hook binds one and there is no operator: `bindings::event_bound`) | second copy skipped; same report, bindings replaced |
 //! | ApplySettings | bindings adopt the generation (when the hooks bind events); validate settings (schema, then the package's settings check), compute values, report them | same values |
 //! | Startup | Synchronization runs of kubernetes bindings, release their events, then onStartup hooks | hooks run again (hooks must be idempotent, as in shell-operator) |
 //! | Run | beforeHelm hooks → release install/upgrade → afterHelm hooks → wait ready (the global package: beforeAll hooks) | server-side apply is idempotent |

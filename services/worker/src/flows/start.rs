@@ -132,8 +132,8 @@ pub async fn load(cx: &TaskContext<'_>) -> Result<(), TaskError> {
             .await);
     }
     apply_crds(cx, &pkg).await?;
-    if bindings::event_bound(&hooks) {
-        register_bindings(cx, &hooks).await?;
+    if bindings::event_bound(&hooks, &pkg.operators) {
+        register_bindings(cx, &hooks, &pkg.operators).await?;
     }
     cx.report(Report::Loaded(Loaded {
         settings_schema: settings_schema(&pkg),
@@ -179,8 +179,9 @@ pub(super) fn conversions(pkg: &berth_package::Package) -> Vec<SettingsConversio
 async fn register_bindings(
     cx: &TaskContext<'_>,
     hooks: &[berth_hooks::Hook],
+    operators: &[berth_operator::Operator],
 ) -> Result<(), TaskError> {
-    let request = bindings::set_bindings_request(cx, hooks);
+    let request = bindings::set_bindings_request(cx, hooks, operators);
     let set = cx.services.hookevent.clone().set_bindings(request).await;
     if let Err(status) = set.map_err(|s| CallError::new("hookevent SetBindings", s)) {
         // A binding the cluster cannot serve (unknown kind, bad jqFilter) is a broken package.
@@ -355,7 +356,7 @@ async fn settings(cx: &TaskContext<'_>, pkg: &berth_package::Package) -> Result<
     // generation from now on, or workers would skip them as superseded. (After a Load the
     // bindings already carry it; adopting is then a no-op.) Hooks that bind no events have
     // nothing registered (`bindings::event_bound`).
-    if bindings::event_bound(&cx.package_hooks(pkg).await?) {
+    if bindings::event_bound(&cx.package_hooks(pkg).await?, &pkg.operators) {
         cx.services
             .hookevent
             .clone()
