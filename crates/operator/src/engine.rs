@@ -172,8 +172,8 @@ impl Engine {
             .map(|s| s.resource.kind.clone())
             .collect();
         let n = kinds.len();
-        let controller_pipeline = controller.pipeline.clone();
-        let kinds_for_index = kinds.clone();
+        let equalities = equalities(&controller.pipeline, &kinds);
+        let pipeline = Arc::new(controller.pipeline.clone());
         Engine {
             controller,
             api_version,
@@ -187,8 +187,8 @@ impl Engine {
             produced: BTreeMap::new(),
             made_by: BTreeMap::new(),
             target: BTreeMap::new(),
-            equalities: equalities(&controller_pipeline, &kinds_for_index),
-            pipeline: Arc::new(controller_pipeline),
+            equalities,
+            pipeline,
         }
     }
 
@@ -414,7 +414,7 @@ impl Engine {
                         }
                     })
                 } else {
-                    pipeline.run_linear(0..prefix_end, Item::Doc(row[0].1.clone()), env)
+                    pipeline.run_linear(0..prefix_end, Item::Source(row[0].1), env)
                 };
                 match result {
                     Ok(docs) if !docs.is_empty() => {

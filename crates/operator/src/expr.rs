@@ -217,7 +217,7 @@ impl<'a> Subject<'a> {
 /// bytes and joined rows made) past which it fails instead of exhausting memory.
 #[derive(Debug)]
 pub struct Env {
-    now: String,
+    now: chrono::DateTime<chrono::Utc>,
     spent: Cell<u64>,
     budget: u64,
 }
@@ -225,7 +225,7 @@ pub struct Env {
 impl Env {
     pub fn new(now: chrono::DateTime<chrono::Utc>) -> Env {
         Env {
-            now: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            now,
             spent: Cell::new(0),
             budget: EVAL_BUDGET,
         }
@@ -353,7 +353,9 @@ impl Expr {
     pub fn eval_cow<'a>(&'a self, s: &Scope<'a>) -> Result<Cow<'a, Value>, EvalError> {
         match self {
             Expr::Lit(v) => Ok(Cow::Borrowed(v)),
-            Expr::Now => Ok(Cow::Owned(Value::String(s.env.now.clone()))),
+            Expr::Now => Ok(Cow::Owned(Value::String(
+                s.env.now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            ))),
             Expr::Path { local: true, path } => {
                 let item = s.local.ok_or_else(|| EvalError {
                     at: path.to_string(),

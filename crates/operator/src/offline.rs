@@ -368,8 +368,8 @@ impl Simulation {
             };
             let mut targets = Vec::new();
             for (si, slot) in self.slots.iter().enumerate() {
-                for (input, read) in slot.reads.iter().enumerate() {
-                    let source = slot.engine.inputs()[input];
+                let inputs = slot.reads.iter().zip(slot.engine.controller().inputs());
+                for (input, (read, source)) in inputs.enumerate() {
                     if *read == gk && source.kind == SourceType::Watcher && matches(source, obj) {
                         targets.push((si, input, event.clone()));
                     }

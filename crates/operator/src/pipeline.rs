@@ -30,9 +30,11 @@ pub struct Pipeline {
     pub stages: Vec<Stage>,
 }
 
-/// A document in the pipeline: a joined row until a stage reshapes it, then one document.
+/// A document in the pipeline: a source object or a joined row (borrowed) until a stage
+/// reshapes it, then one document.
 #[derive(Debug, Clone)]
 pub enum Item<'a> {
+    Source(&'a Value),
     Row(&'a [(&'a str, &'a Value)]),
     Doc(Value),
 }
@@ -40,6 +42,7 @@ pub enum Item<'a> {
 impl Item<'_> {
     fn subject(&self) -> Subject<'_> {
         match self {
+            Item::Source(doc) => Subject::Doc(doc),
             Item::Row(row) => Subject::Row(row),
             Item::Doc(doc) => Subject::Doc(doc),
         }
@@ -48,6 +51,7 @@ impl Item<'_> {
     /// The item as one document.
     pub fn into_doc(self) -> Value {
         match self {
+            Item::Source(doc) => doc.clone(),
             Item::Row(row) => Subject::Row(row).to_value(),
             Item::Doc(doc) => doc,
         }
