@@ -13,6 +13,7 @@
 
 pub mod engine;
 pub mod expr;
+pub mod group;
 pub mod jsonpath;
 pub mod limits;
 pub mod offline;

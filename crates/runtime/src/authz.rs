@@ -83,6 +83,10 @@ const TABLE: &[(&str, &[Role])] = &[
         "/berth.lifecycle.v1.Lifecycle/ReportReleaseHealth",
         &[Release],
     ),
+    (
+        "/berth.lifecycle.v1.Lifecycle/ReportOperatorsHealth",
+        &[Hookevent],
+    ),
     // berth.hookevent.v1.HookEvents. A hookevent replica forwards a package's calls to the
     // replica owning the package's shard (not ApplyObjectOperations: any replica runs it).
     (
@@ -103,6 +107,10 @@ const TABLE: &[(&str, &[Role])] = &[
     ),
     (
         "/berth.hookevent.v1.HookEvents/AdoptGeneration",
+        &[Worker, Hookevent],
+    ),
+    (
+        "/berth.hookevent.v1.HookEvents/StartOperators",
         &[Worker, Hookevent],
     ),
     (

@@ -134,6 +134,13 @@ pub async fn run(
     let client = kube_client(config.kubeconfig.as_deref()).await?;
     let watch_metrics = kube::WatchMetrics::default();
     config.metrics.register(|r| watch_metrics.register(r));
+    let lifecycle =
+        berth_clients::lifecycle(&config.lifecycle_endpoint, tls).map_err(|source| {
+            Error::Lifecycle {
+                endpoint: config.lifecycle_endpoint.clone(),
+                source,
+            }
+        })?;
     let kube = client.clone().map(|client| {
         kube::KubeManager::new(
             client,
@@ -141,6 +148,7 @@ pub async fn run(
             shutdown.clone(),
             jq,
             watch_metrics,
+            kube::HealthReporter::start(lifecycle, shutdown.clone()),
         )
     });
     let webhooks = match &config.webhook {

@@ -11,7 +11,8 @@ use berth_proto::hookevent::{
     AdoptGenerationRequest, AdoptGenerationResponse, AnswerWebhookRequest, AnswerWebhookResponse,
     ApplyObjectOperationsRequest, ApplyObjectOperationsResponse, GetSnapshotsRequest,
     GetSnapshotsResponse, RemoveBindingsRequest, RemoveBindingsResponse, SetBindingsRequest,
-    SetBindingsResponse, SynchronizationDoneRequest, SynchronizationDoneResponse,
+    SetBindingsResponse, StartOperatorsRequest, StartOperatorsResponse, SynchronizationDoneRequest,
+    SynchronizationDoneResponse,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -243,6 +244,28 @@ impl HookEventService {
             {
                 tracing::error!(package, error = %e, "cannot watch the stored kubernetes bindings again");
             }
+            if req.operators.is_empty() {
+                continue;
+            }
+            // Operators stored were registered by a package that went on to run: they start
+            // again at once.
+            let restored = async {
+                let operators = check_operators(&req.operators, &req.app_namespace)?;
+                let principal = self.scopes.get(&req.package).await?.service_account();
+                kube.set_operators(
+                    &PackageKey::from_issued(req.package.clone()),
+                    Generation::new(req.generation),
+                    &req.app_namespace,
+                    principal,
+                    operators,
+                    true,
+                )
+                .await?;
+                Ok::<_, ServiceError>(())
+            };
+            if let Err(e) = restored.await {
+                tracing::error!(package, error = %e, "cannot start the stored operators again");
+            }
         }
     }
 
@@ -297,7 +320,10 @@ impl HookEventService {
                 req.schedules.len()
             )));
         }
-        check_operators(&req.operators, &req.app_namespace)?;
+        let operators = check_operators(&req.operators, &req.app_namespace)?;
+        if !operators.is_empty() && self.kube.is_none() {
+            return Err(ServiceError::NoKubernetes);
+        }
         let (package, generation) = (
             PackageKey::from_issued(req.package.clone()),
             Generation::new(req.generation),
@@ -341,7 +367,8 @@ impl HookEventService {
                 )
                 .await?;
             }
-            let stored = (!req.webhooks.is_empty()).then(|| req.encode_to_vec());
+            let stored = (!req.webhooks.is_empty() || !req.operators.is_empty())
+                .then(|| req.encode_to_vec());
             self.store
                 .set_registration(&req.package, stored.as_deref())
                 .await?;
@@ -359,6 +386,18 @@ impl HookEventService {
             self.store
                 .set_registration(&req.package, Some(&req.encode_to_vec()))
                 .await?;
+        }
+        if let Some(kube) = &self.kube {
+            let principal = self.scopes.get(&req.package).await?.service_account();
+            kube.set_operators(
+                &package,
+                generation,
+                &req.app_namespace,
+                principal,
+                operators,
+                false,
+            )
+            .await?;
         }
         self.store.replace(&req.package, &parsed).await?;
         self.scheduler.replace(&req.package, parsed);
@@ -546,6 +585,26 @@ impl HookEvents for HookEventService {
         self.adopt(&req.package, Generation::new(req.generation))
             .await?;
         Ok(Response::new(AdoptGenerationResponse {}))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
+    async fn start_operators(
+        &self,
+        req: Request<StartOperatorsRequest>,
+    ) -> Result<Response<StartOperatorsResponse>, Status> {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            return owner.start_operators(forwarded(req.into_inner())).await;
+        }
+        let req = req.into_inner();
+        if let Some(kube) = &self.kube {
+            kube.start_operators(
+                &PackageKey::from_issued(req.package.clone()),
+                Generation::new(req.generation),
+            )
+            .await
+            .map_err(ServiceError::from)?;
+        }
+        Ok(Response::new(StartOperatorsResponse {}))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]

@@ -452,6 +452,17 @@ pub fn release_health(h: &pb::ReleaseHealth) -> Result<ConditionSet, ReportError
     })
 }
 
+/// The OperatorsReady condition an `OperatorsHealth` sets: its reason at most 128 characters,
+/// its message at most `MAX_STATUS_MESSAGE_BYTES`.
+pub fn operators_health(h: &pb::OperatorsHealth) -> Result<ConditionSet, ReportError> {
+    condition_set(&pb::ConditionUpdate {
+        r#type: pb::ConditionType::OperatorsReady as i32,
+        status: h.status,
+        reason: h.reason.chars().take(128).collect(),
+        message: berth_runtime::bounded_status_message(stored_text(&h.message)),
+    })
+}
+
 /// Parses a worker's report; the error names the field.
 pub fn report(req: &pb::ReportRequest) -> Result<Parsed, ReportError> {
     let mut c = Report::new(Generation::new(req.generation));
@@ -813,6 +824,7 @@ fn condition_set(c: &pb::ConditionUpdate) -> Result<ConditionSet, ReportError> {
         Ok(pb::ConditionType::HooksProcessed) => ConditionType::HooksProcessed,
         Ok(pb::ConditionType::ManifestsApplied) => ConditionType::ManifestsApplied,
         Ok(pb::ConditionType::Ready) => ConditionType::Ready,
+        Ok(pb::ConditionType::OperatorsReady) => ConditionType::OperatorsReady,
         Ok(pb::ConditionType::Unspecified) | Err(_) => {
             return Err(ReportError::UnknownValue {
                 field: "progress.conditions.type",

@@ -231,6 +231,20 @@ pub async fn synchronization_done(cx: &TaskContext<'_>) -> Result<(), TaskError>
     Ok(())
 }
 
+/// Tells hookevent that the package is Running: its operators start.
+pub async fn start_operators(cx: &TaskContext<'_>) -> Result<(), TaskError> {
+    cx.services
+        .hookevent
+        .clone()
+        .start_operators(pb::StartOperatorsRequest {
+            package: cx.key().to_owned(),
+            generation: cx.spec.generation,
+        })
+        .await
+        .map_err(|s| CallError::new("hookevent StartOperators", s))?;
+    Ok(())
+}
+
 /// Has hookevent execute a hook's object operations as one batch. An invalid batch (unknown
 /// kind, a namespace outside the app's) is a permanent failure naming the operation.
 pub async fn apply_operations(

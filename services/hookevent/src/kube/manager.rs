@@ -25,7 +25,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::binding::{BindingState, Change, Evaluation, obj_key};
 use super::metrics::WatchMetrics;
-use super::registry::{Follow, NamespaceWatch, PackageState, Registered, State, Watch, WatchKey};
+use super::operators::{FeedEvent, HostMsg};
+use super::registry::{
+    Feed, Follow, NamespaceWatch, PackageState, Registered, State, Watch, WatchKey,
+};
 use super::resolve::{ResolveError, Resolver};
 use super::tasks::{event_task, hook_snapshots, release, sync_task};
 use crate::convert::{schedule_spec_of, spec_of};
@@ -95,8 +98,10 @@ pub struct KubeManager {
     state: Mutex<State>,
     /// Woken whenever a watch finished a list or failed.
     listed: Notify,
-    shutdown: CancellationToken,
+    pub(super) shutdown: CancellationToken,
     metrics: WatchMetrics,
+    /// Where the packages' operators' health goes (lifecycle's OperatorsReady).
+    pub(super) health: super::operators::HealthReporter,
 }
 
 impl KubeManager {
@@ -108,8 +113,10 @@ impl KubeManager {
         shutdown: CancellationToken,
         jq: Jq,
         metrics: WatchMetrics,
+        health: super::operators::HealthReporter,
     ) -> Arc<KubeManager> {
         let manager = Arc::new(KubeManager {
+            health,
             principals: super::impersonate::ImpersonatingClients::new(client.clone()),
             resolver: Resolver::new(client),
             jq,
@@ -151,7 +158,7 @@ impl KubeManager {
         &self.jq
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -219,15 +226,10 @@ impl KubeManager {
                     }
                 }
                 for key in &keys {
-                    let watch = state.watches.entry(key.clone()).or_insert_with(|| Watch {
-                        resource: resource.clone(),
-                        subscribers: vec![],
-                        epoch: 0,
-                        cancel: CancellationToken::new(),
-                        relist: None,
-                        listed: false,
-                        error: None,
-                    });
+                    let watch = state
+                        .watches
+                        .entry(key.clone())
+                        .or_insert_with(|| Watch::new(resource.clone()));
                     watch.subscribers.push(id);
                     restart.insert(key.clone());
                 }
@@ -505,6 +507,7 @@ impl KubeManager {
 
     /// Drops the package's bindings and stops watches nobody needs any more. Idempotent.
     pub fn remove(&self, package: &str) {
+        self.stop_operators(package, true);
         let mut state = self.lock();
         self.remove_locked(&mut state, package);
     }
@@ -616,15 +619,7 @@ impl KubeManager {
                 state
                     .watches
                     .entry(key.clone())
-                    .or_insert_with(|| Watch {
-                        resource: f.resource.clone(),
-                        subscribers: vec![],
-                        epoch: 0,
-                        cancel: CancellationToken::new(),
-                        relist: None,
-                        listed: false,
-                        error: None,
-                    })
+                    .or_insert_with(|| Watch::new(f.resource.clone()))
                     .subscribers
                     .push(id);
                 restart.insert(key);
@@ -662,7 +657,7 @@ impl KubeManager {
     }
 
     /// (Re)starts the watch of `key` under a new epoch; events of older epochs are ignored.
-    fn restart_locked(self: &Arc<Self>, state: &mut State, key: &WatchKey) {
+    pub(super) fn restart_locked(self: &Arc<Self>, state: &mut State, key: &WatchKey) {
         state.next_epoch += 1;
         let epoch = state.next_epoch;
         let Some(w) = state.watches.get_mut(key) else {
@@ -742,6 +737,28 @@ impl KubeManager {
             watcher::Event::Delete(o) => (EventKind::Delete, Some(object_json(o, resource))),
             watcher::Event::InitDone => (EventKind::InitDone, None),
         };
+        // Operators reading the watch get each event first, in order (the send waits while a
+        // host's queue is full: the watch slows down rather than dropping events).
+        let feeds: Vec<Feed> = match self.lock().watches.get(key).filter(|w| w.epoch == epoch) {
+            Some(w) => w.feeds.clone(),
+            None => return,
+        };
+        for feed in &feeds {
+            let event = match (event, &object) {
+                (EventKind::Init, _) => FeedEvent::Init,
+                (EventKind::InitDone, _) => FeedEvent::InitDone,
+                (EventKind::Apply, Some(o)) => FeedEvent::Apply(o.clone()),
+                (EventKind::Delete, Some(o)) => FeedEvent::Delete(o.clone()),
+                _ => continue,
+            };
+            let msg = HostMsg::Watch {
+                feed: feed.id,
+                epoch,
+                event,
+            };
+            // A host that stopped has dropped its receiver; its feed goes with it.
+            let _ = feed.tx.send(msg).await;
+        }
         let mut eval = match event {
             EventKind::Apply => object.as_ref().map(Evaluation::new),
             _ => None,
@@ -998,7 +1015,7 @@ fn new_trace(tasks: &mut [berth_proto::queue::Task], span: tracing::Span) {
 fn unsubscribe(state: &mut State, key: &WatchKey, id: u64) {
     if let Some(w) = state.watches.get_mut(key) {
         w.subscribers.retain(|s| *s != id);
-        if w.subscribers.is_empty() {
+        if w.unused() {
             w.cancel.cancel();
             state.watches.remove(key);
         }

@@ -1,6 +1,8 @@
 //! hookevent's watch metrics: `berth_watches` (the Kubernetes watches held open, read from the
 //! manager at each scrape) and `berth_watch_events_total{kind}` (objects the watches
-//! delivered, by Kubernetes kind).
+//! delivered, by Kubernetes kind), and the packages' operators: `berth_operator_packages` (packages
+//! whose operators run) and `berth_operator_controllers{ready}` (their controllers by the status
+//! of their Ready condition).
 //!
 //! Kinds come from the packages' bindings, which are untrusted, so the label set is capped:
 //! the first [`MAX_KINDS`] kinds seen get a series of their own, any later one counts as
@@ -90,7 +92,7 @@ impl Collector for Watches {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .upgrade();
-        let open = manager.map_or(0, |m| m.watch_count());
+        let open = manager.as_ref().map_or(0, |m| m.watch_count());
         let gauge = ConstGauge::new(i64::try_from(open).unwrap_or(i64::MAX));
         let metric = encoder.encode_descriptor(
             "berth_watches",
@@ -98,7 +100,28 @@ impl Collector for Watches {
             None,
             gauge.metric_type(),
         )?;
-        gauge.encode(metric)
+        gauge.encode(metric)?;
+        let (packages, by_readiness) = manager.map_or((0, [0; 3]), |m| m.operator_figures());
+        let gauge = ConstGauge::new(i64::try_from(packages).unwrap_or(i64::MAX));
+        let metric = encoder.encode_descriptor(
+            "berth_operator_packages",
+            "Packages whose declarative operators run",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)?;
+        let mut family = encoder.encode_descriptor(
+            "berth_operator_controllers",
+            "Controllers of running operators, by their Ready condition's status",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (ready, n) in ["True", "False", "Unknown"].into_iter().zip(by_readiness) {
+            let gauge = ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX));
+            let labels = [("ready", ready)];
+            gauge.encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }
 

@@ -39,6 +39,8 @@ impl std::fmt::Display for WatchKey {
 pub(super) struct Watch {
     pub(super) resource: ApiResource,
     pub(super) subscribers: Vec<u64>,
+    /// Packages' operators reading this watch: its events go to them too.
+    pub(super) feeds: Vec<Feed>,
     pub(super) epoch: u64,
     pub(super) cancel: CancellationToken,
     /// Keys seen since the last `Init`; `Some` while a (re)list is in progress.
@@ -79,6 +81,33 @@ pub(super) struct PackageState {
     pub(super) hooks: HashMap<String, HookConfig>,
 }
 
+/// An operator host's subscription to a watch: the watch's events, sent on `tx` under `id`.
+#[derive(Clone)]
+pub(super) struct Feed {
+    pub(super) id: u64,
+    pub(super) tx: tokio::sync::mpsc::Sender<super::operators::HostMsg>,
+}
+
+impl Watch {
+    pub(super) fn new(resource: ApiResource) -> Watch {
+        Watch {
+            resource,
+            subscribers: vec![],
+            feeds: vec![],
+            epoch: 0,
+            cancel: CancellationToken::new(),
+            relist: None,
+            listed: false,
+            error: None,
+        }
+    }
+
+    /// Nobody reads it any more: it is to stop.
+    pub(super) fn unused(&self) -> bool {
+        self.subscribers.is_empty() && self.feeds.is_empty()
+    }
+}
+
 #[derive(Default)]
 pub(super) struct State {
     pub(super) next_id: u64,
@@ -88,4 +117,6 @@ pub(super) struct State {
     pub(super) packages: HashMap<PackageKey, PackageState>,
     /// By namespace label selector.
     pub(super) namespace_watches: HashMap<String, NamespaceWatch>,
+    /// Per package, its operators (registered, and running once started).
+    pub(super) operators: HashMap<PackageKey, super::operators::Hosted>,
 }

@@ -89,6 +89,38 @@ impl Resolver {
         Ok(resolved)
     }
 
+    /// Resolves `kind` of API group `group` (`""`: the core group) in `version`, or in the
+    /// group's preferred version when `None` (how operator specs name resources).
+    pub async fn resolve_in_group(
+        &self,
+        group: &str,
+        version: Option<&str>,
+        kind: &str,
+    ) -> Result<Resolved, ResolveError> {
+        let api_version = match (group, version) {
+            ("", v) => v.unwrap_or("v1").to_owned(),
+            (g, Some(v)) => format!("{g}/{v}"),
+            (g, None) => {
+                let groups = bounded("API groups", self.client.list_api_groups()).await?;
+                let found = groups.groups.into_iter().find(|x| x.name == g);
+                let version = found.and_then(|x| {
+                    x.preferred_version
+                        .or_else(|| x.versions.into_iter().next())
+                });
+                match version {
+                    Some(v) => v.group_version,
+                    None => {
+                        return Err(ResolveError::NotFound {
+                            api_version: g.to_owned(),
+                            kind: kind.to_owned(),
+                        });
+                    }
+                }
+            }
+        };
+        self.resolve(&api_version, kind).await
+    }
+
     async fn search_all(&self, kind: &str) -> Result<Option<Resolved>, ResolveError> {
         if let Some(found) = find(&self.resources("v1").await?, kind) {
             return Ok(Some(found));

@@ -19,9 +19,9 @@ use berth_proto::lifecycle::lifecycle_server::Lifecycle;
 use berth_proto::lifecycle::{
     AnswerValidationRequest, AnswerValidationResponse, ClusterVersionReport,
     ClusterVersionReportResponse, DeleteRepositoryRequest, DeleteRepositoryResponse,
-    GetSpecRequest, OwnedRemove, OwnedSuspend, OwnedUpdate, PutRepositoryResponse, ReleaseHealth,
-    ReleaseHealthResponse, ReportBatchRequest, ReportRequest, ReportResponse, RepositoryDefinition,
-    Spec, SuspendChange,
+    GetSpecRequest, OperatorsHealth, OperatorsHealthResponse, OwnedRemove, OwnedSuspend,
+    OwnedUpdate, PutRepositoryResponse, ReleaseHealth, ReleaseHealthResponse, ReportBatchRequest,
+    ReportRequest, ReportResponse, RepositoryDefinition, Spec, SuspendChange,
 };
 use berth_proto::v1;
 use futures::Stream;
@@ -268,6 +268,15 @@ impl Lifecycle for LifecycleService {
     ) -> Result<Response<ReleaseHealthResponse>, Status> {
         let applied = self.apply_release_health(req.into_inner()).await?;
         Ok(Response::new(ReleaseHealthResponse { applied }))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().key, status = req.get_ref().status))]
+    async fn report_operators_health(
+        &self,
+        req: Request<OperatorsHealth>,
+    ) -> Result<Response<OperatorsHealthResponse>, Status> {
+        let applied = self.apply_operators_health(req.into_inner()).await?;
+        Ok(Response::new(OperatorsHealthResponse { applied }))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]

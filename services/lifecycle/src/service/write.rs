@@ -225,6 +225,43 @@ impl LifecycleService {
         Ok(self.writer.report(change).await?)
     }
 
+    /// Hookevent's view of a Running package's operators (`OperatorsHealth`) as its
+    /// OperatorsReady condition: applied only while the package is Running at the reported
+    /// generation and not being removed (answers false otherwise), and a no-op when the
+    /// condition already says it.
+    pub(super) async fn apply_operators_health(
+        &self,
+        health: berth_proto::lifecycle::OperatorsHealth,
+    ) -> Result<bool, Error> {
+        use berth_lifecycle_core::model::condition::{ConditionType, find};
+        let set = convert::operators_health(&health).map_err(convert::RequestError::Report)?;
+        let key = PackageKey::from_issued(health.key);
+        let Some(row) = self.store.get(&key).await? else {
+            return Ok(false);
+        };
+        if row.phase != berth_lifecycle_core::Phase::Running
+            || row.removing
+            || row.generation.get() != health.generation
+        {
+            return Ok(false);
+        }
+        let current = find(&row.conditions, ConditionType::OperatorsReady);
+        if current.is_some_and(|c| {
+            c.status == set.status && c.reason == set.reason && c.message == set.message
+        }) {
+            return Ok(true);
+        }
+        tracing::info!(status = ?set.status, reason = %set.reason, message = %set.message, "operators health changed");
+        let mut report = Report::new(row.generation);
+        report.conditions = vec![set];
+        let change = Change::Report {
+            key,
+            generation: row.generation,
+            reports: vec![report],
+        };
+        Ok(self.writer.report(change).await?)
+    }
+
     /// Applies a task's reports (one, or a worker's batch: the same package and generation,
     /// in order) as one write: each report applied to the row in turn, then one scheduling
     /// pass. Whether the write was applied (false: a stale generation, ignored).

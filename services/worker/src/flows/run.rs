@@ -130,6 +130,10 @@ pub(super) async fn run_with(
     if pkg.is_helm {
         wait_ready(cx, readiness).await?;
     }
+    // Operators start once what they act on is in place, as the package turns Running.
+    if !pkg.operators.is_empty() {
+        crate::bindings::start_operators(cx).await?;
+    }
     cx.report(Report::RunSucceeded(RunSucceeded {})).await?;
     Ok(())
 }

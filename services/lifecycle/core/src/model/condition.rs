@@ -18,6 +18,8 @@ pub enum ConditionType {
     HooksProcessed,
     ManifestsApplied,
     Ready,
+    /// The package's declarative operators (reported by hookevent while it is Running).
+    OperatorsReady,
 }
 
 impl ConditionType {

@@ -1,0 +1,893 @@
+//! Packages' declarative operators, hosted beside the hooks' watches (docs/operators.md).
+//!
+//! A package's operators are one [`Group`] run by one task, its host. The host reads the same
+//! watches the hooks' bindings do (a [`Feed`] on each watch a Watcher source needs: one watch
+//! per resource, namespace and selectors for the whole process), keeps its views in memory,
+//! and performs its targets' writes as the package's ServiceAccount, so the API server
+//! authorises each write by the package's rights: an App's operators write only in its
+//! namespace because its principal can write nowhere else. What an App's operators read is
+//! confined here, where berth's own identity watches: every source is forced into the App's
+//! namespace, and a cluster-scoped kind is refused.
+//!
+//! Operators are registered with the package's bindings (SetBindings) and start when the
+//! worker says the package is Running (StartOperators), or at once when restored after a
+//! restart. A new registration that changes nothing keeps the running host; one that changes
+//! the specs takes effect at the next start. Removing the package's bindings stops the host,
+//! which drops its views.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use berth_clients::scope::ServiceAccountRef;
+use berth_names::{Generation, PackageKey};
+use berth_operator::Operator;
+use berth_operator::engine::{ObjKey, Write, obj_key};
+use berth_operator::group::{Group, GroupKind, Outbound, Processed, patcher_patch};
+use berth_operator::spec::TargetType;
+use berth_operator::status::{ControllerStatus, Readiness};
+use berth_operator::target::{removal_patch, updater_object};
+use berth_proto::lifecycle::ConditionStatus;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::manager::{KubeManager, SetError};
+use super::registry::{Feed, Watch, WatchKey};
+use super::resolve::Resolved;
+
+/// Events one host may have queued before the watches feeding it wait.
+const HOST_QUEUE: usize = 1024;
+/// Bound on each write a host makes.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often failed writes are tried again.
+const RETRY_EVERY: Duration = Duration::from_secs(5);
+/// Failed writes a host keeps for retrying (the latest per object); past it the oldest go.
+const MAX_FAILED: usize = 10_000;
+
+/// What a host hears.
+pub(crate) enum HostMsg {
+    /// An event of the watch this feed reads, under the watch's epoch.
+    Watch {
+        feed: u64,
+        epoch: u64,
+        event: FeedEvent,
+    },
+    /// A Periodic source of this controller fired.
+    Tick(usize),
+    /// A copy of the views, for readers.
+    Views(tokio::sync::oneshot::Sender<Vec<Value>>),
+    /// The package runs at this generation now (its health is reported under it).
+    Generation(Generation),
+}
+
+/// A watch event as a feed gets it.
+pub(crate) enum FeedEvent {
+    Init,
+    Apply(Value),
+    Delete(Value),
+    InitDone,
+}
+
+/// One controller's status, as a package's operators report it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorStatus {
+    pub operator: String,
+    pub status: ControllerStatus,
+}
+
+/// A package's operators: what is registered, and the host running, if started.
+pub(crate) struct Hosted {
+    generation: Generation,
+    registered: Vec<Operator>,
+    app_namespace: String,
+    principal: ServiceAccountRef,
+    running: Option<Running>,
+}
+
+struct Running {
+    operators: Vec<Operator>,
+    cancel: CancellationToken,
+    tx: mpsc::Sender<HostMsg>,
+    /// The feeds it holds, by watch.
+    feeds: Vec<(WatchKey, u64)>,
+    statuses: Arc<Mutex<Vec<OperatorStatus>>>,
+}
+
+/// A feed's view of its watch: the objects it passed on, to tell after a relist which are
+/// gone.
+struct FeedState {
+    gk: GroupKind,
+    epoch: u64,
+    known: HashSet<ObjKey>,
+    /// Keys seen since the last Init; `Some` while a (re)list is in progress.
+    seen: Option<HashSet<ObjKey>>,
+}
+
+/// A target's resource, resolved.
+struct TargetResource {
+    resource: ApiResource,
+    namespaced: bool,
+}
+
+impl KubeManager {
+    /// Registers `operators` for `package` (all of them: an empty list stops and forgets
+    /// them). With `start`, they start at once (after a restart); otherwise at the next
+    /// [`KubeManager::start_operators`], while a running host whose specs are the same goes on.
+    pub async fn set_operators(
+        self: &Arc<Self>,
+        package: &PackageKey,
+        generation: Generation,
+        app_namespace: &str,
+        principal: ServiceAccountRef,
+        operators: Vec<Operator>,
+        start: bool,
+    ) -> Result<(), SetError> {
+        if operators.is_empty() {
+            self.stop_operators(package.as_str(), true);
+            return Ok(());
+        }
+        let mut operators = operators;
+        if !app_namespace.is_empty() {
+            for op in &mut operators {
+                for c in &mut op.controllers {
+                    for s in &mut c.sources {
+                        // An App's sources see its namespace only, whatever they ask for (a
+                        // different one was refused at the edge).
+                        s.namespace = Some(app_namespace.to_owned());
+                    }
+                }
+            }
+        }
+        {
+            let mut state = self.lock();
+            let hosted = state
+                .operators
+                .entry(package.to_owned())
+                .or_insert_with(|| Hosted {
+                    generation,
+                    registered: Vec::new(),
+                    app_namespace: app_namespace.to_owned(),
+                    principal: principal.clone(),
+                    running: None,
+                });
+            hosted.generation = generation;
+            hosted.registered = operators;
+            hosted.app_namespace = app_namespace.to_owned();
+            hosted.principal = principal;
+        }
+        if start {
+            self.start_operators(package, generation).await?;
+        }
+        Ok(())
+    }
+
+    /// The package is Running at `generation`: its registered operators start, replacing
+    /// the running ones if their specs changed. A call for an older generation than the one
+    /// registered does nothing.
+    pub async fn start_operators(
+        self: &Arc<Self>,
+        package: &PackageKey,
+        generation: Generation,
+    ) -> Result<(), SetError> {
+        let (operators, app_namespace, principal) = {
+            let state = self.lock();
+            let Some(h) = state.operators.get(package.as_str()) else {
+                return Ok(());
+            };
+            if h.generation > generation {
+                return Ok(());
+            }
+            if let Some(r) = h.running.as_ref().filter(|r| r.operators == h.registered) {
+                // The same operators go on; their health is now this generation's.
+                let _ = r.tx.try_send(HostMsg::Generation(generation));
+                return Ok(());
+            }
+            (
+                h.registered.clone(),
+                h.app_namespace.clone(),
+                h.principal.clone(),
+            )
+        };
+        let prepared = self.prepare_host(&operators, &app_namespace).await?;
+        let client = self
+            .acting_as(&principal)
+            .map_err(|reason| SetError::Watch {
+                watch: format!("operators of {package}"),
+                reason,
+            })?;
+        self.stop_operators(package.as_str(), false);
+        let (tx, rx) = mpsc::channel(HOST_QUEUE);
+        let cancel = self.shutdown.child_token();
+        let statuses = Arc::new(Mutex::new(Vec::new()));
+        let mut feeds = Vec::new();
+        let mut feed_states = HashMap::new();
+        {
+            let mut state = self.lock();
+            let Some(h) = state.operators.get(package.as_str()) else {
+                return Ok(());
+            };
+            if h.registered != operators {
+                // Registered anew meanwhile: that registration's start comes.
+                return Ok(());
+            }
+            for (key, resource, gk) in &prepared.watches {
+                let id = state.next_id;
+                state.next_id += 1;
+                let watch = state
+                    .watches
+                    .entry(key.clone())
+                    .or_insert_with(|| Watch::new(resource.clone()));
+                watch.feeds.push(Feed { id, tx: tx.clone() });
+                feeds.push((key.clone(), id));
+                feed_states.insert(
+                    id,
+                    FeedState {
+                        gk: gk.clone(),
+                        epoch: 0,
+                        known: HashSet::new(),
+                        seen: None,
+                    },
+                );
+            }
+            if let Some(h) = state.operators.get_mut(package.as_str()) {
+                h.running = Some(Running {
+                    operators: operators.clone(),
+                    cancel: cancel.clone(),
+                    tx: tx.clone(),
+                    feeds: feeds.clone(),
+                    statuses: statuses.clone(),
+                });
+            }
+            // The watch lists again for the new feed (the others see no change).
+            for (key, _) in &feeds {
+                self.restart_locked(&mut state, key);
+            }
+        }
+        let host = Host {
+            package: package.to_owned(),
+            group: prepared.group,
+            feeds: feed_states,
+            client,
+            targets: prepared.targets,
+            failed: BTreeMap::new(),
+            statuses,
+            generation,
+            health: self.health.clone(),
+            reported: None,
+        };
+        let span = tracing::info_span!(parent: None, "hookevent.operators", package.key = %package);
+        let periods: Vec<(usize, Duration)> = host
+            .group
+            .controllers()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| c.periods.iter().map(move |p| (i, *p)))
+            .collect();
+        for (controller, period) in periods {
+            let (tx, cancel) = (tx.clone(), cancel.clone());
+            berth_runtime::spawn_in(span.clone(), async move {
+                let mut tick =
+                    tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = cancel.cancelled() => return,
+                    }
+                    // A host still busy with the last tick skips this one.
+                    let _ = tx.try_send(HostMsg::Tick(controller));
+                }
+            });
+        }
+        berth_runtime::spawn_in(span, host.run(rx, cancel));
+        tracing::info!(package = %package, operators = operators.len(), "operators started");
+        Ok(())
+    }
+
+    /// Stops the package's running operators (their views go with them); with `forget`,
+    /// forgets their registration too.
+    pub fn stop_operators(&self, package: &str, forget: bool) {
+        let mut state = self.lock();
+        let running = match state.operators.get_mut(package) {
+            Some(h) => h.running.take(),
+            None => None,
+        };
+        if forget {
+            state.operators.remove(package);
+        }
+        let Some(running) = running else {
+            return;
+        };
+        running.cancel.cancel();
+        for (key, id) in running.feeds {
+            if let Some(w) = state.watches.get_mut(&key) {
+                w.feeds.retain(|f| f.id != id);
+                if w.unused() {
+                    w.cancel.cancel();
+                    state.watches.remove(&key);
+                }
+            }
+        }
+        tracing::info!(package, "operators stopped");
+    }
+
+    /// The statuses of the package's running operators' controllers (empty when none run).
+    pub fn operator_statuses(&self, package: &str) -> Vec<OperatorStatus> {
+        let state = self.lock();
+        state
+            .operators
+            .get(package)
+            .and_then(|h| h.running.as_ref())
+            .map(|r| r.statuses.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    /// The views of the package's running operators (`None`: none run).
+    pub async fn operator_views(&self, package: &str) -> Option<Vec<Value>> {
+        let tx = {
+            let state = self.lock();
+            state.operators.get(package)?.running.as_ref()?.tx.clone()
+        };
+        let (answer, rx) = tokio::sync::oneshot::channel();
+        tx.send(HostMsg::Views(answer)).await.ok()?;
+        rx.await.ok()
+    }
+
+    /// The packages whose operators run, and their controllers by readiness (True, False,
+    /// Unknown).
+    pub fn operator_figures(&self) -> (usize, [usize; 3]) {
+        let state = self.lock();
+        let mut packages = 0;
+        let mut by = [0; 3];
+        for r in state.operators.values().filter_map(|h| h.running.as_ref()) {
+            packages += 1;
+            for s in r.statuses.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                by[match s.status.ready {
+                    Readiness::True => 0,
+                    Readiness::False => 1,
+                    Readiness::Unknown => 2,
+                }] += 1;
+            }
+        }
+        (packages, by)
+    }
+
+    /// Resolves what the operators watch and write, and builds their group.
+    async fn prepare_host(
+        &self,
+        operators: &[Operator],
+        app_namespace: &str,
+    ) -> Result<Prepared, SetError> {
+        let invalid = |op: &str, what: String| SetError::Invalid {
+            index: 0,
+            hook: format!("operator {op}"),
+            binding: String::new(),
+            reason: what,
+        };
+        // Targets first: the group needs their versions.
+        let mut targets = HashMap::new();
+        let mut versions = HashMap::new();
+        for op in operators {
+            for c in &op.controllers {
+                let t = &c.target.resource;
+                if t.is_view(&op.name) {
+                    continue;
+                }
+                let group = t.group_of(&op.name);
+                let resolved = self
+                    .resolver()
+                    .resolve_in_group(&group, t.version.as_deref(), &t.kind)
+                    .await
+                    .map_err(|e| {
+                        invalid(&op.name, format!("controller {:?}: target: {e}", c.name))
+                    })?;
+                versions.insert(
+                    (group.clone(), t.kind.clone()),
+                    resolved.resource.version.clone(),
+                );
+                targets.insert(
+                    (resolved.resource.api_version.clone(), t.kind.clone()),
+                    TargetResource {
+                        namespaced: resolved.namespaced,
+                        resource: resolved.resource,
+                    },
+                );
+            }
+        }
+        let group = Group::new(
+            operators,
+            |g, k| versions.get(&(g.to_owned(), k.to_owned())).cloned(),
+            chrono::Utc::now(),
+        )
+        .map_err(|e| invalid("", e))?;
+        let mut watches = Vec::new();
+        for w in group.watched() {
+            let Resolved {
+                resource,
+                namespaced,
+            } = self
+                .resolver()
+                .resolve_in_group(&w.group, w.version.as_deref(), &w.kind)
+                .await
+                .map_err(|e| invalid("", format!("source {}/{}: {e}", w.group, w.kind)))?;
+            if !namespaced && !app_namespace.is_empty() {
+                return Err(invalid(
+                    "",
+                    format!(
+                        "source {}: {} is cluster-scoped; an app's operators are locked to its \
+                         namespace {app_namespace}",
+                        w.kind, resource.kind
+                    ),
+                ));
+            }
+            let key = WatchKey {
+                api_version: resource.api_version.clone(),
+                plural: resource.plural.clone(),
+                namespace: if namespaced {
+                    w.namespace.clone()
+                } else {
+                    None
+                },
+                labels: String::new(),
+                fields: String::new(),
+            };
+            watches.push((key, resource, (w.group.clone(), w.kind.clone())));
+        }
+        Ok(Prepared {
+            group,
+            watches,
+            targets,
+        })
+    }
+}
+
+struct Prepared {
+    group: Group,
+    watches: Vec<(WatchKey, ApiResource, GroupKind)>,
+    targets: HashMap<(String, String), TargetResource>,
+}
+
+/// The task running one package's operators.
+struct Host {
+    package: PackageKey,
+    group: Group,
+    feeds: HashMap<u64, FeedState>,
+    /// Acting as the package's ServiceAccount.
+    client: kube::Client,
+    /// By apiVersion and kind.
+    targets: HashMap<(String, String), TargetResource>,
+    /// Writes that failed, the latest per (controller, apiVersion, kind, namespace, name),
+    /// tried again every [`RETRY_EVERY`].
+    failed: BTreeMap<(usize, String, String, ObjKey), Outbound>,
+    statuses: Arc<Mutex<Vec<OperatorStatus>>>,
+    generation: Generation,
+    health: HealthReporter,
+    /// The health last reported.
+    reported: Option<(ConditionStatus, &'static str, String)>,
+}
+
+impl Host {
+    async fn run(mut self, mut rx: mpsc::Receiver<HostMsg>, cancel: CancellationToken) {
+        let started = self.group.start(chrono::Utc::now());
+        self.perform(started).await;
+        let mut retry = tokio::time::interval(RETRY_EVERY);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                msg = rx.recv() => match msg {
+                    None => return,
+                    Some(msg) => self.handle(msg).await,
+                },
+                _ = retry.tick(), if !self.failed.is_empty() => self.retry().await,
+            }
+        }
+    }
+
+    async fn handle(&mut self, msg: HostMsg) {
+        let now = chrono::Utc::now();
+        let processed = match msg {
+            HostMsg::Tick(controller) => self.group.resync(controller, now),
+            HostMsg::Generation(g) => {
+                if g > self.generation {
+                    self.generation = g;
+                    self.reported = None;
+                    self.publish();
+                }
+                return;
+            }
+            HostMsg::Views(answer) => {
+                let views = self
+                    .group
+                    .views()
+                    .values()
+                    .flat_map(|m| m.values().cloned())
+                    .collect();
+                let _ = answer.send(views);
+                return;
+            }
+            HostMsg::Watch { feed, epoch, event } => {
+                let Some(f) = self.feeds.get_mut(&feed) else {
+                    return;
+                };
+                if epoch < f.epoch {
+                    return;
+                }
+                if epoch > f.epoch {
+                    f.epoch = epoch;
+                    f.seen = None;
+                }
+                match event {
+                    FeedEvent::Init => {
+                        f.seen = Some(HashSet::new());
+                        return;
+                    }
+                    FeedEvent::Apply(obj) => {
+                        let key = obj_key(&obj);
+                        if let Some(seen) = &mut f.seen {
+                            seen.insert(key.clone());
+                        }
+                        f.known.insert(key);
+                        let gk = f.gk.clone();
+                        self.group.upsert(&gk, obj, now)
+                    }
+                    FeedEvent::Delete(obj) => {
+                        f.known.remove(&obj_key(&obj));
+                        let gk = f.gk.clone();
+                        self.group.delete(&gk, obj, now)
+                    }
+                    FeedEvent::InitDone => {
+                        // Objects not listed again were deleted while the watch was down.
+                        let seen = f.seen.take().unwrap_or_default();
+                        let gone: Vec<ObjKey> = f
+                            .known
+                            .iter()
+                            .filter(|k| !seen.contains(*k))
+                            .cloned()
+                            .collect();
+                        f.known = seen;
+                        let gk = f.gk.clone();
+                        let mut all = Processed::default();
+                        for k in gone {
+                            let obj = json!({"metadata": {"namespace": k.0, "name": k.1}});
+                            let p = self.group.delete(&gk, obj, now);
+                            all.writes.extend(p.writes);
+                            all.errors.extend(p.errors);
+                            all.report.extend(p.report);
+                        }
+                        all
+                    }
+                }
+            }
+        };
+        self.perform(processed).await;
+    }
+
+    /// Performs a change's writes and publishes the statuses.
+    async fn perform(&mut self, processed: Processed) {
+        for m in &processed.report {
+            tracing::warn!(package = %self.package, "{m}");
+        }
+        for w in processed.writes {
+            self.write(w).await;
+        }
+        self.publish();
+    }
+
+    /// Publishes the controllers' statuses, and reports the package's health when it changed.
+    fn publish(&mut self) {
+        let statuses: Vec<OperatorStatus> = self
+            .group
+            .statuses()
+            .into_iter()
+            .map(|(operator, status)| OperatorStatus { operator, status })
+            .collect();
+        let now = health(&statuses);
+        *self.statuses.lock().unwrap_or_else(|p| p.into_inner()) = statuses;
+        if self.reported.as_ref() == Some(&now) {
+            return;
+        }
+        self.health.report(berth_proto::lifecycle::OperatorsHealth {
+            key: self.package.as_str().to_owned(),
+            generation: self.generation.get(),
+            status: now.0 as i32,
+            reason: now.1.to_owned(),
+            message: now.2.clone(),
+        });
+        self.reported = Some(now);
+    }
+
+    async fn retry(&mut self) {
+        let failed = std::mem::take(&mut self.failed);
+        for (_, w) in failed {
+            self.write(w).await;
+        }
+        self.publish();
+    }
+
+    /// Performs one write; a failure is kept for a retry and said in the controller's status.
+    async fn write(&mut self, w: Outbound) {
+        let output = match &w.write {
+            Write::Upsert(o) | Write::Delete(o) => o,
+        };
+        let key = obj_key(output);
+        let id = (
+            w.controller,
+            w.api_version.clone(),
+            w.kind.clone(),
+            key.clone(),
+        );
+        self.failed.remove(&id);
+        let object = format!("{} {}/{}", w.kind, key.0, key.1);
+        let now = chrono::Utc::now();
+        match self.send(&w).await {
+            Ok(()) => self.group.write_done(w.controller, &object, now),
+            Err(e) => {
+                let message = format!("writing {object}: {e}");
+                for m in self
+                    .group
+                    .write_failed(w.controller, &object, &message, now)
+                {
+                    tracing::warn!(package = %self.package, "{m}");
+                }
+                if self.failed.len() >= MAX_FAILED
+                    && let Some(first) = self.failed.keys().next().cloned()
+                {
+                    self.failed.remove(&first);
+                }
+                self.failed.insert(id, w);
+            }
+        }
+    }
+
+    async fn send(&self, w: &Outbound) -> Result<(), String> {
+        let Some(t) = self.targets.get(&(w.api_version.clone(), w.kind.clone())) else {
+            return Err(format!(
+                "{} {} is not a resolved target",
+                w.api_version, w.kind
+            ));
+        };
+        let output = match &w.write {
+            Write::Upsert(o) | Write::Delete(o) => o,
+        };
+        let key = obj_key(output);
+        let (ns, name) = (&key.0, &key.1);
+        if name.is_empty() {
+            return Err("the output has no metadata.name".into());
+        }
+        let api: Api<DynamicObject> = if t.namespaced {
+            if ns.is_empty() {
+                return Err(format!(
+                    "{} is namespaced and the output has no metadata.namespace",
+                    t.resource.kind
+                ));
+            }
+            Api::namespaced_with(self.client.clone(), ns, &t.resource)
+        } else {
+            Api::all_with(self.client.clone(), &t.resource)
+        };
+        let call = async {
+            match (w.target, &w.write) {
+                (TargetType::Updater, Write::Upsert(out)) => update(&api, name, out).await,
+                (TargetType::Updater, Write::Delete(_)) => {
+                    match api.delete(name, &DeleteParams::default()).await {
+                        Ok(_) => Ok(()),
+                        Err(e) if is_not_found(&e) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+                (TargetType::Patcher, Write::Upsert(out)) => {
+                    patch(&api, name, &patcher_patch(out), false).await
+                }
+                (TargetType::Patcher, Write::Delete(out)) => {
+                    patch(&api, name, &patcher_patch(&removal_patch(out)), true).await
+                }
+            }
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, call).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {WRITE_TIMEOUT:?}")),
+        }
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// An Updater's write: the object made of the output over what exists, created or replaced
+/// (with its status, where the resource has a status subresource).
+async fn update(api: &Api<DynamicObject>, name: &str, out: &Value) -> Result<(), kube::Error> {
+    let existing = api
+        .get_opt(name)
+        .await?
+        .map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
+    let new = updater_object(existing.as_ref(), out);
+    if existing.as_ref() == Some(&new) {
+        return Ok(());
+    }
+    let obj: DynamicObject =
+        serde_json::from_value(new.clone()).map_err(kube::Error::SerdeError)?;
+    let written = match &existing {
+        None => api.create(&PostParams::default(), &obj).await?,
+        Some(_) => api.replace(name, &PostParams::default(), &obj).await?,
+    };
+    if let Some(status) = new.get("status")
+        && written.data.get("status") != Some(status)
+    {
+        let patch = json!({"status": status});
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            // No status subresource: the status went with the object.
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A Patcher's write: a merge patch of an object that exists (of its status too, where the
+/// patch sets one). Taking a patch back from an object that is gone is done.
+async fn patch(
+    api: &Api<DynamicObject>,
+    name: &str,
+    patch: &Value,
+    removal: bool,
+) -> Result<(), kube::Error> {
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if removal && is_not_found(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    if let Some(status) = patch.get("status") {
+        let patch = json!({"status": status});
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The OperatorsReady condition a package's controllers make: True when all are Ready;
+/// False naming the first that could not start; Unknown naming those whose last evaluation
+/// failed, with the last error of the first.
+pub(crate) fn health(statuses: &[OperatorStatus]) -> (ConditionStatus, &'static str, String) {
+    let name = |s: &OperatorStatus| format!("{}/{}", s.operator, s.status.name);
+    if let Some(s) = statuses.iter().find(|s| s.status.ready == Readiness::False) {
+        return (
+            ConditionStatus::False,
+            "NotReady",
+            format!("controller {}: {}", name(s), s.status.message),
+        );
+    }
+    let failing: Vec<&OperatorStatus> = statuses
+        .iter()
+        .filter(|s| s.status.ready == Readiness::Unknown)
+        .collect();
+    match failing.first() {
+        None => (
+            ConditionStatus::True,
+            "Ready",
+            format!("{} controllers ready", statuses.len()),
+        ),
+        Some(first) => (
+            ConditionStatus::Unknown,
+            "ReconciliationFailed",
+            format!(
+                "{} of {} controllers failing ({}): {}",
+                failing.len(),
+                statuses.len(),
+                failing
+                    .iter()
+                    .map(|s| name(s))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                first.status.message
+            ),
+        ),
+    }
+}
+
+/// Wait before sending a report again after lifecycle could not be reached.
+const HEALTH_RETRY: Duration = Duration::from_secs(2);
+/// Wait before offering lifecycle a report it did not apply (the package is not Running at
+/// that generation yet: operators start just before the Run reports success), and how many
+/// times at most.
+const NOT_RUNNING_RETRY: Duration = Duration::from_secs(1);
+const NOT_RUNNING_ATTEMPTS: u32 = 120;
+
+/// Sends the packages' operators' health to lifecycle, decoupled from the hosts: a report
+/// waits in a map keyed by package, the newest replacing an unsent older one (at most one
+/// entry per package with operators), and one task sends them.
+#[derive(Clone)]
+pub struct HealthReporter {
+    pending: Arc<Mutex<HashMap<String, (berth_proto::lifecycle::OperatorsHealth, u32)>>>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl HealthReporter {
+    pub fn start(lifecycle: berth_clients::Lifecycle, shutdown: CancellationToken) -> Self {
+        let reporter = HealthReporter {
+            pending: Arc::default(),
+            wake: Arc::default(),
+        };
+        berth_runtime::spawn_in(
+            tracing::info_span!(parent: None, "hookevent.operators.health"),
+            reporter.clone().send_all(lifecycle, shutdown),
+        );
+        reporter
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (berth_proto::lifecycle::OperatorsHealth, u32)>>
+    {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `health`, replacing what was not sent yet for its package.
+    fn report(&self, health: berth_proto::lifecycle::OperatorsHealth) {
+        self.lock().insert(health.key.clone(), (health, 0));
+        self.wake.notify_one();
+    }
+
+    async fn send_all(self, lifecycle: berth_clients::Lifecycle, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.wake.notified() => {}
+            }
+            let batch: Vec<_> = self.lock().drain().collect();
+            for (key, (health, attempts)) in batch {
+                match lifecycle
+                    .clone()
+                    .report_operators_health(health.clone())
+                    .await
+                {
+                    Ok(answer) if answer.get_ref().applied => {}
+                    Ok(_) if attempts + 1 >= NOT_RUNNING_ATTEMPTS => {
+                        tracing::debug!(package.key = %key, "operators health not applied: the package is not Running at that generation");
+                    }
+                    Ok(_) => self.later(key, health, attempts + 1, NOT_RUNNING_RETRY),
+                    Err(status) => {
+                        tracing::debug!(package.key = %key, error = %status, "reporting operators health failed; retrying");
+                        self.later(key, health, attempts, HEALTH_RETRY);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Offers `health` again after `wait`, unless a newer report of the package came.
+    fn later(
+        &self,
+        key: String,
+        health: berth_proto::lifecycle::OperatorsHealth,
+        attempts: u32,
+        wait: Duration,
+    ) {
+        let this = self.clone();
+        berth_runtime::spawn_in(tracing::Span::current(), async move {
+            tokio::time::sleep(wait).await;
+            if let std::collections::hash_map::Entry::Vacant(slot) = this.lock().entry(key) {
+                slot.insert((health, attempts));
+                this.wake.notify_one();
+            }
+        });
+    }
+}
