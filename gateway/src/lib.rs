@@ -6,6 +6,7 @@ pub mod cli;
 pub mod limits;
 mod service;
 pub mod up;
+pub mod views;
 
 use berth_proto::v1::packages_server::PackagesServer;
 use tokio::net::TcpListener;
@@ -21,6 +22,9 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 #[derive(Clone, Debug)]
 pub struct Config {
     pub lifecycle_endpoint: String,
+    /// Hookevent, where operators' views are read (`GetViews`, the view API); `None`: the
+    /// gateway serves no views.
+    pub hookevent_endpoint: Option<String>,
     /// The bearer tokens callers may present (any one of them); there is always one.
     pub tokens: Tokens,
     /// The gateway's identity towards lifecycle (mutual TLS); `None`: plain gRPC.
@@ -66,14 +70,44 @@ pub enum Error {
         endpoint: String,
         source: tonic::transport::Error,
     },
+    #[error("hookevent endpoint {endpoint}: {source}")]
+    Hookevent {
+        endpoint: String,
+        source: tonic::transport::Error,
+    },
+    #[error("the view API's TLS: {0}")]
+    ViewsTls(String),
     #[error("serving gRPC: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
 
-/// Serves the public API on `listener` until `shutdown`.
+/// The view API's TLS configuration: the public listener's certificate, HTTP/1.1.
+fn views_tls(public: &PublicTls) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(&public.cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = PrivateKeyDer::from_pem_slice(&public.key).map_err(|e| e.to_string())?;
+    let mut config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| e.to_string())?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(std::sync::Arc::new(config))
+}
+
+/// Serves the public API on `listener` until `shutdown`, and the view API on `views` (when
+/// given, with a hookevent endpoint in `config`), over TLS with its certificate or else the
+/// public listener's (kubectl sends tokens over TLS only).
 pub async fn run(
     config: Config,
     listener: TcpListener,
+    views: Option<(TcpListener, Option<PublicTls>)>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let lifecycle = berth_clients::lifecycle(&config.lifecycle_endpoint, config.tls.as_ref())
@@ -82,7 +116,32 @@ pub async fn run(
             source,
         })?;
     let max = berth_runtime::MAX_MESSAGE_BYTES;
-    let gateway = Gateway::new(lifecycle);
+    let hookevent = match &config.hookevent_endpoint {
+        Some(endpoint) => Some(
+            berth_clients::hookevent(endpoint, config.tls.as_ref()).map_err(|source| {
+                Error::Hookevent {
+                    endpoint: endpoint.clone(),
+                    source,
+                }
+            })?,
+        ),
+        None => None,
+    };
+    if let (Some((listener, tls)), Some(hookevent)) = (views, &hookevent) {
+        let tls = match tls.as_ref().or(config.public_tls.as_ref()) {
+            Some(p) => Some(views_tls(p).map_err(Error::ViewsTls)?),
+            None => None,
+        };
+        let served = views::Views {
+            tokens: config.tokens.clone(),
+            hookevent: hookevent.clone(),
+        };
+        berth_runtime::spawn_in(
+            tracing::info_span!(parent: None, "gateway.views"),
+            views::serve(listener, tls, served, shutdown.clone()),
+        );
+    }
+    let gateway = Gateway::new(lifecycle, hookevent);
     let api = PackagesServer::new(gateway)
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);

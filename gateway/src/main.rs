@@ -12,6 +12,14 @@ struct Args {
     listen: std::net::SocketAddr,
     #[arg(long, env = "BERTH_LIFECYCLE", default_value = "http://127.0.0.1:7072")]
     lifecycle: String,
+    /// Hookevent, where packages' operator views are read (GetViews, the view API).
+    #[arg(long, env = "BERTH_HOOKEVENT")]
+    hookevent: Option<String>,
+    /// Serve operator views as a read-only Kubernetes-style API on this address (needs
+    /// --hookevent; over TLS with the public API's certificate, --listen-tls-cert: kubectl
+    /// sends tokens over TLS only).
+    #[arg(long, env = "BERTH_VIEWS_LISTEN", requires = "hookevent")]
+    views_listen: Option<std::net::SocketAddr>,
     /// Refused: a token on the command line is readable by every local process. Use
     /// --token-file or BERTH_TOKEN.
     #[arg(long, hide = true, value_name = "REFUSED")]
@@ -56,6 +64,14 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     };
     let metrics_listener = args.metrics.bind().await?;
+    let views = match args.views_listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr).await?;
+            println!("views on {}", l.local_addr()?);
+            Some((l, None))
+        }
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("listening on {}", listener.local_addr()?);
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -65,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
     berth_gateway::run(
         berth_gateway::Config {
             lifecycle_endpoint: args.lifecycle,
+            hookevent_endpoint: args.hookevent,
             tokens,
             tls,
             public_tls,
@@ -72,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
             metrics,
         },
         listener,
+        views,
         shutdown,
     )
     .await?;

@@ -11,11 +11,19 @@ use tonic::{Request, Response, Status};
 #[derive(Clone)]
 pub struct Gateway {
     lifecycle: berth_clients::Lifecycle,
+    /// Where operators' views are read (`None`: the gateway was not given hookevent).
+    hookevent: Option<berth_clients::HookEvents>,
 }
 
 impl Gateway {
-    pub fn new(lifecycle: berth_clients::Lifecycle) -> Self {
-        Gateway { lifecycle }
+    pub fn new(
+        lifecycle: berth_clients::Lifecycle,
+        hookevent: Option<berth_clients::HookEvents>,
+    ) -> Self {
+        Gateway {
+            lifecycle,
+            hookevent,
+        }
     }
 
     async fn set_suspended(
@@ -115,6 +123,54 @@ impl Packages for Gateway {
         self.set_suspended(req.into_inner(), false).await
     }
 
+    async fn get_views(
+        &self,
+        req: Request<v1::GetViewsRequest>,
+    ) -> Result<Response<v1::GetViewsResponse>, Status> {
+        let Some(hookevent) = &self.hookevent else {
+            return Err(Status::unimplemented(
+                "views: this gateway was not given hookevent's endpoint (--hookevent)",
+            ));
+        };
+        let key = package_key(req.get_ref().r#ref.as_ref())?;
+        let got = hookevent
+            .clone()
+            .get_views(berth_proto::hookevent::GetViewsRequest { package: key })
+            .await
+            .map_err(|s| match s.code() {
+                tonic::Code::Unavailable => {
+                    Status::unavailable(format!("hookevent service unavailable: {}", s.message()))
+                }
+                _ => s,
+            })?
+            .into_inner();
+        let mut objects: Vec<(Vec<String>, prost_types::Struct)> = got
+            .objects
+            .into_iter()
+            .map(|o| {
+                let v = berth_proto::json::from_struct(&o);
+                let field = |p: &str| {
+                    v.pointer(p)
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let sort = vec![
+                    field("/apiVersion"),
+                    field("/kind"),
+                    field("/metadata/namespace"),
+                    field("/metadata/name"),
+                ];
+                (sort, o)
+            })
+            .collect();
+        objects.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Response::new(v1::GetViewsResponse {
+            running: got.running,
+            objects: objects.into_iter().map(|(_, o)| o).collect(),
+        }))
+    }
+
     type WatchStream = WatchStream;
 
     async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<WatchStream>, Status> {
@@ -122,5 +178,24 @@ impl Packages for Gateway {
         Ok(Response::new(Box::pin(
             upstream_stream.map(|item| item.map_err(upstream)),
         )))
+    }
+}
+
+/// The key of the package `r` names: `<namespace>.<name>` for an app, `<name>` for a module.
+fn package_key(r: Option<&v1::PackageRef>) -> Result<String, Status> {
+    let r = r.ok_or_else(|| Status::invalid_argument("ref: required"))?;
+    if r.name.is_empty() {
+        return Err(Status::invalid_argument("ref.name: required"));
+    }
+    match v1::PackageKind::try_from(r.kind) {
+        Ok(v1::PackageKind::App) if r.namespace.is_empty() => Err(Status::invalid_argument(
+            "ref.namespace: an app is named with its namespace",
+        )),
+        Ok(v1::PackageKind::App) => Ok(format!("{}.{}", r.namespace, r.name)),
+        Ok(v1::PackageKind::Module) => Ok(r.name.clone()),
+        _ => Err(Status::invalid_argument(format!(
+            "ref.kind: {} is not App or Module",
+            r.kind
+        ))),
     }
 }

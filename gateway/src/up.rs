@@ -39,6 +39,8 @@ pub struct UpConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Where to serve the metrics hooks write alone; `None` for nowhere.
     pub hook_metrics_listen: Option<SocketAddr>,
+    /// Where to serve operators' views as a Kubernetes-style API; `None` for nowhere.
+    pub views_listen: Option<SocketAddr>,
     /// Directory for hook runs' temporary files; `None` = the system temp directory.
     pub hook_tmp_dir: Option<PathBuf>,
     /// How hooks are confined (`--hook-uids`, the limit caps, `--hook-writable`).
@@ -97,6 +99,8 @@ pub struct Running {
     pub metrics: Option<SocketAddr>,
     /// The hook metrics port, when asked for.
     pub hook_metrics: Option<SocketAddr>,
+    /// The view API's port, when asked for.
+    pub views: Option<SocketAddr>,
     /// The CA and the services' certificates (`ca.pem`, `<role>.pem`, `<role>-key.pem`).
     pub tls_dir: PathBuf,
     /// Whether the public API is served over TLS.
@@ -305,14 +309,22 @@ pub async fn run(
     );
     let controller_tls = identity(Role::Controller)?;
     let public_tls = config.public_tls || !config.listen.ip().is_loopback();
-    let public = if public_tls {
+    let gateway_cert = || {
         let files = berth_runtime::tls::CertFiles::new(&tls_dir, Role::Gateway);
-        Some(
-            crate::PublicTls::load(&files.cert, &files.key).map_err(|source| UpError::DataDir {
-                path: files.cert.display().to_string(),
-                source,
-            })?,
-        )
+        crate::PublicTls::load(&files.cert, &files.key).map_err(|source| UpError::DataDir {
+            path: files.cert.display().to_string(),
+            source,
+        })
+    };
+    let public = if public_tls {
+        Some(gateway_cert()?)
+    } else {
+        None
+    };
+    // The view API is always TLS (kubectl sends tokens over TLS only), with the gateway's
+    // certificate (berth's CA, valid for the loopback addresses and --tls-host).
+    let views_cert = if config.views_listen.is_some() {
+        Some(gateway_cert()?)
     } else {
         None
     };
@@ -347,6 +359,7 @@ pub async fn run(
     let broker = endpoint(&broker_listener);
     let lifecycle = endpoint(&lifecycle_listener);
     let hookevent = endpoint(&hookevent_listener);
+    let hookevent_for_gateway = hookevent.clone();
     let release = endpoint(&release_listener);
     let metrics_listener = match config.metrics_listen {
         Some(addr) => Some(bind("the metrics", addr).await?),
@@ -356,6 +369,10 @@ pub async fn run(
         Some(addr) => Some(bind("the hook metrics", addr).await?),
         None => None,
     };
+    let views_listener = match config.views_listen {
+        Some(addr) => Some(bind("the view API", addr).await?),
+        None => None,
+    };
     let running = Running {
         gateway: gateway_listener.local_addr().expect("bound listener"),
         kubeconfig: kubeconfig.clone(),
@@ -363,6 +380,9 @@ pub async fn run(
             .as_ref()
             .map(|l| l.local_addr().expect("bound listener")),
         hook_metrics: hook_metrics_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("bound listener")),
+        views: views_listener
             .as_ref()
             .map(|l| l.local_addr().expect("bound listener")),
         tls_dir: tls_dir.clone(),
@@ -519,6 +539,7 @@ pub async fn run(
     let sd = tiers.gateway.clone();
     let gw = crate::Config {
         lifecycle_endpoint: lifecycle,
+        hookevent_endpoint: Some(hookevent_for_gateway),
         tokens,
         tls: Some(gateway_tls),
         public_tls: public,
@@ -528,9 +549,14 @@ pub async fn run(
     services.spawn(async move {
         (
             "gateway",
-            crate::run(gw, gateway_listener, sd)
-                .await
-                .map_err(|e| e.to_string()),
+            crate::run(
+                gw,
+                gateway_listener,
+                views_listener.map(|l| (l, views_cert)),
+                sd,
+            )
+            .await
+            .map_err(|e| e.to_string()),
         )
     });
 

@@ -38,6 +38,8 @@ pub struct Proc {
     pub name: String,
     /// The metrics address it announced (`metrics on ADDR`) before its announcement line.
     pub metrics: Option<String>,
+    /// The view API address it announced (`views on ADDR`) before its announcement line.
+    pub views: Option<String>,
     /// The address it announced (`listening on ADDR`), if it serves one.
     pub addr: Option<String>,
     child: Child,
@@ -139,10 +141,14 @@ impl Proc {
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
         let mut metrics = None;
+        let mut views = None;
         let first = tokio::time::timeout(STARTUP_DEADLINE, async {
             while let Some(line) = lines.next_line().await? {
                 if let Some(addr) = line.strip_prefix("metrics on ") {
                     metrics = Some(addr.trim().to_owned());
+                }
+                if let Some(addr) = line.strip_prefix("views on ") {
+                    views = Some(addr.trim().to_owned());
                 }
                 if line.starts_with(announce) {
                     return Ok::<_, std::io::Error>(Some(line));
@@ -163,6 +169,7 @@ impl Proc {
         Ok(Proc {
             name: name.to_owned(),
             metrics,
+            views,
             addr,
             child,
         })
@@ -647,6 +654,8 @@ impl AllInOne {
             "--data-dir",
             &dd,
             "--metrics-listen",
+            "127.0.0.1:0",
+            "--views-listen",
             "127.0.0.1:0",
             "--repository-root",
             &workspace,

@@ -1,8 +1,11 @@
 //! Packages' declarative operators in the cluster (issue 35), through `berth up` on the dev
-//! cluster or the real one named by `BERTH_TEST_KUBECONFIG`: Δ-controller's
-//! configmap-deployment-controller example, its Operator read unchanged from
-//! `../shared/upstream/dcontroller`, shipped in an App beside a chart with the ConfigMap, the
-//! Deployment and the ConfigDeployment that links them.
+//! cluster or the real one named by `BERTH_TEST_KUBECONFIG`: Δ-controller's three examples,
+//! their specs read unchanged from `../shared/upstream/dcontroller`, each shipped in an App
+//! (`operators/`), doing what their READMEs show: configmap-deployment-controller rolls a
+//! Deployment when its ConfigMap changes, service-health-monitor annotates a Service with its
+//! pods' readiness through a view, and endpointslice-controller's declarative spec keeps one
+//! EndpointView per (service port, ready address), read through `berth operator views` and
+//! with kubectl through the view API.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,7 +14,8 @@ use anyhow::{Context as _, ensure};
 use berth_proto::v1;
 use berth_tests::{AllInOne, TestNamespace, journey};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -232,5 +236,387 @@ async fn the_configmap_deployment_example_runs_in_an_app() -> anyhow::Result<()>
             .delete("configdeployments.dcontroller.io", &DeleteParams::default())
             .await;
     }
+    result
+}
+
+/// An App `name` in a fresh namespace whose package ships `operator` as
+/// `operators/<file>` and `chart` as its one template; installed and Running.
+async fn install_app(
+    up: &AllInOne,
+    kube: &kube::Client,
+    name: &str,
+    file: &str,
+    operator: &str,
+    chart: &str,
+) -> anyhow::Result<(TestNamespace, v1::PackageRef, tempfile::TempDir)> {
+    let ns = TestNamespace::create(kube, name).await?;
+    let (repo_dir, repo) = berth_tests::temp_repo();
+    let mut files = vec![(format!("operators/{file}"), operator.to_owned())];
+    if !chart.is_empty() {
+        files.push(("templates/objects.yaml".to_owned(), chart.to_owned()));
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    berth_tests::write_app(repo_dir.path(), name, &files)?;
+    let mut client = journey::connect(&up.proc.endpoint()).await?;
+    let r = v1::PackageRef {
+        kind: v1::PackageKind::App as i32,
+        name: name.into(),
+        namespace: ns.to_string(),
+    };
+    let g = client
+        .update(v1::UpdateRequest {
+            r#ref: Some(r.clone()),
+            repository: repo,
+            version: "1.0.0".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .generation;
+    journey::wait_running(&mut client, &r, g).await?;
+    Ok((ns, r, repo_dir))
+}
+
+/// The Service of service-health-monitor's README, in the chart.
+const WEB_SERVICE: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  selector: {app: web}
+  ports:
+    - port: 80
+"#;
+
+/// A Pod of the `web` app that opted into health monitoring.
+fn web_pod(name: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "web",
+            "dcontroller.io/health-monitor": "enabled"}},
+        "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    }))?)
+}
+
+/// Sets the Pod's Ready condition (no kubelet here sets it).
+async fn set_ready(pods: &Api<Pod>, name: &str, ready: bool) -> anyhow::Result<()> {
+    let status = if ready { "True" } else { "False" };
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"conditions": [
+            {"type": "Ready", "status": status, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// service-health-monitor: the pods' readiness goes through the HealthView into the
+/// Service's `dcontroller.io/pod-ready` annotation (ready pods over pods, following them as
+/// one goes), and the HealthView is there to read with `berth operator views`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_health_example_annotates_the_service() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let result = async {
+        let operator = read_upstream("service-health-monitor/svc-health-operator.yaml")?;
+        let (ns, r, _repo) = install_app(
+            &up,
+            &kube,
+            "svchealth",
+            "svc-health-operator.yaml",
+            &operator,
+            WEB_SERVICE,
+        )
+        .await?;
+        let pods: Api<Pod> = Api::namespaced(kube.clone(), &ns);
+        let services: Api<Service> = Api::namespaced(kube.clone(), &ns);
+        for name in ["web-1", "web-2"] {
+            pods.create(&PostParams::default(), &web_pod(name)?).await?;
+        }
+        set_ready(&pods, "web-1", true).await?;
+        set_ready(&pods, "web-2", false).await?;
+        // Where the cluster runs pods (the real control plane's node marks them Ready), its
+        // word counts: the annotation is the live pods' ready count over their number.
+        let follows = |total: usize| {
+            let (services, pods) = (services.clone(), pods.clone());
+            async move {
+                berth_tests::until(
+                    &format!("pod-ready of {total} pods"),
+                    DEADLINE,
+                    POLL,
+                    || {
+                        let (services, pods) = (services.clone(), pods.clone());
+                        async move {
+                            let live = pods.list(&Default::default()).await?.items;
+                            let ready = live
+                                .iter()
+                                .filter(|p| {
+                                    p.status
+                                        .as_ref()
+                                        .and_then(|s| s.conditions.as_ref())
+                                        .is_some_and(|c| {
+                                            c.iter()
+                                                .any(|c| c.type_ == "Ready" && c.status == "True")
+                                        })
+                                })
+                                .count();
+                            let want = format!("{ready}/{}", live.len());
+                            let seen = services
+                                .get("web")
+                                .await?
+                                .metadata
+                                .annotations
+                                .and_then(|a| a.get("dcontroller.io/pod-ready").cloned());
+                            Ok(
+                                (live.len() == total && seen.as_deref() == Some(want.as_str()))
+                                    .then_some(want),
+                            )
+                        }
+                    },
+                )
+                .await
+            }
+        };
+        let two = follows(2).await?;
+        pods.delete("web-2", &DeleteParams::default().grace_period(0))
+            .await?;
+        let one = follows(1).await?;
+        ensure!(
+            two.ends_with("/2") && one.ends_with("/1"),
+            "{two} then {one}"
+        );
+
+        let out = berth_tests::cli()
+            .args(["--server", &up.proc.endpoint()])
+            .args(["operator", "views", &r.name, "-n", &ns, "-o", "json"])
+            .output()
+            .await?;
+        ensure!(
+            out.status.success(),
+            "berth operator views: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let views: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+        ensure!(views.len() == 1, "one HealthView: {views:?}");
+        let view = &views[0];
+        ensure!(
+            view["apiVersion"] == "svc-health-operator.view.dcontroller.io/v1alpha1"
+                && view["kind"] == "HealthView"
+                && view["metadata"]["name"] == "web"
+                && view["pods"] == json!([{"podName": "web-1", "ready": "True"}]),
+            "{view}"
+        );
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
+}
+
+/// kubectl pointed at a package's view API (`--server`, the harness's token, berth's CA, no
+/// kubeconfig).
+async fn kubectl_views(
+    views: &str,
+    key: &str,
+    scratch: &Path,
+    args: &[&str],
+) -> anyhow::Result<String> {
+    let ca = scratch.join("data/tls/ca.pem");
+    let kubeconfig = scratch.join("empty-kubeconfig");
+    std::fs::write(&kubeconfig, "")?;
+    let out = tokio::time::timeout(
+        DEADLINE,
+        tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(scratch.join("kubectl-cache"))
+            .arg(format!("--server=https://{views}/packages/{key}"))
+            .arg(format!("--certificate-authority={}", ca.display()))
+            .arg(format!("--token={}", berth_tests::api_token().token))
+            .args(args)
+            .output(),
+    )
+    .await
+    .context("kubectl did not finish")??;
+    ensure!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The (port, address) pairs of the EndpointViews kubectl lists through the view API.
+async fn endpoint_views(
+    views: &str,
+    key: &str,
+    ns: &str,
+    scratch: &Path,
+) -> anyhow::Result<Vec<(i64, String)>> {
+    let group = "endpointslice-controller-spec.view.dcontroller.io";
+    let text = kubectl_views(
+        views,
+        key,
+        scratch,
+        &[
+            "get",
+            &format!("endpointviews.{group}"),
+            "-n",
+            ns,
+            "-o",
+            "json",
+        ],
+    )
+    .await?;
+    let list: serde_json::Value = serde_json::from_str(&text)?;
+    let mut pairs: Vec<(i64, String)> = list["items"]
+        .as_array()
+        .context("a list")?
+        .iter()
+        .map(|o| {
+            (
+                o["spec"]["port"].as_i64().unwrap_or_default(),
+                o["spec"]["address"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    Ok(pairs)
+}
+
+fn slice(addresses: &[(&str, bool)]) -> anyhow::Result<EndpointSlice> {
+    let endpoints: Vec<serde_json::Value> = addresses
+        .iter()
+        .map(|(a, ready)| json!({"addresses": [a], "conditions": {"ready": ready}}))
+        .collect();
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": "testsvc-1", "labels": {"kubernetes.io/service-name": "testsvc"}},
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+    }))?)
+}
+
+/// endpointslice-controller's declarative spec: one EndpointView per (service port, ready
+/// address), as its README lists them: 2 ports × 2 ready addresses, then a third address
+/// turns ready (6), then the Service goes (none). Read with kubectl through the view API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpointslice_example_keeps_its_views() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let result = async {
+        let spec = read_upstream("endpointslice-controller/endpointslice-controller-spec.yaml")?;
+        let (ns, r, _repo) = install_app(
+            &up,
+            &kube,
+            "endpoints",
+            "endpointslice-controller-spec.yaml",
+            &spec,
+            "",
+        )
+        .await?;
+        let key = format!("{}.{}", r.namespace, r.name);
+        let views = up.proc.views.clone().context("berth up's view API")?;
+        let services: Api<Service> = Api::namespaced(kube.clone(), &ns);
+        let slices: Api<EndpointSlice> = Api::namespaced(kube.clone(), &ns);
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "testsvc", "annotations": {
+                "dcontroller.io/endpointslice-controller-enabled": "true"}},
+            "spec": {"ports": [
+                {"name": "http", "protocol": "TCP", "port": 80},
+                {"name": "https", "protocol": "TCP", "port": 8843},
+            ]},
+        }))?;
+        services.create(&PostParams::default(), &svc).await?;
+        slices
+            .create(
+                &PostParams::default(),
+                &slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", false)])?,
+            )
+            .await?;
+        let want = |addresses: &[&str]| {
+            let mut pairs: Vec<(i64, String)> = addresses
+                .iter()
+                .flat_map(|a| [(80, (*a).to_owned()), (8843, (*a).to_owned())])
+                .collect();
+            pairs.sort();
+            pairs
+        };
+        let wait = |expected: Vec<(i64, String)>, what: &'static str| {
+            let (views, key, ns) = (views.clone(), key.clone(), ns.to_string());
+            let scratch = dir.path().to_owned();
+            async move {
+                berth_tests::until(what, DEADLINE, POLL, || {
+                    let (views, key, ns, scratch) =
+                        (views.clone(), key.clone(), ns.clone(), scratch.clone());
+                    let expected = expected.clone();
+                    async move {
+                        let seen = endpoint_views(&views, &key, &ns, &scratch).await?;
+                        Ok((seen == expected).then_some(()))
+                    }
+                })
+                .await
+            }
+        };
+        wait(want(&["10.0.0.1", "10.0.0.2"]), "4 EndpointViews").await?;
+        slices
+            .replace(
+                "testsvc-1",
+                &PostParams::default(),
+                &EndpointSlice {
+                    metadata: slices.get("testsvc-1").await?.metadata,
+                    ..slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", true)])?
+                },
+            )
+            .await?;
+        wait(
+            want(&["10.0.0.1", "10.0.0.2", "10.0.0.3"]),
+            "6 EndpointViews",
+        )
+        .await?;
+        // One object by name through the view API, as `kubectl get` shows it.
+        let names = kubectl_views(
+            &views,
+            &key,
+            dir.path(),
+            &[
+                "get",
+                "endpointviews.endpointslice-controller-spec.view.dcontroller.io",
+                "-n",
+                &ns,
+                "-o",
+                "name",
+            ],
+        )
+        .await?;
+        let first = names.lines().next().context("a name")?;
+        let one = kubectl_views(
+            &views,
+            &key,
+            dir.path(),
+            &["get", first, "-n", &ns, "-o", "json"],
+        )
+        .await?;
+        let one: serde_json::Value = serde_json::from_str(&one)?;
+        ensure!(
+            one["spec"]["serviceName"] == "testsvc" && one["spec"]["type"] == "ClusterIP",
+            "{one}"
+        );
+        services.delete("testsvc", &DeleteParams::default()).await?;
+        wait(Vec::new(), "no EndpointViews").await?;
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    up.proc.stop().await;
     result
 }

@@ -128,6 +128,7 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", short: &["ds"], namespaced: true, has_status: true, categories: ALL, create_only: false },
     Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", short: &[], namespaced: true, has_status: true, categories: ALL, create_only: false },
     Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", short: &["cj"], namespaced: true, has_status: true, categories: ALL, create_only: false },
+    Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", short: &[], namespaced: true, has_status: false, categories: NONE, create_only: false },
     Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", short: &["ing"], namespaced: true, has_status: true, categories: NONE, create_only: false },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", short: &[], namespaced: true, has_status: false, categories: NONE, create_only: false },
     Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", short: &[], namespaced: true, has_status: false, categories: NONE, create_only: false },

@@ -64,6 +64,9 @@ pub struct Processed {
     pub errors: Vec<ControllerError>,
     /// Of `errors`, the messages worth reporting now (each controller's rate limit).
     pub report: Vec<String>,
+    /// The changes of view objects, in the order they were made (an upsert carries the
+    /// object as it is now, a delete the object as it was).
+    pub views: Vec<(GroupKind, Event)>,
 }
 
 /// A Kubernetes resource some Watcher source reads, with where it looks.
@@ -205,6 +208,21 @@ impl Group {
             .collect()
     }
 
+    /// The view kinds the controllers write or read, each once, sorted.
+    pub fn view_kinds(&self) -> Vec<GroupKind> {
+        let mut out: Vec<GroupKind> = Vec::new();
+        for slot in &self.slots {
+            let kinds = slot.reads.iter().chain(std::iter::once(&slot.target));
+            for gk in kinds.filter(|gk| self.is_view_kind(gk)) {
+                if !out.contains(gk) {
+                    out.push(gk.clone());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
     /// The Kubernetes resources the Watcher sources read (views aside), each once.
     pub fn watched(&self) -> Vec<Watched> {
         let mut out: Vec<Watched> = Vec::new();
@@ -301,6 +319,24 @@ impl Group {
         self.outcome(controller, "resync", outcome, now, &mut queue, &mut out);
         self.settle(queue, now, &mut out);
         out
+    }
+
+    /// The controllers that read objects of `gk`.
+    pub fn readers_of(&self, gk: &GroupKind) -> Vec<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.reads.contains(gk))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Controller `controller` cannot run (a kind the cluster does not serve): `Ready=False`
+    /// saying why, until the group is rebuilt. The others go on.
+    pub fn fail(&mut self, controller: usize, message: &str, now: chrono::DateTime<chrono::Utc>) {
+        if let Some(s) = self.slots.get_mut(controller) {
+            s.reporter.critical(message, now);
+        }
     }
 
     /// A write of controller `controller` failed where the caller performed it: the
@@ -507,6 +543,7 @@ impl Group {
             let objs = self.views.entry(slot.target.clone()).or_default();
             for w in outcome.writes {
                 if let Some(event) = apply(slot.target_type, objs, w) {
+                    out.views.push((slot.target.clone(), event.clone()));
                     queue.push_back((slot.target.clone(), event));
                 }
             }

@@ -389,3 +389,33 @@ fn endpointslice_controller_declarative_specs() {
     );
     assert!(sim.errors().is_empty(), "{:?}", sim.errors());
 }
+
+fn pod(name: &str, ready: Option<&str>) -> Value {
+    let mut p = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+            "labels": {"app": "web", "dcontroller.io/health-monitor": "enabled"}},
+        "spec": {"containers": [{"name": "main", "image": "pause"}]},
+        "status": {"phase": "Pending"}});
+    if let Some(r) = ready {
+        p["status"]["conditions"] = json!([{"type": "Ready", "status": r}]);
+    }
+    p
+}
+
+/// service-health-monitor with real Pods changing one at a time, as a cluster delivers them:
+/// created without conditions, then each one's Ready set. The count follows each pod's
+/// latest state, not an earlier one's.
+#[test]
+fn service_health_monitor_follows_pods_changing_one_at_a_time() {
+    let ops = spec("examples/service-health-monitor/svc-health-operator.yaml");
+    let mut sim = Simulation::new(&ops, vec![service("web")], now()).expect("starts");
+    sim.upsert(pod("web-1", None)).expect("settles");
+    sim.upsert(pod("web-2", None)).expect("settles");
+    assert_eq!(health(&sim, "web").as_deref(), Some("0/2"));
+    sim.upsert(pod("web-1", Some("True"))).expect("settles");
+    assert_eq!(health(&sim, "web").as_deref(), Some("1/2"));
+    sim.upsert(pod("web-2", Some("False"))).expect("settles");
+    assert_eq!(health(&sim, "web").as_deref(), Some("1/2"));
+    sim.upsert(pod("web-2", Some("True"))).expect("settles");
+    assert_eq!(health(&sim, "web").as_deref(), Some("2/2"));
+}

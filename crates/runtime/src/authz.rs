@@ -114,6 +114,14 @@ const TABLE: &[(&str, &[Role])] = &[
         &[Worker, Hookevent],
     ),
     (
+        "/berth.hookevent.v1.HookEvents/GetViews",
+        &[Gateway, Hookevent],
+    ),
+    (
+        "/berth.hookevent.v1.HookEvents/WatchViews",
+        &[Gateway, Hookevent],
+    ),
+    (
         "/berth.hookevent.v1.HookEvents/ApplyObjectOperations",
         &[Worker],
     ),

@@ -92,6 +92,11 @@ pub enum Command {
         /// Serve the metrics hooks write, alone, at `/metrics` on this address.
         #[arg(long, env = "BERTH_HOOK_METRICS_LISTEN")]
         hook_metrics_listen: Option<std::net::SocketAddr>,
+        /// Serve packages' operator views as a read-only Kubernetes-style API on this address,
+        /// over TLS (`kubectl --server https://ADDR/packages/<key> --token ...
+        /// --certificate-authority <data-dir>/tls/ca.pem`).
+        #[arg(long, env = "BERTH_VIEWS_LISTEN")]
+        views_listen: Option<std::net::SocketAddr>,
         /// Directory for hook runs' temporary files (default: the system temp directory). Put
         /// it on a tmpfs: creating those files on a disk is most of a hook's start time.
         #[arg(long, env = "BERTH_HOOK_TMP_DIR")]

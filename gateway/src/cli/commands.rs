@@ -292,6 +292,7 @@ async fn command(cli: &Cli) -> Result<ExitCode, String> {
             concurrency,
             metrics_listen,
             hook_metrics_listen,
+            views_listen,
             hook_tmp_dir,
             hook_isolation,
             validation_timeout,
@@ -331,6 +332,7 @@ async fn command(cli: &Cli) -> Result<ExitCode, String> {
                 worker_concurrency: *concurrency,
                 metrics_listen: *metrics_listen,
                 hook_metrics_listen: *hook_metrics_listen,
+                views_listen: *views_listen,
                 hook_tmp_dir: hook_tmp_dir.clone(),
                 hook_isolation: hook_isolation.clone(),
                 validation_wait: Duration::from_secs(*validation_timeout),
@@ -360,10 +362,16 @@ async fn command(cli: &Cli) -> Result<ExitCode, String> {
                 if let Some(addr) = running.metrics {
                     println!("metrics on {addr}");
                 }
+                if let Some(addr) = running.views {
+                    println!("views on {addr}");
+                }
                 println!("listening on {}", running.gateway);
                 println!("berth is up");
                 let scheme = if running.public_tls { "https" } else { "http" };
                 println!("  gRPC API:   {scheme}://{}", running.gateway);
+                if let Some(addr) = running.views {
+                    println!("  View API:   https://{addr}/packages/<package key> (CA below)");
+                }
                 println!("  kubeconfig: {}", running.kubeconfig.display());
                 println!(
                     "  API token:  {} (the CLI reads $BERTH_DATA_DIR/token, by default ./.berth/token; elsewhere give it --token-file FILE)",
@@ -503,7 +511,32 @@ async fn command(cli: &Cli) -> Result<ExitCode, String> {
         Command::Render(args) => super::release::render(args),
         Command::Release(args) => super::release::release(args).await,
         Command::Package(args) => super::package::package(args).await,
-        Command::Operator(args) => super::operator::operator(args),
+        Command::Operator(args) => match &args.command {
+            super::operator::OperatorCommand::Views { target, output } => {
+                let got = connect(cli)
+                    .await?
+                    .get_views(v1::GetViewsRequest {
+                        r#ref: Some(package_ref(target)),
+                    })
+                    .await
+                    .map_err(call_error)?
+                    .into_inner();
+                if !got.running {
+                    return Err(format!(
+                        "{}: no operators running (the package has none, or is not Running)",
+                        target.name
+                    ));
+                }
+                let objects: Vec<Value> = got
+                    .objects
+                    .iter()
+                    .map(berth_proto::json::from_struct)
+                    .collect();
+                super::operator::print_views(&objects, *output)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            _ => super::operator::operator(args),
+        },
         Command::Dump => {
             // Paged: each page is its own YAML document.
             let mut client = connect(cli).await?;

@@ -28,8 +28,10 @@ pub fn main() -> ExitCode {
             }
         };
     }
-    // `berth operator` is local and synchronous too.
-    if let Command::Operator(args) = &cli.command {
+    // `berth operator eval` is local and synchronous too (`views` asks the server).
+    if let Command::Operator(args) = &cli.command
+        && !matches!(args.command, operator::OperatorCommand::Views { .. })
+    {
         return match operator::operator(args) {
             Ok(code) => code,
             Err(message) => {

@@ -43,6 +43,38 @@ pub enum OperatorCommand {
         #[arg(long, short = 'o', value_enum, default_value_t)]
         output: EvalOutput,
     },
+    /// Print the views of a package's running operators (they live in memory in hookevent),
+    /// sorted by apiVersion, kind, namespace and name: a YAML stream, or one JSON list.
+    Views {
+        #[command(flatten)]
+        target: super::args::Target,
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: ViewsOutput,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default)]
+pub enum ViewsOutput {
+    #[default]
+    Yaml,
+    Json,
+}
+
+/// Prints `views` as `output` asks.
+pub fn print_views(objects: &[Value], output: ViewsOutput) -> Result<(), String> {
+    match output {
+        ViewsOutput::Json => {
+            let text = serde_json::to_string_pretty(objects).map_err(|e| e.to_string())?;
+            println!("{text}");
+        }
+        ViewsOutput::Yaml => {
+            for o in objects {
+                println!("---");
+                print!("{}", serde_saphyr::to_string(o).map_err(|e| e.to_string())?);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Bytes an input file may have.
@@ -75,6 +107,8 @@ pub fn operator(args: &OperatorArgs) -> Result<ExitCode, String> {
             name,
             output,
         } => eval(spec, input, name.as_deref(), *output),
+        // Handled where the CLI connects (it asks the gateway).
+        OperatorCommand::Views { .. } => Err("berth operator views needs a server".into()),
     }
 }
 

@@ -10,9 +10,10 @@ use berth_proto::hookevent::hook_events_server::HookEvents;
 use berth_proto::hookevent::{
     AdoptGenerationRequest, AdoptGenerationResponse, AnswerWebhookRequest, AnswerWebhookResponse,
     ApplyObjectOperationsRequest, ApplyObjectOperationsResponse, GetSnapshotsRequest,
-    GetSnapshotsResponse, RemoveBindingsRequest, RemoveBindingsResponse, SetBindingsRequest,
-    SetBindingsResponse, StartOperatorsRequest, StartOperatorsResponse, SynchronizationDoneRequest,
-    SynchronizationDoneResponse,
+    GetSnapshotsResponse, GetViewsRequest, GetViewsResponse, RemoveBindingsRequest,
+    RemoveBindingsResponse, SetBindingsRequest, SetBindingsResponse, StartOperatorsRequest,
+    StartOperatorsResponse, SynchronizationDoneRequest, SynchronizationDoneResponse, ViewChange,
+    ViewEvent, ViewKind,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -126,6 +127,64 @@ fn check_operators(
         out.push(op);
     }
     Ok(out)
+}
+
+/// A snapshot of a package's views as GetViews answers it.
+fn views_response(s: crate::kube::ViewSnapshot) -> GetViewsResponse {
+    GetViewsResponse {
+        running: true,
+        kinds: s
+            .kinds
+            .into_iter()
+            .map(|(group, kind)| ViewKind {
+                group,
+                version: berth_operator::spec::VIEW_VERSION.to_owned(),
+                kind,
+            })
+            .collect(),
+        objects: s.objects.iter().map(berth_proto::json::to_struct).collect(),
+        revision: s.revision,
+    }
+}
+
+/// The views as they stand (each ADDED), then their changes; a reader that lagged behind gets
+/// an error saying to list again, and the stream ends with the operators.
+fn view_events(
+    snapshot: crate::kube::ViewSnapshot,
+    changes: tokio::sync::broadcast::Receiver<crate::kube::ViewUpdate>,
+) -> impl futures::Stream<Item = Result<ViewEvent, Status>> + Send {
+    let initial: Vec<Result<ViewEvent, Status>> = snapshot
+        .objects
+        .iter()
+        .map(|o| {
+            Ok(ViewEvent {
+                change: ViewChange::Added as i32,
+                object: Some(berth_proto::json::to_struct(o)),
+                revision: snapshot.revision,
+            })
+        })
+        .collect();
+    let later = futures::stream::unfold(Some(changes), |changes| async move {
+        let mut changes = changes?;
+        match changes.recv().await {
+            Ok(u) => Some((
+                Ok(ViewEvent {
+                    change: u.change as i32,
+                    object: Some(berth_proto::json::to_struct(&u.object)),
+                    revision: u.revision,
+                }),
+                Some(changes),
+            )),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => Some((
+                Err(Status::aborted(format!(
+                    "the watch fell {n} changes behind; list again"
+                ))),
+                None,
+            )),
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+        }
+    });
+    futures::StreamExt::chain(futures::stream::iter(initial), later)
 }
 
 impl HookEventService {
@@ -605,6 +664,54 @@ impl HookEvents for HookEventService {
             .map_err(ServiceError::from)?;
         }
         Ok(Response::new(StartOperatorsResponse {}))
+    }
+
+    #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
+    async fn get_views(
+        &self,
+        req: Request<GetViewsRequest>,
+    ) -> Result<Response<GetViewsResponse>, Status> {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            return owner.get_views(forwarded(req.into_inner())).await;
+        }
+        let req = req.into_inner();
+        let snapshot = match &self.kube {
+            Some(kube) => kube.operator_views(&req.package).await,
+            None => None,
+        };
+        Ok(Response::new(match snapshot {
+            None => GetViewsResponse::default(),
+            Some(s) => views_response(s),
+        }))
+    }
+
+    type WatchViewsStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<ViewEvent, Status>> + Send>>;
+
+    #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]
+    async fn watch_views(
+        &self,
+        req: Request<GetViewsRequest>,
+    ) -> Result<Response<Self::WatchViewsStream>, Status> {
+        if let Some(mut owner) = self.peer(&req.get_ref().package, &req).await? {
+            let stream = owner
+                .watch_views(forwarded(req.into_inner()))
+                .await?
+                .into_inner();
+            return Ok(Response::new(Box::pin(stream)));
+        }
+        let req = req.into_inner();
+        let watched = match &self.kube {
+            Some(kube) => kube.watch_operator_views(&req.package).await,
+            None => None,
+        };
+        let Some((snapshot, changes)) = watched else {
+            return Err(Status::failed_precondition(format!(
+                "package {:?} has no operators running",
+                req.package
+            )));
+        };
+        Ok(Response::new(Box::pin(view_events(snapshot, changes))))
     }
 
     #[tracing::instrument(skip_all, fields(package.key = %req.get_ref().package))]

@@ -64,6 +64,17 @@ pub enum SetError {
     Watch { watch: String, reason: String },
     #[error("initial lists not complete after {LIST_TIMEOUT:?}: {pending}")]
     ListTimeout { pending: String },
+    /// A package's operator cannot run as written (a kind the cluster does not serve, a
+    /// cluster-scoped source of an app).
+    #[error("operator {operator:?}: {reason}")]
+    Operator { operator: String, reason: String },
+    /// The package's operators cannot run together as written (the message names the
+    /// operator and controller).
+    #[error("operators: {0}")]
+    Operators(String),
+    /// The package's operators cannot act as its principal.
+    #[error("operators of {package}: {reason}")]
+    Principal { package: String, reason: String },
 }
 
 impl SetError {
@@ -71,6 +82,8 @@ impl SetError {
         matches!(
             self,
             SetError::Invalid { .. }
+                | SetError::Operator { .. }
+                | SetError::Operators(_)
                 | SetError::Resolve {
                     source: ResolveError::NotFound { .. },
                     ..

@@ -17,7 +17,7 @@ mod tasks;
 pub use manager::{BindingObjects, KubeManager, SetError};
 pub use metrics::WatchMetrics;
 pub use operations::{OperationError, apply_operations};
-pub use operators::{HealthReporter, OperatorStatus};
+pub use operators::{HealthReporter, OperatorStatus, ViewSnapshot, ViewUpdate};
 pub use registry::WatchKey;
 pub use resolve::{ResolveError, Resolved, Resolver};
 pub use tasks::{hook_run_task, queue_name};

@@ -27,10 +27,12 @@ use berth_operator::group::{Group, GroupKind, Outbound, Processed, patcher_patch
 use berth_operator::spec::TargetType;
 use berth_operator::status::{ControllerStatus, Readiness};
 use berth_operator::target::{removal_patch, updater_object};
+use berth_proto::hookevent::ViewChange;
 use berth_proto::lifecycle::ConditionStatus;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -58,7 +60,9 @@ pub(crate) enum HostMsg {
     /// A Periodic source of this controller fired.
     Tick(usize),
     /// A copy of the views, for readers.
-    Views(tokio::sync::oneshot::Sender<Vec<Value>>),
+    Views(tokio::sync::oneshot::Sender<ViewSnapshot>),
+    /// A copy of the views and their changes from then on.
+    WatchViews(tokio::sync::oneshot::Sender<(ViewSnapshot, broadcast::Receiver<ViewUpdate>)>),
     /// The package runs at this generation now (its health is reported under it).
     Generation(Generation),
 }
@@ -70,6 +74,29 @@ pub(crate) enum FeedEvent {
     Delete(Value),
     InitDone,
 }
+
+/// A package's views as they stand.
+#[derive(Debug, Clone, Default)]
+pub struct ViewSnapshot {
+    /// The view kinds its operators declare: (group, kind).
+    pub kinds: Vec<GroupKind>,
+    /// Each with `metadata.resourceVersion`, the revision of its last change.
+    pub objects: Vec<Value>,
+    /// The revision of the last change of any view object.
+    pub revision: u64,
+}
+
+/// One change of a view object.
+#[derive(Debug, Clone)]
+pub struct ViewUpdate {
+    pub change: ViewChange,
+    /// As it is now (as it was, for a delete), with `metadata.resourceVersion`.
+    pub object: Arc<Value>,
+    pub revision: u64,
+}
+
+/// View changes a watcher may lag behind before its watch ends.
+const VIEW_WATCH_QUEUE: usize = 1024;
 
 /// One controller's status, as a package's operators report it.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,8 +221,8 @@ impl KubeManager {
         let prepared = self.prepare_host(&operators, &app_namespace).await?;
         let client = self
             .acting_as(&principal)
-            .map_err(|reason| SetError::Watch {
-                watch: format!("operators of {package}"),
+            .map_err(|reason| SetError::Principal {
+                package: package.to_string(),
                 reason,
             })?;
         self.stop_operators(package.as_str(), false);
@@ -257,6 +284,9 @@ impl KubeManager {
             generation,
             health: self.health.clone(),
             reported: None,
+            view_revisions: HashMap::new(),
+            revision: 0,
+            view_changes: broadcast::channel(VIEW_WATCH_QUEUE).0,
         };
         let span = tracing::info_span!(parent: None, "hookevent.operators", package.key = %package);
         let periods: Vec<(usize, Duration)> = host
@@ -326,14 +356,27 @@ impl KubeManager {
     }
 
     /// The views of the package's running operators (`None`: none run).
-    pub async fn operator_views(&self, package: &str) -> Option<Vec<Value>> {
-        let tx = {
-            let state = self.lock();
-            state.operators.get(package)?.running.as_ref()?.tx.clone()
-        };
+    pub async fn operator_views(&self, package: &str) -> Option<ViewSnapshot> {
+        let tx = self.host_of(package)?;
         let (answer, rx) = tokio::sync::oneshot::channel();
         tx.send(HostMsg::Views(answer)).await.ok()?;
         rx.await.ok()
+    }
+
+    /// The views of the package's running operators and their changes from then on.
+    pub async fn watch_operator_views(
+        &self,
+        package: &str,
+    ) -> Option<(ViewSnapshot, broadcast::Receiver<ViewUpdate>)> {
+        let tx = self.host_of(package)?;
+        let (answer, rx) = tokio::sync::oneshot::channel();
+        tx.send(HostMsg::WatchViews(answer)).await.ok()?;
+        rx.await.ok()
+    }
+
+    fn host_of(&self, package: &str) -> Option<mpsc::Sender<HostMsg>> {
+        let state = self.lock();
+        Some(state.operators.get(package)?.running.as_ref()?.tx.clone())
     }
 
     /// The packages whose operators run, and their controllers by readiness (True, False,
@@ -361,29 +404,42 @@ impl KubeManager {
         operators: &[Operator],
         app_namespace: &str,
     ) -> Result<Prepared, SetError> {
-        let invalid = |op: &str, what: String| SetError::Invalid {
-            index: 0,
-            hook: format!("operator {op}"),
-            binding: String::new(),
+        let invalid = |op: &str, what: String| SetError::Operator {
+            operator: op.to_owned(),
             reason: what,
         };
-        // Targets first: the group needs their versions.
+        // Targets first: the group needs their versions. A kind the cluster does not serve
+        // stops only the controllers using it (Ready=False, as upstream), not the package.
         let mut targets = HashMap::new();
         let mut versions = HashMap::new();
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut index = 0;
         for op in operators {
             for c in &op.controllers {
+                let i = index;
+                index += 1;
                 let t = &c.target.resource;
                 if t.is_view(&op.name) {
                     continue;
                 }
                 let group = t.group_of(&op.name);
-                let resolved = self
+                let resolved = match self
                     .resolver()
                     .resolve_in_group(&group, t.version.as_deref(), &t.kind)
                     .await
-                    .map_err(|e| {
-                        invalid(&op.name, format!("controller {:?}: target: {e}", c.name))
-                    })?;
+                {
+                    Ok(r) => r,
+                    Err(e) if e.is_not_found() => {
+                        failed.push((i, format!("target {group}/{}: {e}", t.kind)));
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(invalid(
+                            &op.name,
+                            format!("controller {:?}: target: {e}", c.name),
+                        ));
+                    }
+                };
                 versions.insert(
                     (group.clone(), t.kind.clone()),
                     resolved.resource.version.clone(),
@@ -399,23 +455,57 @@ impl KubeManager {
         }
         let group = Group::new(
             operators,
-            |g, k| versions.get(&(g.to_owned(), k.to_owned())).cloned(),
+            // A target that did not resolve gets a version that names no resolved target:
+            // its controller has failed, and a write it makes fails saying so.
+            |g, k| {
+                Some(
+                    versions
+                        .get(&(g.to_owned(), k.to_owned()))
+                        .cloned()
+                        .unwrap_or_else(|| "unresolved".to_owned()),
+                )
+            },
             chrono::Utc::now(),
         )
-        .map_err(|e| invalid("", e))?;
+        .map_err(SetError::Operators)?;
         let mut watches = Vec::new();
         for w in group.watched() {
+            // The first operator reading it, for errors.
+            let reader = operators
+                .iter()
+                .find(|op| {
+                    op.controllers.iter().flat_map(|c| &c.sources).any(|s| {
+                        s.resource.group_of(&op.name) == w.group && s.resource.kind == w.kind
+                    })
+                })
+                .map(|op| op.name.as_str())
+                .unwrap_or_default();
+            let resolved = self
+                .resolver()
+                .resolve_in_group(&w.group, w.version.as_deref(), &w.kind)
+                .await;
             let Resolved {
                 resource,
                 namespaced,
-            } = self
-                .resolver()
-                .resolve_in_group(&w.group, w.version.as_deref(), &w.kind)
-                .await
-                .map_err(|e| invalid("", format!("source {}/{}: {e}", w.group, w.kind)))?;
+            } = match resolved {
+                Ok(r) => r,
+                Err(e) if e.is_not_found() => {
+                    let gk = (w.group.clone(), w.kind.clone());
+                    for i in group.readers_of(&gk) {
+                        failed.push((i, format!("source {}/{}: {e}", w.group, w.kind)));
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    return Err(invalid(
+                        reader,
+                        format!("source {}/{}: {e}", w.group, w.kind),
+                    ));
+                }
+            };
             if !namespaced && !app_namespace.is_empty() {
                 return Err(invalid(
-                    "",
+                    reader,
                     format!(
                         "source {}: {} is cluster-scoped; an app's operators are locked to its \
                          namespace {app_namespace}",
@@ -435,6 +525,11 @@ impl KubeManager {
                 fields: String::new(),
             };
             watches.push((key, resource, (w.group.clone(), w.kind.clone())));
+        }
+        let mut group = group;
+        let now = chrono::Utc::now();
+        for (i, message) in &failed {
+            group.fail(*i, message, now);
         }
         Ok(Prepared {
             group,
@@ -467,6 +562,10 @@ struct Host {
     health: HealthReporter,
     /// The health last reported.
     reported: Option<(ConditionStatus, &'static str, String)>,
+    /// Per view object, the revision of its last change.
+    view_revisions: HashMap<(GroupKind, ObjKey), u64>,
+    revision: u64,
+    view_changes: broadcast::Sender<ViewUpdate>,
 }
 
 impl Host {
@@ -500,13 +599,11 @@ impl Host {
                 return;
             }
             HostMsg::Views(answer) => {
-                let views = self
-                    .group
-                    .views()
-                    .values()
-                    .flat_map(|m| m.values().cloned())
-                    .collect();
-                let _ = answer.send(views);
+                let _ = answer.send(self.snapshot());
+                return;
+            }
+            HostMsg::WatchViews(answer) => {
+                let _ = answer.send((self.snapshot(), self.view_changes.subscribe()));
                 return;
             }
             HostMsg::Watch { feed, epoch, event } => {
@@ -527,6 +624,7 @@ impl Host {
                     }
                     FeedEvent::Apply(obj) => {
                         let key = obj_key(&obj);
+                        tracing::trace!(package = %self.package, kind = %f.gk.1, namespace = %key.0, name = %key.1, "operators see an object");
                         if let Some(seen) = &mut f.seen {
                             seen.insert(key.clone());
                         }
@@ -557,6 +655,7 @@ impl Host {
                             all.writes.extend(p.writes);
                             all.errors.extend(p.errors);
                             all.report.extend(p.report);
+                            all.views.extend(p.views);
                         }
                         all
                     }
@@ -566,10 +665,59 @@ impl Host {
         self.perform(processed).await;
     }
 
-    /// Performs a change's writes and publishes the statuses.
+    /// The views as they stand, each stamped with its revision.
+    fn snapshot(&self) -> ViewSnapshot {
+        let mut objects = Vec::new();
+        for (gk, objs) in self.group.views() {
+            for (key, obj) in objs {
+                let revision = self
+                    .view_revisions
+                    .get(&(gk.clone(), key.clone()))
+                    .copied()
+                    .unwrap_or_default();
+                objects.push(stamped(obj, revision));
+            }
+        }
+        ViewSnapshot {
+            kinds: self.group.view_kinds(),
+            objects,
+            revision: self.revision,
+        }
+    }
+
+    /// Performs a change's writes, passes its view changes on to the watchers, and
+    /// publishes the statuses.
     async fn perform(&mut self, processed: Processed) {
+        if !processed.writes.is_empty() || !processed.views.is_empty() {
+            tracing::debug!(package = %self.package, writes = processed.writes.len(),
+                views = processed.views.len(), errors = processed.errors.len(), "operators evaluated a change");
+        }
         for m in &processed.report {
             tracing::warn!(package = %self.package, "{m}");
+        }
+        for (gk, event) in processed.views {
+            self.revision += 1;
+            let (change, obj) = match event {
+                berth_operator::Event::Upsert(o) => {
+                    let previous = self.view_revisions.insert((gk, obj_key(&o)), self.revision);
+                    let change = if previous.is_some() {
+                        ViewChange::Modified
+                    } else {
+                        ViewChange::Added
+                    };
+                    (change, o)
+                }
+                berth_operator::Event::Delete(o) => {
+                    self.view_revisions.remove(&(gk, obj_key(&o)));
+                    (ViewChange::Deleted, o)
+                }
+            };
+            // Nobody watching is no error.
+            let _ = self.view_changes.send(ViewUpdate {
+                change,
+                object: Arc::new(stamped(&obj, self.revision)),
+                revision: self.revision,
+            });
         }
         for w in processed.writes {
             self.write(w).await;
@@ -890,4 +1038,13 @@ impl HealthReporter {
             }
         });
     }
+}
+
+/// `obj` with `metadata.resourceVersion` set to `revision`.
+fn stamped(obj: &Value, revision: u64) -> Value {
+    let mut obj = obj.clone();
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::from(revision.to_string()));
+    }
+    obj
 }

@@ -28,6 +28,13 @@ pub enum ResolveError {
     Incomplete { kind: String, failed: Vec<String> },
 }
 
+impl ResolveError {
+    /// The cluster definitely serves no such kind.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ResolveError::NotFound { .. })
+    }
+}
+
 fn in_version(api_version: &str) -> String {
     if api_version.is_empty() {
         String::new()
