@@ -20,6 +20,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use tokio::io::AsyncBufReadExt as _;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(200);
@@ -421,27 +422,39 @@ async fn the_service_health_example_annotates_the_service() -> anyhow::Result<()
 
 /// kubectl pointed at a package's view API (`--server`, the harness's token, berth's CA, no
 /// kubeconfig).
+fn kubectl_views_command(
+    views: &str,
+    key: &str,
+    scratch: &Path,
+    args: &[&str],
+) -> anyhow::Result<tokio::process::Command> {
+    let ca = scratch.join("data/tls/ca.pem");
+    let kubeconfig = scratch.join("empty-kubeconfig");
+    std::fs::write(&kubeconfig, "")?;
+    let mut command = tokio::process::Command::new("kubectl");
+    command
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--cache-dir")
+        .arg(scratch.join("kubectl-cache"))
+        .arg(format!("--server=https://{views}/packages/{key}"))
+        .arg(format!("--certificate-authority={}", ca.display()))
+        .arg(format!("--token={}", berth_tests::api_token().token))
+        .args(args);
+    Ok(command)
+}
+
+/// Runs kubectl against a package's view API; fails naming what it printed unless it
+/// succeeded.
 async fn kubectl_views(
     views: &str,
     key: &str,
     scratch: &Path,
     args: &[&str],
 ) -> anyhow::Result<String> {
-    let ca = scratch.join("data/tls/ca.pem");
-    let kubeconfig = scratch.join("empty-kubeconfig");
-    std::fs::write(&kubeconfig, "")?;
     let out = tokio::time::timeout(
         DEADLINE,
-        tokio::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--cache-dir")
-            .arg(scratch.join("kubectl-cache"))
-            .arg(format!("--server=https://{views}/packages/{key}"))
-            .arg(format!("--certificate-authority={}", ca.display()))
-            .arg(format!("--token={}", berth_tests::api_token().token))
-            .args(args)
-            .output(),
+        kubectl_views_command(views, key, scratch, args)?.output(),
     )
     .await
     .context("kubectl did not finish")??;
@@ -569,6 +582,37 @@ async fn the_endpointslice_example_keeps_its_views() -> anyhow::Result<()> {
             }
         };
         wait(want(&["10.0.0.1", "10.0.0.2"]), "4 EndpointViews").await?;
+        // `kubectl get -w` through the view API: after the list, the changes come as events.
+        let mut watching = kubectl_views_command(
+            &views,
+            &key,
+            dir.path(),
+            &[
+                "get",
+                "endpointviews.endpointslice-controller-spec.view.dcontroller.io",
+                "-n",
+                &ns,
+                "--watch-only",
+                "--output-watch-events",
+                "-v=6",
+                "-o",
+                "jsonpath={.type} {.object.spec.address} {.object.spec.port}{\"\\n\"}",
+            ],
+        )?
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("watch.err"))?)
+        .kill_on_drop(true)
+        .spawn()?;
+        let mut lines =
+            tokio::io::BufReader::new(watching.stdout.take().context("stdout")?).lines();
+        // Changes made before its watch is open are part of its list, not events: wait until
+        // kubectl says (at -v=6) the watch request was answered.
+        let err = dir.path().join("watch.err");
+        berth_tests::until("kubectl's watch open", DEADLINE, POLL, || async {
+            let said = std::fs::read_to_string(&err).unwrap_or_default();
+            Ok(said.contains("watch=true").then_some(()))
+        })
+        .await?;
         slices
             .replace(
                 "testsvc-1",
@@ -584,6 +628,36 @@ async fn the_endpointslice_example_keeps_its_views() -> anyhow::Result<()> {
             "6 EndpointViews",
         )
         .await?;
+        let mut events = Vec::new();
+        let watched = tokio::time::timeout(DEADLINE, async {
+            while let Some(line) = lines.next_line().await? {
+                events.push(line.trim().to_owned());
+                let mut seen: Vec<&String> =
+                    events.iter().filter(|e| e.contains("10.0.0.3")).collect();
+                seen.sort();
+                if seen.len() == 2 {
+                    let seen: Vec<String> = seen.iter().map(|s| s.to_string()).collect();
+                    return Ok::<_, anyhow::Error>(seen);
+                }
+            }
+            anyhow::bail!("the watch ended: {events:?}")
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "kubectl get -w showed the new address; it said: {}",
+                std::fs::read_to_string(dir.path().join("watch.err")).unwrap_or_default()
+            )
+        })??;
+        ensure!(
+            watched
+                == vec![
+                    "ADDED 10.0.0.3 80".to_owned(),
+                    "ADDED 10.0.0.3 8843".to_owned()
+                ],
+            "{watched:?}"
+        );
+        let _ = watching.kill().await;
         // One object by name through the view API, as `kubectl get` shows it.
         let names = kubectl_views(
             &views,
@@ -614,6 +688,110 @@ async fn the_endpointslice_example_keeps_its_views() -> anyhow::Result<()> {
         );
         services.delete("testsvc", &DeleteParams::default()).await?;
         wait(Vec::new(), "no EndpointViews").await?;
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
+}
+
+/// An App's operators act as the App: they see its namespace only (a labelled ConfigMap in
+/// another namespace is never mirrored, the App's own is), and a write into another
+/// namespace is refused by the API server (the App's ServiceAccount may not write there):
+/// nothing is made there, and the package says so in `OperatorsReady=Unknown` naming the
+/// object and the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apps_operators_stay_in_its_namespace() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let result = async {
+        let other = TestNamespace::create(&kube, "elsewhere").await?;
+        let others: Api<ConfigMap> = Api::namespaced(kube.clone(), &other);
+        let labelled = |name: &str| -> anyhow::Result<ConfigMap> {
+            Ok(serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"mirror": "yes"}},
+                "data": {"secret": "s3cret"},
+            }))?)
+        };
+        others
+            .create(&PostParams::default(), &labelled("seed-other")?)
+            .await?;
+        let operator = format!(
+            r#"apiVersion: dcontroller.io/v1alpha1
+kind: Operator
+metadata:
+  name: escape
+spec:
+  controllers:
+    - name: mirror
+      sources:
+        - apiGroup: ""
+          kind: ConfigMap
+          labelSelector:
+            matchLabels: {{mirror: "yes"}}
+      pipeline:
+        - "@project":
+            metadata:
+              name: {{"@concat": ["copy-", "$.metadata.name"]}}
+              namespace: $.metadata.namespace
+            data: $.data
+      target:
+        apiGroup: ""
+        kind: ConfigMap
+    - name: copy-out
+      sources:
+        - apiGroup: ""
+          kind: ConfigMap
+          labelSelector:
+            matchLabels: {{mirror: "yes"}}
+      pipeline:
+        - "@project":
+            metadata:
+              name: stolen
+              namespace: {other}
+            data: $.data
+      target:
+        apiGroup: ""
+        kind: ConfigMap
+"#,
+            other = &*other
+        );
+        let chart = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: seed\n  labels:\n    \
+                     mirror: \"yes\"\ndata:\n  secret: mine\n";
+        let (ns, r, _repo) =
+            install_app(&up, &kube, "escape", "escape.yaml", &operator, chart).await?;
+        let own: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        berth_tests::until(
+            "copy-seed in the App's namespace",
+            DEADLINE,
+            POLL,
+            || async { Ok(own.get_opt("copy-seed").await?.map(|_| ())) },
+        )
+        .await?;
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let p = journey::follow(&mut client, &r, DEADLINE, "OperatorsReady=Unknown", |p| {
+            Ok(journey::condition(p, "OperatorsReady").is_some_and(|c| c.0 == "Unknown"))
+        })
+        .await?;
+        let (_, reason, message) = journey::condition(&p, "OperatorsReady").context("condition")?;
+        ensure!(
+            reason == "ReconciliationFailed"
+                && message.contains("escape/copy-out")
+                && message.contains(&format!("ConfigMap {}/stolen", &*other))
+                && message.contains("forbidden"),
+            "{reason}: {message}"
+        );
+        ensure!(
+            others.get_opt("stolen").await?.is_none(),
+            "an App's operator wrote into another namespace"
+        );
+        ensure!(
+            own.get_opt("copy-seed-other").await?.is_none()
+                && others.get_opt("copy-seed-other").await?.is_none(),
+            "an App's operator saw another namespace's ConfigMap"
+        );
         Ok::<_, anyhow::Error>(())
     }
     .await;

@@ -837,6 +837,8 @@ impl Host {
         };
         match tokio::time::timeout(WRITE_TIMEOUT, call).await {
             Ok(Ok(())) => Ok(()),
+            // The API server's own words (`... is forbidden: User ... cannot create ...`).
+            Ok(Err(kube::Error::Api(s))) => Err(format!("{} ({} {})", s.message, s.code, s.reason)),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {WRITE_TIMEOUT:?}")),
         }
