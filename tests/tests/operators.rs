@@ -798,3 +798,117 @@ spec:
     up.proc.stop().await;
     result
 }
+
+/// The EndpointView addresses `berth operator views` prints for the package.
+async fn cli_views(endpoint: &str, r: &v1::PackageRef) -> anyhow::Result<Vec<String>> {
+    let out = berth_tests::cli()
+        .args(["--server", endpoint])
+        .args(["operator", "views", &r.name, "-n", &r.namespace, "-o", "json"])
+        .output()
+        .await?;
+    if !out.status.success() {
+        // Not running yet (after a restart, until hookevent restored it).
+        return Ok(Vec::new());
+    }
+    let views: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    let mut seen: Vec<String> = views
+        .iter()
+        .filter(|v| v["kind"] == "EndpointView")
+        .map(|v| format!("{} {}", v["spec"]["address"], v["spec"]["port"]))
+        .collect();
+    seen.sort();
+    Ok(seen)
+}
+
+/// Views live in memory: after berth restarts, hookevent starts the package's operators again
+/// and they rebuild their views from the cluster (the same four EndpointViews), and go on
+/// following it (a third ready address adds two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_rebuild_their_views_after_a_restart() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(PathBuf::from);
+    let up = AllInOne::start(&data, real.as_deref()).await?;
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let spec = read_upstream("endpointslice-controller/endpointslice-controller-spec.yaml")?;
+    let installed = install_app(
+        &up,
+        &kube,
+        "restarted",
+        "endpointslice-controller-spec.yaml",
+        &spec,
+        "",
+    )
+    .await;
+    let (ns, r, _repo) = match installed {
+        Ok(i) => i,
+        Err(e) => {
+            up.proc.stop().await;
+            return Err(e);
+        }
+    };
+    let services: Api<Service> = Api::namespaced(kube.clone(), &ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(kube.clone(), &ns);
+    let four = vec![
+        "\"10.0.0.1\" 80".to_owned(),
+        "\"10.0.0.1\" 8843".to_owned(),
+        "\"10.0.0.2\" 80".to_owned(),
+        "\"10.0.0.2\" 8843".to_owned(),
+    ];
+    let wait = |endpoint: String, want: Vec<String>, what: &'static str| {
+        let r = r.clone();
+        async move {
+            berth_tests::until(what, DEADLINE, POLL, || async {
+                let seen = cli_views(&endpoint, &r).await?;
+                Ok((seen == want).then_some(()))
+            })
+            .await
+        }
+    };
+    let before = async {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "testsvc", "annotations": {
+                "dcontroller.io/endpointslice-controller-enabled": "true"}},
+            "spec": {"ports": [
+                {"name": "http", "protocol": "TCP", "port": 80},
+                {"name": "https", "protocol": "TCP", "port": 8843},
+            ]},
+        }))?;
+        services.create(&PostParams::default(), &svc).await?;
+        slices
+            .create(
+                &PostParams::default(),
+                &slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", false)])?,
+            )
+            .await?;
+        wait(up.proc.endpoint(), four.clone(), "4 EndpointViews").await
+    }
+    .await;
+    up.proc.stop().await;
+    before?;
+
+    let up = AllInOne::start(&data, real.as_deref()).await?;
+    let after = async {
+        // The dev cluster came back on a port of its own.
+        let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+        let slices: Api<EndpointSlice> = Api::namespaced(kube, &ns);
+        wait(up.proc.endpoint(), four.clone(), "the 4 EndpointViews again").await?;
+        slices
+            .replace(
+                "testsvc-1",
+                &PostParams::default(),
+                &EndpointSlice {
+                    metadata: slices.get("testsvc-1").await?.metadata,
+                    ..slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", true)])?
+                },
+            )
+            .await?;
+        let mut six = four.clone();
+        six.extend(["\"10.0.0.3\" 80".to_owned(), "\"10.0.0.3\" 8843".to_owned()]);
+        six.sort();
+        wait(up.proc.endpoint(), six, "6 EndpointViews after the restart").await
+    }
+    .await;
+    up.proc.stop().await;
+    after
+}
