@@ -803,7 +803,15 @@ spec:
 async fn cli_views(endpoint: &str, r: &v1::PackageRef) -> anyhow::Result<Vec<String>> {
     let out = berth_tests::cli()
         .args(["--server", endpoint])
-        .args(["operator", "views", &r.name, "-n", &r.namespace, "-o", "json"])
+        .args([
+            "operator",
+            "views",
+            &r.name,
+            "-n",
+            &r.namespace,
+            "-o",
+            "json",
+        ])
         .output()
         .await?;
     if !out.status.success() {
@@ -892,7 +900,12 @@ async fn operators_rebuild_their_views_after_a_restart() -> anyhow::Result<()> {
         // The dev cluster came back on a port of its own.
         let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
         let slices: Api<EndpointSlice> = Api::namespaced(kube, &ns);
-        wait(up.proc.endpoint(), four.clone(), "the 4 EndpointViews again").await?;
+        wait(
+            up.proc.endpoint(),
+            four.clone(),
+            "the 4 EndpointViews again",
+        )
+        .await?;
         slices
             .replace(
                 "testsvc-1",
@@ -911,4 +924,105 @@ async fn operators_rebuild_their_views_after_a_restart() -> anyhow::Result<()> {
     .await;
     up.proc.stop().await;
     after
+}
+
+/// An operator of one's own: every ConfigMap labelled `feed: "yes"` becomes the ConfigMap
+/// `out-<name>` with `data.v` set to `version`.
+fn feeding_operator(version: &str) -> String {
+    format!(
+        r#"apiVersion: dcontroller.io/v1alpha1
+kind: Operator
+metadata:
+  name: feeder
+spec:
+  controllers:
+    - name: out
+      sources:
+        - apiGroup: ""
+          kind: ConfigMap
+          labelSelector:
+            matchLabels: {{feed: "yes"}}
+      pipeline:
+        - "@project":
+            metadata:
+              name: {{"@concat": ["out-", "$.metadata.name"]}}
+              namespace: $.metadata.namespace
+            data:
+              v: "{version}"
+      target:
+        apiGroup: ""
+        kind: ConfigMap
+"#
+    )
+}
+
+/// A new version whose operator spec changed replaces the running operator when it is
+/// Running: the Updater's object shows the new spec's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_rebuilds_a_changed_operator() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let result = async {
+        let chart = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: in\n  labels:\n    \
+                     feed: \"yes\"\n";
+        let (ns, r, repo_dir) = install_app(
+            &up,
+            &kube,
+            "feeder",
+            "feeder.yaml",
+            &feeding_operator("one"),
+            chart,
+        )
+        .await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let out_is = |want: &'static str| {
+            let cms = cms.clone();
+            async move {
+                berth_tests::until(&format!("out-in v={want}"), DEADLINE, POLL, || async {
+                    let v = cms
+                        .get_opt("out-in")
+                        .await?
+                        .and_then(|c| c.data)
+                        .and_then(|d| d.get("v").cloned());
+                    Ok((v.as_deref() == Some(want)).then_some(()))
+                })
+                .await
+            }
+        };
+        out_is("one").await?;
+        berth_tests::write_app_version(
+            repo_dir.path(),
+            "feeder",
+            "2.0.0",
+            &[
+                ("operators/feeder.yaml", &feeding_operator("two")),
+                ("templates/objects.yaml", chart),
+            ],
+        )?;
+        let repo = repo_dir
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("the repository's name")?
+            .to_owned();
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let g = client
+            .update(v1::UpdateRequest {
+                r#ref: Some(r.clone()),
+                repository: repo,
+                version: "2.0.0".into(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .generation;
+        journey::wait_running(&mut client, &r, g).await?;
+        out_is("two").await?;
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
 }
