@@ -518,6 +518,45 @@ fn slice(addresses: &[(&str, bool)]) -> anyhow::Result<EndpointSlice> {
     }))?)
 }
 
+/// The README's annotated Service `testsvc` (ports 80 and 8843, no selector: the test makes its
+/// EndpointSlice, as upstream's tests do) and its slice: 10.0.0.1 and .2 ready, .3 not.
+async fn endpoints_of_testsvc(
+    services: &Api<Service>,
+    slices: &Api<EndpointSlice>,
+) -> anyhow::Result<()> {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "testsvc", "annotations": {
+            "dcontroller.io/endpointslice-controller-enabled": "true"}},
+        "spec": {"ports": [
+            {"name": "http", "protocol": "TCP", "port": 80},
+            {"name": "https", "protocol": "TCP", "port": 8843},
+        ]},
+    }))?;
+    services.create(&PostParams::default(), &svc).await?;
+    slices
+        .create(
+            &PostParams::default(),
+            &slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", false)])?,
+        )
+        .await?;
+    Ok(())
+}
+
+/// 10.0.0.3 turns ready (the README's scale-up).
+async fn third_address_ready(slices: &Api<EndpointSlice>) -> anyhow::Result<()> {
+    slices
+        .replace(
+            "testsvc-1",
+            &PostParams::default(),
+            &EndpointSlice {
+                metadata: slices.get("testsvc-1").await?.metadata,
+                ..slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", true)])?
+            },
+        )
+        .await?;
+    Ok(())
+}
+
 /// endpointslice-controller's declarative spec: one EndpointView per (service port, ready
 /// address), as its README lists them: 2 ports × 2 ready addresses, then a third address
 /// turns ready (6), then the Service goes (none). Read with kubectl through the view API.
@@ -542,21 +581,7 @@ async fn the_endpointslice_example_keeps_its_views() -> anyhow::Result<()> {
         let views = up.proc.views.clone().context("berth up's view API")?;
         let services: Api<Service> = Api::namespaced(kube.clone(), &ns);
         let slices: Api<EndpointSlice> = Api::namespaced(kube.clone(), &ns);
-        let svc: Service = serde_json::from_value(json!({
-            "metadata": {"name": "testsvc", "annotations": {
-                "dcontroller.io/endpointslice-controller-enabled": "true"}},
-            "spec": {"ports": [
-                {"name": "http", "protocol": "TCP", "port": 80},
-                {"name": "https", "protocol": "TCP", "port": 8843},
-            ]},
-        }))?;
-        services.create(&PostParams::default(), &svc).await?;
-        slices
-            .create(
-                &PostParams::default(),
-                &slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", false)])?,
-            )
-            .await?;
+        endpoints_of_testsvc(&services, &slices).await?;
         let want = |addresses: &[&str]| {
             let mut pairs: Vec<(i64, String)> = addresses
                 .iter()
@@ -613,16 +638,7 @@ async fn the_endpointslice_example_keeps_its_views() -> anyhow::Result<()> {
             Ok(said.contains("watch=true").then_some(()))
         })
         .await?;
-        slices
-            .replace(
-                "testsvc-1",
-                &PostParams::default(),
-                &EndpointSlice {
-                    metadata: slices.get("testsvc-1").await?.metadata,
-                    ..slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", true)])?
-                },
-            )
-            .await?;
+        third_address_ready(&slices).await?;
         wait(
             want(&["10.0.0.1", "10.0.0.2", "10.0.0.3"]),
             "6 EndpointViews",
@@ -874,21 +890,7 @@ async fn operators_rebuild_their_views_after_a_restart() -> anyhow::Result<()> {
         }
     };
     let before = async {
-        let svc: Service = serde_json::from_value(json!({
-            "metadata": {"name": "testsvc", "annotations": {
-                "dcontroller.io/endpointslice-controller-enabled": "true"}},
-            "spec": {"ports": [
-                {"name": "http", "protocol": "TCP", "port": 80},
-                {"name": "https", "protocol": "TCP", "port": 8843},
-            ]},
-        }))?;
-        services.create(&PostParams::default(), &svc).await?;
-        slices
-            .create(
-                &PostParams::default(),
-                &slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", false)])?,
-            )
-            .await?;
+        endpoints_of_testsvc(&services, &slices).await?;
         wait(up.proc.endpoint(), four.clone(), "4 EndpointViews").await
     }
     .await;
@@ -906,16 +908,7 @@ async fn operators_rebuild_their_views_after_a_restart() -> anyhow::Result<()> {
             "the 4 EndpointViews again",
         )
         .await?;
-        slices
-            .replace(
-                "testsvc-1",
-                &PostParams::default(),
-                &EndpointSlice {
-                    metadata: slices.get("testsvc-1").await?.metadata,
-                    ..slice(&[("10.0.0.1", true), ("10.0.0.2", true), ("10.0.0.3", true)])?
-                },
-            )
-            .await?;
+        third_address_ready(&slices).await?;
         let mut six = four.clone();
         six.extend(["\"10.0.0.3\" 80".to_owned(), "\"10.0.0.3\" 8843".to_owned()]);
         six.sort();
