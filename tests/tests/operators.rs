@@ -1019,3 +1019,119 @@ async fn an_upgrade_rebuilds_a_changed_operator() -> anyhow::Result<()> {
     up.proc.stop().await;
     result
 }
+
+/// An Updater's objects are the package's, as its chart's are: they carry its release, come
+/// back when deleted and lose an edit (drift repair); and an object that is not the package's
+/// is not written over (ownership): the package says so in `OperatorsReady`, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_updaters_objects_are_the_packages() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let real = std::env::var_os("BERTH_TEST_KUBECONFIG").map(PathBuf::from);
+    let up = AllInOne::start(&dir.path().join("data"), real.as_deref()).await?;
+    let kube = berth_tests::cluster::client_for(&up.kubeconfig).await?;
+    let result = async {
+        // Two ConfigMaps feed the operator: `in` (the chart's) and `taken`, whose output name
+        // `out-taken` is a ConfigMap someone else made before.
+        let chart = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: in\n  labels:\n    \
+                     feed: \"yes\"\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: \
+                     taken\n  labels:\n    feed: \"yes\"\n";
+        let ns = TestNamespace::create(&kube, "owned").await?;
+        let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), &ns);
+        let theirs: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "out-taken"}, "data": {"v": "theirs"},
+        }))?;
+        cms.create(&PostParams::default(), &theirs).await?;
+        let (repo_dir, repo) = berth_tests::temp_repo();
+        berth_tests::write_app(
+            repo_dir.path(),
+            "owned",
+            &[
+                ("operators/feeder.yaml", &feeding_operator("one")),
+                ("templates/objects.yaml", chart),
+            ],
+        )?;
+        let mut client = journey::connect(&up.proc.endpoint()).await?;
+        let r = v1::PackageRef {
+            kind: v1::PackageKind::App as i32,
+            name: "owned".into(),
+            namespace: ns.to_string(),
+        };
+        let g = client
+            .update(v1::UpdateRequest {
+                r#ref: Some(r.clone()),
+                repository: repo,
+                version: "1.0.0".into(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .generation;
+        journey::wait_running(&mut client, &r, g).await?;
+        let v_of = |name: &'static str| {
+            let cms = cms.clone();
+            async move {
+                Ok::<_, anyhow::Error>(
+                    cms.get_opt(name)
+                        .await?
+                        .and_then(|c| c.data)
+                        .and_then(|d| d.get("v").cloned()),
+                )
+            }
+        };
+        let out_is_one = || async {
+            berth_tests::until("out-in v=one", DEADLINE, POLL, || async {
+                Ok((v_of("out-in").await?.as_deref() == Some("one")).then_some(()))
+            })
+            .await
+        };
+        out_is_one().await?;
+        let out = cms.get("out-in").await?;
+        let annotations = out.metadata.annotations.clone().unwrap_or_default();
+        ensure!(
+            annotations
+                .get("meta.helm.sh/release-name")
+                .map(String::as_str)
+                == Some("owned")
+                && annotations
+                    .get("meta.helm.sh/release-namespace")
+                    .map(String::as_str)
+                    == Some(&*ns),
+            "the Updater's object carries the package's release: {annotations:?}"
+        );
+        // Deleted: it comes back (a new object). Edited: the edit is undone.
+        let first_uid = out.metadata.uid.clone();
+        cms.delete("out-in", &DeleteParams::default()).await?;
+        berth_tests::until("out-in made again", DEADLINE, POLL, || async {
+            let again = cms.get_opt("out-in").await?;
+            Ok(again.filter(|c| c.metadata.uid != first_uid).map(|_| ()))
+        })
+        .await?;
+        out_is_one().await?;
+        cms.patch(
+            "out-in",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"v": "edited"}})),
+        )
+        .await?;
+        out_is_one().await?;
+
+        // Someone else's object is left alone, and the package says why.
+        let p = journey::follow(&mut client, &r, DEADLINE, "OperatorsReady=Unknown", |p| {
+            Ok(journey::condition(p, "OperatorsReady").is_some_and(|c| c.0 == "Unknown"))
+        })
+        .await?;
+        let (_, _, message) = journey::condition(&p, "OperatorsReady").context("condition")?;
+        ensure!(
+            message.contains("out-taken") && message.contains("belongs to no release"),
+            "{message}"
+        );
+        ensure!(
+            v_of("out-taken").await?.as_deref() == Some("theirs"),
+            "an operator wrote over an object that is not its package's"
+        );
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    up.proc.stop().await;
+    result
+}

@@ -68,6 +68,15 @@ impl PackageScope {
         }
     }
 
+    /// The release of the package (name, namespace), as [`PackageScope::of_release`] reads it
+    /// back.
+    pub fn release(&self) -> (String, String) {
+        match self {
+            PackageScope::Module { name } => (name.clone(), SYSTEM_NAMESPACE.to_owned()),
+            PackageScope::App { name, namespace } => (name.clone(), namespace.clone()),
+        }
+    }
+
     /// The scope a package key names: `<namespace>.<name>` for an app, `<name>` for a module
     /// (names and namespaces are DNS labels, so only an app's key holds a dot).
     pub fn of_key(key: &str) -> PackageScope {

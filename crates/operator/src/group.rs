@@ -405,6 +405,26 @@ impl Group {
         })
     }
 
+    /// The Updater controller whose target state holds the object `key` of `gk`, and its output
+    /// for it (the first such controller).
+    pub fn updater_output(&self, gk: &GroupKind, key: &ObjKey) -> Option<(usize, &Value)> {
+        self.slots.iter().enumerate().find_map(|(i, s)| {
+            (s.target_type == TargetType::Updater && !s.target_is_view && s.target == *gk)
+                .then(|| s.engine.target().get(key).map(|v| (i, &**v)))
+                .flatten()
+        })
+    }
+
+    /// The Updater targets that are not views: (controller, group and kind).
+    pub fn updater_targets(&self) -> Vec<(usize, GroupKind)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.target_type == TargetType::Updater && !s.target_is_view)
+            .map(|(i, s)| (i, s.target.clone()))
+            .collect()
+    }
+
     /// Objects held by the engines and views (for figures).
     pub fn cached(&self) -> usize {
         self.slots.iter().map(|s| s.engine.cached()).sum::<usize>()

@@ -310,12 +310,12 @@ impl HookEventService {
             // again at once.
             let restored = async {
                 let operators = check_operators(&req.operators, &req.app_namespace)?;
-                let principal = self.scopes.get(&req.package).await?.service_account();
+                let scope = self.scopes.get(&req.package).await?;
                 kube.set_operators(
                     &PackageKey::from_issued(req.package.clone()),
                     Generation::new(req.generation),
                     &req.app_namespace,
-                    principal,
+                    scope,
                     operators,
                     true,
                 )
@@ -447,12 +447,12 @@ impl HookEventService {
                 .await?;
         }
         if let Some(kube) = &self.kube {
-            let principal = self.scopes.get(&req.package).await?.service_account();
+            let scope = self.scopes.get(&req.package).await?;
             kube.set_operators(
                 &package,
                 generation,
                 &req.app_namespace,
-                principal,
+                scope,
                 operators,
                 false,
             )

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use berth_clients::scope::ServiceAccountRef;
+use berth_clients::scope::PackageScope;
 use berth_names::{Generation, PackageKey};
 use berth_operator::Operator;
 use berth_operator::engine::{ObjKey, Write, obj_key};
@@ -110,7 +110,8 @@ pub(crate) struct Hosted {
     generation: Generation,
     registered: Vec<Operator>,
     app_namespace: String,
-    principal: ServiceAccountRef,
+    /// What the package is: its principal and its release.
+    scope: PackageScope,
     running: Option<Running>,
 }
 
@@ -127,10 +128,20 @@ struct Running {
 /// gone.
 struct FeedState {
     gk: GroupKind,
+    role: FeedRole,
     epoch: u64,
     known: HashSet<ObjKey>,
     /// Keys seen since the last Init; `Some` while a (re)list is in progress.
     seen: Option<HashSet<ObjKey>>,
+}
+
+/// What a feed is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FeedRole {
+    /// Its objects go to the Watcher sources reading them.
+    Source,
+    /// It watches what the Updaters wrote, to repair drift.
+    Target,
 }
 
 /// A target's resource, resolved.
@@ -148,7 +159,7 @@ impl KubeManager {
         package: &PackageKey,
         generation: Generation,
         app_namespace: &str,
-        principal: ServiceAccountRef,
+        scope: PackageScope,
         operators: Vec<Operator>,
         start: bool,
     ) -> Result<(), SetError> {
@@ -177,13 +188,13 @@ impl KubeManager {
                     generation,
                     registered: Vec::new(),
                     app_namespace: app_namespace.to_owned(),
-                    principal: principal.clone(),
+                    scope: scope.clone(),
                     running: None,
                 });
             hosted.generation = generation;
             hosted.registered = operators;
             hosted.app_namespace = app_namespace.to_owned();
-            hosted.principal = principal;
+            hosted.scope = scope;
         }
         if start {
             self.start_operators(package, generation).await?;
@@ -199,7 +210,7 @@ impl KubeManager {
         package: &PackageKey,
         generation: Generation,
     ) -> Result<(), SetError> {
-        let (operators, app_namespace, principal) = {
+        let (operators, app_namespace, scope) = {
             let state = self.lock();
             let Some(h) = state.operators.get(package.as_str()) else {
                 return Ok(());
@@ -215,16 +226,16 @@ impl KubeManager {
             (
                 h.registered.clone(),
                 h.app_namespace.clone(),
-                h.principal.clone(),
+                h.scope.clone(),
             )
         };
         let prepared = self.prepare_host(&operators, &app_namespace).await?;
-        let client = self
-            .acting_as(&principal)
-            .map_err(|reason| SetError::Principal {
-                package: package.to_string(),
-                reason,
-            })?;
+        let client =
+            self.acting_as(&scope.service_account())
+                .map_err(|reason| SetError::Principal {
+                    package: package.to_string(),
+                    reason,
+                })?;
         self.stop_operators(package.as_str(), false);
         let (tx, rx) = mpsc::channel(HOST_QUEUE);
         let cancel = self.shutdown.child_token();
@@ -240,7 +251,7 @@ impl KubeManager {
                 // Registered anew meanwhile: that registration's start comes.
                 return Ok(());
             }
-            for (key, resource, gk) in &prepared.watches {
+            for (key, resource, gk, role) in &prepared.watches {
                 let id = state.next_id;
                 state.next_id += 1;
                 let watch = state
@@ -253,6 +264,7 @@ impl KubeManager {
                     id,
                     FeedState {
                         gk: gk.clone(),
+                        role: *role,
                         epoch: 0,
                         known: HashSet::new(),
                         seen: None,
@@ -280,6 +292,9 @@ impl KubeManager {
             client,
             targets: prepared.targets,
             failed: BTreeMap::new(),
+            drifted: BTreeMap::new(),
+            written: Arc::default(),
+            release: scope.release(),
             statuses,
             generation,
             health: self.health.clone(),
@@ -524,7 +539,38 @@ impl KubeManager {
                 labels: String::new(),
                 fields: String::new(),
             };
-            watches.push((key, resource, (w.group.clone(), w.kind.clone())));
+            watches.push((
+                key,
+                resource,
+                (w.group.clone(), w.kind.clone()),
+                FeedRole::Source,
+            ));
+        }
+        // The Updaters' objects are the package's: a watch of each target kind (where the
+        // package may write) shows when one is changed or deleted behind their back.
+        for (_, gk) in group.updater_targets() {
+            let Some(t) = targets
+                .iter()
+                .find(|((_, kind), _)| *kind == gk.1)
+                .map(|(_, t)| t)
+                .filter(|t| t.resource.group == gk.0)
+            else {
+                continue;
+            };
+            let key = WatchKey {
+                api_version: t.resource.api_version.clone(),
+                plural: t.resource.plural.clone(),
+                namespace: (t.namespaced && !app_namespace.is_empty())
+                    .then(|| app_namespace.to_owned()),
+                labels: String::new(),
+                fields: String::new(),
+            };
+            if !watches
+                .iter()
+                .any(|(k, _, _, role)| *k == key && *role == FeedRole::Target)
+            {
+                watches.push((key, t.resource.clone(), gk, FeedRole::Target));
+            }
         }
         let mut group = group;
         let now = chrono::Utc::now();
@@ -541,9 +587,12 @@ impl KubeManager {
 
 struct Prepared {
     group: Group,
-    watches: Vec<(WatchKey, ApiResource, GroupKind)>,
+    watches: Vec<(WatchKey, ApiResource, GroupKind, FeedRole)>,
     targets: HashMap<(String, String), TargetResource>,
 }
+
+/// An object of a target: its apiVersion, kind and key.
+type TargetObject = (String, String, ObjKey);
 
 /// The task running one package's operators.
 struct Host {
@@ -557,6 +606,14 @@ struct Host {
     /// Writes that failed, the latest per (controller, apiVersion, kind, namespace, name),
     /// tried again every [`RETRY_EVERY`].
     failed: BTreeMap<(usize, String, String, ObjKey), Outbound>,
+    /// Updaters' objects changed or deleted by someone else, written again at the next retry
+    /// tick (so a fight with another writer costs one write per object every 5 s).
+    drifted: BTreeMap<(usize, String, String, ObjKey), Outbound>,
+    /// Per Updater object, its form as last written (bookkeeping metadata and status aside):
+    /// a watch event showing another form is drift.
+    written: Arc<Mutex<HashMap<TargetObject, Value>>>,
+    /// The package's release (name, namespace): Updaters' objects carry it, as its chart's do.
+    release: (String, String),
     statuses: Arc<Mutex<Vec<OperatorStatus>>>,
     generation: Generation,
     health: HealthReporter,
@@ -581,7 +638,9 @@ impl Host {
                     None => return,
                     Some(msg) => self.handle(msg).await,
                 },
-                _ = retry.tick(), if !self.failed.is_empty() => self.retry().await,
+                _ = retry.tick(), if !self.failed.is_empty() || !self.drifted.is_empty() => {
+                    self.retry().await
+                }
             }
         }
     }
@@ -620,6 +679,20 @@ impl Host {
                 match event {
                     FeedEvent::Init => {
                         f.seen = Some(HashSet::new());
+                        return;
+                    }
+                    FeedEvent::Apply(obj) if f.role == FeedRole::Target => {
+                        let gk = f.gk.clone();
+                        self.observe_target(&gk, &obj, false);
+                        return;
+                    }
+                    FeedEvent::Delete(obj) if f.role == FeedRole::Target => {
+                        let gk = f.gk.clone();
+                        self.observe_target(&gk, &obj, true);
+                        return;
+                    }
+                    FeedEvent::InitDone if f.role == FeedRole::Target => {
+                        f.seen = None;
                         return;
                     }
                     FeedEvent::Apply(obj) => {
@@ -750,10 +823,48 @@ impl Host {
 
     async fn retry(&mut self) {
         let failed = std::mem::take(&mut self.failed);
-        for (_, w) in failed {
+        let drifted = std::mem::take(&mut self.drifted);
+        for (_, w) in failed.into_iter().chain(drifted) {
             self.write(w).await;
         }
         self.publish();
+    }
+
+    /// A watch event of an Updater target's kind: when the object is one an Updater made and
+    /// it was deleted or no longer has the form last written, it is written again at the next
+    /// retry tick.
+    fn observe_target(&mut self, gk: &GroupKind, obj: &Value, deleted: bool) {
+        let key = obj_key(obj);
+        let Some((controller, output)) = self.group.updater_output(gk, &key) else {
+            return;
+        };
+        let api_version = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let id = (api_version.clone(), gk.1.clone(), key.clone());
+        let last = self
+            .written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned();
+        let drifted = deleted || last.is_some_and(|l| l != comparable(obj));
+        if !drifted {
+            return;
+        }
+        tracing::info!(package = %self.package, object = %format!("{} {}/{}", gk.1, key.0, key.1),
+            deleted, "an operator's object drifted; writing it again");
+        let w = Outbound {
+            controller,
+            target: TargetType::Updater,
+            api_version: api_version.clone(),
+            kind: gk.1.clone(),
+            write: Write::Upsert(output.clone()),
+        };
+        self.drifted
+            .insert((controller, api_version, gk.1.clone(), key), w);
     }
 
     /// Performs one write; a failure is kept for a retry and said in the controller's status.
@@ -819,29 +930,52 @@ impl Host {
         };
         let call = async {
             match (w.target, &w.write) {
-                (TargetType::Updater, Write::Upsert(out)) => update(&api, name, out).await,
+                (TargetType::Updater, Write::Upsert(out)) => {
+                    let written = update(&api, name, out, &self.release).await?;
+                    if let Some(written) = written {
+                        let id = (w.api_version.clone(), w.kind.clone(), key.clone());
+                        self.written
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(id, comparable(&written));
+                    }
+                    Ok(())
+                }
                 (TargetType::Updater, Write::Delete(_)) => {
+                    self.written
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&(w.api_version.clone(), w.kind.clone(), key.clone()));
                     match api.delete(name, &DeleteParams::default()).await {
                         Ok(_) => Ok(()),
                         Err(e) if is_not_found(&e) => Ok(()),
-                        Err(e) => Err(e),
+                        Err(e) => Err(api_error(e)),
                     }
                 }
                 (TargetType::Patcher, Write::Upsert(out)) => {
-                    patch(&api, name, &patcher_patch(out), false).await
+                    patch(&api, name, &patcher_patch(out), false)
+                        .await
+                        .map_err(api_error)
                 }
                 (TargetType::Patcher, Write::Delete(out)) => {
-                    patch(&api, name, &patcher_patch(&removal_patch(out)), true).await
+                    patch(&api, name, &patcher_patch(&removal_patch(out)), true)
+                        .await
+                        .map_err(api_error)
                 }
             }
         };
         match tokio::time::timeout(WRITE_TIMEOUT, call).await {
-            Ok(Ok(())) => Ok(()),
-            // The API server's own words (`... is forbidden: User ... cannot create ...`).
-            Ok(Err(kube::Error::Api(s))) => Err(format!("{} ({} {})", s.message, s.code, s.reason)),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(r) => r,
             Err(_) => Err(format!("no answer within {WRITE_TIMEOUT:?}")),
         }
+    }
+}
+
+/// The API server's own words for a refusal (`... is forbidden: User ... cannot create ...`).
+fn api_error(e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        e => e.to_string(),
     }
 }
 
@@ -849,38 +983,116 @@ fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// An Updater's write: the object made of the output over what exists, created or replaced
-/// (with its status, where the resource has a status subresource).
-async fn update(api: &Api<DynamicObject>, name: &str, out: &Value) -> Result<(), kube::Error> {
+/// The release annotations an object of release `release` carries (Helm's, so Helm and berth's
+/// release service see whose it is).
+const RELEASE_NAME: &str = "meta.helm.sh/release-name";
+const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
+const ADOPT: &str = "berth.io/adopt";
+
+/// Whether the existing object `live` may be written by release `release`: it is that
+/// release's (its chart's, or its operators'), or annotated to be adopted by it.
+fn owned(live: &Value, release: &(String, String)) -> Result<(), String> {
+    let annotation = |k: &str| {
+        live.pointer("/metadata/annotations")
+            .and_then(|a| a.get(k))
+            .and_then(Value::as_str)
+    };
+    let this = format!("{}/{}", release.1, release.0);
+    match (annotation(RELEASE_NAMESPACE), annotation(RELEASE_NAME)) {
+        (Some(ns), Some(name)) if ns == release.1 && name == release.0 => Ok(()),
+        (ns, Some(name)) => Err(format!(
+            "it belongs to release {}/{name}, not to {this}",
+            ns.unwrap_or("?")
+        )),
+        (_, None) if annotation(ADOPT).map(str::trim) == Some(this.as_str()) => Ok(()),
+        (_, None) => Err(format!(
+            "it exists and belongs to no release; an operator takes it over only when it is \
+             annotated {ADOPT}: \"{this}\""
+        )),
+    }
+}
+
+/// `obj` with the annotations and label that make it release `release`'s.
+fn stamp(obj: &mut Value, release: &(String, String)) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+    if let Some(a) = annotations.as_object_mut() {
+        a.insert(RELEASE_NAME.into(), Value::from(release.0.clone()));
+        a.insert(RELEASE_NAMESPACE.into(), Value::from(release.1.clone()));
+    }
+    let labels = meta.entry("labels").or_insert_with(|| json!({}));
+    if let Some(l) = labels.as_object_mut() {
+        l.insert("app.kubernetes.io/managed-by".into(), Value::from("Helm"));
+    }
+}
+
+/// An object without what every write changes (resource version, managed fields, generation,
+/// timestamps, uid) and without its status: the form drift is judged by.
+fn comparable(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "managedFields",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "uid",
+        ] {
+            meta.remove(k);
+        }
+    }
+    if let Some(m) = o.as_object_mut() {
+        m.remove("status");
+    }
+    o
+}
+
+/// An Updater's write: the object made of the output over what exists (which must be the
+/// package's), stamped as its release's, created or replaced (with its status, where the
+/// resource has a status subresource). Returns the object as written, when it wrote.
+async fn update(
+    api: &Api<DynamicObject>,
+    name: &str,
+    out: &Value,
+    release: &(String, String),
+) -> Result<Option<Value>, String> {
     let existing = api
         .get_opt(name)
-        .await?
+        .await
+        .map_err(api_error)?
         .map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
-    let new = updater_object(existing.as_ref(), out);
-    if existing.as_ref() == Some(&new) {
-        return Ok(());
+    if let Some(live) = &existing {
+        owned(live, release)?;
     }
-    let obj: DynamicObject =
-        serde_json::from_value(new.clone()).map_err(kube::Error::SerdeError)?;
+    let mut new = updater_object(existing.as_ref(), out);
+    stamp(&mut new, release);
+    if existing.as_ref() == Some(&new) {
+        return Ok(existing);
+    }
+    let obj: DynamicObject = serde_json::from_value(new.clone()).map_err(|e| e.to_string())?;
     let written = match &existing {
-        None => api.create(&PostParams::default(), &obj).await?,
-        Some(_) => api.replace(name, &PostParams::default(), &obj).await?,
-    };
+        None => api.create(&PostParams::default(), &obj).await,
+        Some(_) => api.replace(name, &PostParams::default(), &obj).await,
+    }
+    .map_err(api_error)?;
+    let mut written = serde_json::to_value(written).map_err(|e| e.to_string())?;
     if let Some(status) = new.get("status")
-        && written.data.get("status") != Some(status)
+        && written.get("status") != Some(status)
     {
         let patch = json!({"status": status});
         match api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {}
+            Ok(o) => written = serde_json::to_value(o).map_err(|e| e.to_string())?,
             // No status subresource: the status went with the object.
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(api_error(e)),
         }
     }
-    Ok(())
+    Ok(Some(written))
 }
 
 /// A Patcher's write: a merge patch of an object that exists (of its status too, where the
@@ -963,17 +1175,34 @@ const NOT_RUNNING_ATTEMPTS: u32 = 120;
 
 /// Sends the packages' operators' health to lifecycle, decoupled from the hosts: a report
 /// waits in a map keyed by package, the newest replacing an unsent older one (at most one
-/// entry per package with operators), and one task sends them.
+/// entry per package with operators), and one task sends them. A report offered again later
+/// (lifecycle could not apply it yet) goes back only if no newer one of its package came since.
 #[derive(Clone)]
 pub struct HealthReporter {
-    pending: Arc<Mutex<HashMap<String, (berth_proto::lifecycle::OperatorsHealth, u32)>>>,
+    pending: Arc<Mutex<HashMap<String, Pending>>>,
+    /// Per package, the sequence number of its newest report.
+    latest: Arc<Mutex<HashMap<String, u64>>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
     wake: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Clone)]
+struct Pending {
+    health: berth_proto::lifecycle::OperatorsHealth,
+    attempts: u32,
+    seq: u64,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl HealthReporter {
     pub fn start(lifecycle: berth_clients::Lifecycle, shutdown: CancellationToken) -> Self {
         let reporter = HealthReporter {
             pending: Arc::default(),
+            latest: Arc::default(),
+            next: Arc::default(),
             wake: Arc::default(),
         };
         berth_runtime::spawn_in(
@@ -983,16 +1212,18 @@ impl HealthReporter {
         reporter
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, (berth_proto::lifecycle::OperatorsHealth, u32)>>
-    {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Queues `health`, replacing what was not sent yet for its package.
     fn report(&self, health: berth_proto::lifecycle::OperatorsHealth) {
-        self.lock().insert(health.key.clone(), (health, 0));
+        let seq = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        locked(&self.latest).insert(health.key.clone(), seq);
+        locked(&self.pending).insert(
+            health.key.clone(),
+            Pending {
+                health,
+                attempts: 0,
+                seq,
+            },
+        );
         self.wake.notify_one();
     }
 
@@ -1002,40 +1233,46 @@ impl HealthReporter {
                 () = shutdown.cancelled() => return,
                 () = self.wake.notified() => {}
             }
-            let batch: Vec<_> = self.lock().drain().collect();
-            for (key, (health, attempts)) in batch {
+            let batch: Vec<(String, Pending)> = locked(&self.pending).drain().collect();
+            for (key, p) in batch {
                 match lifecycle
                     .clone()
-                    .report_operators_health(health.clone())
+                    .report_operators_health(p.health.clone())
                     .await
                 {
                     Ok(answer) if answer.get_ref().applied => {}
-                    Ok(_) if attempts + 1 >= NOT_RUNNING_ATTEMPTS => {
+                    Ok(_) if p.attempts + 1 >= NOT_RUNNING_ATTEMPTS => {
                         tracing::debug!(package.key = %key, "operators health not applied: the package is not Running at that generation");
                     }
-                    Ok(_) => self.later(key, health, attempts + 1, NOT_RUNNING_RETRY),
+                    Ok(_) => self.later(
+                        key,
+                        Pending {
+                            attempts: p.attempts + 1,
+                            ..p
+                        },
+                        NOT_RUNNING_RETRY,
+                    ),
                     Err(status) => {
                         tracing::debug!(package.key = %key, error = %status, "reporting operators health failed; retrying");
-                        self.later(key, health, attempts, HEALTH_RETRY);
+                        self.later(key, p, HEALTH_RETRY);
                     }
                 }
             }
         }
     }
 
-    /// Offers `health` again after `wait`, unless a newer report of the package came.
-    fn later(
-        &self,
-        key: String,
-        health: berth_proto::lifecycle::OperatorsHealth,
-        attempts: u32,
-        wait: Duration,
-    ) {
+    /// Offers `p` again after `wait`, unless a newer report of the package came meanwhile.
+    fn later(&self, key: String, p: Pending, wait: Duration) {
         let this = self.clone();
         berth_runtime::spawn_in(tracing::Span::current(), async move {
             tokio::time::sleep(wait).await;
-            if let std::collections::hash_map::Entry::Vacant(slot) = this.lock().entry(key) {
-                slot.insert((health, attempts));
+            if locked(&this.latest).get(&key) != Some(&p.seq) {
+                return;
+            }
+            if let std::collections::hash_map::Entry::Vacant(slot) =
+                locked(&this.pending).entry(key)
+            {
+                slot.insert(p);
                 this.wake.notify_one();
             }
         });

@@ -175,6 +175,9 @@ struct Pending {
     health: Health,
     /// Times lifecycle did not apply it (the package was not Running).
     not_applied: u32,
+    /// Its place among the package's reports: one offered again later goes back only if it is
+    /// still the newest (an older health must not overwrite a newer one lifecycle applied).
+    seq: u64,
 }
 
 /// Sends releases' health to lifecycle, newest per package.
@@ -182,6 +185,9 @@ struct Pending {
 pub struct HealthReporter {
     // A std mutex: held only to insert or take entries, never across an await.
     pending: Arc<Mutex<HashMap<String, Pending>>>,
+    /// Per package, the sequence number of its newest report.
+    latest: Arc<Mutex<HashMap<String, u64>>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
     wake: Arc<Notify>,
 }
 
@@ -190,6 +196,8 @@ impl HealthReporter {
     pub fn start(lifecycle: berth_clients::Lifecycle, shutdown: CancellationToken) -> Self {
         let reporter = HealthReporter {
             pending: Arc::default(),
+            latest: Arc::default(),
+            next: Arc::default(),
             wake: Arc::default(),
         };
         berth_runtime::spawn_in(
@@ -201,11 +209,14 @@ impl HealthReporter {
 
     /// Queues `health` of the package `key`, replacing what was not sent yet.
     pub fn report(&self, key: String, health: Health) {
+        let seq = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.latest).insert(key.clone(), seq);
         lock(&self.pending).insert(
             key,
             Pending {
                 health,
                 not_applied: 0,
+                seq,
             },
         );
         self.wake.notify_one();
@@ -252,6 +263,9 @@ impl HealthReporter {
         let this = self.clone();
         berth_runtime::spawn_in(tracing::Span::current(), async move {
             tokio::time::sleep(wait).await;
+            if lock(&this.latest).get(&key) != Some(&p.seq) {
+                return;
+            }
             if let std::collections::hash_map::Entry::Vacant(slot) = lock(&this.pending).entry(key)
             {
                 slot.insert(p);
