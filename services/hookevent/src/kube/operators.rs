@@ -1287,3 +1287,82 @@ fn stamped(obj: &Value, revision: u64) -> Value {
     }
     obj
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(name: &str, ready: Readiness, message: &str) -> OperatorStatus {
+        OperatorStatus {
+            operator: "op".into(),
+            status: ControllerStatus {
+                name: name.into(),
+                ready,
+                reason: "",
+                message: message.into(),
+                since: chrono::Utc::now(),
+                last_errors: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn the_condition_names_what_fails() {
+        let ok = status("a", Readiness::True, "");
+        assert_eq!(
+            health(&[ok.clone(), ok.clone()]),
+            (ConditionStatus::True, "Ready", "2 controllers ready".into())
+        );
+        let failing = status("b", Readiness::Unknown, "the last event failed: boom");
+        let (s, reason, message) = health(&[ok.clone(), failing.clone()]);
+        assert_eq!(
+            (s, reason),
+            (ConditionStatus::Unknown, "ReconciliationFailed")
+        );
+        assert!(
+            message.contains("1 of 2") && message.contains("op/b") && message.contains("boom"),
+            "{message}"
+        );
+        let broken = status(
+            "c",
+            Readiness::False,
+            "the controller failed to start: no kind",
+        );
+        let (s, reason, message) = health(&[ok, failing, broken]);
+        assert_eq!((s, reason), (ConditionStatus::False, "NotReady"));
+        assert!(
+            message.contains("op/c") && message.contains("no kind"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn only_the_packages_objects_are_written_over() {
+        let release = ("app".to_owned(), "ns".to_owned());
+        let with =
+            |annotations: Value| json!({"metadata": {"name": "x", "annotations": annotations}});
+        assert!(
+            owned(
+                &with(json!({RELEASE_NAME: "app", RELEASE_NAMESPACE: "ns"})),
+                &release
+            )
+            .is_ok()
+        );
+        assert!(owned(&with(json!({ADOPT: "ns/app"})), &release).is_ok());
+        let theirs = owned(
+            &with(json!({RELEASE_NAME: "other", RELEASE_NAMESPACE: "ns"})),
+            &release,
+        )
+        .expect_err("another release's");
+        assert!(theirs.contains("release ns/other"), "{theirs}");
+        let nobodys = owned(&with(json!({})), &release).expect_err("nobody's");
+        assert!(nobodys.contains("berth.io/adopt: \"ns/app\""), "{nobodys}");
+        let mut made = json!({"metadata": {"name": "x"}, "data": {}});
+        stamp(&mut made, &release);
+        assert!(owned(&made, &release).is_ok());
+        assert_eq!(
+            made["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            json!("Helm")
+        );
+    }
+}
