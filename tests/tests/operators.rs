@@ -227,6 +227,16 @@ async fn the_configmap_deployment_example_runs_in_an_app() -> anyhow::Result<()>
                 && page.contains("berth_operator_controllers{ready=\"True\"} 0\n")
         })
         .await?;
+        let out = berth_tests::cli()
+            .args(["--server", &up.proc.endpoint()])
+            .args(["operator", "views", "configdep", "-n", &ns])
+            .output()
+            .await?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            !out.status.success() && said.contains("no operators running"),
+            "views after the removal: {said}"
+        );
         Ok::<_, anyhow::Error>(())
     }
     .await;

@@ -299,6 +299,8 @@ impl KubeManager {
             generation,
             health: self.health.clone(),
             reported: None,
+            reported_at: None,
+            held: false,
             view_revisions: HashMap::new(),
             revision: 0,
             view_changes: broadcast::channel(VIEW_WATCH_QUEUE).0,
@@ -617,8 +619,11 @@ struct Host {
     statuses: Arc<Mutex<Vec<OperatorStatus>>>,
     generation: Generation,
     health: HealthReporter,
-    /// The health last reported.
+    /// The health last reported, and when.
     reported: Option<(ConditionStatus, &'static str, String)>,
+    reported_at: Option<tokio::time::Instant>,
+    /// A report held back by [`REPORT_SPACING`], sent when it has passed.
+    held: bool,
     /// Per view object, the revision of its last change.
     view_revisions: HashMap<(GroupKind, ObjKey), u64>,
     revision: u64,
@@ -641,6 +646,9 @@ impl Host {
                 _ = retry.tick(), if !self.failed.is_empty() || !self.drifted.is_empty() => {
                     self.retry().await
                 }
+                _ = tokio::time::sleep_until(
+                    self.reported_at.unwrap_or_else(tokio::time::Instant::now) + REPORT_SPACING
+                ), if self.held => self.publish(),
             }
         }
     }
@@ -809,8 +817,23 @@ impl Host {
         let now = health(&statuses);
         *self.statuses.lock().unwrap_or_else(|p| p.into_inner()) = statuses;
         if self.reported.as_ref() == Some(&now) {
+            self.held = false;
             return;
         }
+        let same_status = self
+            .reported
+            .as_ref()
+            .is_some_and(|r| r.0 == now.0 && r.1 == now.1);
+        if same_status
+            && self
+                .reported_at
+                .is_some_and(|at| at.elapsed() < REPORT_SPACING)
+        {
+            self.held = true;
+            return;
+        }
+        self.held = false;
+        self.reported_at = Some(tokio::time::Instant::now());
         self.health.report(berth_proto::lifecycle::OperatorsHealth {
             key: self.package.as_str().to_owned(),
             generation: self.generation.get(),
@@ -1134,7 +1157,12 @@ pub(crate) fn health(statuses: &[OperatorStatus]) -> (ConditionStatus, &'static 
         return (
             ConditionStatus::False,
             "NotReady",
-            format!("controller {}: {}", name(s), s.status.message),
+            format!(
+                "controller {}: {}{}",
+                name(s),
+                s.status.message,
+                last_errors(s)
+            ),
         );
     }
     let failing: Vec<&OperatorStatus> = statuses
@@ -1151,7 +1179,7 @@ pub(crate) fn health(statuses: &[OperatorStatus]) -> (ConditionStatus, &'static 
             ConditionStatus::Unknown,
             "ReconciliationFailed",
             format!(
-                "{} of {} controllers failing ({}): {}",
+                "{} of {} controllers failing ({}): {}{}",
                 failing.len(),
                 statuses.len(),
                 failing
@@ -1159,11 +1187,37 @@ pub(crate) fn health(statuses: &[OperatorStatus]) -> (ConditionStatus, &'static 
                     .map(|s| name(s))
                     .collect::<Vec<_>>()
                     .join(", "),
-                first.status.message
+                first.status.message,
+                last_errors(first)
             ),
         ),
     }
 }
+
+/// A controller's ring of last errors (oldest first, each at most 245 characters), for the
+/// condition's message: `; last errors of op/c: [e1] [e2]`.
+fn last_errors(s: &OperatorStatus) -> String {
+    if s.status.last_errors.len() < 2 {
+        return String::new();
+    }
+    let ring: Vec<String> = s
+        .status
+        .last_errors
+        .iter()
+        .map(|e| format!("[{e}]"))
+        .collect();
+    format!(
+        "; last errors of {}/{}: {}",
+        s.operator,
+        s.status.name,
+        ring.join(" ")
+    )
+}
+
+/// The shortest spacing of two reports of the package's health that differ only in their
+/// message (a change of status or reason is reported at once), as upstream spaces its error
+/// reports: an error storm costs lifecycle one write every 2 s, not one per error.
+const REPORT_SPACING: Duration = Duration::from_secs(2);
 
 /// Wait before sending a report again after lifecycle could not be reached.
 const HEALTH_RETRY: Duration = Duration::from_secs(2);
@@ -1313,14 +1367,17 @@ mod tests {
             health(&[ok.clone(), ok.clone()]),
             (ConditionStatus::True, "Ready", "2 controllers ready".into())
         );
-        let failing = status("b", Readiness::Unknown, "the last event failed: boom");
+        let mut failing = status("b", Readiness::Unknown, "the last event failed: boom");
+        failing.status.last_errors = vec!["bang".into(), "boom".into()];
         let (s, reason, message) = health(&[ok.clone(), failing.clone()]);
         assert_eq!(
             (s, reason),
             (ConditionStatus::Unknown, "ReconciliationFailed")
         );
         assert!(
-            message.contains("1 of 2") && message.contains("op/b") && message.contains("boom"),
+            message.contains("1 of 2")
+                && message.contains("op/b")
+                && message.ends_with("; last errors of op/b: [bang] [boom]"),
             "{message}"
         );
         let broken = status(
